@@ -1,0 +1,145 @@
+"""The model registry: built-in models with typed options, and allow-listed user factories.
+
+A user's own Linen model is named ``package.module:function``. The function takes
+the layout's options as keyword arguments and returns ``BuiltModel`` (or the triple
+``(module, inputs, loss)`` with ``inputs`` a sequence of ``InputSpec``). Naming one
+imports code, so only factories listed in the environment variable
+``EXPLORER_ALLOWED_FACTORIES`` (comma-separated) can be used; any other is refused
+before anything is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import re
+from typing import Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from explorer.errors import ExplorerError
+from explorer.models.base import BuiltModel, InputSpec
+from explorer.models.mlp import MlpOptions, build_mlp
+from explorer.models.transformer import SIZE_PRESETS, TransformerOptions, build_transformer
+
+ALLOW_ENV = "EXPLORER_ALLOWED_FACTORIES"
+FACTORY_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelEntry:
+    """A built-in model: its options schema, its builder and its size presets."""
+
+    name: str
+    description: str
+    options: type[BaseModel]
+    build: Callable[[Any], BuiltModel]
+    presets: dict[str, dict]
+
+
+MODELS: dict[str, ModelEntry] = {
+    "mlp": ModelEntry(
+        "mlp", "The Flax guide's LogicalMLP of LogicalDotReluDot layers", MlpOptions, build_mlp, {}
+    ),
+    "transformer": ModelEntry(
+        "transformer", "A decoder-only language model (GPT-2 / Llama shapes)",
+        TransformerOptions, build_transformer, SIZE_PRESETS,
+    ),
+}
+
+
+def allowed_factories() -> tuple[str, ...]:
+    """Factories the person running the tool allowed, from ``EXPLORER_ALLOWED_FACTORIES``."""
+    raw = os.environ.get(ALLOW_ENV, "")
+    return tuple(name.strip() for name in raw.split(",") if name.strip())
+
+
+def is_factory(name: str) -> bool:
+    return ":" in name
+
+
+def validate_model(spec):
+    """Check the model name and options; return the spec with every option filled in."""
+    if is_factory(spec.name):
+        _check_factory_allowed(spec.name)
+        _check_json_options(spec.options)
+        return spec
+    entry = MODELS.get(spec.name)
+    if entry is None:
+        raise ExplorerError(
+            "model.name", spec.name,
+            f"is not a model; choose one of {sorted(MODELS)} or an allow-listed factory 'package.module:function'",
+        )
+    options = _validate_options(entry, spec.options)
+    return type(spec)(name=spec.name, options=options.model_dump())
+
+
+def _validate_options(entry: ModelEntry, options: dict) -> BaseModel:
+    try:
+        return entry.options.model_validate(options)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in first["loc"])
+        known = ", ".join(entry.options.model_fields)
+        if first["type"] == "extra_forbidden":
+            raise ExplorerError(
+                f"model.options.{field}", first["input"], f"is not an option of model '{entry.name}' (known: {known})"
+            ) from None
+        if not field:
+            raise ExplorerError("model.options", options, first["msg"].lower().removeprefix("value error, ")) from None
+        raise ExplorerError(f"model.options.{field}", first["input"], first["msg"].lower()) from None
+
+
+def _check_factory_allowed(name: str) -> None:
+    if not FACTORY_NAME.match(name):
+        raise ExplorerError("model.name", name, "is not a factory name of the form 'package.module:function'")
+    if name not in allowed_factories():
+        raise ExplorerError(
+            "model.name", name,
+            f"is a user factory that is not allow-listed; the person running the tool can add it to {ALLOW_ENV}",
+        )
+
+
+def _check_json_options(options: dict) -> None:
+    for key, value in options.items():
+        if not isinstance(value, (int, float, str, bool)) or value is None:
+            raise ExplorerError(f"model.options.{key}", value, "must be a number, string or boolean for a factory")
+
+
+def build_model(spec) -> BuiltModel:
+    """Build the Linen module, inputs and loss for a validated model spec."""
+    if is_factory(spec.name):
+        return _build_factory(spec)
+    entry = MODELS[spec.name]
+    return entry.build(entry.options.model_validate(spec.options))
+
+
+def _build_factory(spec) -> BuiltModel:
+    _check_factory_allowed(spec.name)
+    module_name, function_name = spec.name.split(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as error:
+        raise ExplorerError("model.name", spec.name, f"cannot be imported ({error})") from None
+    try:
+        built = factory(**spec.options)
+    except TypeError as error:
+        raise ExplorerError("model.options", spec.options, f"were refused by {spec.name} ({error})") from None
+    if isinstance(built, tuple) and len(built) == 3:
+        module, inputs, loss = built
+        built = BuiltModel(module, tuple(inputs), loss)
+    if not isinstance(built, BuiltModel) or not all(isinstance(i, InputSpec) for i in built.inputs):
+        raise ExplorerError("model.name", spec.name, "did not return (module, inputs as InputSpec, loss)")
+    return built
+
+
+def option_fields(name: str) -> dict[str, Any]:
+    """The option schema of a built-in model: name -> pydantic FieldInfo (for building forms)."""
+    return dict(MODELS[name].options.model_fields)
+
+
+__all__ = [
+    "ALLOW_ENV", "BuiltModel", "InputSpec", "MODELS", "ModelEntry", "allowed_factories",
+    "build_model", "is_factory", "option_fields", "validate_model",
+]

@@ -1,0 +1,69 @@
+"""Plain-text rendering of a report for the command line (tables via pandas)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from explorer.analysis import Report
+
+
+def human_bytes(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(count) < 1024 or unit == "TiB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1024
+    return str(count)
+
+
+def arrays_frame(report: Report) -> pd.DataFrame:
+    """One row per array: the table the dashboard and the command line both show."""
+    return pd.DataFrame(
+        {
+            "path": a.path,
+            "kind": a.kind,
+            "shape": str(tuple(a.shape)),
+            "dtype": a.dtype,
+            "logical axes": "—" if a.logical_axes is None else str(tuple(a.logical_axes)),
+            "spec": a.spec_text(),
+            "shard shape": str(tuple(a.shard_shape)),
+            "bytes/device": a.bytes_per_device,
+            "replication": a.replication,
+        }
+        for a in report.arrays
+    )
+
+
+def report_table(report: Report, include_tiles: bool = False) -> str:
+    mesh = report.mesh
+    kind = "planned (AbstractMesh, hypothetical device ids)" if mesh.abstract else "real devices"
+    lines = [
+        f"layout {report.layout.name!r}: mesh {dict(zip(mesh.axes, mesh.shape))}, {mesh.size} devices, {kind}",
+        f"rules: {[list(r) for r in report.layout.rules_for_flax()]}  ({report.resolution_order})",
+        "",
+    ]
+    frame = arrays_frame(report)
+    frame["bytes/device"] = frame["bytes/device"].map(human_bytes)
+    lines.append(frame.to_string(index=False))
+    totals = report.totals
+    lines += [
+        "",
+        "per device: " + ", ".join(
+            f"{name} {human_bytes(value)}"
+            for name, value in (
+                ("params", totals.param_bytes), ("optimizer state", totals.opt_state_bytes),
+                ("inputs", totals.input_bytes), ("declared activations", totals.activation_bytes),
+                ("total", totals.total_bytes),
+            )
+        ),
+        f"model: {totals.param_count:,} parameters ({human_bytes(totals.global_param_bytes)} unsharded)",
+    ]
+    if report.warnings:
+        lines += ["", "warnings:"] + [f"  [{w.code}] {w.message}" for w in report.warnings]
+    if include_tiles:
+        lines += ["", "tiles (index ranges -> devices):"]
+        for info in report.arrays:
+            lines.append(f"  {info.path}")
+            for tile in report.tiles(info.path):
+                ranges = " x ".join(f"{a}:{b}" for a, b in tile.index) or "scalar"
+                lines.append(f"    [{ranges}] -> {list(tile.devices)}")
+    return "\n".join(lines)

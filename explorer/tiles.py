@@ -1,0 +1,102 @@
+"""Which block of an array each device holds, computed from plain data.
+
+Works for any number of dimensions and for planned meshes with no devices behind
+them (device ids 0..N-1 in mesh order). Tests check every result against
+``NamedSharding.devices_indices_map`` on real meshes.
+
+The rule JAX follows: a dimension sharded over mesh axes ``(a, b)`` is cut into
+``size(a) * size(b)`` blocks, and the device at mesh coordinates ``(i_a, i_b, ...)``
+holds block ``i_a * size(b) + i_b`` (the first axis is the major one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import numpy as np
+
+from explorer.rules import SpecEntry, spec_axes
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshInfo:
+    """A mesh as plain data: axis names and sizes, and the device id at every coordinate."""
+
+    shape: tuple[int, ...]
+    axes: tuple[str, ...]
+    device_ids: tuple  # nested tuples in mesh order, shape == self.shape
+    abstract: bool
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def axis_size(self, axis: str) -> int:
+        return self.shape[self.axes.index(axis)]
+
+    def ids_array(self) -> np.ndarray:
+        return np.asarray(self.device_ids, dtype=np.int64).reshape(self.shape)
+
+    def coordinates(self) -> dict[int, tuple[int, ...]]:
+        """Device id -> its coordinates in the mesh."""
+        ids = self.ids_array()
+        return {int(ids[c]): tuple(int(i) for i in c) for c in np.ndindex(*self.shape)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """One block of an array: its index range per dimension and the devices that hold it."""
+
+    index: tuple[tuple[int, int], ...]
+    devices: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(stop - start for start, stop in self.index)
+
+
+def shard_counts(spec: Sequence[SpecEntry], mesh: MeshInfo) -> tuple[int, ...]:
+    """How many blocks each dimension is cut into."""
+    return tuple(math.prod(mesh.axis_size(a) for a in spec_axes(entry)) for entry in spec)
+
+
+def shard_shape(shape: Sequence[int], spec: Sequence[SpecEntry], mesh: MeshInfo) -> tuple[int, ...]:
+    """The per-device block shape; a dimension that does not divide evenly is rounded up (XLA pads)."""
+    return tuple(-(-size // count) for size, count in zip(shape, shard_counts(spec, mesh)))
+
+
+def replication(spec: Sequence[SpecEntry], mesh: MeshInfo) -> int:
+    """How many devices hold each block: the product of the mesh axes the spec leaves unused."""
+    return mesh.size // math.prod(shard_counts(spec, mesh))
+
+
+def _block_bounds(size: int, count: int, block: int) -> tuple[int, int]:
+    step = -(-size // count)
+    return (min(block * step, size), min((block + 1) * step, size))
+
+
+def tiles(shape: Sequence[int], spec: Sequence[SpecEntry], mesh: MeshInfo) -> tuple[Tile, ...]:
+    """Every distinct block of the array with the devices holding it, in block order."""
+    spec = tuple(spec) + (None,) * (len(shape) - len(spec))
+    ids = mesh.ids_array()
+    counts = shard_counts(spec, mesh)
+    block_of_device = np.zeros((len(shape),) + mesh.shape, dtype=np.int64)
+    for dim, entry in enumerate(spec):
+        for axis in spec_axes(entry):
+            position = mesh.axes.index(axis)
+            coordinate = np.arange(mesh.shape[position]).reshape(
+                [-1 if p == position else 1 for p in range(len(mesh.shape))]
+            )
+            block_of_device[dim] = block_of_device[dim] * mesh.shape[position] + coordinate
+    flat_blocks = np.ravel_multi_index(block_of_device.reshape(len(shape), -1), counts) if shape else np.zeros(ids.size, np.int64)
+    holders: dict[int, list[int]] = {}
+    for block, device in zip(flat_blocks.tolist(), ids.reshape(-1).tolist()):
+        holders.setdefault(block, []).append(device)
+    result = []
+    for block in sorted(holders):
+        coords = np.unravel_index(block, counts) if shape else ()
+        index = tuple(_block_bounds(size, count, int(c)) for size, count, c in zip(shape, counts, coords))
+        result.append(Tile(index, tuple(sorted(holders[block]))))
+    return tuple(result)

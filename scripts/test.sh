@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install everything the tests need (pinned Python packages, Debian's chromium) and run them all.
+set -euo pipefail
+REQUIREMENTS=requirements-dev.txt source "$(dirname "$0")/setup.sh"
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
+exec .venv/bin/python -m pytest "$@"

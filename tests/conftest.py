@@ -1,0 +1,21 @@
+"""Every test runs on 8 simulated CPU devices, configured before JAX starts a backend."""
+
+import os
+
+os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
+
+from explorer import devices  # noqa: E402
+
+devices.configure(8)
+
+import copy  # noqa: E402
+
+import pytest  # noqa: E402
+
+from explorer.layout import SEED_LAYOUT  # noqa: E402
+
+
+@pytest.fixture
+def seed_dict():
+    """A fresh copy of the Flax guide's layout in file form, safe to mutate."""
+    return copy.deepcopy(SEED_LAYOUT)

@@ -1,0 +1,70 @@
+"""``python -m explorer``: tables, JSON, and exit code 2 with one message for bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = ROOT / "layouts" / "seed-2x4.json"
+
+
+def run(*args, env_extra=None):
+    import os
+
+    env = {**os.environ, "EXPLORER_CPU_DEVICES": "8", **(env_extra or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "explorer", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def test_analyze_prints_a_table_with_the_guide_specs():
+    result = run("analyze", str(SEED))
+    assert result.returncode == 0, result.stderr
+    kernel_line = next(line for line in result.stdout.splitlines() if "LogicalDotReluDot_0/Dense_0/kernel" in line and line.lstrip().startswith("params"))
+    assert "P(None, 'model')" in kernel_line and "(1024, 256)" in kernel_line
+    assert "real devices" in result.stdout
+
+
+def test_analyze_json_with_tiles():
+    result = run("analyze", str(SEED), "--json", "--tiles")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    w2 = next(a for a in report["arrays"] if a["path"] == "params/LogicalDotReluDot_0/W2")
+    assert w2["spec"] == ["model", None]
+    assert [t["devices"] for t in w2["tiles"]] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert report["mesh"]["abstract"] is False
+
+
+def test_planned_mesh_from_the_command_line(tmp_path):
+    layout = json.loads(SEED.read_text())
+    layout["mesh"] = {"shape": [16, 16], "axes": ["data", "model"]}
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(layout))
+    report = json.loads(run("analyze", str(path), "--json").stdout)
+    assert report["mesh"]["abstract"] is True
+    assert report["mesh"]["devices"][1][0] == 16
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"mesh": {"shape": [2, 4], "axes": ["data"]}, "model": {"name": "mlp"}}', "mesh.axes"),
+        ('{"mesh": {"shape": [2], "axes": ["d"]}, "rules": [["x", "nope"]], "model": {"name": "mlp"}}', "rules[0]"),
+    ],
+)
+def test_bad_input_exits_2_with_one_message_and_no_traceback(tmp_path, content, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    result = run("analyze", str(path))
+    assert result.returncode == 2
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_file_exits_2():
+    result = run("analyze", "no-such-layout.json")
+    assert result.returncode == 2 and "cannot be read" in result.stderr and "Traceback" not in result.stderr

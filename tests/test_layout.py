@@ -1,0 +1,116 @@
+"""Layout validation: one clear message naming the field and the value, per class of bad input."""
+
+import json
+import sys
+
+import pytest
+
+from explorer import models
+from explorer.errors import ExplorerError
+from explorer.layout import Layout, load_layout_json, parse_layout
+
+
+def refuse(data, field, *fragments):
+    with pytest.raises(ExplorerError) as caught:
+        parse_layout(data)
+    error = caught.value
+    assert error.field == field, str(error)
+    for fragment in fragments:
+        assert fragment in str(error), str(error)
+    return error
+
+
+def test_seed_layout_is_valid_and_filled_with_defaults(seed_dict):
+    del seed_dict["model"]["options"]["scan"]
+    layout = parse_layout(seed_dict)
+    assert isinstance(layout, Layout)
+    assert layout.model.options == {"batch": 8, "layers": 4, "depth": 1024, "scan": False}
+    assert layout.rules_for_flax() == (("batch", "data"), ("hidden", "model"))
+
+
+def test_shape_and_axes_length_mismatch(seed_dict):
+    seed_dict["mesh"]["axes"] = ["data"]
+    refuse(seed_dict, "mesh.axes", "['data']", "has 1 names", "[2, 4] has 2 axes")
+
+
+@pytest.mark.parametrize("size", [0, -4, 2.5, "4", True])
+def test_mesh_sizes_must_be_positive_integers(seed_dict, size):
+    seed_dict["mesh"]["shape"] = [2, size]
+    error = refuse(seed_dict, "mesh.shape[1]")
+    assert repr(size) in str(error)
+
+
+def test_absurd_mesh_is_refused(seed_dict):
+    seed_dict["mesh"]["shape"] = [1024, 1024]
+    refuse(seed_dict, "mesh.shape", "1,048,576 devices", "65,536")
+
+
+def test_duplicate_axis_names(seed_dict):
+    seed_dict["mesh"]["axes"] = ["data", "data"]
+    refuse(seed_dict, "mesh.axes", "names the axis 'data' twice")
+
+
+@pytest.mark.parametrize("rule", [["batch"], ["batch", "data", "model"], "batch", 7])
+def test_rule_that_is_not_a_pair(seed_dict, rule):
+    seed_dict["rules"][1] = rule
+    refuse(seed_dict, "rules[1]", "is not a [logical name, mesh axes] pair")
+
+
+def test_rule_naming_a_missing_mesh_axis(seed_dict):
+    seed_dict["rules"][1] = ["hidden", "tensor"]
+    refuse(seed_dict, "rules[1]", "'tensor'", "['data', 'model'] lacks")
+
+
+def test_rule_naming_a_mesh_axis_twice(seed_dict):
+    seed_dict["rules"][0] = ["batch", ["data", "data"]]
+    refuse(seed_dict, "rules[0]", "names a mesh axis twice")
+
+
+def test_unknown_model(seed_dict):
+    seed_dict["model"]["name"] = "resnet"
+    refuse(seed_dict, "model.name", "'resnet'", "['mlp', 'transformer']")
+
+
+def test_unknown_model_option(seed_dict):
+    seed_dict["model"]["options"]["width"] = 3
+    refuse(seed_dict, "model.options.width", "not an option of model 'mlp'", "batch, layers, depth, scan")
+
+
+@pytest.mark.parametrize("value", ["eight", 8.5, None, [8]])
+def test_ill_typed_model_option(seed_dict, value):
+    seed_dict["model"]["options"]["batch"] = value
+    refuse(seed_dict, "model.options.batch", repr(value))
+
+
+def test_model_too_large_is_refused_before_any_trace(seed_dict, monkeypatch):
+    monkeypatch.setattr(models, "build_model", lambda spec: pytest.fail("traced a refused model"))
+    seed_dict["model"]["options"]["layers"] = 1_000_000_000
+    refuse(seed_dict, "model.options.layers", "1000000000", "less than or equal to 512")
+
+
+def test_transformer_heads_must_group_kv_heads(seed_dict):
+    seed_dict["model"] = {"name": "transformer", "options": {"heads": 6, "kv_heads": 4}}
+    refuse(seed_dict, "model.options", "multiple of kv_heads")
+
+
+def test_factory_not_allow_listed_is_refused_without_import(seed_dict, monkeypatch):
+    monkeypatch.delenv(models.ALLOW_ENV, raising=False)
+    seed_dict["model"] = {"name": "tests.factory_module:make_model", "options": {}}
+    refuse(seed_dict, "model.name", "not allow-listed", models.ALLOW_ENV)
+    assert "tests.factory_module" not in sys.modules
+
+
+def test_missing_and_extra_fields(seed_dict):
+    del seed_dict["mesh"]
+    refuse(seed_dict, "mesh", "is missing")
+    refuse({**json.loads(json.dumps(seed_dict)), "mesh": {"shape": [1], "axes": ["a"]}, "colour": 1}, "colour")
+
+
+def test_bad_json_names_the_file_and_problem():
+    with pytest.raises(ExplorerError, match="not valid JSON"):
+        load_layout_json("{not json")
+
+
+def test_layout_round_trips_through_its_file_form(seed_dict):
+    layout = parse_layout(seed_dict)
+    assert load_layout_json(layout.to_json()) == layout
