@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from explorer.errors import ExplorerError
 from explorer.rules import SpecEntry, spec_axes
 
 
@@ -51,6 +52,7 @@ class Tile:
 
     index: tuple[tuple[int, int], ...]
     devices: tuple[int, ...]
+    block: tuple[int, ...] = ()  # the block's position along each dimension
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -96,7 +98,62 @@ def tiles(shape: Sequence[int], spec: Sequence[SpecEntry], mesh: MeshInfo) -> tu
         holders.setdefault(block, []).append(device)
     result = []
     for block in sorted(holders):
-        coords = np.unravel_index(block, counts) if shape else ()
-        index = tuple(_block_bounds(size, count, int(c)) for size, count, c in zip(shape, counts, coords))
-        result.append(Tile(index, tuple(sorted(holders[block]))))
+        coords = tuple(int(c) for c in np.unravel_index(block, counts)) if shape else ()
+        index = tuple(_block_bounds(size, count, c) for size, count, c in zip(shape, counts, coords))
+        result.append(Tile(index, tuple(sorted(holders[block])), coords))
     return tuple(result)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridView:
+    """A 2-D cut through an array's tiles, ready to draw.
+
+    ``rows``/``cols`` are the index ranges of the blocks along the drawn dimensions
+    (one range when a dimension is not drawn); ``cells[r][c]`` is the tile there.
+    ``fixed`` says which block of every other dimension the cut goes through.
+    """
+
+    shape: tuple[int, ...]
+    row_dim: int | None
+    col_dim: int | None
+    rows: tuple[tuple[int, int], ...]
+    cols: tuple[tuple[int, int], ...]
+    cells: tuple[tuple[Tile, ...], ...]
+    fixed: tuple[tuple[int, int], ...]
+
+
+def block_ranges(size: int, count: int) -> tuple[tuple[int, int], ...]:
+    return tuple(_block_bounds(size, count, b) for b in range(count))
+
+
+def grid_view(
+    shape: Sequence[int],
+    spec: Sequence[SpecEntry],
+    mesh: MeshInfo,
+    row_dim: int | None,
+    col_dim: int | None,
+    fixed: dict[int, int] | None = None,
+) -> GridView:
+    """The tiles of ``shape`` laid out over two of its dimensions.
+
+    Dimensions other than ``row_dim``/``col_dim`` are cut at block ``fixed[dim]``
+    (default 0). A 1-D array has ``row_dim=None``; a scalar has both None.
+    """
+    shape = tuple(shape)
+    spec = tuple(spec) + (None,) * (len(shape) - len(spec))
+    counts = shard_counts(spec, mesh)
+    fixed = {d: 0 for d in range(len(shape)) if d not in (row_dim, col_dim)} | dict(fixed or {})
+    for dim, block in fixed.items():
+        if not 0 <= block < counts[dim]:
+            raise ExplorerError(f"block of dim {dim}", block, f"does not exist (dim {dim} has {counts[dim]} blocks)")
+    rows = block_ranges(shape[row_dim], counts[row_dim]) if row_dim is not None else ((0, 1),)
+    cols = block_ranges(shape[col_dim], counts[col_dim]) if col_dim is not None else ((0, 1),)
+    grid: dict[tuple[int, int], Tile] = {}
+    for tile in tiles(shape, spec, mesh):
+        if any(tile.block[d] != b for d, b in fixed.items()):
+            continue
+        r = tile.block[row_dim] if row_dim is not None else 0
+        c = tile.block[col_dim] if col_dim is not None else 0
+        grid[(r, c)] = tile
+    cells = tuple(tuple(grid[(r, c)] for c in range(len(cols))) for r in range(len(rows)))
+    return GridView(shape, row_dim, col_dim, rows, cols, cells, tuple(sorted(fixed.items())))

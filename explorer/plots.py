@@ -1,0 +1,214 @@
+"""Plotly figures built from plain report data (GridView, MeshInfo, Totals), never from live JAX objects.
+
+Every figure colours device ``d`` the same way (``device_color``), so a device can be
+followed from the array grid to the mesh to the memory bars.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import plotly.colors
+import plotly.graph_objects as go
+
+from explorer.text import human_bytes
+from explorer.tiles import GridView, MeshInfo, Tile
+
+GOLDEN = 0.6180339887498949
+MAX_STRIPES = 16  # more replicas than this draw as one grey block with a count
+MAX_LABELLED_TILES = 64
+GREY = "#d0d4da"
+DIM = "#eef0f3"
+KIND_COLORS = {"param": "#4C78A8", "opt_state": "#F58518", "input": "#54A24B", "activation": "#B279A2"}
+
+
+def device_color(device: int, device_count: int) -> str:
+    """A stable colour per device: a qualitative palette for small meshes, spread Turbo for big ones."""
+    if device_count <= 10:
+        return plotly.colors.qualitative.Plotly[device]
+    if device_count <= 24:
+        return plotly.colors.qualitative.Light24[device]
+    position = (device * GOLDEN) % 1.0
+    return plotly.colors.sample_colorscale("Turbo", [0.08 + 0.84 * position])[0]
+
+
+def _discrete_colorscale(colors: Sequence[str]) -> list[list]:
+    """A colorscale mapping integer z = 0..len-1 to exactly colors[z]."""
+    scale = []
+    count = len(colors)
+    for i, color in enumerate(colors):
+        scale.append([i / count, color])
+        scale.append([(i + 1) / count, color])
+    return scale
+
+
+def devices_label(devices: Sequence[int], limit: int = 4) -> str:
+    """``0,4`` or ``0,1,2…15 (16)`` for long lists."""
+    if len(devices) <= limit:
+        return ",".join(str(d) for d in devices)
+    return ",".join(str(d) for d in devices[: limit - 1]) + f"…{devices[-1]} ({len(devices)})"
+
+
+def _coords_text(device: int, mesh: MeshInfo, coords: dict[int, tuple[int, ...]]) -> str:
+    return ", ".join(f"{axis}={c}" for axis, c in zip(mesh.axes, coords[device]))
+
+
+def _tile_hover(tile: Tile, device: int | None, mesh: MeshInfo, coords, itemsize: int) -> str:
+    ranges = " × ".join(f"{a}:{b}" for a, b in tile.index) or "scalar"
+    shape = tile.shape
+    lines = []
+    if device is not None:
+        lines.append(f"<b>device {device}</b> ({_coords_text(device, mesh, coords)})")
+    lines += [
+        f"held by {len(tile.devices)} device(s): {devices_label(tile.devices, 12)}",
+        f"index [{ranges}]",
+        f"shard shape {tuple(shape)} · {human_bytes(math.prod(shape) * itemsize)}",
+    ]
+    return "<br>".join(lines)
+
+
+def sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: Sequence[str], title: str = "") -> go.Figure:
+    """The array as a rectangle cut into blocks; each block shows the devices holding it.
+
+    Replicas of a block are drawn as side-by-side stripes, one colour per device, so
+    the figure reads like ``jax.debug.visualize_array_sharding`` but for any rank
+    and any mesh size.
+    """
+    coords = mesh.coordinates()
+    replicas = len(view.cells[0][0].devices)
+    stripes = replicas if replicas <= MAX_STRIPES else 1
+    rows, cols = len(view.rows), len(view.cols)
+    z, text, xs = [], [], [c + (s + 0.5) / stripes for c in range(cols) for s in range(stripes)]
+    for r in range(rows):
+        z_row, text_row = [], []
+        for c in range(cols):
+            tile = view.cells[r][c]
+            for s in range(stripes):
+                device = tile.devices[s] if stripes > 1 or replicas == 1 else None
+                z_row.append(device if device is not None else mesh.size)
+                text_row.append(_tile_hover(tile, device, mesh, coords, itemsize))
+        z.append(z_row)
+        text.append(text_row)
+    colors = [device_color(d, mesh.size) for d in range(mesh.size)] + [GREY]
+    figure = go.Figure(
+        go.Heatmap(
+            x=xs, y=[r + 0.5 for r in range(rows)], z=z, text=text, hovertemplate="%{text}<extra></extra>",
+            colorscale=_discrete_colorscale(colors), zmin=-0.5, zmax=mesh.size + 0.5, showscale=False,
+        )
+    )
+    figure.add_trace(_tile_centres(view))
+    _draw_block_edges(figure, rows, cols)
+    if rows * cols <= MAX_LABELLED_TILES:
+        for r in range(rows):
+            for c in range(cols):
+                figure.add_annotation(
+                    x=c + 0.5, y=r + 0.5, text=devices_label(view.cells[r][c].devices), showarrow=False,
+                    font=dict(size=13 if rows * cols <= 16 else 10, color="black"), bgcolor="rgba(255,255,255,0.75)",
+                )
+    _grid_axes(figure, view, dim_labels, title)
+    return figure
+
+
+def _tile_centres(view: GridView) -> go.Scatter:
+    """Small markers at block centres: the points a click or box selection picks up."""
+    xs, ys, ids = [], [], []
+    for r, row in enumerate(view.cells):
+        for c, tile in enumerate(row):
+            xs.append(c + 0.5)
+            ys.append(r + 0.5)
+            ids.append([r, c])
+    return go.Scatter(
+        x=xs, y=ys, customdata=ids, mode="markers", hoverinfo="skip", showlegend=False,
+        marker=dict(size=9, color="rgba(255,255,255,0.6)", line=dict(width=1, color="rgba(0,0,0,0.5)")),
+    )
+
+
+def _draw_block_edges(figure: go.Figure, rows: int, cols: int) -> None:
+    line = dict(color="black", width=1.5 if rows * cols <= 256 else 0.5)
+    for r in range(rows + 1):
+        figure.add_shape(type="line", x0=0, x1=cols, y0=r, y1=r, line=line)
+    for c in range(cols + 1):
+        figure.add_shape(type="line", x0=c, x1=c, y0=0, y1=rows, line=line)
+
+
+def _ticks(ranges: Sequence[tuple[int, int]], limit: int = 16) -> dict:
+    step = max(1, math.ceil(len(ranges) / limit))
+    chosen = range(0, len(ranges), step)
+    return dict(tickvals=[i + 0.5 for i in chosen], ticktext=[f"{ranges[i][0]}:{ranges[i][1]}" for i in chosen])
+
+
+def _grid_axes(figure: go.Figure, view: GridView, dim_labels: Sequence[str], title: str) -> None:
+    row_title = dim_labels[view.row_dim] if view.row_dim is not None else ""
+    col_title = dim_labels[view.col_dim] if view.col_dim is not None else ""
+    figure.update_xaxes(range=[0, len(view.cols)], title=col_title, side="top", showgrid=False, zeroline=False, **_ticks(view.cols))
+    figure.update_yaxes(range=[len(view.rows), 0], title=row_title, showgrid=False, zeroline=False, **_ticks(view.rows))
+    height = 180 if view.row_dim is None else min(620, max(300, 34 * len(view.rows) + 140))
+    figure.update_layout(
+        title=dict(text=title, font=dict(size=14)), height=height, margin=dict(l=70, r=20, t=80 if title else 60, b=20),
+        plot_bgcolor="white", clickmode="event+select", dragmode="select",
+    )
+
+
+def mesh_figure(mesh: MeshInfo, highlight: Iterable[int] = ()) -> go.Figure:
+    """The device mesh: rows are the first axis, columns the others flattened; ids on every cell.
+
+    Devices in ``highlight`` keep their colour and the rest fade, so a selected
+    block's holders stand out.
+    """
+    highlight = set(highlight)
+    ids = mesh.ids_array()
+    rows = mesh.shape[0] if len(mesh.shape) > 1 else 1
+    grid = ids.reshape(rows, -1)
+    coords = mesh.coordinates()
+    colors = [device_color(d, mesh.size) for d in range(mesh.size)] + [DIM]
+    z = [[int(d) if not highlight or int(d) in highlight else mesh.size for d in row] for row in grid]
+    text = [[f"<b>device {int(d)}</b><br>{_coords_text(int(d), mesh, coords)}" for d in row] for row in grid]
+    show_ids = grid.size <= 256
+    figure = go.Figure(
+        go.Heatmap(
+            z=z, text=[[str(int(d)) for d in row] for row in grid] if show_ids else None,
+            texttemplate="%{text}" if show_ids else None, customdata=text, hovertemplate="%{customdata}<extra></extra>",
+            colorscale=_discrete_colorscale(colors), zmin=-0.5, zmax=mesh.size + 0.5, showscale=False, xgap=2, ygap=2,
+            textfont=dict(size=12 if grid.size <= 64 else 8),
+        )
+    )
+    column_axes = mesh.axes[1:] if len(mesh.shape) > 1 else mesh.axes
+    columns = grid.shape[1]
+    figure.update_xaxes(
+        title=" × ".join(column_axes), side="top", showgrid=False, zeroline=False,
+        tickvals=list(range(columns)), ticktext=[_column_label(c, mesh) for c in range(columns)], showticklabels=columns <= 32,
+    )
+    figure.update_yaxes(
+        title=mesh.axes[0] if len(mesh.shape) > 1 else "", autorange="reversed", showgrid=False, zeroline=False,
+        tickvals=list(range(rows)), showticklabels=rows <= 32 and len(mesh.shape) > 1,
+    )
+    figure.update_layout(height=min(520, max(160, 26 * rows + 120)), margin=dict(l=60, r=10, t=60, b=10), plot_bgcolor="white")
+    return figure
+
+
+def _column_label(column: int, mesh: MeshInfo) -> str:
+    """Mesh coordinates of a flattened column: ``3`` on a 2-D mesh, ``1,0`` on a 3-D one."""
+    sizes = mesh.shape[1:] if len(mesh.shape) > 1 else mesh.shape
+    coordinates = []
+    for size in reversed(sizes):
+        coordinates.append(column % size)
+        column //= size
+    return ",".join(str(c) for c in reversed(coordinates))
+
+
+def memory_bars(device_ids: Sequence[int], by_kind: dict[str, int]) -> go.Figure:
+    """Bytes each device holds, stacked by kind (params, optimizer state, inputs, declared activations)."""
+    labels = {"param": "parameters", "opt_state": "optimizer state", "input": "inputs", "activation": "declared activations"}
+    figure = go.Figure()
+    x = [str(d) for d in device_ids]
+    for kind, value in by_kind.items():
+        figure.add_bar(
+            x=x, y=[value / 2**20] * len(x), name=labels[kind], marker_color=KIND_COLORS[kind],
+            hovertemplate=f"device %{{x}}<br>{labels[kind]}: {human_bytes(value)}<extra></extra>",
+        )
+    figure.update_layout(
+        barmode="stack", height=260, margin=dict(l=50, r=10, t=30, b=40), yaxis_title="MiB per device",
+        xaxis_title="device", xaxis_type="category", legend=dict(orientation="h", y=1.15), plot_bgcolor="white",
+    )
+    return figure

@@ -1,0 +1,191 @@
+"""The main area of the Layout page: summary, warnings, the array table, the device grid and the trace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from explorer import plots
+from explorer.analysis import ArrayInfo, Report
+from explorer.text import arrays_frame, human_bytes
+from explorer.rules import format_rule
+from explorer.tiles import MeshInfo, grid_view, shard_counts
+
+SELECTED = "selected_path"
+WARNING_TITLES = {
+    "indivisible": "Dimensions the mesh does not divide",
+    "rule-unused": "Rules that never apply",
+    "name-unmatched": "Logical names no rule covers",
+    "replicated-large": "Largest fully replicated arrays",
+}
+
+
+def render(report: Report) -> None:
+    _summary(report)
+    _warnings(report)
+    info = _array_table(report)
+    if info is not None:
+        _selected_array(report, info)
+
+
+def _summary(report: Report) -> None:
+    mesh, totals = report.mesh, report.totals
+    where = "planned mesh: hypothetical device ids, nothing runs" if mesh.abstract else "real devices of this process"
+    st.markdown(
+        f"**{report.layout.name}** · mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · "
+        f"{mesh.size:,} devices ({where}) · {report.layout.model.name}: {totals.param_count:,} parameters "
+        f"({human_bytes(totals.global_param_bytes)} unsharded)"
+    )
+    columns = st.columns(5)
+    for column, (label, value) in zip(columns, [
+        ("Parameters / device", totals.param_bytes),
+        ("Optimizer state / device", totals.opt_state_bytes),
+        ("Inputs / device", totals.input_bytes),
+        ("Declared activations / device", totals.activation_bytes),
+        ("Total / device", totals.total_bytes),
+    ]):
+        column.metric(label, human_bytes(value))
+    by_kind = {"param": totals.param_bytes, "opt_state": totals.opt_state_bytes, "input": totals.input_bytes, "activation": totals.activation_bytes}
+    with st.expander("Memory per device", expanded=mesh.size <= 64):
+        st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), by_kind), key="memory_bars")
+        st.caption(
+            "Every device holds the same amount under NamedSharding (uneven dimensions are padded). "
+            "Declared activations count each nn.with_logical_constraint tensor once (a scanned body once)."
+        )
+
+
+def _warnings(report: Report) -> None:
+    if not report.warnings:
+        st.success("No warnings: every rule applies, every logical name is covered, every sharded dimension divides evenly.")
+        return
+    grouped: dict[str, list] = {}
+    for warning in report.warnings:
+        grouped.setdefault(warning.code, []).append(warning)
+    with st.expander(f"Warnings ({len(report.warnings)})", expanded=True):
+        for code, warnings in grouped.items():
+            show = st.error if code == "indivisible" else st.warning
+            shown = warnings[:5]
+            more = f"\n\n…and {len(warnings) - 5} more" if len(warnings) > 5 else ""
+            show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {w.message}" for w in shown) + more)
+
+
+def _array_table(report: Report) -> ArrayInfo | None:
+    st.subheader("Arrays")
+    frame = arrays_frame(report)
+    left, right = st.columns([2, 3])
+    query = left.text_input("Search paths, names or specs", key="array_search", placeholder="e.g. kernel, hidden, 'model'")
+    kinds = right.multiselect("Kinds", ["param", "opt_state", "input", "activation"], default=["param", "input", "activation"], key="array_kinds")
+    shown = frame[frame["kind"].isin(kinds)]
+    if query:
+        needle = query.lower()
+        shown = shown[shown.apply(lambda row: needle in " ".join(str(v) for v in row.values).lower(), axis=1)]
+    shown = shown.reset_index(drop=True)
+    event = st.dataframe(
+        shown, hide_index=True, width="stretch", height=320, on_select="rerun", selection_mode="single-row",
+        key="arrays_table",
+        column_config={"bytes/device": st.column_config.NumberColumn("bytes/device", format="%d")},
+    )
+    st.caption(f"{len(shown)} of {len(frame)} arrays · click a row (or pick below) to draw it · click a header to sort")
+    paths = frame["path"].tolist()
+    rows = event.selection.rows if event is not None else []
+    if rows and rows[0] < len(shown):
+        picked = shown.iloc[rows[0]]["path"]
+        if picked != st.session_state.get("_last_table_pick"):
+            st.session_state["_last_table_pick"] = picked
+            st.session_state[SELECTED] = picked
+    if st.session_state.get(SELECTED) not in paths:
+        st.session_state[SELECTED] = _default_selection(report)
+    path = st.selectbox("Array", paths, key=SELECTED)
+    return report.array(path)
+
+
+def _default_selection(report: Report) -> str:
+    params = [a for a in report.arrays if a.kind == "param" and len(a.shape) >= 2]
+    return (params or list(report.arrays))[0].path
+
+
+def _dim_labels(info: ArrayInfo, report: Report) -> list[str]:
+    labels = []
+    for dim, size in enumerate(info.shape):
+        name = info.logical_axes[dim] if info.logical_axes else None
+        axes = info.trace[dim].mesh_axes if dim < len(info.trace) else ()
+        target = " × ".join(axes) if axes else "replicated"
+        labels.append(f"dim {dim}" + (f" '{name}'" if name else "") + f" · {size} → {target}")
+    return labels
+
+
+def _selected_array(report: Report, info: ArrayInfo) -> None:
+    labels = _dim_labels(info, report)
+    st.markdown(
+        f"**{info.path}** · {info.kind} · shape {tuple(info.shape)} {info.dtype} · spec `{info.spec_text()}` · "
+        f"shard {tuple(info.shard_shape)} = {human_bytes(info.bytes_per_device)} per device · "
+        f"each block on {info.replication} device(s)"
+    )
+    if info.note:
+        st.caption(info.note)
+    row_dim, col_dim, fixed = _choose_dims(info, labels, report.mesh)
+    view = grid_view(info.shape, info.spec, report.mesh, row_dim, col_dim, fixed)
+    grid_column, mesh_column = st.columns([3, 2])
+    with grid_column:
+        event = st.plotly_chart(
+            plots.sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
+            key="sharding_grid", on_select="rerun", selection_mode=("points", "box"),
+        )
+        st.caption("Each block shows the devices holding it; replicas are stripes, one colour per device. Click or box-select blocks.")
+    highlight = _selected_devices(event, view)
+    with mesh_column:
+        st.plotly_chart(plots.mesh_figure(report.mesh, highlight), key="mesh_figure")
+        st.caption("The mesh; the devices holding the selected blocks keep their colour." if highlight else "The mesh: device ids at their mesh coordinates.")
+    _trace_table(report, info)
+
+
+def _choose_dims(info: ArrayInfo, labels: list[str], mesh: MeshInfo) -> tuple[int | None, int | None, dict[int, int]]:
+    """Which two dimensions to draw (the last two by default) and the block of every other one."""
+    ndim = len(info.shape)
+    if ndim <= 2:
+        return (0 if ndim == 2 else None), (ndim - 1 if ndim >= 1 else None), {}
+    options = list(range(ndim))
+    left, right = st.columns(2)
+    row_dim = left.selectbox("Rows", options, index=ndim - 2, format_func=lambda d: labels[d], key=f"rows::{info.path}")
+    col_choices = [d for d in options if d != row_dim]
+    col_dim = right.selectbox("Columns", col_choices, index=len(col_choices) - 1, format_func=lambda d: labels[d], key=f"cols::{info.path}")
+    counts = shard_counts(info.spec, mesh)
+    fixed = {}
+    for dim in options:
+        if dim in (row_dim, col_dim):
+            continue
+        if counts[dim] > 1:
+            fixed[dim] = st.slider(f"Block of {labels[dim]}", 0, counts[dim] - 1, 0, key=f"block::{info.path}::{dim}")
+        else:
+            fixed[dim] = 0
+    return row_dim, col_dim, fixed
+
+
+def _selected_devices(event, view) -> set[int]:
+    points = event.selection.points if event is not None and event.selection else []
+    devices: set[int] = set()
+    for point in points:
+        data = point.get("customdata")
+        if isinstance(data, (list, tuple)) and len(data) == 2:
+            devices.update(view.cells[int(data[0])][int(data[1])].devices)
+    return devices
+
+
+def _trace_table(report: Report, info: ArrayInfo) -> None:
+    rules = report.layout.rules_for_flax()
+    st.markdown("**Why this spec** — the rule trace, dimension by dimension")
+    rows = []
+    for dim in info.trace:
+        rows.append({
+            "dim": dim.dim,
+            "logical name": dim.logical or "—",
+            "mesh axes": " × ".join(dim.mesh_axes) or "replicated",
+            "decided by": f"rule {dim.rule} {format_rule(rules[dim.rule])}" if dim.rule is not None else "—",
+            "skipped rules": "; ".join(f"rule {s.rule}: {s.detail}" for s in dim.skipped) or "—",
+            "status": dim.status,
+        })
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    else:
+        st.caption("A scalar: nothing to shard, every device holds it.")

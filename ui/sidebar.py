@@ -1,0 +1,196 @@
+"""The sidebar: devices, mesh, rules and model in; a draft layout (file format) out.
+
+Each section leaves an empty slot under its widgets so that a validation error can
+be shown next to the widget it concerns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from explorer import devices
+from explorer.models import MODELS, allowed_factories, is_factory
+from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules
+from ui import state
+
+RULE_COLUMNS = ["#", "logical name", "mesh axes"]
+PRESET_DESCRIPTIONS_HELP = "Rules written for the current mesh axes: the first axis plays data, the last plays model."
+
+
+@dataclass
+class Slots:
+    """Where each section's messages go."""
+
+    name: Any
+    mesh: Any
+    rules: Any
+    model: Any
+
+    def for_field(self, field: str) -> Any:
+        for prefix in ("mesh", "rules", "model", "name"):
+            if field.startswith(prefix):
+                return getattr(self, prefix)
+        return self.model
+
+
+def render() -> tuple[dict[str, Any], Slots]:
+    """Draw the sidebar; return the draft layout dict and the message slots."""
+    state.ensure_initialised()
+    with st.sidebar:
+        _devices_section()
+        st.text_input("Layout name", key=state.NAME)
+        name_slot = st.empty()
+        mesh, mesh_slot = _mesh_section()
+        rules, rules_slot = _rules_section(mesh["axes"])
+        model, model_slot = _model_section()
+    draft = {"name": st.session_state[state.NAME], "mesh": mesh, "rules": rules, "model": model}
+    return draft, Slots(name_slot, mesh_slot, rules_slot, model_slot)
+
+
+def _devices_section() -> None:
+    info = devices.describe()
+    simulated = " (simulated)" if info["platform"] == "cpu" and info["count"] > 1 else ""
+    st.markdown(f"**Devices:** {info['count']} × {info['platform']}{simulated}")
+    st.caption(f"Set {devices.DEVICES_ENV} before starting the app to simulate another count.")
+
+
+def _mesh_section() -> tuple[dict[str, Any], Any]:
+    st.subheader("Mesh")
+    left, right = st.columns(2)
+    left.text_input("Shape", key=state.MESH_SHAPE, help="Sizes of the mesh axes, e.g. 2, 4 or 16x16")
+    right.text_input("Axis names", key=state.MESH_AXES, help="One name per axis, e.g. data, model")
+    shape = state.parse_list(st.session_state[state.MESH_SHAPE])
+    axes = state.parse_names(st.session_state[state.MESH_AXES])
+    slot = st.empty()
+    if shape and all(isinstance(s, int) and s > 0 for s in shape):
+        needed, have = math.prod(shape), devices.describe()["count"]
+        if needed > have:
+            st.caption(f"Needs {needed:,} devices; this process has {have}: a **planned** mesh (AbstractMesh).")
+        else:
+            st.caption(f"Needs {needed} of the {have} devices: runs on **real** devices.")
+    return {"shape": shape, "axes": axes}, slot
+
+
+def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
+    st.subheader("Rules")
+    left, right = st.columns([2, 1], vertical_alignment="bottom")
+    preset = left.selectbox("Preset", list(PRESETS), key="rules_preset", help=PRESET_DESCRIPTIONS_HELP)
+    if right.button("Apply preset", key="apply_preset", disabled=not mesh_axes, width="stretch"):
+        state.set_rules([[logical, _axes(mesh)] for logical, mesh in preset_rules(preset, mesh_axes)])
+    st.caption(PRESET_DESCRIPTIONS[preset])
+    base = pd.DataFrame(
+        [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
+    )
+    edited = st.data_editor(
+        base,
+        key=f"rules_editor_{st.session_state[state.RULES_VERSION]}",
+        num_rows="dynamic",
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "#": st.column_config.NumberColumn("#", help="Priority: rules apply in this order; edit to reorder", step=1, width="small"),
+            "logical name": st.column_config.TextColumn("logical name", help="A logical axis name, e.g. batch"),
+            "mesh axes": st.column_config.MultiselectColumn(
+                "mesh axes", options=mesh_axes, help="None replicates; several shard over their product"
+            ),
+        },
+    )
+    st.caption("Linen order: the first rule whose mesh axes are still free wins; later rules are fallbacks.")
+    rows = _rule_rows(edited)
+    if _reordered(rows):  # show the rules in the order they now apply
+        state.set_rules([[logical, axes] for _, logical, axes in rows])
+        st.rerun()
+    return [[logical, state.mesh_entry(axes)] for _, logical, axes in rows], st.empty()
+
+
+def _axes(mesh: Any) -> list[str]:
+    if mesh is None:
+        return []
+    return [mesh] if isinstance(mesh, str) else list(mesh)
+
+
+def _rule_rows(edited: pd.DataFrame) -> list[list[Any]]:
+    """Rows of the editor as [order, logical, axes], sorted by the # column (blank rows dropped)."""
+    rows = []
+    for position, row in enumerate(edited.itertuples(index=False)):
+        order, logical, axes = row
+        logical = (logical or "").strip() if isinstance(logical, str) or logical is None else str(logical)
+        axes = [str(a) for a in axes] if axes is not None and not isinstance(axes, float) else []
+        if not logical and not axes:
+            continue
+        order = position if order is None or (isinstance(order, float) and math.isnan(order)) else float(order)
+        rows.append([order, logical, axes])
+    return sorted(rows, key=lambda r: r[0])
+
+
+def _reordered(rows: list[list[Any]]) -> bool:
+    return [r[0] for r in rows] != list(range(len(rows)))
+
+
+def _model_section() -> tuple[dict[str, Any], Any]:
+    st.subheader("Model")
+    names = list(MODELS) + list(allowed_factories())
+    if st.session_state.get(state.MODEL) not in names:
+        names.append(st.session_state[state.MODEL])
+    name = st.selectbox(
+        "Model", names, key=state.MODEL, format_func=lambda n: n if is_factory(n) else f"{n}: {MODELS[n].description}"
+    )
+    if is_factory(name):
+        st.session_state.setdefault(state.FACTORY_OPTIONS, "{}")
+        st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS)
+        slot = st.empty()
+        return {"name": name, "options": _factory_options()}, slot
+    entry = MODELS[name]
+    if entry.presets:
+        st.selectbox(
+            "Size preset", ["custom"] + list(entry.presets), key=f"size_preset::{name}",
+            on_change=_apply_size_preset, args=(name,),
+        )
+    with st.expander("Options", expanded=not entry.presets):
+        for field, info in entry.options.model_fields.items():
+            _option_widget(name, field, info)
+    return {"name": name, "options": state.model_options(name)}, st.empty()
+
+
+def _apply_size_preset(model: str) -> None:
+    preset = st.session_state[f"size_preset::{model}"]
+    for field, value in MODELS[model].presets.get(preset, {}).items():
+        st.session_state[state.option_key(model, field)] = value
+
+
+def _factory_options() -> Any:
+    text = st.session_state.get(state.FACTORY_OPTIONS) or "{}"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # the validator names the field and shows the text
+
+
+def _bounds(info) -> tuple[int | None, int | None]:
+    low = high = None
+    for item in info.metadata:
+        low = getattr(item, "ge", low)
+        high = getattr(item, "le", high)
+    return low, high
+
+
+def _option_widget(model: str, field: str, info) -> None:
+    key = state.option_key(model, field)
+    if key not in st.session_state:
+        st.session_state[key] = info.default
+    label = field.replace("_", " ")
+    annotation = info.annotation
+    if annotation is bool:
+        st.checkbox(label, key=key, help=info.description)
+    elif typing.get_origin(annotation) is typing.Literal:
+        st.selectbox(label, list(typing.get_args(annotation)), key=key, help=info.description)
+    else:
+        low, high = _bounds(info)
+        st.number_input(label, min_value=low, max_value=high, step=1, key=key, help=info.description)

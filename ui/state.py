@@ -1,0 +1,85 @@
+"""The layout being edited, kept in ``st.session_state`` so that nothing a user typed is lost.
+
+Widgets own their own keys; ``load_layout`` writes a whole layout into those keys
+(first visit, a rules preset, later a link or a file), and ``draft_layout`` reads
+them back as a dict in the layout file format, which ``parse_layout`` validates.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import streamlit as st
+
+from explorer.layout import Layout, seed_layout
+from explorer.models import MODELS, is_factory
+
+NAME = "layout_name"
+MESH_SHAPE = "mesh_shape_text"
+MESH_AXES = "mesh_axes_text"
+RULES = "rules_base"
+RULES_VERSION = "rules_version"
+MODEL = "model_name"
+FACTORY_OPTIONS = "factory_options_text"
+LAST_VALID = "last_valid_layout"
+
+
+def option_key(model: str, field: str) -> str:
+    return f"option::{model}::{field}"
+
+
+def ensure_initialised() -> None:
+    if NAME not in st.session_state:
+        load_layout(seed_layout())
+
+
+def load_layout(layout: Layout) -> None:
+    """Write every field of ``layout`` into the widgets' session-state keys."""
+    state = st.session_state
+    state[NAME] = layout.name
+    state[MESH_SHAPE] = ", ".join(str(s) for s in layout.mesh.shape)
+    state[MESH_AXES] = ", ".join(layout.mesh.axes)
+    set_rules([[r.logical, list(r.mesh_axes)] for r in layout.rules])
+    state[MODEL] = layout.model.name
+    if is_factory(layout.model.name):
+        import json
+
+        state[FACTORY_OPTIONS] = json.dumps(layout.model.options)
+    else:
+        for field, value in layout.model.options.items():
+            state[option_key(layout.model.name, field)] = value
+    state[LAST_VALID] = layout.to_dict()
+
+
+def set_rules(rules: list[list[Any]]) -> None:
+    """Replace the rules table (a new editor key, so the editor starts from these rows)."""
+    st.session_state[RULES] = [[logical, list(axes)] for logical, axes in rules]
+    st.session_state[RULES_VERSION] = st.session_state.get(RULES_VERSION, 0) + 1
+
+
+def parse_list(text: str) -> list[Any]:
+    """``"2, 4"`` or ``"2x4"`` -> ``[2, 4]``; items that are not integers stay strings for the validator to name."""
+    items = [item.strip() for item in re.split(r"[,x×\s]+", text.strip()) if item.strip()]
+    return [int(item) if re.fullmatch(r"-?\d+", item) else item for item in items]
+
+
+def parse_names(text: str) -> list[str]:
+    return [item.strip() for item in re.split(r"[,\s]+", text.strip()) if item.strip()]
+
+
+def mesh_entry(axes: list[str]) -> Any:
+    """The file format's mesh field of a rule: null, one axis, or a list."""
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else list(axes)
+
+
+def model_options(model: str) -> dict[str, Any]:
+    if model not in MODELS:
+        return {}
+    return {
+        field: st.session_state[option_key(model, field)]
+        for field in MODELS[model].options.model_fields
+        if option_key(model, field) in st.session_state
+    }
