@@ -1,0 +1,95 @@
+"""AppTest of the Layout page (app.py): renders, reacts to rule edits, shows errors next to widgets."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"
+
+
+@pytest.fixture
+def app():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def selected_summary(at) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith(f"**{at.session_state['selected_path']}**"))
+
+
+def edit_rules(at, rules):
+    """What the rules editor does on an edit: new rows, new editor key."""
+    at.session_state["rules_base"] = rules
+    at.session_state["rules_version"] = at.session_state["rules_version"] + 1
+    at.run()
+
+
+def test_default_layout_renders_the_guides_specs(app):
+    assert not app.exception and not app.error
+    assert app.selectbox(key="selected_path").value == KERNEL
+    assert "P(None, 'model')" in selected_summary(app)
+    assert [m.value for m in app.metric][:2] == ["8.0 MiB", "16.0 MiB"]
+    assert "seed-2x4" in app.markdown[0].value
+
+
+def test_editing_a_rule_changes_the_spec_shown(app):
+    edit_rules(app, [["batch", ["data"]], ["hidden", ["data"]]])
+    assert not app.exception and not app.error
+    assert "P(None, 'data')" in selected_summary(app)
+    app.selectbox(key="selected_path").select("params/LogicalDotReluDot_0/W2").run()
+    assert "P('data', None)" in selected_summary(app)
+
+
+def test_applying_a_preset_changes_the_rules(app):
+    app.text_input(key="mesh_axes_text").input("dp, tp").run()
+    assert app.error  # the old rules name 'data' and 'model'
+    app.selectbox(key="rules_preset").select("tensor-parallel")
+    app.button(key="apply_preset").click().run()
+    assert not app.exception and not app.error
+    assert "P(None, 'tp')" in selected_summary(app)
+
+
+def test_invalid_rule_shows_an_error_next_to_the_rules_and_no_exception(app):
+    edit_rules(app, [["batch", ["data"]], ["hidden", ["tensor"]]])
+    assert not app.exception
+    errors = [e.value for e in app.sidebar.error]
+    assert any("rules[1]" in e and "'tensor'" in e for e in errors), errors
+    assert any("last valid" in w.value for w in app.warning)
+    assert "P(None, 'model')" in selected_summary(app)  # the page keeps working on the last valid layout
+    assert app.session_state["rules_base"][1] == ["hidden", ["tensor"]]  # the user's edit is kept
+
+
+def test_invalid_mesh_shape_names_the_field(app):
+    app.text_input(key="mesh_shape_text").input("2, x").run()
+    assert not app.exception
+    assert any("mesh.shape[1]" in e.value and "'x'" in e.value for e in app.sidebar.error)
+
+
+def test_indivisible_dimension_is_flagged_next_to_the_rules(app):
+    app.number_input(key="option::mlp::depth").set_value(1022).run()
+    assert not app.exception
+    assert any("do not divide evenly" in e.value and "1022" in e.value for e in app.sidebar.error)
+
+
+def test_planned_mesh_is_marked_and_drawn(app):
+    app.number_input(key="option::mlp::batch").set_value(16).run()
+    app.text_input(key="mesh_shape_text").input("16x16").run()
+    assert not app.exception and not app.error
+    assert any("Planned mesh" in i.value for i in app.sidebar.info)
+    assert "256 devices" in app.markdown[0].value
+
+
+def test_transformer_size_preset_on_a_planned_mesh(app):
+    app.text_input(key="mesh_shape_text").input("16, 16").run()
+    app.selectbox(key="model_name").select("transformer").run()
+    app.selectbox(key="size_preset::transformer").select("llama2-7b").run()
+    app.selectbox(key="rules_preset").select("fsdp+tensor-parallel")
+    app.button(key="apply_preset").click().run()
+    assert not app.exception
+    assert "6,738" in app.markdown[0].value  # Llama-2-7B's 6.74 B parameters
+    app.selectbox(key="selected_path").select("params/block_0/attention/query").run()
+    assert "P('data', 'model', None)" in selected_summary(app)
