@@ -1,6 +1,7 @@
 """``python -m explorer``: analyse a layout file from the command line.
 
     python -m explorer analyze LAYOUT.json [--json] [--tiles]
+    python -m explorer time LAYOUT.json [--steps N] [--json]
 
 Bad input exits with status 2 and one message on stderr, never a traceback.
 """
@@ -22,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     analyze.add_argument("layout", help="a layout JSON file")
     analyze.add_argument("--json", action="store_true", help="print the report as JSON")
     analyze.add_argument("--tiles", action="store_true", help="include the block each device holds")
+    timing = commands.add_parser("time", help="compile and time the jitted train step on this process's devices")
+    timing.add_argument("layout", help="a layout JSON file")
+    timing.add_argument("--steps", type=int, default=20, help="timed steps after warm-up (default 20)")
+    timing.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
+    timing.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
 
     from explorer.errors import ExplorerError
@@ -30,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         devices.configure(args.devices)
         if args.command == "analyze":
             return _analyze(args)
+        if args.command == "time":
+            return _time(args)
     except ExplorerError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -49,6 +57,22 @@ def _analyze(args: argparse.Namespace) -> int:
         print()
     else:
         print(report_table(report, include_tiles=args.tiles))
+    return 0
+
+
+def _time(args: argparse.Namespace) -> int:
+    from explorer.layout import load_layout_file
+    from explorer.text import timing_text
+    from explorer.timing import time_layout
+
+    layout = load_layout_file(args.layout)
+    progress = None if args.json else (lambda phase: print(f"{phase}...", file=sys.stderr))
+    result = time_layout(layout, steps=args.steps, warmup=args.warmup, on_phase=progress)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print(timing_text(result))
     return 0
 
 

@@ -67,3 +67,24 @@ def report_table(report: Report, include_tiles: bool = False) -> str:
                 ranges = " x ".join(f"{a}:{b}" for a, b in tile.index) or "scalar"
                 lines.append(f"    [{ranges}] -> {list(tile.devices)}")
     return "\n".join(lines)
+
+
+def timing_text(result) -> str:
+    """A readable summary of a TimingResult."""
+    steps = result.step_s
+    lines = [
+        f"layout {result.layout_name!r} on {result.devices} {result.platform} device(s)",
+        f"compile {result.compile_s:.2f} s" + (" (cached: compiled earlier in this process)" if result.cached else ""),
+        f"step: median {steps.median * 1e3:.2f} ms, p10 {steps.p10 * 1e3:.2f}, p90 {steps.p90 * 1e3:.2f}, "
+        f"min {steps.min * 1e3:.2f}, max {steps.max * 1e3:.2f} ms over {len(steps.samples)} steps "
+        f"(after {result.warmup} warm-up)",
+        f"{result.steps_per_s:.2f} steps/s, {result.flops / 1e9:.3f} GFLOP per step, {result.flops_per_s / 1e9:.2f} GFLOP/s",
+        "memory per device (XLA): " + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in result.memory.items()),
+    ]
+    lines += [f"  - {note}" for note in result.memory_notes()]
+    used = {op: c for op, c in result.collectives.items() if c["count"]}
+    lines.append("collectives: " + (", ".join(f"{op} x{c['count']} ({human_bytes(c['bytes'])})" for op, c in used.items()) or "none"))
+    differing = [a for a in result.activations if a.differs]
+    lines.append(f"module outputs: {len(result.activations)}, {len(differing)} where XLA's sharding differs from the declared one")
+    lines += [f"  - {a.path} {a.shape}: declared {a.declared}, XLA chose {a.chosen}" for a in differing]
+    return "\n".join(lines)

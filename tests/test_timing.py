@@ -1,0 +1,191 @@
+"""Timing: XLA's own numbers are reported as they are, collectives are counted, guard rails hold."""
+
+import copy
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from explorer import timing
+from explorer.analysis import analyze
+from explorer.errors import ExplorerError
+from explorer.layout import parse_layout
+from explorer.timing import collectives, compile_step, time_layout
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}
+
+
+def layout(seed, **changes):
+    data = copy.deepcopy(seed)
+    data["model"] = SMALL_MLP
+    data.update(changes)
+    return parse_layout(data)
+
+
+def test_reported_memory_is_memory_analysis_of_the_same_compiled_step(seed_dict):
+    seed = layout(seed_dict)
+    result = time_layout(seed, steps=2, warmup=1)
+    compiled, cached = compile_step(seed)
+    assert cached
+    stats = compiled.step.memory_analysis()
+    assert result.memory == {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "alias_bytes": stats.alias_size_in_bytes,
+        "generated_code_bytes": stats.generated_code_size_in_bytes,
+    }
+    assert result.flops == compiled.step.cost_analysis()["flops"] > 0
+
+
+def test_analysis_bytes_agree_with_xla_arguments(seed_dict):
+    seed = layout(seed_dict)
+    result = time_layout(seed, steps=1, warmup=0)
+    report = analyze(seed)
+    assert result.memory["argument_bytes"] == report.totals.param_bytes + report.totals.opt_state_bytes + report.totals.input_bytes
+
+
+def test_tensor_parallel_rules_produce_all_reduces(seed_dict):
+    result = time_layout(layout(seed_dict), steps=1, warmup=0)
+    assert result.collectives["all-reduce"]["count"] >= 2
+    # the forward pass reduces each layer's (batch/2, depth) partial product over 'model'
+    hlo = compile_step(layout(seed_dict))[0].step.as_text()
+    assert "f32[4,256]{1,0} all-reduce(" in hlo
+
+
+def test_data_parallel_all_reduces_exactly_the_gradients(seed_dict):
+    dp = layout(seed_dict, mesh={"shape": [8], "axes": ["data"]}, rules=[["batch", "data"]])
+    result = time_layout(dp, steps=1, warmup=0)
+    report = analyze(dp)
+    used = {op: c for op, c in result.collectives.items() if c["count"]}
+    assert set(used) == {"all-reduce"}
+    assert used["all-reduce"]["bytes"] == report.totals.global_param_bytes
+
+
+def test_one_device_needs_no_collectives(seed_dict):
+    single = layout(seed_dict, mesh={"shape": [1], "axes": ["data"]}, rules=[["batch", "data"]])
+    result = time_layout(single, steps=1, warmup=0)
+    assert all(c["count"] == 0 for c in result.collectives.values())
+
+
+def test_collectives_parser_counts_async_pairs_once_and_adds_tuple_parts():
+    hlo = "\n".join([
+        "%ag-start = (f32[4,8]{1,0}, f32[16,8]{1,0}) all-gather-start(%p), dimensions={0}",
+        "%ag-done = f32[16,8]{1,0} all-gather-done(%ag-start)",
+        "%ar = (f32[256]{0}, bf16[2,2]{1,0}) all-reduce(%a, %b), to_apply=%add",
+        "ROOT %cp = s32[10]{0} collective-permute(%c), source_target_pairs={{0,1}}",
+        "%fusion = f32[4]{0} fusion(%all-reduce.3), kind=kLoop",
+    ])
+    counted = collectives(hlo)
+    assert counted["all-gather"] == {"count": 1, "bytes": 16 * 8 * 4}
+    assert counted["all-reduce"] == {"count": 1, "bytes": 256 * 4 + 4 * 2}
+    assert counted["collective-permute"] == {"count": 1, "bytes": 40}
+    assert counted["reduce-scatter"]["count"] == 0
+
+
+def test_declared_activation_shardings_are_what_xla_chose_for_the_guide(seed_dict):
+    result = time_layout(layout(seed_dict), steps=1, warmup=0)
+    declared = [a for a in result.activations if a.declared is not None]
+    assert declared and not [a for a in declared if a.differs]
+    assert ("data", None) in {a.chosen for a in declared}
+
+
+def test_step_times_are_complete_and_ordered(seed_dict):
+    result = time_layout(layout(seed_dict), steps=5, warmup=1)
+    steps = result.step_s
+    assert len(steps.samples) == 5
+    assert steps.min <= steps.p10 <= steps.median <= steps.p90 <= steps.max
+    assert result.steps_per_s == pytest.approx(1 / steps.median)
+
+
+def test_stop_ends_the_loop_early(seed_dict):
+    result = time_layout(layout(seed_dict), steps=50, warmup=0, should_stop=lambda: True)
+    assert result.stopped and len(result.step_s.samples) == 1
+
+
+def test_planned_mesh_cannot_be_timed(seed_dict):
+    planned = layout(seed_dict, mesh={"shape": [16, 16], "axes": ["data", "model"]})
+    with pytest.raises(ExplorerError, match="planned mesh but not timed"):
+        time_layout(planned, steps=1)
+
+
+def test_state_too_big_for_memory_is_refused_with_numbers(seed_dict, monkeypatch):
+    monkeypatch.setattr(timing, "available_memory_bytes", lambda: 10 * 2**20)
+    with pytest.raises(ExplorerError, match=r"GiB on the host.*GiB are available"):
+        time_layout(layout(seed_dict, rules=[["batch", "data"]]), steps=1)
+
+
+def test_returning_to_a_timed_layout_does_not_recompile(seed_dict, monkeypatch):
+    seed = layout(seed_dict, rules=[["batch", "data"], ["hidden", "model"], ["embed", None]])
+    first = time_layout(seed, steps=1, warmup=0)
+    monkeypatch.setattr(timing, "_compile", lambda *a: pytest.fail("recompiled a cached layout"))
+    again = time_layout(parse_layout({**seed.to_dict(), "name": "renamed"}), steps=1, warmup=0)
+    assert again.cached and again.compile_s == first.compile_s
+
+
+def test_compile_cache_is_bounded(seed_dict):
+    for depth in (64, 128, 192, 320, 384, 448):
+        compile_step(layout(seed_dict, model={"name": "mlp", "options": {"batch": 8, "layers": 1, "depth": depth}}))
+    assert len(timing._cache) <= timing.CACHE_SIZE
+
+
+def test_turnstile_serves_one_at_a_time_in_arrival_order():
+    gate = timing.Turnstile()
+    order, running, peak = [], [0], [0]
+
+    def worker(name):
+        gate.enter()
+        try:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            order.append(name)
+            time.sleep(0.05)
+            running[0] -= 1
+        finally:
+            gate.leave()
+
+    gate.enter()  # hold the turnstile while the workers queue up in a known order
+    threads = []
+    for name in range(4):
+        thread = threading.Thread(target=worker, args=(name,))
+        thread.start()
+        threads.append(thread)
+        while gate.queue_length() < name + 2:
+            time.sleep(0.01)
+    assert gate.queue_length() == 5
+    gate.leave()
+    for thread in threads:
+        thread.join()
+    assert order == [0, 1, 2, 3] and peak[0] == 1
+
+
+def test_time_command_prints_the_documented_json():
+    env = {"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-m", "explorer", "time", str(ROOT / "layouts" / "seed-2x4.json"), "--steps", "2", "--json"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert {"compile_s", "step_s", "memory", "flops", "collectives", "devices", "platform"} <= set(data)
+    assert set(data["step_s"]) >= {"median", "p10", "p90", "min", "max", "samples"} and len(data["step_s"]["samples"]) == 2
+    assert set(data["memory"]) >= {"argument_bytes", "output_bytes", "temp_bytes", "alias_bytes"}
+    assert data["devices"] == 8 and data["platform"] == "cpu"
+    assert data["collectives"]["all-reduce"]["count"] > 0
+
+
+def test_time_command_refuses_a_planned_mesh_with_exit_2(tmp_path):
+    layout_file = tmp_path / "big.json"
+    data = json.loads((ROOT / "layouts" / "seed-2x4.json").read_text())
+    data["mesh"]["shape"] = [16, 16]
+    layout_file.write_text(json.dumps(data))
+    result = subprocess.run(
+        [sys.executable, "-m", "explorer", "time", str(layout_file)],
+        cwd=ROOT, capture_output=True, text=True, env={"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"}, timeout=300,
+    )
+    assert result.returncode == 2 and "not timed" in result.stderr and "Traceback" not in result.stderr
