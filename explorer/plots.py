@@ -7,6 +7,7 @@ followed from the array grid to the mesh to the memory bars.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Iterable, Sequence
 
 import plotly.colors
@@ -211,4 +212,21 @@ def memory_bars(device_ids: Sequence[int], by_kind: dict[str, int]) -> go.Figure
         barmode="stack", height=260, margin=dict(l=50, r=10, t=30, b=40), yaxis_title="MiB per device",
         xaxis_title="device", xaxis_type="category", legend=dict(orientation="h", y=1.15), plot_bgcolor="white",
     )
+    return figure
+
+
+def step_times_figure(samples: Sequence[float], planned_steps: int | None = None) -> go.Figure:
+    """Step times in milliseconds as they arrive, with the running median."""
+    ms = [s * 1e3 for s in samples]
+    steps = list(range(1, len(ms) + 1))
+    figure = go.Figure(go.Scatter(x=steps, y=ms, mode="lines+markers", name="step", hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"))
+    if ms:
+        median = statistics.median(ms)
+        figure.add_hline(y=median, line_dash="dot", line_color="#888", annotation_text=f"median {median:.2f} ms")
+    figure.update_layout(
+        height=280, margin=dict(l=50, r=10, t=20, b=40), xaxis_title="timed step", yaxis_title="ms",
+        plot_bgcolor="white", showlegend=False,
+    )
+    figure.update_xaxes(range=[0.5, max(planned_steps or 0, len(ms)) + 0.5], gridcolor="#eee")
+    figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
     return figure

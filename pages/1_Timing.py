@@ -1,0 +1,154 @@
+"""Timing page: compile and time the layout's jitted train step live, and show what XLA compiled."""
+
+from explorer import devices
+
+devices.configure()
+
+import pandas as pd  # noqa: E402
+import streamlit as st  # noqa: E402
+
+from explorer import plots  # noqa: E402
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.text import human_bytes  # noqa: E402
+from explorer.timing import TURNSTILE, TimingResult, check_timeable, host_footprint_bytes, layout_key, time_layout  # noqa: E402
+from ui.current import current_layout  # noqa: E402
+
+RESULTS = "timing_results"
+PARTIAL = "timing_partial"
+
+st.set_page_config(page_title="Timing · Partition Explorer", page_icon="⏱️", layout="wide", initial_sidebar_state=440)
+st.title("Time the train step")
+current = current_layout()
+layout, report = current.layout, current.report
+key = layout_key(layout)
+st.caption(
+    f"**{layout.name}** · {report.mesh.size} devices · the Flax guide's step: grad of the model's loss, "
+    "Adam's apply_gradients, jitted with in/out shardings from the analysis under the mesh and the rules."
+)
+
+
+def timeable() -> bool:
+    try:
+        check_timeable(report)
+        return True
+    except ExplorerError as error:
+        st.error(str(error))
+        if report.mesh.abstract:
+            st.page_link("app.py", label="See the planned analysis on the Layout page", icon="🧩")
+        return False
+
+
+def run_timing(steps: int, warmup: int) -> TimingResult | None:
+    status = st.status("Waiting for a turn…", expanded=True)
+    progress = status.progress(0.0, text="queued")
+    chart = st.empty()
+    samples: list[float] = []
+    st.session_state[PARTIAL] = {"key": key, "samples": samples, "steps": steps}
+
+    def on_wait(ahead: int) -> None:
+        progress.progress(0.0, text=f"{ahead} timing(s) ahead of you (one timing runs at a time, so figures are not distorted)")
+
+    def on_phase(phase: str) -> None:
+        progress.progress(0.0 if phase != "timing" else 0.01, text=phase + "…")
+
+    def on_step(index: int, seconds: float) -> None:
+        samples.append(seconds)
+        progress.progress((index + 1) / steps, text=f"step {index + 1} of {steps}: {seconds * 1e3:.1f} ms")
+        chart.plotly_chart(plots.step_times_figure(samples, steps), key=f"live_{index}")
+
+    TURNSTILE.enter(on_wait=on_wait)
+    try:
+        status.update(label="Running", state="running")
+        result = time_layout(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
+    except ExplorerError as error:
+        status.update(label="Refused", state="error")
+        st.error(str(error))
+        return None
+    finally:
+        TURNSTILE.leave()
+    status.update(label=f"Timed {len(result.step_s.samples)} steps", state="complete", expanded=False)
+    chart.empty()
+    return result
+
+
+def show_result(result: TimingResult) -> None:
+    steps = result.step_s
+    columns = st.columns(5)
+    columns[0].metric("Compile", f"{result.compile_s:.2f} s", help="cached: compiled earlier in this process" if result.cached else None)
+    columns[1].metric("Median step", f"{steps.median * 1e3:.2f} ms")
+    columns[2].metric("p10 / p90", f"{steps.p10 * 1e3:.1f} / {steps.p90 * 1e3:.1f} ms")
+    columns[3].metric("Steps / s", f"{result.steps_per_s:.2f}")
+    columns[4].metric("Achieved", f"{result.flops_per_s / 1e9:.2f} GFLOP/s", help=f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
+    st.plotly_chart(plots.step_times_figure(steps.samples), key="step_times")
+    st.caption(
+        f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
+        "Each sample is one call plus block_until_ready on the whole new state."
+    )
+    memory_column, collective_column = st.columns(2)
+    with memory_column:
+        st.subheader("Memory per device")
+        rows = [
+            ("arguments", result.memory["argument_bytes"], result.estimate["argument_bytes"]),
+            ("outputs", result.memory["output_bytes"], result.estimate["output_bytes"]),
+            ("temporaries", result.memory["temp_bytes"], result.estimate["declared_activation_bytes"]),
+            ("aliased", result.memory["alias_bytes"], None),
+        ]
+        st.dataframe(
+            pd.DataFrame(
+                [{"": name, "XLA (memory_analysis)": human_bytes(xla), "analysis estimate": "—" if est is None else human_bytes(est),
+                  "difference (B)": "—" if est is None else f"{xla - est:+,}"} for name, xla, est in rows]
+            ),
+            hide_index=True, width="stretch",
+        )
+        for note in result.memory_notes():
+            st.caption("• " + note)
+    with collective_column:
+        st.subheader("Collectives XLA inserted")
+        used = {op: c for op, c in result.collectives.items() if c["count"]}
+        if used:
+            st.dataframe(
+                pd.DataFrame([{"op": op, "count": c["count"], "bytes per device": human_bytes(c["bytes"])} for op, c in used.items()]),
+                hide_index=True, width="stretch",
+            )
+        else:
+            st.success("None: every device computes on its own data.")
+        st.caption("Parsed from the compiled HLO; bytes are each op's result on one device; an op inside a loop body counts once.")
+    st.subheader("Activation shardings: declared vs chosen by XLA")
+    frame = pd.DataFrame(
+        [{"module output": a.path, "shape": str(a.shape), "declared": "—" if a.declared is None else str(a.declared),
+          "XLA chose": str(a.chosen), "differs": "⚠ differs" if a.differs else ""} for a in result.activations]
+    )
+    differing = sum(a.differs for a in result.activations)
+    if differing:
+        st.warning(f"{differing} module output(s) are sharded differently from what the model declares.")
+    st.dataframe(
+        frame.style.apply(lambda row: ["background-color: #fde2e1" if row["differs"] else "" for _ in row], axis=1),
+        hide_index=True, width="stretch",
+    )
+    st.caption("XLA's choice is read from a compiled forward pass returning every module output (capture_intermediates).")
+
+
+if timeable():
+    left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
+    steps = left.number_input("Timed steps", 1, 1000, 20, key="timing_steps")
+    warmup = middle.number_input("Warm-up steps", 0, 100, 2, key="timing_warmup")
+    start = right.button("Time train step", type="primary", key="time_button")
+    st.caption(
+        f"Host memory needed on {report.mesh.size} simulated devices: about {human_bytes(host_footprint_bytes(report))}. "
+        f"Timings queued right now: {TURNSTILE.queue_length()}."
+    )
+    if start:
+        st.session_state.get(RESULTS, {}).pop(key, None)
+        st.button("Stop", key="stop_button", help="Stops after the current step; the steps so far are kept")
+        result = run_timing(int(steps), int(warmup))
+        if result is not None:
+            st.session_state.setdefault(RESULTS, {})[key] = result
+    partial = st.session_state.get(PARTIAL)
+    results = st.session_state.get(RESULTS, {})
+    if key in results:
+        show_result(results[key])
+    elif partial and partial["key"] == key and partial["samples"]:
+        st.info(f"Stopped after {len(partial['samples'])} of {partial['steps']} steps.")
+        st.plotly_chart(plots.step_times_figure(partial["samples"], partial["steps"]), key="partial_steps")
+    else:
+        st.info("Press **Time train step** to compile and time this layout on this process's devices.")

@@ -1,0 +1,326 @@
+"""Support for the real-browser tests: a Streamlit server, Chromium, reruns, screenshots, the rules editor.
+
+Used as a pytest plugin by ``tests/test_browser.py`` (fixtures ``app_url``, ``browser``
+and ``page``) and directly by ``scripts/screenshots.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
+
+REPO = Path(__file__).resolve().parents[1]
+SCREENSHOTS = REPO / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# Streamlit scrolls inside its own container, so a full_page screenshot shows no more
+# than the viewport: a tall viewport is what captures the whole page.
+VIEWPORT = {"width": 1600, "height": 2600}
+DEVICES = 8
+SERVER_START_TIMEOUT = 60.0
+RERUN_TIMEOUT_MS = 30_000
+
+GRID = ".st-key-sharding_grid"
+SIDEBAR = "[data-testid='stSidebar']"
+EXCEPTION = "[data-testid='stException']"
+RULES_EDITOR = f"{SIDEBAR} [data-testid='stDataFrameResizable']"
+RULE_COLUMNS = {"#": 1, "logical name": 2, "mesh axes": 3}  # glide's column 0 is the row marker
+HEADER_HEIGHT = 35
+ROW_HEIGHT = 35
+
+# Counts every stException that is ever added to the page, even one a later rerun removes.
+EXCEPTION_WATCH = """
+window.__stExceptions = 0;
+new MutationObserver((records) => {
+  for (const record of records) {
+    for (const node of record.addedNodes) {
+      if (node.nodeType !== 1) continue;
+      if (node.matches('[data-testid="stException"]') || node.querySelector('[data-testid="stException"]')) {
+        window.__stExceptions += 1;
+      }
+    }
+  }
+}).observe(document, {childList: true, subtree: true});
+"""
+
+
+# --- the server -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def streamlit_server(devices: int = DEVICES) -> Iterator[str]:
+    """Run ``streamlit run app.py`` on a free loopback port; yield its URL; always stop it."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable, "-m", "streamlit", "run", "app.py",
+        "--server.headless", "true",
+        "--server.address", "127.0.0.1",
+        "--server.port", str(port),
+        "--browser.gatherUsageStats", "false",
+    ]
+    env = {**os.environ, "EXPLORER_CPU_DEVICES": str(devices)}
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_healthy(url, process, log)
+            yield url
+        finally:
+            _stop(process)
+
+
+def _wait_healthy(url: str, process: subprocess.Popen, log) -> None:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log.seek(0)
+            raise RuntimeError(f"streamlit exited with {process.returncode}:\n{log.read()}")
+        try:
+            with opener.open(f"{url}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    log.seek(0)
+    raise RuntimeError(f"streamlit did not become healthy at {url} in {SERVER_START_TIMEOUT:.0f} s:\n{log.read()}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+# --- the browser --------------------------------------------------------------------------
+
+
+def launch_chromium(playwright: Playwright) -> Browser:
+    """Debian's Chromium (Playwright's own download is not available here), headless."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+
+def new_page(browser: Browser) -> Page:
+    """A page in a fresh context (so a fresh Streamlit session) that counts exception boxes."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(EXCEPTION_WATCH)
+    return context.new_page()
+
+
+def open_app(page: Page, url: str) -> None:
+    """Load the app and wait until the first run has drawn the device grid."""
+    page.goto(url)
+    expect(page.locator(f"{GRID} .annotation-text").first).to_be_visible(timeout=RERUN_TIMEOUT_MS)
+    wait_for_rerun(page)
+
+
+def wait_for_rerun(page: Page, settle_ms: int = 300) -> None:
+    """Wait until Streamlit has finished rerunning and the page has settled.
+
+    A rerun starts a round trip after the widget changes, so wait a little first;
+    then until the app says it is not running, the status widget shows no running
+    icon and no element is still marked stale; then let Plotly draw.
+    """
+    page.wait_for_timeout(settle_ms)
+    page.wait_for_function(
+        """() => {
+            const app = document.querySelector('[data-testid="stApp"]');
+            const state = app && app.getAttribute('data-test-script-state');
+            const status = document.querySelector('[data-testid="stStatusWidget"]');
+            const statusRunning = status !== null && (
+                /Running/.test(status.innerText) || status.querySelector('[data-testid="stStatusWidgetRunningIcon"]') !== null
+            );
+            const running = state === 'running' || state === 'rerunRequested' || statusRunning;
+            return !running && document.querySelectorAll('[data-stale="true"]').length === 0;
+        }""",
+        timeout=RERUN_TIMEOUT_MS,
+    )
+    page.wait_for_timeout(settle_ms)
+
+
+def exceptions_seen(page: Page) -> int:
+    """How many stException elements have appeared since the page was opened."""
+    return page.evaluate("window.__stExceptions")
+
+
+def screenshot(page: Page, name: str, directory: Path = SCREENSHOTS) -> Path:
+    """Save the viewport (tall enough for the whole page) as ``<directory>/<name>.png``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+# --- reading the page -------------------------------------------------------------------------
+
+
+def grid_labels(page: Page) -> list[str]:
+    """The device-id labels of the device grid's blocks, in drawing order (row by row)."""
+    return page.locator(f"{GRID} .annotation-text").all_text_contents()
+
+
+def grid_label_centres(page: Page) -> list[tuple[float, float]]:
+    centres = []
+    for box in (label.bounding_box() for label in page.locator(f"{GRID} .annotation-text").all()):
+        centres.append((box["x"] + box["width"] / 2, box["y"] + box["height"] / 2))
+    return centres
+
+
+def grid_axis_titles(page: Page) -> tuple[str, str]:
+    """(column title, row title) of the device grid, e.g. ``dim 1 'hidden' · 1024 → model``."""
+    grid = page.locator(GRID)
+    return grid.locator(".g-xtitle").first.text_content(), grid.locator(".g-ytitle").first.text_content()
+
+
+def sidebar_errors(page: Page) -> Locator:
+    return page.locator(f"{SIDEBAR} [data-testid='stAlertContentError']")
+
+
+# --- the rules editor (glide-data-grid on a canvas) ------------------------------------------
+#
+# The canvas cannot be queried, but glide keeps an accessible table in step with it:
+# cell (column c, row r) is [data-testid=glide-cell-c-r], with aria-selected on the
+# selected cell. Cells are clicked by coordinates and checked through that table.
+
+
+def rule_rows(page: Page) -> list[list[str]]:
+    """The rules editor's cells as text, row by row: [#, logical name, mesh axes]."""
+    return page.evaluate(
+        """(sidebar) => {
+            const rows = {};
+            for (const cell of document.querySelectorAll(sidebar + ' td[data-testid^="glide-cell-"]')) {
+                const [column, row] = cell.dataset.testid.split('-').slice(2).map(Number);
+                (rows[row] = rows[row] || [])[column - 1] = cell.textContent;
+            }
+            return Object.keys(rows).sort((a, b) => a - b).map((row) => rows[row]);
+        }""",
+        SIDEBAR,
+    )
+
+
+def _selected_cell(page: Page) -> tuple[int, int] | None:
+    selected = page.locator(f"{SIDEBAR} td[aria-selected='true'][data-testid^='glide-cell-']")
+    if selected.count() != 1:
+        return None
+    column, row = selected.get_attribute("data-testid").split("-")[2:]
+    return int(column), int(row)
+
+
+def select_rule_cell(page: Page, row: int, column: str) -> None:
+    """Select one cell: click into its row, then walk to its column with the arrow keys.
+
+    Only row heights are assumed (35 px); column widths depend on the sidebar's width,
+    so the column is reached from wherever the click landed.
+    """
+    box = page.locator(RULES_EDITOR).bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + HEADER_HEIGHT + ROW_HEIGHT * row + ROW_HEIGHT / 2)
+    target = RULE_COLUMNS[column]
+    for _ in range(len(RULE_COLUMNS) + 1):
+        selected = _selected_cell(page)
+        if selected is None or selected[1] != row:
+            raise AssertionError(f"clicking row {row} of the rules editor selected {selected}")
+        if selected[0] == target:
+            return
+        page.keyboard.press("ArrowRight" if selected[0] < target else "ArrowLeft")
+    raise AssertionError(f"could not reach column {column!r} of the rules editor")
+
+
+def _next_frames(page: Page) -> None:
+    """Let React commit what was just typed; an Enter sent sooner can commit the old value."""
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
+def edit_rule_text(page: Page, row: int, column: str, text: str) -> None:
+    """Overwrite a text cell through glide's overlay editor, then wait for the rerun."""
+    select_rule_cell(page, row, column)
+    page.keyboard.press("Enter")
+    expect(page.locator("textarea.gdg-input")).to_be_focused()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type(text)
+    _next_frames(page)
+    page.keyboard.press("Enter")
+    expect(page.locator(f"{SIDEBAR} [data-testid='glide-cell-{RULE_COLUMNS[column]}-{row}']")).to_have_text(text)
+    wait_for_rerun(page)
+
+
+def edit_rule_axes(page: Page, row: int, axes: list[str]) -> None:
+    """Replace the mesh axes of a rule in the MultiselectColumn editor, then wait for the rerun.
+
+    The editor is a react-select in glide's overlay: remove every chip, type each axis
+    and pick it with Enter; clicking outside the overlay commits the cell.
+    """
+    select_rule_cell(page, row, "mesh axes")
+    page.keyboard.press("Enter")
+    editor = page.locator("[data-testid='multi-select-cell']")
+    expect(editor).to_be_visible()
+    chips = editor.locator("[aria-label^='Remove ']")
+    while chips.count():
+        chips.first.click()
+    for axis in axes:
+        page.keyboard.type(axis)
+        _next_frames(page)
+        page.keyboard.press("Enter")
+        expect(editor.locator(f"[aria-label='Remove {axis}']")).to_have_count(1)
+    page.locator("h1").first.click()
+    expect(editor).to_have_count(0)
+    wait_for_rerun(page)
+
+
+# --- pytest fixtures ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def app_url() -> Iterator[str]:
+    with streamlit_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = launch_chromium(playwright)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser, app_url: str) -> Iterator[Page]:
+    """The app, loaded in a fresh session, with its device grid drawn."""
+    page = new_page(browser)
+    try:
+        open_app(page, app_url)
+        yield page
+    finally:
+        page.context.close()

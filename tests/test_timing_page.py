@@ -1,0 +1,36 @@
+"""AppTest of the Timing page: a small layout timed to completion, and the planned-mesh refusal."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture
+def page():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.switch_page("pages/1_Timing.py")
+    at.run()
+    assert not at.exception
+    return at
+
+
+def test_times_a_small_layout_to_completion(page):
+    page.number_input(key="option::mlp::depth").set_value(256).run()
+    page.number_input(key="timing_steps").set_value(3).run()
+    page.button(key="time_button").click().run()
+    assert not page.exception and not page.error
+    metrics = {m.label: m.value for m in page.metric}
+    assert metrics["Median step"].endswith(" ms") and metrics["Compile"].endswith(" s")
+    assert any("3 timed steps" in c.value for c in page.caption)
+    assert any("arguments match the analysis exactly" in c.value for c in page.caption)
+    assert "all-reduce" in page.dataframe[1].value["op"].tolist()
+
+
+def test_planned_mesh_is_refused_with_a_link_to_the_analysis(page):
+    page.text_input(key="mesh_shape_text").input("16, 16").run()
+    assert not page.exception
+    assert any("planned mesh but not timed" in e.value for e in page.error)
+    assert not [b for b in page.button if b.key == "time_button"]
