@@ -2,6 +2,7 @@
 
     python -m explorer analyze LAYOUT.json [--json] [--tiles]
     python -m explorer time LAYOUT.json [--steps N] [--json]
+    python -m explorer url LAYOUT.json
 
 Bad input exits with status 2 and one message on stderr, never a traceback.
 """
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     timing.add_argument("--steps", type=int, default=20, help="timed steps after warm-up (default 20)")
     timing.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
     timing.add_argument("--json", action="store_true", help="print the result as JSON")
+    url = commands.add_parser("url", help="print the layout as a link's query string")
+    url.add_argument("layout", help="a layout JSON file")
     args = parser.parse_args(argv)
 
     from explorer.errors import ExplorerError
@@ -38,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             return _analyze(args)
         if args.command == "time":
             return _time(args)
+        if args.command == "url":
+            return _url(args)
     except ExplorerError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -57,6 +62,14 @@ def _analyze(args: argparse.Namespace) -> int:
         print()
     else:
         print(report_table(report, include_tiles=args.tiles))
+    return 0
+
+
+def _url(args: argparse.Namespace) -> int:
+    from explorer.layout import load_layout_file
+    from explorer.share import layout_to_query
+
+    print(layout_to_query(load_layout_file(args.layout)))
     return 0
 
 

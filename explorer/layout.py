@@ -183,7 +183,14 @@ def _rule_from_pair(index: int, pair: Any) -> Any:
         mesh = tuple(mesh)
     if not (mesh is None or isinstance(mesh, str) or (isinstance(mesh, tuple) and all(isinstance(a, str) for a in mesh))):
         raise ExplorerError(f"rules[{index}][1]", mesh, "is not a mesh axis name, null or a list of mesh axis names")
-    return {"logical": logical, "mesh": mesh}
+    return {"logical": logical, "mesh": _canonical_mesh(mesh)}
+
+
+def _canonical_mesh(mesh: Any) -> Any:
+    """One spelling per meaning: [] is null (replicate), ["data"] is "data"."""
+    if isinstance(mesh, tuple) and len(mesh) <= 1:
+        return mesh[0] if mesh else None
+    return mesh
 
 
 def _explain(error: ValidationError) -> ExplorerError:

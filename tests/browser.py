@@ -228,12 +228,8 @@ def rule_rows(page: Page) -> list[list[str]]:
     )
 
 
-def _selected_cell(page: Page) -> tuple[int, int] | None:
-    selected = page.locator(f"{SIDEBAR} td[aria-selected='true'][data-testid^='glide-cell-']")
-    if selected.count() != 1:
-        return None
-    column, row = selected.get_attribute("data-testid").split("-")[2:]
-    return int(column), int(row)
+def _rule_cell(page: Page, row: int, column: int) -> Locator:
+    return page.locator(f"{SIDEBAR} [data-testid='glide-cell-{column}-{row}']")
 
 
 def select_rule_cell(page: Page, row: int, column: str) -> None:
@@ -244,15 +240,15 @@ def select_rule_cell(page: Page, row: int, column: str) -> None:
     """
     box = page.locator(RULES_EDITOR).bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + HEADER_HEIGHT + ROW_HEIGHT * row + ROW_HEIGHT / 2)
+    selected = page.locator(f"{SIDEBAR} td[aria-selected='true'][data-testid$='-{row}']")
+    expect(selected, f"a click on row {row} of the rules editor selects a cell of that row").to_have_count(1)
+    current = int(selected.get_attribute("data-testid").split("-")[2])
     target = RULE_COLUMNS[column]
-    for _ in range(len(RULE_COLUMNS) + 1):
-        selected = _selected_cell(page)
-        if selected is None or selected[1] != row:
-            raise AssertionError(f"clicking row {row} of the rules editor selected {selected}")
-        if selected[0] == target:
-            return
-        page.keyboard.press("ArrowRight" if selected[0] < target else "ArrowLeft")
-    raise AssertionError(f"could not reach column {column!r} of the rules editor")
+    while current != target:
+        step = 1 if current < target else -1
+        page.keyboard.press("ArrowRight" if step > 0 else "ArrowLeft")
+        current += step
+        expect(_rule_cell(page, row, current)).to_have_attribute("aria-selected", "true")
 
 
 def _next_frames(page: Page) -> None:
@@ -269,7 +265,7 @@ def edit_rule_text(page: Page, row: int, column: str, text: str) -> None:
     page.keyboard.type(text)
     _next_frames(page)
     page.keyboard.press("Enter")
-    expect(page.locator(f"{SIDEBAR} [data-testid='glide-cell-{RULE_COLUMNS[column]}-{row}']")).to_have_text(text)
+    expect(_rule_cell(page, row, RULE_COLUMNS[column])).to_have_text(text)
     wait_for_rerun(page)
 
 

@@ -9,7 +9,7 @@ import streamlit as st
 from explorer.analysis import Report, analyze
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
-from ui import sidebar, state
+from ui import share_panel, sidebar, state
 
 
 @dataclass
@@ -38,6 +38,11 @@ def current_layout() -> Current:
         report = analyze(layout)
         valid = False
     _flag_layout_problems(report, slots)
+    share_panel.show_message()
+    if valid:
+        share_panel.sync_address(layout)
+    with st.sidebar:
+        share_panel.render(layout)
     return Current(layout, report, valid, slots)
 
 

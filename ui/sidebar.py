@@ -18,7 +18,7 @@ import streamlit as st
 from explorer import devices
 from explorer.models import MODELS, allowed_factories, is_factory
 from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules
-from ui import state
+from ui import share_panel, state
 
 RULE_COLUMNS = ["#", "logical name", "mesh axes"]
 PRESET_DESCRIPTIONS_HELP = "Rules written for the current mesh axes: the first axis plays data, the last plays model."
@@ -42,7 +42,7 @@ class Slots:
 
 def render() -> tuple[dict[str, Any], Slots]:
     """Draw the sidebar; return the draft layout dict and the message slots."""
-    state.ensure_initialised()
+    state.ensure_initialised(share_panel.initial_layout)
     with st.sidebar:
         _devices_section()
         st.text_input("Layout name", key=state.NAME)

@@ -8,7 +8,7 @@ them back as a dict in the layout file format, which ``parse_layout`` validates.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import streamlit as st
 
@@ -29,9 +29,10 @@ def option_key(model: str, field: str) -> str:
     return f"option::{model}::{field}"
 
 
-def ensure_initialised() -> None:
+def ensure_initialised(initial: Callable[[], Layout] = seed_layout) -> None:
+    """On a session's first run, fill the widgets from ``initial()`` (the link's layout, or the seed)."""
     if NAME not in st.session_state:
-        load_layout(seed_layout())
+        load_layout(initial())
 
 
 def load_layout(layout: Layout) -> None:

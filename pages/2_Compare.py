@@ -1,0 +1,176 @@
+"""Compare page: two or more layouts side by side, and a timing race that holds on a noisy machine."""
+
+from explorer import devices
+
+devices.configure()
+
+import statistics  # noqa: E402
+from urllib.parse import parse_qsl, urlsplit  # noqa: E402
+
+import pandas as pd  # noqa: E402
+import plotly.graph_objects as go  # noqa: E402
+import streamlit as st  # noqa: E402
+
+from explorer import library  # noqa: E402
+from explorer.analysis import analyze  # noqa: E402
+from explorer.compare import RaceResult, race, spec_differences  # noqa: E402
+from explorer.errors import ExplorerError  # noqa: E402
+from explorer.layout import Layout, load_layout_json  # noqa: E402
+from explorer.share import params_to_layout  # noqa: E402
+from explorer.text import human_bytes  # noqa: E402
+from explorer.timing import TURNSTILE, check_timeable, layout_key  # noqa: E402
+from ui.current import current_layout  # noqa: E402
+
+CURRENT = "Current layout (sidebar)"
+RACE = "compare_race"
+
+st.set_page_config(page_title="Compare · Partition Explorer", page_icon="⚖️", layout="wide", initial_sidebar_state=440)
+st.title("Compare layouts")
+current = current_layout()
+
+
+def chosen_layouts() -> list[tuple[str, Layout]]:
+    """Layouts picked from the current one, the team library, files and links; problems shown per source."""
+    sources = st.multiselect(
+        "From the current layout and the team library", [CURRENT] + library.names(), default=[CURRENT], key="compare_sources"
+    )
+    files_column, links_column = st.columns(2)
+    files = files_column.file_uploader("Layout files", type=["json"], accept_multiple_files=True, key="compare_files")
+    links = links_column.text_area("Links (one per line)", key="compare_links", placeholder="http://…/?name=…&mesh=2x4&…")
+    picked: list[tuple[str, Layout]] = []
+    for source in sources:
+        if source == CURRENT:
+            picked.append((f"current: {current.layout.name}", current.layout))
+            continue
+        try:
+            picked.append((f"library: {source}", library.load(source).layout))
+        except ExplorerError as error:
+            st.error(f"Library entry '{source}': {error}")
+    for uploaded in files or []:
+        try:
+            picked.append((f"file: {uploaded.name}", load_layout_json(uploaded.getvalue().decode("utf-8", errors="replace"))))
+        except ExplorerError as error:
+            st.error(f"{uploaded.name}: {error}")
+    for number, line in enumerate((links or "").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            layout = params_to_layout(dict(parse_qsl(urlsplit(line.strip()).query or line.strip().lstrip("?"))))
+            picked.append((f"link {number}: {layout.name}", layout))
+        except ExplorerError as error:
+            st.error(f"Link {number}: {error}")
+    return picked
+
+
+def memory_figure(labels: list[str], reports) -> go.Figure:
+    kinds = [("param_bytes", "parameters"), ("opt_state_bytes", "optimizer state"), ("input_bytes", "inputs"), ("activation_bytes", "declared activations")]
+    figure = go.Figure()
+    for field, name in kinds:
+        values = [getattr(r.totals, field) for r in reports]
+        figure.add_bar(x=labels, y=[v / 2**20 for v in values], name=name, text=[human_bytes(v) for v in values], hovertemplate="%{x}<br>" + name + ": %{text}<extra></extra>")
+    figure.update_layout(barmode="group", height=300, yaxis_title="MiB per device", margin=dict(l=50, r=10, t=30, b=40), legend=dict(orientation="h", y=1.15), plot_bgcolor="white")
+    return figure
+
+
+def show_differences(labels: list[str], reports) -> None:
+    differences = spec_differences(reports)
+    st.subheader(f"Arrays sharded differently ({len(differences)} of {len(reports[0].arrays)})")
+    if not differences:
+        st.success("Every array has the same spec in every layout.")
+        return
+    rows = []
+    for difference in differences:
+        row = {"path": difference.path, "kind": difference.kind}
+        for label, spec, shard in zip(labels, difference.specs, difference.shard_shapes):
+            row[label] = f"{spec} → {shard}"
+        rows.append(row)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="spec_diff")
+    st.caption("Each cell: the spec → the per-device shard shape. Arrays with the same spec everywhere are left out.")
+
+
+def show_timings(labels: list[str], layouts: list[Layout]) -> None:
+    results = st.session_state.get("timing_results", {})
+    rows = []
+    for label, layout in zip(labels, layouts):
+        result = results.get(layout_key(layout))
+        if result is None:
+            rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
+            continue
+        used = ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in result.collectives.items() if c["count"]) or "none"
+        rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
+    st.subheader("Step times and collectives")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption("From the Timing page's results in this session; the race below times them fairly against each other.")
+
+
+def run_race(labels: list[str], layouts: list[Layout]) -> None:
+    st.subheader("Race")
+    st.caption("Times the layouts in alternation (A B A B …): each round's ratio compares runs made moments apart, so machine noise largely cancels.")
+    timeable = []
+    for label, layout in zip(labels, layouts):
+        try:
+            check_timeable(analyze(layout))
+            timeable.append((label, layout))
+        except ExplorerError as error:
+            st.warning(f"{label} cannot race: {error}")
+    if len(timeable) < 2:
+        return
+    left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
+    rounds = left.number_input("Rounds", 1, 50, 5, key="race_rounds")
+    steps = middle.number_input("Steps per round", 1, 500, 10, key="race_steps")
+    if right.button("Start race", type="primary", key="race_button"):
+        progress = st.progress(0.0, text="waiting for a turn…")
+        TURNSTILE.enter(on_wait=lambda ahead: progress.progress(0.0, text=f"{ahead} timing(s) ahead of you"))
+        try:
+            result = race(
+                [l for _, l in timeable], rounds=int(rounds), steps=int(steps),
+                on_round=lambda i, _: progress.progress((i + 1) / int(rounds), text=f"round {i + 1} of {int(rounds)}"),
+            )
+        finally:
+            TURNSTILE.leave()
+        st.session_state[RACE] = ([label for label, _ in timeable], result)
+    stored = st.session_state.get(RACE)
+    if stored:
+        show_race(*stored)
+
+
+def show_race(labels: list[str], result: RaceResult) -> None:
+    rows = []
+    for index, label in enumerate(labels):
+        medians = result.round_medians[index]
+        summary = result.summary(index)
+        rows.append({
+            "layout": label,
+            "median step (ms)": round(statistics.median(medians) * 1e3, 2),
+            f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
+        })
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    figure = go.Figure()
+    for index, label in enumerate(labels):
+        figure.add_scatter(x=list(range(1, len(result.round_medians[index]) + 1)), y=[m * 1e3 for m in result.round_medians[index]], mode="lines+markers", name=label)
+    figure.update_layout(height=280, xaxis_title="round", yaxis_title="median step (ms)", margin=dict(l=50, r=10, t=20, b=40), plot_bgcolor="white")
+    st.plotly_chart(figure, key="race_chart")
+
+
+picked = chosen_layouts()
+if len(picked) < 2:
+    st.info("Pick at least two layouts: the current one, team-library entries, files or links.")
+else:
+    labels = [label for label, _ in picked]
+    layouts = [layout for _, layout in picked]
+    reports = [analyze(layout) for layout in layouts]
+    show_differences(labels, reports)
+    st.subheader("Memory per device")
+    st.plotly_chart(memory_figure(labels, reports), key="compare_memory")
+    st.subheader("Warnings")
+    for column, label, report in zip(st.columns(len(reports)), labels, reports):
+        with column:
+            st.markdown(f"**{label}**")
+            if not report.warnings:
+                st.caption("none")
+            for warning in report.warnings[:8]:
+                st.caption(f"[{warning.code}] {warning.message}")
+            if len(report.warnings) > 8:
+                st.caption(f"…and {len(report.warnings) - 8} more")
+    show_timings(labels, layouts)
+    run_race(labels, layouts)

@@ -1,0 +1,140 @@
+"""The Layout page in a real Chromium against ``streamlit run app.py`` on 8 simulated CPU devices.
+
+The seed layout is the Flax guide's: a 2 × 4 mesh (data, model), rules
+[batch → data, hidden → model], and the MLP whose first kernel
+``params/LogicalDotReluDot_0/Dense_0/kernel`` (1024 × 1024, logical axes
+embed × hidden) is the array drawn by default.
+"""
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser import (
+    EXCEPTION,
+    GRID,
+    SIDEBAR,
+    edit_rule_axes,
+    edit_rule_text,
+    exceptions_seen,
+    grid_axis_titles,
+    grid_label_centres,
+    grid_labels,
+    rule_rows,
+    screenshot,
+    sidebar_errors,
+    wait_for_rerun,
+)
+
+pytest_plugins = ["tests.browser"]
+pytestmark = pytest.mark.browser
+
+SEED_RULES = [["0", "batch", "data"], ["1", "hidden", "model"]]
+# The kernel is P(None, 'model'): four column blocks, each on a data pair {m, m + 4}.
+SEED_LABELS = ["0,4", "1,5", "2,6", "3,7"]
+
+
+def expect_grid_labels(page: Page, labels: list[str]) -> None:
+    expect(page.locator(f"{GRID} .annotation-text")).to_have_text(labels)
+
+
+def assert_no_exception(page: Page) -> None:
+    assert exceptions_seen(page) == 0, "a Streamlit exception box appeared at some point"
+    expect(page.locator(EXCEPTION)).to_have_count(0)
+
+
+def assert_seed_grid(page: Page) -> None:
+    expect_grid_labels(page, SEED_LABELS)
+    assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → model", "dim 0 'embed' · 1024 → replicated")
+
+
+def set_text_input(page: Page, key: str, text: str) -> None:
+    """Type into a keyed st.text_input and submit it with Enter (that is what triggers the rerun)."""
+    field = page.locator(f".st-key-{key} input")
+    field.fill(text)
+    field.press("Enter")
+    wait_for_rerun(page)
+
+
+def test_load_shows_no_exception(page: Page) -> None:
+    assert_seed_grid(page)
+    expect(page.locator(".st-key-selected_path")).to_contain_text("params/LogicalDotReluDot_0/Dense_0/kernel")
+    expect(page.locator(".st-key-mesh_figure .textpoint")).to_have_count(8)
+    assert_no_exception(page)
+    screenshot(page, "browser-load")
+
+
+def test_mesh_axes_edit_redraws_grid(page: Page) -> None:
+    """hidden → data instead of model: the kernel becomes P(None, 'data'), two column blocks of four devices."""
+    assert_seed_grid(page)
+    assert rule_rows(page) == SEED_RULES
+    screenshot(page, "browser-rules-before")
+
+    edit_rule_axes(page, 1, ["data"])
+
+    assert rule_rows(page) == [["0", "batch", "data"], ["1", "hidden", "data"]]
+    expect_grid_labels(page, ["0,1,2,3", "4,5,6,7"])
+    assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → data", "dim 0 'embed' · 1024 → replicated")
+    expect(page.locator("[data-testid='stMain']")).to_contain_text("spec P(None, 'data')")
+    assert_no_exception(page)
+    screenshot(page, "browser-rules-hidden-data")
+
+
+def test_logical_name_edit_turns_grid_sideways(page: Page) -> None:
+    """Rule 1 hidden → embed: the kernel becomes P('model', None), so the same four
+    blocks now stack as rows (dim 0) instead of standing side by side (dim 1)."""
+    columns = grid_label_centres(page)
+    assert len({round(y) for _, y in columns}) == 1 and [x for x, _ in columns] == sorted(x for x, _ in columns)
+
+    edit_rule_text(page, 1, "logical name", "embed")
+
+    assert rule_rows(page) == [["0", "batch", "data"], ["1", "embed", "model"]]
+    expect_grid_labels(page, SEED_LABELS)
+    assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → replicated", "dim 0 'embed' · 1024 → model")
+    rows = grid_label_centres(page)
+    assert len({round(x) for x, _ in rows}) == 1, rows
+    assert [y for _, y in rows] == sorted(y for _, y in rows) and len({round(y) for _, y in rows}) == 4, rows
+    expect(page.locator("[data-testid='stMain']")).to_contain_text("spec P('model', None)")
+    assert_no_exception(page)
+    screenshot(page, "browser-rules-embed-model")
+
+
+def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
+    set_text_input(page, "mesh_shape_text", "2, x")
+
+    errors = sidebar_errors(page)
+    expect(errors).to_have_count(1)
+    expect(errors).to_contain_text("mesh.shape[1]")
+    expect(errors).to_contain_text("'x'")
+    error_y = errors.bounding_box()["y"]
+    assert page.locator(".st-key-mesh_shape_text").bounding_box()["y"] < error_y < page.locator(".st-key-rules_preset").bounding_box()["y"]
+    expect(page.locator("[data-testid='stMain'] [data-testid='stAlert']").first).to_contain_text("not valid (mesh.shape[1])")
+    expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
+    assert_seed_grid(page)  # the last valid layout is still drawn
+    expect(page.locator(".st-key-mesh_figure .textpoint")).to_have_count(8)
+    assert_no_exception(page)
+    screenshot(page, "browser-invalid-shape")
+
+    set_text_input(page, "mesh_shape_text", "2, 4")
+    expect(sidebar_errors(page)).to_have_count(0)
+    assert_seed_grid(page)
+    assert_no_exception(page)
+
+
+def test_rule_naming_missing_axis_shows_error_under_rules(page: Page) -> None:
+    """Renaming the mesh axis model → tensor leaves rule 1 (hidden → model) naming an axis the mesh lacks."""
+    set_text_input(page, "mesh_axes_text", "data, tensor")
+
+    errors = sidebar_errors(page)
+    expect(errors).to_have_count(1)
+    expect(errors).to_contain_text("rules[1]")
+    expect(errors).to_contain_text("'model'")
+    assert errors.bounding_box()["y"] > page.locator(f"{SIDEBAR} [data-testid='stDataFrame']").bounding_box()["y"]
+    assert_seed_grid(page)
+    assert_no_exception(page)
+    screenshot(page, "browser-missing-axis")
+
+    edit_rule_axes(page, 1, ["tensor"])
+    expect(sidebar_errors(page)).to_have_count(0)
+    expect_grid_labels(page, SEED_LABELS)
+    assert grid_axis_titles(page)[0] == "dim 1 'hidden' · 1024 → tensor"
+    assert_no_exception(page)

@@ -1,0 +1,87 @@
+"""AppTest of the Compare page, and of links restoring a layout on every page."""
+
+import copy
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from explorer import library
+from explorer.layout import parse_layout
+from explorer.share import layout_to_params
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+LAYERS = 4
+
+
+@pytest.fixture
+def shelf(tmp_path, monkeypatch, seed_dict):
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    library.save("tensor parallel", parse_layout(seed_dict))
+    data_only = copy.deepcopy(seed_dict)
+    data_only["rules"] = [["batch", "data"]]
+    library.save("data only", parse_layout(data_only))
+
+
+def compare_page():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.switch_page("pages/2_Compare.py")
+    return at.run()
+
+
+def test_two_layouts_differing_in_one_rule_show_exactly_the_changed_arrays(shelf):
+    at = compare_page()
+    at.multiselect(key="compare_sources").set_value(["tensor parallel", "data only"]).run()
+    assert not at.exception and not at.error
+    differences = next(d.value for d in at.dataframe if "path" in d.value.columns)
+    shown = set(differences["path"])
+    layers = [f"LogicalDotReluDot_{i}" for i in range(LAYERS)]
+    weights = [f"{layer}/Dense_0/kernel" for layer in layers] + [f"{layer}/W2" for layer in layers]
+    expected = {f"params/{w}" for w in weights}
+    expected |= {f"opt_state/0/{moment}/{w}" for moment in ("mu", "nu") for w in weights}
+    expected |= {f"activations/{layer}/0" for layer in layers}  # the ('batch', 'hidden') constraints
+    assert shown == expected
+    row = differences.set_index("path").loc["params/LogicalDotReluDot_0/W2"]
+    assert row["library: tensor parallel"] == "P('model', None) → (256, 1024)"
+    assert row["library: data only"] == "P(None, None) → (1024, 1024)"
+
+
+def test_identical_layouts_show_no_differences(shelf):
+    at = compare_page()
+    at.multiselect(key="compare_sources").set_value(["Current layout (sidebar)", "tensor parallel"]).run()
+    assert not at.exception
+    assert any("same spec in every layout" in s.value for s in at.success)
+
+
+def test_a_bad_link_in_compare_is_reported_not_raised(shelf):
+    at = compare_page()
+    at.text_area(key="compare_links").input("?mesh=2x4&axes=data&model=mlp").run()
+    assert not at.exception
+    assert any("Link 1" in e.value and "mesh.axes" in e.value for e in at.error)
+
+
+@pytest.mark.parametrize("page", [None, "pages/1_Timing.py", "pages/2_Compare.py"])
+def test_a_link_restores_the_layout_on_every_page(seed_dict, page):
+    seed_dict.update(name="shared", mesh={"shape": [4, 2], "axes": ["data", "model"]}, rules=[["batch", "model"], ["hidden", "data"]])
+    params = layout_to_params(parse_layout(seed_dict))
+    at = AppTest.from_file(APP, default_timeout=300)
+    if page:
+        at.switch_page(page)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception
+    assert at.session_state["mesh_shape_text"] == "4, 2"
+    assert at.session_state["rules_base"] == [["batch", ["model"]], ["hidden", ["data"]]]
+    assert at.session_state["layout_name"] == "shared"
+
+
+def test_a_mangled_link_shows_a_message_and_the_default_layout():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params["mesh"] = "2x4"
+    at.query_params["axes"] = "data,model"
+    at.query_params["model"] = "evil.module:run"
+    at.run()
+    assert not at.exception
+    assert any("could not be opened" in e.value and "model.name" in e.value for e in at.error)
+    assert at.session_state["layout_name"] == "seed-2x4"

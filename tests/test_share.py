@@ -1,0 +1,167 @@
+"""Sharing: link and file round trips for every preset and model, mangled links, the team library."""
+
+import copy
+import json
+import string
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from explorer import library
+from explorer.errors import ExplorerError
+from explorer.layout import load_layout_json, parse_layout
+from explorer.models import MODELS
+from explorer.rules import PRESETS, preset_rules
+from explorer.share import layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def every_layout(seed):
+    models = [{"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 64, "scan": True}}]
+    models += [{"name": "transformer", "options": dict(preset)} for preset in MODELS["transformer"].presets.values()]
+    models += [{"name": "transformer", "options": {"dtype": "bfloat16", "scan": True}}]
+    layouts = []
+    for preset in PRESETS:
+        for model in models:
+            data = copy.deepcopy(seed)
+            data.update(name=f"{preset} / {model['name']}", rules=[list(r) for r in preset_rules(preset, ("data", "model"))], model=model)
+            layouts.append(parse_layout(data))
+    odd = copy.deepcopy(seed)
+    odd.update(name="odd: names; & = + %", mesh={"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]},
+               rules=[["batch", ["data", "fsdp"]], ["layer", None], ["weird;name:x+y", "model"], ["hidden", "model"]])
+    return layouts + [parse_layout(odd)]
+
+
+def from_query(query):
+    return params_to_layout(dict(parse_qsl(query.lstrip("?"))))
+
+
+def test_link_round_trip_for_every_preset_and_model(seed_dict):
+    for layout in every_layout(seed_dict):
+        query = layout_to_query(layout)
+        assert query.startswith("?")
+        assert from_query(query) == layout, query
+
+
+def test_file_round_trip_for_every_preset_and_model(seed_dict, tmp_path):
+    for index, layout in enumerate(every_layout(seed_dict)):
+        path = tmp_path / f"{index}.json"
+        path.write_text(layout.to_json())
+        assert load_layout_json(path.read_text()) == layout
+
+
+def test_factory_layout_round_trips_and_stays_allow_listed(seed_dict, monkeypatch):
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.factory_module:make_model")
+    seed_dict["model"] = {"name": "tests.factory_module:make_model", "options": {"features": 16, "note": "8"}}
+    layout = parse_layout(seed_dict)
+    query = layout_to_query(layout)
+    assert from_query(query) == layout
+    monkeypatch.delenv("EXPLORER_ALLOWED_FACTORIES")
+    with pytest.raises(ExplorerError, match="not allow-listed"):
+        from_query(query)
+
+
+def test_the_link_is_readable(seed_dict):
+    assert layout_to_query(parse_layout(seed_dict)) == (
+        "?name=seed-2x4&mesh=2x4&axes=data,model&rules=batch:data;hidden:model"
+        "&model=mlp&options=batch:8;layers:4;depth:1024;scan:false"
+    )
+
+
+@pytest.mark.parametrize("query,field", [
+    ("?mesh=2x4&axes=data,model&rules=batch:data&model=mlp", None),
+    ("?mesh=2xfour&axes=data,model&model=mlp", "link parameter 'mesh'"),
+    ("?axes=data,model&model=mlp", "link parameter 'mesh'"),
+    ("?mesh=2x4&axes=data&model=mlp", "mesh.axes"),
+    ("?mesh=2x4&axes=data,model&rules=batch&model=mlp", "link parameter 'rules', item 0"),
+    ("?mesh=2x4&axes=data,model&rules=batch:tensor&model=mlp", "rules[0]"),
+    ("?mesh=2x4&axes=data,model&model=mlp&options=batch:{oops", "link option 'batch'"),
+    ("?mesh=2x4&axes=data,model&model=mlp&options=batch:true", "model.options.batch"),
+    ("?mesh=2x4&axes=data,model&model=os.path:join", "model.name"),
+    ("?mesh=99999999999x1&axes=a,b&model=mlp", "link parameter 'mesh'"),
+])
+def test_mangled_links_name_what_is_wrong(query, field):
+    if field is None:
+        assert from_query(query).model.options["depth"] == 1024  # missing options take defaults
+        return
+    with pytest.raises(ExplorerError) as caught:
+        from_query(query)
+    assert caught.value.field == field
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["name", "mesh", "axes", "rules", "model", "options", "x"]),
+                       st.text(alphabet=string.printable, max_size=40)))
+def test_any_tampered_link_raises_only_explorer_error(params):
+    try:
+        params_to_layout(params)
+    except ExplorerError:
+        pass
+
+
+def test_code_snippets_carry_the_rules(seed_dict):
+    seed_dict["rules"] = [["batch", ["data", "model"]], ["layer", None], ["hidden", "model"]]
+    layout = parse_layout(seed_dict)
+    snippet = python_snippet(layout)
+    assert "jax.make_mesh((2, 4), ('data', 'model')" in snippet
+    assert "('batch', ('data', 'model'))," in snippet and "('layer', None)," in snippet
+    compile(snippet, "snippet", "exec")
+    assert maxtext_yaml(layout).splitlines()[2:] == [
+        "logical_axis_rules: [", '  ["batch", ["data", "model"]],', '  ["layer", []],', '  ["hidden", "model"],', "]",
+    ]
+
+
+def test_url_command_prints_the_query():
+    result = subprocess.run([sys.executable, "-m", "explorer", "url", str(ROOT / "layouts" / "seed-2x4.json")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("?name=seed-2x4&mesh=2x4&")
+
+
+@pytest.fixture
+def shelf(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    return tmp_path / "library"
+
+
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/b", "..", ".hidden", "", "x" * 65, "a\\b", "trailing "])
+def test_names_that_try_to_escape_the_library_are_refused(shelf, seed_dict, name):
+    with pytest.raises(ExplorerError, match="library name"):
+        library.save(name, parse_layout(seed_dict))
+    assert not list(shelf.parent.glob("**/*.json"))
+
+
+def test_two_saves_under_one_name_never_overwrite(shelf, seed_dict):
+    first = library.save("team plan", parse_layout(seed_dict))
+    seed_dict["rules"] = [["batch", "data"]]
+    with pytest.raises(ExplorerError, match="already exists"):
+        library.save("team plan", parse_layout(seed_dict))
+    assert library.load("team plan").layout.rules_for_flax() == (("batch", "data"), ("hidden", "model"))
+    replaced = library.save("team plan", parse_layout(seed_dict), replaces=first.version)
+    with pytest.raises(ExplorerError, match="changed by someone else"):
+        library.save("team plan", parse_layout({**seed_dict, "name": "stale"}), replaces=first.version)
+    assert library.load("team plan").version == replaced.version
+    assert [p.name for p in shelf.iterdir()] == ["team plan.json"]  # no temporary files left behind
+
+
+def test_rename_and_delete(shelf, seed_dict):
+    library.save("a", parse_layout(seed_dict))
+    library.save("b", parse_layout(seed_dict))
+    with pytest.raises(ExplorerError, match="already exists"):
+        library.rename("a", "b")
+    library.rename("a", "c")
+    assert library.names() == ["b", "c"]
+    library.delete("b")
+    assert library.names() == ["c"]
+    with pytest.raises(ExplorerError, match="not in the library"):
+        library.delete("b")
+
+
+def test_saved_file_is_the_layout_file_format(shelf, seed_dict):
+    library.save("seed", parse_layout(seed_dict))
+    assert json.loads((shelf / "seed.json").read_text()) == parse_layout(seed_dict).to_dict()

@@ -1,0 +1,132 @@
+"""Sharing in the sidebar: the link in the address bar, JSON download/upload, code, the team library."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer import library
+from explorer.errors import ExplorerError
+from explorer.layout import Layout, load_layout_json, seed_layout
+from explorer.share import layout_to_params, maxtext_yaml, params_to_layout, python_snippet
+from ui import state
+
+MESSAGE = "share_message"
+LOADED_VERSION = "library_loaded"  # (name, version) of the library entry last loaded or saved
+
+
+def initial_layout() -> Layout:
+    """The layout a new session starts from: the link's, or the seed with a message if the link is bad."""
+    params = st.query_params.to_dict()
+    if not params:
+        return seed_layout()
+    try:
+        return params_to_layout(params)
+    except ExplorerError as error:
+        st.session_state[MESSAGE] = ("error", f"The link could not be opened, so the default layout is shown: {error}")
+        return seed_layout()
+
+
+def sync_address(layout: Layout) -> None:
+    """Keep the address bar carrying the current layout, so copying it shares it."""
+    params = layout_to_params(layout)
+    if st.query_params.to_dict() != params:
+        st.query_params.from_dict(params)
+
+
+def show_message() -> None:
+    message = st.session_state.pop(MESSAGE, None)
+    if message:
+        getattr(st, message[0])(message[1])
+
+
+def render(layout: Layout) -> None:
+    """The sidebar's Share section for the current (valid) layout."""
+    st.subheader("Share")
+    st.caption("The address bar always carries this layout: copy it to share.")
+    st.download_button(
+        "Download layout (JSON)", layout.to_json() + "\n", file_name=f"{_file_stem(layout.name)}.json",
+        mime="application/json", key="download_layout", width="stretch",
+    )
+    st.file_uploader("Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload)
+    with st.expander("Copy as code"):
+        st.caption("Mesh and rules for a training script (the Flax guide's recipe):")
+        st.code(python_snippet(layout), language="python")
+        st.caption("The rules as MaxText-style logical_axis_rules:")
+        st.code(maxtext_yaml(layout), language="yaml")
+    _library_section(layout)
+
+
+def _file_stem(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "layout"
+
+
+def _load_upload() -> None:
+    uploaded = st.session_state.get("upload_layout")
+    if uploaded is None:
+        return
+    try:
+        layout = load_layout_json(uploaded.getvalue().decode("utf-8", errors="replace"))
+    except ExplorerError as error:
+        st.session_state[MESSAGE] = ("error", f"{uploaded.name} was not loaded: {error}")
+        return
+    state.load_layout(layout)
+    st.session_state[MESSAGE] = ("success", f"Loaded {uploaded.name}.")
+
+
+def _library_section(layout: Layout) -> None:
+    st.markdown("**Team library**")
+    st.caption(f"Shared by everyone using this server ({library.library_dir()}).")
+    names = library.names()
+    chosen = st.selectbox("Saved layouts", names, index=None, placeholder="choose a layout", key="library_choice")
+    load_column, delete_column = st.columns(2)
+    load_column.button("Load", key="library_load", disabled=chosen is None, on_click=_library_action, args=("load",), width="stretch")
+    delete_column.button("Delete", key="library_delete", disabled=chosen is None, on_click=_library_action, args=("delete",), width="stretch")
+    st.text_input("Name", key="library_name", placeholder="e.g. llama-7b fsdp 16x16")
+    save_column, replace_column = st.columns(2)
+    save_column.button("Save new", key="library_save", on_click=_library_action, args=("save",), width="stretch")
+    loaded = st.session_state.get(LOADED_VERSION)
+    replace_column.button(
+        "Replace loaded", key="library_replace", disabled=loaded is None, on_click=_library_action, args=("replace",),
+        help=f"Overwrite '{loaded[0]}' (refused if someone saved it since you loaded it)" if loaded else "Load a layout first",
+        width="stretch",
+    )
+    st.button("Rename chosen to Name", key="library_rename", disabled=chosen is None, on_click=_library_action, args=("rename",), width="stretch")
+
+
+def _library_action(action: str) -> None:
+    """Button callbacks run before the next script run, so loading can set the widgets' values."""
+    chosen = st.session_state.get("library_choice")
+    name = (st.session_state.get("library_name") or "").strip()
+    current = st.session_state.get(state.LAST_VALID)
+    try:
+        if action == "load":
+            entry = library.load(chosen)
+            state.load_layout(entry.layout)
+            st.session_state[LOADED_VERSION] = (entry.name, entry.version)
+            text = f"Loaded '{chosen}' from the library."
+        elif action == "delete":
+            library.delete(chosen)
+            st.session_state["library_choice"] = None
+            text = f"Deleted '{chosen}'."
+        elif action == "save":
+            entry = library.save(name, _named(current, name))
+            st.session_state[LOADED_VERSION] = (entry.name, entry.version)
+            text = f"Saved '{name}'."
+        elif action == "replace":
+            loaded_name, version = st.session_state[LOADED_VERSION]
+            entry = library.save(loaded_name, _named(current, loaded_name), replaces=version)
+            st.session_state[LOADED_VERSION] = (entry.name, entry.version)
+            text = f"Replaced '{loaded_name}'."
+        else:
+            library.rename(chosen, name)
+            st.session_state["library_choice"] = name
+            text = f"Renamed '{chosen}' to '{name}'."
+        st.session_state[MESSAGE] = ("success", text)
+    except ExplorerError as error:
+        st.session_state[MESSAGE] = ("error", str(error))
+
+
+def _named(layout_dict: dict, name: str) -> Layout:
+    from explorer.layout import parse_layout
+
+    return parse_layout({**layout_dict, "name": name})
