@@ -18,7 +18,7 @@ from explorer.tiles import GridView, MeshInfo, Tile
 
 GOLDEN = 0.6180339887498949
 MAX_STRIPES = 16  # more replicas than this draw as one grey block with a count
-MAX_LABELLED_TILES = 64
+MAX_LABELLED_TILES = 256
 GREY = "#d0d4da"
 DIM = "#eef0f3"
 KIND_COLORS = {"param": "#4C78A8", "opt_state": "#F58518", "input": "#54A24B", "activation": "#B279A2"}
@@ -105,14 +105,18 @@ def sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: Seq
             for c in range(cols):
                 figure.add_annotation(
                     x=c + 0.5, y=r + 0.5, text=devices_label(view.cells[r][c].devices), showarrow=False,
-                    font=dict(size=13 if rows * cols <= 16 else 10, color="black"), bgcolor="rgba(255,255,255,0.75)",
+                    font=dict(size=_label_size(rows * cols), color="black"), bgcolor="rgba(255,255,255,0.75)",
                 )
     _grid_axes(figure, view, dim_labels, title)
     return figure
 
 
+def _label_size(tiles: int) -> int:
+    return 13 if tiles <= 16 else 10 if tiles <= 64 else 8
+
+
 def _tile_centres(view: GridView) -> go.Scatter:
-    """Small markers at block centres: the points a click or box selection picks up."""
+    """Invisible markers at block centres: the points a click or box selection picks up."""
     xs, ys, ids = [], [], []
     for r, row in enumerate(view.cells):
         for c, tile in enumerate(row):
@@ -121,7 +125,7 @@ def _tile_centres(view: GridView) -> go.Scatter:
             ids.append([r, c])
     return go.Scatter(
         x=xs, y=ys, customdata=ids, mode="markers", hoverinfo="skip", showlegend=False,
-        marker=dict(size=9, color="rgba(255,255,255,0.6)", line=dict(width=1, color="rgba(0,0,0,0.5)")),
+        marker=dict(size=18, color="rgba(0,0,0,0)"),
     )
 
 
@@ -229,4 +233,33 @@ def step_times_figure(samples: Sequence[float], planned_steps: int | None = None
     )
     figure.update_xaxes(range=[0.5, max(planned_steps or 0, len(ms)) + 0.5], gridcolor="#eee")
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
+    return figure
+
+
+def compare_memory(labels: Sequence[str], totals: Sequence) -> go.Figure:
+    """Per-device bytes of several layouts side by side, grouped by kind (same colours as memory_bars)."""
+    kinds = [("param", "param_bytes", "parameters"), ("opt_state", "opt_state_bytes", "optimizer state"),
+             ("input", "input_bytes", "inputs"), ("activation", "activation_bytes", "declared activations")]
+    figure = go.Figure()
+    for kind, field, name in kinds:
+        values = [getattr(t, field) for t in totals]
+        figure.add_bar(
+            x=list(labels), y=[v / 2**20 for v in values], name=name, marker_color=KIND_COLORS[kind],
+            text=[human_bytes(v) for v in values], hovertemplate="%{x}<br>" + name + ": %{text}<extra></extra>",
+        )
+    figure.update_layout(
+        barmode="group", height=300, yaxis_title="MiB per device", margin=dict(l=50, r=10, t=30, b=40),
+        legend=dict(orientation="h", y=1.15), plot_bgcolor="white",
+    )
+    return figure
+
+
+def race_figure(labels: Sequence[str], round_medians: Sequence[Sequence[float]]) -> go.Figure:
+    """Each layout's median step time per race round."""
+    figure = go.Figure()
+    for label, medians in zip(labels, round_medians):
+        figure.add_scatter(x=list(range(1, len(medians) + 1)), y=[m * 1e3 for m in medians], mode="lines+markers", name=label)
+    figure.update_layout(
+        height=280, xaxis_title="round", yaxis_title="median step (ms)", margin=dict(l=50, r=10, t=20, b=40), plot_bgcolor="white",
+    )
     return figure

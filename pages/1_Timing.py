@@ -73,12 +73,13 @@ def run_timing(steps: int, warmup: int) -> TimingResult | None:
 
 def show_result(result: TimingResult) -> None:
     steps = result.step_s
-    columns = st.columns(5)
+    columns = st.columns(6)
     columns[0].metric("Compile", f"{result.compile_s:.2f} s", help="cached: compiled earlier in this process" if result.cached else None)
-    columns[1].metric("Median step", f"{steps.median * 1e3:.2f} ms")
-    columns[2].metric("p10 / p90", f"{steps.p10 * 1e3:.1f} / {steps.p90 * 1e3:.1f} ms")
-    columns[3].metric("Steps / s", f"{result.steps_per_s:.2f}")
-    columns[4].metric("Achieved", f"{result.flops_per_s / 1e9:.2f} GFLOP/s", help=f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
+    columns[1].metric("Median step", f"{steps.median * 1e3:.1f} ms")
+    columns[2].metric("p10", f"{steps.p10 * 1e3:.1f} ms")
+    columns[3].metric("p90", f"{steps.p90 * 1e3:.1f} ms")
+    columns[4].metric("Steps / s", f"{result.steps_per_s:.2f}")
+    columns[5].metric("Achieved", f"{result.flops_per_s / 1e9:.2f} GFLOP/s", help=f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
     st.plotly_chart(plots.step_times_figure(steps.samples), key="step_times")
     st.caption(
         f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
@@ -139,8 +140,10 @@ if timeable():
     )
     if start:
         st.session_state.get(RESULTS, {}).pop(key, None)
-        st.button("Stop", key="stop_button", help="Stops after the current step; the steps so far are kept")
+        stop_slot = st.empty()
+        stop_slot.button("Stop", key="stop_button", help="Stops after the current step; the steps so far are kept")
         result = run_timing(int(steps), int(warmup))
+        stop_slot.empty()
         if result is not None:
             st.session_state.setdefault(RESULTS, {})[key] = result
     partial = st.session_state.get(PARTIAL)

@@ -8,10 +8,9 @@ import statistics  # noqa: E402
 from urllib.parse import parse_qsl, urlsplit  # noqa: E402
 
 import pandas as pd  # noqa: E402
-import plotly.graph_objects as go  # noqa: E402
 import streamlit as st  # noqa: E402
 
-from explorer import library  # noqa: E402
+from explorer import library, plots  # noqa: E402
 from explorer.analysis import analyze  # noqa: E402
 from explorer.compare import RaceResult, race, spec_differences  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
@@ -60,16 +59,6 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
         except ExplorerError as error:
             st.error(f"Link {number}: {error}")
     return picked
-
-
-def memory_figure(labels: list[str], reports) -> go.Figure:
-    kinds = [("param_bytes", "parameters"), ("opt_state_bytes", "optimizer state"), ("input_bytes", "inputs"), ("activation_bytes", "declared activations")]
-    figure = go.Figure()
-    for field, name in kinds:
-        values = [getattr(r.totals, field) for r in reports]
-        figure.add_bar(x=labels, y=[v / 2**20 for v in values], name=name, text=[human_bytes(v) for v in values], hovertemplate="%{x}<br>" + name + ": %{text}<extra></extra>")
-    figure.update_layout(barmode="group", height=300, yaxis_title="MiB per device", margin=dict(l=50, r=10, t=30, b=40), legend=dict(orientation="h", y=1.15), plot_bgcolor="white")
-    return figure
 
 
 def show_differences(labels: list[str], reports) -> None:
@@ -145,11 +134,7 @@ def show_race(labels: list[str], result: RaceResult) -> None:
             f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
         })
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    figure = go.Figure()
-    for index, label in enumerate(labels):
-        figure.add_scatter(x=list(range(1, len(result.round_medians[index]) + 1)), y=[m * 1e3 for m in result.round_medians[index]], mode="lines+markers", name=label)
-    figure.update_layout(height=280, xaxis_title="round", yaxis_title="median step (ms)", margin=dict(l=50, r=10, t=20, b=40), plot_bgcolor="white")
-    st.plotly_chart(figure, key="race_chart")
+    st.plotly_chart(plots.race_figure(labels, result.round_medians), key="race_chart")
 
 
 picked = chosen_layouts()
@@ -161,7 +146,7 @@ else:
     reports = [analyze(layout) for layout in layouts]
     show_differences(labels, reports)
     st.subheader("Memory per device")
-    st.plotly_chart(memory_figure(labels, reports), key="compare_memory")
+    st.plotly_chart(plots.compare_memory(labels, [r.totals for r in reports]), key="compare_memory")
     st.subheader("Warnings")
     for column, label, report in zip(st.columns(len(reports)), labels, reports):
         with column:

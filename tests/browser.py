@@ -7,6 +7,7 @@ and ``page``) and directly by ``scripts/screenshots.py``.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -45,6 +46,12 @@ RULES_EDITOR = f"{SIDEBAR} [data-testid='stDataFrameResizable']"
 RULE_COLUMNS = {"#": 1, "logical name": 2, "mesh axes": 3}  # glide's column 0 is the row marker
 HEADER_HEIGHT = 35
 ROW_HEIGHT = 35
+
+# The app asks for a 440 px sidebar (set_page_config), but Streamlit reads that width only
+# when the sidebar mounts; with the multipage navigation the sidebar often mounts before the
+# page config arrives and keeps the default width. A width saved in localStorage wins.
+SIDEBAR_WIDTH = 440
+PIN_SIDEBAR_WIDTH = f"window.localStorage.setItem('sidebarWidth', '{SIDEBAR_WIDTH}');"
 
 # Counts every stException that is ever added to the page, even one a later rerun removes.
 EXCEPTION_WATCH = """
@@ -130,17 +137,18 @@ def launch_chromium(playwright: Playwright) -> Browser:
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
 
 
-def new_page(browser: Browser) -> Page:
+def new_page(browser: Browser, viewport: dict[str, int] = VIEWPORT) -> Page:
     """A page in a fresh context (so a fresh Streamlit session) that counts exception boxes."""
-    context = browser.new_context(viewport=VIEWPORT)
+    context = browser.new_context(viewport=viewport)
     context.add_init_script(EXCEPTION_WATCH)
+    context.add_init_script(PIN_SIDEBAR_WIDTH)
     return context.new_page()
 
 
 def open_app(page: Page, url: str) -> None:
     """Load the app and wait until the first run has drawn the device grid."""
     page.goto(url)
-    expect(page.locator(f"{GRID} .annotation-text").first).to_be_visible(timeout=RERUN_TIMEOUT_MS)
+    expect(grid_labels(page).first).to_be_visible(timeout=RERUN_TIMEOUT_MS)
     wait_for_rerun(page)
 
 
@@ -184,14 +192,14 @@ def screenshot(page: Page, name: str, directory: Path = SCREENSHOTS) -> Path:
 # --- reading the page -------------------------------------------------------------------------
 
 
-def grid_labels(page: Page) -> list[str]:
+def grid_labels(page: Page) -> Locator:
     """The device-id labels of the device grid's blocks, in drawing order (row by row)."""
-    return page.locator(f"{GRID} .annotation-text").all_text_contents()
+    return page.locator(f"{GRID} .annotation-text")
 
 
 def grid_label_centres(page: Page) -> list[tuple[float, float]]:
     centres = []
-    for box in (label.bounding_box() for label in page.locator(f"{GRID} .annotation-text").all()):
+    for box in (label.bounding_box() for label in grid_labels(page).all()):
         centres.append((box["x"] + box["width"] / 2, box["y"] + box["height"] / 2))
     return centres
 
@@ -206,6 +214,41 @@ def sidebar_errors(page: Page) -> Locator:
     return page.locator(f"{SIDEBAR} [data-testid='stAlertContentError']")
 
 
+# --- widgets -------------------------------------------------------------------------------------
+
+
+def key_selector(key: str) -> str:
+    """The CSS class Streamlit gives the container of a keyed widget (``a::b`` -> ``.st-key-a--b``)."""
+    return ".st-key-" + re.sub(r"[^A-Za-z0-9_-]", "-", key)
+
+
+def set_text(page: Page, key: str, text: str) -> None:
+    """Type into a keyed st.text_input and submit it with Enter (that is what triggers the rerun)."""
+    field = page.locator(f"{key_selector(key)} input")
+    field.fill(text)
+    field.press("Enter")
+    wait_for_rerun(page)
+
+
+def choose(page: Page, key: str, option: str) -> None:
+    """Pick the option of a keyed st.selectbox whose label is ``option`` or starts with ``option:``."""
+    page.locator(key_selector(key)).click()
+    page.keyboard.type(option)  # filters the list, which may be too long to render every option
+    pattern = re.compile(rf"^{re.escape(option)}(:|$)")
+    page.get_by_role("option").filter(has_text=pattern).first.click()
+    wait_for_rerun(page)
+
+
+def toggle_expander(page: Page, title: str) -> None:
+    page.locator("[data-testid='stExpander'] summary").filter(has_text=title).click()
+    page.wait_for_timeout(300)
+
+
+def click_button(page: Page, key: str) -> None:
+    page.locator(f"{key_selector(key)} button").click()
+    wait_for_rerun(page)
+
+
 # --- the rules editor (glide-data-grid on a canvas) ------------------------------------------
 #
 # The canvas cannot be queried, but glide keeps an accessible table in step with it:
@@ -214,7 +257,11 @@ def sidebar_errors(page: Page) -> Locator:
 
 
 def rule_rows(page: Page) -> list[list[str]]:
-    """The rules editor's cells as text, row by row: [#, logical name, mesh axes]."""
+    """The rules editor's cells as text, row by row: [#, logical name, mesh axes].
+
+    Glide's accessible table holds only the columns in view (None for the others);
+    at the pinned sidebar width all three are.
+    """
     return page.evaluate(
         """(sidebar) => {
             const rows = {};
@@ -280,14 +327,15 @@ def edit_rule_axes(page: Page, row: int, axes: list[str]) -> None:
     editor = page.locator("[data-testid='multi-select-cell']")
     expect(editor).to_be_visible()
     chips = editor.locator("[aria-label^='Remove ']")
-    while chips.count():
+    for _ in range(chips.count()):
         chips.first.click()
+    expect(chips).to_have_count(0)
     for axis in axes:
         page.keyboard.type(axis)
         _next_frames(page)
         page.keyboard.press("Enter")
         expect(editor.locator(f"[aria-label='Remove {axis}']")).to_have_count(1)
-    page.locator("h1").first.click()
+    page.locator("h1").first.click()  # the page title: somewhere inert outside the overlay
     expect(editor).to_have_count(0)
     wait_for_rerun(page)
 

@@ -7,11 +7,13 @@ embed × hidden) is the array drawn by default.
 """
 
 import pytest
-from playwright.sync_api import Page, expect
 
-from tests.browser import (
+pytest.register_assert_rewrite("tests.browser")  # it is imported here before pytest_plugins loads it
+
+from playwright.sync_api import Page, expect  # noqa: E402
+
+from tests.browser import (  # noqa: E402
     EXCEPTION,
-    GRID,
     SIDEBAR,
     edit_rule_axes,
     edit_rule_text,
@@ -19,10 +21,11 @@ from tests.browser import (
     grid_axis_titles,
     grid_label_centres,
     grid_labels,
+    grid_labels,
     rule_rows,
     screenshot,
+    set_text,
     sidebar_errors,
-    wait_for_rerun,
 )
 
 pytest_plugins = ["tests.browser"]
@@ -34,7 +37,20 @@ SEED_LABELS = ["0,4", "1,5", "2,6", "3,7"]
 
 
 def expect_grid_labels(page: Page, labels: list[str]) -> None:
-    expect(page.locator(f"{GRID} .annotation-text")).to_have_text(labels)
+    expect(grid_labels(page)).to_have_text(labels)
+
+
+def expect_mesh_ids(page: Page) -> None:
+    """The mesh figure labels its 2 × 4 cells with device ids in mesh order."""
+    expect(page.locator(".st-key-mesh_figure .heatmap-label")).to_have_text([str(d) for d in range(8)])
+
+
+def same(values: list[float], tolerance: float = 2.0) -> bool:
+    return max(values) - min(values) <= tolerance
+
+
+def increasing(values: list[float], gap: float = 10.0) -> bool:
+    return all(b - a >= gap for a, b in zip(values, values[1:]))
 
 
 def assert_no_exception(page: Page) -> None:
@@ -47,18 +63,10 @@ def assert_seed_grid(page: Page) -> None:
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → model", "dim 0 'embed' · 1024 → replicated")
 
 
-def set_text_input(page: Page, key: str, text: str) -> None:
-    """Type into a keyed st.text_input and submit it with Enter (that is what triggers the rerun)."""
-    field = page.locator(f".st-key-{key} input")
-    field.fill(text)
-    field.press("Enter")
-    wait_for_rerun(page)
-
-
 def test_load_shows_no_exception(page: Page) -> None:
     assert_seed_grid(page)
-    expect(page.locator(".st-key-selected_path")).to_contain_text("params/LogicalDotReluDot_0/Dense_0/kernel")
-    expect(page.locator(".st-key-mesh_figure .textpoint")).to_have_count(8)
+    expect(page.locator(".st-key-selected_path input")).to_have_value("params/LogicalDotReluDot_0/Dense_0/kernel")
+    expect_mesh_ids(page)
     assert_no_exception(page)
     screenshot(page, "browser-load")
 
@@ -82,24 +90,23 @@ def test_mesh_axes_edit_redraws_grid(page: Page) -> None:
 def test_logical_name_edit_turns_grid_sideways(page: Page) -> None:
     """Rule 1 hidden → embed: the kernel becomes P('model', None), so the same four
     blocks now stack as rows (dim 0) instead of standing side by side (dim 1)."""
-    columns = grid_label_centres(page)
-    assert len({round(y) for _, y in columns}) == 1 and [x for x, _ in columns] == sorted(x for x, _ in columns)
+    xs, ys = zip(*grid_label_centres(page))
+    assert same(ys) and increasing(xs), (xs, ys)
 
     edit_rule_text(page, 1, "logical name", "embed")
 
     assert rule_rows(page) == [["0", "batch", "data"], ["1", "embed", "model"]]
     expect_grid_labels(page, SEED_LABELS)
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → replicated", "dim 0 'embed' · 1024 → model")
-    rows = grid_label_centres(page)
-    assert len({round(x) for x, _ in rows}) == 1, rows
-    assert [y for _, y in rows] == sorted(y for _, y in rows) and len({round(y) for _, y in rows}) == 4, rows
+    xs, ys = zip(*grid_label_centres(page))
+    assert same(xs) and increasing(ys), (xs, ys)
     expect(page.locator("[data-testid='stMain']")).to_contain_text("spec P('model', None)")
     assert_no_exception(page)
     screenshot(page, "browser-rules-embed-model")
 
 
 def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
-    set_text_input(page, "mesh_shape_text", "2, x")
+    set_text(page, "mesh_shape_text", "2, x")
 
     errors = sidebar_errors(page)
     expect(errors).to_have_count(1)
@@ -110,11 +117,11 @@ def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
     expect(page.locator("[data-testid='stMain'] [data-testid='stAlert']").first).to_contain_text("not valid (mesh.shape[1])")
     expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
     assert_seed_grid(page)  # the last valid layout is still drawn
-    expect(page.locator(".st-key-mesh_figure .textpoint")).to_have_count(8)
+    expect_mesh_ids(page)
     assert_no_exception(page)
     screenshot(page, "browser-invalid-shape")
 
-    set_text_input(page, "mesh_shape_text", "2, 4")
+    set_text(page, "mesh_shape_text", "2, 4")
     expect(sidebar_errors(page)).to_have_count(0)
     assert_seed_grid(page)
     assert_no_exception(page)
@@ -122,7 +129,7 @@ def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
 
 def test_rule_naming_missing_axis_shows_error_under_rules(page: Page) -> None:
     """Renaming the mesh axis model → tensor leaves rule 1 (hidden → model) naming an axis the mesh lacks."""
-    set_text_input(page, "mesh_axes_text", "data, tensor")
+    set_text(page, "mesh_axes_text", "data, tensor")
 
     errors = sidebar_errors(page)
     expect(errors).to_have_count(1)

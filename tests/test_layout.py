@@ -95,6 +95,7 @@ def test_transformer_heads_must_group_kv_heads(seed_dict):
 
 def test_factory_not_allow_listed_is_refused_without_import(seed_dict, monkeypatch):
     monkeypatch.delenv(models.ALLOW_ENV, raising=False)
+    monkeypatch.delitem(sys.modules, "tests.factory_module", raising=False)
     seed_dict["model"] = {"name": "tests.factory_module:make_model", "options": {}}
     refuse(seed_dict, "model.name", "not allow-listed", models.ALLOW_ENV)
     assert "tests.factory_module" not in sys.modules

@@ -146,11 +146,13 @@ def _choose_dims(info: ArrayInfo, labels: list[str], mesh: MeshInfo) -> tuple[in
     if ndim <= 2:
         return (0 if ndim == 2 else None), (ndim - 1 if ndim >= 1 else None), {}
     options = list(range(ndim))
-    left, right = st.columns(2)
-    row_dim = left.selectbox("Rows", options, index=ndim - 2, format_func=lambda d: labels[d], key=f"rows::{info.path}")
-    col_choices = [d for d in options if d != row_dim]
-    col_dim = right.selectbox("Columns", col_choices, index=len(col_choices) - 1, format_func=lambda d: labels[d], key=f"cols::{info.path}")
     counts = shard_counts(info.spec, mesh)
+    first, second = sorted(sorted(options, key=lambda d: (counts[d], d))[-2:])  # the most-cut dims, in order
+    left, right = st.columns(2)
+    row_dim = left.selectbox("Rows", options, index=first, format_func=lambda d: labels[d], key=f"rows::{info.path}")
+    col_choices = [d for d in options if d != row_dim]
+    col_default = col_choices.index(second) if second in col_choices else len(col_choices) - 1
+    col_dim = right.selectbox("Columns", col_choices, index=col_default, format_func=lambda d: labels[d], key=f"cols::{info.path}")
     fixed = {}
     for dim in options:
         if dim in (row_dim, col_dim):

@@ -71,9 +71,7 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
     slot = st.empty()
     if shape and all(isinstance(s, int) and s > 0 for s in shape):
         needed, have = math.prod(shape), devices.describe()["count"]
-        if needed > have:
-            st.caption(f"Needs {needed:,} devices; this process has {have}: a **planned** mesh (AbstractMesh).")
-        else:
+        if needed <= have:
             st.caption(f"Needs {needed} of the {have} devices: runs on **real** devices.")
     return {"shape": shape, "axes": axes}, slot
 
