@@ -21,7 +21,6 @@ from tests.browser import (  # noqa: E402
     grid_axis_titles,
     grid_label_centres,
     grid_labels,
-    grid_labels,
     rule_rows,
     screenshot,
     set_text,
@@ -112,8 +111,9 @@ def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
     expect(errors).to_have_count(1)
     expect(errors).to_contain_text("mesh.shape[1]")
     expect(errors).to_contain_text("'x'")
-    error_y = errors.bounding_box()["y"]
-    assert page.locator(".st-key-mesh_shape_text").bounding_box()["y"] < error_y < page.locator(".st-key-rules_preset").bounding_box()["y"]
+    shape_y = page.locator(".st-key-mesh_shape_text").bounding_box()["y"]
+    rules_y = page.locator(".st-key-rules_preset").bounding_box()["y"]
+    assert shape_y < errors.bounding_box()["y"] < rules_y, "the error sits in the mesh section"
     expect(page.locator("[data-testid='stMain'] [data-testid='stAlert']").first).to_contain_text("not valid (mesh.shape[1])")
     expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
     assert_seed_grid(page)  # the last valid layout is still drawn
@@ -135,7 +135,8 @@ def test_rule_naming_missing_axis_shows_error_under_rules(page: Page) -> None:
     expect(errors).to_have_count(1)
     expect(errors).to_contain_text("rules[1]")
     expect(errors).to_contain_text("'model'")
-    assert errors.bounding_box()["y"] > page.locator(f"{SIDEBAR} [data-testid='stDataFrame']").bounding_box()["y"]
+    editor_y = page.locator(f"{SIDEBAR} [data-testid='stDataFrame']").bounding_box()["y"]
+    assert errors.bounding_box()["y"] > editor_y, "the error sits under the rules editor"
     assert_seed_grid(page)
     assert_no_exception(page)
     screenshot(page, "browser-missing-axis")

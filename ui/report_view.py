@@ -62,7 +62,7 @@ def _warnings(report: Report) -> None:
     grouped: dict[str, list] = {}
     for warning in report.warnings:
         grouped.setdefault(warning.code, []).append(warning)
-    with st.expander(f"Warnings ({len(report.warnings)})", expanded=True):
+    with st.container(key="warnings"), st.expander(f"Warnings ({len(report.warnings)})", expanded=True):
         for code, warnings in grouped.items():
             show = st.error if code == "indivisible" else st.warning
             shown = warnings[:5]
@@ -117,7 +117,7 @@ def _dim_labels(info: ArrayInfo, report: Report) -> list[str]:
 
 def _selected_array(report: Report, info: ArrayInfo) -> None:
     labels = _dim_labels(info, report)
-    st.markdown(
+    st.container(key="selected_summary").markdown(
         f"**{info.path}** · {info.kind} · shape {tuple(info.shape)} {info.dtype} · spec `{info.spec_text()}` · "
         f"shard {tuple(info.shard_shape)} = {human_bytes(info.bytes_per_device)} per device · "
         f"each block on {info.replication} device(s)"

@@ -46,7 +46,7 @@ def render() -> tuple[dict[str, Any], Slots]:
     with st.sidebar:
         _devices_section()
         st.text_input("Layout name", key=state.NAME)
-        name_slot = st.empty()
+        name_slot = st.container(key="name_messages")
         mesh, mesh_slot = _mesh_section()
         rules, rules_slot = _rules_section(mesh["axes"])
         model, model_slot = _model_section()
@@ -68,7 +68,7 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
     right.text_input("Axis names", key=state.MESH_AXES, help="One name per axis, e.g. data, model")
     shape = state.parse_list(st.session_state[state.MESH_SHAPE])
     axes = state.parse_names(st.session_state[state.MESH_AXES])
-    slot = st.empty()
+    slot = st.container(key="mesh_messages")
     if shape and all(isinstance(s, int) and s > 0 for s in shape):
         needed, have = math.prod(shape), devices.describe()["count"]
         if needed <= have:
@@ -78,25 +78,24 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
 
 def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
     st.subheader("Rules")
-    left, right = st.columns([2, 1], vertical_alignment="bottom")
-    preset = left.selectbox("Preset", list(PRESETS), key="rules_preset", help=PRESET_DESCRIPTIONS_HELP)
-    if right.button("Apply preset", key="apply_preset", disabled=not mesh_axes, width="stretch"):
-        state.set_rules([[logical, _axes(mesh)] for logical, mesh in preset_rules(preset, mesh_axes)])
+    preset = st.selectbox("Preset", list(PRESETS), key="rules_preset", help=PRESET_DESCRIPTIONS_HELP)
     st.caption(PRESET_DESCRIPTIONS[preset])
+    if st.button("Apply preset", key="apply_preset", disabled=not mesh_axes, width="stretch"):
+        state.set_rules([[logical, _axes(mesh)] for logical, mesh in preset_rules(preset, mesh_axes)])
     base = pd.DataFrame(
         [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
     )
-    edited = st.data_editor(
+    edited = st.container(key="rules_editor").data_editor(
         base,
         key=f"rules_editor_{st.session_state[state.RULES_VERSION]}",
         num_rows="dynamic",
         hide_index=True,
         width="stretch",
         column_config={
-            "#": st.column_config.NumberColumn("#", help="Priority: rules apply in this order; edit to reorder", step=1, width="small"),
-            "logical name": st.column_config.TextColumn("logical name", help="A logical axis name, e.g. batch"),
+            "#": st.column_config.NumberColumn("#", help="Priority: rules apply in this order; edit to reorder", step=1, width=36),
+            "logical name": st.column_config.TextColumn("logical name", help="A logical axis name, e.g. batch", width=104),
             "mesh axes": st.column_config.MultiselectColumn(
-                "mesh axes", options=mesh_axes, help="None replicates; several shard over their product"
+                "mesh axes", options=mesh_axes, help="None replicates; several shard over their product", width=120
             ),
         },
     )
@@ -105,7 +104,7 @@ def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
     if _reordered(rows):  # show the rules in the order they now apply
         state.set_rules([[logical, axes] for _, logical, axes in rows])
         st.rerun()
-    return [[logical, state.mesh_entry(axes)] for _, logical, axes in rows], st.empty()
+    return [[logical, state.mesh_entry(axes)] for _, logical, axes in rows], st.container(key="rules_messages")
 
 
 def _axes(mesh: Any) -> list[str]:
@@ -143,8 +142,7 @@ def _model_section() -> tuple[dict[str, Any], Any]:
     if is_factory(name):
         st.session_state.setdefault(state.FACTORY_OPTIONS, "{}")
         st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS)
-        slot = st.empty()
-        return {"name": name, "options": _factory_options()}, slot
+        return {"name": name, "options": _factory_options()}, st.container(key="model_messages")
     entry = MODELS[name]
     if entry.presets:
         st.selectbox(
@@ -154,7 +152,7 @@ def _model_section() -> tuple[dict[str, Any], Any]:
     with st.expander("Options", expanded=not entry.presets):
         for field, info in entry.options.model_fields.items():
             _option_widget(name, field, info)
-    return {"name": name, "options": state.model_options(name)}, st.empty()
+    return {"name": name, "options": state.model_options(name)}, st.container(key="model_messages")
 
 
 def _apply_size_preset(model: str) -> None:
