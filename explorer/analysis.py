@@ -260,11 +260,6 @@ def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3)
     ]
 
 
-def named_sharding(info: ArrayInfo, layout: Layout) -> NamedSharding:
-    """The NamedSharding JAX would use for this array (real or abstract mesh)."""
-    return NamedSharding(jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), PartitionSpec(*info.spec))
-
-
 def state_shardings(report: Report, model: AbstractModel) -> Any:
     """The TrainState's out_shardings tree (boxes as leaves), built from the report's specs."""
     mesh = jax_mesh(tuple(report.mesh.shape), tuple(report.mesh.axes))

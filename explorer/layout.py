@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Union
 
 from pydantic import (
@@ -64,8 +65,6 @@ class MeshSpec(_Frozen):
     @field_validator("axes")
     @classmethod
     def _named_axes(cls, axes: tuple[Any, ...]) -> tuple[str, ...]:
-        import re
-
         for i, name in enumerate(axes):
             if not isinstance(name, str) or not re.match(AXIS_NAME, name):
                 raise ExplorerError(
@@ -246,13 +245,6 @@ def load_layout_file(path: str) -> Layout:
     except OSError as error:
         raise ExplorerError("layout file", path, f"cannot be read ({error.strerror})") from None
     return load_layout_json(text)
-
-
-def replace(layout: Layout, **changes: Any) -> Layout:
-    """A new validated layout with some top-level fields changed (dict form accepted)."""
-    data = layout.to_dict()
-    data.update(changes)
-    return parse_layout(data)
 
 
 SEED_LAYOUT = {

@@ -92,10 +92,10 @@ def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
         hide_index=True,
         width="stretch",
         column_config={
-            "#": st.column_config.NumberColumn("#", help="Priority: rules apply in this order; edit to reorder", step=1, width=36),
-            "logical name": st.column_config.TextColumn("logical name", help="A logical axis name, e.g. batch", width=104),
+            "#": st.column_config.NumberColumn("#", help="Priority: rules apply in this order; edit to reorder", step=1, width=28),
+            "logical name": st.column_config.TextColumn("logical name", help="A logical axis name, e.g. batch", width=86),
             "mesh axes": st.column_config.MultiselectColumn(
-                "mesh axes", options=mesh_axes, help="None replicates; several shard over their product", width=120
+                "mesh axes", options=mesh_axes, help="None replicates; several shard over their product", width=96
             ),
         },
     )

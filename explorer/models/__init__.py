@@ -134,12 +134,7 @@ def _build_factory(spec) -> BuiltModel:
     return built
 
 
-def option_fields(name: str) -> dict[str, Any]:
-    """The option schema of a built-in model: name -> pydantic FieldInfo (for building forms)."""
-    return dict(MODELS[name].options.model_fields)
-
-
 __all__ = [
     "ALLOW_ENV", "BuiltModel", "InputSpec", "MODELS", "ModelEntry", "allowed_factories",
-    "build_model", "is_factory", "option_fields", "validate_model",
+    "build_model", "is_factory", "validate_model",
 ]
