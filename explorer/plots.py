@@ -138,6 +138,8 @@ def _draw_block_edges(figure: go.Figure, rows: int, cols: int) -> None:
 
 
 def _ticks(ranges: Sequence[tuple[int, int]], limit: int = 16) -> dict:
+    longest = max(len(f"{a}:{b}") for a, b in ranges)
+    limit = min(limit, 8) if longest > 6 else limit  # long labels: fewer of them, kept horizontal
     step = max(1, math.ceil(len(ranges) / limit))
     chosen = range(0, len(ranges), step)
     return dict(tickvals=[i + 0.5 for i in chosen], ticktext=[f"{ranges[i][0]}:{ranges[i][1]}" for i in chosen])
@@ -146,7 +148,9 @@ def _ticks(ranges: Sequence[tuple[int, int]], limit: int = 16) -> dict:
 def _grid_axes(figure: go.Figure, view: GridView, dim_labels: Sequence[str], title: str) -> None:
     row_title = dim_labels[view.row_dim] if view.row_dim is not None else ""
     col_title = dim_labels[view.col_dim] if view.col_dim is not None else ""
-    figure.update_xaxes(range=[0, len(view.cols)], title=col_title, side="top", showgrid=False, zeroline=False, **_ticks(view.cols))
+    figure.update_xaxes(
+        range=[0, len(view.cols)], title=col_title, side="top", showgrid=False, zeroline=False, tickangle=0, **_ticks(view.cols)
+    )
     figure.update_yaxes(range=[len(view.rows), 0], title=row_title, showgrid=False, zeroline=False, **_ticks(view.rows))
     height = 180 if view.row_dim is None else min(620, max(300, 34 * len(view.rows) + 140))
     figure.update_layout(

@@ -1,0 +1,55 @@
+"""Figures from plain data: the device grid shows exactly the tiles, with one colour per device."""
+
+from explorer import plots
+from explorer.analysis import analyze
+from explorer.layout import parse_layout
+from explorer.tiles import grid_view
+
+KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"
+
+
+def kernel_view(seed_dict):
+    report = analyze(parse_layout(seed_dict))
+    info = report.array(KERNEL)
+    return report, grid_view(info.shape, info.spec, report.mesh, 0, 1)
+
+
+def test_grid_draws_each_replica_as_a_stripe_of_its_device(seed_dict):
+    report, view = kernel_view(seed_dict)
+    figure = plots.sharding_grid(view, report.mesh, 4, ["rows", "cols"])
+    heatmap = figure.data[0]
+    assert [list(row) for row in heatmap.z] == [[0, 4, 1, 5, 2, 6, 3, 7]]
+    assert [a.text for a in figure.layout.annotations] == ["0,4", "1,5", "2,6", "3,7"]
+    hover = heatmap.text[0][0]
+    assert "index [0:1024 × 0:256]" in hover and "shard shape (1024, 256) · 1.0 MiB" in hover
+    assert "device 0</b> (data=0, model=0)" in hover and "held by 2 device(s): 0,4" in hover
+
+
+def test_device_colours_are_the_same_in_every_figure(seed_dict):
+    report, view = kernel_view(seed_dict)
+    grid = plots.sharding_grid(view, report.mesh, 4, ["rows", "cols"]).data[0]
+    mesh = plots.mesh_figure(report.mesh).data[0]
+
+    def colour(trace, device):
+        """The discrete colorscale holds two stops per z value, in z order."""
+        return trace.colorscale[2 * device][1]
+
+    for device in range(8):
+        assert colour(grid, device) == colour(mesh, device) == plots.device_color(device, 8)
+
+
+def test_mesh_highlight_fades_the_other_devices(seed_dict):
+    report, _ = kernel_view(seed_dict)
+    z = plots.mesh_figure(report.mesh, highlight={0, 4}).data[0].z
+    faded = report.mesh.size
+    assert [list(row) for row in z] == [[0, faded, faded, faded], [4, faded, faded, faded]]
+
+
+def test_many_replicas_draw_one_grey_block_with_a_count():
+    layout = parse_layout({"mesh": {"shape": [32], "axes": ["data"]}, "rules": [], "model": {"name": "mlp"}})
+    report = analyze(layout)
+    info = report.array(KERNEL)
+    view = grid_view(info.shape, info.spec, report.mesh, 0, 1)
+    figure = plots.sharding_grid(view, report.mesh, 4, ["rows", "cols"])
+    assert [list(row) for row in figure.data[0].z] == [[report.mesh.size]]
+    assert figure.layout.annotations[0].text == "0,1,2…31 (32)"
