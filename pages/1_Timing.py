@@ -79,7 +79,7 @@ def show_result(result: TimingResult) -> None:
     columns[2].metric("p10", f"{steps.p10 * 1e3:.1f} ms")
     columns[3].metric("p90", f"{steps.p90 * 1e3:.1f} ms")
     columns[4].metric("Steps / s", f"{result.steps_per_s:.2f}")
-    columns[5].metric("Achieved", f"{result.flops_per_s / 1e9:.2f} GFLOP/s", help=f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
+    columns[5].metric("GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", help=f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
     st.plotly_chart(plots.step_times_figure(steps.samples), key="step_times")
     st.caption(
         f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
@@ -89,15 +89,15 @@ def show_result(result: TimingResult) -> None:
     with memory_column:
         st.subheader("Memory per device")
         rows = [
-            ("arguments", result.memory["argument_bytes"], result.estimate["argument_bytes"]),
-            ("outputs", result.memory["output_bytes"], result.estimate["output_bytes"]),
-            ("temporaries", result.memory["temp_bytes"], result.estimate["declared_activation_bytes"]),
-            ("aliased", result.memory["alias_bytes"], None),
+            ("arguments", result.memory["argument_bytes"], human_bytes(result.estimate["argument_bytes"]), result.estimate["argument_bytes"]),
+            ("outputs", result.memory["output_bytes"], human_bytes(result.estimate["output_bytes"]), result.estimate["output_bytes"]),
+            ("temporaries", result.memory["temp_bytes"], f"{human_bytes(result.estimate['declared_activation_bytes'])} declared activations", None),
+            ("aliased", result.memory["alias_bytes"], "—", None),
         ]
         st.dataframe(
             pd.DataFrame(
-                [{"": name, "XLA (memory_analysis)": human_bytes(xla), "analysis estimate": "—" if est is None else human_bytes(est),
-                  "difference (B)": "—" if est is None else f"{xla - est:+,}"} for name, xla, est in rows]
+                [{"": name, "XLA (memory_analysis)": human_bytes(xla), "analysis estimate": estimate,
+                  "difference (B)": "—" if comparable is None else f"{xla - comparable:+,}"} for name, xla, estimate, comparable in rows]
             ),
             hide_index=True, width="stretch",
         )
