@@ -58,7 +58,7 @@ def run_timing(steps: int, warmup: int) -> TimingResult | None:
 
     TURNSTILE.enter(on_wait=on_wait)
     try:
-        status.update(label="Running", state="running")
+        status.update(label="Running", state="running", expanded=True)
         result = time_layout(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
     except ExplorerError as error:
         status.update(label="Refused", state="error")
@@ -91,7 +91,7 @@ def show_result(result: TimingResult) -> None:
         rows = [
             ("arguments", result.memory["argument_bytes"], human_bytes(result.estimate["argument_bytes"]), result.estimate["argument_bytes"]),
             ("outputs", result.memory["output_bytes"], human_bytes(result.estimate["output_bytes"]), result.estimate["output_bytes"]),
-            ("temporaries", result.memory["temp_bytes"], f"{human_bytes(result.estimate['declared_activation_bytes'])} declared activations", None),
+            ("temporaries", result.memory["temp_bytes"], f"({human_bytes(result.estimate['declared_activation_bytes'])} activations)", None),
             ("aliased", result.memory["alias_bytes"], "—", None),
         ]
         st.dataframe(

@@ -1,17 +1,22 @@
 """Save the README's screenshots into docs/screenshots/: ``python scripts/screenshots.py`` from the repo root.
 
 Starts ``streamlit run app.py`` on 8 simulated CPU devices with the browser tests'
-support code, then draws two pages:
+support code, then draws four pages:
 
 - ``layout.png``: the default page (the Flax guide's 2 × 4 layout);
-- ``planned-16x16.png``: a planned 16 × 16 mesh, the transformer at its llama2-7b
-  size and the fsdp+tensor-parallel rules preset.
+- ``planned-16x16.png``: a planned 16 × 16 mesh with the transformer at its llama2-7b
+  size (batch 16, so that 16-way data parallelism divides it) and fsdp + tensor-parallel
+  rules, opened through a link, with the 4096 × 11008 MLP kernel drawn;
+- ``timing.png``: the Timing page after timing the default layout (20 steps);
+- ``compare.png``: the Compare page, the default layout against a link to the same
+  layout with only the batch rule, in the same session (so with its timing).
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: make `tests` importable
 
@@ -20,33 +25,86 @@ from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 from tests.browser import (  # noqa: E402
     GRID,
     REPO,
+    SIDEBAR,
+    assert_no_exception,
     choose,
-    click_button,
+    key_selector,
     launch_chromium,
     new_page,
     open_app,
+    open_timing,
     screenshot,
-    set_text,
+    selected_summary,
+    set_text_area,
     streamlit_server,
-    toggle_expander,
+    wait_for_rerun,
 )
 
 OUT = REPO / "docs" / "screenshots"
 VIEWPORT = {"width": 1600, "height": 2400}
 MAX_BYTES = 600 * 1024
+TIMING_TIMEOUT_MS = 180_000
+
+
+def link(name: str, **params: str) -> str:
+    """A layout link's query, readable as the app writes it (the name percent-escaped)."""
+    return "?" + "&".join([f"name={quote(name, safe='')}"] + [f"{key}={value}" for key, value in params.items()])
+
+
+# llama2-7b on 16 × 16: fsdp over data (batch, embed), tensor parallel over model; the sequence
+# and the per-head width replicated on purpose ("-"), so that the page has no warnings.
+PLANNED_16X16 = link(
+    "llama2-7b fsdp+tp 16x16",
+    mesh="16x16",
+    axes="data,model",
+    rules="batch:data;mlp:model;heads:model;kv_heads:model;vocab:model;embed:data;length:-;kv:-",
+    model="transformer",
+    options="batch:16;seq_len:4096;layers:32;d_model:4096;heads:32;kv_heads:32;head_dim:128;mlp_dim:11008;"
+    "vocab:32000;gated_mlp:true;learned_positions:false",
+)
 BIG_ARRAY = "params/block_0/mlp/wi_0/kernel"  # 4096 × 11008, P('data', 'model'): 256 blocks
+# The default layout with only the batch rule: the hidden dimension is no longer sharded over model.
+BATCH_ONLY = "http://localhost:8501/" + link(
+    "seed batch-only", mesh="2x4", axes="data,model", rules="batch:data", model="mlp",
+    options="batch:8;layers:4;depth:1024;scan:false",
+)
 
 
-def planned_16x16(page: Page) -> None:
-    """The planned layout, with a 16 × 16-block kernel drawn and the long warnings list folded away."""
-    set_text(page, "mesh_shape_text", "16, 16")
-    choose(page, "model_name", "transformer")
-    choose(page, "size_preset::transformer", "llama2-7b")
-    choose(page, "rules_preset", "fsdp+tensor-parallel")
-    click_button(page, "apply_preset")
+def planned_16x16(page: Page, url: str) -> None:
+    """The planned layout, opened by its link, with the 16 × 16-block kernel drawn."""
+    open_app(page, url + "/" + PLANNED_16X16)
+    expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("llama2-7b fsdp+tp 16x16")
     choose(page, "selected_path", BIG_ARRAY)
-    toggle_expander(page, "Warnings")
+    expect(selected_summary(page)).to_contain_text("spec P('data', 'model')")
+    expect(page.locator(f"{SIDEBAR} [data-testid='stAlertContentError']")).to_have_count(0)
+    expect(page.get_by_test_id("stAlertContentSuccess").filter(has_text="No warnings")).to_have_count(1)
     expect(page.locator(f"{GRID} .main-svg").first).to_be_visible()
+
+
+def time_default_layout(page: Page, url: str) -> None:
+    """The Timing page after timing the default layout with the default 20 steps."""
+    open_timing(page, url)
+    page.locator(f"{key_selector('time_button')} button").click()
+    expect(page.get_by_test_id("stMetric").filter(has_text="Median step")).to_be_visible(timeout=TIMING_TIMEOUT_MS)
+    wait_for_rerun(page, timeout_ms=TIMING_TIMEOUT_MS)
+
+
+def compare_with_link(page: Page) -> None:
+    """Switch to the Compare page in the same session and add the batch-only layout by its link."""
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Compare").click()
+    expect(page.locator(f"{key_selector('compare_links')} textarea")).to_be_visible()
+    wait_for_rerun(page)
+    set_text_area(page, "compare_links", BATCH_ONLY)
+    expect(page.get_by_role("heading", name="Arrays sharded differently", exact=False)).to_be_visible()
+    expect(page.locator(f"{key_selector('compare_memory')} .main-svg").first).to_be_visible()
+    wait_for_rerun(page)
+
+
+def unfocus(page: Page) -> None:
+    """Blur the widget used last and move the mouse off the sidebar: no focus ring, no hover controls."""
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.mouse.move(VIEWPORT["width"] - 10, VIEWPORT["height"] - 10)
+    wait_for_rerun(page)
 
 
 def main() -> int:
@@ -56,13 +114,26 @@ def main() -> int:
         try:
             page = new_page(browser, VIEWPORT)
             open_app(page, url)
+            assert_no_exception(page)
             saved.append(screenshot(page, "layout", OUT))
             page.context.close()
 
             page = new_page(browser, VIEWPORT)
-            open_app(page, url)
-            planned_16x16(page)
+            planned_16x16(page, url)
+            unfocus(page)
+            assert_no_exception(page)
             saved.append(screenshot(page, "planned-16x16", OUT))
+            page.context.close()
+
+            page = new_page(browser, VIEWPORT)
+            time_default_layout(page, url)
+            assert_no_exception(page)
+            unfocus(page)
+            saved.append(screenshot(page, "timing", OUT))
+            compare_with_link(page)
+            unfocus(page)
+            assert_no_exception(page)
+            saved.append(screenshot(page, "compare", OUT))
             page.context.close()
         finally:
             browser.close()

@@ -1,7 +1,8 @@
 """Support for the real-browser tests: a Streamlit server, Chromium, reruns, screenshots, the rules editor.
 
-Used as a pytest plugin by ``tests/test_browser.py`` (fixtures ``app_url``, ``browser``
-and ``page``) and directly by ``scripts/screenshots.py``.
+A pytest plugin (``pytest_plugins`` in ``tests/conftest.py``, so pytest rewrites its
+asserts) giving the fixtures ``app_url``, ``browser``, ``blank_page`` and ``page``;
+also used directly by ``scripts/screenshots.py``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,15 @@ RERUN_TIMEOUT_MS = 30_000
 
 GRID = ".st-key-sharding_grid"
 SIDEBAR = "[data-testid='stSidebar']"
+MAIN = "[data-testid='stMain']"
 EXCEPTION = "[data-testid='stException']"
-RULES_EDITOR = f"{SIDEBAR} [data-testid='stDataFrameResizable']"
+ERROR = "[data-testid='stAlertContentError']"
+SELECTED_SUMMARY = ".st-key-selected_summary"
+WARNINGS = ".st-key-warnings"
+RULES_EDITOR = ".st-key-rules_editor"
+RULES_CANVAS = f"{RULES_EDITOR} [data-testid='stDataFrameResizable']"
+# The sidebar sections that keep a message slot under their widgets (st.container(key="<section>_messages")).
+SECTIONS = ("name", "mesh", "rules", "model")
 RULE_COLUMNS = {"#": 1, "logical name": 2, "mesh axes": 3}  # glide's column 0 is the row marker
 HEADER_HEIGHT = 35
 ROW_HEIGHT = 35
@@ -146,13 +154,20 @@ def new_page(browser: Browser, viewport: dict[str, int] = VIEWPORT) -> Page:
 
 
 def open_app(page: Page, url: str) -> None:
-    """Load the app and wait until the first run has drawn the device grid."""
+    """Load the Layout page (``url`` may carry a layout link) and wait until the first run has drawn the device grid."""
     page.goto(url)
     expect(grid_labels(page).first).to_be_visible(timeout=RERUN_TIMEOUT_MS)
     wait_for_rerun(page)
 
 
-def wait_for_rerun(page: Page, settle_ms: int = 300) -> None:
+def open_timing(page: Page, app_url: str) -> None:
+    """Load the Timing page and wait until its first run has drawn the "Time train step" button."""
+    page.goto(f"{app_url}/Timing")
+    expect(page.locator(f"{key_selector('time_button')} button")).to_be_visible(timeout=RERUN_TIMEOUT_MS)
+    wait_for_rerun(page)
+
+
+def wait_for_rerun(page: Page, settle_ms: int = 300, timeout_ms: int = RERUN_TIMEOUT_MS) -> None:
     """Wait until Streamlit has finished rerunning and the page has settled.
 
     A rerun starts a round trip after the widget changes, so wait a little first;
@@ -171,7 +186,7 @@ def wait_for_rerun(page: Page, settle_ms: int = 300) -> None:
             const running = state === 'running' || state === 'rerunRequested' || statusRunning;
             return !running && document.querySelectorAll('[data-stale="true"]').length === 0;
         }""",
-        timeout=RERUN_TIMEOUT_MS,
+        timeout=timeout_ms,
     )
     page.wait_for_timeout(settle_ms)
 
@@ -179,6 +194,12 @@ def wait_for_rerun(page: Page, settle_ms: int = 300) -> None:
 def exceptions_seen(page: Page) -> int:
     """How many stException elements have appeared since the page was opened."""
     return page.evaluate("window.__stExceptions")
+
+
+def assert_no_exception(page: Page) -> None:
+    """No Streamlit exception box now, nor at any moment since the page was opened."""
+    assert exceptions_seen(page) == 0, "a Streamlit exception box appeared at some point"
+    expect(page.locator(EXCEPTION)).to_have_count(0)
 
 
 def screenshot(page: Page, name: str, directory: Path = SCREENSHOTS) -> Path:
@@ -210,8 +231,50 @@ def grid_axis_titles(page: Page) -> tuple[str, str]:
     return grid.locator(".g-xtitle").first.text_content(), grid.locator(".g-ytitle").first.text_content()
 
 
-def sidebar_errors(page: Page) -> Locator:
-    return page.locator(f"{SIDEBAR} [data-testid='stAlertContentError']")
+def sidebar_errors(page: Page, section: str | None = None) -> Locator:
+    """Error boxes in the sidebar, or only those in one section's message slot (``"mesh"``, ``"rules"``, …)."""
+    if section is None:
+        return page.locator(f"{SIDEBAR} {ERROR}")
+    assert section in SECTIONS, section
+    return page.locator(f"{key_selector(section + '_messages')} {ERROR}")
+
+
+def main_errors(page: Page) -> Locator:
+    return page.locator(f"{MAIN} {ERROR}")
+
+
+def selected_summary(page: Page) -> Locator:
+    """The selected array's summary line: path · kind · shape · spec · shard · replication."""
+    return page.locator(SELECTED_SUMMARY)
+
+
+def shown_layout(page: Page) -> dict:
+    """The MLP layout the sidebar shows, read from its widgets, in the layout file format.
+
+    Reads the name, the mesh fields, the rules editor and the MLP's option widgets;
+    rules keep the file format's spelling (one axis as a string, none as null).
+    """
+    value = lambda key: page.locator(f"{key_selector(key)} input").input_value()  # noqa: E731
+    model = value("model_name").split(":")[0]  # the selectbox shows "mlp: <description>"
+    assert model == "mlp", f"shown_layout reads the MLP's options only, not {model!r}'s"
+    rules = []
+    for _, logical, axes in rule_rows(page):
+        names = [a for a in re.split(r"[\s,]+", axes or "") if a]
+        rules.append([logical, names[0] if len(names) == 1 else (names or None)])
+    return {
+        "name": value("layout_name"),
+        "mesh": {
+            "shape": [int(s) for s in re.split(r"[\s,x]+", value("mesh_shape_text")) if s],
+            "axes": [a for a in re.split(r"[\s,]+", value("mesh_axes_text")) if a],
+        },
+        "rules": rules,
+        "model": {"name": model, "options": {
+            "batch": int(value("option::mlp::batch")),
+            "layers": int(value("option::mlp::layers")),
+            "depth": int(value("option::mlp::depth")),
+            "scan": page.locator(f"{key_selector('option::mlp::scan')} input").is_checked(),
+        }},
+    }
 
 
 # --- widgets -------------------------------------------------------------------------------------
@@ -223,7 +286,7 @@ def key_selector(key: str) -> str:
 
 
 def set_text(page: Page, key: str, text: str) -> None:
-    """Type into a keyed st.text_input and submit it with Enter (that is what triggers the rerun)."""
+    """Type into a keyed st.text_input or st.number_input and submit it with Enter (that triggers the rerun)."""
     field = page.locator(f"{key_selector(key)} input")
     field.fill(text)
     field.press("Enter")
@@ -236,6 +299,14 @@ def choose(page: Page, key: str, option: str) -> None:
     page.keyboard.type(option)  # filters the list, which may be too long to render every option
     pattern = re.compile(rf"^{re.escape(option)}(:|$)")
     page.get_by_role("option").filter(has_text=pattern).first.click()
+    wait_for_rerun(page)
+
+
+def set_text_area(page: Page, key: str, text: str) -> None:
+    """Fill a keyed st.text_area and submit it with Ctrl+Enter (a text area takes Enter as a new line)."""
+    field = page.locator(f"{key_selector(key)} textarea")
+    field.fill(text)
+    field.press("ControlOrMeta+Enter")
     wait_for_rerun(page)
 
 
@@ -260,34 +331,34 @@ def rule_rows(page: Page) -> list[list[str]]:
     """The rules editor's cells as text, row by row: [#, logical name, mesh axes].
 
     Glide's accessible table holds only the columns in view (None for the others);
-    at the pinned sidebar width all three are.
+    with the editor's fixed column widths all three are.
     """
     return page.evaluate(
-        """(sidebar) => {
+        """(editor) => {
             const rows = {};
-            for (const cell of document.querySelectorAll(sidebar + ' td[data-testid^="glide-cell-"]')) {
+            for (const cell of document.querySelectorAll(editor + ' td[data-testid^="glide-cell-"]')) {
                 const [column, row] = cell.dataset.testid.split('-').slice(2).map(Number);
                 (rows[row] = rows[row] || [])[column - 1] = cell.textContent;
             }
             return Object.keys(rows).sort((a, b) => a - b).map((row) => rows[row]);
         }""",
-        SIDEBAR,
+        RULES_EDITOR,
     )
 
 
 def _rule_cell(page: Page, row: int, column: int) -> Locator:
-    return page.locator(f"{SIDEBAR} [data-testid='glide-cell-{column}-{row}']")
+    return page.locator(f"{RULES_EDITOR} [data-testid='glide-cell-{column}-{row}']")
 
 
 def select_rule_cell(page: Page, row: int, column: str) -> None:
     """Select one cell: click into its row, then walk to its column with the arrow keys.
 
-    Only row heights are assumed (35 px); column widths depend on the sidebar's width,
-    so the column is reached from wherever the click landed.
+    Only row heights are assumed (35 px); glide stretches the fixed column widths to
+    the sidebar's width, so the column is reached from wherever the click landed.
     """
-    box = page.locator(RULES_EDITOR).bounding_box()
+    box = page.locator(RULES_CANVAS).bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + HEADER_HEIGHT + ROW_HEIGHT * row + ROW_HEIGHT / 2)
-    selected = page.locator(f"{SIDEBAR} td[aria-selected='true'][data-testid$='-{row}']")
+    selected = page.locator(f"{RULES_EDITOR} td[aria-selected='true'][data-testid$='-{row}']")
     expect(selected, f"a click on row {row} of the rules editor selects a cell of that row").to_have_count(1)
     current = int(selected.get_attribute("data-testid").split("-")[2])
     target = RULE_COLUMNS[column]
@@ -360,11 +431,17 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser, app_url: str) -> Iterator[Page]:
-    """The app, loaded in a fresh session, with its device grid drawn."""
+def blank_page(browser: Browser) -> Iterator[Page]:
+    """A page in a fresh browser context that has loaded nothing yet."""
     page = new_page(browser)
     try:
-        open_app(page, app_url)
         yield page
     finally:
         page.context.close()
+
+
+@pytest.fixture
+def page(blank_page: Page, app_url: str) -> Page:
+    """The Layout page, loaded in a fresh session, with its device grid drawn."""
+    open_app(blank_page, app_url)
+    return blank_page

@@ -14,6 +14,10 @@ import pytest  # noqa: E402
 
 from explorer.layout import SEED_LAYOUT  # noqa: E402
 
+# The browser tests' fixtures. Loaded as a plugin, after the devices are configured above,
+# so that pytest rewrites the asserts of its helpers (a plain import would not).
+pytest_plugins = ["tests.browser"]
+
 
 @pytest.fixture
 def seed_dict():

@@ -47,7 +47,7 @@ def test_editing_a_rule_changes_the_spec_shown(app):
 def test_applying_a_preset_changes_the_rules(app):
     app.text_input(key="mesh_axes_text").input("dp, tp").run()
     assert app.error  # the old rules name 'data' and 'model'
-    app.selectbox(key="rules_preset").select("tensor-parallel")
+    app.selectbox(key="rules_preset").select("tensor-parallel").run()
     app.button(key="apply_preset").click().run()
     assert not app.exception and not app.error
     assert "P(None, 'tp')" in selected_summary(app)
@@ -87,7 +87,7 @@ def test_transformer_size_preset_on_a_planned_mesh(app):
     app.text_input(key="mesh_shape_text").input("16, 16").run()
     app.selectbox(key="model_name").select("transformer").run()
     app.selectbox(key="size_preset::transformer").select("llama2-7b").run()
-    app.selectbox(key="rules_preset").select("fsdp+tensor-parallel")
+    app.selectbox(key="rules_preset").select("fsdp+tensor-parallel").run()
     app.button(key="apply_preset").click().run()
     assert not app.exception
     assert "6,738" in app.markdown[0].value  # Llama-2-7B's 6.74 B parameters

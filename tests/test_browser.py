@@ -7,27 +7,24 @@ embed × hidden) is the array drawn by default.
 """
 
 import pytest
+from playwright.sync_api import Page, expect
 
-pytest.register_assert_rewrite("tests.browser")  # it is imported here before pytest_plugins loads it
-
-from playwright.sync_api import Page, expect  # noqa: E402
-
-from tests.browser import (  # noqa: E402
-    EXCEPTION,
-    SIDEBAR,
+from tests.browser import (
+    MAIN,
+    WARNINGS,
+    assert_no_exception,
     edit_rule_axes,
     edit_rule_text,
-    exceptions_seen,
     grid_axis_titles,
     grid_label_centres,
     grid_labels,
     rule_rows,
     screenshot,
+    selected_summary,
     set_text,
     sidebar_errors,
 )
 
-pytest_plugins = ["tests.browser"]
 pytestmark = pytest.mark.browser
 
 SEED_RULES = [["0", "batch", "data"], ["1", "hidden", "model"]]
@@ -52,11 +49,6 @@ def increasing(values: list[float], gap: float = 10.0) -> bool:
     return all(b - a >= gap for a, b in zip(values, values[1:]))
 
 
-def assert_no_exception(page: Page) -> None:
-    assert exceptions_seen(page) == 0, "a Streamlit exception box appeared at some point"
-    expect(page.locator(EXCEPTION)).to_have_count(0)
-
-
 def assert_seed_grid(page: Page) -> None:
     expect_grid_labels(page, SEED_LABELS)
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → model", "dim 0 'embed' · 1024 → replicated")
@@ -66,6 +58,9 @@ def test_load_shows_no_exception(page: Page) -> None:
     assert_seed_grid(page)
     expect(page.locator(".st-key-selected_path input")).to_have_value("params/LogicalDotReluDot_0/Dense_0/kernel")
     expect_mesh_ids(page)
+    warnings = page.locator(WARNINGS)  # the seed has no rule for 'embed', and says so
+    expect(warnings).to_contain_text("Warnings (1)")
+    expect(warnings).to_contain_text("logical name 'embed' matches no rule")
     assert_no_exception(page)
     screenshot(page, "browser-load")
 
@@ -81,7 +76,7 @@ def test_mesh_axes_edit_redraws_grid(page: Page) -> None:
     assert rule_rows(page) == [["0", "batch", "data"], ["1", "hidden", "data"]]
     expect_grid_labels(page, ["0,1,2,3", "4,5,6,7"])
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → data", "dim 0 'embed' · 1024 → replicated")
-    expect(page.locator("[data-testid='stMain']")).to_contain_text("spec P(None, 'data')")
+    expect(selected_summary(page)).to_contain_text("spec P(None, 'data')")
     assert_no_exception(page)
     screenshot(page, "browser-rules-hidden-data")
 
@@ -99,7 +94,7 @@ def test_logical_name_edit_turns_grid_sideways(page: Page) -> None:
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → replicated", "dim 0 'embed' · 1024 → model")
     xs, ys = zip(*grid_label_centres(page))
     assert same(xs) and increasing(ys), (xs, ys)
-    expect(page.locator("[data-testid='stMain']")).to_contain_text("spec P('model', None)")
+    expect(selected_summary(page)).to_contain_text("spec P('model', None)")
     assert_no_exception(page)
     screenshot(page, "browser-rules-embed-model")
 
@@ -107,14 +102,12 @@ def test_logical_name_edit_turns_grid_sideways(page: Page) -> None:
 def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
     set_text(page, "mesh_shape_text", "2, x")
 
-    errors = sidebar_errors(page)
+    expect(sidebar_errors(page)).to_have_count(1)
+    errors = sidebar_errors(page, "mesh")  # the message slot under the mesh fields
     expect(errors).to_have_count(1)
     expect(errors).to_contain_text("mesh.shape[1]")
     expect(errors).to_contain_text("'x'")
-    shape_y = page.locator(".st-key-mesh_shape_text").bounding_box()["y"]
-    rules_y = page.locator(".st-key-rules_preset").bounding_box()["y"]
-    assert shape_y < errors.bounding_box()["y"] < rules_y, "the error sits in the mesh section"
-    expect(page.locator("[data-testid='stMain'] [data-testid='stAlert']").first).to_contain_text("not valid (mesh.shape[1])")
+    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("not valid (mesh.shape[1])")
     expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
     assert_seed_grid(page)  # the last valid layout is still drawn
     expect_mesh_ids(page)
@@ -131,12 +124,11 @@ def test_rule_naming_missing_axis_shows_error_under_rules(page: Page) -> None:
     """Renaming the mesh axis model → tensor leaves rule 1 (hidden → model) naming an axis the mesh lacks."""
     set_text(page, "mesh_axes_text", "data, tensor")
 
-    errors = sidebar_errors(page)
+    expect(sidebar_errors(page)).to_have_count(1)
+    errors = sidebar_errors(page, "rules")  # the message slot under the rules editor
     expect(errors).to_have_count(1)
     expect(errors).to_contain_text("rules[1]")
     expect(errors).to_contain_text("'model'")
-    editor_y = page.locator(f"{SIDEBAR} [data-testid='stDataFrame']").bounding_box()["y"]
-    assert errors.bounding_box()["y"] > editor_y, "the error sits under the rules editor"
     assert_seed_grid(page)
     assert_no_exception(page)
     screenshot(page, "browser-missing-axis")

@@ -78,9 +78,13 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
 
 def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
     st.subheader("Rules")
-    preset = st.selectbox("Preset", list(PRESETS), key="rules_preset", help=PRESET_DESCRIPTIONS_HELP)
-    st.caption(PRESET_DESCRIPTIONS[preset])
-    if st.button("Apply preset", key="apply_preset", disabled=not mesh_axes, width="stretch"):
+    preset = st.selectbox(
+        "Preset", list(PRESETS), index=None, placeholder="choose a preset to replace the rules",
+        key="rules_preset", help=PRESET_DESCRIPTIONS_HELP,
+    )
+    if preset:
+        st.caption(PRESET_DESCRIPTIONS[preset])
+    if st.button("Apply preset", key="apply_preset", disabled=not (mesh_axes and preset), width="stretch"):
         state.set_rules([[logical, _axes(mesh)] for logical, mesh in preset_rules(preset, mesh_axes)])
     base = pd.DataFrame(
         [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS

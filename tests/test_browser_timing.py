@@ -1,0 +1,125 @@
+"""The Timing page in a real Chromium: the live step-time chart fills while the seed layout is timed.
+
+The seed layout (the Flax guide's MLP on a 2 × 4 mesh) compiles in a few seconds and
+takes a noticeable time per step on 8 simulated CPU devices, so 30 timed steps last
+long enough to watch the chart grow. The page redraws the chart after every step as
+a new plotly chart keyed ``live_<step>`` in one ``st.empty`` slot, and removes it
+when the results are drawn.
+"""
+
+import re
+
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from tests.browser import (
+    MAIN,
+    assert_no_exception,
+    key_selector,
+    open_timing,
+    screenshot,
+    set_text,
+    wait_for_rerun,
+)
+
+pytestmark = pytest.mark.browser
+
+STEPS = 30
+RUN_TIMEOUT_MS = 120_000  # compile + 2 warm-up + 30 steps: about 10 s here; generous for a loaded machine
+LIVE_PLOT = "[class*='st-key-live_'] .js-plotly-plot"
+
+# Records every distinct point count the live chart is drawn with, from the browser's side:
+# [data[0].x.length, drawn markers]. A sample taken from Python can miss the last drawing,
+# which the page replaces by the results soon after.
+RECORD_LIVE_COUNTS = """(selector) => {
+    window.__liveCount = () => {
+        const plot = document.querySelector(selector);
+        return plot && plot.data && plot.data.length ? plot.data[0].x.length : null;
+    };
+    window.__liveCounts = [];
+    new MutationObserver(() => {
+        const plot = document.querySelector(selector);
+        const n = window.__liveCount();
+        if (n === null) return;
+        const drawn = plot.querySelectorAll('.scatterlayer .point').length;
+        const seen = window.__liveCounts;
+        const last = seen[seen.length - 1];
+        if (!last || last[0] !== n || last[1] !== drawn) seen.push([n, drawn]);
+    }).observe(document.body, {childList: true, subtree: true, attributes: true});
+}"""
+
+# Resolves with the live chart's point count once it differs from `previous` (a chart being
+# replaced has no data for a moment: skipped), or with null once the results are drawn.
+NEXT_LIVE_COUNT = """(previous) => {
+    const n = window.__liveCount();
+    if (n !== null && n !== previous) return {n};
+    if (document.querySelector('[data-testid="stMetric"]')) return {n: null};
+    return false;
+}"""
+
+
+def metric_value(page: Page, label: str) -> Locator:
+    metric = page.get_by_test_id("stMetric").filter(has=page.get_by_test_id("stMetricLabel").filter(has_text=re.compile(rf"^{label}$")))
+    return metric.get_by_test_id("stMetricValue")
+
+
+def table_under(page: Page, heading: str) -> list[list[str]]:
+    """The cells, row by row, of the dataframe in the same column as the subheading ``heading``."""
+    column = page.get_by_test_id("stColumn").filter(has=page.get_by_role("heading", name=heading, exact=True))
+    expect(column).to_have_count(1)
+    return column.get_by_test_id("stDataFrame").evaluate(
+        """(frame) => {
+            const rows = {};
+            for (const cell of frame.querySelectorAll('td[data-testid^="glide-cell-"]')) {
+                const [col, row] = cell.dataset.testid.split('-').slice(2).map(Number);
+                (rows[row] = rows[row] || [])[col] = cell.textContent;
+            }
+            return Object.keys(rows).sort((a, b) => a - b).map((row) => rows[row]);
+        }"""
+    )
+
+
+def test_live_chart_fills_while_timing(blank_page: Page, app_url: str) -> None:
+    page = blank_page
+    open_timing(page, app_url)
+    expect(page.locator(MAIN)).to_contain_text("seed-2x4")
+    set_text(page, "timing_steps", str(STEPS))
+    expect(page.locator(f"{key_selector('timing_steps')} input")).to_have_value(str(STEPS))
+    page.evaluate(RECORD_LIVE_COUNTS, LIVE_PLOT)
+
+    page.locator(f"{key_selector('time_button')} button").click()
+    samples = []
+    first = page.wait_for_function(NEXT_LIVE_COUNT, arg=None, timeout=RUN_TIMEOUT_MS).json_value()["n"]
+    assert first is not None, "the results were drawn before the live chart was ever seen"
+    samples.append(first)
+    screenshot(page, "browser-timing-running")
+    while True:  # sample the chart each time it changes, until the results replace it
+        n = page.wait_for_function(NEXT_LIVE_COUNT, arg=samples[-1], timeout=RUN_TIMEOUT_MS).json_value()["n"]
+        if n is None:
+            break
+        samples.append(n)
+    wait_for_rerun(page, timeout_ms=RUN_TIMEOUT_MS)
+
+    assert len(samples) >= 2, f"the live chart was sampled only {len(samples)} time(s): {samples}"
+    assert all(a < b for a, b in zip(samples, samples[1:])), f"the point count did not always grow: {samples}"
+    assert samples[-1] <= STEPS, samples
+    drawn = page.evaluate("window.__liveCounts")
+    counts = [n for n, _ in drawn]
+    assert counts == sorted(set(counts)), f"the live chart's point count went back or repeated: {drawn}"
+    assert drawn[-1] == [STEPS, STEPS], f"the live chart was last drawn with {drawn[-1]} (points, markers), not {STEPS}"
+    expect(page.locator(LIVE_PLOT)).to_have_count(0)  # the live chart gives way to the results
+
+    expect(page.get_by_test_id("stExpander").filter(has_text=f"Timed {STEPS} steps")).to_have_count(1)  # the status box
+    expect(metric_value(page, "Median step")).to_have_text(re.compile(r"^\d+\.\d ms$"))
+    expect(metric_value(page, "Compile")).to_have_text(re.compile(r"^\d+\.\d\d s$"))
+    final = page.locator(f"{key_selector('step_times')} .js-plotly-plot")
+    assert final.evaluate("(plot) => plot.data[0].x.length") == STEPS
+    expect(page.locator(MAIN)).to_contain_text(f"{STEPS} timed steps after 2 warm-up")
+
+    memory = table_under(page, "Memory per device")
+    assert [row[0] for row in memory] == ["arguments", "outputs", "temporaries", "aliased"], memory
+    collectives = table_under(page, "Collectives XLA inserted")
+    all_reduce = [row for row in collectives if row[0] == "all-reduce"]
+    assert len(all_reduce) == 1 and int(all_reduce[0][1]) > 0, collectives
+    assert_no_exception(page)
+    screenshot(page, "browser-timing-done")
