@@ -182,29 +182,24 @@ def preset_rules(preset: str, mesh_axes: Sequence[str]) -> tuple[RulePair, ...]:
     return PRESETS[preset](data, model)
 
 
+def _tensor_parallel(data: str, model: str) -> tuple[RulePair, ...]:
+    """Megatron-style: the wide dimensions over the model axis, batch over data."""
+    return (
+        ("batch", data),
+        ("hidden", model),
+        ("mlp", model),
+        ("heads", model),
+        ("kv_heads", model),
+        ("vocab", model),
+    )
+
+
 PRESETS = {
     "flax-guide": lambda data, model: (("batch", data), ("hidden", model)),
     "data-parallel": lambda data, model: (("batch", data),),
     "fsdp": lambda data, model: (("batch", data), ("embed", data), ("layer", None)),
-    "tensor-parallel": lambda data, model: (
-        ("batch", data),
-        ("hidden", model),
-        ("mlp", model),
-        ("heads", model),
-        ("kv_heads", model),
-        ("vocab", model),
-        ("layer", None),
-    ),
-    "fsdp+tensor-parallel": lambda data, model: (
-        ("batch", data),
-        ("hidden", model),
-        ("mlp", model),
-        ("heads", model),
-        ("kv_heads", model),
-        ("vocab", model),
-        ("embed", data),
-        ("layer", None),
-    ),
+    "tensor-parallel": lambda data, model: _tensor_parallel(data, model) + (("layer", None),),
+    "fsdp+tensor-parallel": lambda data, model: _tensor_parallel(data, model) + (("embed", data), ("layer", None)),
 }
 
 PRESET_DESCRIPTIONS = {
