@@ -67,6 +67,10 @@ def make_optimizer() -> optax.GradientTransformation:
 def init_fn(key, *inputs, model: nn.Module, optimizer: optax.GradientTransformation):
     """The Flax guide's init_fn: initialise the variables and wrap them in a TrainState."""
     variables = model.init(key, *inputs)
+    return _train_state(model, variables, optimizer)
+
+
+def _train_state(model: nn.Module, variables, optimizer: optax.GradientTransformation) -> train_state.TrainState:
     return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=optimizer)
 
 
@@ -98,9 +102,8 @@ def _trace(key: tuple, model_spec) -> AbstractModel:
 
     def init_with_output(rng, *xs):
         output, variables = built.module.init_with_output(rng, *xs)
-        state = train_state.TrainState.create(apply_fn=built.module.apply, params=variables["params"], tx=optimizer)
         found["output_record"] = _record_of(output)
-        return output, state
+        return output, _train_state(built.module, variables, optimizer)
 
     with _recording() as records:
         try:

@@ -26,7 +26,8 @@ from explorer.rules import RESOLUTION_ORDER, DimTrace, RulePair, format_rule, re
 from explorer.tiles import MeshInfo, Tile
 
 LARGE_REPLICATED_BYTES = 1 << 20
-KINDS = ("param", "opt_state", "input", "activation")
+KIND_LABELS = {"param": "parameters", "opt_state": "optimizer state", "input": "inputs", "activation": "declared activations"}
+KINDS = tuple(KIND_LABELS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,13 @@ class Totals:
     @property
     def total_bytes(self) -> int:
         return self.param_bytes + self.opt_state_bytes + self.input_bytes + self.activation_bytes
+
+    def by_kind(self) -> dict[str, int]:
+        """Bytes per device keyed by array kind, in KINDS order."""
+        return {
+            "param": self.param_bytes, "opt_state": self.opt_state_bytes,
+            "input": self.input_bytes, "activation": self.activation_bytes,
+        }
 
     def as_dict(self) -> dict[str, int]:
         return {**dataclasses.asdict(self), "total_bytes": self.total_bytes}
@@ -141,7 +149,7 @@ def analyze(layout: Layout) -> Report:
     mesh = mesh_info(layout.mesh)
     rules = layout.rules_for_flax()
     arrays = tuple(_array_info(a, rules, mesh) for a in model.arrays)
-    return Report(layout, mesh, arrays, _totals(arrays, model), tuple(_warnings(arrays, rules, mesh)))
+    return Report(layout, mesh, arrays, _totals(arrays), tuple(_warnings(arrays, rules, mesh)))
 
 
 def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo) -> ArrayInfo:
@@ -167,7 +175,7 @@ def _counted_in_totals(info: ArrayInfo) -> bool:
     return info.path != "activations/output"
 
 
-def _totals(arrays: Sequence[ArrayInfo], model: AbstractModel) -> Totals:
+def _totals(arrays: Sequence[ArrayInfo]) -> Totals:
     by_kind = {kind: 0 for kind in KINDS}
     for info in arrays:
         if _counted_in_totals(info):
@@ -271,7 +279,8 @@ def state_shardings(report: Report, model: AbstractModel) -> Any:
     )
 
 
-def _spec_json(entry: Any) -> Any:
+def spec_entry_json(entry: Any) -> Any:
+    """One spec entry in JSON form: null, "axis" or ["axis", ...]."""
     return list(entry) if isinstance(entry, tuple) else entry
 
 
@@ -295,7 +304,7 @@ def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[
         "shape": list(info.shape),
         "dtype": info.dtype,
         "logical_axes": None if info.logical_axes is None else list(info.logical_axes),
-        "spec": [_spec_json(e) for e in info.spec],
+        "spec": [spec_entry_json(e) for e in info.spec],
         "shard_shape": list(info.shard_shape),
         "bytes_per_device": info.bytes_per_device,
         "replication": info.replication,

@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 import plotly.colors
 import plotly.graph_objects as go
 
+from explorer.analysis import KIND_LABELS, Totals
 from explorer.text import human_bytes
 from explorer.tiles import GridView, MeshInfo, Tile
 
@@ -206,15 +207,14 @@ def _column_label(column: int, mesh: MeshInfo) -> str:
     return ",".join(str(c) for c in reversed(coordinates))
 
 
-def memory_bars(device_ids: Sequence[int], by_kind: dict[str, int]) -> go.Figure:
+def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
     """Bytes each device holds, stacked by kind (params, optimizer state, inputs, declared activations)."""
-    labels = {"param": "parameters", "opt_state": "optimizer state", "input": "inputs", "activation": "declared activations"}
     figure = go.Figure()
     x = [str(d) for d in device_ids]
-    for kind, value in by_kind.items():
+    for kind, value in totals.by_kind().items():
         figure.add_bar(
-            x=x, y=[value / 2**20] * len(x), name=labels[kind], marker_color=KIND_COLORS[kind],
-            hovertemplate=f"device %{{x}}<br>{labels[kind]}: {human_bytes(value)}<extra></extra>",
+            x=x, y=[value / 2**20] * len(x), name=KIND_LABELS[kind], marker_color=KIND_COLORS[kind],
+            hovertemplate=f"device %{{x}}<br>{KIND_LABELS[kind]}: {human_bytes(value)}<extra></extra>",
         )
     figure.update_layout(
         barmode="stack", height=260, margin=dict(l=50, r=10, t=30, b=40), yaxis_title="MiB per device",
@@ -240,13 +240,11 @@ def step_times_figure(samples: Sequence[float], planned_steps: int | None = None
     return figure
 
 
-def compare_memory(labels: Sequence[str], totals: Sequence) -> go.Figure:
+def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure:
     """Per-device bytes of several layouts side by side, grouped by kind (same colours as memory_bars)."""
-    kinds = [("param", "param_bytes", "parameters"), ("opt_state", "opt_state_bytes", "optimizer state"),
-             ("input", "input_bytes", "inputs"), ("activation", "activation_bytes", "declared activations")]
     figure = go.Figure()
-    for kind, field, name in kinds:
-        values = [getattr(t, field) for t in totals]
+    for kind, name in KIND_LABELS.items():
+        values = [t.by_kind()[kind] for t in totals]
         figure.add_bar(
             x=list(labels), y=[v / 2**20 for v in values], name=name, marker_color=KIND_COLORS[kind],
             text=[human_bytes(v) for v in values], hovertemplate="%{x}<br>" + name + ": %{text}<extra></extra>",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from explorer.analysis import Report
+from explorer.analysis import KIND_LABELS, Report
 
 
 def human_bytes(count: int) -> str:
@@ -48,13 +48,8 @@ def report_table(report: Report, include_tiles: bool = False) -> str:
     lines += [
         "",
         "per device: " + ", ".join(
-            f"{name} {human_bytes(value)}"
-            for name, value in (
-                ("params", totals.param_bytes), ("optimizer state", totals.opt_state_bytes),
-                ("inputs", totals.input_bytes), ("declared activations", totals.activation_bytes),
-                ("total", totals.total_bytes),
-            )
-        ),
+            f"{KIND_LABELS[kind]} {human_bytes(value)}" for kind, value in totals.by_kind().items()
+        ) + f", total {human_bytes(totals.total_bytes)}",
         f"model: {totals.param_count:,} parameters ({human_bytes(totals.global_param_bytes)} unsharded)",
     ]
     if report.warnings:

@@ -31,7 +31,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from explorer.abstract import AbstractModel, abstract_model, init_fn
-from explorer.analysis import Report, analyze, jax_mesh, state_shardings
+from explorer.analysis import Report, analyze, jax_mesh, spec_entry_json, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 
@@ -139,17 +139,13 @@ class TimingResult:
             "estimate": self.estimate,
             "collectives": self.collectives,
             "activations": [
-                {"path": a.path, "shape": list(a.shape), "chosen": _spec_json(a.chosen),
-                 "declared": None if a.declared is None else _spec_json(a.declared), "differs": a.differs}
+                {"path": a.path, "shape": list(a.shape), "chosen": [spec_entry_json(e) for e in a.chosen],
+                 "declared": None if a.declared is None else [spec_entry_json(e) for e in a.declared], "differs": a.differs}
                 for a in self.activations
             ],
             "memory_notes": self.memory_notes(),
             "stopped": self.stopped,
         }
-
-
-def _spec_json(spec: tuple) -> list:
-    return [list(e) if isinstance(e, tuple) else e for e in spec]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,8 +12,8 @@ from explorer.errors import ExplorerError  # noqa: E402
 from explorer.text import human_bytes  # noqa: E402
 from explorer.timing import TURNSTILE, TimingResult, check_timeable, host_footprint_bytes, layout_key, time_layout  # noqa: E402
 from ui.current import current_layout  # noqa: E402
+from ui.state import TIMING_RESULTS as RESULTS  # noqa: E402
 
-RESULTS = "timing_results"
 PARTIAL = "timing_partial"
 
 st.set_page_config(page_title="Timing · Partition Explorer", page_icon="⏱️", layout="wide", initial_sidebar_state=440)

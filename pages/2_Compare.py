@@ -19,6 +19,7 @@ from explorer.share import params_to_layout  # noqa: E402
 from explorer.text import human_bytes  # noqa: E402
 from explorer.timing import TURNSTILE, check_timeable, layout_key  # noqa: E402
 from ui.current import current_layout  # noqa: E402
+from ui.state import TIMING_RESULTS  # noqa: E402
 
 CURRENT = "Current layout (sidebar)"
 RACE = "compare_race"
@@ -78,7 +79,7 @@ def show_differences(labels: list[str], reports) -> None:
 
 
 def show_timings(labels: list[str], layouts: list[Layout]) -> None:
-    results = st.session_state.get("timing_results", {})
+    results = st.session_state.get(TIMING_RESULTS, {})
     rows = []
     for label, layout in zip(labels, layouts):
         result = results.get(layout_key(layout))
@@ -92,13 +93,13 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
     st.caption("From the Timing page's results in this session; the race below times them fairly against each other.")
 
 
-def run_race(labels: list[str], layouts: list[Layout]) -> None:
+def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
     st.subheader("Race")
     st.caption("Times the layouts in alternation (A B A B …): each round's ratio compares runs made moments apart, so machine noise largely cancels.")
     timeable = []
-    for label, layout in zip(labels, layouts):
+    for label, layout, report in zip(labels, layouts, reports):
         try:
-            check_timeable(analyze(layout))
+            check_timeable(report)
             timeable.append((label, layout))
         except ExplorerError as error:
             st.warning(f"{label} cannot race: {error}")
@@ -158,4 +159,4 @@ else:
             if len(report.warnings) > 8:
                 st.caption(f"…and {len(report.warnings) - 8} more")
     show_timings(labels, layouts)
-    run_race(labels, layouts)
+    run_race(labels, layouts, reports)

@@ -107,33 +107,28 @@ def unfocus(page: Page) -> None:
     wait_for_rerun(page)
 
 
+def capture(page: Page, name: str) -> Path:
+    """A clean screenshot of the page as it stands, refusing one that shows an exception."""
+    unfocus(page)
+    assert_no_exception(page)
+    return screenshot(page, name, OUT)
+
+
 def main() -> int:
     saved = []
     with streamlit_server() as url, sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         try:
-            page = new_page(browser, VIEWPORT)
-            open_app(page, url)
-            assert_no_exception(page)
-            saved.append(screenshot(page, "layout", OUT))
-            page.context.close()
-
-            page = new_page(browser, VIEWPORT)
-            planned_16x16(page, url)
-            unfocus(page)
-            assert_no_exception(page)
-            saved.append(screenshot(page, "planned-16x16", OUT))
-            page.context.close()
-
-            page = new_page(browser, VIEWPORT)
+            for name, draw in (("layout", open_app), ("planned-16x16", planned_16x16)):
+                page = new_page(browser, VIEWPORT)
+                draw(page, url)
+                saved.append(capture(page, name))
+                page.context.close()
+            page = new_page(browser, VIEWPORT)  # Compare shows the timing made on the same session
             time_default_layout(page, url)
-            assert_no_exception(page)
-            unfocus(page)
-            saved.append(screenshot(page, "timing", OUT))
+            saved.append(capture(page, "timing"))
             compare_with_link(page)
-            unfocus(page)
-            assert_no_exception(page)
-            saved.append(screenshot(page, "compare", OUT))
+            saved.append(capture(page, "compare"))
             page.context.close()
         finally:
             browser.close()

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer import plots
-from explorer.analysis import ArrayInfo, Report
+from explorer.analysis import KIND_LABELS, ArrayInfo, Report
 from explorer.text import arrays_frame, human_bytes
 from explorer.rules import format_rule
 from explorer.tiles import MeshInfo, grid_view, shard_counts
@@ -37,18 +37,11 @@ def _summary(report: Report) -> None:
         f"{mesh.size:,} devices ({where}) · {report.layout.model.name}: {totals.param_count:,} parameters "
         f"({human_bytes(totals.global_param_bytes)} unsharded)"
     )
-    columns = st.columns(5)
-    for column, (label, value) in zip(columns, [
-        ("Parameters / device", totals.param_bytes),
-        ("Optimizer state / device", totals.opt_state_bytes),
-        ("Inputs / device", totals.input_bytes),
-        ("Declared activations / device", totals.activation_bytes),
-        ("Total / device", totals.total_bytes),
-    ]):
-        column.metric(label, human_bytes(value))
-    by_kind = {"param": totals.param_bytes, "opt_state": totals.opt_state_bytes, "input": totals.input_bytes, "activation": totals.activation_bytes}
+    metrics = [(KIND_LABELS[kind].capitalize(), value) for kind, value in totals.by_kind().items()]
+    for column, (label, value) in zip(st.columns(5), metrics + [("Total", totals.total_bytes)]):
+        column.metric(f"{label} / device", human_bytes(value))
     with st.expander("Memory per device", expanded=mesh.size <= 64):
-        st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), by_kind), key="memory_bars")
+        st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
         st.caption(
             "Every device holds the same amount under NamedSharding (uneven dimensions are padded). "
             "Declared activations count each nn.with_logical_constraint tensor once (a scanned body once)."
@@ -105,7 +98,7 @@ def _default_selection(report: Report) -> str:
     return (params or list(report.arrays))[0].path
 
 
-def _dim_labels(info: ArrayInfo, report: Report) -> list[str]:
+def _dim_labels(info: ArrayInfo) -> list[str]:
     labels = []
     for dim, size in enumerate(info.shape):
         name = info.logical_axes[dim] if info.logical_axes else None
@@ -116,7 +109,7 @@ def _dim_labels(info: ArrayInfo, report: Report) -> list[str]:
 
 
 def _selected_array(report: Report, info: ArrayInfo) -> None:
-    labels = _dim_labels(info, report)
+    labels = _dim_labels(info)
     st.container(key="selected_summary").markdown(
         f"**{info.path}** · {info.kind} · shape {tuple(info.shape)} {info.dtype} · spec `{info.spec_text()}` · "
         f"shard {tuple(info.shard_shape)} = {human_bytes(info.bytes_per_device)} per device · "

@@ -122,7 +122,7 @@ def _rule_rows(edited: pd.DataFrame) -> list[list[Any]]:
     rows = []
     for position, row in enumerate(edited.itertuples(index=False)):
         order, logical, axes = row
-        logical = (logical or "").strip() if isinstance(logical, str) or logical is None else str(logical)
+        logical = logical.strip() if isinstance(logical, str) else ""
         axes = [str(a) for a in axes] if axes is not None and not isinstance(axes, float) else []
         if not logical and not axes:
             continue

@@ -7,6 +7,7 @@ them back as a dict in the layout file format, which ``parse_layout`` validates.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ RULES_VERSION = "rules_version"
 MODEL = "model_name"
 FACTORY_OPTIONS = "factory_options_text"
 LAST_VALID = "last_valid_layout"
+TIMING_RESULTS = "timing_results"  # layout_key -> TimingResult, written by the Timing page, read by Compare
 
 
 def option_key(model: str, field: str) -> str:
@@ -44,8 +46,6 @@ def load_layout(layout: Layout) -> None:
     set_rules([[r.logical, list(r.mesh_axes)] for r in layout.rules])
     state[MODEL] = layout.model.name
     if is_factory(layout.model.name):
-        import json
-
         state[FACTORY_OPTIONS] = json.dumps(layout.model.options)
     else:
         for field, value in layout.model.options.items():
