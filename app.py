@@ -14,4 +14,4 @@ from ui.current import current_layout  # noqa: E402
 
 st.set_page_config(page_title="Partition Explorer", page_icon="🧩", layout="wide", initial_sidebar_state=440)
 st.title("Partition Explorer")
-report_view.render(current_layout().report)
+report_view.render(current_layout("layout").report)

@@ -18,7 +18,7 @@ PARTIAL = "timing_partial"
 
 st.set_page_config(page_title="Timing · Partition Explorer", page_icon="⏱️", layout="wide", initial_sidebar_state=440)
 st.title("Time the train step")
-current = current_layout()
+current = current_layout("timing")
 layout, report = current.layout, current.report
 key = layout_key(layout)
 st.caption(
@@ -42,6 +42,9 @@ def run_timing(steps: int, warmup: int) -> TimingResult | None:
     status = st.status("Waiting for a turn…", expanded=True)
     progress = status.progress(0.0, text="queued")
     chart = st.empty()
+    # The empty frame goes up before the queue and the compile, so the browser has loaded
+    # Plotly by the time the first step arrives and the chart fills from its first point.
+    chart.plotly_chart(plots.step_times_figure([], steps), key="live_frame")
     samples: list[float] = []
     st.session_state[PARTIAL] = {"key": key, "samples": samples, "steps": steps}
 

@@ -26,7 +26,7 @@ RACE = "compare_race"
 
 st.set_page_config(page_title="Compare · Partition Explorer", page_icon="⚖️", layout="wide", initial_sidebar_state=440)
 st.title("Compare layouts")
-current = current_layout()
+current = current_layout("compare")
 
 
 def chosen_layouts() -> list[tuple[str, Layout]]:

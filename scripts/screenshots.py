@@ -28,6 +28,7 @@ from tests.browser import (  # noqa: E402
     SIDEBAR,
     assert_no_exception,
     choose,
+    go_to_page,
     key_selector,
     launch_chromium,
     new_page,
@@ -91,9 +92,7 @@ def time_default_layout(page: Page, url: str) -> None:
 
 def compare_with_link(page: Page) -> None:
     """Switch to the Compare page in the same session and add the batch-only layout by its link."""
-    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Compare").click()
-    expect(page.locator(f"{key_selector('compare_links')} textarea")).to_be_visible()
-    wait_for_rerun(page)
+    go_to_page(page, "Compare", f"{key_selector('compare_links')} textarea")
     set_text_area(page, "compare_links", BATCH_ONLY)
     expect(page.get_by_role("heading", name="Arrays sharded differently", exact=False)).to_be_visible()
     expect(page.locator(f"{key_selector('compare_memory')} .main-svg").first).to_be_visible()

@@ -167,6 +167,13 @@ def open_timing(page: Page, app_url: str) -> None:
     wait_for_rerun(page)
 
 
+def go_to_page(page: Page, link: str, ready: str) -> None:
+    """Follow the sidebar navigation link ``link`` (as a user does: same session, no reload) until ``ready`` shows."""
+    page.locator(f"{SIDEBAR} [data-testid='stSidebarNav']").get_by_role("link", name=link, exact=True).click()
+    expect(page.locator(ready).first).to_be_visible(timeout=RERUN_TIMEOUT_MS)
+    wait_for_rerun(page)
+
+
 def wait_for_rerun(page: Page, settle_ms: int = 300, timeout_ms: int = RERUN_TIMEOUT_MS) -> None:
     """Wait until Streamlit has finished rerunning and the page has settled.
 

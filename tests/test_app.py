@@ -93,3 +93,30 @@ def test_transformer_size_preset_on_a_planned_mesh(app):
     assert "6,738" in app.markdown[0].value  # Llama-2-7B's 6.74 B parameters
     app.selectbox(key="selected_path").select("params/block_0/attention/query").run()
     assert "P('data', 'model', None)" in selected_summary(app)
+
+
+def sidebar_values(at) -> dict:
+    return {w.key: w.value for w in [*at.sidebar.text_input, *at.sidebar.number_input] if w.key != "library_name"}
+
+
+def test_switching_pages_keeps_the_sidebar(app):
+    """A widget's identity includes its page; without carrying values over, Timing opened blank fields."""
+    app.text_input(key="layout_name").input("mine").run()
+    app.text_input(key="mesh_shape_text").input("4, 2").run()
+    app.number_input(key="option::mlp::depth").set_value(512).run()
+    typed = sidebar_values(app)
+    assert typed["layout_name"] == "mine" and typed["option::mlp::depth"] == 512
+    for page in ("pages/1_Timing.py", "pages/2_Compare.py", "app.py"):
+        app.switch_page(page).run()
+        assert not app.exception and not [w for w in app.warning if "not valid" in w.value], page
+        assert sidebar_values(app) == typed, page
+        assert app.session_state["last_valid_layout"]["mesh"]["shape"] == [4, 2], page
+
+
+def test_options_of_a_model_not_selected_are_kept(app):
+    app.selectbox(key="model_name").select("transformer").run()
+    app.number_input(key="option::transformer::layers").set_value(3).run()
+    app.selectbox(key="model_name").select("mlp").run()
+    app.selectbox(key="model_name").select("transformer").run()
+    assert app.number_input(key="option::transformer::layers").value == 3
+    assert not app.exception

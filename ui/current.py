@@ -20,9 +20,9 @@ class Current:
     slots: sidebar.Slots
 
 
-def current_layout() -> Current:
-    """Draw the sidebar and validate what it holds; errors go next to the widget concerned."""
-    draft, slots = sidebar.render()
+def current_layout(page: str) -> Current:
+    """Draw ``page``'s sidebar and validate what it holds; errors go next to the widget concerned."""
+    draft, slots = sidebar.render(page)
     try:
         layout = parse_layout(draft)
         report = analyze(layout)

@@ -40,9 +40,10 @@ class Slots:
         return self.model
 
 
-def render() -> tuple[dict[str, Any], Slots]:
-    """Draw the sidebar; return the draft layout dict and the message slots."""
+def render(page: str) -> tuple[dict[str, Any], Slots]:
+    """Draw the sidebar of ``page``; return the draft layout dict and the message slots."""
     state.ensure_initialised(share_panel.initial_layout)
+    state.keep_widgets_across_pages(page)
     with st.sidebar:
         _devices_section()
         st.text_input("Layout name", key=state.NAME)
@@ -105,6 +106,7 @@ def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
     )
     st.caption("Linen order: the first rule whose mesh axes are still free wins; later rules are fallbacks.")
     rows = _rule_rows(edited)
+    st.session_state[state.RULES_SHOWN] = [[logical, axes] for _, logical, axes in rows]
     if _reordered(rows):  # show the rules in the order they now apply
         state.set_rules([[logical, axes] for _, logical, axes in rows])
         st.rerun()

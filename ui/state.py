@@ -25,6 +25,14 @@ MODEL = "model_name"
 FACTORY_OPTIONS = "factory_options_text"
 LAST_VALID = "last_valid_layout"
 TIMING_RESULTS = "timing_results"  # layout_key -> TimingResult, written by the Timing page, read by Compare
+PAGE = "current_page"  # the page the session's last run drew
+RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
+
+# Values of widgets that must survive a page switch: the layout in the sidebar, and the few
+# inputs of one page a user expects to find again (steps, rounds, a name being typed).
+KEPT_WIDGETS = (NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS,
+                "timing_steps", "timing_warmup", "race_rounds", "race_steps", "compare_links", "library_name")
+KEPT_WIDGET_PREFIXES = ("option::", "size_preset::")
 
 
 def option_key(model: str, field: str) -> str:
@@ -35,6 +43,26 @@ def ensure_initialised(initial: Callable[[], Layout] = seed_layout) -> None:
     """On a session's first run, fill the widgets from ``initial()`` (the link's layout, or the seed)."""
     if NAME not in st.session_state:
         load_layout(initial())
+
+
+def keep_widgets_across_pages(page: str) -> None:
+    """Carry what the user typed over to ``page``; call before any widget is drawn.
+
+    A widget's identity includes the page that draws it, so on a page switch Streamlit
+    drops the value of every widget the old page drew, even when the new page draws one
+    with the same key. Writing each value back makes it the session's own, which the new
+    page's widget then starts from ("Working with widgets in multipage apps", option 3).
+    This also keeps the options of a model that is not selected right now. The rules
+    editor's edits live in its own widget state, which cannot be written back, so on a
+    switch the table is rebuilt from the rows it showed last.
+    """
+    state = st.session_state
+    for key in list(state.keys()):
+        if key in KEPT_WIDGETS or key.startswith(KEPT_WIDGET_PREFIXES):
+            state[key] = state[key]
+    if state.get(PAGE) not in (None, page) and RULES_SHOWN in state:
+        set_rules(state[RULES_SHOWN])
+    state[PAGE] = page
 
 
 def load_layout(layout: Layout) -> None:

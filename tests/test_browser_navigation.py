@@ -1,0 +1,56 @@
+"""Moving between pages through the sidebar navigation keeps the layout being edited.
+
+Streamlit ties a widget's identity to the page that draws it, so the sidebar's widgets
+are new widgets on every page; the app carries their values (and the rules editor's
+edits) over. Opening a page by its address restores the layout from the link instead:
+that is tested in test_browser_share.py.
+"""
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser import (
+    GRID,
+    MAIN,
+    assert_no_exception,
+    edit_rule_axes,
+    go_to_page,
+    key_selector,
+    rule_rows,
+    screenshot,
+    selected_summary,
+    set_text,
+    shown_layout,
+)
+
+pytestmark = pytest.mark.browser
+
+# (link, what shows once the page has drawn, whether its main area names the layout)
+PAGES = [
+    ("Timing", f"{key_selector('time_button')} button", True),
+    ("Compare", f"{MAIN} h1", False),  # names layouts only once two are picked
+    ("app", GRID, True),
+]
+
+
+def test_edits_survive_a_round_of_the_pages(page: Page) -> None:
+    set_text(page, "layout_name", "carried-over")
+    set_text(page, "option::mlp::depth", "512")
+    edit_rule_axes(page, 1, ["data"])
+    expect(selected_summary(page)).to_contain_text("spec P(None, 'data')")
+    edited = shown_layout(page)
+    assert edited["name"] == "carried-over" and edited["model"]["options"]["depth"] == 512
+    assert edited["rules"] == [["batch", "data"], ["hidden", "data"]]
+
+    for link, ready, names_layout in PAGES:
+        go_to_page(page, link, ready)
+        assert shown_layout(page) == edited, link
+        expect(page.locator(MAIN)).not_to_contain_text("is not valid")
+        if names_layout:
+            expect(page.locator(MAIN)).to_contain_text("carried-over")
+        assert_no_exception(page)
+        if link == "Timing":
+            screenshot(page, "browser-navigation-timing")
+    assert rule_rows(page) == [["0", "batch", "data"], ["1", "hidden", "data"]]
+    expect(selected_summary(page)).to_contain_text("spec P(None, 'data')")
+    expect(selected_summary(page)).to_contain_text("512")
