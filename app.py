@@ -1,6 +1,7 @@
-"""Partition Explorer, the Layout page: ``streamlit run app.py``.
+"""Partition Explorer: ``streamlit run app.py``.
 
-Pick a mesh, rules and a model in the sidebar; see how every array is sharded.
+The entry point names the pages (so the navigation says "Layout", not the file name)
+and runs the one the address asks for. Each page draws the shared sidebar itself.
 """
 
 from explorer import devices
@@ -9,9 +10,13 @@ devices.configure()  # before anything starts a JAX backend
 
 import streamlit as st  # noqa: E402
 
-from ui import report_view  # noqa: E402
-from ui.current import current_layout  # noqa: E402
-
+# Before the navigation draws the sidebar, so that the sidebar mounts at this width; each page sets its own title.
 st.set_page_config(page_title="Partition Explorer", page_icon="🧩", layout="wide", initial_sidebar_state=440)
-st.title("Partition Explorer")
-report_view.render(current_layout("layout").report)
+
+PAGES = [
+    st.Page("pages/0_Layout.py", title="Layout", icon=":material/grid_view:", default=True),
+    st.Page("pages/1_Timing.py", title="Timing", icon=":material/timer:", url_path="Timing"),
+    st.Page("pages/2_Compare.py", title="Compare", icon=":material/compare_arrows:", url_path="Compare"),
+]
+
+st.navigation(PAGES).run()

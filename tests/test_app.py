@@ -1,4 +1,4 @@
-"""AppTest of the Layout page (app.py): renders, reacts to rule edits, shows errors next to widgets."""
+"""AppTest of the Layout page (app.py runs it by default): renders, reacts to rule edits, shows errors next to widgets."""
 
 from pathlib import Path
 
@@ -106,7 +106,7 @@ def test_switching_pages_keeps_the_sidebar(app):
     app.number_input(key="option::mlp::depth").set_value(512).run()
     typed = sidebar_values(app)
     assert typed["layout_name"] == "mine" and typed["option::mlp::depth"] == 512
-    for page in ("pages/1_Timing.py", "pages/2_Compare.py", "app.py"):
+    for page in ("pages/1_Timing.py", "pages/2_Compare.py", "pages/0_Layout.py"):
         app.switch_page(page).run()
         assert not app.exception and not [w for w in app.warning if "not valid" in w.value], page
         assert sidebar_values(app) == typed, page

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.browser
 PAGES = [
     ("Timing", f"{key_selector('time_button')} button", True),
     ("Compare", f"{MAIN} h1", False),  # names layouts only once two are picked
-    ("app", GRID, True),
+    ("Layout", GRID, True),
 ]
 
 
