@@ -91,6 +91,7 @@ class TimingResult:
     collectives: dict[str, dict[str, int]]
     activations: tuple[ActivationCheck, ...]
     state_leaves: int
+    loops_without_trip_count: int = 0  # see ProgramCollectives
     stopped: bool = False
 
     def memory_notes(self) -> list[str]:
@@ -138,6 +139,7 @@ class TimingResult:
             "memory": self.memory,
             "estimate": self.estimate,
             "collectives": self.collectives,
+            "loops_without_trip_count": self.loops_without_trip_count,
             "activations": [
                 {"path": a.path, "shape": list(a.shape), "chosen": [spec_entry_json(e) for e in a.chosen],
                  "declared": None if a.declared is None else [spec_entry_json(e) for e in a.declared], "differs": a.differs}
@@ -346,23 +348,97 @@ _COLLECTIVE_LINE = re.compile(
     r"=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<op>" + "|".join(COLLECTIVES) + r")(?P<phase>-start|-done)?\("
 )
 _ARRAY_SHAPE = re.compile(r"(?P<dtype>[a-z]+\d*[a-z0-9]*)\[(?P<dims>[\d,]*)\]")
+_COMPUTATION_HEADER = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*->.*\{\s*$")
+_CALLEE = re.compile(
+    r"\b(?P<role>calls|to_apply|condition|body|true_computation|false_computation)=%?(?P<name>[\w.\-]+)"
+    r"|\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}"
+)
+_WHILE = re.compile(r"\swhile\(")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
 
 
-def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
+@dataclasses.dataclass(frozen=True)
+class ProgramCollectives:
+    """The collectives a compiled program runs in one call.
+
+    ``ops`` maps each collective to its count and per-device bytes, weighted by how many
+    times the computation holding it runs: an op in the body of a loop with a known trip
+    count of n (``nn.scan`` over n layers) counts n times. ``loops_without_trip_count``
+    is the number of loops XLA could not bound; ops in their bodies count once per entry
+    into the loop, so the totals are then a lower bound.
+    """
+
+    ops: dict[str, dict[str, int]]
+    loops_without_trip_count: int
+
+
+def collectives(hlo_text: str) -> ProgramCollectives:
     """Count and per-device bytes of each collective in an HLO module's text.
 
     Bytes are the size of the op's result on one device (a tuple's parts added up).
-    Asynchronous pairs count once, at their ``-done``. A collective inside a loop
-    body (``nn.scan``) is counted once, as it appears in the program.
+    Asynchronous pairs count once, at their ``-done``.
     """
+    computations, entry = _split_computations(hlo_text)
+    runs, unbounded = _times_each_computation_runs(computations, entry)
     found = {op: {"count": 0, "bytes": 0} for op in COLLECTIVES}
+    for name, lines in computations.items():
+        for line in lines:
+            match = _COLLECTIVE_LINE.search(line)
+            if not match or match["phase"] == "-start":
+                continue
+            found[match["op"]]["count"] += runs[name]
+            found[match["op"]]["bytes"] += runs[name] * _shape_bytes(match["shape"])
+    return ProgramCollectives(found, unbounded)
+
+
+def _split_computations(hlo_text: str) -> tuple[dict[str | None, list[str]], str | None]:
+    """The instruction lines of each computation (lines outside any go under None), and the entry's name."""
+    computations: dict[str | None, list[str]] = {None: []}
+    current, entry = None, None
     for line in hlo_text.splitlines():
-        match = _COLLECTIVE_LINE.search(line)
-        if not match or match["phase"] == "-start":
-            continue
-        found[match["op"]]["count"] += 1
-        found[match["op"]]["bytes"] += _shape_bytes(match["shape"])
-    return found
+        header = _COMPUTATION_HEADER.match(line)
+        if header:
+            current = header["name"]
+            computations[current] = []
+            entry = current if header["entry"] else entry
+        elif line.startswith("}"):
+            current = None
+        else:
+            computations[current].append(line)
+    return computations, entry
+
+
+def _times_each_computation_runs(computations: dict[str | None, list[str]], entry: str | None) -> tuple[dict[str | None, int], int]:
+    """How many times each computation runs in one call of the entry, and how many loops have no known trip count.
+
+    Without an entry (a fragment of a module) every computation counts as running once.
+    """
+    if entry is None:
+        return {name: 1 for name in computations}, 0
+    callers: dict[str, list[tuple[str | None, int]]] = {}
+    unbounded = 0
+    for caller, lines in computations.items():
+        for line in lines:
+            trip = _TRIP_COUNT.search(line) if _WHILE.search(line) else None
+            if _WHILE.search(line) and trip is None:
+                unbounded += 1
+            for match in _CALLEE.finditer(line):
+                names = [match["name"]] if match["name"] else [n.strip().lstrip("%") for n in match["names"].split(",") if n.strip()]
+                times = 1
+                if trip is not None and match["role"] == "body":
+                    times = int(trip["n"])
+                elif trip is not None and match["role"] == "condition":
+                    times = int(trip["n"]) + 1
+                for name in names:
+                    callers.setdefault(name, []).append((caller, times))
+
+    @functools.cache
+    def runs(name: str | None) -> int:
+        if name == entry or name is None:
+            return 1
+        return sum(runs(caller) * times for caller, times in callers.get(name, ()))
+
+    return {name: runs(name) for name in computations}, unbounded
 
 
 def _shape_bytes(shape: str) -> int:
@@ -501,6 +577,7 @@ def time_layout(
     jax.block_until_ready(state)
     phase("timing")
     samples, stopped = _timed_steps(compiled.step, state, inputs, steps, on_step, should_stop)
+    program = collectives(compiled.step.as_text())
     return TimingResult(
         layout_name=layout.name,
         platform=jax.devices()[0].platform,
@@ -512,7 +589,8 @@ def time_layout(
         flops=flops_of(compiled.step),
         memory=memory_of(compiled.step),
         estimate=estimate_from(report),
-        collectives=collectives(compiled.step.as_text()),
+        collectives=program.ops,
+        loops_without_trip_count=program.loops_without_trip_count,
         activations=compiled.activations,
         state_leaves=sum(1 for a in report.arrays if a.kind in ("param", "opt_state")),
         stopped=stopped,

@@ -116,7 +116,15 @@ def show_result(result: TimingResult) -> None:
             )
         else:
             st.success("None: every device computes on its own data.")
-        st.caption("Parsed from the compiled HLO; bytes are each op's result on one device; an op inside a loop body counts once.")
+        st.caption(
+            "Parsed from the compiled HLO, per train step: bytes are each op's result on one device, and an op in a "
+            "loop body (nn.scan) counts once per iteration, by XLA's known trip count."
+        )
+        if result.loops_without_trip_count:
+            st.warning(
+                f"{result.loops_without_trip_count} loop(s) have no trip count XLA knows: the collectives in their "
+                "bodies are counted once each, so these totals are a lower bound."
+            )
     st.subheader("Activation shardings: declared vs chosen by XLA")
     frame = pd.DataFrame(
         [{"module output": a.path, "shape": str(a.shape), "declared": "—" if a.declared is None else str(a.declared),

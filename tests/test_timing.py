@@ -58,8 +58,12 @@ def test_tensor_parallel_rules_produce_all_reduces(seed_dict):
     assert "f32[4,256]{1,0} all-reduce(" in hlo
 
 
-def test_data_parallel_all_reduces_exactly_the_gradients(seed_dict):
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
+def test_data_parallel_all_reduces_exactly_the_gradients(seed_dict, scan):
+    """Scanned, the gradients are all-reduced inside the loop body, once per layer."""
+    model = {"name": "mlp", "options": SMALL_MLP["options"] | {"scan": scan}}
     dp = layout(seed_dict, mesh={"shape": [8], "axes": ["data"]}, rules=[["batch", "data"]])
+    dp = parse_layout(dp.to_dict() | {"model": model})
     result = time_layout(dp, steps=1, warmup=0)
     report = analyze(dp)
     used = {op: c for op, c in result.collectives.items() if c["count"]}
@@ -81,11 +85,59 @@ def test_collectives_parser_counts_async_pairs_once_and_adds_tuple_parts():
         "ROOT %cp = s32[10]{0} collective-permute(%c), source_target_pairs={{0,1}}",
         "%fusion = f32[4]{0} fusion(%all-reduce.3), kind=kLoop",
     ])
-    counted = collectives(hlo)
+    counted = collectives(hlo).ops
     assert counted["all-gather"] == {"count": 1, "bytes": 16 * 8 * 4}
     assert counted["all-reduce"] == {"count": 1, "bytes": 256 * 4 + 4 * 2}
     assert counted["collective-permute"] == {"count": 1, "bytes": 40}
     assert counted["reduce-scatter"]["count"] == 0
+
+
+LOOP_MODULE = """HloModule loops
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+%inner_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %ar = f32[8]{0} all-reduce(%v), replica_groups={{0,1}}, to_apply=%add
+  ROOT %t = (s32[], f32[8]) tuple(%i, %ar)
+}
+
+%inner_cond (p: (s32[], f32[8])) -> pred[] {
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%outer_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %w = (s32[], f32[8]) while(%p), condition=%inner_cond, body=%inner_body, backend_config={"known_trip_count":{"n":"3"}}
+  %ag-start = (f32[8]{0}, f32[16]{0}) all-gather-start(%v), dimensions={0}
+  %ag-done = f32[16]{0} all-gather-done(%ag-start)
+  ROOT %t = (s32[], f32[8]) tuple(%i, %v)
+}
+
+%outer_cond (p: (s32[], f32[8])) -> pred[] {
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%dynamic_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %cp = f32[8]{0} collective-permute(%v), source_target_pairs={{0,1}}
+  ROOT %t = (s32[], f32[8]) tuple(%i, %cp)
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %w1 = (s32[], f32[8]) while(%init), condition=%outer_cond, body=%outer_body, backend_config={"known_trip_count":{"n":"4"}}
+  %w2 = (s32[], f32[8]) while(%init), condition=%outer_cond, body=%dynamic_body
+  %ar.top = f32[8]{0} all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+  ROOT %r = f32[8]{0} copy(%ar.top)
+}
+"""
+
+
+def test_collectives_in_loop_bodies_count_once_per_iteration():
+    program = collectives(LOOP_MODULE)
+    assert program.ops["all-reduce"] == {"count": 4 * 3 + 1, "bytes": (4 * 3 + 1) * 8 * 4}
+    assert program.ops["all-gather"] == {"count": 4, "bytes": 4 * 16 * 4}
+    assert program.ops["collective-permute"] == {"count": 1, "bytes": 8 * 4}  # the unbounded loop: once
+    assert program.loops_without_trip_count == 1
 
 
 def test_declared_activation_shardings_are_what_xla_chose_for_the_guide(seed_dict):
