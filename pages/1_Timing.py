@@ -142,8 +142,11 @@ def show_result(result: TimingResult) -> None:
 
 if timeable():
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
-    steps = left.number_input("Timed steps", 1, 1000, 20, key="timing_steps")
-    warmup = middle.number_input("Warm-up steps", 0, 100, 2, key="timing_warmup")
+    # Defaults go through session state (not value=) because the values are carried across pages.
+    st.session_state.setdefault("timing_steps", 20)
+    st.session_state.setdefault("timing_warmup", 2)
+    steps = left.number_input("Timed steps", 1, 1000, key="timing_steps")
+    warmup = middle.number_input("Warm-up steps", 0, 100, key="timing_warmup")
     start = right.button("Time train step", type="primary", key="time_button")
     st.caption(
         f"Host memory needed on {report.mesh.size} simulated devices: about {human_bytes(host_footprint_bytes(report))}. "

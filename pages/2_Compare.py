@@ -106,8 +106,10 @@ def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
     if len(timeable) < 2:
         return
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
-    rounds = left.number_input("Rounds", 1, 50, 5, key="race_rounds")
-    steps = middle.number_input("Steps per round", 1, 500, 10, key="race_steps")
+    st.session_state.setdefault("race_rounds", 5)  # not value=: the values are carried across pages
+    st.session_state.setdefault("race_steps", 10)
+    rounds = left.number_input("Rounds", 1, 50, key="race_rounds")
+    steps = middle.number_input("Steps per round", 1, 500, key="race_steps")
     if right.button("Start race", type="primary", key="race_button"):
         progress = st.progress(0.0, text="waiting for a turn…")
         TURNSTILE.enter(on_wait=lambda ahead: progress.progress(0.0, text=f"{ahead} timing(s) ahead of you"))

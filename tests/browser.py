@@ -101,11 +101,24 @@ def streamlit_server(devices: int = DEVICES) -> Iterator[str]:
     env = {**os.environ, "EXPLORER_CPU_DEVICES": str(devices)}
     with tempfile.TemporaryFile(mode="w+") as log:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _SERVER_LOGS[url] = log
         try:
             _wait_healthy(url, process, log)
             yield url
         finally:
             _stop(process)
+            del _SERVER_LOGS[url]
+
+
+_SERVER_LOGS: dict = {}
+
+
+def server_log(url: str) -> str:
+    """What the server at ``url`` has printed so far (stdout and stderr)."""
+    log = _SERVER_LOGS[url]
+    log.flush()
+    log.seek(0)
+    return log.read()
 
 
 def _wait_healthy(url: str, process: subprocess.Popen, log) -> None:
@@ -423,8 +436,11 @@ def edit_rule_axes(page: Page, row: int, axes: list[str]) -> None:
 
 @pytest.fixture(scope="session")
 def app_url() -> Iterator[str]:
+    """The app's server, shared by the browser tests; at the end, its log must show no traceback."""
     with streamlit_server() as url:
         yield url
+        log = server_log(url)
+        assert "Traceback" not in log, f"the server printed a traceback during the browser tests:\n{log}"
 
 
 @pytest.fixture(scope="session")

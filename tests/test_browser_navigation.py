@@ -19,6 +19,7 @@ from tests.browser import (
     rule_rows,
     screenshot,
     selected_summary,
+    server_log,
     set_text,
     shown_layout,
 )
@@ -33,7 +34,10 @@ PAGES = [
 ]
 
 
-def test_edits_survive_a_round_of_the_pages(page: Page) -> None:
+def test_edits_survive_a_round_of_the_pages(page: Page, app_url: str) -> None:
+    go_to_page(page, "Timing", PAGES[0][1])
+    set_text(page, "timing_steps", "7")
+    go_to_page(page, "Layout", GRID)
     set_text(page, "layout_name", "carried-over")
     set_text(page, "option::mlp::depth", "512")
     edit_rule_axes(page, 1, ["data"])
@@ -54,3 +58,8 @@ def test_edits_survive_a_round_of_the_pages(page: Page) -> None:
     assert rule_rows(page) == [["0", "batch", "data"], ["1", "hidden", "data"]]
     expect(selected_summary(page)).to_contain_text("spec P(None, 'data')")
     expect(selected_summary(page)).to_contain_text("512")
+    go_to_page(page, "Timing", PAGES[0][1])
+    expect(page.locator(f"{key_selector('timing_steps')} input")).to_have_value("7")  # a page's own input too
+
+    log = server_log(app_url)
+    assert "Traceback" not in log and "Session State API" not in log, log
