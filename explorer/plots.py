@@ -120,7 +120,7 @@ def _tile_centres(view: GridView) -> go.Scatter:
     """Invisible markers at block centres: the points a click or box selection picks up."""
     xs, ys, ids = [], [], []
     for r, row in enumerate(view.cells):
-        for c, tile in enumerate(row):
+        for c in range(len(row)):
             xs.append(c + 0.5)
             ys.append(r + 0.5)
             ids.append([r, c])

@@ -17,6 +17,8 @@ import dataclasses
 import functools
 from typing import Literal, Sequence
 
+from explorer.errors import ExplorerError
+
 MeshAxes = tuple[str, ...]
 SpecEntry = None | str | tuple[str, ...]
 RulePair = tuple[str, None | str | tuple[str, ...]]
@@ -175,8 +177,6 @@ def preset_rules(preset: str, mesh_axes: Sequence[str]) -> tuple[RulePair, ...]:
     transformer's batch/length/embed/heads/kv_heads/kv/mlp/vocab/layer).
     """
     if preset not in PRESETS:
-        from explorer.errors import ExplorerError
-
         raise ExplorerError("rules preset", preset, f"is not a preset; choose one of {sorted(PRESETS)}")
     data, model = mesh_axes[0], mesh_axes[-1]
     return PRESETS[preset](data, model)

@@ -92,7 +92,7 @@ def test_duplicate_logical_names_are_refused_like_flax():
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_presets_only_name_the_given_mesh_axes(preset):
-    for logical, mesh in preset_rules(preset, ("data", "model")):
+    for _, mesh in preset_rules(preset, ("data", "model")):
         assert mesh in (None, "data", "model")
 
 
