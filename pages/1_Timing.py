@@ -4,6 +4,8 @@ from explorer import devices
 
 devices.configure()
 
+import time  # noqa: E402
+
 import pandas as pd  # noqa: E402
 import streamlit as st  # noqa: E402
 
@@ -15,6 +17,8 @@ from ui.current import current_layout  # noqa: E402
 from ui.state import TIMING_RESULTS as RESULTS  # noqa: E402
 
 PARTIAL = "timing_partial"
+# Fast steps would otherwise send the browser a new chart every few milliseconds.
+LIVE_REDRAW_S = 0.2
 
 st.set_page_config(page_title="Timing · Partition Explorer", page_icon="⏱️", layout="wide", initial_sidebar_state=440)
 st.title("Time the train step")
@@ -54,10 +58,16 @@ def run_timing(steps: int, warmup: int) -> TimingResult | None:
     def on_phase(phase: str) -> None:
         progress.progress(0.0 if phase != "timing" else 0.01, text=phase + "…")
 
+    last_drawn = [0.0]
+
     def on_step(index: int, seconds: float) -> None:
+        """Between timed steps: the progress every step, the chart at most every LIVE_REDRAW_S (and at the end)."""
         samples.append(seconds)
         progress.progress((index + 1) / steps, text=f"step {index + 1} of {steps}: {seconds * 1e3:.1f} ms")
-        chart.plotly_chart(plots.step_times_figure(samples, steps), key=f"live_{index}")
+        now = time.monotonic()
+        if now - last_drawn[0] >= LIVE_REDRAW_S or index + 1 == steps:
+            chart.plotly_chart(plots.step_times_figure(samples, steps), key=f"live_{index}")
+            last_drawn[0] = now
 
     TURNSTILE.enter(on_wait=on_wait)
     try:

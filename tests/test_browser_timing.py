@@ -3,8 +3,8 @@
 The seed layout (the Flax guide's MLP on a 2 × 4 mesh) compiles in a few seconds and
 takes a noticeable time per step on 8 simulated CPU devices, so 30 timed steps last
 long enough to watch the chart grow. The page draws an empty chart keyed ``live_frame``
-in one ``st.empty`` slot as soon as the run starts, redraws it after every step as a new
-plotly chart keyed ``live_<step>``, and removes it when the results are drawn.
+in one ``st.empty`` slot as soon as the run starts, redraws it as a new plotly chart keyed
+``live_<step>`` at most every 0.2 s, and removes it when the results are drawn.
 
 Plotly's script is a 4.7 MB chunk the browser loads the first time a page draws a chart;
 a CI run once saw the whole timing finish before that chunk arrived. So the test opens
