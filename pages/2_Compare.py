@@ -31,9 +31,11 @@ current = current_layout("compare")
 
 def chosen_layouts() -> list[tuple[str, Layout]]:
     """Layouts picked from the current one, the team library, files and links; problems shown per source."""
-    sources = st.multiselect(
-        "From the current layout and the team library", [CURRENT] + library.names(), default=[CURRENT], key="compare_sources"
-    )
+    options = [CURRENT] + library.names()
+    # Kept across pages (so no default=); an entry someone deleted from the library since is dropped.
+    picked_before = st.session_state.get("compare_sources", [CURRENT])
+    st.session_state["compare_sources"] = [source for source in picked_before if source in options]
+    sources = st.multiselect("From the current layout and the team library", options, key="compare_sources")
     files_column, links_column = st.columns(2)
     files = files_column.file_uploader("Layout files", type=["json"], accept_multiple_files=True, key="compare_files")
     links = links_column.text_area("Links (one per line)", key="compare_links", placeholder="http://…/?name=…&mesh=2x4&…")

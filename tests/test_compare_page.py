@@ -53,6 +53,16 @@ def test_identical_layouts_show_no_differences(shelf):
     assert any("same spec in every layout" in s.value for s in at.success)
 
 
+def test_picks_survive_a_page_switch_and_a_deleted_entry_is_dropped(shelf):
+    at = compare_page()
+    at.multiselect(key="compare_sources").set_value(["tensor parallel", "data only"]).run()
+    at.switch_page("pages/0_Layout.py").run()
+    library.delete("data only")
+    at.switch_page("pages/2_Compare.py").run()
+    assert not at.exception
+    assert at.multiselect(key="compare_sources").value == ["tensor parallel"]
+
+
 def test_a_bad_link_in_compare_is_reported_not_raised(shelf):
     at = compare_page()
     at.text_area(key="compare_links").input("?mesh=2x4&axes=data&model=mlp").run()

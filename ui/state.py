@@ -28,10 +28,13 @@ TIMING_RESULTS = "timing_results"  # layout_key -> TimingResult, written by the 
 PAGE = "current_page"  # the page the session's last run drew
 RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
 
-# Values of widgets that must survive a page switch: the layout in the sidebar, and the few
-# inputs of one page a user expects to find again (steps, rounds, a name being typed).
-KEPT_WIDGETS = (NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS,
-                "timing_steps", "timing_warmup", "race_rounds", "race_steps", "compare_links", "library_name")
+# Values of widgets that must survive a page switch: the layout in the sidebar, and the
+# inputs of one page a user expects to find again (steps, rounds, picks, links, a name
+# being typed). Uploaded files cannot be carried: Streamlit does not let code set them.
+KEPT_WIDGETS = (
+    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS,
+    "timing_steps", "timing_warmup", "race_rounds", "race_steps", "compare_sources", "compare_links", "library_name",
+)
 KEPT_WIDGET_PREFIXES = ("option::", "size_preset::")
 
 
