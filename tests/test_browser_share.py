@@ -100,17 +100,22 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
     changed = {**SHARED_PARAMS, "options": "batch:8;layers:3;depth:256;scan:false"}
     expect_address(page, changed)
 
-    reopened = new_page(browser)
-    try:
-        open_app(reopened, page.url)
-        expect_shared_layout(reopened, layers=3)
-        assert shown_layout(reopened) == shown_layout(page)
-        assert shown_layout(reopened)["model"]["options"]["layers"] == 3
-        expect_address(reopened, changed)
-        assert_no_exception(reopened)
-        screenshot(reopened, "browser-share-reopened")
-    finally:
-        reopened.context.close()
+    shown_link = page.locator(".st-key-share_link code").inner_text().strip()
+    assert shown_link.startswith(app_url + "/?") and "&axes=data,model&" in shown_link, shown_link  # readable
+    assert dict(parse_qsl(urlsplit(shown_link).query)) == changed
+
+    for link in (page.url, shown_link):  # what the address bar carries, and the readable link the Share section shows
+        reopened = new_page(browser)
+        try:
+            open_app(reopened, link)
+            expect_shared_layout(reopened, layers=3)
+            assert shown_layout(reopened) == shown_layout(page)
+            assert shown_layout(reopened)["model"]["options"]["layers"] == 3
+            expect_address(reopened, changed)
+            assert_no_exception(reopened)
+            screenshot(reopened, "browser-share-reopened")
+        finally:
+            reopened.context.close()
     assert_no_exception(page)
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 from explorer import library
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, load_layout_json, seed_layout
-from explorer.share import layout_to_params, maxtext_yaml, params_to_layout, python_snippet
+from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from ui import state
 
 MESSAGE = "share_message"
@@ -42,7 +42,8 @@ def show_message() -> None:
 def render(layout: Layout) -> None:
     """The sidebar's Share section for the current (valid) layout."""
     st.subheader("Share")
-    st.caption("The address bar always carries this layout: copy it to share.")
+    st.caption("Link to this layout. The address bar carries it too, though it may show `,:;` escaped:")
+    st.container(key="share_link").code(_app_url() + layout_to_query(layout), language=None, wrap_lines=True)
     st.download_button(
         "Download layout (JSON)", layout.to_json() + "\n", file_name=f"{_file_stem(layout.name)}.json",
         mime="application/json", key="download_layout", width="stretch",
@@ -54,6 +55,12 @@ def render(layout: Layout) -> None:
         st.caption("The rules as MaxText-style logical_axis_rules:")
         st.code(maxtext_yaml(layout), language="yaml")
     _library_section(layout)
+
+
+def _app_url() -> str:
+    """The app's address in the user's browser, ending in "/" (empty where unknown, as in AppTest)."""
+    url = st.context.url or ""
+    return url if not url or url.endswith("/") else url + "/"
 
 
 def _file_stem(name: str) -> str:
