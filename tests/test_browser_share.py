@@ -24,6 +24,7 @@ from tests.browser import (
     set_text,
     shown_layout,
     sidebar_errors,
+    toggle_expander,
     wait_for_rerun,
 )
 
@@ -100,6 +101,7 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
     changed = {**SHARED_PARAMS, "options": "batch:8;layers:3;depth:256;scan:false"}
     expect_address(page, changed)
 
+    toggle_expander(page, "Readable link")
     shown_link = page.locator(".st-key-share_link code").inner_text().strip()
     assert shown_link.startswith(app_url + "/?") and "&axes=data,model&" in shown_link, shown_link  # readable
     assert dict(parse_qsl(urlsplit(shown_link).query)) == changed

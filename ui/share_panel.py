@@ -42,8 +42,10 @@ def show_message() -> None:
 def render(layout: Layout) -> None:
     """The sidebar's Share section for the current (valid) layout."""
     st.subheader("Share")
-    st.caption("Link to this layout. The address bar carries it too, though it may show `,:;` escaped:")
-    st.container(key="share_link").code(_app_url() + layout_to_query(layout), language=None, wrap_lines=True)
+    st.caption("The address bar always carries this layout: copy it to share.")
+    with st.expander("Readable link"):
+        st.caption("The same link as the address bar's, without `,:;` escaped:")
+        st.container(key="share_link").code(_app_url() + layout_to_query(layout), language=None, wrap_lines=True)
     st.download_button(
         "Download layout (JSON)", layout.to_json() + "\n", file_name=f"{_file_stem(layout.name)}.json",
         mime="application/json", key="download_layout", width="stretch",
