@@ -4,14 +4,19 @@ The entry point names the pages (so the navigation says "Layout", not the file n
 and runs the one the address asks for. Each page draws the shared sidebar itself.
 """
 
+import streamlit as st
+
 from explorer import devices
+from explorer.errors import ExplorerError
 
-devices.configure()  # before anything starts a JAX backend
-
-import streamlit as st  # noqa: E402
-
-# Before the navigation draws the sidebar, so that the sidebar mounts at this width; each page sets its own title.
+# First of all, so the sidebar mounts at this width; each page sets its own title later.
 st.set_page_config(page_title="Partition Explorer", page_icon="🧩", layout="wide", initial_sidebar_state=440)
+
+try:
+    devices.configure()  # before anything starts a JAX backend
+except ExplorerError as error:  # a bad EXPLORER_CPU_DEVICES: say so instead of a traceback
+    st.error(f"The app cannot start: {error}. Fix the environment variable and restart the app.")
+    st.stop()
 
 PAGES = [
     st.Page("pages/0_Layout.py", title="Layout", icon=":material/grid_view:", default=True),

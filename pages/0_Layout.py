@@ -1,17 +1,13 @@
-"""The Layout page, the app's default page.
+"""The Layout page, the app's default page (app.py has configured the devices before any page runs).
 
 Pick a mesh, rules and a model in the sidebar; see how every array is sharded.
 """
 
-from explorer import devices
+import streamlit as st
 
-devices.configure()  # before anything starts a JAX backend
+from ui import report_view
+from ui.current import current_layout
 
-import streamlit as st  # noqa: E402
-
-from ui import report_view  # noqa: E402
-from ui.current import current_layout  # noqa: E402
-
-st.set_page_config(page_title="Partition Explorer", page_icon="🧩", layout="wide", initial_sidebar_state=440)
+st.set_page_config(page_title="Partition Explorer", page_icon="🧩")  # layout and sidebar: app.py
 st.title("Partition Explorer")
 report_view.render(current_layout("layout").report)

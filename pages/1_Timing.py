@@ -1,26 +1,22 @@
 """Timing page: compile and time the layout's jitted train step live, and show what XLA compiled."""
 
-from explorer import devices
+import time
 
-devices.configure()
+import pandas as pd
+import streamlit as st
 
-import time  # noqa: E402
-
-import pandas as pd  # noqa: E402
-import streamlit as st  # noqa: E402
-
-from explorer import plots  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.text import human_bytes  # noqa: E402
-from explorer.timing import TURNSTILE, TimingResult, check_timeable, host_footprint_bytes, layout_key, time_layout  # noqa: E402
-from ui.current import current_layout  # noqa: E402
-from ui.state import TIMING_RESULTS as RESULTS  # noqa: E402
+from explorer import plots
+from explorer.errors import ExplorerError
+from explorer.text import human_bytes
+from explorer.timing import TURNSTILE, TimingResult, check_timeable, host_footprint_bytes, layout_key, time_layout
+from ui.current import current_layout
+from ui.state import TIMING_RESULTS as RESULTS
 
 PARTIAL = "timing_partial"
 # Fast steps would otherwise send the browser a new chart every few milliseconds.
 LIVE_REDRAW_S = 0.2
 
-st.set_page_config(page_title="Timing · Partition Explorer", page_icon="⏱️", layout="wide", initial_sidebar_state=440)
+st.set_page_config(page_title="Timing · Partition Explorer", page_icon="⏱️")
 st.title("Time the train step")
 current = current_layout("timing")
 layout, report = current.layout, current.report

@@ -1,30 +1,26 @@
 """Compare page: two or more layouts side by side, and a timing race that holds on a noisy machine."""
 
-from explorer import devices
+import statistics
+from urllib.parse import parse_qsl, urlsplit
 
-devices.configure()
+import pandas as pd
+import streamlit as st
 
-import statistics  # noqa: E402
-from urllib.parse import parse_qsl, urlsplit  # noqa: E402
-
-import pandas as pd  # noqa: E402
-import streamlit as st  # noqa: E402
-
-from explorer import library, plots  # noqa: E402
-from explorer.analysis import analyze  # noqa: E402
-from explorer.compare import RaceResult, race, spec_differences  # noqa: E402
-from explorer.errors import ExplorerError  # noqa: E402
-from explorer.layout import Layout, load_layout_json  # noqa: E402
-from explorer.share import params_to_layout  # noqa: E402
-from explorer.text import human_bytes  # noqa: E402
-from explorer.timing import TURNSTILE, check_timeable, layout_key  # noqa: E402
-from ui.current import current_layout  # noqa: E402
-from ui.state import TIMING_RESULTS  # noqa: E402
+from explorer import library, plots
+from explorer.analysis import analyze
+from explorer.compare import RaceResult, race, spec_differences
+from explorer.errors import ExplorerError
+from explorer.layout import Layout, load_layout_json
+from explorer.share import params_to_layout
+from explorer.text import human_bytes
+from explorer.timing import TURNSTILE, check_timeable, layout_key
+from ui.current import current_layout
+from ui.state import TIMING_RESULTS
 
 CURRENT = "Current layout (sidebar)"
 RACE = "compare_race"
 
-st.set_page_config(page_title="Compare · Partition Explorer", page_icon="⚖️", layout="wide", initial_sidebar_state=440)
+st.set_page_config(page_title="Compare · Partition Explorer", page_icon="⚖️")
 st.title("Compare layouts")
 current = current_layout("compare")
 

@@ -120,3 +120,13 @@ def test_options_of_a_model_not_selected_are_kept(app):
     app.selectbox(key="model_name").select("transformer").run()
     assert app.number_input(key="option::transformer::layers").value == 3
     assert not app.exception
+
+
+def test_a_bad_device_count_is_a_message_not_a_traceback(monkeypatch):
+    monkeypatch.setenv("EXPLORER_CPU_DEVICES", "lots")
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception
+    assert [e.value for e in at.error] == [
+        "The app cannot start: EXPLORER_CPU_DEVICES: 'lots' is not a whole number of CPU devices. "
+        "Fix the environment variable and restart the app."
+    ]

@@ -8,8 +8,8 @@ import streamlit as st
 
 from explorer import plots
 from explorer.analysis import KIND_LABELS, ArrayInfo, Report
-from explorer.text import arrays_frame, human_bytes
 from explorer.rules import format_rule
+from explorer.text import arrays_frame, human_bytes
 from explorer.tiles import MeshInfo, grid_view, shard_counts
 
 SELECTED = "selected_path"
