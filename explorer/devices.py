@@ -9,28 +9,35 @@ from __future__ import annotations
 
 import os
 
+from explorer.errors import ExplorerError
+
 DEVICES_ENV = "EXPLORER_CPU_DEVICES"
 DEFAULT_CPU_DEVICES = 8
 
 
-def requested_cpu_devices() -> int:
-    from explorer.errors import ExplorerError
+MAX_CPU_DEVICES = 512
 
+
+def requested_cpu_devices() -> int:
     raw = os.environ.get(DEVICES_ENV, str(DEFAULT_CPU_DEVICES))
     try:
         count = int(raw)
     except ValueError:
         raise ExplorerError(DEVICES_ENV, raw, "is not a whole number of CPU devices") from None
-    if not 1 <= count <= 512:
-        raise ExplorerError(DEVICES_ENV, raw, "must be between 1 and 512")
+    return _checked(DEVICES_ENV, count)
+
+
+def _checked(field: str, count: int) -> int:
+    if not 1 <= count <= MAX_CPU_DEVICES:
+        raise ExplorerError(field, count, f"must be between 1 and {MAX_CPU_DEVICES} CPU devices")
     return count
 
 
 def configure(count: int | None = None) -> None:
-    """Ask XLA for ``count`` CPU devices; harmless if a backend already started."""
+    """Ask XLA for ``count`` CPU devices (else the environment's, else 8); harmless once a backend has started."""
     import jax
 
-    count = requested_cpu_devices() if count is None else count
+    count = requested_cpu_devices() if count is None else _checked("--devices", count)
     try:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:

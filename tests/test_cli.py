@@ -68,3 +68,17 @@ def test_bad_input_exits_2_with_one_message_and_no_traceback(tmp_path, content, 
 def test_missing_file_exits_2():
     result = run("analyze", "no-such-layout.json")
     assert result.returncode == 2 and "cannot be read" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--devices", "0"], {}, "error: --devices: 0 must be between 1 and 512 CPU devices"),
+        ([], {"EXPLORER_CPU_DEVICES": "600"}, "error: EXPLORER_CPU_DEVICES: 600 must be between 1 and 512 CPU devices"),
+        ([], {"EXPLORER_CPU_DEVICES": "lots"}, "error: EXPLORER_CPU_DEVICES: 'lots' is not a whole number of CPU devices"),
+    ],
+)
+def test_a_bad_device_count_exits_2_with_one_message(args, env, message):
+    result = run(*args, "analyze", str(SEED), env_extra=env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == message
