@@ -138,3 +138,19 @@ def test_rule_naming_missing_axis_shows_error_under_rules(page: Page) -> None:
     expect_grid_labels(page, SEED_LABELS)
     assert grid_axis_titles(page)[0] == "dim 1 'hidden' · 1024 → tensor"
     assert_no_exception(page)
+
+
+def test_rule_edits_survive_renaming_a_mesh_axis(page: Page) -> None:
+    """The editor's axis choices change with the mesh; the rows edited so far must stay."""
+    edit_rule_text(page, 0, "logical name", "embed")
+    assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "model"]]
+    set_text(page, "mesh_axes_text", "data, tensor")
+    assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "model"]]
+    errors = sidebar_errors(page, "rules")
+    expect(errors).to_have_count(1)
+    expect(errors).to_contain_text("rules[1]")
+    edit_rule_axes(page, 1, ["tensor"])
+    assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "tensor"]]
+    expect(sidebar_errors(page)).to_have_count(0)
+    expect(selected_summary(page)).to_contain_text("spec P('data', 'tensor')")
+    assert_no_exception(page)

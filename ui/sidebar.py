@@ -87,6 +87,7 @@ def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
         st.caption(PRESET_DESCRIPTIONS[preset])
     if st.button("Apply preset", key="apply_preset", disabled=not (mesh_axes and preset), width="stretch"):
         state.set_rules([[logical, _axes(mesh)] for logical, mesh in preset_rules(preset, mesh_axes)])
+    state.keep_rules_edits_for_axes(mesh_axes)
     base = pd.DataFrame(
         [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
     )

@@ -27,6 +27,7 @@ LAST_VALID = "last_valid_layout"
 TIMING_RESULTS = "timing_results"  # layout_key -> TimingResult, written by the Timing page, read by Compare
 PAGE = "current_page"  # the page the session's last run drew
 RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
+RULES_AXES = "rules_axes"  # the mesh axes the rules table last offered
 
 # Values of widgets that must survive a page switch: the layout in the sidebar, and the
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
@@ -66,6 +67,18 @@ def keep_widgets_across_pages(page: str) -> None:
     if state.get(PAGE) not in (None, page) and RULES_SHOWN in state:
         set_rules(state[RULES_SHOWN])
     state[PAGE] = page
+
+
+def keep_rules_edits_for_axes(mesh_axes: list[str]) -> None:
+    """Rebuild the rules table from the rows it showed last when the mesh axes it offers change.
+
+    The editor's column choices are part of its identity, so with new axes Streamlit
+    starts a new editor from the base rows and the edits made so far would be lost.
+    """
+    state = st.session_state
+    if state.get(RULES_AXES) not in (None, mesh_axes) and RULES_SHOWN in state:
+        set_rules(state[RULES_SHOWN])
+    state[RULES_AXES] = list(mesh_axes)
 
 
 def load_layout(layout: Layout) -> None:
