@@ -62,7 +62,8 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
 
 def show_differences(labels: list[str], reports) -> None:
     differences = spec_differences(reports)
-    st.subheader(f"Arrays sharded differently ({len(differences)} of {len(reports[0].arrays)})")
+    compared = len({info.path for report in reports for info in report.arrays})  # layouts may hold different arrays
+    st.subheader(f"Arrays sharded differently ({len(differences)} of {compared})")
     if not differences:
         st.success("Every array has the same spec in every layout.")
         return
@@ -103,6 +104,7 @@ def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
             st.warning(f"{label} cannot race: {error}")
     if len(timeable) < 2:
         return
+    racing = [layout_key(layout) for _, layout in timeable]
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
     st.session_state.setdefault("race_rounds", 5)  # not value=: the values are carried across pages
     st.session_state.setdefault("race_steps", 10)
@@ -118,10 +120,12 @@ def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
             )
         finally:
             TURNSTILE.leave()
-        st.session_state[RACE] = ([label for label, _ in timeable], result)
+        st.session_state[RACE] = (racing, [label for label, _ in timeable], result)
     stored = st.session_state.get(RACE)
-    if stored:
-        show_race(*stored)
+    if stored and stored[0] == racing:
+        show_race(*stored[1:])
+    elif stored:
+        st.caption("The last race was run on other layouts; start a new one to compare these.")
 
 
 def show_race(labels: list[str], result: RaceResult) -> None:

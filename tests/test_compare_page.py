@@ -7,6 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import library
+from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from explorer.share import layout_to_params
 
@@ -95,3 +96,29 @@ def test_a_mangled_link_shows_a_message_and_the_default_layout():
     assert not at.exception
     assert any("could not be opened" in e.value and "model.name" in e.value for e in at.error)
     assert at.session_state["layout_name"] == "seed-2x4"
+
+
+def test_a_race_result_is_only_shown_for_the_layouts_it_raced(shelf):
+    at = compare_page()
+    at.multiselect(key="compare_sources").set_value(["tensor parallel", "data only"]).run()
+    at.number_input(key="race_rounds").set_value(1).run()
+    at.number_input(key="race_steps").set_value(1).run()
+    at.button(key="race_button").click().run()
+    assert not at.exception and not at.error
+    assert any("ratio to library: tensor parallel" in d.value.columns for d in at.dataframe)
+    at.multiselect(key="compare_sources").set_value(["data only", "tensor parallel"]).run()  # the other way round
+    assert not any("ratio to" in str(list(d.value.columns)) for d in at.dataframe)
+    assert any("last race was run on other layouts" in c.value for c in at.caption)
+
+
+def test_the_array_count_covers_every_layout_when_models_differ(shelf, seed_dict):
+    transformer = copy.deepcopy(seed_dict)
+    transformer["model"] = {"name": "transformer", "options": {"batch": 8, "seq_len": 16, "layers": 1, "d_model": 32,
+                                                               "heads": 4, "kv_heads": 4, "head_dim": 8, "mlp_dim": 64, "vocab": 64}}
+    link = "?" + "&".join(f"{k}={v}" for k, v in layout_to_params(parse_layout(transformer)).items())
+    at = compare_page()
+    at.text_area(key="compare_links").input(link).run()
+    assert not at.exception
+    heading = next(h.value for h in at.subheader if h.value.startswith("Arrays sharded differently"))
+    mlp, other = ({a.path for a in analyze(parse_layout(d)).arrays} for d in (seed_dict, transformer))
+    assert heading.endswith(f"of {len(mlp | other)})") and len(mlp | other) > len(mlp), heading
