@@ -130,3 +130,15 @@ def test_a_bad_device_count_is_a_message_not_a_traceback(monkeypatch):
         "The app cannot start: EXPLORER_CPU_DEVICES: 'lots' is not a whole number of CPU devices. "
         "Fix the environment variable and restart the app."
     ]
+
+
+def test_drawn_dimensions_follow_a_rule_edit(app):
+    """Scanned kernels are (layer, embed, hidden); sharding 'layer' too makes it the drawn row dimension."""
+    app.checkbox(key="option::mlp::scan").check().run()
+    app.selectbox(key="selected_path").select("params/ScanLogicalDotReluDot_0/Dense_0/kernel").run()
+    rows = lambda: next(s for s in app.selectbox if s.label == "Rows").value  # noqa: E731
+    assert rows() == 1
+    edit_rules(app, [["batch", ["data"]], ["hidden", ["model"]], ["layer", ["data"]]])
+    assert not app.exception
+    assert "P('data', None, 'model')" in selected_summary(app)
+    assert rows() == 0

@@ -142,16 +142,18 @@ def _choose_dims(info: ArrayInfo, labels: list[str], mesh: MeshInfo) -> tuple[in
     counts = shard_counts(info.spec, mesh)
     first, second = sorted(sorted(options, key=lambda d: (counts[d], d))[-2:])  # the most-cut dims, in order
     left, right = st.columns(2)
-    row_dim = left.selectbox("Rows", options, index=first, format_func=lambda d: labels[d], key=f"rows::{info.path}")
+    # Keyed by the spec too: after a rule edit the defaults follow the newly sharded dimensions.
+    ident = f"{info.path}::{info.spec_text()}"
+    row_dim = left.selectbox("Rows", options, index=first, format_func=lambda d: labels[d], key=f"rows::{ident}")
     col_choices = [d for d in options if d != row_dim]
     col_default = col_choices.index(second) if second in col_choices else len(col_choices) - 1
-    col_dim = right.selectbox("Columns", col_choices, index=col_default, format_func=lambda d: labels[d], key=f"cols::{info.path}")
+    col_dim = right.selectbox("Columns", col_choices, index=col_default, format_func=lambda d: labels[d], key=f"cols::{ident}")
     fixed = {}
     for dim in options:
         if dim in (row_dim, col_dim):
             continue
         if counts[dim] > 1:
-            fixed[dim] = st.slider(f"Block of {labels[dim]}", 0, counts[dim] - 1, 0, key=f"block::{info.path}::{dim}")
+            fixed[dim] = st.slider(f"Block of {labels[dim]}", 0, counts[dim] - 1, 0, key=f"block::{ident}::{dim}")
         else:
             fixed[dim] = 0
     return row_dim, col_dim, fixed
