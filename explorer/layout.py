@@ -124,7 +124,7 @@ class ModelSpec(_Frozen):
 class Layout(_Frozen):
     """Everything needed to analyse one partition layout."""
 
-    name: StrictStr = Field(default="untitled", max_length=120)
+    name: StrictStr = Field(default="untitled", min_length=1, max_length=120)
     mesh: MeshSpec
     rules: tuple[Rule, ...] = ()
     model: ModelSpec

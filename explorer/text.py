@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from explorer.analysis import KIND_LABELS, Report
+
+# Inline Markdown only: the escaped text never starts a line, so list and heading marks are harmless.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>~$:|])")
+
+
+def markdown_literal(text: str) -> str:
+    """``text`` escaped so that Markdown shows it as typed (a layout name like ``**x**`` or ``<b>``)."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
 def human_bytes(count: int) -> str:

@@ -7,7 +7,7 @@ import streamlit as st
 
 from explorer import plots
 from explorer.errors import ExplorerError
-from explorer.text import human_bytes
+from explorer.text import human_bytes, markdown_literal
 from explorer.timing import TURNSTILE, TimingResult, check_timeable, host_footprint_bytes, layout_key, time_layout
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS as RESULTS
@@ -22,7 +22,7 @@ current = current_layout("timing")
 layout, report = current.layout, current.report
 key = layout_key(layout)
 st.caption(
-    f"**{layout.name}** · {report.mesh.size} devices · the Flax guide's step: grad of the model's loss, "
+    f"**{markdown_literal(layout.name)}** · {report.mesh.size} devices · the Flax guide's step: grad of the model's loss, "
     "Adam's apply_gradients, jitted with in/out shardings from the analysis under the mesh and the rules."
 )
 

@@ -12,7 +12,7 @@ from explorer.compare import RaceResult, race, spec_differences
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, load_layout_json
 from explorer.share import params_to_layout
-from explorer.text import human_bytes
+from explorer.text import human_bytes, markdown_literal
 from explorer.timing import TURNSTILE, check_timeable, layout_key
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS
@@ -155,7 +155,7 @@ else:
     st.subheader("Warnings")
     for column, label, report in zip(st.columns(len(reports)), labels, reports):
         with column:
-            st.markdown(f"**{label}**")
+            st.markdown(f"**{markdown_literal(label)}**")
             if not report.warnings:
                 st.caption("none")
             for warning in report.warnings[:8]:

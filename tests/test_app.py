@@ -142,3 +142,12 @@ def test_drawn_dimensions_follow_a_rule_edit(app):
     assert not app.exception
     assert "P('data', None, 'model')" in selected_summary(app)
     assert rows() == 0
+
+
+def test_a_layout_name_is_shown_as_typed_and_cannot_be_empty(app):
+    app.text_input(key="layout_name").input("<b>hi</b> **bold**").run()
+    assert not app.exception
+    assert app.markdown[0].value.startswith(r"**\<b\>hi\</b\> \*\*bold\*\*** · mesh")
+    app.text_input(key="layout_name").input("").run()
+    assert not app.exception
+    assert any(e.value.startswith("name: '' string should have at least 1 character") for e in app.sidebar.error)

@@ -9,7 +9,7 @@ import streamlit as st
 from explorer import plots
 from explorer.analysis import KIND_LABELS, ArrayInfo, Report
 from explorer.rules import format_rule
-from explorer.text import arrays_frame, human_bytes
+from explorer.text import arrays_frame, human_bytes, markdown_literal
 from explorer.tiles import MeshInfo, grid_view, shard_counts
 
 SELECTED = "selected_path"
@@ -33,7 +33,7 @@ def _summary(report: Report) -> None:
     mesh, totals = report.mesh, report.totals
     where = "planned mesh: hypothetical device ids, nothing runs" if mesh.abstract else "real devices of this process"
     st.markdown(
-        f"**{report.layout.name}** · mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · "
+        f"**{markdown_literal(report.layout.name)}** · mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · "
         f"{mesh.size:,} devices ({where}) · {report.layout.model.name}: {totals.param_count:,} parameters "
         f"({human_bytes(totals.global_param_bytes)} unsharded)"
     )
