@@ -69,7 +69,7 @@ def params_to_layout(params: Mapping[str, str]) -> Layout:
 def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("mesh", "axes", "model"):
         if key not in params:
-            raise ExplorerError(f"link parameter '{key}'", None, "is missing")
+            raise ExplorerError("link", sorted(params), f"has no '{key}' parameter (it needs mesh, axes and model)")
     for key in PARAMS:
         value = params.get(key, "")
         if not isinstance(value, str):

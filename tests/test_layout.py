@@ -90,7 +90,7 @@ def test_model_too_large_is_refused_before_any_trace(seed_dict, monkeypatch):
 
 def test_transformer_heads_must_group_kv_heads(seed_dict):
     seed_dict["model"] = {"name": "transformer", "options": {"heads": 6, "kv_heads": 4}}
-    refuse(seed_dict, "model.options", "multiple of kv_heads")
+    refuse(seed_dict, "model.options.kv_heads", "4 must divide heads (6) evenly")
 
 
 def test_factory_not_allow_listed_is_refused_without_import(seed_dict, monkeypatch):

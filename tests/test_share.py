@@ -77,7 +77,7 @@ def test_the_link_is_readable(seed_dict):
 @pytest.mark.parametrize("query,field", [
     ("?mesh=2x4&axes=data,model&rules=batch:data&model=mlp", None),
     ("?mesh=2xfour&axes=data,model&model=mlp", "link parameter 'mesh'"),
-    ("?axes=data,model&model=mlp", "link parameter 'mesh'"),
+    ("?axes=data,model&model=mlp", "link"),  # "link: ['axes', 'model'] has no 'mesh' parameter ..."
     ("?mesh=2x4&axes=data&model=mlp", "mesh.axes"),
     ("?mesh=2x4&axes=data,model&rules=batch&model=mlp", "link parameter 'rules', item 0"),
     ("?mesh=2x4&axes=data,model&rules=batch:tensor&model=mlp", "rules[0]"),

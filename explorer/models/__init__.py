@@ -86,9 +86,10 @@ def _validate_options(entry: ModelEntry, options: dict) -> BaseModel:
             raise ExplorerError(
                 f"model.options.{field}", first["input"], f"is not an option of model '{entry.name}' (known: {known})"
             ) from None
+        problem = first["msg"].lower().removeprefix("value error, ")
         if not field:
-            raise ExplorerError("model.options", options, first["msg"].lower().removeprefix("value error, ")) from None
-        raise ExplorerError(f"model.options.{field}", first["input"], first["msg"].lower()) from None
+            raise ExplorerError("model.options", options, problem) from None
+        raise ExplorerError(f"model.options.{field}", first["input"], problem) from None
 
 
 def _check_factory_allowed(name: str) -> None:

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, field_validator
 from typing import Literal
 
 from explorer.models.base import BuiltModel, InputSpec
@@ -45,11 +45,14 @@ class TransformerOptions(BaseModel):
     scan: StrictBool = Field(False, description="stack blocks with nn.scan (adds the 'layer' axis)")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter and activation dtype")
 
-    @model_validator(mode="after")
-    def _heads_group(self) -> "TransformerOptions":
-        if self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
-        return self
+    @field_validator("kv_heads")
+    @classmethod
+    def _heads_group(cls, kv_heads: int, info: ValidationInfo) -> int:
+        """On the field, so the message names kv_heads (heads is validated first, being declared first)."""
+        heads = info.data.get("heads")
+        if heads is not None and heads % kv_heads:
+            raise ValueError(f"must divide heads ({heads}) evenly: each key/value head serves a group of query heads")
+        return kv_heads
 
 
 SIZE_PRESETS: dict[str, dict] = {
