@@ -235,9 +235,16 @@ def step_times_figure(samples: Sequence[float], planned_steps: int | None = None
         height=280, margin=dict(l=50, r=10, t=20, b=40), xaxis_title="timed step", yaxis_title="ms",
         plot_bgcolor="white", showlegend=False,
     )
-    figure.update_xaxes(range=[0.5, max(planned_steps or 0, len(ms)) + 0.5], gridcolor="#eee")
+    count = max(planned_steps or 0, len(ms))
+    figure.update_xaxes(range=[0.5, count + 0.5], gridcolor="#eee", **whole_number_ticks(count))
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
     return figure
+
+
+def whole_number_ticks(count: int) -> dict:
+    """Axis settings for 1..count: ticks on whole numbers (1, 2, 5, 10, 20, … apart), never on 0.5 or 1.5."""
+    step = next(s for s in (m * 10**e for e in range(7) for m in (1, 2, 5)) if s * 10 >= count)
+    return {"tickmode": "linear", "tick0": 0, "dtick": step}
 
 
 def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure:
@@ -264,4 +271,5 @@ def race_figure(labels: Sequence[str], round_medians: Sequence[Sequence[float]])
     figure.update_layout(
         height=280, xaxis_title="round", yaxis_title="median step (ms)", margin=dict(l=50, r=10, t=20, b=40), plot_bgcolor="white",
     )
+    figure.update_xaxes(**whole_number_ticks(max((len(m) for m in round_medians), default=1)))
     return figure

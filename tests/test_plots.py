@@ -1,5 +1,7 @@
 """Figures from plain data: the device grid shows exactly the tiles, with one colour per device."""
 
+import pytest
+
 from explorer import plots
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
@@ -53,3 +55,11 @@ def test_many_replicas_draw_one_grey_block_with_a_count():
     figure = plots.sharding_grid(view, report.mesh, 4, ["rows", "cols"])
     assert [list(row) for row in figure.data[0].z] == [[report.mesh.size]]
     assert figure.layout.annotations[0].text == "0,1,2…31 (32)"
+
+
+@pytest.mark.parametrize(("count", "step"), [(1, 1), (3, 1), (10, 1), (11, 2), (30, 5), (1000, 100)])
+def test_step_and_round_axes_tick_whole_numbers(count, step):
+    figure = plots.step_times_figure([0.01] * count)
+    assert (figure.layout.xaxis.tickmode, figure.layout.xaxis.tick0, figure.layout.xaxis.dtick) == ("linear", 0, step)
+    race = plots.race_figure(["a", "b"], [[0.01] * count, [0.02] * count])
+    assert race.layout.xaxis.dtick == step
