@@ -151,3 +151,11 @@ def test_a_layout_name_is_shown_as_typed_and_cannot_be_empty(app):
     app.text_input(key="layout_name").input("").run()
     assert not app.exception
     assert any(e.value.startswith("name: '' string should have at least 1 character") for e in app.sidebar.error)
+
+
+def test_an_option_out_of_bounds_is_named_next_to_the_model(app):
+    app.number_input(key="option::mlp::depth").set_value(0).run()
+    assert not app.exception
+    errors = [e.value for e in app.sidebar.error]
+    assert errors == ["model.options.depth: 0 input should be greater than or equal to 1"], errors
+    assert app.number_input(key="option::mlp::depth").value == 0  # what the user typed stays

@@ -195,5 +195,8 @@ def _option_widget(model: str, field: str, info) -> None:
     elif typing.get_origin(annotation) is typing.Literal:
         st.selectbox(label, list(typing.get_args(annotation)), key=key, help=info.description)
     else:
+        # No min/max here: the model's own validation names the field and the value next to the
+        # widget, where Streamlit's bounds would only turn the box red and keep the old value.
         low, high = _bounds(info)
-        st.number_input(label, min_value=low, max_value=high, step=1, key=key, help=info.description)
+        bounds = f" ({'' if low is None else low}..{'' if high is None else high})" if (low, high) != (None, None) else ""
+        st.number_input(label, step=1, key=key, help=f"{info.description}{bounds}")
