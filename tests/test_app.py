@@ -159,3 +159,15 @@ def test_an_option_out_of_bounds_is_named_next_to_the_model(app):
     errors = [e.value for e in app.sidebar.error]
     assert errors == ["model.options.depth: 0 input should be greater than or equal to 1"], errors
     assert app.number_input(key="option::mlp::depth").value == 0  # what the user typed stays
+
+
+def test_library_actions_answer_in_the_library_section(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    app.text_input(key="library_name").input("team seed").run()
+    app.button(key="library_save").click().run()
+    assert [s.value for s in app.sidebar.success] == ["Saved 'team seed'."]
+    assert not app.main.success
+    app.button(key="library_save").click().run()  # the same name again
+    assert not app.exception
+    assert any("team seed" in e.value and "exists" in e.value for e in app.sidebar.error), [e.value for e in app.sidebar.error]
+    assert not app.main.error

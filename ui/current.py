@@ -38,7 +38,7 @@ def current_layout(page: str) -> Current:
         report = analyze(layout)
         valid = False
     _flag_layout_problems(report, slots)
-    share_panel.show_message()
+    share_panel.show_message("link")
     if valid:
         share_panel.sync_address(layout)
     with st.sidebar:

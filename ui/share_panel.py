@@ -6,11 +6,11 @@ import streamlit as st
 
 from explorer import library
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_json, seed_layout
+from explorer.layout import Layout, load_layout_json, parse_layout, seed_layout
 from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from ui import state
 
-MESSAGE = "share_message"
+MESSAGES = "share_messages"  # section ("link", "upload", "library") -> (level, text), shown once where it belongs
 LOADED_VERSION = "library_loaded"  # (name, version) of the library entry last loaded or saved
 
 
@@ -22,7 +22,7 @@ def initial_layout() -> Layout:
     try:
         return params_to_layout(params)
     except ExplorerError as error:
-        st.session_state[MESSAGE] = ("error", f"The link could not be opened, so the default layout is shown: {error}")
+        _tell("link", "error", f"The link could not be opened, so the default layout is shown: {error}")
         return seed_layout()
 
 
@@ -33,8 +33,13 @@ def sync_address(layout: Layout) -> None:
         st.query_params.from_dict(params)
 
 
-def show_message() -> None:
-    message = st.session_state.pop(MESSAGE, None)
+def _tell(section: str, level: str, text: str) -> None:
+    st.session_state.setdefault(MESSAGES, {})[section] = (level, text)
+
+
+def show_message(section: str) -> None:
+    """The message left for ``section`` by the last action (a callback runs before the script), drawn here, once."""
+    message = st.session_state.get(MESSAGES, {}).pop(section, None)
     if message:
         getattr(st, message[0])(message[1])
 
@@ -51,6 +56,7 @@ def render(layout: Layout) -> None:
         mime="application/json", key="download_layout", width="stretch",
     )
     st.file_uploader("Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload)
+    show_message("upload")
     with st.expander("Copy as code"):
         st.caption("Mesh and rules for a training script (the Flax guide's recipe):")
         st.code(python_snippet(layout), language="python")
@@ -76,15 +82,16 @@ def _load_upload() -> None:
     try:
         layout = load_layout_json(uploaded.getvalue().decode("utf-8", errors="replace"))
     except ExplorerError as error:
-        st.session_state[MESSAGE] = ("error", f"{uploaded.name} was not loaded: {error}")
+        _tell("upload", "error", f"{uploaded.name} was not loaded: {error}")
         return
     state.load_layout(layout)
-    st.session_state[MESSAGE] = ("success", f"Loaded {uploaded.name}.")
+    _tell("upload", "success", f"Loaded {uploaded.name}.")
 
 
 def _library_section(layout: Layout) -> None:
     st.markdown("**Team library**")
     st.caption(f"Shared by everyone using this server ({library.library_dir()}).")
+    show_message("library")
     names = library.names()
     chosen = st.selectbox("Saved layouts", names, index=None, placeholder="choose a layout", key="library_choice")
     load_column, delete_column = st.columns(2)
@@ -130,12 +137,10 @@ def _library_action(action: str) -> None:
             library.rename(chosen, name)
             st.session_state["library_choice"] = name
             text = f"Renamed '{chosen}' to '{name}'."
-        st.session_state[MESSAGE] = ("success", text)
+        _tell("library", "success", text)
     except ExplorerError as error:
-        st.session_state[MESSAGE] = ("error", str(error))
+        _tell("library", "error", str(error))
 
 
 def _named(layout_dict: dict, name: str) -> Layout:
-    from explorer.layout import parse_layout
-
     return parse_layout({**layout_dict, "name": name})
