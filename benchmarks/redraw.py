@@ -29,6 +29,9 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from benchmarks.analyze import LLAMA_7B, bare_recipe  # noqa: E402
 
 
+BIG_KERNEL = "params/block_0/mlp/wi_0/kernel"  # 4096 x 11008
+
+
 def _edit(at: AppTest, rules: list) -> float:
     at.session_state["rules_base"] = rules
     at.session_state["rules_version"] = at.session_state["rules_version"] + 1
@@ -46,6 +49,9 @@ def _setup_llama(at: AppTest) -> None:
         at.session_state[f"option::transformer::{field}"] = value
     at.run()
     assert "6,738" in at.markdown[0].value and "256 devices" in at.markdown[0].value, at.markdown[0].value
+    # The drawn array is the biggest MLP kernel: under both rule sets it is cut into many blocks
+    # (16 x 16 = 256 under the first), the most the device grid has to draw.
+    at.selectbox(key="selected_path").select(BIG_KERNEL).run()
 
 
 def _measure(name: str, rule_sets: list[list], rounds: int, setup=None) -> list[float]:

@@ -100,14 +100,17 @@ def sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: Seq
         )
     )
     figure.add_trace(_tile_centres(view))
-    _draw_block_edges(figure, rows, cols)
+    # Set in one go: plotly's add_shape/add_annotation re-validate the whole list on every call,
+    # which made a 16 x 16 grid take seconds.
+    labels = []
     if rows * cols <= MAX_LABELLED_TILES:
-        for r in range(rows):
-            for c in range(cols):
-                figure.add_annotation(
-                    x=c + 0.5, y=r + 0.5, text=devices_label(view.cells[r][c].devices), showarrow=False,
-                    font=dict(size=_label_size(rows * cols), color="black"), bgcolor="rgba(255,255,255,0.75)",
-                )
+        font = dict(size=_label_size(rows * cols), color="black")
+        labels = [
+            dict(x=c + 0.5, y=r + 0.5, text=devices_label(view.cells[r][c].devices), showarrow=False, font=font,
+                 bgcolor="rgba(255,255,255,0.75)")
+            for r in range(rows) for c in range(cols)
+        ]
+    figure.update_layout(shapes=_block_edges(rows, cols), annotations=labels)
     _grid_axes(figure, view, dim_labels, title)
     return figure
 
@@ -130,12 +133,11 @@ def _tile_centres(view: GridView) -> go.Scatter:
     )
 
 
-def _draw_block_edges(figure: go.Figure, rows: int, cols: int) -> None:
+def _block_edges(rows: int, cols: int) -> list[dict]:
     line = dict(color="black", width=1.5 if rows * cols <= 256 else 0.5)
-    for r in range(rows + 1):
-        figure.add_shape(type="line", x0=0, x1=cols, y0=r, y1=r, line=line)
-    for c in range(cols + 1):
-        figure.add_shape(type="line", x0=c, x1=c, y0=0, y1=rows, line=line)
+    across = [dict(type="line", x0=0, x1=cols, y0=r, y1=r, line=line) for r in range(rows + 1)]
+    down = [dict(type="line", x0=c, x1=c, y0=0, y1=rows, line=line) for c in range(cols + 1)]
+    return across + down
 
 
 def _ticks(ranges: Sequence[tuple[int, int]], limit: int = 16) -> dict:
