@@ -419,9 +419,9 @@ def _times_each_computation_runs(computations: dict[str | None, list[str]], entr
     unbounded = 0
     for caller, lines in computations.items():
         for line in lines:
-            trip = _TRIP_COUNT.search(line) if _WHILE.search(line) else None
-            if _WHILE.search(line) and trip is None:
-                unbounded += 1
+            is_loop = _WHILE.search(line) is not None
+            trip = _TRIP_COUNT.search(line) if is_loop else None
+            unbounded += is_loop and trip is None
             for match in _CALLEE.finditer(line):
                 names = [match["name"]] if match["name"] else [n.strip().lstrip("%") for n in match["names"].split(",") if n.strip()]
                 times = 1
