@@ -49,7 +49,7 @@ def render(page: str) -> tuple[dict[str, Any], Slots]:
         st.text_input("Layout name", key=state.NAME)
         name_slot = st.container(key="name_messages")
         mesh, mesh_slot = _mesh_section()
-        rules, rules_slot = _rules_section(mesh["axes"])
+        rules, rules_slot = _rules_section(page, mesh["axes"])
         model, model_slot = _model_section()
     draft = {"name": st.session_state[state.NAME], "mesh": mesh, "rules": rules, "model": model}
     return draft, Slots(name_slot, mesh_slot, rules_slot, model_slot)
@@ -77,7 +77,7 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
     return {"shape": shape, "axes": axes}, slot
 
 
-def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
+def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     st.subheader("Rules")
     preset = st.selectbox(
         "Preset", list(PRESETS), index=None, placeholder="choose a preset to replace the rules",
@@ -87,7 +87,7 @@ def _rules_section(mesh_axes: list[str]) -> tuple[list[Any], Any]:
         st.caption(PRESET_DESCRIPTIONS[preset])
     if st.button("Apply preset", key="apply_preset", disabled=not (mesh_axes and preset), width="stretch"):
         state.set_rules([[logical, _axes(mesh)] for logical, mesh in preset_rules(preset, mesh_axes)])
-    state.keep_rules_edits_for_axes(mesh_axes)
+    state.keep_rules_edits(page, mesh_axes)
     base = pd.DataFrame(
         [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
     )

@@ -25,9 +25,8 @@ MODEL = "model_name"
 FACTORY_OPTIONS = "factory_options_text"
 LAST_VALID = "last_valid_layout"
 TIMING_RESULTS = "timing_results"  # layout_key -> TimingResult, written by the Timing page, read by Compare
-PAGE = "current_page"  # the page the session's last run drew
 RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
-RULES_AXES = "rules_axes"  # the mesh axes the rules table last offered
+RULES_EDITOR = "rules_editor_identity"  # (page, mesh axes) of the rules table last drawn
 
 # Values of widgets that must survive a page switch: the layout in the sidebar, and the
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
@@ -57,28 +56,27 @@ def keep_widgets_across_pages(page: str) -> None:
     with the same key. Writing each value back makes it the session's own, which the new
     page's widget then starts from ("Working with widgets in multipage apps", option 3).
     This also keeps the options of a model that is not selected right now. The rules
-    editor's edits live in its own widget state, which cannot be written back, so on a
-    switch the table is rebuilt from the rows it showed last.
+    editor is carried by ``keep_rules_edits``.
     """
     state = st.session_state
     for key in list(state.keys()):
         if key in KEPT_WIDGETS or key.startswith(KEPT_WIDGET_PREFIXES):
             state[key] = state[key]
-    if state.get(PAGE) not in (None, page) and RULES_SHOWN in state:
-        set_rules(state[RULES_SHOWN])
-    state[PAGE] = page
 
 
-def keep_rules_edits_for_axes(mesh_axes: list[str]) -> None:
-    """Rebuild the rules table from the rows it showed last when the mesh axes it offers change.
+def keep_rules_edits(page: str, mesh_axes: list[str]) -> None:
+    """Rebuild the rules table from the rows it showed last when the editor is about to become a new widget.
 
-    The editor's column choices are part of its identity, so with new axes Streamlit
-    starts a new editor from the base rows and the edits made so far would be lost.
+    The editor's edits live in its own widget state, which cannot be written back, and
+    its identity includes the page drawing it and the mesh axes its column offers: on a
+    page switch or an axis rename Streamlit would start a new editor from the base rows
+    and the edits made so far would be lost.
     """
     state = st.session_state
-    if state.get(RULES_AXES) not in (None, mesh_axes) and RULES_SHOWN in state:
+    identity = [page, list(mesh_axes)]
+    if state.get(RULES_EDITOR) not in (None, identity) and RULES_SHOWN in state:
         set_rules(state[RULES_SHOWN])
-    state[RULES_AXES] = list(mesh_axes)
+    state[RULES_EDITOR] = identity
 
 
 def load_layout(layout: Layout) -> None:
