@@ -41,6 +41,15 @@ def expect_mesh_ids(page: Page) -> None:
     expect(page.locator(".st-key-mesh_figure .heatmap-label")).to_have_text([str(d) for d in range(8)])
 
 
+def expect_only_error_in(page: Page, section: str, *fragments: str) -> None:
+    """The sidebar shows exactly one error, in ``section``'s message slot, containing every fragment."""
+    expect(sidebar_errors(page)).to_have_count(1)
+    errors = sidebar_errors(page, section)
+    expect(errors).to_have_count(1)
+    for fragment in fragments:
+        expect(errors).to_contain_text(fragment)
+
+
 def same(values: list[float], tolerance: float = 2.0) -> bool:
     return max(values) - min(values) <= tolerance
 
@@ -102,11 +111,7 @@ def test_logical_name_edit_turns_grid_sideways(page: Page) -> None:
 def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
     set_text(page, "mesh_shape_text", "2, x")
 
-    expect(sidebar_errors(page)).to_have_count(1)
-    errors = sidebar_errors(page, "mesh")  # the message slot under the mesh fields
-    expect(errors).to_have_count(1)
-    expect(errors).to_contain_text("mesh.shape[1]")
-    expect(errors).to_contain_text("'x'")
+    expect_only_error_in(page, "mesh", "mesh.shape[1]", "'x'")  # the message slot under the mesh fields
     expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("not valid (mesh.shape[1])")
     expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
     assert_seed_grid(page)  # the last valid layout is still drawn
@@ -124,11 +129,7 @@ def test_rule_naming_missing_axis_shows_error_under_rules(page: Page) -> None:
     """Renaming the mesh axis model → tensor leaves rule 1 (hidden → model) naming an axis the mesh lacks."""
     set_text(page, "mesh_axes_text", "data, tensor")
 
-    expect(sidebar_errors(page)).to_have_count(1)
-    errors = sidebar_errors(page, "rules")  # the message slot under the rules editor
-    expect(errors).to_have_count(1)
-    expect(errors).to_contain_text("rules[1]")
-    expect(errors).to_contain_text("'model'")
+    expect_only_error_in(page, "rules", "rules[1]", "'model'")  # the message slot under the rules editor
     assert_seed_grid(page)
     assert_no_exception(page)
     screenshot(page, "browser-missing-axis")
@@ -146,9 +147,7 @@ def test_rule_edits_survive_renaming_a_mesh_axis(page: Page) -> None:
     assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "model"]]
     set_text(page, "mesh_axes_text", "data, tensor")
     assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "model"]]
-    errors = sidebar_errors(page, "rules")
-    expect(errors).to_have_count(1)
-    expect(errors).to_contain_text("rules[1]")
+    expect_only_error_in(page, "rules", "rules[1]")
     edit_rule_axes(page, 1, ["tensor"])
     assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "tensor"]]
     expect(sidebar_errors(page)).to_have_count(0)
