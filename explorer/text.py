@@ -1,4 +1,4 @@
-"""Plain-text rendering of a report for the command line (tables via pandas)."""
+"""Text for people: the command line's tables (via pandas), byte sizes, and names made safe for Markdown."""
 
 from __future__ import annotations
 
