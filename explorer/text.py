@@ -6,6 +6,7 @@ import re
 
 import pandas as pd
 
+from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report
 
 # Inline Markdown only: the escaped text never starts a line, so list and heading marks are harmless.
@@ -87,7 +88,7 @@ def timing_text(result) -> str:
         "memory per device (XLA): " + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in result.memory.items()),
     ]
     lines += [f"  - {note}" for note in result.memory_notes()]
-    used = {op: c for op, c in result.collectives.items() if c["count"]}
+    used = hlo.used(result.collectives)
     lines.append("collectives: " + (", ".join(f"{op} x{c['count']} ({human_bytes(c['bytes'])})" for op, c in used.items()) or "none"))
     differing = [a for a in result.activations if a.differs]
     lines.append(f"module outputs: {len(result.activations)}, {len(differing)} where XLA's sharding differs from the declared one")

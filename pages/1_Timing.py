@@ -8,7 +8,10 @@ import streamlit as st
 from explorer import plots
 from explorer.errors import ExplorerError
 from explorer.text import human_bytes, markdown_literal
-from explorer.timing import TURNSTILE, TimingResult, check_timeable, host_footprint_bytes, layout_key, time_layout
+from explorer.compiled import check_timeable, host_footprint_bytes, layout_key
+from explorer.hlo import used as used_collectives
+from explorer.timing import TimingResult, time_layout
+from ui.turnstile import TURNSTILE
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS as RESULTS
 
@@ -114,7 +117,7 @@ def show_result(result: TimingResult) -> None:
             st.caption("• " + note)
     with collective_column:
         st.subheader("Collectives XLA inserted")
-        used = {op: c for op, c in result.collectives.items() if c["count"]}
+        used = used_collectives(result.collectives)
         if used:
             st.dataframe(
                 pd.DataFrame([{"op": op, "count": c["count"], "bytes per device": human_bytes(c["bytes"])} for op, c in used.items()]),

@@ -13,7 +13,9 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout, load_layout_json
 from explorer.share import params_to_layout
 from explorer.text import human_bytes, markdown_literal
-from explorer.timing import TURNSTILE, check_timeable, layout_key
+from explorer.compiled import check_timeable, layout_key
+from explorer.hlo import used as used_collectives
+from ui.turnstile import TURNSTILE
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS
 
@@ -85,7 +87,7 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
         if result is None:
             rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
             continue
-        used = ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in result.collectives.items() if c["count"]) or "none"
+        used = ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
         rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
     st.subheader("Step times and collectives")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from explorer import timing
+from explorer import compiled as compiled_lib
 from explorer.analysis import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
-from explorer.timing import collectives, compile_step, time_layout
+from explorer.compiled import compile_step
+from explorer.hlo import collectives
+from explorer.timing import time_layout
+from ui.turnstile import Turnstile
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}
@@ -167,7 +170,7 @@ def test_planned_mesh_cannot_be_timed(seed_dict):
 
 
 def test_state_too_big_for_memory_is_refused_with_numbers(seed_dict, monkeypatch):
-    monkeypatch.setattr(timing, "available_memory_bytes", lambda: 10 * 2**20)
+    monkeypatch.setattr(compiled_lib, "available_memory_bytes", lambda: 10 * 2**20)
     with pytest.raises(ExplorerError, match=r"GiB on the host.*GiB are available"):
         time_layout(layout(seed_dict, rules=[["batch", "data"]]), steps=1)
 
@@ -175,7 +178,7 @@ def test_state_too_big_for_memory_is_refused_with_numbers(seed_dict, monkeypatch
 def test_returning_to_a_timed_layout_does_not_recompile(seed_dict, monkeypatch):
     seed = layout(seed_dict, rules=[["batch", "data"], ["hidden", "model"], ["embed", None]])
     first = time_layout(seed, steps=1, warmup=0)
-    monkeypatch.setattr(timing, "_compile", lambda *a: pytest.fail("recompiled a cached layout"))
+    monkeypatch.setattr(compiled_lib, "_compile", lambda *a: pytest.fail("recompiled a cached layout"))
     again = time_layout(parse_layout({**seed.to_dict(), "name": "renamed"}), steps=1, warmup=0)
     assert again.cached and again.compile_s == first.compile_s
 
@@ -183,11 +186,11 @@ def test_returning_to_a_timed_layout_does_not_recompile(seed_dict, monkeypatch):
 def test_compile_cache_is_bounded(seed_dict):
     for depth in (64, 128, 192, 320, 384, 448):
         compile_step(layout(seed_dict, model={"name": "mlp", "options": {"batch": 8, "layers": 1, "depth": depth}}))
-    assert len(timing._cache) <= timing.CACHE_SIZE
+    assert compiled_lib._compiled.cache_info().currsize <= compiled_lib.CACHE_SIZE
 
 
 def test_turnstile_serves_one_at_a_time_in_arrival_order():
-    gate = timing.Turnstile()
+    gate = Turnstile()
     order, running, peak = [], [0], [0]
 
     def worker(name):

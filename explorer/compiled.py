@@ -1,0 +1,255 @@
+"""Compiling the layout's train step on this process's devices, and reading what XLA built.
+
+The step is the Flax guide's: ``jax.jit(init_fn, out_shardings=...)`` builds the
+TrainState, and ``train_step`` (grad of the model's loss, ``apply_gradients``) is
+jitted with in and out shardings, traced under ``jax.set_mesh`` and
+``nn.logical_axis_rules``. Shardings come from the analysis. Compiled steps are kept
+in a bounded cache keyed by the layout without its name. The readers turn
+``memory_analysis()`` and ``cost_analysis()`` into plain numbers, and the forward pass
+compiled with every module output tells which shardings XLA chose for activations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+from explorer.abstract import AbstractModel, abstract_model, init_fn
+from explorer.analysis import Report, analyze, jax_mesh, state_shardings
+from explorer.errors import ExplorerError
+from explorer.layout import Layout
+
+MEMORY_FRACTION = 0.6  # refuse a state whose estimated host footprint exceeds this share of available memory
+CACHE_SIZE = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class ActivationCheck:
+    """A module output: the sharding XLA chose for it, and the one the model declared (if any)."""
+
+    path: str
+    shape: tuple[int, ...]
+    chosen: tuple[Any, ...]
+    declared: tuple[Any, ...] | None
+
+    @property
+    def differs(self) -> bool:
+        return self.declared is not None and self.declared != self.chosen
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledStep:
+    """A compiled init and train step for one layout, with what XLA says about them."""
+
+    init: Any
+    step: Any
+    input_shardings: tuple[NamedSharding, ...]
+    compile_s: float
+    activations: tuple[ActivationCheck, ...]
+
+
+# --- guard rails ---------------------------------------------------------------------------
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux), else physical memory."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def host_footprint_bytes(report: Report) -> int:
+    """A rough upper bound of host memory for timing on simulated devices.
+
+    Every simulated device lives in this process's memory: per device, the state is
+    held as input and output, gradients and Adam's update as temporaries (~2x
+    params), plus inputs and declared activations.
+    """
+    t = report.totals
+    per_device = 2 * (t.param_bytes + t.opt_state_bytes) + 2 * t.param_bytes + t.input_bytes + t.activation_bytes
+    return per_device * report.mesh.size
+
+
+def check_timeable(report: Report) -> None:
+    """Refuse layouts that cannot be timed here, with the numbers."""
+    if report.mesh.abstract:
+        raise ExplorerError(
+            "mesh.shape", list(report.mesh.shape),
+            f"needs {report.mesh.size:,} devices and this process has {jax.device_count()}: "
+            "it can be analysed as a planned mesh but not timed",
+        )
+    needed, available = host_footprint_bytes(report), available_memory_bytes()
+    if needed > MEMORY_FRACTION * available:
+        raise ExplorerError(
+            "model", report.layout.model.name,
+            f"would need about {needed / 2**30:,.1f} GiB on the host to time ({report.mesh.size} simulated devices); "
+            f"{available / 2**30:,.1f} GiB are available and the limit is {MEMORY_FRACTION:.0%} of that",
+        )
+
+
+# --- compiling ------------------------------------------------------------------------------
+
+def layout_key(layout: Layout) -> str:
+    """Identity of what gets compiled: everything but the layout's name."""
+    data = layout.to_dict()
+    data.pop("name")
+    return json.dumps(data, sort_keys=True)
+
+
+def _make_train_step(model: AbstractModel):
+    built = model.built
+
+    def train_step(state, *inputs):
+        def loss_fn(params):
+            return built.loss(built.module.apply({"params": params}, *inputs), *inputs)
+
+        grads = jax.grad(loss_fn)(state.params)
+        return state.apply_gradients(grads=grads)
+
+    return train_step
+
+
+def compile_step(layout: Layout, report: Report | None = None) -> tuple[CompiledStep, bool]:
+    """The compiled init and step for ``layout``, and whether it came from the bounded cache."""
+    check_timeable(report or analyze(layout))
+    hits = _compiled.cache_info().hits
+    compiled = _compiled(layout_key(layout))
+    return compiled, _compiled.cache_info().hits > hits
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def _compiled(key: str) -> CompiledStep:
+    from explorer.layout import parse_layout
+
+    layout = parse_layout({"name": "compiled", **json.loads(key)})
+    return _compile(layout, analyze(layout))
+
+
+def _input_shardings(report: Report, mesh) -> tuple[NamedSharding, ...]:
+    return tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in report.arrays if a.kind == "input")
+
+
+def _compile(layout: Layout, report: Report) -> CompiledStep:
+    check_timeable(report)
+    model = abstract_model(layout.model)
+    mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
+    shardings = state_shardings(report, model)
+    inputs_sharding = _input_shardings(report, mesh)
+    abstract_inputs = tuple(
+        jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(model.built.inputs, inputs_sharding)
+    )
+    init = functools.partial(init_fn, model=model.built.module, optimizer=model.optimizer)
+    start = time.perf_counter()
+    with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
+        replicated = NamedSharding(mesh, PartitionSpec())
+        init_compiled = jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(
+            jax.random.key(0), *abstract_inputs
+        ).compile()
+        abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, model.state_shapes)
+        step_compiled = jax.jit(
+            _make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings
+        ).lower(abstract_state, *abstract_inputs).compile()
+        compile_s = time.perf_counter() - start
+        activations = _chosen_activation_shardings(model, report, abstract_state.params, abstract_inputs, shardings.params)
+    return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations)
+
+
+def _with_sharding(sharding: NamedSharding, leaf: Any) -> Any:
+    """A ShapeDtypeStruct carrying its sharding, inside its logical box when it has one."""
+    if isinstance(leaf, nn.Partitioned):
+        return leaf.replace_boxed(jax.ShapeDtypeStruct(leaf.value.shape, leaf.value.dtype, sharding=sharding))
+    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+
+
+def _normal_spec(spec: Any, ndim: int) -> tuple[Any, ...]:
+    """A spec padded to ``ndim`` entries, one-axis tuples as plain names: comparable."""
+    entries = [e[0] if isinstance(e, tuple) and len(e) == 1 else (tuple(e) if isinstance(e, (tuple, list)) else e) for e in spec]
+    entries += [None] * (ndim - len(entries))
+    return tuple(None if e == () else e for e in entries)
+
+
+def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs, param_shardings) -> tuple[ActivationCheck, ...]:
+    """Compile the forward pass returning every module output and read XLA's chosen shardings."""
+    built = model.built
+
+    def forward(params, *inputs):
+        return built.module.apply({"params": params}, *inputs, capture_intermediates=True, mutable=["intermediates"])
+
+    compiled = jax.jit(forward, in_shardings=(param_shardings, *(a.sharding for a in abstract_inputs))).lower(
+        abstract_params, *abstract_inputs
+    ).compile()
+    shapes = jax.eval_shape(forward, abstract_params, *abstract_inputs)
+    intermediates = shapes[1]["intermediates"]
+    chosen = compiled.output_shardings[1]["intermediates"]
+    declared = _declared_by_module(report, type(built.module).__name__)
+    checks = []
+    for (path, leaf), sharding in zip(
+        jax.tree_util.tree_leaves_with_path(intermediates), jax.tree_util.tree_leaves(chosen)
+    ):
+        module_path = _module_of(path) or type(built.module).__name__
+        spec = _normal_spec(getattr(sharding, "spec", ()), leaf.ndim)
+        wanted = declared.get((module_path, tuple(leaf.shape)))
+        checks.append(ActivationCheck(module_path, tuple(leaf.shape), spec, wanted))
+    return tuple(checks)
+
+
+def _module_of(path) -> str:
+    """``LogicalDotReluDot_0`` from the key path ``['LogicalDotReluDot_0']['__call__'][0][0]``."""
+    names = []
+    for key in path:
+        name = getattr(key, "key", None)
+        if name == "__call__":
+            break
+        names.append(str(name))
+    return "/".join(names)
+
+
+def _declared_by_module(report: Report, top_module: str) -> dict[tuple[str, tuple[int, ...]], tuple]:
+    """The last constraint each module declares, per output shape: what its output should carry.
+
+    The model output, when it is a declared constraint, stands for the top module.
+    """
+    declared = {}
+    for info in report.arrays:
+        if info.kind != "activation":
+            continue
+        if info.path == "activations/output":
+            if info.logical_axes is not None:
+                declared[(top_module, info.shape)] = _normal_spec(info.spec, len(info.shape))
+            continue
+        module_path = info.path[len("activations/"):].rsplit("/", 1)[0]
+        declared[(module_path, info.shape)] = _normal_spec(info.spec, len(info.shape))
+    return declared
+
+
+def memory_of(compiled) -> dict[str, int]:
+    stats = compiled.memory_analysis()
+    return {
+        "argument_bytes": int(stats.argument_size_in_bytes),
+        "output_bytes": int(stats.output_size_in_bytes),
+        "temp_bytes": int(stats.temp_size_in_bytes),
+        "alias_bytes": int(stats.alias_size_in_bytes),
+        "generated_code_bytes": int(stats.generated_code_size_in_bytes),
+    }
+
+
+def flops_of(compiled) -> float:
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list):  # older JAX returned one dict per program
+        cost = cost[0] if cost else {}
+    return float((cost or {}).get("flops", 0.0))
+
+
