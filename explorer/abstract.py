@@ -1,270 +1,387 @@
 """The abstract model: every array of the train state and the step, without allocating any.
 
-One ``jax.eval_shape`` of the Flax guide's ``init_fn`` (``model.init`` then
-``TrainState.create`` with Adam) gives the shape, dtype and logical axes of every
-parameter and optimizer-state leaf. The same trace runs the forward pass, so it also
-records every ``nn.with_logical_constraint`` the model declares (the activations),
-and the model output. The result depends only on the model configuration and is
-cached on it: editing rules or the mesh never re-traces the model.
+Parameters and optimizer state come from one abstract trace of the model's own
+initialisation, and their axes from Flax's public metadata API:
+
+- Linen: the Flax guide's ``init_fn`` (``model.init`` then ``TrainState.create`` with
+  Adam) traced once. Every ``flax.core.meta.AxisMetadata`` box (``nn.with_logical_partitioning``,
+  ``nn.with_partitioning``, NNX-in-Linen bridges) gives its names through
+  ``get_partition_spec()``; ``flax.linen.partitioning.param_with_axes`` models give theirs
+  through ``nn_partitioning.get_axis_names`` on the ``params_axes`` collection, and
+  ``init_fn`` boxes those parameters with them so Adam's moments carry the same axes.
+- NNX: ``nnx.eval_shape`` of the factory's builder and of ``nnx.Optimizer`` (Adam, on
+  ``nnx.Param``), names from ``out_sharding`` metadata via ``nnx.get_partition_spec``.
+
+Activations are every ``sharding_constraint`` of the traced program (``program.py``),
+read under a probe mesh: logical constraints and constraints fixed to mesh axes by
+hand alike, each with its module, in program order, a scanned body once with how many
+times it runs per step. Constraints on parameters are not activations.
+
+The trace depends on the model configuration and on the names it must tell apart (the
+rules' logical names and the mesh's axis names), never on which mesh axes the rules
+pick: editing a rule's mesh axes or their order does not re-trace.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
+import json
 import threading
 from typing import Any, Literal
 
 import flax.linen as nn
-import flax.linen.spmd as flax_spmd
 import jax
 import jax.numpy as jnp
 import optax
+from flax.core import meta
+from flax.linen import partitioning as nn_partitioning
 from flax.training import train_state
 
+from explorer import program
 from explorer.errors import ExplorerError
 from explorer.models import BuiltModel, build_model
 
 Kind = Literal["param", "opt_state", "input", "activation"]
 LEARNING_RATE = 1e-3
+AxisName = None | str | tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class AbstractArray:
-    """One array the train step touches, before any mesh or rule is applied."""
+    """One array the train step touches, before any mesh or rule is applied.
+
+    ``logical_axes`` has one entry per dimension (padded to the rank): a logical name
+    the rules resolve, a tuple of mesh axes the model fixed by hand, or None; None for
+    the whole array means it carries no annotation. ``annotation`` says how the model
+    declared it (``"logical"``: resolved by rules; ``"mesh-or-logical"``: a plain
+    ``nn.Partitioned`` box, whose names are mesh axes when every one is an axis of the
+    mesh, else logical names). ``module`` is where an activation was declared and
+    ``runs_per_step`` how many times its declaration runs in one step.
+    """
 
     path: str
     kind: Kind
     shape: tuple[int, ...]
     dtype: str
-    logical_axes: tuple[str | None, ...] | None
+    logical_axes: tuple[AxisName, ...] | None
     note: str = ""
+    annotation: str = "logical"
+    module: str = ""
+    runs_per_step: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class AbstractModel:
-    """The cached result of tracing a model configuration once."""
+    """The cached result of tracing a model configuration.
+
+    ``state_shapes`` is the train state as ShapeDtypeStructs in the framework's own
+    tree (Linen: the TrainState with its boxes; NNX: ``(model state, optimizer state)``);
+    ``state_arrays`` lists its leaves in tree-flatten order.
+    """
 
     key: tuple
+    framework: str
     built: BuiltModel
-    optimizer: optax.GradientTransformation  # the instance in state_shapes' tree (trees must match it)
-    state_shapes: Any  # the TrainState of ShapeDtypeStructs, logical boxes kept
-    state_arrays: tuple[AbstractArray, ...]  # params, opt_state (and step), in tree order
+    optimizer: optax.GradientTransformation
+    state_shapes: Any
+    state_arrays: tuple[AbstractArray, ...]
     inputs: tuple[AbstractArray, ...]
     activations: tuple[AbstractArray, ...]
     output: AbstractArray
+    loops_without_length: int = 0
+    graphdefs: Any = None  # NNX: (model graphdef, optimizer graphdef)
 
     @property
     def arrays(self) -> tuple[AbstractArray, ...]:
         return self.state_arrays + self.inputs + self.activations + (self.output,)
 
+    @property
+    def logical_names(self) -> frozenset[str]:
+        return frozenset(
+            name for a in self.arrays if a.logical_axes for name in a.logical_axes if isinstance(name, str)
+        )
+
 
 def make_optimizer() -> optax.GradientTransformation:
-    """The guide's optimizer: Adam with learning rate 1e-3."""
+    """The guides' optimizer: Adam with learning rate 1e-3."""
     return optax.adam(LEARNING_RATE)
 
 
 def init_fn(key, *inputs, model: nn.Module, optimizer: optax.GradientTransformation):
-    """The Flax guide's init_fn: initialise the variables and wrap them in a TrainState."""
+    """The Flax guide's init_fn: initialise the variables and wrap them in a TrainState.
+
+    Parameters declared with ``param_with_axes`` are boxed with their ``params_axes``
+    names (``nn.LogicallyPartitioned``, which Flax unboxes when the model reads them),
+    so that the optimizer's moments carry their parameter's axes.
+    """
     variables = model.init(key, *inputs)
-    return _train_state(model, variables, optimizer)
+    return train_state.TrainState.create(apply_fn=model.apply, params=_params_with_axes(variables), tx=optimizer)
 
 
-def _train_state(model: nn.Module, variables, optimizer: optax.GradientTransformation) -> train_state.TrainState:
-    return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=optimizer)
+def _params_with_axes(variables) -> Any:
+    params = variables["params"]
+    if "params_axes" not in variables:
+        return params
+    names = nn_partitioning.get_axis_names(variables["params_axes"])
+    flat_names = {path: spec for path, spec in jax.tree_util.tree_flatten_with_path(
+        names, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]}
+
+    def box(path, leaf):
+        spec = flat_names.get(path)
+        if spec is None or isinstance(leaf, meta.AxisMetadata):
+            return leaf
+        return nn.LogicallyPartitioned(leaf, tuple(spec))
+
+    return jax.tree_util.tree_map_with_path(box, params, is_leaf=lambda x: isinstance(x, meta.AxisMetadata))
 
 
-_CACHE_SIZE = 16
-_cache: collections.OrderedDict[tuple, AbstractModel] = collections.OrderedDict()
-_cache_lock = threading.Lock()
+def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = ()) -> AbstractModel:
+    """The abstract model for a validated ``ModelSpec``.
+
+    ``logical_names`` and ``mesh_axes`` are the names the activations' trace must tell
+    apart (the layout's rule names and mesh axis names; the model's own parameter and
+    input names are always added). A trace that already told apart every wanted name
+    is reused, so rule edits re-trace only when a rule brings a name never seen before.
+    """
+    key, mesh_axes = model_spec.key(), tuple(mesh_axes)
+    with _registry_lock:
+        for traced in _registry.get((key, mesh_axes), ()):
+            if frozenset(logical_names) <= traced.traced_names:
+                return traced.model
+        known = frozenset().union(*(t.traced_names for t in _registry.get((key, mesh_axes), ())))
+    traced = _traced(key, frozenset(logical_names) | known, mesh_axes)
+    with _registry_lock:
+        entries = _registry.setdefault((key, mesh_axes), [])
+        entries.insert(0, traced)
+        del entries[2:]
+        while len(_registry) > _REGISTRY_SIZE:
+            del _registry[next(iter(_registry))]
+    return traced.model
 
 
-def abstract_model(model_spec) -> AbstractModel:
-    """The abstract model for a validated ``ModelSpec``, traced once per configuration."""
-    key = model_spec.key()
-    with _cache_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-    model = _trace(key, model_spec)
-    with _cache_lock:
-        _cache[key] = model
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return model
+_REGISTRY_SIZE = 32
+_registry: dict[tuple, list["_Traced"]] = {}
+_registry_lock = threading.Lock()
 
 
-def _trace(key: tuple, model_spec) -> AbstractModel:
+@dataclasses.dataclass(frozen=True)
+class _Traced:
+    model: AbstractModel
+    traced_names: frozenset[str]  # the logical names the probe told apart
+
+
+def _traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> _Traced:
+    """Trace the model of ``key`` (``ModelSpec.key()``) under a probe telling ``names`` apart."""
+    from explorer.layout import ModelSpec
+
+    model_spec = ModelSpec(name=key[0], options=json.loads(key[1]))
     built = build_model(model_spec)
-    inputs = tuple(jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype)) for i in built.inputs)
-    optimizer = make_optimizer()
-    found: dict[str, Any] = {}
+    if built.framework not in ("linen", "nnx"):
+        raise ExplorerError("model.name", model_spec.name, "did not give a Linen nn.Module or a function building an nnx.Module")
+    names = names | _input_names(built)
+    try:
+        if built.framework == "nnx":
+            model, names = _trace_nnx(key, built, names, mesh_axes)
+        else:
+            model, names = _trace_linen(key, built, names, mesh_axes)
+    except ExplorerError:
+        raise
+    except Exception as error:  # a model that cannot be traced is bad input, not a crash
+        raise ExplorerError("model", model_spec.name, f"could not be traced: {type(error).__name__}: {error}") from None
+    return _Traced(model, frozenset(names))
 
-    def init_with_output(rng, *xs):
-        output, variables = built.module.init_with_output(rng, *xs)
-        found["output_record"] = _record_of(output)
-        return output, _train_state(built.module, variables, optimizer)
 
-    with _recording() as records:
-        try:
-            output, state = jax.eval_shape(init_with_output, jax.random.key(0), *inputs)
-        except ExplorerError:
-            raise
-        except Exception as error:  # a model that cannot be traced is bad input, not a crash
-            raise ExplorerError("model", model_spec.name, f"could not be traced: {type(error).__name__}: {error}") from None
-    activations = _activation_arrays(records)
-    return AbstractModel(
-        key=key,
-        built=built,
-        optimizer=optimizer,
-        state_shapes=state,
-        state_arrays=_state_arrays(state),
-        inputs=tuple(
-            AbstractArray(f"inputs/{i.name}", "input", tuple(i.shape), i.dtype, i.logical_axes) for i in built.inputs
-        ),
-        activations=activations,
-        output=_output_array(output, found.get("output_record"), records),
+def _names_of(arrays) -> frozenset[str]:
+    return frozenset(n for a in arrays if a.logical_axes for n in a.logical_axes if isinstance(n, str))
+
+
+def _input_names(built: BuiltModel) -> frozenset[str]:
+    return frozenset(n for i in built.inputs if i.logical_axes for n in i.logical_axes if isinstance(n, str))
+
+
+def _abstract_inputs(built: BuiltModel) -> tuple[jax.ShapeDtypeStruct, ...]:
+    return tuple(jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype)) for i in built.inputs)
+
+
+def _input_arrays(built: BuiltModel) -> tuple[AbstractArray, ...]:
+    return tuple(
+        AbstractArray(f"inputs/{i.name}", "input", tuple(i.shape), i.dtype, _padded(i.logical_axes, len(i.shape)))
+        for i in built.inputs
     )
 
 
+def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
+    """Names padded with None to the rank: JAX replicates the trailing dimensions."""
+    if names is None:
+        return None
+    names = tuple(tuple(n) if isinstance(n, list) else n for n in names)
+    if len(names) > ndim:
+        raise ExplorerError("logical axes", list(names), f"name {len(names)} dimensions of an array of rank {ndim}")
+    return names + (None,) * (ndim - len(names))
+
+
+# --- Linen ---------------------------------------------------------------------------------
+
+def _trace_linen(key: tuple, built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[AbstractModel, frozenset[str]]:
+    optimizer = make_optimizer()
+    module = built.module
+
+    def init_with_output(rng, *xs):
+        output, variables = module.init_with_output(rng, *xs)
+        state = train_state.TrainState.create(apply_fn=module.apply, params=_params_with_axes(variables), tx=optimizer)
+        return output, state
+
+    def forward(params, *xs):
+        return module.apply({"params": params}, *xs)
+
+    inputs = _abstract_inputs(built)
+    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
+        _, state = jax.eval_shape(init_with_output, jax.random.key(0), *inputs)
+    state_arrays = _linen_state_arrays(state)
+    names = names | _names_of(state_arrays)
+    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
+        closed = jax.make_jaxpr(forward)(state.params, *inputs)
+    found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(state.params))))
+    return _model(key, "linen", built, optimizer, state, state_arrays, found, closed, type(module).__name__), names
+
+
 def _is_box(x: Any) -> bool:
-    return isinstance(x, nn.Partitioned)
+    return isinstance(x, meta.AxisMetadata)
 
 
-def _state_arrays(state) -> tuple[AbstractArray, ...]:
+def _linen_state_arrays(state) -> tuple[AbstractArray, ...]:
     leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_box)[0]
     arrays = []
     for path, leaf in leaves:
-        names = tuple(leaf.names) if _is_box(leaf) else None
-        value = leaf.value if _is_box(leaf) else leaf
+        value = leaf.unbox() if _is_box(leaf) else leaf
+        names, annotation = _box_names(leaf, value.ndim)
         text = path_to_str(path)
         kind: Kind = "param" if text.startswith("params/") else "opt_state"
-        if names is None and value.ndim == 0:
-            names = ()
         note = "train step counter" if text == "step" else ""
+        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, annotation))
+    return tuple(arrays)
+
+
+def _box_names(leaf: Any, ndim: int) -> tuple[tuple[AxisName, ...] | None, str]:
+    """A box's names through Flax's public ``get_partition_spec``, padded to the rank."""
+    if not _is_box(leaf):
+        return ((), "logical") if ndim == 0 else (None, "logical")
+    spec = tuple(leaf.get_partition_spec())
+    annotation = "logical" if isinstance(leaf, nn.LogicallyPartitioned) else "mesh-or-logical"
+    return _padded(spec, ndim), annotation
+
+
+def path_to_str(path) -> str:
+    """``params/LogicalDotReluDot_0/Dense_0/kernel`` from a JAX key path (boxes' ``value`` dropped)."""
+    parts = [part for part in jax.tree_util.keystr(path, simple=True, separator="/").split("/") if part != "value"]
+    return "/".join(parts)
+
+
+# --- NNX -----------------------------------------------------------------------------------
+
+def _trace_nnx(key: tuple, built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[AbstractModel, frozenset[str]]:
+    from flax import nnx
+
+    optimizer = make_optimizer()
+    build = built.module if not isinstance(built.module, nnx.Module) else (lambda: built.module)
+    with nnx.use_eager_sharding(False):
+        model = nnx.eval_shape(build)
+        if not isinstance(model, nnx.Module):
+            raise ExplorerError("model", type(model).__name__, "is what the NNX builder returned, not an nnx.Module")
+        opt = nnx.eval_shape(lambda: nnx.Optimizer(model, optimizer, wrt=nnx.Param))
+    model_def, model_state = nnx.split(model)
+    opt_def, opt_state = nnx.split(opt)
+    state = (model_state, opt_state)
+    state_arrays = _nnx_state_arrays(model_state, "param") + _nnx_state_arrays(opt_state, "opt_state")
+
+    def forward(variables, *xs):
+        return nnx.merge(model_def, variables)(*xs)
+
+    names = names | _names_of(state_arrays)
+    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
+        closed = jax.make_jaxpr(forward)(model_state, *_abstract_inputs(built))
+    parameters = range(len(jax.tree_util.tree_leaves(model_state)))
+    found = program.constraints(closed, parameter_invars=parameters)
+    model_arrays = _model(key, "nnx", built, optimizer, state, state_arrays, found, closed, type(model).__name__)
+    return dataclasses.replace(model_arrays, graphdefs=(model_def, opt_def)), names
+
+
+def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
+    from flax import nnx
+
+    specs = nnx.get_partition_spec(state)
+    variables = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
+    spec_leaves = jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    arrays = []
+    for (path, variable), spec in zip(variables, spec_leaves):
+        value = variable.get_value()
+        annotated = variable.has_metadata("out_sharding") and variable.get_metadata("out_sharding")
+        names = _padded(tuple(spec.get_value()), value.ndim) if annotated else (() if value.ndim == 0 else None)
+        text = path_to_str(path)
+        variable_type = type(variable).__name__
+        note = "" if variable_type in ("Param", "OptVariable") else f"nnx.{variable_type}"
         arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note))
     return tuple(arrays)
 
 
-def path_to_str(path) -> str:
-    """``params/LogicalDotReluDot_0/Dense_0/kernel`` from a JAX key path."""
-    parts = []
-    for key in path:
-        if isinstance(key, jax.tree_util.DictKey):
-            parts.append(str(key.key))
-        elif isinstance(key, jax.tree_util.GetAttrKey):
-            if key.name != "value":
-                parts.append(key.name)
-        elif isinstance(key, jax.tree_util.SequenceKey):
-            parts.append(str(key.idx))
-        else:
-            parts.append(str(key))
-    return "/".join(parts)
+# --- activations ---------------------------------------------------------------------------
+
+def _model(key, framework, built, optimizer, state, state_arrays, found, closed, root: str) -> AbstractModel:
+    activations = _activation_arrays(found, root)
+    output = _output_array(closed, found, framework)
+    return AbstractModel(
+        key=key,
+        framework=framework,
+        built=built,
+        optimizer=optimizer,
+        state_shapes=state,
+        state_arrays=state_arrays,
+        inputs=_input_arrays(built),
+        activations=activations,
+        output=output,
+        loops_without_length=sum(1 for c in found if c.in_loop_without_length and not c.on_parameter),
+    )
 
 
-# --- recording the logical constraints a forward pass declares --------------------------
-
-@dataclasses.dataclass
-class _Record:
-    module_path: tuple[str, ...]
-    names: tuple | None
-    shape: tuple[int, ...]
-    dtype: str
-    result: Any = None
+def _location(location: str, root: str) -> str:
+    """The module path without the top module's own name, as parameter paths are written."""
+    if location.startswith(root + "/"):
+        return location[len(root) + 1:]
+    return location
 
 
-_local = threading.local()
-_original_constraint = flax_spmd._with_sharding_constraint_one_fallback
-
-
-def _recording_constraint(axis_resources, x, *args, **kwargs):
-    """Flax's single funnel for ``with_logical_constraint``; records the call when asked."""
-    result = _original_constraint(axis_resources, x, *args, **kwargs)
-    records = getattr(_local, "records", None)
-    if records is not None:
-        module = nn.module._context.module_stack[-1]
-        path = tuple(module.path) if module is not None else ()
-        path = path or (type(module).__name__,)
-        names = None if axis_resources is None else tuple(axis_resources)
-        records.append(_Record(path, names, tuple(x.shape), str(x.dtype), result))
-    return result
-
-
-flax_spmd._with_sharding_constraint_one_fallback = _recording_constraint
-
-
-class _recording:
-    """Record logical constraints in this thread; non-empty rules make Flax call the funnel."""
-
-    def __enter__(self) -> list[_Record]:
-        self._rules = nn.logical_axis_rules([("__explorer_probe__", None)])
-        self._rules.__enter__()
-        _local.records = []
-        return _local.records
-
-    def __exit__(self, *exc) -> None:
-        _local.records = None
-        self._rules.__exit__(*exc)
-
-
-def _record_of(output) -> int | None:
-    """Which record, if any, produced the model output (the same traced value)."""
-    records = getattr(_local, "records", None) or []
-    leaves = jax.tree_util.tree_leaves(output)
-    if len(leaves) != 1:
-        return None
-    for index in range(len(records) - 1, -1, -1):
-        if records[index].result is leaves[0]:
-            return index
-    return None
-
-
-def _deduplicate(records: list[_Record]) -> list[tuple[int, _Record]]:
-    """Drop repeated traces of one module body (``nn.scan`` traces its body twice).
-
-    Per module path, the recorded signatures are cut to their shortest period: a
-    body traced k times records the same sequence k times.
-    """
-    by_path: dict[tuple, list[int]] = {}
-    for index, record in enumerate(records):
-        by_path.setdefault(record.module_path, []).append(index)
-    kept = []
-    for indices in by_path.values():
-        signatures = [(records[i].names, records[i].shape, records[i].dtype) for i in indices]
-        period = _shortest_period(signatures)
-        kept.extend(indices[:period])
-    return [(i, records[i]) for i in sorted(kept)]
-
-
-def _shortest_period(items: list) -> int:
-    for period in range(1, len(items) + 1):
-        if len(items) % period == 0 and items == items[:period] * (len(items) // period):
-            return period
-    return len(items)
-
-
-def _activation_arrays(records: list[_Record]) -> tuple[AbstractArray, ...]:
+def _activation_arrays(found: list[program.Constraint], root: str) -> tuple[AbstractArray, ...]:
     arrays = []
-    counters: dict[tuple, int] = {}
-    for _, record in _deduplicate(records):
-        ordinal = counters.get(record.module_path, 0)
-        counters[record.module_path] = ordinal + 1
-        location = "/".join(record.module_path)
-        arrays.append(
-            AbstractArray(
-                f"activations/{location}/{ordinal}", "activation", record.shape, record.dtype, record.names,
-                note="declared by nn.with_logical_constraint",
-            )
+    counters: dict[str, int] = {}
+    for constraint in found:
+        if constraint.on_parameter:
+            continue
+        location = _location(constraint.location, root)
+        ordinal = counters.get(location, 0)
+        counters[location] = ordinal + 1
+        fixed = any(isinstance(d, tuple) for d in constraint.dims)
+        logical = any(isinstance(d, str) for d in constraint.dims)
+        how = (
+            "fixed to mesh axes by with_sharding_constraint" if fixed and not logical
+            else "declared with logical names" if logical and not fixed
+            else "logical names and fixed mesh axes" if fixed else "declared replicated"
         )
+        runs = f"; runs {constraint.runs}x per step (loop body)" if constraint.runs > 1 else ""
+        arrays.append(AbstractArray(
+            f"activations/{location}/{ordinal}", "activation", constraint.shape, constraint.dtype, constraint.dims,
+            note=how + runs, module=location, runs_per_step=constraint.runs,
+        ))
     return tuple(arrays)
 
 
-def _output_array(output, record_index: int | None, records: list[_Record]) -> AbstractArray:
-    leaf = jax.tree_util.tree_leaves(output)[0]
-    if record_index is not None:
-        names = records[record_index].names
+def _output_array(closed, found: list[program.Constraint], framework: str) -> AbstractArray:
+    output_var = closed.jaxpr.outvars[0]
+    aval = output_var.aval
+    declared = next((c for c in reversed(found) if c.var is output_var and not c.on_parameter), None)
+    if declared is not None:
+        names = declared.dims
         note = "model output; its sharding is the last constraint the model declares on it"
     else:
         names = None
         note = "model output; no constraint declared on it, so XLA chooses its sharding (shown replicated)"
-    return AbstractArray("activations/output", "activation", tuple(leaf.shape), str(leaf.dtype), names, note)
+    return AbstractArray("activations/output", "activation", tuple(aval.shape), str(aval.dtype), names, note, module="output")

@@ -21,8 +21,9 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionS
 
 from explorer import tiles as tiles_lib
 from explorer.abstract import AbstractArray, AbstractModel, abstract_model
+from explorer.errors import ExplorerError
 from explorer.layout import Layout, MeshSpec
-from explorer.rules import RESOLUTION_ORDER, DimTrace, RulePair, format_rule, resolve, spec_axes
+from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, format_rule, resolve, spec_axes
 from explorer.tiles import MeshInfo, Tile
 
 LARGE_REPLICATED_BYTES = 1 << 20
@@ -45,6 +46,8 @@ class ArrayInfo:
     replication: int
     trace: tuple[DimTrace, ...]
     note: str = ""
+    module: str = ""
+    runs_per_step: int = 1
 
     @property
     def global_bytes(self) -> int:
@@ -95,7 +98,11 @@ class Report:
     arrays: tuple[ArrayInfo, ...]
     totals: Totals
     warnings: tuple[Warning, ...]
-    resolution_order: str = RESOLUTION_ORDER
+    framework: str = "linen"
+
+    @property
+    def resolution_order(self) -> str:
+        return RESOLUTION_ORDERS[self.framework]
 
     def array(self, path: str) -> ArrayInfo:
         for info in self.arrays:
@@ -136,38 +143,138 @@ def jax_mesh(shape: tuple[int, ...], axes: tuple[str, ...]) -> Mesh | AbstractMe
     return jax.make_mesh(shape, axes, axis_types=axis_types, devices=jax.devices()[:size])
 
 
+def model_of(layout: Layout) -> AbstractModel:
+    """The layout's abstract model, traced so that its rules' names and mesh axes are told apart."""
+    names = frozenset(rule.logical for rule in layout.rules)
+    return abstract_model(layout.model, names, tuple(layout.mesh.axes))
+
+
 def analyze(layout: Layout) -> Report:
     """The sharding of every array in ``layout``'s train step.
 
     Example::
 
+        >>> from explorer.layout import seed_layout
         >>> report = analyze(seed_layout())
         >>> report.array("params/LogicalDotReluDot_0/Dense_0/kernel").spec
         (None, 'model')
     """
-    model = abstract_model(layout.model)
+    model = model_of(layout)
     mesh = mesh_info(layout.mesh)
     rules = layout.rules_for_flax()
-    arrays = tuple(_array_info(a, rules, mesh) for a in model.arrays)
-    return Report(layout, mesh, arrays, _totals(arrays), tuple(_warnings(arrays, rules, mesh)))
+    problems: list[Warning] = []
+    arrays = tuple(_array_info(a, rules, mesh, model.framework, problems) for a in model.arrays)
+    warnings = problems + _warnings(arrays, rules, mesh) + _semantics_differ(model, rules, mesh)
+    if model.loops_without_length:
+        warnings.append(Warning(
+            "loop-without-length",
+            f"{model.loops_without_length} declared activation(s) sit in a while loop with no static length: "
+            "they are listed once, though the loop may run them many times.",
+        ))
+    return Report(layout, mesh, arrays, _totals(arrays), tuple(warnings), model.framework)
 
 
-def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo) -> ArrayInfo:
-    resolution = resolve(array.logical_axes, rules, ndim=len(array.shape))
-    shard = tiles_lib.shard_shape(array.shape, resolution.spec, mesh)
+def effective_axes(array: AbstractArray, mesh_axes: Sequence[str]) -> tuple | None:
+    """The array's annotation as the framework reads it on this mesh.
+
+    A plain ``nn.Partitioned`` box (``nn.with_partitioning``) names mesh axes, as
+    ``nn.get_sharding`` reads it, when every name is an axis of the mesh; otherwise its
+    names are logical and the rules resolve them, as ``nn.logical_to_mesh_sharding`` does.
+    """
+    names = array.logical_axes
+    if names is None or array.annotation != "mesh-or-logical":
+        return names
+    if all(n is None or (isinstance(n, str) and n in mesh_axes) for n in names):
+        return tuple((n,) if isinstance(n, str) else n for n in names)
+    return names
+
+
+def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, framework: str, problems: list) -> ArrayInfo:
+    resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=framework)
+    spec = _checked_spec(array, resolution, rules, mesh, problems)
+    shard = tiles_lib.shard_shape(array.shape, spec, mesh)
     return ArrayInfo(
         path=array.path,
         kind=array.kind,
         shape=array.shape,
         dtype=array.dtype,
         logical_axes=array.logical_axes,
-        spec=resolution.spec,
+        spec=spec,
         shard_shape=shard,
         bytes_per_device=math.prod(shard) * np.dtype(array.dtype).itemsize,
-        replication=tiles_lib.replication(resolution.spec, mesh),
+        replication=tiles_lib.replication(spec, mesh),
         trace=resolution.dims,
         note=array.note,
+        module=array.module,
+        runs_per_step=array.runs_per_step,
     )
+
+
+def _checked_spec(array: AbstractArray, resolution, rules, mesh: MeshInfo, problems: list) -> tuple:
+    """The spec, with what JAX would refuse reported as an error and left out of the drawing.
+
+    A mesh axis the mesh lacks (an NNX name with no rule, or a name the model fixed) and
+    a mesh axis used by two dimensions are refused by JAX; the report names them and
+    shows those dimensions replicated.
+    """
+    spec, used = [], {}
+    for dim, entry in enumerate(resolution.spec):
+        axes = spec_axes(entry)
+        unknown = [a for a in axes if a not in mesh.axes]
+        twice = [a for a in axes if a in used]
+        trace = resolution.dims[dim]
+        source = f"rule {trace.rule} {format_rule(rules[trace.rule])}" if trace.rule is not None else (
+            f"the name '{trace.logical}' (no rule; NNX uses it as a mesh axis)" if trace.status == "passed-through"
+            else "the model's own annotation"
+        )
+        if unknown:
+            problems.append(Warning(
+                "unknown-mesh-axis",
+                f"{array.path}: dim {dim} is sharded over mesh axis '{unknown[0]}' by {source}, but the mesh has only "
+                f"{list(mesh.axes)}; JAX refuses this sharding. Fix: add a rule for '{trace.logical}' or rename the axis.",
+                array.path,
+            ))
+            spec.append(None)
+        elif twice:
+            problems.append(Warning(
+                "mesh-axis-twice",
+                f"{array.path}: mesh axis '{twice[0]}' shards dim {used[twice[0]]} and again dim {dim} (by {source}); "
+                "JAX refuses a mesh axis used twice. Fix: map one of these names elsewhere or to null.",
+                array.path,
+            ))
+            spec.append(None)
+        else:
+            used.update({a: dim for a in axes})
+            spec.append(entry)
+    return tuple(spec)
+
+
+def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: MeshInfo) -> list[Warning]:
+    """Where Linen and NNX semantics would shard this layout differently (people move between them)."""
+    other = "nnx" if model.framework == "linen" else "linen"
+    differing = []
+    for array in model.arrays:
+        names = effective_axes(array, mesh.axes)
+        if not names:
+            continue
+        try:
+            mine = resolve(names, rules, len(array.shape), model.framework).spec
+            theirs = resolve(names, rules, len(array.shape), other).spec
+        except ExplorerError:
+            continue
+        if mine != theirs:
+            differing.append((array.path, mine, theirs))
+    if not differing:
+        return []
+    path, mine, theirs = differing[0]
+    label = {"linen": "Linen", "nnx": "NNX"}
+    return [Warning(
+        "semantics-differ",
+        f"{len(differing)} array(s) would be sharded differently under Flax {label[other]}'s rule semantics than under "
+        f"{label[model.framework]}'s (this model's), e.g. {path}: {PartitionSpec(*mine)} here, {PartitionSpec(*theirs)} "
+        f"under {label[other]}. {RESOLUTION_ORDERS[other]}.",
+        path,
+    )]
 
 
 def _counted_in_totals(info: ArrayInfo) -> bool:
@@ -179,7 +286,7 @@ def _totals(arrays: Sequence[ArrayInfo]) -> Totals:
     by_kind = {kind: 0 for kind in KINDS}
     for info in arrays:
         if _counted_in_totals(info):
-            by_kind[info.kind] += info.bytes_per_device
+            by_kind[info.kind] += info.bytes_per_device * info.runs_per_step
     params = [a for a in arrays if a.kind == "param"]
     return Totals(
         param_bytes=by_kind["param"],
@@ -269,14 +376,10 @@ def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3)
 
 
 def state_shardings(report: Report, model: AbstractModel) -> Any:
-    """The TrainState's out_shardings tree (boxes as leaves), built from the report's specs."""
+    """The train state's shardings in its own tree (boxes or NNX Variables kept), from the report's specs."""
     mesh = jax_mesh(tuple(report.mesh.shape), tuple(report.mesh.axes))
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
-    return jax.tree_util.tree_map(
-        lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))),
-        model.state_shapes,
-        is_leaf=lambda x: isinstance(x, nn.Partitioned),
-    )
+    return jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), model.state_shapes)
 
 
 def spec_entry_json(entry: Any) -> Any:
@@ -303,13 +406,15 @@ def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[
         "kind": info.kind,
         "shape": list(info.shape),
         "dtype": info.dtype,
-        "logical_axes": None if info.logical_axes is None else list(info.logical_axes),
+        "logical_axes": None if info.logical_axes is None else [spec_entry_json(n) for n in info.logical_axes],
         "spec": [spec_entry_json(e) for e in info.spec],
         "shard_shape": list(info.shard_shape),
         "bytes_per_device": info.bytes_per_device,
         "replication": info.replication,
         "trace": [_trace_json(d, rules) for d in info.trace],
         "note": info.note,
+        "module": info.module,
+        "runs_per_step": info.runs_per_step,
     }
     if include_tiles:
         data["tiles"] = [
@@ -329,6 +434,7 @@ def report_to_dict(report: Report, include_tiles: bool = False) -> dict[str, Any
             "devices": mesh.ids_array().tolist(),
             "abstract": mesh.abstract,
         },
+        "framework": report.framework,
         "resolution_order": report.resolution_order,
         "arrays": [array_to_dict(a, report, include_tiles) for a in report.arrays],
         "totals": report.totals.as_dict(),

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from explorer.abstract import AbstractModel, abstract_model, init_fn
-from explorer.analysis import Report, analyze, jax_mesh, state_shardings
+from explorer.abstract import AbstractModel, init_fn
+from explorer.analysis import Report, analyze, jax_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 
@@ -110,7 +110,10 @@ def layout_key(layout: Layout) -> str:
 
 
 def _make_train_step(model: AbstractModel):
+    """The guides' train step: Linen's ``apply_gradients`` on a TrainState, NNX's ``nnx.Optimizer.update``."""
     built = model.built
+    if model.framework == "nnx":
+        return _nnx_train_step(model)
 
     def train_step(state, *inputs):
         def loss_fn(params):
@@ -120,6 +123,39 @@ def _make_train_step(model: AbstractModel):
         return state.apply_gradients(grads=grads)
 
     return train_step
+
+
+def _nnx_train_step(model: AbstractModel):
+    from flax import nnx
+
+    built = model.built
+    model_def, opt_def = model.graphdefs
+
+    def train_step(state, *inputs):
+        network = nnx.merge(model_def, state[0])
+        optimizer = nnx.merge(opt_def, state[1])
+        grads = nnx.grad(lambda m: built.loss(m(*inputs), *inputs))(network)
+        optimizer.update(network, grads)
+        return nnx.state(network), nnx.state(optimizer)
+
+    return train_step
+
+
+def _make_init(model: AbstractModel):
+    """``init(key, *inputs) -> state``: Linen's ``init_fn``; for NNX the builder and ``nnx.Optimizer``
+    (variables created under the mesh with Flax's eager sharding, as the NNX guide does)."""
+    if model.framework == "linen":
+        return functools.partial(init_fn, model=model.built.module, optimizer=model.optimizer)
+    from flax import nnx
+
+    build = model.built.module if not isinstance(model.built.module, nnx.Module) else (lambda: model.built.module)
+
+    def init(key, *inputs):
+        network = build()
+        optimizer = nnx.Optimizer(network, model.optimizer, wrt=nnx.Param)
+        return nnx.state(network), nnx.state(optimizer)
+
+    return init
 
 
 def compile_step(layout: Layout, report: Report | None = None) -> tuple[CompiledStep, bool]:
@@ -144,14 +180,14 @@ def _input_shardings(report: Report, mesh) -> tuple[NamedSharding, ...]:
 
 def _compile(layout: Layout, report: Report) -> CompiledStep:
     check_timeable(report)
-    model = abstract_model(layout.model)
+    model = model_of(layout)
     mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
     shardings = state_shardings(report, model)
     inputs_sharding = _input_shardings(report, mesh)
     abstract_inputs = tuple(
         jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(model.built.inputs, inputs_sharding)
     )
-    init = functools.partial(init_fn, model=model.built.module, optimizer=model.optimizer)
+    init = _make_init(model)
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
         replicated = NamedSharding(mesh, PartitionSpec())
@@ -163,14 +199,15 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
             _make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings
         ).lower(abstract_state, *abstract_inputs).compile()
         compile_s = time.perf_counter() - start
-        activations = _chosen_activation_shardings(model, report, abstract_state.params, abstract_inputs, shardings.params)
+        activations = (
+            _chosen_activation_shardings(model, report, abstract_state.params, abstract_inputs, shardings.params)
+            if model.framework == "linen" else ()
+        )
     return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations)
 
 
 def _with_sharding(sharding: NamedSharding, leaf: Any) -> Any:
-    """A ShapeDtypeStruct carrying its sharding, inside its logical box when it has one."""
-    if isinstance(leaf, nn.Partitioned):
-        return leaf.replace_boxed(jax.ShapeDtypeStruct(leaf.value.shape, leaf.value.dtype, sharding=sharding))
+    """A ShapeDtypeStruct carrying its sharding (mapped over leaves, so boxes and NNX Variables stay)."""
     return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
 
 
@@ -230,8 +267,7 @@ def _declared_by_module(report: Report, top_module: str) -> dict[tuple[str, tupl
             if info.logical_axes is not None:
                 declared[(top_module, info.shape)] = _normal_spec(info.spec, len(info.shape))
             continue
-        module_path = info.path[len("activations/"):].rsplit("/", 1)[0]
-        declared[(module_path, info.shape)] = _normal_spec(info.spec, len(info.shape))
+        declared[(info.module, info.shape)] = _normal_spec(info.spec, len(info.shape))
     return declared
 
 

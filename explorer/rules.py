@@ -7,8 +7,13 @@ each dimension, which rules were skipped, and which names no rule matched.
 Linen's semantics, for one array: walk the rules in order; a rule applies to the
 first dimension carrying its logical name if that dimension is still undecided and
 none of the rule's mesh axes is already used by another dimension of this array.
-A name that no rule decides is replicated, silently. (Flax NNX differs: there a later
-rule for the same name overrides an earlier one. The explorer follows Linen.)
+A name that no rule decides is replicated, silently.
+
+Flax NNX's semantics differ (``flax/core/spmd.py``, ``from_sharding_rules``): the rules
+become a dict, so the last rule for a name wins, and a name with no rule is used
+unchanged as a mesh axis name. Nothing stops two dimensions landing on one mesh axis
+there; JAX then refuses the sharding. The explorer resolves each model with the
+semantics of the framework it is written in.
 """
 
 from __future__ import annotations
@@ -26,12 +31,25 @@ RulePair = tuple[str, None | str | tuple[str, ...]]
 RESOLUTION_ORDER = "linen: the first rule whose mesh axes are still free wins; later rules are fallbacks"
 
 
+Semantics = Literal["linen", "nnx"]
+# One dimension of an array's annotation: a logical name resolved by the rules, a tuple of
+# mesh axes the model fixed by hand (``nn.with_partitioning``, ``P('data', 'model')``), or None.
+AxisName = None | str | tuple[str, ...]
+
+RESOLUTION_ORDERS = {
+    "linen": "Flax Linen: the first rule whose mesh axes are still free wins; later rules are fallbacks; "
+             "a name no rule matches is replicated",
+    "nnx": "Flax NNX: the last rule for a name wins (a dict); a name no rule matches is used as a mesh axis name",
+}
+RESOLUTION_ORDER = RESOLUTION_ORDERS["linen"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Skip:
     """A rule that named this dimension's logical axis but did not decide it."""
 
     rule: int
-    reason: Literal["mesh-axis-taken", "already-decided"]
+    reason: Literal["mesh-axis-taken", "already-decided", "overridden"]
     detail: str
 
 
@@ -44,13 +62,19 @@ class DimTrace:
     mesh_axes: MeshAxes
     rule: int | None
     skipped: tuple[Skip, ...]
-    status: Literal["sharded", "replicated-by-rule", "all-skipped", "unmatched", "unnamed"]
+    status: Literal[
+        "sharded", "replicated-by-rule", "all-skipped", "unmatched", "unnamed", "fixed", "passed-through"
+    ]
 
     def explain(self, rules: Sequence[RulePair]) -> str:
         """One line a person can read, e.g. ``hidden -> model by rule 1 (hidden, model)``."""
         name = self.logical if self.logical is not None else "(no name)"
         if self.status == "unnamed":
             text = f"dim {self.dim} has no logical name: replicated"
+        elif self.status == "fixed":
+            text = f"dim {self.dim}: fixed by the model to mesh axes {' x '.join(self.mesh_axes)} (not rule-driven)"
+        elif self.status == "passed-through":
+            text = f"dim {self.dim} '{name}': no rule; Flax NNX uses the name itself as a mesh axis"
         elif self.status == "unmatched":
             text = f"dim {self.dim} '{name}': no rule matched, replicated"
         elif self.status == "all-skipped":
@@ -60,7 +84,10 @@ class DimTrace:
             target = "replicated" if not self.mesh_axes else "sharded over " + " x ".join(self.mesh_axes)
             text = f"dim {self.dim} '{name}': {target} by rule {self.rule} {format_rule(rule)}"
         for skip in self.skipped:
-            text += f"; skipped rule {skip.rule} {format_rule(rules[skip.rule])}: {skip.detail}"
+            if skip.reason == "overridden":
+                text += f"; NNX: rule {self.rule} overrides rule {skip.rule} {format_rule(rules[skip.rule])}"
+            else:
+                text += f"; skipped rule {skip.rule} {format_rule(rules[skip.rule])}: {skip.detail}"
         return text
 
 
@@ -86,8 +113,18 @@ def _as_axes(mesh: None | str | Sequence[str]) -> MeshAxes:
     return (mesh,) if isinstance(mesh, str) else tuple(mesh)
 
 
-def resolve(logical_axes: Sequence[str | None] | None, rules: Sequence[RulePair], ndim: int | None = None) -> Resolution:
-    """Resolve an array's logical axis names to mesh axes, Linen style, with a trace.
+def _entry(axes: MeshAxes) -> SpecEntry:
+    """Mesh axes as a spec entry, spelled as JAX prints it: None, 'axis' or ('a', 'b')."""
+    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def resolve(
+    logical_axes: Sequence[AxisName] | None,
+    rules: Sequence[RulePair],
+    ndim: int | None = None,
+    semantics: Semantics = "linen",
+) -> Resolution:
+    """Resolve an array's logical axis names to mesh axes with a trace, Linen or NNX style.
 
     Example::
 
@@ -97,22 +134,40 @@ def resolve(logical_axes: Sequence[str | None] | None, rules: Sequence[RulePair]
         (None, 'model')
         >>> r.dims[0].explain(rules)
         "dim 0 'embed': every rule for it was skipped, replicated; skipped rule 2 (embed, model): mesh axis 'model' is taken by dim 1 'hidden'"
+        >>> resolve(("embed", "hidden"), rules, semantics="nnx").spec
+        ('model', 'model')
 
-    ``logical_axes=None`` (an array with no annotation) gives a replicated spec of
-    ``ndim`` dimensions.
+    An annotation shorter than ``ndim`` is padded with None (trailing dimensions are
+    replicated, as JAX does). A tuple entry is a dimension the model fixed to those
+    mesh axes by hand; rules do not touch it. ``logical_axes=None`` (an array with no
+    annotation) gives a replicated spec of ``ndim`` dimensions.
     """
     rules = tuple((logical, mesh if not isinstance(mesh, list) else tuple(mesh)) for logical, mesh in rules)
-    return _resolve_cached(None if logical_axes is None else tuple(logical_axes), rules, ndim)
+    axes = None if logical_axes is None else tuple(tuple(a) if isinstance(a, list) else a for a in logical_axes)
+    return _resolve_cached(axes, rules, ndim, semantics)
 
 
 @functools.lru_cache(maxsize=4096)
-def _resolve_cached(logical_axes: tuple | None, rules: tuple, ndim: int | None) -> Resolution:
+def _resolve_cached(logical_axes: tuple | None, rules: tuple, ndim: int | None, semantics: str) -> Resolution:
     if logical_axes is None:
         dims = tuple(DimTrace(d, None, (), None, (), "unnamed") for d in range(ndim or 0))
         return Resolution((None,) * (ndim or 0), dims, frozenset())
+    if ndim is not None and len(logical_axes) > ndim:
+        raise ExplorerError(
+            "logical axes", list(logical_axes), f"name {len(logical_axes)} dimensions but the array has {ndim}"
+        )
+    logical_axes = logical_axes + (None,) * ((ndim or len(logical_axes)) - len(logical_axes))
     _reject_duplicate_names(logical_axes)
+    if semantics == "nnx":
+        return _resolve_nnx(logical_axes, rules)
+    return _resolve_linen(logical_axes, rules)
+
+
+def _resolve_linen(logical_axes: tuple, rules: tuple) -> Resolution:
+    """``flax.linen.spmd._logical_to_mesh_axes``, keeping the reasons."""
     decided: list[int | None] = [None] * len(logical_axes)
-    assigned: list[SpecEntry] = [None] * len(logical_axes)
+    assigned: list[SpecEntry] = [a if isinstance(a, tuple) else None for a in logical_axes]
+    fixed = [isinstance(a, tuple) for a in logical_axes]
     skipped: list[list[Skip]] = [[] for _ in logical_axes]
     for index, (logical, mesh) in enumerate(rules):
         if logical not in logical_axes:
@@ -121,43 +176,72 @@ def _resolve_cached(logical_axes: tuple | None, rules: tuple, ndim: int | None) 
         if decided[dim] is not None:
             skipped[dim].append(Skip(index, "already-decided", f"dim {dim} was already decided by rule {decided[dim]}"))
             continue
-        taken = _taken_by(_as_axes(mesh), assigned, decided, logical_axes)
+        taken = _taken_by(_as_axes(mesh), assigned, [d is not None or f for d, f in zip(decided, fixed)], logical_axes)
         if taken:
             skipped[dim].append(Skip(index, "mesh-axis-taken", taken))
             continue
         decided[dim] = index
         assigned[dim] = mesh
     dims = tuple(
-        _dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim]) for dim, name in enumerate(logical_axes)
+        _dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim], "linen")
+        for dim, name in enumerate(logical_axes)
     )
-    spec = tuple(assigned)
+    spec = tuple(_entry(_as_axes(a)) for a in assigned)
+    return Resolution(spec, dims, frozenset(d for d in decided if d is not None))
+
+
+def _resolve_nnx(logical_axes: tuple, rules: tuple) -> Resolution:
+    """``flax.core.spmd.from_sharding_rules``: a dict of the rules, so the last one for a name wins."""
+    last: dict[str, int] = {}
+    for index, (logical, _) in enumerate(rules):
+        last[logical] = index
+    assigned: list[SpecEntry] = []
+    decided: list[int | None] = []
+    skipped: list[list[Skip]] = []
+    for name in logical_axes:
+        if isinstance(name, str) and name in last:
+            winner = last[name]
+            assigned.append(rules[winner][1])
+            decided.append(winner)
+            skipped.append([
+                Skip(i, "overridden", f"rule {winner} overrides it") for i, (n, _) in enumerate(rules) if n == name and i != winner
+            ])
+        else:
+            assigned.append(name)
+            decided.append(None)
+            skipped.append([])
+    dims = tuple(
+        _dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim], "nnx") for dim, name in enumerate(logical_axes)
+    )
+    spec = tuple(_entry(_as_axes(a)) for a in assigned)
     return Resolution(spec, dims, frozenset(d for d in decided if d is not None))
 
 
 def _reject_duplicate_names(logical_axes: tuple) -> None:
-    from explorer.errors import ExplorerError
-
     names = [n for n in logical_axes if isinstance(n, str)]
     for name in names:
         if names.count(name) > 1:
             raise ExplorerError("logical axes", list(logical_axes), f"name {name!r} twice; Flax refuses that")
 
 
-def _taken_by(axes: MeshAxes, assigned: list[SpecEntry], decided: list[int | None], names: tuple) -> str:
+def _taken_by(axes: MeshAxes, assigned: list[SpecEntry], decided: list[bool], names: tuple) -> str:
     for dim, entry in enumerate(assigned):
-        if decided[dim] is None:
+        if not decided[dim]:
             continue
         for axis in axes:
             if axis in _as_axes(entry):
-                return f"mesh axis '{axis}' is taken by dim {dim} '{names[dim]}'"
+                label = f"'{names[dim]}'" if isinstance(names[dim], str) else "(fixed by the model)"
+                return f"mesh axis '{axis}' is taken by dim {dim} {label}"
     return ""
 
 
-def _dim_trace(dim: int, name: str | None, entry: SpecEntry, rule: int | None, skipped: list[Skip]) -> DimTrace:
+def _dim_trace(dim: int, name: AxisName, entry: SpecEntry, rule: int | None, skipped: list[Skip], semantics: str) -> DimTrace:
+    if isinstance(name, tuple):
+        return DimTrace(dim, None, tuple(name), None, (), "fixed")
     if name is None:
         status = "unnamed"
     elif rule is None:
-        status = "all-skipped" if skipped else "unmatched"
+        status = "passed-through" if semantics == "nnx" else "all-skipped" if skipped else "unmatched"
     else:
         status = "sharded" if _as_axes(entry) else "replicated-by-rule"
     return DimTrace(dim, name, _as_axes(entry), rule, tuple(skipped), status)

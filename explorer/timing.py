@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from explorer.abstract import AbstractModel, abstract_model
-from explorer.analysis import Report, analyze, spec_entry_json
+from explorer.abstract import AbstractModel
+from explorer.analysis import Report, analyze, model_of, spec_entry_json
 from explorer.compiled import ActivationCheck, check_timeable, compile_step, flops_of, memory_of
 from explorer.errors import ExplorerError
 from explorer.hlo import collectives
@@ -163,7 +163,7 @@ def time_layout(
     phase = on_phase or (lambda _: None)
     phase("compiling")
     compiled, cached = compile_step(layout, report)
-    model = abstract_model(layout.model)
+    model = model_of(layout)
     phase("initialising")
     inputs = example_inputs(model, compiled.input_shardings)
     state = compiled.init(jax.random.key(0), *inputs)

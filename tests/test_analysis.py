@@ -171,7 +171,7 @@ def test_planned_mesh_uses_abstract_mesh_shard_shapes(seed_dict):
 def test_rule_edits_and_mesh_changes_never_retrace_the_model(seed_dict, monkeypatch):
     layout = parse_layout(seed_dict)
     analyze(layout)
-    monkeypatch.setattr(abstract, "_trace", lambda *a: pytest.fail("the model was traced again"))
+    monkeypatch.setattr(abstract, "_traced", lambda *a: pytest.fail("the model was traced again"))
     analyze(layout_with(seed_dict, rules=[["batch", "model"]]))
     analyze(layout_with(seed_dict, mesh={"shape": [4, 2], "axes": ["data", "model"]}))
 

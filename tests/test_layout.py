@@ -68,7 +68,7 @@ def test_rule_naming_a_mesh_axis_twice(seed_dict):
 
 def test_unknown_model(seed_dict):
     seed_dict["model"]["name"] = "resnet"
-    refuse(seed_dict, "model.name", "'resnet'", "['mlp', 'transformer']")
+    refuse(seed_dict, "model.name", "'resnet'", "['mlp', 'nnx-guide', 'transformer']")
 
 
 def test_unknown_model_option(seed_dict):

@@ -1,8 +1,10 @@
 """The model registry: built-in models with typed options, and allow-listed user factories.
 
-A user's own Linen model is named ``package.module:function``. The function takes
-the layout's options as keyword arguments and returns ``BuiltModel`` (or the triple
-``(module, inputs, loss)`` with ``inputs`` a sequence of ``InputSpec``). Naming one
+A user's own model is named ``package.module:function``. The function takes the
+layout's options as keyword arguments and returns ``BuiltModel`` (or the triple
+``(module, inputs, loss)`` with ``inputs`` a sequence of ``InputSpec``): ``module`` a
+Linen ``nn.Module``, or for Flax NNX a function of no arguments that builds the
+``nnx.Module`` (an ``nnx.Module`` instance is accepted too). Naming one
 imports code, so only factories listed in the environment variable
 ``EXPLORER_ALLOWED_FACTORIES`` (comma-separated) can be used; any other is refused
 before anything is imported.
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from explorer.errors import ExplorerError
 from explorer.models.base import BuiltModel, InputSpec
 from explorer.models.mlp import MlpOptions, build_mlp
+from explorer.models.nnx_guide import NnxGuideOptions, build_nnx_guide
 from explorer.models.transformer import SIZE_PRESETS, TransformerOptions, build_transformer
 
 ALLOW_ENV = "EXPLORER_ALLOWED_FACTORIES"
@@ -41,6 +44,9 @@ class ModelEntry:
 MODELS: dict[str, ModelEntry] = {
     "mlp": ModelEntry(
         "mlp", "The Flax guide's LogicalMLP of LogicalDotReluDot layers", MlpOptions, build_mlp, {}
+    ),
+    "nnx-guide": ModelEntry(
+        "nnx-guide", "The Flax NNX guide's MultiDotReluDot (Flax NNX)", NnxGuideOptions, build_nnx_guide, {}
     ),
     "transformer": ModelEntry(
         "transformer", "A decoder-only language model (GPT-2 / Llama shapes)",
@@ -108,6 +114,18 @@ def _check_json_options(options: dict) -> None:
             raise ExplorerError(f"model.options.{key}", value, "must be a number, string or boolean for a factory")
 
 
+def framework_of(module: Any) -> str:
+    """'linen' for a Linen module; 'nnx' for an nnx.Module or a function that builds one."""
+    import flax.linen as nn
+    from flax import nnx
+
+    if isinstance(module, nn.Module):
+        return "linen"
+    if isinstance(module, nnx.Module) or callable(module):
+        return "nnx"
+    return "unknown"
+
+
 def build_model(spec) -> BuiltModel:
     """Build the Linen module, inputs and loss for a validated model spec."""
     if is_factory(spec.name):
@@ -127,15 +145,23 @@ def _build_factory(spec) -> BuiltModel:
         built = factory(**spec.options)
     except TypeError as error:
         raise ExplorerError("model.options", spec.options, f"were refused by {spec.name} ({error})") from None
+    except Exception as error:  # a user's factory can fail in any way: one message, never a traceback
+        raise ExplorerError("model.name", spec.name, f"failed: {type(error).__name__}: {error}") from None
     if isinstance(built, tuple) and len(built) == 3:
         module, inputs, loss = built
-        built = BuiltModel(module, tuple(inputs), loss)
+        built = BuiltModel(module, tuple(inputs), loss, framework_of(module))
     if not isinstance(built, BuiltModel) or not all(isinstance(i, InputSpec) for i in built.inputs):
-        raise ExplorerError("model.name", spec.name, "did not return (module, inputs as InputSpec, loss)")
+        raise ExplorerError(
+            "model.name", spec.name,
+            "did not return (module, inputs as InputSpec, loss): module a Linen nn.Module, or a function "
+            "building an nnx.Module",
+        )
+    if framework_of(built.module) != built.framework:
+        built = dataclasses.replace(built, framework=framework_of(built.module))
     return built
 
 
 __all__ = [
     "ALLOW_ENV", "BuiltModel", "InputSpec", "MODELS", "ModelEntry", "allowed_factories",
-    "build_model", "is_factory", "validate_model",
+    "build_model", "framework_of", "is_factory", "validate_model",
 ]

@@ -3,28 +3,38 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
-import flax.linen as nn
+Framework = Literal["linen", "nnx"]
 
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
-    """One input of the train step: name, shape, dtype and logical axis names (or None)."""
+    """One input of the train step: name, shape, dtype and its annotation (or None).
+
+    ``logical_axes`` has one entry per dimension: a logical name the rules resolve, a
+    tuple of mesh axes the input is fixed to (as ``jax.device_put(x, P('data', None))``
+    in the Flax NNX guide), or None (replicated).
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
-    logical_axes: tuple[str | None, ...] | None
+    logical_axes: tuple[str | tuple[str, ...] | None, ...] | None
 
 
 @dataclasses.dataclass(frozen=True)
 class BuiltModel:
-    """A Linen module, its example inputs, and ``loss(output, *inputs) -> scalar``.
+    """A model, its example inputs, and ``loss(output, *inputs) -> scalar``.
 
-    The module is called as ``module.apply(variables, *inputs)`` with the inputs in order.
+    Linen: ``module`` is an ``nn.Module``, called as ``module.apply(variables, *inputs)``.
+    NNX: ``module`` is a function of no arguments that builds the ``nnx.Module`` (the
+    explorer calls it under ``nnx.eval_shape`` or under the layout's mesh, because
+    Flax's eager sharding needs a mesh when variables are created); the model is
+    called as ``model(*inputs)``.
     """
 
-    module: nn.Module
+    module: Any
     inputs: tuple[InputSpec, ...]
     loss: Callable[..., Any]
+    framework: Framework = "linen"

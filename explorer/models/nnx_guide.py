@@ -1,0 +1,138 @@
+"""The Flax NNX guide's model: ``MultiDotReluDot``, a stack of ``DotReluDot`` layers.
+
+The code of Flax's NNX guide "Scale up on multiple devices" (``docs_nnx/guides/flax_gspmd.md``
+at google/flax 18f8f311c275d57f46d95e41b15aa97b454754c0), kept exactly: module and
+parameter names (``layers/dot1/kernel``, ``layers/w2``), the ``nnx.vmap``-created layer
+stack with ``PARTITION_NAME: None`` (the layer axis replicated), the
+``jax.lax.scan`` over layers, the activation constraint ``P('data', 'model')``, the
+loss ``mean((y_pred - y) ** 2)``, Adam 1e-3 on ``nnx.Param``, inputs placed with
+``P('data', None)``. ``w2`` uses ``sharding=``, the guide's (now deprecated) spelling of
+``out_sharding``.
+
+With ``logical=True`` it is the guide's ``LogicalMultiDotReluDot``: the same model
+annotated with logical names (``('embed', 'hidden')``, ``('hidden', 'embed')``) and the
+activation constrained to ``P('data', None)``, meant for the guide's rules
+``(('batch', 'data'), ('hidden', 'model'), ('embed', None))``.
+
+The guide builds its mesh with ``jax.make_mesh((2, 4), ('data', 'model'))`` and calls
+it an auto mesh; since JAX 0.9 that call makes Explicit axes, so the explorer makes
+the mesh with ``axis_types=(AxisType.Auto, AxisType.Auto)`` explicitly, which is what
+the guide's ``jax.lax.with_sharding_constraint`` needs.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from explorer.models.base import BuiltModel, InputSpec
+
+GUIDE_RULES = (("batch", "data"), ("hidden", "model"), ("embed", None))
+
+
+class NnxGuideOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    batch: StrictInt = Field(8, ge=1, le=1 << 20, description="examples per step")
+    layers: StrictInt = Field(2, ge=1, le=512, description="DotReluDot layers (created with nnx.vmap)")
+    depth: StrictInt = Field(1024, ge=1, le=1 << 17, description="width of x and of every layer")
+    logical: StrictBool = Field(False, description="the guide's LogicalMultiDotReluDot (logical names) instead")
+
+
+class DotReluDot(nnx.Module):
+    def __init__(self, depth: int, rngs: nnx.Rngs):
+        init_fn = nnx.initializers.lecun_normal()
+        self.dot1 = nnx.Linear(
+            depth, depth,
+            kernel_init=nnx.with_partitioning(init_fn, (None, 'model')),
+            use_bias=False,  # or use `bias_init` to give it annotation too
+            rngs=rngs)
+        self.w2 = nnx.Param(
+            init_fn(rngs.params(), (depth, depth)),  # RNG key and shape for W2 creation
+            sharding=('model', None),
+        )
+
+    def __call__(self, x: jax.Array):
+        y = self.dot1(x)
+        y = jax.nn.relu(y)
+        y = jax.lax.with_sharding_constraint(y, P('data', 'model'))
+        z = jnp.dot(y, self.w2[...])
+        return z
+
+
+class MultiDotReluDot(nnx.Module):
+    def __init__(self, depth: int, num_layers: int, rngs: nnx.Rngs):
+        # Annotate the additional axis with sharding=None, meaning it will be
+        # replicated across all devices.
+        @nnx.vmap(transform_metadata={nnx.PARTITION_NAME: None})
+        def create_sublayers(r):
+            return DotReluDot(depth, r)
+
+        self.layers = create_sublayers(rngs.fork(split=num_layers))
+
+    def __call__(self, x):
+        def scan_over_layers(x, layer):
+            return layer(x), None
+
+        x, _ = jax.lax.scan(scan_over_layers, x, self.layers)
+        return x
+
+
+class LogicalDotReluDot(nnx.Module):
+    def __init__(self, depth: int, rngs: nnx.Rngs):
+        init_fn = nnx.initializers.lecun_normal()
+        self.dot1 = nnx.Linear(
+            depth, depth,
+            kernel_init=nnx.with_partitioning(init_fn, ('embed', 'hidden')),
+            use_bias=False,  # or use `bias_init` to give it annotation too
+            rngs=rngs)
+        self.w2 = nnx.Param(
+            init_fn(rngs.params(), (depth, depth)),  # RNG key and shape for W2 creation
+            sharding=('hidden', 'embed'),
+        )
+
+    def __call__(self, x: jax.Array):
+        y = self.dot1(x)
+        y = jax.nn.relu(y)
+        # Unfortunately the logical aliasing doesn't work on lower-level JAX calls.
+        y = jax.lax.with_sharding_constraint(y, P('data', None))
+        z = jnp.dot(y, self.w2[...])
+        return z
+
+
+class LogicalMultiDotReluDot(nnx.Module):
+    def __init__(self, depth: int, num_layers: int, rngs: nnx.Rngs):
+        @nnx.vmap(transform_metadata={nnx.PARTITION_NAME: None})
+        def create_sublayers(r):
+            return LogicalDotReluDot(depth, r)
+
+        self.layers = create_sublayers(rngs.fork(split=num_layers))
+
+    def __call__(self, x):
+        def scan_over_layers(x, layer):
+            return layer(x), None
+
+        x, _ = jax.lax.scan(scan_over_layers, x, self.layers)
+        return x
+
+
+def guide_loss(y_pred, x, y):
+    """The guide's loss: mean squared error against the labels."""
+    return jnp.mean((y_pred - y) ** 2)
+
+
+def build_nnx_guide(options: NnxGuideOptions) -> BuiltModel:
+    model_class = LogicalMultiDotReluDot if options.logical else MultiDotReluDot
+
+    def build():
+        return model_class(options.depth, options.layers, rngs=nnx.Rngs(0))
+
+    placed = (("data",), None)  # jax.device_put(..., P('data', None)), as the guide places input and label
+    inputs = (
+        InputSpec("x", (options.batch, options.depth), "float32", placed),
+        InputSpec("y", (options.batch, options.depth), "float32", placed),
+    )
+    return BuiltModel(build, inputs, guide_loss, framework="nnx")
