@@ -227,12 +227,12 @@ def _trace_linen(key: tuple, built: BuiltModel, names: frozenset[str], mesh_axes
     module = built.module
 
     def init_with_output(rng, *xs):
-        output, variables = module.init_with_output(rng, *xs)
+        output, variables = module.init_with_output(rng, *built.model_args(xs))
         state = train_state.TrainState.create(apply_fn=module.apply, params=_params_with_axes(variables), tx=optimizer)
         return output, state
 
     def forward(params, *xs):
-        return module.apply({"params": params}, *xs)
+        return module.apply({"params": params}, *built.model_args(xs))
 
     inputs = _abstract_inputs(built)
     with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
@@ -253,7 +253,7 @@ def _linen_state_arrays(state) -> tuple[AbstractArray, ...]:
     leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_box)[0]
     arrays = []
     for path, leaf in leaves:
-        value = leaf.unbox() if _is_box(leaf) else leaf
+        value = jax.tree_util.tree_leaves(leaf)[0]  # a box's one leaf (unboxing an NNX bridge box builds a Variable)
         names, annotation = _box_names(leaf, value.ndim)
         text = path_to_str(path)
         kind: Kind = "param" if text.startswith("params/") else "opt_state"
@@ -266,7 +266,12 @@ def _box_names(leaf: Any, ndim: int) -> tuple[tuple[AxisName, ...] | None, str]:
     """A box's names through Flax's public ``get_partition_spec``, padded to the rank."""
     if not _is_box(leaf):
         return ((), "logical") if ndim == 0 else (None, "logical")
-    spec = tuple(leaf.get_partition_spec())
+    from flax.nnx.bridge.variables import NNXMeta
+
+    if isinstance(leaf, NNXMeta):  # its get_partition_spec builds an eagerly sharded Variable, which needs a mesh
+        spec = tuple(leaf.metadata.get("out_sharding") or ())
+    else:
+        spec = tuple(leaf.get_partition_spec())
     annotation = "logical" if isinstance(leaf, nn.LogicallyPartitioned) else "mesh-or-logical"
     return _padded(spec, ndim), annotation
 
@@ -295,7 +300,7 @@ def _trace_nnx(key: tuple, built: BuiltModel, names: frozenset[str], mesh_axes: 
     state_arrays = _nnx_state_arrays(model_state, "param") + _nnx_state_arrays(opt_state, "opt_state")
 
     def forward(variables, *xs):
-        return nnx.merge(model_def, variables)(*xs)
+        return nnx.merge(model_def, variables)(*built.model_args(xs))
 
     names = names | _names_of(state_arrays)
     with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):

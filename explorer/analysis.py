@@ -14,7 +14,6 @@ import functools
 import math
 from typing import Any, Sequence
 
-import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec

@@ -117,7 +117,7 @@ def _make_train_step(model: AbstractModel):
 
     def train_step(state, *inputs):
         def loss_fn(params):
-            return built.loss(built.module.apply({"params": params}, *inputs), *inputs)
+            return built.loss(built.module.apply({"params": params}, *built.model_args(inputs)), *inputs)
 
         grads = jax.grad(loss_fn)(state.params)
         return state.apply_gradients(grads=grads)
@@ -134,7 +134,7 @@ def _nnx_train_step(model: AbstractModel):
     def train_step(state, *inputs):
         network = nnx.merge(model_def, state[0])
         optimizer = nnx.merge(opt_def, state[1])
-        grads = nnx.grad(lambda m: built.loss(m(*inputs), *inputs))(network)
+        grads = nnx.grad(lambda m: built.loss(m(*built.model_args(inputs)), *inputs))(network)
         optimizer.update(network, grads)
         return nnx.state(network), nnx.state(optimizer)
 
@@ -145,7 +145,8 @@ def _make_init(model: AbstractModel):
     """``init(key, *inputs) -> state``: Linen's ``init_fn``; for NNX the builder and ``nnx.Optimizer``
     (variables created under the mesh with Flax's eager sharding, as the NNX guide does)."""
     if model.framework == "linen":
-        return functools.partial(init_fn, model=model.built.module, optimizer=model.optimizer)
+        built = model.built
+        return lambda key, *inputs: init_fn(key, *built.model_args(inputs), model=built.module, optimizer=model.optimizer)
     from flax import nnx
 
     build = model.built.module if not isinstance(model.built.module, nnx.Module) else (lambda: model.built.module)
@@ -223,7 +224,9 @@ def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs
     built = model.built
 
     def forward(params, *inputs):
-        return built.module.apply({"params": params}, *inputs, capture_intermediates=True, mutable=["intermediates"])
+        return built.module.apply(
+            {"params": params}, *built.model_args(inputs), capture_intermediates=True, mutable=["intermediates"]
+        )
 
     compiled = jax.jit(forward, in_shardings=(param_shardings, *(a.sharding for a in abstract_inputs))).lower(
         abstract_params, *abstract_inputs

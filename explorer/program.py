@@ -26,6 +26,7 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 PROBE_PREFIX = "logical:"
+_VALUE_PRESERVING = frozenset({"sharding_constraint", "convert_element_type", "copy", "copy_p"})
 
 _LIBRARY_DIRS = tuple(
     os.path.dirname(module.__file__) + os.sep
@@ -111,6 +112,9 @@ def _walk(jaxpr, parameters: set, prefix: str, runs: int, unbounded: bool, found
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "sharding_constraint":
             found.append(_constraint(eqn, parameters, prefix, runs, unbounded))
+        if eqn.primitive.name in _VALUE_PRESERVING and eqn.invars and eqn.invars[0] in parameters:
+            parameters = parameters | {eqn.outvars[0]}  # a parameter constrained or cast is still that parameter
+        if eqn.primitive.name == "sharding_constraint":
             continue
         for sub, times, loop_unbounded in _sub_jaxprs(eqn):
             inner = _map_parameters(eqn, sub, parameters)
@@ -124,7 +128,7 @@ def _constraint(eqn, parameters: set, prefix: str, runs: int, unbounded: bool) -
     sharding = eqn.params["sharding"]
     spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
     location = _join(prefix, str(eqn.source_info.name_stack)) or _user_function(eqn.source_info)
-    is_parameter = (not _is_literal(operand) and operand in parameters) or eqn.outvars[0] in parameters
+    is_parameter = not _is_literal(operand) and operand in parameters or eqn.outvars[0] in parameters
     return Constraint(
         decode_spec(spec, len(aval.shape)), tuple(aval.shape), str(aval.dtype), location, runs,
         is_parameter, unbounded, eqn.outvars[0],

@@ -21,6 +21,7 @@ class InputSpec:
     shape: tuple[int, ...]
     dtype: str
     logical_axes: tuple[str | tuple[str, ...] | None, ...] | None
+    model_arg: bool = True  # False for a label: passed to the loss only, not to the model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,10 +32,15 @@ class BuiltModel:
     NNX: ``module`` is a function of no arguments that builds the ``nnx.Module`` (the
     explorer calls it under ``nnx.eval_shape`` or under the layout's mesh, because
     Flax's eager sharding needs a mesh when variables are created); the model is
-    called as ``model(*inputs)``.
+    called as ``model(*inputs)``. Inputs with ``model_arg=False`` (labels) are passed to
+    the loss only.
     """
 
     module: Any
     inputs: tuple[InputSpec, ...]
     loss: Callable[..., Any]
     framework: Framework = "linen"
+
+    def model_args(self, inputs: tuple) -> tuple:
+        """The inputs the model itself takes (labels go to the loss only)."""
+        return tuple(x for x, spec in zip(inputs, self.inputs) if spec.model_arg)

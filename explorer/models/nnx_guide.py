@@ -133,6 +133,6 @@ def build_nnx_guide(options: NnxGuideOptions) -> BuiltModel:
     placed = (("data",), None)  # jax.device_put(..., P('data', None)), as the guide places input and label
     inputs = (
         InputSpec("x", (options.batch, options.depth), "float32", placed),
-        InputSpec("y", (options.batch, options.depth), "float32", placed),
+        InputSpec("y", (options.batch, options.depth), "float32", placed, model_arg=False),
     )
     return BuiltModel(build, inputs, guide_loss, framework="nnx")

@@ -1,0 +1,9 @@
+"""Local stand-in for `jaxtyping.Array` (not part of the upstream example).
+
+jaxtyping is not installed in this project; the example only uses `Array` as a type annotation, so `jax.Array`
+serves.
+"""
+
+from jax import Array
+
+__all__ = ["Array"]

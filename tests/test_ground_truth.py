@@ -1,0 +1,117 @@
+"""The report against Flax's own recipes and really materialised arrays, leaf by leaf.
+
+Cases: the built-in models, one small model per annotation style real codebases use
+(``tests/class_models.py``), and real public Flax models (``tests/external``) with their
+authors' rules, each on a 2x4 and a 2x2x2 mesh.
+"""
+
+import pytest
+
+from explorer.analysis import analyze
+from explorer.layout import parse_layout
+from tests import ground_truth
+from tests.class_models import ALL as CLASS_FACTORIES
+from tests.external import factories as external
+
+EXTERNAL = "tests.external.factories"
+MESH_2X4 = {"shape": [2, 4], "axes": ["data", "model"]}
+MESH_2X2X2 = {"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]}
+TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8,
+               "mlp_dim": 64, "vocab": 128, "gated_mlp": True}
+FSDP_TP = [["batch", "data"], ["hidden", "model"], ["mlp", "model"], ["heads", "model"], ["kv_heads", "model"],
+           ["vocab", "model"], ["embed", "data"], ["layer", None]]
+
+
+def case(mesh, rules, model, options=None, framework="linen", recipe="logical"):
+    return {"mesh": mesh, "rules": rules, "model": {"name": model, "options": options or {}},
+            "framework": framework, "recipe": recipe}
+
+
+CASES = {
+    "guide-mlp": case(MESH_2X4, [["batch", "data"], ["hidden", "model"]], "mlp",
+                      {"batch": 8, "layers": 2, "depth": 64, "scan": False}),
+    "guide-mlp-scan": case(MESH_2X4, [["batch", "data"], ["hidden", "model"]], "mlp",
+                           {"batch": 8, "layers": 3, "depth": 64, "scan": True}),
+    "transformer-fsdp-tp": case(MESH_2X4, FSDP_TP, "transformer", {**TRANSFORMER, "scan": False}),
+    "transformer-scan-3d": case(
+        {"shape": [2, 2, 2], "axes": ["data", "pipe", "model"]},
+        [["layer", "pipe"], ["batch", ["data", "pipe"]], ["heads", "model"], ["mlp", "model"], ["embed", "data"]],
+        "transformer", {**TRANSFORMER, "scan": True}),
+    "nnx-guide": case(MESH_2X4, [], "nnx-guide", {"depth": 64}, "nnx"),
+    "nnx-guide-logical": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "nnx-guide",
+                              {"depth": 64, "logical": True}, "nnx"),
+    # one model per annotation style (issue 8's classes)
+    "short-annotation": case(MESH_2X4, [["batch", "data"], ["heads", "model"]], "tests.class_models:make_short_annotation"),
+    "partitioning-style": case(MESH_2X4, [["batch", "data"], ["mlp", "model"], ["embed", "data"]],
+                               "tests.class_models:make_partitioning_style"),
+    "repeated": case(MESH_2X4, [["batch", "data"], ["hidden", "model"]], "tests.class_models:make_repeated"),
+    "repeated-scan": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["layer", None]],
+                          "tests.class_models:make_repeated", {"scan": True}),
+    "mesh-axis-constraint": case(MESH_2X4, [], "tests.class_models:make_mesh_axis_constraint", recipe="mesh"),
+    "bridged": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "tests.class_models:make_bridged",
+                    recipe="eager"),
+    "nnx-logical": case(MESH_2X4, [["embed", "data"], ["mlp", "model"]], "tests.class_models:make_nnx_logical",
+                        framework="nnx"),
+    # real public models with their authors' rules
+    "t5x-1d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5"], f"{EXTERNAL}:make_t5x_t5"),
+    "t5x-2d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5_2d"], f"{EXTERNAL}:make_t5x_t5"),
+    "t5x-2x2x2": case({"shape": [2, 2, 2], "axes": ["data", "replica", "model"]}, external.AUTHORS_RULES["t5x_t5_2d"],
+                      f"{EXTERNAL}:make_t5x_t5"),
+    "lm1b": case(MESH_2X4, external.AUTHORS_RULES["flax_lm1b"], f"{EXTERNAL}:make_flax_lm1b"),
+    "lm1b-2x2x2": case(MESH_2X2X2, external.AUTHORS_RULES_3AXIS["flax_lm1b"], f"{EXTERNAL}:make_flax_lm1b"),
+    "mu-transformer": case({"shape": [2, 4], "axes": ["X", "Y"]}, [], f"{EXTERNAL}:make_mu_transformer",
+                           {"n_layer": 2}, recipe="mesh"),
+    "vit": case(MESH_2X4, external.AUTHORS_RULES["big_vision_vit"], f"{EXTERNAL}:make_big_vision_vit"),
+    "vit-scan-2x2x2": case(MESH_2X2X2, external.AUTHORS_RULES_3AXIS["big_vision_vit"], f"{EXTERNAL}:make_big_vision_vit",
+                           {"scan": True}),
+    "nnx-guide-external": case(MESH_2X4, [], f"{EXTERNAL}:make_flax_nnx_guide", {"depth": 64}, "nnx"),
+    "tunix-llama3": case(MESH_2X4, [], f"{EXTERNAL}:make_tunix_llama3", framework="nnx"),
+    "tunix-llama3-2x2x2": case(MESH_2X2X2, [], f"{EXTERNAL}:make_tunix_llama3", {"fsdp_axis": "fsdp"}, "nnx"),
+    "tunix-gemma": case(MESH_2X4, [], f"{EXTERNAL}:make_tunix_gemma", framework="nnx"),
+}
+EXTERNAL_FACTORIES = ",".join(
+    f"{EXTERNAL}:{name}" for name in ("make_t5x_t5", "make_flax_lm1b", "make_mu_transformer", "make_big_vision_vit",
+                                      "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma")
+)
+
+
+@pytest.fixture
+def allow_factories(monkeypatch):
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", CLASS_FACTORIES + "," + EXTERNAL_FACTORIES)
+
+
+def layout_of(name):
+    spec = CASES[name]
+    return parse_layout({"name": name, "mesh": spec["mesh"], "rules": spec["rules"], "model": spec["model"]})
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_state_leaf_agrees_with_the_materialised_state(name, allow_factories):
+    layout = layout_of(name)
+    report = analyze(layout)
+    if CASES[name]["framework"] == "nnx":
+        truth, flax_specs = ground_truth.nnx_state(layout)
+        params = {a.path: ground_truth.normal(a.spec, len(a.shape)) for a in report.arrays if a.kind == "param"}
+        assert params == {p: s for p, s in flax_specs.items() if p in params}, "differs from nnx.get_abstract_model"
+    else:
+        truth = ground_truth.linen_state(layout, CASES[name]["recipe"])
+    if CASES[name]["recipe"] == "eager":  # only the variables are placed by Flax; the optimizer follows XLA's choice
+        truth = {path: leaf for path, leaf in truth.items() if path.startswith("params/")}
+    kinds = ("param",) if CASES[name]["recipe"] == "eager" else ("param", "opt_state")
+    problems = ground_truth.compare(report, truth, kinds)
+    assert not problems, f"{len(problems)} disagreement(s):\n" + "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_activations_are_the_programs_constraints_in_order(name, allow_factories):
+    layout = layout_of(name)
+    report = analyze(layout)
+    ours = [
+        (a.shape, ground_truth.normal(a.spec, len(a.shape)))
+        for a in report.arrays if a.kind == "activation" and a.path != "activations/output"
+    ]
+    if CASES[name]["framework"] == "nnx":
+        theirs = ground_truth.nnx_activations(layout)
+    else:
+        theirs = ground_truth.linen_activations(layout)
+    assert ours == theirs
