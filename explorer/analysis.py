@@ -374,11 +374,16 @@ def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3)
     ]
 
 
-def state_shardings(report: Report, model: AbstractModel) -> Any:
-    """The train state's shardings in its own tree (boxes or NNX Variables kept), from the report's specs."""
+def state_shardings(report: Report, model: AbstractModel, template: Any = None) -> Any:
+    """The train state's shardings in its own tree (boxes or NNX Variables kept), from the report's specs.
+
+    ``template`` is the state tree to follow (default: the abstract model's); its leaves
+    must be the state's arrays in the same order.
+    """
     mesh = jax_mesh(tuple(report.mesh.shape), tuple(report.mesh.axes))
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
-    return jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), model.state_shapes)
+    tree = model.state_shapes if template is None else template
+    return jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), tree)
 
 
 def spec_entry_json(entry: Any) -> Any:

@@ -183,7 +183,6 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
     check_timeable(report)
     model = model_of(layout)
     mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
-    shardings = state_shardings(report, model)
     inputs_sharding = _input_shardings(report, mesh)
     abstract_inputs = tuple(
         jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(model.built.inputs, inputs_sharding)
@@ -191,11 +190,14 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
     init = _make_init(model)
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
+        # the state as init really builds it (NNX variables carry their eager-sharding flag in the tree)
+        template = jax.eval_shape(init, jax.random.key(0), *abstract_inputs) if model.framework == "nnx" else None
+        shardings = state_shardings(report, model, template)
         replicated = NamedSharding(mesh, PartitionSpec())
         init_compiled = jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(
             jax.random.key(0), *abstract_inputs
         ).compile()
-        abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, model.state_shapes)
+        abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, template or model.state_shapes)
         step_compiled = jax.jit(
             _make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings
         ).lower(abstract_state, *abstract_inputs).compile()

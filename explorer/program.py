@@ -32,6 +32,7 @@ _LIBRARY_DIRS = tuple(
     os.path.dirname(module.__file__) + os.sep
     for module in (jax, __import__("jaxlib"), __import__("flax"), __import__("optax"))
 ) + (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+_MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models") + os.sep  # the built-in models are user code
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +144,8 @@ def _user_function(source_info) -> str:
     """The qualified name of the innermost frame outside JAX, Flax, optax and the explorer."""
     traceback = getattr(source_info, "traceback", None)
     for frame in getattr(traceback, "frames", ()) or ():
-        if not frame.file_name.startswith(_LIBRARY_DIRS) and not frame.file_name.startswith("<"):
+        library = frame.file_name.startswith(_LIBRARY_DIRS) and not frame.file_name.startswith(_MODELS_DIR)
+        if not library and not frame.file_name.startswith("<"):
             return f"{frame.function_name}"
     return "program"
 
