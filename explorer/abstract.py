@@ -25,6 +25,7 @@ pick: editing a rule's mesh axes or their order does not re-trace.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 from typing import Any, Literal
@@ -170,25 +171,52 @@ class _Traced:
     traced_names: frozenset[str]  # the logical names the probe told apart
 
 
+@dataclasses.dataclass(frozen=True)
+class _State:
+    """The model built and its train state traced: everything but the activations."""
+
+    built: BuiltModel
+    framework: str
+    optimizer: optax.GradientTransformation
+    state: Any
+    state_arrays: tuple[AbstractArray, ...]
+    forward: Any  # forward(variables, *inputs): the model's forward pass on the state's variables
+    variables: Any  # the forward's first argument, abstract
+    graphdefs: Any = None
+    root: str = ""
+
+
 def _traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> _Traced:
-    """Trace the model of ``key`` (``ModelSpec.key()``) under a probe telling ``names`` apart."""
+    """The activations of the model of ``key`` read under a probe telling ``names`` apart."""
+    stage = _state_stage(key, mesh_axes)
+    names = names | _input_names(stage.built) | _names_of(stage.state_arrays)
+    try:
+        with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
+            closed = jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(stage.built))
+    except Exception as error:  # a model that cannot be traced is bad input, not a crash
+        raise ExplorerError("model", key[0], f"could not be traced: {type(error).__name__}: {error}") from None
+    found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(stage.variables))))
+    model = _model(key, stage, found, closed)
+    return _Traced(model, frozenset(names))
+
+
+@functools.lru_cache(maxsize=16)
+def _state_stage(key: tuple, mesh_axes: tuple[str, ...]) -> _State:
+    """Build the model of ``key`` (``ModelSpec.key()``) and trace its train state, once per model and mesh axes."""
     from explorer.layout import ModelSpec
 
     model_spec = ModelSpec(name=key[0], options=json.loads(key[1]))
     built = build_model(model_spec)
     if built.framework not in ("linen", "nnx"):
         raise ExplorerError("model.name", model_spec.name, "did not give a Linen nn.Module or a function building an nnx.Module")
-    names = names | _input_names(built)
     try:
         if built.framework == "nnx":
-            model, names = _trace_nnx(key, built, names, mesh_axes)
-        else:
-            model, names = _trace_linen(key, built, names, mesh_axes)
+            return _nnx_state(built, _input_names(built), mesh_axes)
+        return _linen_state(built, _input_names(built), mesh_axes)
     except ExplorerError:
         raise
     except Exception as error:  # a model that cannot be traced is bad input, not a crash
         raise ExplorerError("model", model_spec.name, f"could not be traced: {type(error).__name__}: {error}") from None
-    return _Traced(model, frozenset(names))
 
 
 def _names_of(arrays) -> frozenset[str]:
@@ -222,7 +250,7 @@ def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
 
 # --- Linen ---------------------------------------------------------------------------------
 
-def _trace_linen(key: tuple, built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[AbstractModel, frozenset[str]]:
+def _linen_state(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> _State:
     optimizer = make_optimizer()
     module = built.module
 
@@ -234,15 +262,10 @@ def _trace_linen(key: tuple, built: BuiltModel, names: frozenset[str], mesh_axes
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 
-    inputs = _abstract_inputs(built)
     with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
-        _, state = jax.eval_shape(init_with_output, jax.random.key(0), *inputs)
-    state_arrays = _linen_state_arrays(state)
-    names = names | _names_of(state_arrays)
-    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
-        closed = jax.make_jaxpr(forward)(state.params, *inputs)
-    found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(state.params))))
-    return _model(key, "linen", built, optimizer, state, state_arrays, found, closed, type(module).__name__), names
+        _, state = jax.eval_shape(init_with_output, jax.random.key(0), *_abstract_inputs(built))
+    return _State(built, "linen", optimizer, state, _linen_state_arrays(state), forward, state.params,
+                  root=type(module).__name__)
 
 
 def _is_box(x: Any) -> bool:
@@ -284,7 +307,7 @@ def path_to_str(path) -> str:
 
 # --- NNX -----------------------------------------------------------------------------------
 
-def _trace_nnx(key: tuple, built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[AbstractModel, frozenset[str]]:
+def _nnx_state(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> _State:
     from flax import nnx
 
     optimizer = make_optimizer()
@@ -296,19 +319,13 @@ def _trace_nnx(key: tuple, built: BuiltModel, names: frozenset[str], mesh_axes: 
         opt = nnx.eval_shape(lambda: nnx.Optimizer(model, optimizer, wrt=nnx.Param))
     model_def, model_state = nnx.split(model)
     opt_def, opt_state = nnx.split(opt)
-    state = (model_state, opt_state)
     state_arrays = _nnx_state_arrays(model_state, "param") + _nnx_state_arrays(opt_state, "opt_state")
 
     def forward(variables, *xs):
         return nnx.merge(model_def, variables)(*built.model_args(xs))
 
-    names = names | _names_of(state_arrays)
-    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
-        closed = jax.make_jaxpr(forward)(model_state, *_abstract_inputs(built))
-    parameters = range(len(jax.tree_util.tree_leaves(model_state)))
-    found = program.constraints(closed, parameter_invars=parameters)
-    model_arrays = _model(key, "nnx", built, optimizer, state, state_arrays, found, closed, type(model).__name__)
-    return dataclasses.replace(model_arrays, graphdefs=(model_def, opt_def)), names
+    return _State(built, "nnx", optimizer, (model_state, opt_state), state_arrays, forward, model_state,
+                  graphdefs=(model_def, opt_def), root=type(model).__name__)
 
 
 def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
@@ -331,20 +348,19 @@ def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
 
 # --- activations ---------------------------------------------------------------------------
 
-def _model(key, framework, built, optimizer, state, state_arrays, found, closed, root: str) -> AbstractModel:
-    activations = _activation_arrays(found, root)
-    output = _output_array(closed, found, framework)
+def _model(key: tuple, stage: _State, found: list[program.Constraint], closed) -> AbstractModel:
     return AbstractModel(
         key=key,
-        framework=framework,
-        built=built,
-        optimizer=optimizer,
-        state_shapes=state,
-        state_arrays=state_arrays,
-        inputs=_input_arrays(built),
-        activations=activations,
-        output=output,
+        framework=stage.framework,
+        built=stage.built,
+        optimizer=stage.optimizer,
+        state_shapes=stage.state,
+        state_arrays=stage.state_arrays,
+        inputs=_input_arrays(stage.built),
+        activations=_activation_arrays(found, stage.root),
+        output=_output_array(closed, found, stage.framework),
         loops_without_length=sum(1 for c in found if c.in_loop_without_length and not c.on_parameter),
+        graphdefs=stage.graphdefs,
     )
 
 

@@ -28,6 +28,7 @@ from explorer.tiles import MeshInfo, Tile
 LARGE_REPLICATED_BYTES = 1 << 20
 KIND_LABELS = {"param": "parameters", "opt_state": "optimizer state", "input": "inputs", "activation": "declared activations"}
 KINDS = tuple(KIND_LABELS)
+ERROR_CODES = frozenset({"indivisible", "unknown-mesh-axis", "mesh-axis-twice"})  # JAX refuses these layouts
 
 
 @dataclasses.dataclass(frozen=True)

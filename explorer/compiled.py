@@ -91,6 +91,9 @@ def check_timeable(report: Report) -> None:
             f"needs {report.mesh.size:,} devices and this process has {jax.device_count()}: "
             "it can be analysed as a planned mesh but not timed",
         )
+    refused = [w for w in report.warnings if w.code in ("unknown-mesh-axis", "mesh-axis-twice")]
+    if refused:
+        raise ExplorerError("rules", [list(r) for r in report.layout.rules_for_flax()], f"give a sharding JAX refuses: {refused[0].message}")
     needed, available = host_footprint_bytes(report), available_memory_bytes()
     if needed > MEMORY_FRACTION * available:
         raise ExplorerError(

@@ -50,6 +50,9 @@ def _flag_layout_problems(report: Report, slots: sidebar.Slots) -> None:
     indivisible = [w for w in report.warnings if w.code == "indivisible"]
     if indivisible:
         slots.rules.error(f"{len(indivisible)} sharded dimension(s) do not divide evenly, e.g. {indivisible[0].message}")
+    refused = [w for w in report.warnings if w.code in ("unknown-mesh-axis", "mesh-axis-twice")]
+    if refused:
+        slots.rules.error(f"{len(refused)} array(s) have a sharding JAX refuses, e.g. {refused[0].message}")
     if report.mesh.abstract:
         slots.mesh.info(
             f"Planned mesh: {report.mesh.size:,} devices, more than this process has. Shapes, bytes and tiles come "

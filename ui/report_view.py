@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer import plots
-from explorer.analysis import KIND_LABELS, ArrayInfo, Report
+from explorer.analysis import ERROR_CODES, KIND_LABELS, ArrayInfo, Report
 from explorer.rules import format_rule
 from explorer.text import arrays_frame, human_bytes, markdown_literal
 from explorer.tiles import MeshInfo, grid_view, shard_counts
@@ -18,6 +18,10 @@ WARNING_TITLES = {
     "rule-unused": "Rules that never apply",
     "name-unmatched": "Logical names no rule covers",
     "replicated-large": "Largest fully replicated arrays",
+    "unknown-mesh-axis": "Mesh axes the mesh lacks (JAX refuses these)",
+    "mesh-axis-twice": "A mesh axis used twice in one array (JAX refuses these)",
+    "semantics-differ": "Where Flax Linen and NNX rule semantics disagree",
+    "loop-without-length": "Activations in loops of unknown length",
 }
 
 
@@ -34,7 +38,8 @@ def _summary(report: Report) -> None:
     where = "planned mesh: hypothetical device ids, nothing runs" if mesh.abstract else "real devices of this process"
     st.markdown(
         f"**{markdown_literal(report.layout.name)}** · mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · "
-        f"{mesh.size:,} devices ({where}) · {report.layout.model.name}: {totals.param_count:,} parameters "
+        f"{mesh.size:,} devices ({where}) · {markdown_literal(report.layout.model.name)} "
+        f"(Flax {'NNX' if report.framework == 'nnx' else 'Linen'}): {totals.param_count:,} parameters "
         f"({human_bytes(totals.global_param_bytes)} unsharded)"
     )
     metrics = [(KIND_LABELS[kind].capitalize(), value) for kind, value in totals.by_kind().items()]
@@ -44,7 +49,8 @@ def _summary(report: Report) -> None:
         st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
         st.caption(
             "Every device holds the same amount under NamedSharding (uneven dimensions are padded). "
-            "Declared activations count each nn.with_logical_constraint tensor once (a scanned body once)."
+            "Declared activations count every sharding constraint of the forward pass, each as many times as it "
+            "runs per step (a scanned body times its length); XLA's own temporaries are not included."
         )
 
 
@@ -57,7 +63,7 @@ def _warnings(report: Report) -> None:
         grouped.setdefault(warning.code, []).append(warning)
     with st.container(key="warnings"), st.expander(f"Warnings ({len(report.warnings)})", expanded=True):
         for code, warnings in grouped.items():
-            show = st.error if code == "indivisible" else st.warning
+            show = st.error if code in ERROR_CODES else st.warning
             shown = warnings[:5]
             more = f"\n\n…and {len(warnings) - 5} more" if len(warnings) > 5 else ""
             show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {w.message}" for w in shown) + more)
@@ -104,7 +110,8 @@ def _dim_labels(info: ArrayInfo) -> list[str]:
         name = info.logical_axes[dim] if info.logical_axes else None
         axes = info.trace[dim].mesh_axes if dim < len(info.trace) else ()
         target = " × ".join(axes) if axes else "replicated"
-        labels.append(f"dim {dim}" + (f" '{name}'" if name else "") + f" · {size} → {target}")
+        label = f" '{name}'" if isinstance(name, str) else " (fixed)" if name else ""
+        labels.append(f"dim {dim}{label} · {size} → {target}")
     return labels
 
 
@@ -172,14 +179,23 @@ def _selected_devices(event, view) -> set[int]:
 def _trace_table(report: Report, info: ArrayInfo) -> None:
     rules = report.layout.rules_for_flax()
     st.markdown("**Why this spec** — the rule trace, dimension by dimension")
+    st.caption(f"Rule semantics of this model: {report.resolution_order}.")
     rows = []
     for dim in info.trace:
+        decided = (
+            f"rule {dim.rule} {format_rule(rules[dim.rule])}" if dim.rule is not None
+            else "the model (fixed mesh axes)" if dim.status == "fixed"
+            else "its own name (NNX)" if dim.status == "passed-through" else "—"
+        )
         rows.append({
             "dim": dim.dim,
             "logical name": dim.logical or "—",
             "mesh axes": " × ".join(dim.mesh_axes) or "replicated",
-            "decided by": f"rule {dim.rule} {format_rule(rules[dim.rule])}" if dim.rule is not None else "—",
-            "skipped rules": "; ".join(f"rule {s.rule}: {s.detail}" for s in dim.skipped) or "—",
+            "decided by": decided,
+            "skipped rules": "; ".join(
+                f"NNX: rule {dim.rule} overrides rule {s.rule}" if s.reason == "overridden" else f"rule {s.rule}: {s.detail}"
+                for s in dim.skipped
+            ) or "—",
             "status": dim.status,
         })
     if rows:
