@@ -95,20 +95,15 @@ def time_joined(layout, steps: int, warmup: int, on_step=None, on_phase=None, pa
 
 def _save_params(params, path: str) -> None:
     """Gather the parameters from every process (a collective: all call it); process 0 writes them."""
+    import flax.linen as nn
     import jax
     import numpy as np
     from jax.experimental import multihost_utils
 
-    gathered = multihost_utils.process_allgather(jax.tree_util.tree_map(lambda p: getattr(p, "value", p), params, is_leaf=_is_box), tiled=True)
+    gathered = multihost_utils.process_allgather(nn.meta.unbox(params), tiled=True)
     if jax.process_index() == 0:
         leaves = jax.tree_util.tree_leaves_with_path(gathered)
         np.savez(path, **{jax.tree_util.keystr(k, simple=True, separator="/"): np.asarray(v) for k, v in leaves})
-
-
-def _is_box(x: Any) -> bool:
-    import flax.linen as nn
-
-    return isinstance(x, nn.Partitioned)
 
 
 # --- a local worker: python -m explorer.distributed ----------------------------------------------
