@@ -137,12 +137,14 @@ def _time_joined(args: argparse.Namespace, progress):
     """Join the run, time, and return the result in process 0 (None in the others)."""
     import jax
 
-    from explorer.distributed import join, parse_coordinator, time_joined
+    from explorer.distributed import check_join_arguments, join, parse_coordinator, reserve_stdout, time_joined
     from explorer.layout import load_layout_file
 
     layout = load_layout_file(args.layout)
+    check_join_arguments(args.coordinator, args.num_processes, args.process_id)
     host, port = parse_coordinator(args.coordinator)
     local = host in ("127.0.0.1", "localhost", "[::1]")
+    reserve_stdout()
     join(args.coordinator, args.num_processes, args.process_id, join_timeout_s=args.join_timeout,
          bind_address=f"{host}:{port}" if local else None)
     lead = jax.process_index() == 0

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 from explorer.errors import ExplorerError
 
@@ -39,6 +39,28 @@ def parse_coordinator(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def check_join_arguments(coordinator: str, num_processes: int, process_id: int) -> None:
+    parse_coordinator(coordinator)
+    if num_processes < 1:
+        raise ExplorerError("--num-processes", num_processes, "must be at least 1")
+    if not 0 <= process_id < num_processes:
+        raise ExplorerError("--process-id", process_id, f"must be between 0 and {num_processes - 1} (--num-processes {num_processes})")
+
+
+def reserve_stdout() -> TextIO:
+    """Keep the real stdout for this program's own output and point fd 1 at stderr.
+
+    gloo prints its connection notices on the C++ stdout; they must not end up in
+    the JSON a user pipes somewhere, nor among a worker's events. Sets ``sys.stdout``
+    to the reserved stream and returns it.
+    """
+    sys.stdout.flush()
+    stream = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = stream
+    return stream
+
+
 def join(
     coordinator: str,
     num_processes: int,
@@ -54,11 +76,7 @@ def join(
     """
     import jax
 
-    parse_coordinator(coordinator)
-    if num_processes < 1:
-        raise ExplorerError("--num-processes", num_processes, "must be at least 1")
-    if not 0 <= process_id < num_processes:
-        raise ExplorerError("--process-id", process_id, f"must be between 0 and {num_processes - 1} (--num-processes {num_processes})")
+    check_join_arguments(coordinator, num_processes, process_id)
     jax.distributed.initialize(
         coordinator,
         num_processes=num_processes,
@@ -109,13 +127,11 @@ def _save_params(params, path: str) -> None:
 # --- a local worker: python -m explorer.distributed ----------------------------------------------
 
 def _events() -> Callable[..., None]:
-    """A writer of JSON lines on the real stdout; fd 1 then points at stderr.
+    """A writer of JSON lines on the real stdout; everything else written to stdout goes to stderr.
 
-    So whatever else writes to stdout in this process (gloo, XLA, a stray print) goes to
-    stderr and the parent reads nothing but events on stdout.
+    So the parent reads nothing but events on a worker's stdout.
     """
-    stream = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
+    stream = reserve_stdout()
     sys.stdout = sys.stderr
     lock = threading.Lock()
 

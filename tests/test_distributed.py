@@ -203,3 +203,40 @@ def test_the_telling_line_of_a_worker_stderr():
                '  File "x.py", line 1, in <module>', "MemoryError: out of host memory"]
     assert what_it_said(crashed).endswith("MemoryError: out of host memory")
     assert what_it_said(["[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"]) == "nothing"
+
+
+def test_joining_a_run_from_the_command_line_prints_once(small_layout_file):
+    """What every host of a multi-host run does, here with two processes on loopback."""
+    port = workers.free_port()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    hosts = [
+        subprocess.Popen(
+            [sys.executable, "-m", "explorer", "--devices", "4", "time", str(small_layout_file), "--steps", "2", "--json",
+             "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for i in range(2)
+    ]
+    (out0, err0), (out1, err1) = [host.communicate(timeout=300) for host in hosts]
+    assert [host.returncode for host in hosts] == [0, 0], err0 + err1
+    result = json.loads(out0)
+    assert (result["processes"], result["devices_per_process"], result["devices"]) == (2, 4, 8)
+    assert len(result["step_s"]["samples"]) == 2 and out1 == ""
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--processes", "3"], "error: --processes: 3 does not divide the mesh's 8 devices evenly"),
+        (["--num-processes", "2"], "error: --num-processes: 2 joins a multi-host run: give --coordinator HOST:PORT too"),
+        (["--coordinator", "10.0.0.1"], "error: --coordinator: '10.0.0.1' needs --num-processes and --process-id too"),
+        (["--coordinator", "nowhere", "--num-processes", "2", "--process-id", "0"], "error: --coordinator: 'nowhere' is not HOST:PORT"),
+        (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"], "error: --process-id: 2 must be between 0 and 1"),
+        (["--processes", "2", "--coordinator", "127.0.0.1:1"], "error: --coordinator: '127.0.0.1:1' needs --num-processes"),
+    ],
+)
+def test_distributed_arguments_are_checked_before_anything_starts(small_layout_file, capsys, args, message):
+    from explorer.__main__ import main
+
+    assert main(["time", str(small_layout_file), *args]) == 2
+    assert capsys.readouterr().err.startswith(message)
