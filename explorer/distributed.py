@@ -87,12 +87,12 @@ def join(
     )
 
 
-def time_joined(layout, steps: int, warmup: int, on_step=None, on_phase=None, params_file: str | None = None):
+def time_joined(layout, steps: int, warmup: int, on_step=None, on_phase=None, state_file: str | None = None):
     """Time ``layout`` on the mesh of every process's devices; every process calls this alike.
 
     The mesh must use every device of the run: a process without devices in it would
-    have nothing to run. ``params_file``: process 0 saves the parameters after the last
-    step there (``.npz``, paths as keys), gathered from every process.
+    have nothing to run. ``state_file``: process 0 saves the parameters and optimizer
+    state after the last step there (``.npz``, keys from ``state_arrays``), gathered from every process.
     """
     import jax
 
@@ -106,22 +106,29 @@ def time_joined(layout, steps: int, warmup: int, on_step=None, on_phase=None, pa
             f"({jax.local_device_count()} each): a multi-process timing uses them all",
         )
     run = timed_run(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
-    if params_file is not None:
-        _save_params(run.state.params, params_file)
+    if state_file is not None:
+        _save_state(run.state, state_file)
     return run.result
 
 
-def _save_params(params, path: str) -> None:
-    """Gather the parameters from every process (a collective: all call it); process 0 writes them."""
+def state_arrays(state) -> dict[str, Any]:
+    """The TrainState's parameters and optimizer state by path (``params/...``, ``opt_state/...``), unboxed."""
     import flax.linen as nn
+    import jax
+
+    tree = {"params": nn.meta.unbox(state.params), "opt_state": nn.meta.unbox(state.opt_state)}
+    return {jax.tree_util.keystr(k, simple=True, separator="/"): v for k, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def _save_state(state, path: str) -> None:
+    """Gather the state from every process (a collective: all call it); process 0 writes it."""
     import jax
     import numpy as np
     from jax.experimental import multihost_utils
 
-    gathered = multihost_utils.process_allgather(nn.meta.unbox(params), tiled=True)
+    gathered = multihost_utils.process_allgather(state_arrays(state), tiled=True)
     if jax.process_index() == 0:
-        leaves = jax.tree_util.tree_leaves_with_path(gathered)
-        np.savez(path, **{jax.tree_util.keystr(k, simple=True, separator="/"): np.asarray(v) for k, v in leaves})
+        np.savez(path, **{name: np.asarray(value) for name, value in gathered.items()})
 
 
 # --- a local worker: python -m explorer.distributed ----------------------------------------------
@@ -170,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--join-timeout", type=int, default=JOIN_TIMEOUT_S)
     parser.add_argument("--heartbeat-timeout", type=int, default=HEARTBEAT_TIMEOUT_S)
-    parser.add_argument("--save-params", default=None)
+    parser.add_argument("--save-state", default=None, help="an .npz file for the state after the last step")
     args = parser.parse_args(argv)
     emit = _events()
     _die_with_parent()
@@ -191,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             layout, args.steps, args.warmup,
             on_step=lambda index, seconds: emit("step", index=index, seconds=seconds),
             on_phase=lambda phase: emit("phase", phase=phase),
-            params_file=args.save_params,
+            state_file=args.save_state,
         )
         if jax.process_index() == 0:
             emit("result", result=result.to_dict())

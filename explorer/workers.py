@@ -92,13 +92,13 @@ def time_local_processes(
     stall_timeout_s: float = STALL_TIMEOUT_S,
     join_timeout_s: int = JOIN_TIMEOUT_S,
     heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S,
-    params_file: str | None = None,
+    state_file: str | None = None,
     on_started: Callable[[list[int]], None] | None = None,
 ) -> TimingResult:
     """Time ``layout`` on ``processes`` local processes sharing its mesh's devices evenly.
 
     ``on_started(pids)`` is told the workers' process ids (tests use it to kill one).
-    ``params_file``: the parameters after the last step, as ``.npz`` (see ``distributed``).
+    ``state_file``: the parameters and optimizer state after the last step, as ``.npz`` (see ``distributed``).
     """
     if not 1 <= steps <= 10_000:
         raise ExplorerError("steps", steps, "must be between 1 and 10,000")
@@ -112,7 +112,7 @@ def time_local_processes(
             "--layout", str(layout_file), "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes),
             "--devices", str(per_process), "--steps", str(steps), "--warmup", str(warmup),
             "--join-timeout", str(join_timeout_s), "--heartbeat-timeout", str(heartbeat_timeout_s),
-        ] + (["--save-params", str(params_file)] if params_file else [])
+        ] + (["--save-state", str(state_file)] if state_file else [])
         phase(f"starting {processes} processes × {per_process} devices")
         events: queue.Queue = queue.Queue()
         workers: list[_Worker] = []
