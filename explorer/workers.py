@@ -191,7 +191,7 @@ def _supervise(workers, events, steps, on_step, phase, stall_timeout_s) -> Timin
             worker.exit_code = event["code"]
             if result is None and (worker.exit_code != 0 or worker.index == 0):
                 _fail(workers, worker, _describe_exit(worker.exit_code), f"while {worker.state}")
-            if all(w.exit_code is not None for w in workers):
+            if result is not None and all(w.exit_code is not None for w in workers):
                 return result
         elif kind == "error":
             _end_all(workers)
