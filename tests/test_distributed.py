@@ -128,8 +128,30 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def start_timing(layout_file):
-    """``explorer time --processes 2`` with many steps, returned once its workers are timing."""
+@pytest.fixture
+def start_timing(request):
+    """Starts ``explorer time --processes 2`` with many steps, returned once its workers are timing.
+
+    Whatever a failing test leaves behind is killed afterwards, by process id.
+    """
+    started = []
+
+    def cleanup():
+        for pid in started:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+    request.addfinalizer(cleanup)
+
+    def start(layout_file):
+        process, by_id = _start_timing(layout_file)
+        started.extend([process.pid, *by_id.values()])
+        return process, by_id
+
+    return start
+
+
+def _start_timing(layout_file):
     env = {**os.environ, "EXPLORER_CPU_DEVICES": "8"}
     process = subprocess.Popen(
         [sys.executable, "-m", "explorer", "time", str(layout_file), "--processes", "2", "--steps", "10000"],
@@ -155,7 +177,7 @@ def small_layout_file(seed_dict, tmp_path):
     return path
 
 
-def test_a_killed_worker_ends_the_run_with_exit_2_naming_it(small_layout_file):
+def test_a_killed_worker_ends_the_run_with_exit_2_naming_it(small_layout_file, start_timing):
     process, workers_by_id = start_timing(small_layout_file)
     os.kill(workers_by_id[1], signal.SIGKILL)
     killed_at = time.monotonic()
@@ -171,7 +193,7 @@ def test_a_killed_worker_ends_the_run_with_exit_2_naming_it(small_layout_file):
     assert not [pid for pid in workers_by_id.values() if alive(pid)]
 
 
-def test_ctrl_c_stops_every_worker(small_layout_file):
+def test_ctrl_c_stops_every_worker(small_layout_file, start_timing):
     process, workers_by_id = start_timing(small_layout_file)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
@@ -180,7 +202,7 @@ def test_ctrl_c_stops_every_worker(small_layout_file):
     assert not [pid for pid in workers_by_id.values() if alive(pid)]
 
 
-def test_workers_end_themselves_when_the_launcher_is_killed(small_layout_file):
+def test_workers_end_themselves_when_the_launcher_is_killed(small_layout_file, start_timing):
     process, workers_by_id = start_timing(small_layout_file)
     process.kill()
     process.wait()
