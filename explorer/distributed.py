@@ -40,6 +40,7 @@ def parse_coordinator(address: str) -> tuple[str, int]:
 
 
 def check_join_arguments(coordinator: str, num_processes: int, process_id: int) -> None:
+    """ExplorerError for arguments JAX would refuse with a traceback."""
     parse_coordinator(coordinator)
     if num_processes < 1:
         raise ExplorerError("--num-processes", num_processes, "must be at least 1")

@@ -7,8 +7,8 @@ a free port. Worker 0's events (JSON lines on its stdout) drive ``on_phase`` and
 
 Faults end the whole run with an ExplorerError naming the process, its state and its
 last lines on stderr, and no worker outlives the run (each has its own process group,
-killed with SIGTERM and, after ``KILL_GRACE_S``, SIGKILL; a worker also ends itself
-when its stdin, held by this process, closes). Bounds:
+killed with SIGTERM and, after ``KILL_GRACE_S``, SIGKILL; should this process die
+first, a worker ends itself when its stdin closes or its next event finds no reader). Bounds:
 
 - a worker that exits before the result (fails to start, crashes, is killed): the run
   ends within ``POLL_S + KILL_GRACE_S`` (about 2 s) of its exit;
@@ -93,11 +93,9 @@ def time_local_processes(
     join_timeout_s: int = JOIN_TIMEOUT_S,
     heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S,
     state_file: str | None = None,
-    on_started: Callable[[list[int]], None] | None = None,
 ) -> TimingResult:
     """Time ``layout`` on ``processes`` local processes sharing its mesh's devices evenly.
 
-    ``on_started(pids)`` is told the workers' process ids (tests use it to kill one).
     ``state_file``: the parameters and optimizer state after the last step, as ``.npz`` (see ``distributed``).
     """
     if not 1 <= steps <= 10_000:
@@ -119,8 +117,6 @@ def time_local_processes(
         try:
             for index in range(processes):
                 workers.append(_start(index, common + ["--process-id", str(index)], events))
-            if on_started:
-                on_started([w.process.pid for w in workers])
             return _supervise(workers, events, steps, on_step, phase, stall_timeout_s)
         finally:
             _end_all(workers)
