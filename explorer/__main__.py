@@ -1,7 +1,8 @@
 """``python -m explorer``: analyse a layout file from the command line.
 
     python -m explorer analyze LAYOUT.json [--json] [--tiles]
-    python -m explorer time LAYOUT.json [--steps N] [--json]
+    python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
+    python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
     python -m explorer url LAYOUT.json
 
 Bad input exits with status 2 and one message on stderr, never a traceback.
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     timing.add_argument("--steps", type=int, default=20, help="timed steps after warm-up (default 20)")
     timing.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
     timing.add_argument("--json", action="store_true", help="print the result as JSON")
+    _distributed_arguments(timing)
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file")
     args = parser.parse_args(argv)
@@ -48,7 +50,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # output piped into `head`: not an error
         sys.stderr.close()
+    except KeyboardInterrupt:
+        print("interrupted: stopped (every worker process too)", file=sys.stderr)
+        return 130
     return 0
+
+
+def _distributed_arguments(timing: argparse.ArgumentParser) -> None:
+    from explorer.distributed import JOIN_TIMEOUT_S
+    from explorer.workers import STALL_TIMEOUT_S
+
+    local = timing.add_argument_group("local processes")
+    local.add_argument("--processes", type=int, default=1,
+                       help="time across N local processes with jax.distributed, the mesh's devices split evenly (default 1)")
+    local.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S,
+                       help=f"end the run when no worker reports progress for this many seconds (default {STALL_TIMEOUT_S:.0f})")
+    hosts = timing.add_argument_group("joining a multi-host run (run the same command on every host)")
+    hosts.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address and a free port, the same on every host")
+    hosts.add_argument("--num-processes", type=int, help="processes in the run")
+    hosts.add_argument("--process-id", type=int, help="this process's id, 0 .. N-1; process 0 prints the result")
+    hosts.add_argument("--join-timeout", type=int, default=JOIN_TIMEOUT_S,
+                       help=f"seconds to wait for every process to join, here or with --processes (default {JOIN_TIMEOUT_S})")
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -74,19 +96,61 @@ def _url(args: argparse.Namespace) -> int:
 
 
 def _time(args: argparse.Namespace) -> int:
+    from explorer.errors import ExplorerError
     from explorer.layout import load_layout_file
     from explorer.text import timing_text
-    from explorer.timing import time_layout
 
-    layout = load_layout_file(args.layout)
+    joining = args.coordinator is not None
+    if not joining and args.num_processes is not None:
+        raise ExplorerError("--num-processes", args.num_processes, "joins a multi-host run: give --coordinator HOST:PORT too")
+    if not joining and args.process_id is not None:
+        raise ExplorerError("--process-id", args.process_id, "joins a multi-host run: give --coordinator HOST:PORT too")
+    if joining and (args.num_processes is None or args.process_id is None):
+        raise ExplorerError("--coordinator", args.coordinator, "needs --num-processes and --process-id too")
+    if joining and args.processes != 1:
+        raise ExplorerError("--processes", args.processes, "starts local processes; it cannot be combined with --coordinator")
     progress = None if args.json else (lambda phase: print(f"{phase}...", file=sys.stderr))
-    result = time_layout(layout, steps=args.steps, warmup=args.warmup, on_phase=progress)
+    if joining:
+        result = _time_joined(args, progress)
+        if result is None:
+            return 0
+    elif args.processes != 1:
+        from explorer.workers import time_local_processes
+
+        result = time_local_processes(
+            load_layout_file(args.layout), args.processes, steps=args.steps, warmup=args.warmup,
+            on_phase=progress, stall_timeout_s=args.stall_timeout, join_timeout_s=args.join_timeout,
+        )
+    else:
+        from explorer.timing import time_layout
+
+        result = time_layout(load_layout_file(args.layout), steps=args.steps, warmup=args.warmup, on_phase=progress)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)
         print()
     else:
         print(timing_text(result))
     return 0
+
+
+def _time_joined(args: argparse.Namespace, progress):
+    """Join the run, time, and return the result in process 0 (None in the others)."""
+    import jax
+
+    from explorer.distributed import check_join_arguments, join, parse_coordinator, reserve_stdout, time_joined
+    from explorer.layout import load_layout_file
+
+    layout = load_layout_file(args.layout)
+    check_join_arguments(args.coordinator, args.num_processes, args.process_id)
+    host, port = parse_coordinator(args.coordinator)
+    local = host in ("127.0.0.1", "localhost", "[::1]")
+    reserve_stdout()
+    join(args.coordinator, args.num_processes, args.process_id, join_timeout_s=args.join_timeout,
+         bind_address=f"{host}:{port}" if local else None)
+    lead = jax.process_index() == 0
+    result = time_joined(layout, args.steps, args.warmup, on_phase=progress if lead else None)
+    jax.distributed.shutdown()
+    return result if lead else None
 
 
 if __name__ == "__main__":

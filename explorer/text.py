@@ -79,7 +79,8 @@ def timing_text(result) -> str:
     """A readable summary of a TimingResult."""
     steps = result.step_s
     lines = [
-        f"layout {result.layout_name!r} on {result.devices} {result.platform} device(s)",
+        f"layout {result.layout_name!r} on {result.devices} {result.platform} device(s)"
+        + (f" in {result.processes} processes × {result.devices_per_process} (jax.distributed)" if result.processes > 1 else ""),
         f"compile {result.compile_s:.2f} s" + (" (cached: compiled earlier in this process)" if result.cached else ""),
         f"step: median {steps.median * 1e3:.2f} ms, p10 {steps.p10 * 1e3:.2f}, p90 {steps.p90 * 1e3:.2f}, "
         f"min {steps.min * 1e3:.2f}, max {steps.max * 1e3:.2f} ms over {len(steps.samples)} steps "

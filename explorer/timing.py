@@ -1,4 +1,9 @@
-"""Time the layout's compiled train step on the devices this process has.
+"""Time the layout's compiled train step on the devices of this process, or of every process.
+
+In one process the mesh is this process's devices. Under ``jax.distributed`` (see
+``distributed.py``) the same code runs in every process on the global mesh: inputs
+are placed with ``jax.make_array_from_process_local_data``, each process handing over
+only the blocks its own devices hold.
 
 Honest measurement: warm-up steps are excluded, each timed step is exactly one call
 plus ``block_until_ready`` on the whole output, and progress callbacks run between
@@ -60,6 +65,12 @@ class TimingResult:
     state_leaves: int
     loops_without_trip_count: int = 0  # see ProgramCollectives
     stopped: bool = False
+    processes: int = 1  # JAX processes the mesh spans (jax.distributed); each ran the same step
+    devices_per_process: int | None = None  # this process's devices in the mesh; None: all ``devices``
+
+    def __post_init__(self) -> None:
+        if self.devices_per_process is None:
+            object.__setattr__(self, "devices_per_process", self.devices // self.processes)
 
     def memory_notes(self) -> list[str]:
         """Why XLA's numbers differ from the analysis' estimate, as far as we can tell."""
@@ -96,6 +107,8 @@ class TimingResult:
             "layout": self.layout_name,
             "platform": self.platform,
             "devices": self.devices,
+            "processes": self.processes,
+            "devices_per_process": self.devices_per_process,
             "compile_s": self.compile_s,
             "compile_cached": self.cached,
             "warmup_steps": self.warmup,
@@ -113,14 +126,52 @@ class TimingResult:
                 for a in self.activations
             ],
             "memory_notes": self.memory_notes(),
+            "state_leaves": self.state_leaves,
             "stopped": self.stopped,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TimingResult":
+        """The inverse of ``to_dict`` (a worker process sends its result as JSON)."""
+        steps = data["step_s"]
+        return cls(
+            layout_name=data["layout"],
+            platform=data["platform"],
+            devices=data["devices"],
+            compile_s=data["compile_s"],
+            cached=data["compile_cached"],
+            warmup=data["warmup_steps"],
+            step_s=StepTimes(steps["median"], steps["p10"], steps["p90"], steps["min"], steps["max"], tuple(steps["samples"])),
+            flops=data["flops"],
+            memory=data["memory"],
+            estimate=data["estimate"],
+            collectives=data["collectives"],
+            activations=tuple(
+                ActivationCheck(a["path"], tuple(a["shape"]), _spec_from_json(a["chosen"]),
+                                None if a["declared"] is None else _spec_from_json(a["declared"]))
+                for a in data["activations"]
+            ),
+            state_leaves=data["state_leaves"],
+            loops_without_trip_count=data["loops_without_trip_count"],
+            stopped=data["stopped"],
+            processes=data["processes"],
+            devices_per_process=data["devices_per_process"],
+        )
+
+
+def _spec_from_json(entries: list[Any]) -> tuple[Any, ...]:
+    return tuple(tuple(e) if isinstance(e, list) else e for e in entries)
 
 
 # --- timing -------------------------------------------------------------------------------------
 
 def example_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...], seed: int = 0) -> tuple:
-    """Inputs of the right shape and sharding: normal floats, small non-negative integers (token ids)."""
+    """Inputs of the right shape and sharding: normal floats, small non-negative integers (token ids).
+
+    Every process draws the same global values and hands JAX only the blocks its own
+    devices hold, as a multi-host data loader would, so one process and many get
+    identical inputs.
+    """
     key = jax.random.key(seed)
     arrays = []
     for spec, sharding in zip(model.built.inputs, shardings):
@@ -130,8 +181,22 @@ def example_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...], s
             jax.random.randint(sub, spec.shape, 0, 2, dtype) if jnp.issubdtype(dtype, jnp.integer)
             else jax.random.normal(sub, spec.shape, dtype)
         )
-        arrays.append(jax.device_put(value, sharding))
+        arrays.append(jax.make_array_from_process_local_data(sharding, process_local_data(np.asarray(value), sharding), value.shape))
     return tuple(arrays)
+
+
+def process_local_data(value: np.ndarray, sharding: NamedSharding) -> np.ndarray:
+    """The part of ``value`` this process's devices hold, in the form ``make_array_from_process_local_data`` wants.
+
+    Along each dimension: the blocks this process's devices hold, in order and
+    concatenated; a dimension whose blocks cover it whole is kept whole.
+    """
+    indices = sharding.addressable_devices_indices_map(value.shape).values()
+    keep = []
+    for dim, size in enumerate(value.shape):
+        blocks = sorted({index[dim].indices(size)[:2] for index in indices})
+        keep.append(np.concatenate([np.arange(begin, stop) for begin, stop in blocks]))
+    return value[np.ix_(*keep)] if keep else value
 
 
 def estimate_from(report: Report) -> dict[str, int]:
@@ -141,6 +206,12 @@ def estimate_from(report: Report) -> dict[str, int]:
         "output_bytes": t.param_bytes + t.opt_state_bytes,
         "declared_activation_bytes": t.activation_bytes,
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedRun:
+    result: TimingResult
+    state: Any  # the TrainState after the last timed step (global arrays in a multi-process run)
 
 
 def time_layout(
@@ -155,6 +226,22 @@ def time_layout(
 
     ``on_step(i, seconds)`` is called after each timed step, outside the timed region.
     Raises ExplorerError for layouts that cannot run here.
+    """
+    return timed_run(layout, steps, warmup, on_step, should_stop, on_phase).result
+
+
+def timed_run(
+    layout: Layout,
+    steps: int = 20,
+    warmup: int = 2,
+    on_step: Callable[[int, float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> TimedRun:
+    """``time_layout``, keeping the final state too.
+
+    In a multi-process run every process calls this with the same arguments and no
+    ``should_stop`` (all processes must run the same number of steps).
     """
     if not 1 <= steps <= 10_000:
         raise ExplorerError("steps", steps, "must be between 1 and 10,000")
@@ -173,9 +260,10 @@ def time_layout(
         state = compiled.step(state, *inputs)
     jax.block_until_ready(state)
     phase("timing")
-    samples, stopped = _timed_steps(compiled.step, state, inputs, steps, on_step, should_stop)
+    samples, stopped, state = _timed_steps(compiled.step, state, inputs, steps, on_step, should_stop)
     program = collectives(compiled.step.as_text())
-    return TimingResult(
+    processes = [device.process_index for device in jax.devices()[: report.mesh.size]]
+    result = TimingResult(
         layout_name=layout.name,
         platform=jax.devices()[0].platform,
         devices=report.mesh.size,
@@ -191,10 +279,13 @@ def time_layout(
         activations=compiled.activations,
         state_leaves=sum(1 for a in report.arrays if a.kind in ("param", "opt_state")),
         stopped=stopped,
+        processes=len(set(processes)),
+        devices_per_process=processes.count(jax.process_index()),
     )
+    return TimedRun(result, state)
 
 
-def _timed_steps(step, state, inputs, steps, on_step, should_stop) -> tuple[list[float], bool]:
+def _timed_steps(step, state, inputs, steps, on_step, should_stop) -> tuple[list[float], bool, Any]:
     samples: list[float] = []
     for index in range(steps):
         start = time.perf_counter()
@@ -204,5 +295,5 @@ def _timed_steps(step, state, inputs, steps, on_step, should_stop) -> tuple[list
         if on_step:
             on_step(index, samples[-1])
         if should_stop and should_stop():
-            return samples, True
-    return samples, False
+            return samples, True, state
+    return samples, False, state

@@ -11,6 +11,7 @@ from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, host_footprint_bytes, layout_key
 from explorer.hlo import used as used_collectives
 from explorer.timing import TimingResult, time_layout
+from explorer.workers import time_local_processes
 from ui.turnstile import TURNSTILE
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS as RESULTS
@@ -18,6 +19,7 @@ from ui.state import TIMING_RESULTS as RESULTS
 PARTIAL = "timing_partial"
 # Fast steps would otherwise send the browser a new chart every few milliseconds.
 LIVE_REDRAW_S = 0.2
+PROCESS_CHOICES = (1, 2, 4)  # local jax.distributed processes offered, where they divide the mesh
 
 st.set_page_config(page_title="Timing · Partition Explorer", page_icon="⏱️")
 st.title("Time the train step")
@@ -41,7 +43,7 @@ def timeable() -> bool:
         return False
 
 
-def run_timing(steps: int, warmup: int) -> TimingResult | None:
+def run_timing(steps: int, warmup: int, processes: int) -> TimingResult | None:
     status = st.status("Waiting for a turn…", expanded=True)
     progress = status.progress(0.0, text="queued")
     chart = st.empty()
@@ -71,7 +73,10 @@ def run_timing(steps: int, warmup: int) -> TimingResult | None:
     TURNSTILE.enter(on_wait=on_wait)
     try:
         status.update(label="Running", state="running", expanded=True)
-        result = time_layout(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
+        if processes == 1:
+            result = time_layout(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
+        else:  # a rerun (Stop, an edit) interrupts this call; its cleanup ends every worker
+            result = time_local_processes(layout, processes, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
     except ExplorerError as error:
         status.update(label="Refused", state="error")
         st.error(str(error))
@@ -93,9 +98,13 @@ def show_result(result: TimingResult) -> None:
     columns[4].metric("Steps / s", f"{result.steps_per_s:.2f}")
     columns[5].metric("GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", help=f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
     st.plotly_chart(plots.step_times_figure(steps.samples), key="step_times")
+    spread = (
+        f" In {result.processes} processes × {result.devices_per_process} devices (jax.distributed, gloo between "
+        "processes); the times are process 0's." if result.processes > 1 else ""
+    )
     st.caption(
         f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
-        "Each sample is one call plus block_until_ready on the whole new state."
+        "Each sample is one call plus block_until_ready on the whole new state." + spread
     )
     memory_column, collective_column = st.columns(2)
     with memory_column:
@@ -150,12 +159,20 @@ def show_result(result: TimingResult) -> None:
 
 
 if timeable():
-    left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
+    left, middle, spread_column, right = st.columns([1, 1, 1, 2], vertical_alignment="bottom")
     # Defaults go through session state (not value=) because the values are carried across pages.
     st.session_state.setdefault("timing_steps", 20)
     st.session_state.setdefault("timing_warmup", 2)
     steps = left.number_input("Timed steps", 1, 1000, key="timing_steps")
     warmup = middle.number_input("Warm-up steps", 0, 100, key="timing_warmup")
+    choices = [n for n in PROCESS_CHOICES if report.mesh.size % n == 0]
+    if st.session_state.get("timing_processes") not in choices:
+        st.session_state["timing_processes"] = 1
+    processes = spread_column.selectbox(
+        "Processes", choices, key="timing_processes",
+        help=f"Local processes joined with jax.distributed, the mesh's {report.mesh.size} devices split evenly "
+        "(gloo collectives between processes), as a multi-host run would be. Counts that do not divide the mesh are not offered.",
+    )
     start = right.button("Time train step", type="primary", key="time_button")
     st.caption(
         f"Host memory needed on {report.mesh.size} simulated devices: about {human_bytes(host_footprint_bytes(report))}. "
@@ -165,7 +182,7 @@ if timeable():
         st.session_state.get(RESULTS, {}).pop(key, None)
         stop_slot = st.empty()
         stop_slot.button("Stop", key="stop_button", help="Stops after the current step; the steps so far are kept")
-        result = run_timing(int(steps), int(warmup))
+        result = run_timing(int(steps), int(warmup), int(processes))
         stop_slot.empty()
         if result is not None:
             st.session_state.setdefault(RESULTS, {})[key] = result

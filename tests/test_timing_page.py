@@ -34,3 +34,21 @@ def test_planned_mesh_is_refused_with_a_link_to_the_analysis(page):
     assert not page.exception
     assert any("planned mesh but not timed" in e.value for e in page.error)
     assert not [b for b in page.button if b.key == "time_button"]
+
+
+def test_times_a_small_layout_in_two_local_processes(page):
+    page.number_input(key="option::mlp::depth").set_value(256).run()
+    assert page.selectbox(key="timing_processes").options == ["1", "2", "4"]
+    page.number_input(key="timing_steps").set_value(3).run()
+    page.selectbox(key="timing_processes").set_value(2).run()
+    page.button(key="time_button").click().run()
+    assert not page.exception and not page.error
+    assert any("In 2 processes × 4 devices (jax.distributed" in c.value for c in page.caption)
+    assert any("3 timed steps" in c.value for c in page.caption)
+    assert "all-reduce" in page.dataframe[1].value["op"].tolist()
+
+
+def test_only_process_counts_that_divide_the_mesh_are_offered(page):
+    page.text_input(key="mesh_shape_text").input("2, 3").run()
+    assert not page.exception
+    assert page.selectbox(key="timing_processes").options == ["1", "2"]  # 4 does not divide 6 devices
