@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from explorer.devices import MAX_CPU_DEVICES
 from explorer.distributed import HEARTBEAT_TIMEOUT_S, JOIN_TIMEOUT_S
