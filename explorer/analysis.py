@@ -257,9 +257,11 @@ def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: Mes
         names = effective_axes(array, mesh.axes)
         if not names:
             continue
+        # a Linen user would write NNX's mesh-axis annotations with nn.with_partitioning: read them so
+        theirs_names = effective_axes(dataclasses.replace(array, annotation="mesh-or-logical"), mesh.axes) if other == "linen" else names
         try:
             mine = resolve(names, rules, len(array.shape), model.framework).spec
-            theirs = resolve(names, rules, len(array.shape), other).spec
+            theirs = resolve(theirs_names, rules, len(array.shape), other).spec
         except ExplorerError:
             continue
         if mine != theirs:

@@ -144,6 +144,12 @@ def show_result(result: TimingResult) -> None:
                 "bodies are counted once each, so these totals are a lower bound."
             )
     st.subheader("Activation shardings: declared vs chosen by XLA")
+    if not result.activations:
+        st.info(
+            "No module outputs to compare: XLA's choice is read through Flax Linen's capture_intermediates, which "
+            "Flax NNX has no counterpart of. The declared activations and their specs are on the Layout page."
+        )
+        return
     frame = pd.DataFrame(
         [{"module output": a.path, "shape": str(a.shape), "declared": "—" if a.declared is None else str(a.declared),
           "XLA chose": str(a.chosen), "differs": "⚠ differs" if a.differs else ""} for a in result.activations]

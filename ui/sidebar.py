@@ -105,7 +105,10 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
             ),
         },
     )
-    st.caption("Linen order: the first rule whose mesh axes are still free wins; later rules are fallbacks.")
+    st.caption(
+        "Order matters. Linen models: the first rule whose mesh axes are still free wins; later rules are fallbacks. "
+        "NNX models: the last rule for a name wins; a name with no rule is used as a mesh axis."
+    )
     rows = _rule_rows(edited)
     st.session_state[state.RULES_SHOWN] = [[logical, axes] for _, logical, axes in rows]
     if _reordered(rows):  # show the rules in the order they now apply
