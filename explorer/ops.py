@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 import time
 from typing import Any, Callable, Literal
 
@@ -346,12 +347,13 @@ def analyse_op(op: OpSpec) -> OpAnalysis:
     return OpAnalysis(op, info, inputs, output, program.ops, program.loops_without_trip_count, memory_of(compiled), compile_s, False, note)
 
 
-def _op_key(op: OpSpec) -> str:
+def op_key(op: OpSpec) -> str:
+    """Identity of what gets compiled and timed."""
     return json.dumps(op.to_dict(), sort_keys=True)
 
 
 def _compiled(op: OpSpec) -> tuple[Any, float]:
-    return _compile_cached(_op_key(op))
+    return _compile_cached(op_key(op))
 
 
 @functools.lru_cache(maxsize=16)
@@ -553,3 +555,52 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 MATMUL_PRESET = "dot of row- and column-sharded"
+
+
+def parse_spec_text(field: str, text: str) -> list[Any]:
+    """A spec typed by a person: ``a, None``, ``P('a', None)``, ``(x, y), -``, ``x*y``; empty is P() (replicated)."""
+    body = text.strip()
+    for prefix in ("PartitionSpec(", "P("):
+        if body.startswith(prefix) and body.endswith(")"):
+            body = body[len(prefix):-1]
+    body = body.replace("'", "").replace('"', "")
+    parts, depth, current = [], 0, ""
+    for char in body:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                raise ExplorerError(field, text, "has an unmatched ')'")
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    if depth:
+        raise ExplorerError(field, text, "has an unmatched '('")
+    parts.append(current)
+    if len(parts) > 1 and not parts[-1].strip():
+        parts.pop()  # a trailing comma, as in P(('x', 'y'),)
+    if parts == [""] or not body.strip():
+        return []
+    entries: list[Any] = []
+    for part in (p.strip() for p in parts):
+        if part in ("None", "-"):
+            entries.append(None)
+            continue
+        if part.startswith("(") and part.endswith(")"):
+            axes = [a.strip() for a in part[1:-1].split(",") if a.strip()]
+        else:
+            axes = [a.strip() for a in part.split("*")]
+        if not axes or any(not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", a) for a in axes):
+            raise ExplorerError(field, text, f"has {part!r}, which is not an axis name, None, or (axis, axis); e.g. 'x, None' or '(x, y), None'")
+        entries.append(axes[0] if len(axes) == 1 else axes)
+    return entries
+
+
+def spec_input_text(spec: tuple | None) -> str:
+    """The text ``parse_spec_text`` reads back as ``spec``: ``a, None``, ``(x, y), None``; empty for P()."""
+    if spec is None:
+        return ""
+    return ", ".join("None" if e is None else e if isinstance(e, str) else "(" + ", ".join(e) + ")" for e in spec)
