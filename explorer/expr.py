@@ -167,6 +167,8 @@ class _Reader:
 
     def _call(self, node: ast.Call, depth: int) -> Callable[[dict[str, Any]], Any]:
         name = self.dotted(node.func)
+        if name is None:  # calling something computed: refuse its innermost offending piece first
+            self.read(node.func.value if isinstance(node.func, ast.Attribute) else node.func, depth + 1)
         if name not in FUNCTIONS:
             allowed = ", ".join(FUNCTIONS)
             raise self.refuse(node.func, f"not an allowed function; allowed: {allowed}")
