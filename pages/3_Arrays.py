@@ -23,7 +23,7 @@ from explorer.tiles import grid_view, shard_counts
 from ui import op_state, state
 from ui.turnstile import TURNSTILE
 
-TIMINGS = "op_timings"  # op key -> OpTiming (not "op_"-prefixed widgets: see ui/op_state.py)
+TIMINGS = "arrays_timings"  # op key -> OpTiming
 LIVE_REDRAW_S = 0.2
 
 st.set_page_config(page_title="Arrays · Partition Explorer", page_icon="🔢")
@@ -39,7 +39,7 @@ with st.sidebar:
     st.subheader("Guide presets")
     preset = st.selectbox("Preset", list(PRESETS), key="op_preset_choice", help="The examples of JAX's guide 'Distributed arrays and automatic parallelization'")
     st.caption(PRESETS[preset][0])
-    st.button("Load preset", key="op_load_preset", on_click=op_state.load_preset, args=(preset,), width="stretch")
+    st.button("Load preset", key="arrays_load_preset", on_click=op_state.load_preset, args=(preset,), width="stretch")
     st.subheader("Mesh")
     st.radio("Mesh", [op_state.OWN, op_state.LAYOUT], key=op_state.MESH_SOURCE, label_visibility="collapsed")
     if st.session_state[op_state.MESH_SOURCE] == op_state.OWN:
@@ -78,7 +78,7 @@ try:
     op = parse_op(op_state.draft())
     analysis = analyse_op(op)
 except ExplorerError as error:
-    st.container(key="op_messages").error(str(error))
+    st.container(key="arrays_messages").error(str(error))
     st.stop()
 
 op_state.sync_address(op)
@@ -86,7 +86,7 @@ with share_slot:
     st.subheader("Share")
     st.caption("The address bar carries this op: copy it to share.")
     with st.expander("Readable link"):
-        st.container(key="op_share_link").code(op_to_query(op), language=None, wrap_lines=True)
+        st.container(key="arrays_share_link").code(op_to_query(op), language=None, wrap_lines=True)
 
 
 def dim_labels(view) -> list[str]:
@@ -122,24 +122,24 @@ st.markdown(f"Mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape
 columns = st.columns(min(len(analysis.inputs), 2))
 for index, view in enumerate(analysis.inputs):
     with columns[index % len(columns)]:
-        draw(view, analysis, f"{markdown_literal(view.name)}: {view.dtype}{list(view.shape)} · {spec_text(view.spec)}", f"op_grid_{index}")
+        draw(view, analysis, f"{markdown_literal(view.name)}: {view.dtype}{list(view.shape)} · {spec_text(view.spec)}", f"arrays_grid_{index}")
 
 st.subheader("Output")
 chosen = spec_text(analysis.output.spec)
 source = "JAX's type-level propagation chose" if analysis.planned else "XLA chose"
-st.container(key="op_output_spec").markdown(f"**{source} `{chosen}`** for the {analysis.output.dtype}{list(analysis.output.shape)} result.")
+st.container(key="arrays_output_spec").markdown(f"**{source} `{chosen}`** for the {analysis.output.dtype}{list(analysis.output.shape)} result.")
 st.caption(analysis.note)
 grid_column, side_column = st.columns([3, 2])
 with grid_column:
-    draw(analysis.output, analysis, f"output: {chosen}", "op_grid_out")
+    draw(analysis.output, analysis, f"output: {chosen}", "arrays_grid_out")
 with side_column:
-    st.plotly_chart(plots.mesh_figure(mesh), key="op_mesh")
+    st.plotly_chart(plots.mesh_figure(mesh), key="arrays_mesh")
     if analysis.collectives is not None:
         used = used_collectives(analysis.collectives)
         if used:
             st.dataframe(
                 pd.DataFrame([{"collective": name, "count": c["count"], "bytes per device": human_bytes(c["bytes"])} for name, c in used.items()]),
-                hide_index=True, width="stretch", key="op_collectives",
+                hide_index=True, width="stretch", key="arrays_collectives",
             )
         else:
             st.success("No collectives: every device computes its output block from the input blocks it holds.")
@@ -160,7 +160,7 @@ st.session_state.setdefault("op_steps", 5)
 st.session_state.setdefault("op_warmup", 1)
 steps = int(left.number_input("Timed calls (each)", 1, 200, key="op_steps"))
 warmup = int(middle.number_input("Warm-up calls", 0, 20, key="op_warmup"))
-start = right.button("Time sharded vs one device", type="primary", key="op_time_button")
+start = right.button("Time sharded vs one device", type="primary", key="arrays_time_button")
 st.caption(
     f"Host memory needed: about {human_bytes(host_bytes_to_time(op))} (inputs and output, sharded and on one device). "
     f"Timings queued right now: {TURNSTILE.queue_length()}. On simulated CPU devices all 'devices' share this machine's cores."
@@ -173,7 +173,7 @@ def run_timing() -> OpTiming | None:
     progress = status.progress(0.0, text="queued")
     chart = st.empty()
     samples = {"sharded": [], "single": []}
-    chart.plotly_chart(plots.op_times_figure(samples, labels, steps), key="op_live_frame")
+    chart.plotly_chart(plots.op_times_figure(samples, labels, steps), key="arrays_live_frame")
     last = [0.0]
 
     def on_wait(ahead: int) -> None:
@@ -188,7 +188,7 @@ def run_timing() -> OpTiming | None:
         progress.progress(done / (2 * steps), text=f"{labels[which]}: call {index + 1} of {steps}, {seconds * 1e3:.1f} ms")
         now = time.monotonic()
         if now - last[0] >= LIVE_REDRAW_S or done == 2 * steps:
-            chart.plotly_chart(plots.op_times_figure(samples, labels, steps), key=f"op_live_{which}_{index}")
+            chart.plotly_chart(plots.op_times_figure(samples, labels, steps), key=f"arrays_live_{which}_{index}")
             last[0] = now
 
     TURNSTILE.enter(on_wait=on_wait)
@@ -220,7 +220,7 @@ else:
     metrics[1].metric("One device, median", f"{timing.single.median * 1e3:.2f} ms")
     metrics[2].metric("Speedup", f"{timing.speedup:.2f}×", help="one-device median / sharded median")
     metrics[3].metric("max |difference|", f"{timing.max_abs_difference:.3g}", help="between the sharded and the one-device result")
-    st.plotly_chart(plots.op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="op_times")
+    st.plotly_chart(plots.op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="arrays_times")
     st.caption(
         f"p10–p90: sharded {timing.sharded.p10 * 1e3:.2f}–{timing.sharded.p90 * 1e3:.2f} ms, one device "
         f"{timing.single.p10 * 1e3:.2f}–{timing.single.p90 * 1e3:.2f} ms; {timing.warmup} untimed warm-up call(s) each; "

@@ -1,6 +1,7 @@
 """The Arrays page's widgets in ``st.session_state``: load an op spec into them, read a draft back.
 
-Keys start with ``op_`` (kept across pages by ``state.keep_widgets_across_pages``). The
+Keys start with ``op_`` (kept across pages by ``state.keep_widgets_across_pages``, so only
+widgets whose values may be written back use the prefix: not buttons). The
 first visit starts from the address's op link, else the guide's matmul preset.
 """
 
