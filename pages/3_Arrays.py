@@ -30,6 +30,7 @@ st.set_page_config(page_title="Arrays · Partition Explorer", page_icon="🔢")
 st.title("Arrays: computation follows sharding")
 state.ensure_initialised(seed_layout)  # the layout pages' widgets start from the seed, not from this page's link
 state.keep_widgets_across_pages("arrays")
+state.keep_rules_edits("arrays", [])  # the layout's rules editor is not drawn here: its edits come back on the next page
 op_state.ensure_initialised()
 op_state.show_link_message()
 
@@ -86,7 +87,9 @@ with share_slot:
     st.subheader("Share")
     st.caption("The address bar carries this op: copy it to share.")
     with st.expander("Readable link"):
-        st.container(key="arrays_share_link").code(op_to_query(op), language=None, wrap_lines=True)
+        st.caption("The same link as the address bar's, without `,:;()` escaped:")
+        page_url = (st.context.url or "").split("?")[0]
+        st.container(key="arrays_share_link").code(page_url + op_to_query(op), language=None, wrap_lines=True)
 
 
 def dim_labels(view) -> list[str]:
