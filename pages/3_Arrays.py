@@ -15,7 +15,7 @@ from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import seed_layout
 from explorer.ops import (
-    DTYPES, PRESETS, OpAnalysis, OpTiming, analyse_op, check_op_timeable, host_bytes_to_time, op_key, parse_op, spec_text, time_op,
+    DTYPES, MATMUL_PRESET, PRESETS, OpAnalysis, OpTiming, analyse_op, check_op_timeable, host_bytes_to_time, op_key, parse_op, spec_text, time_op,
 )
 from explorer.share import op_to_query
 from explorer.text import human_bytes, markdown_literal
@@ -38,6 +38,7 @@ with st.sidebar:
     info = devices.describe()
     st.markdown(f"**Devices:** {info['count']} × {info['platform']}")
     st.subheader("Guide presets")
+    st.session_state.setdefault("op_preset_choice", MATMUL_PRESET)
     preset = st.selectbox("Preset", list(PRESETS), key="op_preset_choice", help="The examples of JAX's guide 'Distributed arrays and automatic parallelization'")
     st.caption(PRESETS[preset][0])
     st.button("Load preset", key="arrays_load_preset", on_click=op_state.load_preset, args=(preset,), width="stretch")
@@ -58,7 +59,7 @@ st.caption(
 )
 st.number_input("Arrays", 1, op_state.MAX_ARRAYS, key=op_state.COUNT)
 for index in range(int(st.session_state[op_state.COUNT])):
-    name, shape, dtype, spec = st.columns([1, 2, 1, 2])
+    name, shape, dtype, spec = st.columns([1, 2, 1.4, 2])
     st.session_state.setdefault(op_state.array_key("name", index), "abcd"[index])
     st.session_state.setdefault(op_state.array_key("shape", index), "1024, 1024")
     st.session_state.setdefault(op_state.array_key("dtype", index), "float32")
@@ -67,12 +68,12 @@ for index in range(int(st.session_state[op_state.COUNT])):
     shape.text_input("Shape", key=op_state.array_key("shape", index))
     dtype.selectbox("Dtype", DTYPES, key=op_state.array_key("dtype", index))
     spec.text_input("Spec", key=op_state.array_key("spec", index), help="e.g. x, None  or  (x, y), None; empty = replicated")
-expr_column, constrain_column, out_column = st.columns([3, 1, 2], vertical_alignment="bottom")
-expr_column.text_input(
+st.text_input(
     "Expression", key=op_state.EXPR,
     help="Array names, numbers, + - * / @, unary -, .T, and jnp.sin/cos/exp/tanh/dot/matmul/transpose/sum/mean/max/reshape, jax.nn.relu",
 )
-constrain_column.checkbox("Constrain output", key=op_state.CONSTRAIN, help="Wrap the result in jax.lax.with_sharding_constraint")
+constrain_column, out_column = st.columns([1, 2], vertical_alignment="bottom")
+constrain_column.checkbox("Constrain the output", key=op_state.CONSTRAIN, help="Wrap the result in jax.lax.with_sharding_constraint")
 out_column.text_input("Output spec", key=op_state.OUT_SPEC, disabled=not st.session_state[op_state.CONSTRAIN], help="empty = replicated, P()")
 
 try:
@@ -112,7 +113,8 @@ def draw(view, analysis: OpAnalysis, title: str, key: str) -> None:
     else:
         rows, cols = sorted(sorted(range(rank), key=lambda d: (counts[d], d))[-2:])
     grid = grid_view(view.shape, view.spec, analysis.mesh, rows, cols)
-    st.plotly_chart(plots.sharding_grid(grid, analysis.mesh, view.itemsize, dim_labels(view), title), key=key)
+    st.markdown(title)
+    st.plotly_chart(plots.sharding_grid(grid, analysis.mesh, view.itemsize, dim_labels(view)), key=key)
     caption = f"shard {tuple(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device · each block on {view.replication} device(s)"
     if grid.fixed:
         caption += " · drawn at block 0 of " + ", ".join(f"dim {d}" for d, _ in grid.fixed)
@@ -125,7 +127,7 @@ st.markdown(f"Mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape
 columns = st.columns(min(len(analysis.inputs), 2))
 for index, view in enumerate(analysis.inputs):
     with columns[index % len(columns)]:
-        draw(view, analysis, f"{markdown_literal(view.name)}: {view.dtype}{list(view.shape)} · {spec_text(view.spec)}", f"arrays_grid_{index}")
+        draw(view, analysis, f"**{markdown_literal(view.name)}**: {view.dtype}{list(view.shape)} · `{spec_text(view.spec)}`", f"arrays_grid_{index}")
 
 st.subheader("Output")
 chosen = spec_text(analysis.output.spec)
@@ -134,7 +136,7 @@ st.container(key="arrays_output_spec").markdown(f"**{source} `{chosen}`** for th
 st.caption(analysis.note)
 grid_column, side_column = st.columns([3, 2])
 with grid_column:
-    draw(analysis.output, analysis, f"output: {chosen}", "arrays_grid_out")
+    draw(analysis.output, analysis, f"**output**: `{chosen}`", "arrays_grid_out")
 with side_column:
     st.plotly_chart(plots.mesh_figure(mesh), key="arrays_mesh")
     if analysis.collectives is not None:

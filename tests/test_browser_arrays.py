@@ -56,6 +56,8 @@ def test_matmul_preset_at_two_sizes(browser, app_url, width, height):
         assert address["arrays"] == ["y:8192x8192:float32:a,-;z:8192x8192:float32:-,b"] and address["expr"] == ["jnp.dot(y, z)"]
         assert_no_exception(page)
         screenshot(page, f"arrays-{width}x{height}")
+        page.locator(OUTPUT_SPEC).scroll_into_view_if_needed()
+        screenshot(page, f"arrays-{width}x{height}-output")
     finally:
         page.context.close()
 
