@@ -237,3 +237,12 @@ def test_integer_inputs_are_small_and_time(monkeypatch):
     timing = time_op(parse_op(data), steps=1, warmup=0)
     assert timing.max_abs_difference == 0
     assert np.isfinite(timing.sharded.median)
+
+
+def test_the_ops_folder_holds_the_presets():
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "ops"
+    found = {json.dumps(json.loads(path.read_text()), sort_keys=True) for path in folder.glob("*.json")}
+    assert found == {json.dumps(data, sort_keys=True) for _, data in PRESETS.values()}
