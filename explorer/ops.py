@@ -19,6 +19,7 @@ compiled op against the same expression on one device.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -304,21 +305,13 @@ def _abstract_inputs(op: OpSpec, mesh) -> tuple[jax.ShapeDtypeStruct, ...]:
 def _type_check(op: OpSpec, mesh) -> jax.ShapeDtypeStruct:
     """The output's shape and dtype; a shape error in the expression becomes an ExplorerError on ``expr``."""
     try:
-        with jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else _nothing():
+        with jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else contextlib.nullcontext():
             result = jax.eval_shape(_function(op, mesh, constrain=False), *_abstract_inputs(op, mesh))
     except (TypeError, ValueError) as error:
         raise ExplorerError("expr", op.expr, f"does not apply to these arrays: {_first_line(error)}") from None
     if not isinstance(result, jax.ShapeDtypeStruct):
         raise ExplorerError("expr", op.expr, "does not give one array")
     return result
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _first_line(error: Exception) -> str:

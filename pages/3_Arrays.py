@@ -161,7 +161,7 @@ except ExplorerError as error:
     st.info(f"Not timed here: {error}")
     st.stop()
 left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
-st.session_state.setdefault("op_steps", 5)
+st.session_state.setdefault("op_steps", 3)
 st.session_state.setdefault("op_warmup", 1)
 steps = int(left.number_input("Timed calls (each)", 1, 200, key="op_steps"))
 warmup = int(middle.number_input("Warm-up calls", 0, 20, key="op_warmup"))
