@@ -24,6 +24,7 @@ from ui import op_state, state
 from ui.turnstile import TURNSTILE
 
 TIMINGS = "arrays_timings"  # op key -> OpTiming
+PARTIAL = "arrays_partial"  # the samples of a timing in progress, kept if Stop interrupts it
 LIVE_REDRAW_S = 0.2
 
 st.set_page_config(page_title="Arrays · Partition Explorer", page_icon="🔢")
@@ -178,6 +179,7 @@ def run_timing() -> OpTiming | None:
     progress = status.progress(0.0, text="queued")
     chart = st.empty()
     samples = {"sharded": [], "single": []}
+    st.session_state[PARTIAL] = {"key": key, "samples": samples}
     chart.plotly_chart(plots.op_times_figure(samples, labels, steps), key="arrays_live_frame")
     last = [0.0]
 
@@ -213,11 +215,19 @@ def run_timing() -> OpTiming | None:
 
 if start:
     st.session_state.get(TIMINGS, {}).pop(key, None)
+    stop_slot = st.empty()
+    stop_slot.button("Stop", key="arrays_stop_button", help="Stops after the current call; the calls so far are kept")
     result = run_timing()
+    stop_slot.empty()
     if result is not None:
         st.session_state.setdefault(TIMINGS, {})[key] = result
 timing = st.session_state.get(TIMINGS, {}).get(key)
-if timing is None:
+partial = st.session_state.get(PARTIAL)
+if timing is None and partial and partial["key"] == key and partial["samples"]["sharded"]:
+    counts = {which: len(values) for which, values in partial["samples"].items()}
+    st.info(f"Stopped after {counts['sharded']} sharded and {counts['single']} one-device call(s).")
+    st.plotly_chart(plots.op_times_figure(partial["samples"], labels), key="arrays_partial_times")
+elif timing is None:
     st.info("Press **Time sharded vs one device** to run the compiled op on the mesh and the same expression on one device.")
 else:
     metrics = st.columns(4)

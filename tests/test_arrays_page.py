@@ -95,3 +95,13 @@ def test_times_a_small_matmul_to_completion(page):
     assert not page.exception and not page.error
     metrics = {m.label: m.value for m in page.metric}
     assert metrics["Sharded (8 devices), median"].endswith(" ms") and metrics["Speedup"].endswith("×")
+
+
+def test_a_stopped_timing_keeps_its_calls(page):
+    from explorer.ops import MATMUL_PRESET, op_key, parse_op
+
+    key = op_key(parse_op(PRESETS[MATMUL_PRESET][1]))
+    page.session_state["arrays_partial"] = {"key": key, "samples": {"sharded": [1.5, 1.25], "single": []}}
+    page.run()
+    assert not page.exception
+    assert any("Stopped after 2 sharded and 0 one-device call(s)." == i.value for i in page.info)

@@ -14,7 +14,6 @@ from tests.browser import (
     MAIN,
     RERUN_TIMEOUT_MS,
     assert_no_exception,
-    click_button,
     go_to_page,
     key_selector,
     new_page,
