@@ -3,9 +3,10 @@
 The guide times ``jnp.dot(y, z).block_until_ready()`` with y sharded P('a', None) and z
 P(None, 'b') on a 4x2 mesh, and ``jnp.dot(x_single, x_single)`` on one device. This script
 does exactly that by hand and runs ``explorer.ops.time_op`` on the same op, in the same
-process, and prints each side's medians and the ratios tool / hand.
+process, in alternation (tool, hand, tool, hand, ...), and prints the median over rounds of
+each side's medians and the ratios tool / hand.
 
-    python benchmarks/op_matmul.py [--size 2048] [--steps 5]
+    python benchmarks/op_matmul.py [--size 2048] [--steps 5] [--rounds 3]
 
 Goal: each ratio between 0.9 and 1.1 (the tool adds nothing to what it measures).
 """
@@ -56,16 +57,26 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     data = PRESETS[MATMUL_PRESET][1]
     for array in data["arrays"].values():
         array["shape"] = [args.size, args.size]
-    timing = time_op(parse_op(data), steps=args.steps, warmup=1)
-    sharded, single = guide(args.size, args.steps)
-    print(f"{args.size}x{args.size} matmul, {args.steps} calls each, medians:")
-    print(f"  sharded over 8: tool {timing.sharded.median * 1e3:.2f} ms, guide's recipe {sharded * 1e3:.2f} ms, ratio {timing.sharded.median / sharded:.3f}")
-    print(f"  one device:     tool {timing.single.median * 1e3:.2f} ms, guide's recipe {single * 1e3:.2f} ms, ratio {timing.single.median / single:.3f}")
-    print(f"  speedup: tool {timing.speedup:.2f}x, guide's recipe {single / sharded:.2f}x")
+    op = parse_op(data)
+    rounds = {"tool sharded": [], "tool single": [], "hand sharded": [], "hand single": []}
+    for _ in range(args.rounds):
+        timing = time_op(op, steps=args.steps, warmup=1)
+        rounds["tool sharded"].append(timing.sharded.median)
+        rounds["tool single"].append(timing.single.median)
+        sharded, single = guide(args.size, args.steps)
+        rounds["hand sharded"].append(sharded)
+        rounds["hand single"].append(single)
+    m = {name: statistics.median(values) for name, values in rounds.items()}
+    print(f"{args.size}x{args.size} matmul, {args.rounds} alternating rounds of {args.steps} calls each, median of medians:")
+    for side in ("sharded", "single"):
+        print(f"  {side:8}: tool {m['tool ' + side] * 1e3:.2f} ms, guide's recipe {m['hand ' + side] * 1e3:.2f} ms, "
+              f"ratio {m['tool ' + side] / m['hand ' + side]:.3f}")
+    print(f"  speedup: tool {m['tool single'] / m['tool sharded']:.2f}x, guide's recipe {m['hand single'] / m['hand sharded']:.2f}x")
 
 
 if __name__ == "__main__":
