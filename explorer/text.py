@@ -105,7 +105,7 @@ MAX_TEXT_SLICES = 4
 
 
 def _cell_label(devices: tuple[int, ...], kind: str) -> str:
-    shown = ",".join(str(d) for d in devices) if len(devices) <= 4 else f"{devices[0]},{devices[1]}…{devices[-1]} ({len(devices)})"
+    shown = ",".join(str(d) for d in devices) if len(devices) <= 8 else f"{devices[0]},{devices[1]}…{devices[-1]} ({len(devices)})"
     return f"{kind} {shown}"
 
 
