@@ -114,7 +114,8 @@ def draw(view, analysis: OpAnalysis, title: str, key: str) -> None:
     else:
         rows, cols = sorted(sorted(range(rank), key=lambda d: (counts[d], d))[-2:])
     grid = grid_view(view.shape, view.spec, analysis.mesh, rows, cols)
-    st.markdown(title)
+    if title:
+        st.markdown(title)
     st.plotly_chart(plots.sharding_grid(grid, analysis.mesh, view.itemsize, dim_labels(view)), key=key)
     caption = f"shard {tuple(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device · each block on {view.replication} device(s)"
     if grid.fixed:
@@ -137,7 +138,7 @@ st.container(key="arrays_output_spec").markdown(f"**{source} `{chosen}`** for th
 st.caption(analysis.note)
 grid_column, side_column = st.columns([3, 2])
 with grid_column:
-    draw(analysis.output, analysis, f"**output**: `{chosen}`", "arrays_grid_out")
+    draw(analysis.output, analysis, "", "arrays_grid_out")  # titled by the line above
 with side_column:
     st.plotly_chart(plots.mesh_figure(mesh), key="arrays_mesh")
     if analysis.collectives is not None:
