@@ -105,7 +105,7 @@ def dim_labels(view) -> list[str]:
 
 def draw(view, analysis: OpAnalysis, title: str, key: str) -> None:
     if view.spec is None:
-        st.info(f"{title}: no sharding known. {analysis.note}")
+        st.info(f"No sharding known. {analysis.note}")
         return
     rank = len(view.shape)
     counts = shard_counts(view.spec, analysis.mesh)

@@ -105,3 +105,11 @@ def test_a_stopped_timing_keeps_its_calls(page):
     page.run()
     assert not page.exception
     assert any("Stopped after 2 sharded and 0 one-device call(s)." == i.value for i in page.info)
+
+
+def test_a_planned_mesh_where_jax_cannot_decide_says_why(page):
+    page.text_input(key="op_mesh_shape").input("16, 16").run()
+    page.text_input(key="op_spec_0").input("None, a").run()
+    page.text_input(key="op_spec_1").input("a, None").run()
+    assert not page.exception and not page.error
+    assert any(i.value.startswith("No sharding known.") and "cannot decide" in i.value for i in page.info)

@@ -246,3 +246,18 @@ def test_the_ops_folder_holds_the_presets():
     folder = Path(__file__).resolve().parent.parent / "ops"
     found = {json.dumps(json.loads(path.read_text()), sort_keys=True) for path in folder.glob("*.json")}
     assert found == {json.dumps(data, sort_keys=True) for _, data in PRESETS.values()}
+
+
+def test_a_planned_mesh_where_jax_cannot_decide_says_why():
+    data = {
+        "mesh": {"shape": [16, 16], "axes": ["a", "b"]},
+        "arrays": {"y": {"shape": [64, 64], "spec": [None, "a"]}, "z": {"shape": [64, 64], "spec": ["a", None]}},
+        "expr": "jnp.dot(y, z)",
+    }
+    analysis = analyse_op(parse_op(data))
+    assert analysis.output.spec is None and analysis.output.tiles == () and analysis.output.shard_shape is None
+    assert "cannot decide the output sharding here" in analysis.note and "out_sharding" in analysis.note
+    assert analysis.to_dict()["output"]["spec_text"] == "—"
+    from explorer.text import op_text
+
+    assert "output: float32[64, 64] spec —\n  (no sharding known)" in op_text(analysis)
