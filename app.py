@@ -22,6 +22,7 @@ PAGES = [
     st.Page("pages/0_Layout.py", title="Layout", icon=":material/grid_view:", default=True),
     st.Page("pages/1_Timing.py", title="Timing", icon=":material/timer:", url_path="Timing"),
     st.Page("pages/2_Compare.py", title="Compare", icon=":material/compare_arrows:", url_path="Compare"),
+    st.Page("pages/3_Arrays.py", title="Arrays", icon=":material/view_module:", url_path="Arrays"),
 ]
 
 st.navigation(PAGES).run()

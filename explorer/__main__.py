@@ -4,6 +4,7 @@
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
     python -m explorer url LAYOUT.json
+    python -m explorer op SPEC.json [--json] [--time STEPS] [--warmup N]
 
 Bad input exits with status 2 and one message on stderr, never a traceback.
 """
@@ -33,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     _distributed_arguments(timing)
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file")
+    op = commands.add_parser("op", help="arrays on a mesh and an expression: the shardings XLA chooses, collectives, timing")
+    op.add_argument("spec", help="an op spec JSON file (mesh, arrays, expr, out_spec)")
+    op.add_argument("--json", action="store_true", help="print the result as JSON")
+    op.add_argument("--time", type=int, default=None, metavar="STEPS", help="also time STEPS calls, sharded and on one device")
+    op.add_argument("--warmup", type=int, default=1, help="untimed warm-up calls of each before timing (default 1)")
     args = parser.parse_args(argv)
 
     from explorer.errors import ExplorerError
@@ -45,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             return _time(args)
         if args.command == "url":
             return _url(args)
+        if args.command == "op":
+            return _op(args)
     except ExplorerError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -151,6 +159,23 @@ def _time_joined(args: argparse.Namespace, progress):
     result = time_joined(layout, args.steps, args.warmup, on_phase=progress if lead else None)
     jax.distributed.shutdown()
     return result if lead else None
+
+def _op(args: argparse.Namespace) -> int:
+    from explorer.ops import analyse_op, load_op_file, time_op
+    from explorer.text import op_text
+
+    spec = load_op_file(args.spec)
+    analysis = analyse_op(spec)
+    timing = None
+    if args.time is not None:
+        progress = None if args.json else (lambda phase: print(f"{phase}...", file=sys.stderr))
+        timing = time_op(spec, steps=args.time, warmup=args.warmup, on_phase=progress)
+    if args.json:
+        json.dump(analysis.to_dict() | {"timing": None if timing is None else timing.to_dict()}, sys.stdout, indent=2)
+        print()
+    else:
+        print(op_text(analysis, timing))
+    return 0
 
 
 if __name__ == "__main__":

@@ -275,3 +275,29 @@ def race_figure(labels: Sequence[str], round_medians: Sequence[Sequence[float]])
     )
     figure.update_xaxes(**whole_number_ticks(max((len(m) for m in round_medians), default=1)))
     return figure
+
+
+OP_COLORS = {"sharded": "#4C78A8", "single": "#F58518"}
+
+
+def op_times_figure(samples: dict[str, Sequence[float]], labels: dict[str, str], planned_steps: int | None = None) -> go.Figure:
+    """Per-call times of the sharded op and of the same op on one device, in ms, each with its median."""
+    figure = go.Figure()
+    count = planned_steps or 0
+    for which, series in samples.items():
+        ms = [s * 1e3 for s in series]
+        count = max(count, len(ms))
+        figure.add_scatter(
+            x=list(range(1, len(ms) + 1)), y=ms, mode="lines+markers", name=labels[which], line_color=OP_COLORS[which],
+            hovertemplate=labels[which] + ", call %{x}: %{y:.2f} ms<extra></extra>",
+        )
+        if ms:
+            median = statistics.median(ms)
+            figure.add_hline(y=median, line_dash="dot", line_color=OP_COLORS[which], annotation_text=f"median {median:.2f} ms")
+    figure.update_layout(
+        height=300, margin=dict(l=50, r=10, t=30, b=40), xaxis_title="timed call", yaxis_title="ms",
+        plot_bgcolor="white", legend=dict(orientation="h", y=1.12),
+    )
+    figure.update_xaxes(range=[0.5, max(count, 1) + 0.5], gridcolor="#eee", **whole_number_ticks(max(count, 1)))
+    figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
+    return figure

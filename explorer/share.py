@@ -159,3 +159,91 @@ def maxtext_yaml(layout: Layout) -> str:
         lines.append(f"  [{json.dumps(rule.logical)}, {target}],")
     lines.append("]")
     return "\n".join(lines)
+
+
+# --- the Arrays page's op links -------------------------------------------------------------
+#
+#   ?mesh=4x2&axes=a,b&arrays=y:8192x8192:float32:a,-;z:8192x8192:float32:-,b&expr=jnp.dot(y, z)
+#
+# In ``arrays``, items are name:shape:dtype:spec; a spec's entries are joined by ``,``,
+# ``-`` replicates a dimension and ``*`` joins mesh axes (``x*y``: sharded over their product). ``out`` is the output
+# constraint in the same spelling (empty: replicated, P()); without it XLA chooses.
+
+OP_PARAMS = ("mesh", "axes", "arrays", "expr", "out")
+
+
+def _spec_token(spec) -> str:
+    from explorer.ops import entry_axes
+
+    return ",".join("*".join(_token(a) for a in entry_axes(e)) or "-" for e in spec)
+
+
+def _spec_from_token(field: str, text: str) -> list[Any]:
+    entries: list[Any] = []
+    for part in (p for p in text.split(",") if p) if text else ():
+        axes = [unquote(a) for a in part.split("*")]
+        if part == "-":
+            entries.append(None)
+        elif any(not a for a in axes):
+            raise ExplorerError(field, text, "has an empty mesh axis name (write - to replicate a dimension)")
+        else:
+            entries.append(axes[0] if len(axes) == 1 else axes)
+    return entries
+
+
+def op_to_params(op) -> dict[str, str]:
+    """The op spec as query parameters (a dict of strings), in the readable form above."""
+    arrays = ";".join(
+        f"{name}:{'x'.join(str(s) for s in a.shape)}:{a.dtype}:{_spec_token(a.spec)}" for name, a in op.arrays.items()
+    )
+    params = {
+        "mesh": "x".join(str(s) for s in op.mesh.shape),
+        "axes": ",".join(_token(a) for a in op.mesh.axes),
+        "arrays": arrays,
+        "expr": op.expr,
+    }
+    if op.out_spec is not None:
+        params["out"] = _spec_token(op.out_spec)
+    return params
+
+
+def op_to_query(op) -> str:
+    return "?" + urlencode(op_to_params(op), safe=",:;()*", quote_via=quote)
+
+
+def is_op_link(params: Mapping[str, Any]) -> bool:
+    return "arrays" in params or "expr" in params
+
+
+def params_to_op(params: Mapping[str, Any]):
+    """Rebuild and validate an op spec from query parameters; ExplorerError if mangled. Nothing is evaluated."""
+    from explorer.ops import parse_op
+
+    for key in ("mesh", "axes", "arrays", "expr"):
+        if key not in params:
+            raise ExplorerError("link", sorted(params), f"has no '{key}' parameter (an op link needs mesh, axes, arrays and expr)")
+    for key in OP_PARAMS:
+        value = params.get(key, "")
+        if not isinstance(value, str):
+            raise ExplorerError(f"link parameter '{key}'", value, "is not text")
+        if len(value) > MAX_PARAM_LENGTH:
+            raise ExplorerError(f"link parameter '{key}'", value[:40], f"is longer than {MAX_PARAM_LENGTH:,} characters")
+    arrays: dict[str, Any] = {}
+    for index, item in enumerate(t for t in params["arrays"].split(";") if t):
+        fields = item.split(":")
+        if len(fields) != 4:
+            raise ExplorerError(f"link parameter 'arrays', item {index}", item, "is not name:shape:dtype:spec")
+        name, shape, dtype, spec = fields
+        sizes = [p for p in shape.split("x") if p]
+        if not all(re.fullmatch(r"\d{1,10}", s) for s in sizes):
+            raise ExplorerError(f"link parameter 'arrays', item {index}", shape, "is not sizes joined by 'x', like 8192x8192")
+        name = unquote(name)
+        if name in arrays:
+            raise ExplorerError("link parameter 'arrays'", name, "names two arrays")
+        arrays[name] = {"shape": [int(s) for s in sizes], "dtype": unquote(dtype), "spec": _spec_from_token(f"arrays.{name}.spec", spec)}
+    return parse_op({
+        "mesh": {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]},
+        "arrays": arrays,
+        "expr": params["expr"],
+        "out_spec": _spec_from_token("out_spec", params["out"]) if "out" in params else None,
+    })

@@ -1,13 +1,16 @@
-"""Text for people: the command line's tables (via pandas), byte sizes, and names made safe for Markdown."""
+"""Text for people: the command line's tables (via pandas), box-drawing device grids, byte sizes, and names made safe for Markdown."""
 
 from __future__ import annotations
 
+import itertools
 import re
+from typing import Sequence
 
 import pandas as pd
 
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report
+from explorer.tiles import GridView, MeshInfo, block_ranges, grid_view, shard_counts
 
 # Inline Markdown only: the escaped text never starts a line, so list and heading marks are harmless.
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>~$:|])")
@@ -95,3 +98,113 @@ def timing_text(result) -> str:
     lines.append(f"module outputs: {len(result.activations)}, {len(differing)} where XLA's sharding differs from the declared one")
     lines += [f"  - {a.path} {a.shape}: declared {a.declared}, XLA chose {a.chosen}" for a in differing]
     return "\n".join(lines)
+
+
+# --- box-drawing device grids (like jax.debug.visualize_array_sharding, any rank) ----------------
+
+MAX_TEXT_SLICES = 4
+
+
+def _cell_label(devices: tuple[int, ...], kind: str) -> str:
+    shown = ",".join(str(d) for d in devices) if len(devices) <= 8 else f"{devices[0]},{devices[1]}…{devices[-1]} ({len(devices)})"
+    return f"{kind} {shown}"
+
+
+def box_grid(view: GridView, kind: str = "CPU") -> str:
+    """One 2-D cut of an array's tiles as box-drawing text, a cell per block naming the devices holding it."""
+    labels = [[_cell_label(cell.devices, kind) for cell in row] for row in view.cells]
+    width = max(len(label) for row in labels for label in row) + 2
+
+    def rule(left: str, middle: str, right: str) -> str:
+        return left + middle.join("─" * width for _ in view.cols) + right
+
+    lines = [rule("┌", "┬", "┐")]
+    for index, row in enumerate(labels):
+        lines.append("│" + "│".join(label.center(width) for label in row) + "│")
+        lines.append(rule("├", "┼", "┤") if index + 1 < len(labels) else rule("└", "┴", "┘"))
+    return "\n".join(lines)
+
+
+def sharding_text(shape: Sequence[int], spec: Sequence, mesh: MeshInfo, kind: str = "CPU") -> str:
+    """The array's blocks as box-drawing grids.
+
+    1-D arrays draw as one row and 2-D as rows x columns; for higher ranks the two
+    dimensions cut into the most blocks are drawn, one grid per block of the others
+    (the first ``MAX_TEXT_SLICES``, each labelled).
+    """
+    shape = tuple(shape)
+    spec = tuple(spec) + (None,) * (len(shape) - len(spec))
+    counts = shard_counts(spec, mesh)
+    if not shape:
+        return f"scalar, held by every device: {_cell_label(tuple(sorted(mesh.coordinates())), kind)}"
+    if len(shape) == 1:
+        return f"columns: dim 0 ({shape[0]}, {counts[0]} block(s))\n" + box_grid(grid_view(shape, spec, mesh, None, 0), kind)
+    row_dim, col_dim = sorted(sorted(range(len(shape)), key=lambda d: (counts[d], d))[-2:]) if len(shape) > 2 else (0, 1)
+    header = f"rows: dim {row_dim} ({shape[row_dim]}, {counts[row_dim]} block(s)) · columns: dim {col_dim} ({shape[col_dim]}, {counts[col_dim]} block(s))"
+    others = [d for d in range(len(shape)) if d not in (row_dim, col_dim)]
+    slices = list(itertools.product(*(range(counts[d]) for d in others)))
+    parts = [header]
+    for blocks in slices[:MAX_TEXT_SLICES]:
+        fixed = dict(zip(others, blocks))
+        view = grid_view(shape, spec, mesh, row_dim, col_dim, fixed)
+        if others:
+            parts.append("slice " + ", ".join(
+                f"dim {d} block {b} of {counts[d]} ({r[0]}:{r[1]})" for d, b in fixed.items() for r in [block_ranges(shape[d], counts[d])[b]]
+            ))
+        parts.append(box_grid(view, kind))
+    if len(slices) > MAX_TEXT_SLICES:
+        parts.append(f"… {len(slices) - MAX_TEXT_SLICES} more slice(s) not drawn")
+    return "\n".join(parts)
+
+
+def op_text(analysis, timing=None) -> str:
+    """The ``op`` command's report: every array's spec and grid, XLA's choice, the collectives, the timing."""
+    from explorer.ops import spec_text
+
+    mesh = analysis.mesh
+    kind = "planned" if analysis.planned else "real devices"
+    lines = [
+        f"mesh {dict(zip(mesh.axes, mesh.shape))}: {mesh.size} devices ({kind})",
+        f"expr: {analysis.op.expr}" + ("" if analysis.op.out_spec is None else f"  (with_sharding_constraint to {spec_text(analysis.op.out_spec)})"),
+        "",
+    ]
+    device_kind = "dev" if analysis.planned else jax_platform_label()
+    for view in analysis.inputs + (analysis.output,):
+        title = "output" if view is analysis.output else f"input {view.name}"
+        lines.append(f"{title}: {view.dtype}{list(view.shape)} spec {spec_text(view.spec)}")
+        if view.spec is None:
+            lines.append("  (no sharding known)")
+        else:
+            lines.append(f"  shard {list(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device, each block on {view.replication} device(s)")
+            lines.append(sharding_text(view.shape, view.spec, mesh, device_kind))
+        lines.append("")
+    lines.append(analysis.note)
+    if analysis.collectives is not None:
+        used = hlo.used(analysis.collectives)
+        lines.append("collectives: " + (", ".join(f"{op} x{c['count']} ({human_bytes(c['bytes'])} per device)" for op, c in used.items()) or "none"))
+    if analysis.compile_s is not None:
+        lines.append(f"compiled in {analysis.compile_s:.2f} s")
+    if timing is not None:
+        lines.append(op_timing_text(timing))
+    return "\n".join(lines)
+
+
+def op_timing_text(timing) -> str:
+    def row(label, t):
+        return f"{label}: median {t.median * 1e3:.2f} ms, p10 {t.p10 * 1e3:.2f}, p90 {t.p90 * 1e3:.2f} ms over {len(t.samples)} call(s)"
+
+    lines = [
+        row(f"sharded over {timing.devices} {timing.platform} device(s)", timing.sharded),
+        row("one device", timing.single),
+        f"speedup {timing.speedup:.2f}x (one-device median / sharded median), after {timing.warmup} warm-up call(s) each; "
+        f"max |sharded - one device| = {timing.max_abs_difference:.3g}",
+    ]
+    if timing.stopped:
+        lines.append("stopped early: the figures cover the calls made so far")
+    return "\n".join(lines)
+
+
+def jax_platform_label() -> str:
+    import jax
+
+    return jax.devices()[0].platform.upper()

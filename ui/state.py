@@ -35,7 +35,7 @@ KEPT_WIDGETS = (
     NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS,
     "timing_steps", "timing_warmup", "timing_processes", "race_rounds", "race_steps", "compare_sources", "compare_links", "library_name",
 )
-KEPT_WIDGET_PREFIXES = ("option::", "size_preset::")
+KEPT_WIDGET_PREFIXES = ("option::", "size_preset::", "op_")  # op_: the Arrays page (ui/op_state.py)
 
 
 def option_key(model: str, field: str) -> str:

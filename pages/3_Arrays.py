@@ -1,0 +1,244 @@
+"""Arrays page: single arrays on a mesh, an expression over them, the sharding XLA chooses, and a live timing.
+
+The JAX guide "Distributed arrays and automatic parallelization" in the app: computation
+follows sharding, a row- by column-sharded matmul, with_sharding_constraint, and the
+sharded matmul timed against one device.
+"""
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from explorer import devices, plots
+from explorer.errors import ExplorerError
+from explorer.hlo import used as used_collectives
+from explorer.layout import seed_layout
+from explorer.ops import (
+    DTYPES, MATMUL_PRESET, PRESETS, OpAnalysis, OpTiming, analyse_op, check_op_timeable, host_bytes_to_time, op_key, parse_op, spec_text, time_op,
+)
+from explorer.share import op_to_query
+from explorer.text import human_bytes, markdown_literal
+from explorer.tiles import grid_view, shard_counts
+from ui import op_state, state
+from ui.turnstile import TURNSTILE
+
+TIMINGS = "arrays_timings"  # op key -> OpTiming
+PARTIAL = "arrays_partial"  # the samples of a timing in progress, kept if Stop interrupts it
+LIVE_REDRAW_S = 0.2
+
+st.set_page_config(page_title="Arrays · Partition Explorer", page_icon="🔢")
+st.title("Arrays: computation follows sharding")
+state.ensure_initialised(seed_layout)  # the layout pages' widgets start from the seed, not from this page's link
+state.keep_widgets_across_pages("arrays")
+state.keep_rules_edits("arrays", [])  # the layout's rules editor is not drawn here: its edits come back on the next page
+op_state.ensure_initialised()
+op_state.show_link_message()
+
+with st.sidebar:
+    info = devices.describe()
+    st.markdown(f"**Devices:** {info['count']} × {info['platform']}")
+    st.subheader("Guide presets")
+    st.session_state.setdefault("op_preset_choice", MATMUL_PRESET)
+    preset = st.selectbox("Preset", list(PRESETS), key="op_preset_choice", help="The examples of JAX's guide 'Distributed arrays and automatic parallelization'")
+    st.caption(PRESETS[preset][0])
+    st.button("Load preset", key="arrays_load_preset", on_click=op_state.load_preset, args=(preset,), width="stretch")
+    st.subheader("Mesh")
+    st.radio("Mesh", [op_state.OWN, op_state.LAYOUT], key=op_state.MESH_SOURCE, label_visibility="collapsed")
+    if st.session_state[op_state.MESH_SOURCE] == op_state.OWN:
+        left, right = st.columns(2)
+        left.text_input("Shape", key=op_state.MESH_SHAPE, help="Sizes of the mesh axes, e.g. 4, 2")
+        right.text_input("Axis names", key=op_state.MESH_AXES, help="One name per axis, e.g. x, y")
+    else:
+        mesh = op_state.layout_mesh()
+        st.caption(f"{' × '.join(f'{a}={n}' for a, n in zip(mesh['axes'], mesh['shape']))} (change it on the Layout page)")
+    share_slot = st.container()
+
+st.caption(
+    "Put arrays on the mesh with a PartitionSpec each (`x, None`; `(x, y), None` shards over both; empty = replicated), "
+    "write an expression over them, and see the output sharding XLA chooses when it compiles `jax.jit(expr)`."
+)
+st.number_input("Arrays", 1, op_state.MAX_ARRAYS, key=op_state.COUNT)
+for index in range(int(st.session_state[op_state.COUNT])):
+    name, shape, dtype, spec = st.columns([1, 2, 1.4, 2])
+    st.session_state.setdefault(op_state.array_key("name", index), "abcd"[index])
+    st.session_state.setdefault(op_state.array_key("shape", index), "1024, 1024")
+    st.session_state.setdefault(op_state.array_key("dtype", index), "float32")
+    st.session_state.setdefault(op_state.array_key("spec", index), "")
+    name.text_input("Name", key=op_state.array_key("name", index))
+    shape.text_input("Shape", key=op_state.array_key("shape", index))
+    dtype.selectbox("Dtype", DTYPES, key=op_state.array_key("dtype", index))
+    spec.text_input("Spec", key=op_state.array_key("spec", index), help="e.g. x, None  or  (x, y), None; empty = replicated")
+st.text_input(
+    "Expression", key=op_state.EXPR,
+    help="Array names, numbers, + - * / @, unary -, .T, and jnp.sin/cos/exp/tanh/dot/matmul/transpose/sum/mean/max/reshape, jax.nn.relu",
+)
+constrain_column, out_column = st.columns([1, 2], vertical_alignment="bottom")
+constrain_column.checkbox("Constrain the output", key=op_state.CONSTRAIN, help="Wrap the result in jax.lax.with_sharding_constraint")
+out_column.text_input("Output spec", key=op_state.OUT_SPEC, disabled=not st.session_state[op_state.CONSTRAIN], help="empty = replicated, P()")
+
+try:
+    op = parse_op(op_state.draft())
+    analysis = analyse_op(op)
+except ExplorerError as error:
+    st.container(key="arrays_messages").error(str(error))
+    st.stop()
+
+op_state.sync_address(op)
+with share_slot:
+    st.subheader("Share")
+    st.caption("The address bar carries this op: copy it to share.")
+    with st.expander("Readable link"):
+        st.caption("The same link as the address bar's, without `,:;()` escaped:")
+        page_url = (st.context.url or "").split("?")[0]
+        st.container(key="arrays_share_link").code(page_url + op_to_query(op), language=None, wrap_lines=True)
+
+
+def dim_labels(view) -> list[str]:
+    labels = []
+    for dim, size in enumerate(view.shape):
+        entry = view.spec[dim] if view.spec is not None else None
+        axes = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        labels.append(f"dim {dim} · {size} → {' × '.join(axes) or 'replicated'}")
+    return labels
+
+
+def draw(view, analysis: OpAnalysis, title: str, key: str) -> None:
+    if view.spec is None:
+        st.info(f"No sharding known. {analysis.note}")
+        return
+    rank = len(view.shape)
+    counts = shard_counts(view.spec, analysis.mesh)
+    if rank <= 2:
+        rows, cols = (0 if rank == 2 else None), (rank - 1 if rank else None)
+    else:
+        rows, cols = sorted(sorted(range(rank), key=lambda d: (counts[d], d))[-2:])
+    grid = grid_view(view.shape, view.spec, analysis.mesh, rows, cols)
+    if title:
+        st.markdown(title)
+    st.plotly_chart(plots.sharding_grid(grid, analysis.mesh, view.itemsize, dim_labels(view)), key=key)
+    caption = f"shard {tuple(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device · each block on {view.replication} device(s)"
+    if grid.fixed:
+        caption += " · drawn at block 0 of " + ", ".join(f"dim {d}" for d, _ in grid.fixed)
+    st.caption(caption)
+
+
+mesh = analysis.mesh
+where = "planned: hypothetical device ids, nothing compiles or runs" if analysis.planned else "real devices of this process"
+st.markdown(f"Mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · {mesh.size} devices ({where}) · `{markdown_literal(op.expr)}`")
+columns = st.columns(min(len(analysis.inputs), 2))
+for index, view in enumerate(analysis.inputs):
+    with columns[index % len(columns)]:
+        draw(view, analysis, f"**{markdown_literal(view.name)}**: {view.dtype}{list(view.shape)} · `{spec_text(view.spec)}`", f"arrays_grid_{index}")
+
+st.subheader("Output")
+chosen = spec_text(analysis.output.spec)
+source = "JAX's type-level propagation chose" if analysis.planned else "XLA chose"
+st.container(key="arrays_output_spec").markdown(f"**{source} `{chosen}`** for the {analysis.output.dtype}{list(analysis.output.shape)} result.")
+st.caption(analysis.note)
+grid_column, side_column = st.columns([3, 2])
+with grid_column:
+    draw(analysis.output, analysis, "", "arrays_grid_out")  # titled by the line above
+with side_column:
+    st.plotly_chart(plots.mesh_figure(mesh), key="arrays_mesh")
+    if analysis.collectives is not None:
+        used = used_collectives(analysis.collectives)
+        if used:
+            st.dataframe(
+                pd.DataFrame([{"collective": name, "count": c["count"], "bytes per device": human_bytes(c["bytes"])} for name, c in used.items()]),
+                hide_index=True, width="stretch", key="arrays_collectives",
+            )
+        else:
+            st.success("No collectives: every device computes its output block from the input blocks it holds.")
+        st.caption(f"Parsed from the compiled HLO (bytes: each op's result on one device). Compiled in {analysis.compile_s:.2f} s.")
+        if analysis.memory:
+            st.caption("Per device (memory_analysis): " + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in analysis.memory.items() if k != "generated_code_bytes"))
+
+
+st.subheader("Sharded against one device")
+key = op_key(op)
+try:
+    check_op_timeable(op)
+except ExplorerError as error:
+    st.info(f"Not timed here: {error}")
+    st.stop()
+left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
+st.session_state.setdefault("op_steps", 3)
+st.session_state.setdefault("op_warmup", 1)
+steps = int(left.number_input("Timed calls (each)", 1, 200, key="op_steps"))
+warmup = int(middle.number_input("Warm-up calls", 0, 20, key="op_warmup"))
+start = right.button("Time sharded vs one device", type="primary", key="arrays_time_button")
+st.caption(
+    f"Host memory needed: about {human_bytes(host_bytes_to_time(op))} (inputs and output, sharded and on one device). "
+    f"Timings queued right now: {TURNSTILE.queue_length()}. On simulated CPU devices all 'devices' share this machine's cores."
+)
+labels = {"sharded": f"sharded over {mesh.size} devices", "single": "one device"}
+
+
+def run_timing() -> OpTiming | None:
+    status = st.status("Waiting for a turn…", expanded=True)
+    progress = status.progress(0.0, text="queued")
+    chart = st.empty()
+    samples = {"sharded": [], "single": []}
+    st.session_state[PARTIAL] = {"key": key, "samples": samples}
+    chart.plotly_chart(plots.op_times_figure(samples, labels, steps), key="arrays_live_frame")
+    last = [0.0]
+
+    def on_wait(ahead: int) -> None:
+        progress.progress(0.0, text=f"{ahead} timing(s) ahead of you (one at a time, so figures are not distorted)")
+
+    def on_phase(phase: str) -> None:
+        progress.progress(0.0, text=phase + "…")
+
+    def on_step(which: str, index: int, seconds: float) -> None:
+        samples[which].append(seconds)
+        done = len(samples["sharded"]) + len(samples["single"])
+        progress.progress(done / (2 * steps), text=f"{labels[which]}: call {index + 1} of {steps}, {seconds * 1e3:.1f} ms")
+        now = time.monotonic()
+        if now - last[0] >= LIVE_REDRAW_S or done == 2 * steps:
+            chart.plotly_chart(plots.op_times_figure(samples, labels, steps), key=f"arrays_live_{which}_{index}")
+            last[0] = now
+
+    TURNSTILE.enter(on_wait=on_wait)
+    try:
+        status.update(label="Running", state="running", expanded=True)
+        result = time_op(op, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
+    except ExplorerError as error:
+        status.update(label="Refused", state="error")
+        st.error(str(error))
+        return None
+    finally:
+        TURNSTILE.leave()
+    status.update(label=f"Timed {steps} calls each", state="complete", expanded=False)
+    chart.empty()
+    return result
+
+
+if start:
+    st.session_state.get(TIMINGS, {}).pop(key, None)
+    stop_slot = st.empty()
+    stop_slot.button("Stop", key="arrays_stop_button", help="Stops after the current call; the calls so far are kept")
+    result = run_timing()
+    stop_slot.empty()
+    if result is not None:
+        st.session_state.setdefault(TIMINGS, {})[key] = result
+timing = st.session_state.get(TIMINGS, {}).get(key)
+partial = st.session_state.get(PARTIAL)
+if timing is None and partial and partial["key"] == key and partial["samples"]["sharded"]:
+    counts = {which: len(values) for which, values in partial["samples"].items()}
+    st.info(f"Stopped after {counts['sharded']} sharded and {counts['single']} one-device call(s).")
+    st.plotly_chart(plots.op_times_figure(partial["samples"], labels), key="arrays_partial_times")
+elif timing is None:
+    st.info("Press **Time sharded vs one device** to run the compiled op on the mesh and the same expression on one device.")
+else:
+    metrics = st.columns(4)
+    metrics[0].metric(f"Sharded ({timing.devices} devices), median", f"{timing.sharded.median * 1e3:.2f} ms")
+    metrics[1].metric("One device, median", f"{timing.single.median * 1e3:.2f} ms")
+    metrics[2].metric("Speedup", f"{timing.speedup:.2f}×", help="one-device median / sharded median")
+    metrics[3].metric("max |difference|", f"{timing.max_abs_difference:.3g}", help="between the sharded and the one-device result")
+    st.plotly_chart(plots.op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="arrays_times")
+    st.caption(
+        f"p10–p90: sharded {timing.sharded.p10 * 1e3:.2f}–{timing.sharded.p90 * 1e3:.2f} ms, one device "
+        f"{timing.single.p10 * 1e3:.2f}–{timing.single.p90 * 1e3:.2f} ms; {timing.warmup} untimed warm-up call(s) each; "
+        "each sample is one call plus block_until_ready."
+    )

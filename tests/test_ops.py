@@ -1,0 +1,263 @@
+"""Op specs against JAX itself: every output spec and tile is what the jitted op really returns on 8 CPU devices.
+
+Ground truth is the actual output of ``jax.jit(expr)`` on ``jax.device_put`` inputs: its
+``.sharding.spec``, and ``NamedSharding.devices_indices_map`` for the block each device
+holds. The guide's examples run at 256 x 256 (its 8192 x 8192 only in the presets).
+"""
+
+import copy
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jax.sharding import NamedSharding, PartitionSpec
+
+from explorer import ops
+from explorer.errors import ExplorerError
+from explorer.expr import parse_expr
+from explorer.ops import PRESETS, analyse_op, check_op_timeable, normal_spec, parse_op, spec_text, time_op
+
+SMALL = 256
+
+
+def shrunk(data, size=SMALL):
+    data = copy.deepcopy(data)
+    for array in data["arrays"].values():
+        array["shape"] = [size] * len(array["shape"])
+    return data
+
+
+def actual_output(op):
+    """Run the op the way the guide does: device_put each input with its NamedSharding, call the jitted expression."""
+    mesh = jax.make_mesh(op.mesh.shape, op.mesh.axes, axis_types=(jax.sharding.AxisType.Auto,) * len(op.mesh.axes))
+    program = parse_expr(op.expr, tuple(op.arrays))
+    inputs = [
+        jax.device_put(
+            jnp.arange(math.prod(a.shape), dtype=jnp.dtype(a.dtype)).reshape(a.shape) % 7,
+            NamedSharding(mesh, PartitionSpec(*a.spec)),
+        )
+        for a in op.arrays.values()
+    ]
+
+    def function(*arrays):
+        result = program(dict(zip(op.arrays, arrays)))
+        if op.out_spec is not None:
+            result = jax.lax.with_sharding_constraint(result, NamedSharding(mesh, PartitionSpec(*op.out_spec)))
+        return result
+
+    with jax.set_mesh(mesh):
+        return inputs, jax.jit(function)(*inputs)
+
+
+def tiles_by_device(view):
+    return {device: tile.index for tile in view.tiles for device in tile.devices}
+
+
+def jax_tiles(sharding, shape):
+    found = {}
+    for device, index in sharding.devices_indices_map(tuple(shape)).items():
+        found[device.id] = tuple(slice_.indices(size)[:2] for slice_, size in zip(index, shape))
+    return found
+
+
+def assert_matches_jax(op):
+    analysis = analyse_op(op)
+    inputs, result = actual_output(op)
+    for view, array in zip(analysis.inputs, inputs):
+        assert tiles_by_device(view) == jax_tiles(array.sharding, array.shape), view.name
+    assert analysis.output.shape == result.shape
+    assert analysis.output.spec == normal_spec(result.sharding.spec, result.ndim), (op.expr, result.sharding.spec)
+    assert tiles_by_device(analysis.output) == jax_tiles(result.sharding, result.shape)
+    return analysis
+
+
+GUIDE = {
+    "sin of a 4x2-sharded array": ("x", "y"),
+    "dot of row- and column-sharded": ("a", "b"),
+    "constrain to a 2x4 spec": ("y", "x"),
+    "constrain to replicated": (None, None),
+}
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_guide_examples_match_jax_and_the_guide(preset):
+    analysis = assert_matches_jax(parse_op(shrunk(PRESETS[preset][1])))
+    assert analysis.output.spec == GUIDE[preset]
+    assert not analysis.planned
+
+
+def test_guide_grids_are_the_guides():
+    """The blocks the guide's visualize_array_sharding prints: 4x2 for sin, 2x4 after the constraint, one replica set."""
+    sin = analyse_op(parse_op(shrunk(PRESETS["sin of a 4x2-sharded array"][1])))
+    assert [t.devices for t in sin.output.tiles] == [(d,) for d in range(8)]
+    assert [t.block for t in sin.output.tiles][:3] == [(0, 0), (0, 1), (1, 0)]
+    dot = analyse_op(parse_op(shrunk(PRESETS["dot of row- and column-sharded"][1])))
+    assert [t.devices for t in dot.inputs[0].tiles] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert [t.devices for t in dot.inputs[1].tiles] == [(0, 2, 4, 6), (1, 3, 5, 7)]
+    assert ops.hlo.used(dot.collectives) == {}  # "without needing communication"
+    transposed = analyse_op(parse_op(shrunk(PRESETS["constrain to a 2x4 spec"][1])))
+    assert transposed.output.shard_shape == (SMALL // 2, SMALL // 4)
+    replicated = analyse_op(parse_op(shrunk(PRESETS["constrain to replicated"][1])))
+    assert [t.devices for t in replicated.output.tiles] == [tuple(range(8))]
+    assert "all-gather" in ops.hlo.used(replicated.collectives)
+
+
+def test_presets_keep_the_guides_full_size_and_compile_without_allocating():
+    op = parse_op(PRESETS["dot of row- and column-sharded"][1])
+    assert [a.shape for a in op.arrays.values()] == [(8192, 8192), (8192, 8192)]
+    analysis = analyse_op(op)  # abstract inputs: nothing of 256 MiB is made
+    assert analysis.output.spec == ("a", "b") and analysis.output.shard_shape == (2048, 4096)
+
+
+MESHES = [((8,), ("d",)), ((4, 2), ("x", "y")), ((2, 4), ("x", "y")), ((2, 2, 2), ("x", "y", "z"))]
+
+
+@st.composite
+def spec_for(draw, rank, axes):
+    free = list(axes)
+    spec = []
+    for _ in range(rank):
+        choice = draw(st.sampled_from(["none", "one", "two"]))
+        if choice == "one" and free:
+            spec.append(free.pop(draw(st.integers(0, len(free) - 1))))
+        elif choice == "two" and len(free) >= 2:
+            first = free.pop(0)
+            spec.append([first, free.pop(0)])
+        else:
+            spec.append(None)
+    return spec
+
+
+@st.composite
+def random_ops(draw):
+    shape_sizes, axes = draw(st.sampled_from(MESHES))
+    rank = draw(st.integers(1, 3))
+    shape = [draw(st.sampled_from([8, 16, 24])) for _ in range(rank)]
+    arrays = {"a": {"shape": shape, "spec": draw(spec_for(rank, axes))}, "b": {"shape": shape, "spec": draw(spec_for(rank, axes))}}
+    unary = draw(st.sampled_from(["jnp.sin", "jnp.exp", "jnp.tanh", "jax.nn.relu", "-"]))
+    binary = draw(st.sampled_from(["+", "-", "*"]))
+    expr = f"{unary}(a) {binary} b" if unary != "-" else f"-a {binary} b"
+    tail = draw(st.sampled_from(["", ".T", "sum", "dot"]))
+    if tail == ".T":
+        expr = f"({expr}).T"
+    elif tail == "sum":
+        expr = f"jnp.sum({expr}, axis={draw(st.integers(0, rank - 1))})"
+    elif tail == "dot" and rank == 2:
+        arrays["c"] = {"shape": [shape[1], 8], "spec": draw(spec_for(2, axes))}
+        expr = f"jnp.dot({expr}, c)"
+    out_rank = rank - (tail == "sum") if tail != "dot" or rank != 2 else 2
+    out_spec = draw(st.one_of(st.none(), spec_for(out_rank, axes)))
+    return {"mesh": {"shape": list(shape_sizes), "axes": list(axes)}, "arrays": arrays, "expr": expr, "out_spec": out_spec}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_ops())
+def test_random_specs_and_expressions_match_jax(data):
+    assert_matches_jax(parse_op(data))
+
+
+def test_planned_mesh_uses_jax_type_level_propagation_and_agrees_with_xla_on_the_guides_examples():
+    for preset in ("sin of a 4x2-sharded array", "dot of row- and column-sharded"):
+        op = parse_op(shrunk(PRESETS[preset][1]))
+        xla = analyse_op(op).output.spec
+        planned, note = ops._planned_output_spec(op, 2)
+        assert planned == xla, preset
+        assert "type-level" in note
+    bigger = shrunk(PRESETS["dot of row- and column-sharded"][1])
+    bigger["mesh"]["shape"] = [16, 16]
+    analysis = analyse_op(parse_op(bigger))
+    assert analysis.planned and analysis.collectives is None and analysis.output.spec == ("a", "b")
+    assert analysis.output.shard_shape == (SMALL // 16, SMALL // 16)
+    with pytest.raises(ExplorerError, match=r"mesh.shape.*cannot be timed"):
+        check_op_timeable(parse_op(bigger))
+
+
+def test_timing_runs_both_and_the_results_agree():
+    seen = []
+    op = parse_op(shrunk(PRESETS["dot of row- and column-sharded"][1], 64))
+    timing = time_op(op, steps=3, warmup=1, on_step=lambda which, i, s: seen.append((which, i)))
+    assert seen == [("sharded", 0), ("sharded", 1), ("sharded", 2), ("single", 0), ("single", 1), ("single", 2)]
+    assert len(timing.sharded.samples) == len(timing.single.samples) == 3
+    assert timing.speedup == pytest.approx(timing.single.median / timing.sharded.median)
+    assert timing.max_abs_difference < 1e-3 and not timing.stopped
+    stopped = time_op(op, steps=5, warmup=0, should_stop=lambda: True)
+    assert stopped.stopped and len(stopped.sharded.samples) == 1
+
+
+@pytest.mark.parametrize("data,field", [
+    ({"arrays": {"a": {"shape": [4], "spec": ["z"]}}}, r"arrays\.a\.spec\[0\]: 'z'"),
+    ({"arrays": {"a": {"shape": [4], "dtype": "float64"}}}, r"arrays\.a\.dtype: 'float64'"),
+    ({"arrays": {"a": {"shape": [4, 0]}}}, r"arrays\.a\.shape: \[4, 0\]"),
+    ({"arrays": {"jnp": {"shape": [4]}}, "expr": "jnp"}, r"arrays\['jnp'\]: 'jnp'"),
+    ({"arrays": {"a": {"shape": [4], "spec": ["x", "y"]}}}, r"arrays\.a\.spec: \['x', 'y'\] has 2 entries"),
+    ({"arrays": {"a": {"shape": [4, 4], "spec": [["x", "y"], "y"]}}}, r"arrays\.a\.spec\[1\]: 'y' is used by two"),
+    ({"out_spec": ["q"]}, r"out_spec\[0\]: 'q'"),
+    ({"extra": 1}, r"extra: 1 is not a field"),
+    ({"arrays": {}}, r"arrays: \{\}"),
+])
+def test_bad_specs_name_the_field_and_value(data, field):
+    base = {"mesh": {"shape": [4, 2], "axes": ["x", "y"]}, "arrays": {"a": {"shape": [4]}}, "expr": "a"}
+    with pytest.raises(ExplorerError, match=field):
+        parse_op(base | data)
+
+
+def test_a_shape_error_in_the_expression_names_the_expression():
+    data = {"mesh": {"shape": [4, 2], "axes": ["x", "y"]}, "arrays": {"a": {"shape": [4, 3]}, "b": {"shape": [4, 3]}}, "expr": "a @ b"}
+    with pytest.raises(ExplorerError, match=r"^expr: 'a @ b' does not apply to these arrays"):
+        analyse_op(parse_op(data))
+
+
+@pytest.mark.parametrize("text,spec", [
+    ("a, None", ["a", None]), ("P('a', None)", ["a", None]), ("(x, y), -", [["x", "y"], None]), ("x*y", [["x", "y"]]),
+    ("", []), ("P()", []), ("P(('x', 'y'),)", [["x", "y"]]), ("-, y", [None, "y"]),
+])
+def test_spec_text_as_typed(text, spec):
+    assert ops.parse_spec_text("f", text) == spec
+    assert ops.parse_spec_text("f", ops.spec_input_text(ops.ArraySpec(shape=[1] * len(spec), spec=spec).spec)) == spec
+
+
+@pytest.mark.parametrize("text", ["a, (b", "a b", "a, , b", "x)"])
+def test_bad_spec_text_is_named(text):
+    with pytest.raises(ExplorerError, match=r"^f: "):
+        ops.parse_spec_text("f", text)
+
+
+def test_spec_text_is_jaxs():
+    assert spec_text(("a", None)) == repr(PartitionSpec("a", None))
+    assert spec_text((("x", "y"), None)) == "P(('x', 'y'), None)"
+    assert spec_text(()) == "P()"
+
+
+def test_integer_inputs_are_small_and_time(monkeypatch):
+    data = {"mesh": {"shape": [8], "axes": ["d"]}, "arrays": {"a": {"shape": [16], "dtype": "int32", "spec": ["d"]}}, "expr": "a * 2"}
+    timing = time_op(parse_op(data), steps=1, warmup=0)
+    assert timing.max_abs_difference == 0
+    assert np.isfinite(timing.sharded.median)
+
+
+def test_the_ops_folder_holds_the_presets():
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "ops"
+    found = {json.dumps(json.loads(path.read_text()), sort_keys=True) for path in folder.glob("*.json")}
+    assert found == {json.dumps(data, sort_keys=True) for _, data in PRESETS.values()}
+
+
+def test_a_planned_mesh_where_jax_cannot_decide_says_why():
+    data = {
+        "mesh": {"shape": [16, 16], "axes": ["a", "b"]},
+        "arrays": {"y": {"shape": [64, 64], "spec": [None, "a"]}, "z": {"shape": [64, 64], "spec": ["a", None]}},
+        "expr": "jnp.dot(y, z)",
+    }
+    analysis = analyse_op(parse_op(data))
+    assert analysis.output.spec is None and analysis.output.tiles == () and analysis.output.shard_shape is None
+    assert "cannot decide the output sharding here" in analysis.note and "out_sharding" in analysis.note
+    assert analysis.to_dict()["output"]["spec_text"] == "—"
+    from explorer.text import op_text
+
+    assert "output: float32[64, 64] spec —\n  (no sharding known)" in op_text(analysis)
