@@ -38,7 +38,7 @@ from flax.core import meta
 from flax.linen import partitioning as nn_partitioning
 from flax.training import train_state
 
-from explorer import program
+from explorer import program, trace_cache
 from explorer.errors import ExplorerError
 from explorer.models import BuiltModel, build_model
 
@@ -73,24 +73,23 @@ class AbstractArray:
 
 @dataclasses.dataclass(frozen=True)
 class AbstractModel:
-    """The cached result of tracing a model configuration.
+    """The result of tracing a model configuration: plain data, cached in memory and on disk.
 
-    ``state_shapes`` is the train state as ShapeDtypeStructs in the framework's own
-    tree (Linen: the TrainState with its boxes; NNX: ``(model state, optimizer state)``);
-    ``state_arrays`` lists its leaves in tree-flatten order.
+    ``state_arrays`` lists the train state's leaves in tree-flatten order. The live
+    objects a compile needs (``built``, ``optimizer``, ``state_shapes``: the train state as
+    ShapeDtypeStructs in the framework's own tree, Linen's TrainState with its boxes or
+    NNX's ``(model state, optimizer state)``; ``graphdefs`` for NNX) are traced again on
+    first use when the arrays came from the disk cache.
     """
 
     key: tuple
+    mesh_axes: tuple[str, ...]
     framework: str
-    built: BuiltModel
-    optimizer: optax.GradientTransformation
-    state_shapes: Any
     state_arrays: tuple[AbstractArray, ...]
     inputs: tuple[AbstractArray, ...]
     activations: tuple[AbstractArray, ...]
     output: AbstractArray
     loops_without_length: int = 0
-    graphdefs: Any = None  # NNX: (model graphdef, optimizer graphdef)
 
     @property
     def arrays(self) -> tuple[AbstractArray, ...]:
@@ -98,9 +97,23 @@ class AbstractModel:
 
     @property
     def logical_names(self) -> frozenset[str]:
-        return frozenset(
-            name for a in self.arrays if a.logical_axes for name in a.logical_axes if isinstance(name, str)
-        )
+        return _names_of(self.arrays)
+
+    @property
+    def built(self) -> BuiltModel:
+        return _state_stage(self.key, self.mesh_axes).built
+
+    @property
+    def optimizer(self) -> optax.GradientTransformation:
+        return _state_stage(self.key, self.mesh_axes).optimizer
+
+    @property
+    def state_shapes(self) -> Any:
+        return _state_stage(self.key, self.mesh_axes).state
+
+    @property
+    def graphdefs(self) -> Any:
+        return _state_stage(self.key, self.mesh_axes).graphdefs
 
 
 def make_optimizer() -> optax.GradientTransformation:
@@ -142,22 +155,31 @@ def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh
     ``logical_names`` and ``mesh_axes`` are the names the activations' trace must tell
     apart (the layout's rule names and mesh axis names; the model's own parameter and
     input names are always added). A trace that already told apart every wanted name
-    is reused, so rule edits re-trace only when a rule brings a name never seen before.
+    is reused, from memory or from the disk cache (``trace_cache.py``), so rule edits
+    re-trace only when a rule brings a name never seen before.
     """
-    key, mesh_axes = model_spec.key(), tuple(mesh_axes)
+    key, mesh_axes, wanted = model_spec.key(), tuple(mesh_axes), frozenset(logical_names)
     with _registry_lock:
-        for traced in _registry.get((key, mesh_axes), ()):
-            if frozenset(logical_names) <= traced.traced_names:
+        if (key, mesh_axes) not in _registry:
+            _registry[(key, mesh_axes)] = _disk_entries(key, mesh_axes)
+        entries = _registry[(key, mesh_axes)]
+        for traced in entries:
+            if wanted <= traced.traced_names:
                 return traced.model
-        known = frozenset().union(*(t.traced_names for t in _registry.get((key, mesh_axes), ())))
-    traced = _traced(key, frozenset(logical_names) | known, mesh_axes)
+        known = frozenset().union(*(t.traced_names for t in entries))
+    traced = _traced(key, wanted | known, mesh_axes)
     with _registry_lock:
         entries = _registry.setdefault((key, mesh_axes), [])
         entries.insert(0, traced)
         del entries[2:]
         while len(_registry) > _REGISTRY_SIZE:
             del _registry[next(iter(_registry))]
+    trace_cache.store(key, mesh_axes, [(t.traced_names, t.model) for t in entries])
     return traced.model
+
+
+def _disk_entries(key: tuple, mesh_axes: tuple[str, ...]) -> list["_Traced"]:
+    return [_Traced(model, names) for names, model in trace_cache.load(key, mesh_axes)]
 
 
 _REGISTRY_SIZE = 32
@@ -196,7 +218,7 @@ def _traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> _T
     except Exception as error:  # a model that cannot be traced is bad input, not a crash
         raise ExplorerError("model", key[0], f"could not be traced: {type(error).__name__}: {error}") from None
     found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(stage.variables))))
-    model = _model(key, stage, found, closed)
+    model = _model(key, mesh_axes, stage, found, closed)
     return _Traced(model, frozenset(names))
 
 
@@ -348,19 +370,16 @@ def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
 
 # --- activations ---------------------------------------------------------------------------
 
-def _model(key: tuple, stage: _State, found: list[program.Constraint], closed) -> AbstractModel:
+def _model(key: tuple, mesh_axes: tuple[str, ...], stage: _State, found: list[program.Constraint], closed) -> AbstractModel:
     return AbstractModel(
         key=key,
+        mesh_axes=mesh_axes,
         framework=stage.framework,
-        built=stage.built,
-        optimizer=stage.optimizer,
-        state_shapes=stage.state,
         state_arrays=stage.state_arrays,
         inputs=_input_arrays(stage.built),
         activations=_activation_arrays(found, stage.root),
         output=_output_array(closed, found, stage.framework),
         loops_without_length=sum(1 for c in found if c.in_loop_without_length and not c.on_parameter),
-        graphdefs=stage.graphdefs,
     )
 
 

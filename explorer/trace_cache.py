@@ -1,0 +1,145 @@
+"""The traced abstract model on disk, so a second run (or a restarted server) skips the trace.
+
+One JSON file per model configuration and mesh axis names, under
+``$EXPLORER_CACHE_DIR``, else ``$XDG_CACHE_HOME/partition-explorer``, else
+``~/.cache/partition-explorer``. The file name hashes the model configuration, the mesh
+axis names, the versions of JAX, Flax and optax, the source of the explorer's tracing
+code and, for a user's factory, the source file of the factory's module: any change
+there is a different file. Files are written whole to a temporary name and renamed
+into place (concurrent writers cannot leave half a file); a file that cannot be read
+or does not parse is ignored and traced again. Set ``EXPLORER_CACHE_DIR=off`` to
+switch the disk cache off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "EXPLORER_CACHE_DIR"
+FORMAT = 1
+_TRACING_SOURCES = ("abstract.py", "program.py", "trace_cache.py", "models")
+
+
+def cache_dir() -> Path | None:
+    configured = os.environ.get(CACHE_ENV)
+    if configured == "off":
+        return None
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "partition-explorer"
+
+
+def load(key: tuple, mesh_axes: tuple[str, ...]) -> list[tuple[frozenset[str], Any]]:
+    """The cached (traced names, AbstractModel) entries for this model, or [] (missing, unreadable, stale)."""
+    path = _path(key, mesh_axes)
+    if path is None:
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT or data.get("key") != list(key) or data.get("mesh_axes") != list(mesh_axes):
+            return []
+        return [(frozenset(entry["names"]), _model_from(entry["model"], key, mesh_axes)) for entry in data["entries"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return []
+
+
+def store(key: tuple, mesh_axes: tuple[str, ...], entries: list[tuple[frozenset[str], Any]]) -> None:
+    """Write the entries atomically; a cache that cannot be written is skipped, never an error."""
+    path = _path(key, mesh_axes)
+    if path is None:
+        return
+    data = {
+        "format": FORMAT, "key": list(key), "mesh_axes": list(mesh_axes),
+        "entries": [{"names": sorted(names), "model": _model_to(model)} for names, model in entries],
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-", suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(data, file)
+        os.replace(temporary, path)
+    except OSError:
+        return
+
+
+def _path(key: tuple, mesh_axes: tuple[str, ...]) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    identity = json.dumps([FORMAT, list(key), list(mesh_axes), _versions(), _source_hash(key[0])])
+    return folder / (hashlib.sha256(identity.encode()).hexdigest()[:32] + ".json")
+
+
+def _versions() -> list[str]:
+    return [metadata.version(name) for name in ("jax", "jaxlib", "flax", "optax")]
+
+
+def _source_hash(model_name: str) -> str:
+    """The explorer's tracing code and, for a factory, its module's source: a change makes a new entry."""
+    digest = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for name in _TRACING_SOURCES:
+        for file in sorted((here / name).rglob("*.py")) if (here / name).is_dir() else [here / name]:
+            digest.update(file.read_bytes())
+    if ":" in model_name:
+        spec = importlib.util.find_spec(model_name.split(":")[0])
+        if spec is not None and spec.origin and os.path.exists(spec.origin):
+            digest.update(Path(spec.origin).read_bytes())
+    return digest.hexdigest()
+
+
+def _axes_to(names) -> Any:
+    return None if names is None else [list(n) if isinstance(n, tuple) else n for n in names]
+
+
+def _axes_from(names) -> Any:
+    return None if names is None else tuple(tuple(n) if isinstance(n, list) else n for n in names)
+
+
+def _array_to(array) -> dict:
+    data = dataclasses.asdict(array)
+    data["shape"] = list(array.shape)
+    data["logical_axes"] = _axes_to(array.logical_axes)
+    return data
+
+
+def _array_from(data: dict):
+    from explorer.abstract import AbstractArray
+
+    fields = {f.name for f in dataclasses.fields(AbstractArray)}
+    if set(data) != fields:
+        raise KeyError("fields")
+    return AbstractArray(**{**data, "shape": tuple(int(n) for n in data["shape"]), "logical_axes": _axes_from(data["logical_axes"])})
+
+
+def _model_to(model) -> dict:
+    return {
+        "framework": model.framework,
+        "state_arrays": [_array_to(a) for a in model.state_arrays],
+        "inputs": [_array_to(a) for a in model.inputs],
+        "activations": [_array_to(a) for a in model.activations],
+        "output": _array_to(model.output),
+        "loops_without_length": model.loops_without_length,
+    }
+
+
+def _model_from(data: dict, key: tuple, mesh_axes: tuple[str, ...]):
+    from explorer.abstract import AbstractModel
+
+    return AbstractModel(
+        key=key, mesh_axes=mesh_axes, framework=str(data["framework"]),
+        state_arrays=tuple(_array_from(a) for a in data["state_arrays"]),
+        inputs=tuple(_array_from(a) for a in data["inputs"]),
+        activations=tuple(_array_from(a) for a in data["activations"]),
+        output=_array_from(data["output"]),
+        loops_without_length=int(data["loops_without_length"]),
+    )

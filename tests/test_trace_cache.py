@@ -1,0 +1,90 @@
+"""The traced model on disk: a second run skips the trace; corrupt or stale files are traced again."""
+
+import json
+import multiprocessing
+
+import pytest
+
+from explorer import abstract, trace_cache
+from explorer.analysis import analyze, report_to_dict
+from explorer.layout import parse_layout
+
+LAYOUT = {"name": "c", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [["batch", "data"], ["hidden", "model"]],
+          "model": {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 32, "scan": True}}}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(abstract, "_registry", {})
+    return tmp_path
+
+
+def forget_memory(monkeypatch):
+    """What a new process sees: no model in memory."""
+    monkeypatch.setattr(abstract, "_registry", {})
+    abstract._state_stage.cache_clear()
+
+
+def test_a_second_run_reads_the_disk_and_does_not_trace(cache, monkeypatch):
+    first = report_to_dict(analyze(parse_layout(LAYOUT)))
+    assert len(list(cache.glob("*.json"))) == 1
+    forget_memory(monkeypatch)
+    monkeypatch.setattr(abstract, "_traced", lambda *a: pytest.fail("traced although the disk had it"))
+    monkeypatch.setattr(abstract, "_state_stage", lambda *a: pytest.fail("traced although the disk had it"))
+    assert report_to_dict(analyze(parse_layout(LAYOUT))) == first
+
+
+def test_the_state_tree_is_traced_again_on_demand_after_a_disk_hit(cache, monkeypatch):
+    analyze(parse_layout(LAYOUT))
+    forget_memory(monkeypatch)
+    model = abstract.abstract_model(parse_layout(LAYOUT).model, frozenset({"batch", "hidden"}), ("data", "model"))
+    import jax
+
+    assert len(jax.tree_util.tree_leaves(model.state_shapes)) == len(model.state_arrays)
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"format": 1, "entries": [{"names": [], "model": {}}]}', "\x00\xff"])
+def test_a_corrupt_file_is_traced_again(cache, monkeypatch, content):
+    expected = report_to_dict(analyze(parse_layout(LAYOUT)))
+    (path,) = cache.glob("*.json")
+    path.write_bytes(content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content)
+    forget_memory(monkeypatch)
+    assert report_to_dict(analyze(parse_layout(LAYOUT))) == expected
+    assert json.loads(path.read_text())["format"] == trace_cache.FORMAT  # rewritten whole
+
+
+def test_other_versions_use_another_file(cache, monkeypatch):
+    analyze(parse_layout(LAYOUT))
+    forget_memory(monkeypatch)
+    monkeypatch.setattr(trace_cache, "_versions", lambda: ["0.0.0"])
+    analyze(parse_layout(LAYOUT))
+    assert len(list(cache.glob("*.json"))) == 2
+
+
+def _analyse_in_child(folder: str) -> int:
+    import os
+
+    os.environ[trace_cache.CACHE_ENV] = folder
+    from explorer import devices
+
+    devices.configure(8)
+    return len(analyze(parse_layout(LAYOUT)).arrays)
+
+
+def test_concurrent_writers_leave_one_whole_file(cache):
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(3) as pool:
+        counts = pool.map(_analyse_in_child, [str(cache)] * 3)
+    assert len(set(counts)) == 1
+    (path,) = cache.glob("*.json")
+    assert json.loads(path.read_text())["entries"]
+    assert not list(cache.glob(".writing-*"))
+
+
+def test_off_switches_the_disk_cache_off(tmp_path, monkeypatch):
+    monkeypatch.setenv(trace_cache.CACHE_ENV, "off")
+    assert trace_cache.cache_dir() is None
+    monkeypatch.delenv(trace_cache.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert trace_cache.cache_dir() == tmp_path / "partition-explorer"
