@@ -55,11 +55,25 @@ class ArrayInfo:
         return repr(PartitionSpec(*self.spec))
 
 
+ERROR_CODES = frozenset({"indivisible"})  # findings that make the layout unusable as it stands (JAX refuses it)
+
+
 @dataclasses.dataclass(frozen=True)
-class Warning:
+class Finding:
+    """Something about a layout worth a person's attention: a ``code``, a sentence, and the array concerned.
+
+    ``level`` is ``"error"`` for what JAX would refuse (a dimension the mesh does not
+    divide) and ``"warning"`` for the rest (a rule that never applies, a name no rule
+    covers, a large replicated array).
+    """
+
     code: str
     message: str
     path: str | None = None
+
+    @property
+    def level(self) -> str:
+        return "error" if self.code in ERROR_CODES else "warning"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +108,7 @@ class Report:
     mesh: MeshInfo
     arrays: tuple[ArrayInfo, ...]
     totals: Totals
-    warnings: tuple[Warning, ...]
+    warnings: tuple[Finding, ...]
     resolution_order: str = RESOLUTION_ORDER
 
     def array(self, path: str) -> ArrayInfo:
@@ -141,6 +155,7 @@ def analyze(layout: Layout) -> Report:
 
     Example::
 
+        >>> from explorer.layout import seed_layout
         >>> report = analyze(seed_layout())
         >>> report.array("params/LogicalDotReluDot_0/Dense_0/kernel").spec
         (None, 'model')
@@ -191,7 +206,7 @@ def _totals(arrays: Sequence[ArrayInfo]) -> Totals:
     )
 
 
-def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: MeshInfo) -> list[Warning]:
+def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: MeshInfo) -> list[Finding]:
     warnings = [w for info in arrays for w in _indivisible(info, mesh)]
     warnings += _unused_rules(arrays, rules)
     warnings += _unmatched_names(arrays)
@@ -199,7 +214,7 @@ def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: Mesh
     return warnings
 
 
-def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Warning]:
+def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Finding]:
     found = []
     for dim, (size, entry) in enumerate(zip(info.shape, info.spec)):
         axes = spec_axes(entry)
@@ -207,7 +222,7 @@ def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Warning]:
         if product > 1 and size % product:
             name = info.logical_axes[dim] if info.logical_axes else None
             padded = -(-size // product) * product
-            found.append(Warning(
+            found.append(Finding(
                 "indivisible",
                 f"{info.path}: dim {dim} ('{name}') has size {size}, which mesh axes {' x '.join(axes)} "
                 f"(product {product}) do not divide; JAX refuses this sharding. Fix: make it a multiple of "
@@ -217,7 +232,7 @@ def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Warning]:
     return found
 
 
-def _unused_rules(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair]) -> list[Warning]:
+def _unused_rules(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair]) -> list[Finding]:
     used = {d.rule for info in arrays for d in info.trace if d.rule is not None}
     names = {n for info in arrays if info.logical_axes for n in info.logical_axes if n}
     found = []
@@ -228,18 +243,18 @@ def _unused_rules(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair]) -> lis
             why = f"no array has a dimension named '{rule[0]}'"
         else:
             why = "every dimension it names was decided by an earlier rule or its mesh axes were taken"
-        found.append(Warning("rule-unused", f"rule {index} {format_rule(rule)} never applies: {why}.", None))
+        found.append(Finding("rule-unused", f"rule {index} {format_rule(rule)} never applies: {why}.", None))
     return found
 
 
-def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Warning]:
+def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Finding]:
     unmatched: dict[str, int] = {}
     for info in arrays:
         for dim in info.trace:
             if dim.status == "unmatched":
                 unmatched[dim.logical] = unmatched.get(dim.logical, 0) + 1
     return [
-        Warning(
+        Finding(
             "name-unmatched",
             f"logical name '{name}' matches no rule, so it is replicated in {count} array dimension(s); "
             f"add a rule ['{name}', <mesh axis>] to shard it, or ['{name}', null] to say replication is intended.",
@@ -249,7 +264,7 @@ def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Warning]:
     ]
 
 
-def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3) -> list[Warning]:
+def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3) -> list[Finding]:
     if mesh.size == 1:
         return []
     replicated = [
@@ -258,7 +273,7 @@ def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3)
     ]
     replicated.sort(key=lambda a: a.global_bytes, reverse=True)
     return [
-        Warning(
+        Finding(
             "replicated-large",
             f"{a.path} ({a.global_bytes / 2**20:,.1f} MiB) is fully replicated: every one of the "
             f"{mesh.size} devices holds all of it.",
@@ -332,5 +347,5 @@ def report_to_dict(report: Report, include_tiles: bool = False) -> dict[str, Any
         "resolution_order": report.resolution_order,
         "arrays": [array_to_dict(a, report, include_tiles) for a in report.arrays],
         "totals": report.totals.as_dict(),
-        "warnings": [dataclasses.asdict(w) for w in report.warnings],
+        "warnings": [dataclasses.asdict(w) | {"level": w.level} for w in report.warnings],
     }

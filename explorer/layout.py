@@ -32,11 +32,13 @@ from pydantic import (
 )
 
 from explorer.errors import ExplorerError
+from explorer.rules import MeshAxes, spec_axes, spec_entry
 
 MAX_DEVICES = 65_536
 AXIS_NAME = r"^[A-Za-z_][A-Za-z0-9_\-]{0,31}$"
 
-MeshAxes = Union[None, StrictStr, tuple[StrictStr, ...]]
+# A rule's mesh field as the file writes it (rules.SpecEntry, strictly typed for validation).
+RuleMesh = Union[None, StrictStr, tuple[StrictStr, ...]]
 
 
 class _Frozen(BaseModel):
@@ -97,14 +99,12 @@ class Rule(_Frozen):
     """
 
     logical: StrictStr = Field(min_length=1, max_length=64)
-    mesh: MeshAxes = None
+    mesh: RuleMesh = None
 
     @property
-    def mesh_axes(self) -> tuple[str, ...]:
+    def mesh_axes(self) -> MeshAxes:
         """The mesh axes as a tuple, whatever form the rule was written in."""
-        if self.mesh is None:
-            return ()
-        return (self.mesh,) if isinstance(self.mesh, str) else tuple(self.mesh)
+        return spec_axes(self.mesh)
 
     def as_flax(self) -> tuple[str, str | tuple[str, ...] | None]:
         return (self.logical, self.mesh)
@@ -182,14 +182,7 @@ def _rule_from_pair(index: int, pair: Any) -> Any:
         mesh = tuple(mesh)
     if not (mesh is None or isinstance(mesh, str) or (isinstance(mesh, tuple) and all(isinstance(a, str) for a in mesh))):
         raise ExplorerError(f"rules[{index}][1]", mesh, "is not a mesh axis name, null or a list of mesh axis names")
-    return {"logical": logical, "mesh": _canonical_mesh(mesh)}
-
-
-def _canonical_mesh(mesh: Any) -> Any:
-    """One spelling per meaning: [] is null (replicate), ["data"] is "data"."""
-    if isinstance(mesh, tuple) and len(mesh) <= 1:
-        return mesh[0] if mesh else None
-    return mesh
+    return {"logical": logical, "mesh": spec_entry(mesh)}  # one spelling per meaning: [] is null, ["data"] is "data"
 
 
 def _explain(error: ValidationError) -> ExplorerError:

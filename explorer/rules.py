@@ -19,9 +19,9 @@ from typing import Literal, Sequence
 
 from explorer.errors import ExplorerError
 
-MeshAxes = tuple[str, ...]
-SpecEntry = None | str | tuple[str, ...]
-RulePair = tuple[str, None | str | tuple[str, ...]]
+MeshAxes = tuple[str, ...]  # the mesh axes one dimension is sharded over, in order; () = replicated
+SpecEntry = None | str | tuple[str, ...]  # the same, as written in a PartitionSpec or a rule
+RulePair = tuple[str, SpecEntry]
 
 RESOLUTION_ORDER = "linen: the first rule whose mesh axes are still free wins; later rules are fallbacks"
 
@@ -80,10 +80,27 @@ def format_rule(rule: RulePair) -> str:
     return f"({logical}, {mesh})"
 
 
-def _as_axes(mesh: None | str | Sequence[str]) -> MeshAxes:
-    if mesh is None:
+def spec_axes(entry: SpecEntry | Sequence[str]) -> MeshAxes:
+    """The mesh axes of a spec entry or a rule's mesh field, whatever form it was written in.
+
+    >>> spec_axes(None), spec_axes("model"), spec_axes(["data", "model"])
+    ((), ('model',), ('data', 'model'))
+    """
+    if entry is None:
         return ()
-    return (mesh,) if isinstance(mesh, str) else tuple(mesh)
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def spec_entry(axes: SpecEntry | Sequence[str]) -> SpecEntry:
+    """One spelling per meaning, as Flax and PartitionSpec write it: none is None, one axis its name.
+
+    >>> spec_entry([]), spec_entry(["model"]), spec_entry(("data", "model"))
+    (None, 'model', ('data', 'model'))
+    """
+    axes = spec_axes(axes)
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else axes
 
 
 def resolve(logical_axes: Sequence[str | None] | None, rules: Sequence[RulePair], ndim: int | None = None) -> Resolution:
@@ -121,7 +138,7 @@ def _resolve_cached(logical_axes: tuple | None, rules: tuple, ndim: int | None) 
         if decided[dim] is not None:
             skipped[dim].append(Skip(index, "already-decided", f"dim {dim} was already decided by rule {decided[dim]}"))
             continue
-        taken = _taken_by(_as_axes(mesh), assigned, decided, logical_axes)
+        taken = _taken_by(spec_axes(mesh), assigned, decided, logical_axes)
         if taken:
             skipped[dim].append(Skip(index, "mesh-axis-taken", taken))
             continue
@@ -148,7 +165,7 @@ def _taken_by(axes: MeshAxes, assigned: list[SpecEntry], decided: list[int | Non
         if decided[dim] is None:
             continue
         for axis in axes:
-            if axis in _as_axes(entry):
+            if axis in spec_axes(entry):
                 return f"mesh axis '{axis}' is taken by dim {dim} '{names[dim]}'"
     return ""
 
@@ -159,13 +176,8 @@ def _dim_trace(dim: int, name: str | None, entry: SpecEntry, rule: int | None, s
     elif rule is None:
         status = "all-skipped" if skipped else "unmatched"
     else:
-        status = "sharded" if _as_axes(entry) else "replicated-by-rule"
-    return DimTrace(dim, name, _as_axes(entry), rule, tuple(skipped), status)
-
-
-def spec_axes(entry: SpecEntry) -> MeshAxes:
-    """The mesh axes of one spec entry as a tuple."""
-    return _as_axes(entry)
+        status = "sharded" if spec_axes(entry) else "replicated-by-rule"
+    return DimTrace(dim, name, spec_axes(entry), rule, tuple(skipped), status)
 
 
 def preset_rules(preset: str, mesh_axes: Sequence[str]) -> tuple[RulePair, ...]:

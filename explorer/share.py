@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import re
 from typing import Any, Mapping
-from urllib.parse import quote, unquote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
+from explorer.rules import spec_entry
 
 PARAMS = ("name", "mesh", "axes", "rules", "model", "options")
 _SAFE = "_-."
@@ -64,6 +65,19 @@ def params_to_layout(params: Mapping[str, str]) -> Layout:
     """Rebuild and validate a layout from query parameters; ExplorerError if mangled."""
     data = params_to_dict(params)
     return parse_layout(data)
+
+
+def layout_from_link(link: str) -> Layout:
+    """The layout in a pasted link: a whole address, or only its query (with or without the ``?``).
+
+    >>> layout_from_link("http://localhost:8501/?mesh=8&axes=data&rules=batch:data&model=mlp").mesh.shape
+    (8,)
+    >>> layout_from_link("mesh=2x4&axes=data,model&model=mlp").rules
+    ()
+    """
+    text = link.strip()
+    query = text.partition("?")[2] if "?" in text else text
+    return params_to_layout(dict(parse_qsl(query.partition("#")[0])))
 
 
 def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,7 +140,7 @@ def _options(text: str) -> dict[str, Any]:
 
 def python_snippet(layout: Layout) -> str:
     """The mesh and rules as code to paste into a training script (the Flax guide's recipe)."""
-    rules = "\n".join(f"    ({rule.logical!r}, {_mesh_repr(rule)})," for rule in layout.rules)
+    rules = "\n".join(f"    ({rule.logical!r}, {spec_entry(rule.mesh)!r})," for rule in layout.rules)
     axis_types = ", ".join(["AxisType.Auto"] * len(layout.mesh.axes))
     return (
         "import jax\n"
@@ -141,13 +155,6 @@ def python_snippet(layout: Layout) -> str:
         "with jax.set_mesh(mesh), nn.logical_axis_rules(rules):\n"
         "    ...  # jax.jit(init_fn, out_shardings=state_sharding), then jit the train step\n"
     )
-
-
-def _mesh_repr(rule) -> str:
-    axes = rule.mesh_axes
-    if not axes:
-        return "None"
-    return repr(axes[0]) if len(axes) == 1 else repr(tuple(axes))
 
 
 def maxtext_yaml(layout: Layout) -> str:

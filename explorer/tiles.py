@@ -122,6 +122,26 @@ class GridView:
     fixed: tuple[tuple[int, int], ...]
 
 
+def default_dims(shape: Sequence[int], spec: Sequence[SpecEntry], mesh: MeshInfo) -> tuple[int | None, int | None]:
+    """The (row, column) dimensions to draw first: the two cut into the most blocks, in array order.
+
+    Ties go to the later dimensions, so an unsharded array shows its last two. A 1-D
+    array has no row dimension and a scalar neither.
+
+    >>> mesh = MeshInfo((2, 4), ("data", "model"), ((0, 1, 2, 3), (4, 5, 6, 7)), abstract=False)
+    >>> default_dims((3, 64, 128), ("model", None, None), mesh)
+    (0, 2)
+    >>> default_dims((3, 64, 128), (None, None, None), mesh), default_dims((5,), (None,), mesh)
+    ((1, 2), (None, 0))
+    """
+    ndim = len(shape)
+    if ndim <= 2:
+        return (0 if ndim == 2 else None), (ndim - 1 if ndim >= 1 else None)
+    counts = shard_counts(tuple(spec) + (None,) * (ndim - len(spec)), mesh)
+    first, second = sorted(sorted(range(ndim), key=lambda d: (counts[d], d))[-2:])
+    return first, second
+
+
 def block_ranges(size: int, count: int) -> tuple[tuple[int, int], ...]:
     return tuple(_block_bounds(size, count, b) for b in range(count))
 

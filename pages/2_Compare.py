@@ -1,7 +1,6 @@
 """Compare page: two or more layouts side by side, and a timing race that holds on a noisy machine."""
 
 import statistics
-from urllib.parse import parse_qsl, urlsplit
 
 import pandas as pd
 import streamlit as st
@@ -11,7 +10,7 @@ from explorer.analysis import analyze
 from explorer.compare import RaceResult, race, spec_differences
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, load_layout_json
-from explorer.share import params_to_layout
+from explorer.share import layout_from_link
 from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
 from explorer.hlo import used as used_collectives
@@ -55,7 +54,7 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
         if not line.strip():
             continue
         try:
-            layout = params_to_layout(dict(parse_qsl(urlsplit(line.strip()).query or line.strip().lstrip("?"))))
+            layout = layout_from_link(line)
             picked.append((f"link {number}: {layout.name}", layout))
         except ExplorerError as error:
             st.error(f"Link {number}: {error}")

@@ -1,22 +1,10 @@
-"""Every test runs on 8 simulated CPU devices, configured before JAX starts a backend."""
+"""Fixtures shared by the tests (the devices are configured in the top-level conftest.py)."""
 
-import os
+import copy
 
-os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
+import pytest
 
-from explorer import devices  # noqa: E402
-
-devices.configure(8)
-
-import copy  # noqa: E402
-
-import pytest  # noqa: E402
-
-from explorer.layout import SEED_LAYOUT  # noqa: E402
-
-# The browser tests' fixtures. Loaded as a plugin, after the devices are configured above,
-# so that pytest rewrites the asserts of its helpers (a plain import would not).
-pytest_plugins = ["tests.browser"]
+from explorer.layout import SEED_LAYOUT
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import string
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import parse_qsl
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +16,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import load_layout_json, parse_layout
 from explorer.models import MODELS
 from explorer.rules import PRESETS, preset_rules
-from explorer.share import layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.share import layout_from_link, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +38,7 @@ def every_layout(seed):
 
 
 def from_query(query):
-    return params_to_layout(dict(parse_qsl(query.lstrip("?"))))
+    return layout_from_link(query)
 
 
 def test_link_round_trip_for_every_preset_and_model(seed_dict):

@@ -10,7 +10,7 @@ from explorer import plots
 from explorer.analysis import KIND_LABELS, ArrayInfo, Report
 from explorer.rules import format_rule
 from explorer.text import arrays_frame, human_bytes, markdown_literal
-from explorer.tiles import MeshInfo, grid_view, shard_counts
+from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
 
 SELECTED = "selected_path"
 WARNING_TITLES = {
@@ -134,13 +134,13 @@ def _selected_array(report: Report, info: ArrayInfo) -> None:
 
 
 def _choose_dims(info: ArrayInfo, labels: list[str], mesh: MeshInfo) -> tuple[int | None, int | None, dict[int, int]]:
-    """Which two dimensions to draw (the last two by default) and the block of every other one."""
+    """Which two dimensions to draw (``default_dims`` first) and the block of every other one."""
+    first, second = default_dims(info.shape, info.spec, mesh)
     ndim = len(info.shape)
     if ndim <= 2:
-        return (0 if ndim == 2 else None), (ndim - 1 if ndim >= 1 else None), {}
+        return first, second, {}
     options = list(range(ndim))
     counts = shard_counts(info.spec, mesh)
-    first, second = sorted(sorted(options, key=lambda d: (counts[d], d))[-2:])  # the most-cut dims, in order
     left, right = st.columns(2)
     # Keyed by the spec too: after a rule edit the defaults follow the newly sharded dimensions.
     ident = f"{info.path}::{info.spec_text()}"

@@ -17,7 +17,7 @@ import streamlit as st
 
 from explorer import devices
 from explorer.models import MODELS, allowed_factories, is_factory
-from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules
+from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules, spec_axes, spec_entry
 from ui import share_panel, state
 
 RULE_COLUMNS = ["#", "logical name", "mesh axes"]
@@ -86,7 +86,7 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     if preset:
         st.caption(PRESET_DESCRIPTIONS[preset])
     if st.button("Apply preset", key="apply_preset", disabled=not (mesh_axes and preset), width="stretch"):
-        state.set_rules([[logical, _axes(mesh)] for logical, mesh in preset_rules(preset, mesh_axes)])
+        state.set_rules([[logical, list(spec_axes(mesh))] for logical, mesh in preset_rules(preset, mesh_axes)])
     state.keep_rules_edits(page, mesh_axes)
     base = pd.DataFrame(
         [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
@@ -111,13 +111,7 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     if _reordered(rows):  # show the rules in the order they now apply
         state.set_rules([[logical, axes] for _, logical, axes in rows])
         st.rerun()
-    return [[logical, state.mesh_entry(axes)] for _, logical, axes in rows], st.container(key="rules_messages")
-
-
-def _axes(mesh: Any) -> list[str]:
-    if mesh is None:
-        return []
-    return [mesh] if isinstance(mesh, str) else list(mesh)
+    return [[logical, spec_entry(axes)] for _, logical, axes in rows], st.container(key="rules_messages")
 
 
 def _rule_rows(edited: pd.DataFrame) -> list[list[Any]]:

@@ -112,13 +112,6 @@ def parse_names(text: str) -> list[str]:
     return [item.strip() for item in re.split(r"[,\s]+", text.strip()) if item.strip()]
 
 
-def mesh_entry(axes: list[str]) -> Any:
-    """The file format's mesh field of a rule: null, one axis, or a list."""
-    if not axes:
-        return None
-    return axes[0] if len(axes) == 1 else list(axes)
-
-
 def model_options(model: str) -> dict[str, Any]:
     if model not in MODELS:
         return {}
