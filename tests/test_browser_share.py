@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser import (
+    RERUN_TIMEOUT_MS,
     assert_no_exception,
     grid_axis_titles,
     grid_labels,
@@ -65,7 +66,7 @@ def expect_address(page: Page, params: dict[str, str]) -> None:
             return JSON.stringify(actual, Object.keys(actual).sort()) === JSON.stringify(expected, Object.keys(expected).sort());
         }""",
         arg=params,
-        timeout=10_000,
+        timeout=RERUN_TIMEOUT_MS,
     )
     assert address_params(page) == params
 
