@@ -1,6 +1,7 @@
 """Helpers that ask JAX itself: materialise a train state, read a jaxpr's sharding constraints."""
 
 import functools
+import math
 
 import flax.linen as nn
 import jax
@@ -51,6 +52,19 @@ def _walk(jaxpr):
 
 def declared_constraints(layout):
     """Every sharding_constraint in the jaxpr of the forward pass, in program order: (shape, spec)."""
+    return [(shape, spec) for shape, spec, _ in _constraints(layout)]
+
+
+def declared_constraint_bytes(layout):
+    """Bytes one device holds of each sharding_constraint's value, by JAX's own shard shape."""
+    mesh = mesh_of(layout)
+    return [
+        math.prod(NamedSharding(mesh, spec).shard_shape(shape)) * dtype.itemsize
+        for shape, spec, dtype in _constraints(layout)
+    ]
+
+
+def _constraints(layout):
     model = abstract_model(layout.model)
     mesh = mesh_of(layout)
     built = model.built
@@ -62,5 +76,6 @@ def declared_constraints(layout):
     for eqn in _walk(closed.jaxpr):
         sharding = eqn.params["sharding"]
         spec = sharding.spec if isinstance(sharding, NamedSharding) else sharding
-        found.append((tuple(eqn.invars[0].aval.shape), PartitionSpec(*spec)))
+        aval = eqn.invars[0].aval
+        found.append((tuple(aval.shape), PartitionSpec(*spec), aval.dtype))
     return found

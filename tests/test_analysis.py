@@ -13,7 +13,7 @@ from explorer.analysis import analyze, jax_mesh, report_to_dict
 from explorer.layout import parse_layout
 from explorer.rules import preset_rules
 from explorer.tiles import tiles
-from tests.ground_truth import declared_constraints, flax_recipe_shardings, materialise_state
+from tests.ground_truth import declared_constraint_bytes, declared_constraints, flax_recipe_shardings, materialise_state
 
 KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"
 W2 = "params/LogicalDotReluDot_0/W2"
@@ -99,6 +99,13 @@ def test_activations_match_the_constraints_in_the_jaxpr(seed_dict, name):
     theirs = declared_constraints(layout)
     assert len(ours) > 0
     assert sorted(ours, key=repr) == sorted(theirs, key=repr)
+
+
+@pytest.mark.parametrize("name", ["seed", "seed-scan", "transformer-fsdp-tp", "transformer-scan-3d"])
+def test_activation_bytes_are_the_constraints_in_the_jaxpr_each_once(seed_dict, name):
+    """The model output is the last declared constraint (or none): it must not be counted a second time."""
+    layout = ground_truth_layouts(seed_dict)[name]
+    assert analyze(layout).totals.activation_bytes == sum(declared_constraint_bytes(layout))
 
 
 def test_activation_paths_and_model_output(seed_dict):
