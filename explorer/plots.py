@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from explorer.analysis import KIND_LABELS, Totals
 from explorer.text import human_bytes
-from explorer.tiles import GridView, MeshInfo, Tile
+from explorer.tiles import GridView, MeshInfo, Tile, devices_label
 
 GOLDEN = 0.6180339887498949
 MAX_STRIPES = 16  # more replicas than this draw as one grey block with a count
@@ -43,13 +43,6 @@ def _discrete_colorscale(colors: Sequence[str]) -> list[list]:
         scale.append([i / count, color])
         scale.append([(i + 1) / count, color])
     return scale
-
-
-def devices_label(devices: Sequence[int], limit: int = 4) -> str:
-    """``0,4`` or ``0,1,2…15 (16)`` for long lists."""
-    if len(devices) <= limit:
-        return ",".join(str(d) for d in devices)
-    return ",".join(str(d) for d in devices[: limit - 1]) + f"…{devices[-1]} ({len(devices)})"
 
 
 def _coords_text(device: int, mesh: MeshInfo, coords: dict[int, tuple[int, ...]]) -> str:

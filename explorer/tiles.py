@@ -59,6 +59,13 @@ class Tile:
         return tuple(stop - start for start, stop in self.index)
 
 
+def devices_label(devices: Sequence[int], limit: int = 4) -> str:
+    """``0,4`` or ``0,1,2…15 (16)`` for long lists: how figures and text grids name a block's holders."""
+    if len(devices) <= limit:
+        return ",".join(str(d) for d in devices)
+    return ",".join(str(d) for d in devices[: limit - 1]) + f"…{devices[-1]} ({len(devices)})"
+
+
 def shard_counts(spec: Sequence[SpecEntry], mesh: MeshInfo) -> tuple[int, ...]:
     """How many blocks each dimension is cut into."""
     return tuple(math.prod(mesh.axis_size(a) for a in spec_axes(entry)) for entry in spec)
