@@ -7,6 +7,8 @@ alternation (A B A B ...), and in one process for the warm and rules-only cases.
 
     python benchmarks/analyze.py [--rounds 5]
 
+The command line's ``analyze --json`` (layout file in, JSON out) is timed the same way.
+
 Goals: whole process <= 1.5x the bare recipe; a rules-only re-analysis (model cached)
 <= 0.2x the bare recipe.
 """
@@ -73,6 +75,24 @@ def explorer_analysis(rules=None) -> int:
     return len(analyze(parse_layout(layout)).arrays)
 
 
+def command_line_json() -> None:
+    """``python -m explorer analyze LAYOUT --json``, output discarded: what a CI job runs."""
+    import contextlib
+    import io
+    import json
+    import tempfile
+
+    from explorer.__main__ import main
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(LLAMA_7B, handle)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            main(["analyze", handle.name, "--json"])
+    finally:
+        os.unlink(handle.name)
+
+
 def _fresh_process(which: str) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, __file__, "--child", which], check=True, cwd=ROOT)
@@ -92,25 +112,29 @@ def _summary(name: str, samples: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--child", choices=["bare", "explorer"])
+    parser.add_argument("--child", choices=["bare", "explorer", "cli"])
     args = parser.parse_args()
     os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
     if args.child:
         from explorer import devices
 
         devices.configure()
-        (bare_recipe if args.child == "bare" else explorer_analysis)()
+        {"bare": bare_recipe, "explorer": explorer_analysis, "cli": command_line_json}[args.child]()
         return
 
     print(f"Llama-2-7B shapes (32 unscanned layers) on a planned 16x16 mesh, {args.rounds} rounds, A B A B ...")
-    bare_cold, explorer_cold = [], []
+    bare_cold, explorer_cold, cli_cold = [], [], []
     for _ in range(args.rounds):
         bare_cold.append(_fresh_process("bare"))
         explorer_cold.append(_fresh_process("explorer"))
+        cli_cold.append(_fresh_process("cli"))
     ratios = [e / b for e, b in zip(explorer_cold, bare_cold)]
+    cli_ratios = [c / b for c, b in zip(cli_cold, bare_cold)]
     print(_summary("bare recipe, whole process", bare_cold))
     print(_summary("explorer, whole process", explorer_cold))
+    print(_summary("analyze --json, whole process", cli_cold))
     print(f"ratio explorer / bare (whole process): median {statistics.median(ratios):.2f}x  (goal <= 1.5x)")
+    print(f"ratio analyze --json / bare (whole process): median {statistics.median(cli_ratios):.2f}x  (goal <= 1.5x)")
 
     from explorer import devices
 

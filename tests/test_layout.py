@@ -9,7 +9,7 @@ import pytest
 from explorer import models
 from explorer.analysis import analyze
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_json, parse_layout
+from explorer.layout import SEED_LAYOUT, Layout, layout_errors, load_layout_json, parse_layout
 
 
 def refuse(data, field, *fragments):
@@ -126,3 +126,17 @@ def test_bad_json_names_the_file_and_problem():
 def test_layout_round_trips_through_its_file_form(seed_dict):
     layout = parse_layout(seed_dict)
     assert load_layout_json(layout.to_json()) == layout
+
+
+def test_every_invalid_field_is_reported_at_once(seed_dict):
+    seed_dict["name"] = ""
+    seed_dict["mesh"]["shape"] = [2, "x-4"]
+    seed_dict["rules"] = [["batch", "data"], ["hidden", "tensor"]]  # checked against the axes, whatever the shape
+    seed_dict["model"]["options"].update(batch=0, depth="wide")
+    errors = layout_errors(seed_dict)
+    assert [e.field for e in errors] == ["name", "mesh.shape[1]", "rules[1]", "model.options.batch", "model.options.depth"]
+    assert "'x-4' is not a positive whole number" in str(errors[1])
+    with pytest.raises(ExplorerError) as caught:
+        parse_layout(seed_dict)
+    assert str(caught.value) in [str(e) for e in errors]
+    assert layout_errors(SEED_LAYOUT) == ()
