@@ -150,6 +150,12 @@ def jax_mesh(shape: tuple[int, ...], axes: tuple[str, ...]) -> Mesh | AbstractMe
     return jax.make_mesh(shape, axes, axis_types=axis_types, devices=jax.devices()[:size])
 
 
+def logical_names(model_spec) -> tuple[str, ...]:
+    """Every logical axis name the model's arrays carry, sorted (what a rules preset is written for)."""
+    model = abstract_model(model_spec)
+    return tuple(sorted({n for a in model.arrays if a.logical_axes for n in a.logical_axes if n}))
+
+
 def analyze(layout: Layout) -> Report:
     """The sharding of every array in ``layout``'s train step.
 

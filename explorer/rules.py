@@ -180,18 +180,29 @@ def _dim_trace(dim: int, name: str | None, entry: SpecEntry, rule: int | None, s
     return DimTrace(dim, name, spec_axes(entry), rule, tuple(skipped), status)
 
 
-def preset_rules(preset: str, mesh_axes: Sequence[str]) -> tuple[RulePair, ...]:
+def preset_rules(preset: str, mesh_axes: Sequence[str], names: Sequence[str] | None = None) -> tuple[RulePair, ...]:
     """Rules for a named preset, written for the given mesh axes.
 
     The first mesh axis plays the data (batch) role and the last one the model
     (tensor) role; on a 1-D mesh both roles fall on the same axis. The presets cover
     the logical names of every built-in model (the MLP's batch/embed/hidden and the
     transformer's batch/length/embed/heads/kv_heads/kv/mlp/vocab/layer).
+
+    With ``names`` (the logical names one model uses) the rules are written for that
+    model: rules for names it lacks are dropped, and each name the preset leaves alone
+    gets an explicit ``(name, None)``, so the layout has no unused rule and no unmatched name.
+
+    >>> preset_rules("fsdp", ("data", "model"), names=("batch", "embed", "hidden"))
+    (('batch', 'data'), ('embed', 'data'), ('hidden', None))
     """
     if preset not in PRESETS:
         raise ExplorerError("rules preset", preset, f"is not a preset; choose one of {sorted(PRESETS)}")
     data, model = mesh_axes[0], mesh_axes[-1]
-    return PRESETS[preset](data, model)
+    rules = PRESETS[preset](data, model)
+    if names is None:
+        return rules
+    named = {logical for logical, _ in rules}
+    return tuple(r for r in rules if r[0] in names) + tuple((n, None) for n in sorted(set(names) - named))
 
 
 def _tensor_parallel(data: str, model: str) -> tuple[RulePair, ...]:

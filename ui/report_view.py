@@ -11,8 +11,9 @@ from explorer.analysis import KIND_LABELS, ArrayInfo, Report
 from explorer.rules import format_rule
 from explorer.text import arrays_frame, human_bytes, markdown_literal
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
+from ui import share_panel
 
-SELECTED = "selected_path"
+from ui.state import SELECTED
 WARNING_TITLES = {
     "indivisible": "Dimensions the mesh does not divide",
     "rule-unused": "Rules that never apply",
@@ -90,6 +91,7 @@ def _array_table(report: Report) -> ArrayInfo | None:
     if st.session_state.get(SELECTED) not in paths:
         st.session_state[SELECTED] = _default_selection(report)
     path = st.selectbox("Array", paths, key=SELECTED)
+    share_panel.sync_selection(path)
     return report.array(path)
 
 

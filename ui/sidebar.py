@@ -16,12 +16,17 @@ import pandas as pd
 import streamlit as st
 
 from explorer import devices
-from explorer.models import MODELS, allowed_factories, is_factory
+from explorer.analysis import logical_names
+from explorer.layout import ModelSpec
+from explorer.models import MODELS, allowed_factories, is_factory, validate_model
 from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules, spec_axes, spec_entry
 from ui import share_panel, state
 
 RULE_COLUMNS = ["#", "logical name", "mesh axes"]
-PRESET_DESCRIPTIONS_HELP = "Rules written for the current mesh axes: the first axis plays data, the last plays model."
+PRESET_DESCRIPTIONS_HELP = (
+    "Rules written for the current mesh axes and model: the first axis plays data, the last plays model; "
+    "the model's other logical names are replicated explicitly."
+)
 
 
 @dataclass
@@ -86,7 +91,8 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     if preset:
         st.caption(PRESET_DESCRIPTIONS[preset])
     if st.button("Apply preset", key="apply_preset", disabled=not (mesh_axes and preset), width="stretch"):
-        state.set_rules([[logical, list(spec_axes(mesh))] for logical, mesh in preset_rules(preset, mesh_axes)])
+        rules = preset_rules(preset, mesh_axes, names=_model_names())
+        state.set_rules([[logical, list(spec_axes(mesh))] for logical, mesh in rules])
     state.keep_rules_edits(page, mesh_axes)
     base = pd.DataFrame(
         [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
@@ -112,6 +118,16 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
         state.set_rules([[logical, axes] for _, logical, axes in rows])
         st.rerun()
     return [[logical, spec_entry(axes)] for _, logical, axes in rows], st.container(key="rules_messages")
+
+
+def _model_names() -> tuple[str, ...] | None:
+    """The logical names of the sidebar's model, so a preset is written for it; None while the model is invalid."""
+    name = st.session_state.get(state.MODEL)
+    options = _factory_options() if is_factory(name) else state.model_options(name)
+    try:
+        return logical_names(validate_model(ModelSpec(name=name, options=options)))
+    except ValueError:  # ExplorerError, or pydantic's for options that are not a mapping
+        return None
 
 
 def _rule_rows(edited: pd.DataFrame) -> list[list[Any]]:
@@ -146,6 +162,7 @@ def _model_section() -> tuple[dict[str, Any], Any]:
         return {"name": name, "options": _factory_options()}, st.container(key="model_messages")
     entry = MODELS[name]
     if entry.presets:
+        st.session_state[f"size_preset::{name}"] = _matching_preset(entry, state.model_options(name))
         st.selectbox(
             "Size preset", ["custom"] + list(entry.presets), key=f"size_preset::{name}",
             on_change=_apply_size_preset, args=(name,),
@@ -154,6 +171,14 @@ def _model_section() -> tuple[dict[str, Any], Any]:
         for field, info in entry.options.model_fields.items():
             _option_widget(name, field, info)
     return {"name": name, "options": state.model_options(name)}, st.container(key="model_messages")
+
+
+def _matching_preset(entry, options: dict[str, Any]) -> str:
+    """The size preset whose every value the options carry (a link or file of a preset names it), else "custom"."""
+    for preset, values in entry.presets.items():
+        if all(options.get(field) == value for field, value in values.items()):
+            return preset
+    return "custom"
 
 
 def _apply_size_preset(model: str) -> None:

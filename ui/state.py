@@ -27,12 +27,13 @@ LAST_VALID = "last_valid_layout"
 TIMING_RESULTS = "timing_results"  # layout_key -> TimingResult, written by the Timing page, read by Compare
 RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
 RULES_EDITOR = "rules_editor_identity"  # (page, mesh axes) of the rules table last drawn
+SELECTED = "selected_path"  # the array drawn on the Layout page; a link carries it as ``array``
 
 # Values of widgets that must survive a page switch: the layout in the sidebar, and the
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
 # being typed). Uploaded files cannot be carried: Streamlit does not let code set them.
 KEPT_WIDGETS = (
-    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS,
+    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS, SELECTED,
     "timing_steps", "timing_warmup", "race_rounds", "race_steps", "compare_sources", "compare_links", "library_name",
 )
 KEPT_WIDGET_PREFIXES = ("option::", "size_preset::")
