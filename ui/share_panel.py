@@ -76,7 +76,11 @@ def render(layout: Layout) -> None:
     st.file_uploader("Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload)
     show_message("upload")
     with st.expander("Copy as code"):
-        st.caption("Mesh and rules for a training script (the Flax guide's recipe):")
+        st.caption(
+            "A complete script: mesh, rules and the Flax guide's recipe, printing every parameter's sharding. It runs "
+            "as pasted in this project's folder on as many devices as the mesh needs (JAX_NUM_CPU_DEVICES=8 on a "
+            "laptop); swap the model block for your own module."
+        )
         st.code(python_snippet(layout), language="python")
         st.caption("The rules as MaxText-style logical_axis_rules:")
         st.code(maxtext_yaml(layout), language="yaml")
