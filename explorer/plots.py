@@ -22,6 +22,9 @@ MAX_STRIPES = 16  # more replicas than this draw as one grey block with a count
 MAX_LABELLED_TILES = 256
 GREY = "#d0d4da"
 DIM = "#eef0f3"
+# Anchored by its bottom just above the plot area: when it wraps on a narrow page, plotly grows
+# the top margin instead of laying the second line over the bars.
+LEGEND_ABOVE = dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom")
 KIND_COLORS = {"param": "#4C78A8", "opt_state": "#F58518", "input": "#54A24B", "activation": "#B279A2"}
 
 
@@ -213,7 +216,7 @@ def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
         )
     figure.update_layout(
         barmode="stack", height=260, margin=dict(l=50, r=10, t=30, b=40), yaxis_title="MiB per device",
-        xaxis_title="device", xaxis_type="category", legend=dict(orientation="h", y=1.15), plot_bgcolor="white",
+        xaxis_title="device", xaxis_type="category", legend=LEGEND_ABOVE, plot_bgcolor="white",
     )
     return figure
 
@@ -253,7 +256,7 @@ def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure
         )
     figure.update_layout(
         barmode="group", height=300, yaxis_title="MiB per device", margin=dict(l=50, r=10, t=30, b=40),
-        legend=dict(orientation="h", y=1.15), plot_bgcolor="white",
+        legend=LEGEND_ABOVE, plot_bgcolor="white",
     )
     return figure
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import streamlit as st
 
+from explorer import devices
 from explorer.analysis import Report, analyze
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, layout_errors, parse_layout
@@ -74,6 +76,17 @@ def describe(error: ExplorerError) -> str:
             text += f": {error}."
             return text + (f" Allowed: {allowed}." if allowed else "")
     return str(error)
+
+
+def simulated_devices_note() -> None:
+    """On simulated CPU devices, say what timings there can and cannot tell."""
+    info = devices.describe()
+    if info["platform"] == "cpu" and info["count"] > 1:
+        st.info(
+            f"These {info['count']} devices are simulated on this machine's CPU and share its {os.cpu_count()} cores: "
+            "step times and ratios here speak about the program XLA compiled (its collectives, the work each device "
+            "does), not about how fast the layout would run on accelerators."
+        )
 
 
 def _flag_layout_problems(report: Report, slots: sidebar.Slots) -> None:

@@ -39,8 +39,11 @@ def _summary(report: Report) -> None:
         f"({human_bytes(totals.global_param_bytes)} unsharded)"
     )
     metrics = [(KIND_LABELS[kind].capitalize(), value) for kind, value in totals.by_kind().items()]
-    for column, (label, value) in zip(st.columns(5), metrics + [("Total", totals.total_bytes)]):
-        column.metric(f"{label} / device", human_bytes(value))
+    st.caption("Bytes each device holds")
+    # A wrapping row of content-sized metrics: whole numbers at any page width, never "298.1 ...".
+    row = st.container(horizontal=True, key="memory_metrics")
+    for label, value in metrics + [("Total", totals.total_bytes)]:
+        row.metric(label, human_bytes(value), width="content", border=True)
     with st.expander("Memory per device", expanded=mesh.size <= 64):
         st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
         st.caption(

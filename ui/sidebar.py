@@ -85,7 +85,7 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
 def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     st.subheader("Rules")
     preset = st.selectbox(
-        "Preset", list(PRESETS), index=None, placeholder="choose a preset to replace the rules",
+        "Preset", list(PRESETS), index=None, placeholder="choose a preset",
         key="rules_preset", help=PRESET_DESCRIPTIONS_HELP,
     )
     if preset:
@@ -104,10 +104,14 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
         hide_index=True,
         width="stretch",
         column_config={
-            "#": st.column_config.NumberColumn("#", help="Priority: rules apply in this order; edit to reorder", step=1, width=28),
-            "logical name": st.column_config.TextColumn("logical name", help="A logical axis name, e.g. batch", width=86),
+            # A new row gets the next number (not "None"): added rules apply last until renumbered.
+            "#": st.column_config.NumberColumn(
+                "#", help="Priority: rules apply in this order; edit to reorder", step=1, width=28, default=len(base)
+            ),
+            # Short headers: the sidebar may open at Streamlit's default 300 px, where "logical name" was cut off.
+            "logical name": st.column_config.TextColumn("logical", help="A logical axis name, e.g. batch", width=86),
             "mesh axes": st.column_config.MultiselectColumn(
-                "mesh axes", options=mesh_axes, help="None replicates; several shard over their product", width=96
+                "mesh", options=mesh_axes, help="Mesh axes: none replicates; several shard over their product", width=96
             ),
         },
     )
