@@ -185,3 +185,12 @@ def test_library_actions_answer_in_the_library_section(app, tmp_path, monkeypatc
     assert not app.exception
     assert any("team seed" in e.value and "exists" in e.value for e in app.sidebar.error), [e.value for e in app.sidebar.error]
     assert not app.main.error
+
+
+def test_a_library_name_too_long_is_refused_with_the_librarys_own_limit(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    app.text_input(key="library_name").input("x" * 130).run()
+    app.button(key="library_save").click().run()
+    assert not app.exception
+    errors = [e.value for e in app.sidebar.error]
+    assert len(errors) == 1 and "1-64 letters" in errors[0] and "120" not in errors[0], errors

@@ -147,6 +147,7 @@ def _library_action(action: str) -> None:
             st.session_state["library_choice"] = None
             text = f"Deleted '{chosen}'."
         elif action == "save":
+            library.check_name(name)  # the library's own limits first (64), not a layout name's (120)
             entry = library.save(name, _named(current, name))
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
             text = f"Saved '{name}'."
