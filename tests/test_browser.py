@@ -112,7 +112,7 @@ def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
     set_text(page, "mesh_shape_text", "2, x")
 
     expect_only_error_in(page, "mesh", "mesh.shape[1]", "'x'")  # the message slot under the mesh fields
-    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("not valid (mesh.shape[1])")
+    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("1 problem(s) (mesh.shape[1])")
     expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
     assert_seed_grid(page)  # the last valid layout is still drawn
     expect_mesh_ids(page)
