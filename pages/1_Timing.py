@@ -160,7 +160,8 @@ if timeable():
     warmup = middle.number_input("Warm-up steps", 0, 100, key="timing_warmup")
     start = right.button("Time train step", type="primary", key="time_button")
     st.caption(
-        f"Host memory needed on {report.mesh.size} simulated devices: about {human_bytes(host_footprint_bytes(report))}. "
+        f"Host memory needed on {report.mesh.size} simulated devices: at most about {human_bytes(host_footprint_bytes(report))} "
+        "(an estimate that bounds XLA's buffers for the step). "
         f"Timings queued right now: {TURNSTILE.queue_length()}."
     )
     if start:

@@ -36,7 +36,7 @@ METRICS_WHOLE = """() => [...document.querySelectorAll('[data-testid="stMetricVa
 LEGEND_CLEAR = """(selector) => {
     const chart = document.querySelector(selector + ' .js-plotly-plot');
     const legend = chart.querySelector('.legend').getBoundingClientRect();
-    const plot = chart.querySelector('.cartesianlayer .bg, .bglayer .bg').getBoundingClientRect();
+    const plot = chart.querySelector('.draglayer .nsewdrag').getBoundingClientRect();  // the plot area
     return legend.bottom <= plot.top + 1;
 }"""
 
