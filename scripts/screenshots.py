@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: m
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
 from tests.browser import (  # noqa: E402
-    RUN_TIMEOUT_MS,
     GRID,
     REPO,
+    RUN_TIMEOUT_MS,
     SIDEBAR,
     assert_no_exception,
     choose,
