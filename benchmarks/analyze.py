@@ -7,10 +7,15 @@ alternation (A B A B ...), and in one process for the warm and rules-only cases.
 
     python benchmarks/analyze.py [--rounds 5]
 
-Goals: whole process <= 1.0x the bare recipe; a rules-only re-analysis (model cached)
-<= 0.2x the bare recipe. A rule naming a logical name the model was never traced with
-re-traces the forward pass once (to see whether an activation carries it); that case is
-printed too. A line for a real external model (T5X's T5) compares with T5X's own recipe.
+The command line's ``analyze --json`` (layout file in, JSON out) is timed the same way.
+"Cold" runs start with an empty trace cache on disk, "warm" ones with the model's trace
+there from an earlier run (``explorer/trace_cache.py``).
+
+Goals: whole process <= 1.0x the bare recipe cold and <= 0.5x warm; a rules-only
+re-analysis (model in memory) <= 0.2x the bare recipe. A rule naming a logical name the
+model was never traced with re-traces the forward pass once (to see whether an activation
+carries it); that case is printed too. A line for a real external model (T5X's T5)
+compares with T5X's own recipe.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import os
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -113,9 +119,29 @@ def explorer_analysis(rules=None) -> int:
     return len(analyze(parse_layout(layout)).arrays)
 
 
-def _fresh_process(which: str) -> float:
+def command_line_json() -> None:
+    """``python -m explorer analyze LAYOUT --json``, output discarded: what a CI job runs."""
+    import contextlib
+    import io
+    import json
+    import tempfile
+
+    from explorer.__main__ import main
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(LLAMA_7B, handle)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            main(["analyze", handle.name, "--json"])
+    finally:
+        os.unlink(handle.name)
+
+
+def _fresh_process(which: str, cache: str) -> float:
+    """Seconds for a whole new process running ``which``, with the trace cache in ``cache``."""
+    env = {**os.environ, "EXPLORER_CACHE_DIR": cache}
     start = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--child", which], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, __file__, "--child", which], check=True, cwd=ROOT, env=env)
     return time.perf_counter() - start
 
 
@@ -132,7 +158,7 @@ def _summary(name: str, samples: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--child", choices=["bare", "explorer", "bare-t5x", "explorer-t5x"])
+    parser.add_argument("--child", choices=["bare", "explorer", "cli", "bare-t5x", "explorer-t5x"])
     args = parser.parse_args()
     os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
     if args.child:
@@ -140,33 +166,43 @@ def main() -> None:
 
         devices.configure()
         os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5X
-        {"bare": bare_recipe, "explorer": explorer_analysis, "bare-t5x": bare_t5x, "explorer-t5x": explorer_t5x}[args.child]()
+        children = {"bare": bare_recipe, "explorer": explorer_analysis, "cli": command_line_json,
+                    "bare-t5x": bare_t5x, "explorer-t5x": explorer_t5x}
+        children[args.child]()
         return
 
     print(f"Llama-2-7B shapes (32 unscanned layers) on a planned 16x16 mesh, {args.rounds} rounds, A B A B ...")
-    bare_cold, explorer_cold = [], []
+    warm_cache = tempfile.mkdtemp(prefix="explorer-bench-warm-")
+    _fresh_process("explorer", warm_cache)  # fills the warm cache once
+    bare_cold, explorer_cold, explorer_warm, cli_cold = [], [], [], []
     for _ in range(args.rounds):
-        bare_cold.append(_fresh_process("bare"))
-        explorer_cold.append(_fresh_process("explorer"))
-    ratios = [e / b for e, b in zip(explorer_cold, bare_cold)]
+        bare_cold.append(_fresh_process("bare", tempfile.mkdtemp()))
+        explorer_cold.append(_fresh_process("explorer", tempfile.mkdtemp()))
+        explorer_warm.append(_fresh_process("explorer", warm_cache))
+        cli_cold.append(_fresh_process("cli", tempfile.mkdtemp()))
     print(_summary("bare recipe, whole process", bare_cold))
-    print(_summary("explorer, whole process", explorer_cold))
-    print(f"ratio explorer / bare (whole process): median {statistics.median(ratios):.2f}x  (goal <= 1.0x)")
+    print(_summary("explorer, whole process, cold", explorer_cold))
+    print(_summary("explorer, whole process, warm", explorer_warm))
+    print(_summary("analyze --json, whole process, cold", cli_cold))
+    for label, samples, goal in (("cold", explorer_cold, 1.0), ("warm", explorer_warm, 0.5), ("analyze --json cold", cli_cold, 1.0)):
+        ratios = [e / b for e, b in zip(samples, bare_cold)]
+        print(f"ratio explorer {label} / bare (whole process): median {statistics.median(ratios):.2f}x  (goal <= {goal}x)")
 
     print(f"T5X's T5 (tests/external, 8+8 layers, d_model 512) on 2x4 with T5X's rules, {args.rounds} rounds")
     bare_t5, explorer_t5 = [], []
     for _ in range(args.rounds):
-        bare_t5.append(_fresh_process("bare-t5x"))
-        explorer_t5.append(_fresh_process("explorer-t5x"))
+        bare_t5.append(_fresh_process("bare-t5x", tempfile.mkdtemp()))
+        explorer_t5.append(_fresh_process("explorer-t5x", tempfile.mkdtemp()))
     print(_summary("bare T5X recipe, whole process", bare_t5))
-    print(_summary("explorer, whole process", explorer_t5))
+    print(_summary("explorer, whole process, cold", explorer_t5))
     ratios = [e / b for e, b in zip(explorer_t5, bare_t5)]
-    print(f"ratio explorer / bare (T5X, whole process): median {statistics.median(ratios):.2f}x")
+    print(f"ratio explorer / bare (T5X, whole process, cold): median {statistics.median(ratios):.2f}x")
 
     from explorer import devices
 
     devices.configure()
-    explorer_analysis()  # warm the model cache once
+    os.environ["EXPLORER_CACHE_DIR"] = "off"
+    explorer_analysis()  # the model in memory once
     bare_warm, rules_only, new_name = [], [], []
     for round_index in range(args.rounds):
         bare_warm.append(_timed(bare_recipe))

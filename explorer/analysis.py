@@ -58,11 +58,24 @@ class ArrayInfo:
         return repr(PartitionSpec(*self.spec))
 
 
+
+
 @dataclasses.dataclass(frozen=True)
-class Warning:
+class Finding:
+    """Something about a layout worth a person's attention: a ``code``, a sentence, and the array concerned.
+
+    ``level`` is ``"error"`` for what JAX would refuse (a dimension the mesh does not
+    divide, a mesh axis the mesh lacks or used twice in one array) and ``"warning"`` for the rest (a rule that never applies, a name no rule
+    covers, a large replicated array).
+    """
+
     code: str
     message: str
     path: str | None = None
+
+    @property
+    def level(self) -> str:
+        return "error" if self.code in ERROR_CODES else "warning"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +110,7 @@ class Report:
     mesh: MeshInfo
     arrays: tuple[ArrayInfo, ...]
     totals: Totals
-    warnings: tuple[Warning, ...]
+    warnings: tuple[Finding, ...]
     framework: str = "linen"
 
     @property
@@ -149,6 +162,11 @@ def model_of(layout: Layout) -> AbstractModel:
     return abstract_model(layout.model, names, tuple(layout.mesh.axes))
 
 
+def logical_names(model_spec, mesh_axes: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Every logical axis name the model's arrays carry, sorted (what a rules preset is written for)."""
+    return tuple(sorted(abstract_model(model_spec, frozenset(), tuple(mesh_axes)).logical_names))
+
+
 def analyze(layout: Layout) -> Report:
     """The sharding of every array in ``layout``'s train step.
 
@@ -162,11 +180,11 @@ def analyze(layout: Layout) -> Report:
     model = model_of(layout)
     mesh = mesh_info(layout.mesh)
     rules = layout.rules_for_flax()
-    problems: list[Warning] = []
+    problems: list[Finding] = []
     arrays = tuple(_array_info(a, rules, mesh, model.framework, problems) for a in model.arrays)
     warnings = problems + _warnings(arrays, rules, mesh) + _semantics_differ(model, rules, mesh)
     if model.loops_without_length:
-        warnings.append(Warning(
+        warnings.append(Finding(
             "loop-without-length",
             f"{model.loops_without_length} declared activation(s) sit in a while loop with no static length: "
             "they are listed once, though the loop may run them many times.",
@@ -228,7 +246,7 @@ def _checked_spec(array: AbstractArray, resolution, rules, mesh: MeshInfo, probl
             else "the model's own annotation"
         )
         if unknown:
-            problems.append(Warning(
+            problems.append(Finding(
                 "unknown-mesh-axis",
                 f"{array.path}: dim {dim} is sharded over mesh axis '{unknown[0]}' by {source}, but the mesh has only "
                 f"{list(mesh.axes)}; JAX refuses this sharding. Fix: add a rule for '{trace.logical}' or rename the axis.",
@@ -236,7 +254,7 @@ def _checked_spec(array: AbstractArray, resolution, rules, mesh: MeshInfo, probl
             ))
             spec.append(None)
         elif twice:
-            problems.append(Warning(
+            problems.append(Finding(
                 "mesh-axis-twice",
                 f"{array.path}: mesh axis '{twice[0]}' shards dim {used[twice[0]]} and again dim {dim} (by {source}); "
                 "JAX refuses a mesh axis used twice. Fix: map one of these names elsewhere or to null.",
@@ -249,7 +267,7 @@ def _checked_spec(array: AbstractArray, resolution, rules, mesh: MeshInfo, probl
     return tuple(spec)
 
 
-def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: MeshInfo) -> list[Warning]:
+def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: MeshInfo) -> list[Finding]:
     """Where Linen and NNX semantics would shard this layout differently (people move between them)."""
     other = "nnx" if model.framework == "linen" else "linen"
     differing = []
@@ -270,7 +288,7 @@ def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: Mes
         return []
     path, mine, theirs = differing[0]
     label = {"linen": "Linen", "nnx": "NNX"}
-    return [Warning(
+    return [Finding(
         "semantics-differ",
         f"{len(differing)} array(s) would be sharded differently under Flax {label[other]}'s rule semantics than under "
         f"{label[model.framework]}'s (this model's), e.g. {path}: {PartitionSpec(*mine)} here, {PartitionSpec(*theirs)} "
@@ -300,7 +318,7 @@ def _totals(arrays: Sequence[ArrayInfo]) -> Totals:
     )
 
 
-def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: MeshInfo) -> list[Warning]:
+def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: MeshInfo) -> list[Finding]:
     warnings = [w for info in arrays for w in _indivisible(info, mesh)]
     warnings += _unused_rules(arrays, rules)
     warnings += _unmatched_names(arrays)
@@ -308,7 +326,7 @@ def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: Mesh
     return warnings
 
 
-def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Warning]:
+def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Finding]:
     found = []
     for dim, (size, entry) in enumerate(zip(info.shape, info.spec)):
         axes = spec_axes(entry)
@@ -316,7 +334,7 @@ def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Warning]:
         if product > 1 and size % product:
             name = info.logical_axes[dim] if info.logical_axes else None
             padded = -(-size // product) * product
-            found.append(Warning(
+            found.append(Finding(
                 "indivisible",
                 f"{info.path}: dim {dim} ('{name}') has size {size}, which mesh axes {' x '.join(axes)} "
                 f"(product {product}) do not divide; JAX refuses this sharding. Fix: make it a multiple of "
@@ -326,7 +344,7 @@ def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Warning]:
     return found
 
 
-def _unused_rules(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair]) -> list[Warning]:
+def _unused_rules(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair]) -> list[Finding]:
     used = {d.rule for info in arrays for d in info.trace if d.rule is not None}
     names = {n for info in arrays if info.logical_axes for n in info.logical_axes if n}
     found = []
@@ -337,18 +355,18 @@ def _unused_rules(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair]) -> lis
             why = f"no array has a dimension named '{rule[0]}'"
         else:
             why = "every dimension it names was decided by an earlier rule or its mesh axes were taken"
-        found.append(Warning("rule-unused", f"rule {index} {format_rule(rule)} never applies: {why}.", None))
+        found.append(Finding("rule-unused", f"rule {index} {format_rule(rule)} never applies: {why}.", None))
     return found
 
 
-def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Warning]:
+def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Finding]:
     unmatched: dict[str, int] = {}
     for info in arrays:
         for dim in info.trace:
             if dim.status == "unmatched":
                 unmatched[dim.logical] = unmatched.get(dim.logical, 0) + 1
     return [
-        Warning(
+        Finding(
             "name-unmatched",
             f"logical name '{name}' matches no rule, so it is replicated in {count} array dimension(s); "
             f"add a rule ['{name}', <mesh axis>] to shard it, or ['{name}', null] to say replication is intended.",
@@ -358,7 +376,7 @@ def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Warning]:
     ]
 
 
-def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3) -> list[Warning]:
+def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3) -> list[Finding]:
     if mesh.size == 1:
         return []
     replicated = [
@@ -367,7 +385,7 @@ def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3)
     ]
     replicated.sort(key=lambda a: a.global_bytes, reverse=True)
     return [
-        Warning(
+        Finding(
             "replicated-large",
             f"{a.path} ({a.global_bytes / 2**20:,.1f} MiB) is fully replicated: every one of the "
             f"{mesh.size} devices holds all of it.",
@@ -445,5 +463,5 @@ def report_to_dict(report: Report, include_tiles: bool = False) -> dict[str, Any
         "resolution_order": report.resolution_order,
         "arrays": [array_to_dict(a, report, include_tiles) for a in report.arrays],
         "totals": report.totals.as_dict(),
-        "warnings": [dataclasses.asdict(w) for w in report.warnings],
+        "warnings": [dataclasses.asdict(w) | {"level": w.level} for w in report.warnings],
     }

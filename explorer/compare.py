@@ -61,13 +61,20 @@ def race(
     steps: int = 10,
     warmup: int = 2,
     on_round: Callable[[int, "RaceResult"], None] | None = None,
+    on_phase: Callable[[int, int, str], None] | None = None,
 ) -> RaceResult:
-    """Time the layouts A B C A B C ... for ``rounds`` rounds of ``steps`` steps each."""
+    """Time the layouts A B C A B C ... for ``rounds`` rounds of ``steps`` steps each.
+
+    ``on_phase(round, layout index, phase)`` reports each timing's stage ("compiling",
+    "warming up", "timing", ...) and ``on_round(round, result so far)`` each finished round,
+    so a caller can show the true stage and keep the rounds done if it stops the race.
+    """
     medians: list[list[float]] = [[] for _ in layouts]
     result = RaceResult(tuple(l.name for l in layouts), (), steps)
     for round_index in range(rounds):
         for index, layout in enumerate(layouts):
-            medians[index].append(time_layout(layout, steps=steps, warmup=warmup).step_s.median)
+            phase = None if on_phase is None else (lambda name, r=round_index, i=index: on_phase(r, i, name))
+            medians[index].append(time_layout(layout, steps=steps, warmup=warmup, on_phase=phase).step_s.median)
         result = RaceResult(result.names, tuple(tuple(m) for m in medians), steps)
         if on_round:
             on_round(round_index, result)

@@ -27,6 +27,7 @@ from explorer.abstract import AbstractModel, init_fn
 from explorer.analysis import Report, analyze, jax_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
+from explorer.rules import spec_entry
 
 MEMORY_FRACTION = 0.6  # refuse a state whose estimated host footprint exceeds this share of available memory
 CACHE_SIZE = 4
@@ -219,9 +220,8 @@ def _with_sharding(sharding: NamedSharding, leaf: Any) -> Any:
 
 def _normal_spec(spec: Any, ndim: int) -> tuple[Any, ...]:
     """A spec padded to ``ndim`` entries, one-axis tuples as plain names: comparable."""
-    entries = [e[0] if isinstance(e, tuple) and len(e) == 1 else (tuple(e) if isinstance(e, (tuple, list)) else e) for e in spec]
-    entries += [None] * (ndim - len(entries))
-    return tuple(None if e == () else e for e in entries)
+    entries = [spec_entry(e) if e is None or isinstance(e, (str, tuple, list)) else e for e in spec]
+    return tuple(entries) + (None,) * (ndim - len(entries))
 
 
 def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs, param_shardings) -> tuple[ActivationCheck, ...]:

@@ -32,11 +32,13 @@ from pydantic import (
 )
 
 from explorer.errors import ExplorerError
+from explorer.rules import MeshAxes, spec_axes, spec_entry
 
 MAX_DEVICES = 65_536
 AXIS_NAME = r"^[A-Za-z_][A-Za-z0-9_\-]{0,31}$"
 
-MeshAxes = Union[None, StrictStr, tuple[StrictStr, ...]]
+# A rule's mesh field as the file writes it (rules.SpecEntry, strictly typed for validation).
+RuleMesh = Union[None, StrictStr, tuple[StrictStr, ...]]
 
 
 class _Frozen(BaseModel):
@@ -49,12 +51,19 @@ class MeshSpec(_Frozen):
     shape: tuple[StrictInt, ...] = Field(min_length=1, max_length=8)
     axes: tuple[Any, ...] = Field(min_length=1, max_length=8)
 
+    @field_validator("shape", mode="before")
+    @classmethod
+    def _whole_sizes(cls, shape: Any) -> Any:
+        for i, size in enumerate(shape if isinstance(shape, (list, tuple)) else ()):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ExplorerError(
+                    f"mesh.shape[{i}]", size, "is not a positive whole number; a mesh shape is sizes like [2, 4]"
+                )
+        return shape
+
     @field_validator("shape")
     @classmethod
     def _positive_sizes(cls, shape: tuple[int, ...]) -> tuple[int, ...]:
-        for i, size in enumerate(shape):
-            if size < 1:
-                raise ExplorerError(f"mesh.shape[{i}]", size, "is not a positive integer")
         if math.prod(shape) > MAX_DEVICES:
             raise ExplorerError(
                 "mesh.shape", list(shape),
@@ -97,14 +106,12 @@ class Rule(_Frozen):
     """
 
     logical: StrictStr = Field(min_length=1, max_length=64)
-    mesh: MeshAxes = None
+    mesh: RuleMesh = None
 
     @property
-    def mesh_axes(self) -> tuple[str, ...]:
+    def mesh_axes(self) -> MeshAxes:
         """The mesh axes as a tuple, whatever form the rule was written in."""
-        if self.mesh is None:
-            return ()
-        return (self.mesh,) if isinstance(self.mesh, str) else tuple(self.mesh)
+        return spec_axes(self.mesh)
 
     def as_flax(self) -> tuple[str, str | tuple[str, ...] | None]:
         return (self.logical, self.mesh)
@@ -182,14 +189,7 @@ def _rule_from_pair(index: int, pair: Any) -> Any:
         mesh = tuple(mesh)
     if not (mesh is None or isinstance(mesh, str) or (isinstance(mesh, tuple) and all(isinstance(a, str) for a in mesh))):
         raise ExplorerError(f"rules[{index}][1]", mesh, "is not a mesh axis name, null or a list of mesh axis names")
-    return {"logical": logical, "mesh": _canonical_mesh(mesh)}
-
-
-def _canonical_mesh(mesh: Any) -> Any:
-    """One spelling per meaning: [] is null (replicate), ["data"] is "data"."""
-    if isinstance(mesh, tuple) and len(mesh) <= 1:
-        return mesh[0] if mesh else None
-    return mesh
+    return {"logical": logical, "mesh": spec_entry(mesh)}  # one spelling per meaning: [] is null, ["data"] is "data"
 
 
 def _explain(error: ValidationError) -> ExplorerError:
@@ -227,6 +227,67 @@ def parse_layout(data: Any) -> Layout:
         return Layout.model_validate(data)
     except ValidationError as error:
         raise _explain(error) from None
+
+
+def layout_errors(data: Any) -> tuple[ExplorerError, ...]:
+    """Every problem of a draft layout at once, one per field, in the order name, mesh, rules, model.
+
+    ``parse_layout`` stops at the first problem; a person fixing a form wants them all.
+    Each section is checked on its own against a valid stand-in for the others (rules
+    against the draft's mesh only when that mesh is valid).
+
+    >>> draft = {"name": "x", "mesh": {"shape": [2, -4], "axes": ["data", "model"]},
+    ...          "rules": [["batch", "data"]], "model": {"name": "mlp", "options": {"batch": 0, "depth": "wide"}}}
+    >>> [error.field for error in layout_errors(draft)]
+    ['mesh.shape[1]', 'model.options.batch', 'model.options.depth']
+    """
+    try:
+        parse_layout(data)
+        return ()
+    except ExplorerError as error:
+        first = error
+    if not isinstance(data, dict):
+        return (first,)
+    from explorer.models import option_errors
+
+    stand_in = {"name": "stand-in", "mesh": SEED_LAYOUT["mesh"], "rules": [], "model": SEED_LAYOUT["model"]}
+    probes = ([{"name": data["name"]}] if "name" in data else []) + [{"mesh": data.get("mesh")}]
+    mesh_valid = _problem({**stand_in, "mesh": data.get("mesh")}) is None
+    if mesh_valid:
+        probes.append({"mesh": data.get("mesh"), "rules": data.get("rules", [])})
+    else:
+        axes = [{"shape": [1] * len(data["mesh"]["axes"]), "axes": data["mesh"]["axes"]}] if _axes_only(data) else []
+        probes += [{"mesh": mesh, "rules": data.get("rules", [])} for mesh in axes]
+    probes.append({"model": data.get("model")})
+    found: list[ExplorerError] = []
+    for probe in probes:
+        problem = _problem({**stand_in, **probe})
+        if problem is not None:
+            found.append(problem)
+    model = data.get("model")
+    if isinstance(model, dict):
+        found += option_errors(model.get("name"), model.get("options", {}))
+    unique: dict[str, ExplorerError] = {}
+    for error in [first] + found:
+        unique.setdefault(str(error), error)
+    order = ("name", "mesh", "rules", "model")
+    return tuple(sorted(unique.values(), key=lambda e: next((i for i, p in enumerate(order) if e.field.startswith(p)), len(order))))
+
+
+def _problem(data: dict) -> ExplorerError | None:
+    try:
+        parse_layout(data)
+    except ExplorerError as error:
+        return error
+    return None
+
+
+def _axes_only(data: dict) -> bool:
+    """The draft's mesh names valid axes (its shape may be bad): rules can still be checked against them."""
+    mesh = data.get("mesh")
+    if not isinstance(mesh, dict) or not isinstance(mesh.get("axes"), list) or not mesh["axes"]:
+        return False
+    return _problem({"mesh": {"shape": [1] * len(mesh["axes"]), "axes": mesh["axes"]}, "rules": [], "model": SEED_LAYOUT["model"]}) is None
 
 
 def load_layout_json(text: str) -> Layout:

@@ -15,13 +15,16 @@ import plotly.graph_objects as go
 
 from explorer.analysis import KIND_LABELS, Totals
 from explorer.text import human_bytes
-from explorer.tiles import GridView, MeshInfo, Tile
+from explorer.tiles import GridView, MeshInfo, Tile, devices_label
 
 GOLDEN = 0.6180339887498949
 MAX_STRIPES = 16  # more replicas than this draw as one grey block with a count
 MAX_LABELLED_TILES = 256
 GREY = "#d0d4da"
 DIM = "#eef0f3"
+# Anchored by its bottom just above the plot area: when it wraps on a narrow page, plotly grows
+# the top margin instead of laying the second line over the bars.
+LEGEND_ABOVE = dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom")
 KIND_COLORS = {"param": "#4C78A8", "opt_state": "#F58518", "input": "#54A24B", "activation": "#B279A2"}
 
 
@@ -43,13 +46,6 @@ def _discrete_colorscale(colors: Sequence[str]) -> list[list]:
         scale.append([i / count, color])
         scale.append([(i + 1) / count, color])
     return scale
-
-
-def devices_label(devices: Sequence[int], limit: int = 4) -> str:
-    """``0,4`` or ``0,1,2…15 (16)`` for long lists."""
-    if len(devices) <= limit:
-        return ",".join(str(d) for d in devices)
-    return ",".join(str(d) for d in devices[: limit - 1]) + f"…{devices[-1]} ({len(devices)})"
 
 
 def _coords_text(device: int, mesh: MeshInfo, coords: dict[int, tuple[int, ...]]) -> str:
@@ -220,7 +216,7 @@ def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
         )
     figure.update_layout(
         barmode="stack", height=260, margin=dict(l=50, r=10, t=30, b=40), yaxis_title="MiB per device",
-        xaxis_title="device", xaxis_type="category", legend=dict(orientation="h", y=1.15), plot_bgcolor="white",
+        xaxis_title="device", xaxis_type="category", legend=LEGEND_ABOVE, plot_bgcolor="white",
     )
     return figure
 
@@ -260,7 +256,7 @@ def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure
         )
     figure.update_layout(
         barmode="group", height=300, yaxis_title="MiB per device", margin=dict(l=50, r=10, t=30, b=40),
-        legend=dict(orientation="h", y=1.15), plot_bgcolor="white",
+        legend=LEGEND_ABOVE, plot_bgcolor="white",
     )
     return figure
 

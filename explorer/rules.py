@@ -24,9 +24,9 @@ from typing import Literal, Sequence
 
 from explorer.errors import ExplorerError
 
-MeshAxes = tuple[str, ...]
-SpecEntry = None | str | tuple[str, ...]
-RulePair = tuple[str, None | str | tuple[str, ...]]
+MeshAxes = tuple[str, ...]  # the mesh axes one dimension is sharded over, in order; () = replicated
+SpecEntry = None | str | tuple[str, ...]  # the same, as written in a PartitionSpec or a rule
+RulePair = tuple[str, SpecEntry]
 
 RESOLUTION_ORDER = "linen: the first rule whose mesh axes are still free wins; later rules are fallbacks"
 
@@ -107,15 +107,27 @@ def format_rule(rule: RulePair) -> str:
     return f"({logical}, {mesh})"
 
 
-def _as_axes(mesh: None | str | Sequence[str]) -> MeshAxes:
-    if mesh is None:
+def spec_axes(entry: SpecEntry | Sequence[str]) -> MeshAxes:
+    """The mesh axes of a spec entry or a rule's mesh field, whatever form it was written in.
+
+    >>> spec_axes(None), spec_axes("model"), spec_axes(["data", "model"])
+    ((), ('model',), ('data', 'model'))
+    """
+    if entry is None:
         return ()
-    return (mesh,) if isinstance(mesh, str) else tuple(mesh)
+    return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
-def _entry(axes: MeshAxes) -> SpecEntry:
-    """Mesh axes as a spec entry, spelled as JAX prints it: None, 'axis' or ('a', 'b')."""
-    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+def spec_entry(axes: SpecEntry | Sequence[str]) -> SpecEntry:
+    """One spelling per meaning, as Flax and PartitionSpec write it: none is None, one axis its name.
+
+    >>> spec_entry([]), spec_entry(["model"]), spec_entry(("data", "model"))
+    (None, 'model', ('data', 'model'))
+    """
+    axes = spec_axes(axes)
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else axes
 
 
 def resolve(
@@ -176,7 +188,7 @@ def _resolve_linen(logical_axes: tuple, rules: tuple) -> Resolution:
         if decided[dim] is not None:
             skipped[dim].append(Skip(index, "already-decided", f"dim {dim} was already decided by rule {decided[dim]}"))
             continue
-        taken = _taken_by(_as_axes(mesh), assigned, [d is not None or f for d, f in zip(decided, fixed)], logical_axes)
+        taken = _taken_by(spec_axes(mesh), assigned, [d is not None or f for d, f in zip(decided, fixed)], logical_axes)
         if taken:
             skipped[dim].append(Skip(index, "mesh-axis-taken", taken))
             continue
@@ -186,7 +198,7 @@ def _resolve_linen(logical_axes: tuple, rules: tuple) -> Resolution:
         _dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim], "linen")
         for dim, name in enumerate(logical_axes)
     )
-    spec = tuple(_entry(_as_axes(a)) for a in assigned)
+    spec = tuple(spec_entry(a) for a in assigned)
     return Resolution(spec, dims, frozenset(d for d in decided if d is not None))
 
 
@@ -213,7 +225,7 @@ def _resolve_nnx(logical_axes: tuple, rules: tuple) -> Resolution:
     dims = tuple(
         _dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim], "nnx") for dim, name in enumerate(logical_axes)
     )
-    spec = tuple(_entry(_as_axes(a)) for a in assigned)
+    spec = tuple(spec_entry(a) for a in assigned)
     return Resolution(spec, dims, frozenset(d for d in decided if d is not None))
 
 
@@ -229,7 +241,7 @@ def _taken_by(axes: MeshAxes, assigned: list[SpecEntry], decided: list[bool], na
         if not decided[dim]:
             continue
         for axis in axes:
-            if axis in _as_axes(entry):
+            if axis in spec_axes(entry):
                 label = f"'{names[dim]}'" if isinstance(names[dim], str) else "(fixed by the model)"
                 return f"mesh axis '{axis}' is taken by dim {dim} {label}"
     return ""
@@ -243,27 +255,33 @@ def _dim_trace(dim: int, name: AxisName, entry: SpecEntry, rule: int | None, ski
     elif rule is None:
         status = "passed-through" if semantics == "nnx" else "all-skipped" if skipped else "unmatched"
     else:
-        status = "sharded" if _as_axes(entry) else "replicated-by-rule"
-    return DimTrace(dim, name, _as_axes(entry), rule, tuple(skipped), status)
+        status = "sharded" if spec_axes(entry) else "replicated-by-rule"
+    return DimTrace(dim, name, spec_axes(entry), rule, tuple(skipped), status)
 
 
-def spec_axes(entry: SpecEntry) -> MeshAxes:
-    """The mesh axes of one spec entry as a tuple."""
-    return _as_axes(entry)
-
-
-def preset_rules(preset: str, mesh_axes: Sequence[str]) -> tuple[RulePair, ...]:
+def preset_rules(preset: str, mesh_axes: Sequence[str], names: Sequence[str] | None = None) -> tuple[RulePair, ...]:
     """Rules for a named preset, written for the given mesh axes.
 
     The first mesh axis plays the data (batch) role and the last one the model
     (tensor) role; on a 1-D mesh both roles fall on the same axis. The presets cover
     the logical names of every built-in model (the MLP's batch/embed/hidden and the
     transformer's batch/length/embed/heads/kv_heads/kv/mlp/vocab/layer).
+
+    With ``names`` (the logical names one model uses) the rules are written for that
+    model: rules for names it lacks are dropped, and each name the preset leaves alone
+    gets an explicit ``(name, None)``, so the layout has no unused rule and no unmatched name.
+
+    >>> preset_rules("fsdp", ("data", "model"), names=("batch", "embed", "hidden"))
+    (('batch', 'data'), ('embed', 'data'), ('hidden', None))
     """
     if preset not in PRESETS:
         raise ExplorerError("rules preset", preset, f"is not a preset; choose one of {sorted(PRESETS)}")
     data, model = mesh_axes[0], mesh_axes[-1]
-    return PRESETS[preset](data, model)
+    rules = PRESETS[preset](data, model)
+    if names is None:
+        return rules
+    named = {logical for logical, _ in rules}
+    return tuple(r for r in rules if r[0] in names) + tuple((n, None) for n in sorted(set(names) - named))
 
 
 def _tensor_parallel(data: str, model: str) -> tuple[RulePair, ...]:

@@ -1,16 +1,22 @@
-"""Text for people: the command line's tables (via pandas), box-drawing device grids, byte sizes, and names made safe for Markdown."""
+"""Text for people: the command line's tables (via pandas), device grids drawn with box characters,
+byte sizes, and names made safe for Markdown.
+
+pandas is imported only by the functions that build tables, so ``analyze --json`` never loads it.
+"""
 
 from __future__ import annotations
 
 import itertools
 import re
-from typing import Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report
-from explorer.tiles import GridView, MeshInfo, block_ranges, grid_view, shard_counts
+from explorer.rules import SpecEntry
+from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Inline Markdown only: the escaped text never starts a line, so list and heading marks are harmless.
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>~$:|])")
@@ -29,8 +35,10 @@ def human_bytes(count: int) -> str:
     return str(count)
 
 
-def arrays_frame(report: Report) -> pd.DataFrame:
+def arrays_frame(report: Report) -> "pd.DataFrame":
     """One row per array: the table the dashboard and the command line both show."""
+    import pandas as pd
+
     return pd.DataFrame(
         {
             "path": a.path,
@@ -76,6 +84,62 @@ def report_table(report: Report, include_tiles: bool = False) -> str:
                 ranges = " x ".join(f"{a}:{b}" for a, b in tile.index) or "scalar"
                 lines.append(f"    [{ranges}] -> {list(tile.devices)}")
     return "\n".join(lines)
+
+
+def grid_text(
+    shape: Sequence[int],
+    spec: Sequence[SpecEntry],
+    mesh: MeshInfo,
+    dims: tuple[int | None, int | None] | None = None,
+    index: Mapping[int, int] | None = None,
+) -> str:
+    """Which devices hold which block, drawn with box characters like ``jax.debug.visualize_array_sharding``.
+
+    Any rank: ``dims`` are the (row, column) dimensions drawn (``default_dims`` when
+    None); every other dimension is cut at block ``index[dim]`` (default 0) and named
+    under the grid. Ranges label the rows and columns; each cell lists its devices.
+    Pure data in, a string out.
+
+    >>> mesh = MeshInfo((2, 2), ("data", "model"), ((0, 1), (2, 3)), abstract=False)
+    >>> print(grid_text((4, 6), ("data", None), mesh))
+          0:6
+        ┌─────┐
+    0:2 │ 0,1 │
+        ├─────┤
+    2:4 │ 2,3 │
+        └─────┘
+    >>> print(grid_text((4, 4, 6), ("data", "model", None), mesh, dims=(2, 1), index={0: 1}))
+          0:2   2:4
+        ┌─────┬─────┐
+    0:6 │  2  │  3  │
+        └─────┴─────┘
+    dim 0: block 1 of 2 (2:4)
+    """
+    shape = tuple(shape)
+    row_dim, col_dim = default_dims(shape, spec, mesh) if dims is None else dims
+    view = grid_view(shape, spec, mesh, row_dim, col_dim, dict(index or {}))
+    row_names = [f"{a}:{b}" if row_dim is not None else "" for a, b in view.rows]
+    col_names = [f"{a}:{b}" if col_dim is not None else "" for a, b in view.cols]
+    labels = [[devices_label(tile.devices, limit=8) for tile in row] for row in view.cells]
+    widths = [max(len(col_names[c]), *(len(labels[r][c]) for r in range(len(view.rows)))) + 2 for c in range(len(view.cols))]
+    margin = max(len(name) for name in row_names)
+    pad = " " * margin
+
+    def rule(left: str, middle: str, right: str) -> str:
+        return f"{pad} {left}" + middle.join("─" * w for w in widths) + right
+
+    lines = [f"{pad}  " + " ".join(name.center(w) for name, w in zip(col_names, widths)).rstrip()]
+    lines.append(rule("┌", "┬", "┐"))
+    for r, name in enumerate(row_names):
+        if r:
+            lines.append(rule("├", "┼", "┤"))
+        lines.append(f"{name.rjust(margin)} │" + "│".join(label.center(w) for label, w in zip(labels[r], widths)) + "│")
+    lines.append(rule("└", "┴", "┘"))
+    counts = shard_counts(tuple(spec) + (None,) * (len(shape) - len(spec)), mesh)
+    for dim, block in view.fixed:
+        start, stop = block_ranges(shape[dim], counts[dim])[block]
+        lines.append(f"dim {dim}: block {block} of {counts[dim]} ({start}:{stop})")
+    return "\n".join(line.rstrip() if not line.strip() else line for line in lines)
 
 
 def timing_text(result) -> str:

@@ -59,6 +59,13 @@ class Tile:
         return tuple(stop - start for start, stop in self.index)
 
 
+def devices_label(devices: Sequence[int], limit: int = 4) -> str:
+    """``0,4`` or ``0,1,2…15 (16)`` for long lists: how figures and text grids name a block's holders."""
+    if len(devices) <= limit:
+        return ",".join(str(d) for d in devices)
+    return ",".join(str(d) for d in devices[: limit - 1]) + f"…{devices[-1]} ({len(devices)})"
+
+
 def shard_counts(spec: Sequence[SpecEntry], mesh: MeshInfo) -> tuple[int, ...]:
     """How many blocks each dimension is cut into."""
     return tuple(math.prod(mesh.axis_size(a) for a in spec_axes(entry)) for entry in spec)
@@ -120,6 +127,26 @@ class GridView:
     cols: tuple[tuple[int, int], ...]
     cells: tuple[tuple[Tile, ...], ...]
     fixed: tuple[tuple[int, int], ...]
+
+
+def default_dims(shape: Sequence[int], spec: Sequence[SpecEntry], mesh: MeshInfo) -> tuple[int | None, int | None]:
+    """The (row, column) dimensions to draw first: the two cut into the most blocks, in array order.
+
+    Ties go to the later dimensions, so an unsharded array shows its last two. A 1-D
+    array has no row dimension and a scalar neither.
+
+    >>> mesh = MeshInfo((2, 4), ("data", "model"), ((0, 1, 2, 3), (4, 5, 6, 7)), abstract=False)
+    >>> default_dims((3, 64, 128), ("model", None, None), mesh)
+    (0, 2)
+    >>> default_dims((3, 64, 128), (None, None, None), mesh), default_dims((5,), (None,), mesh)
+    ((1, 2), (None, 0))
+    """
+    ndim = len(shape)
+    if ndim <= 2:
+        return (0 if ndim == 2 else None), (ndim - 1 if ndim >= 1 else None)
+    counts = shard_counts(tuple(spec) + (None,) * (ndim - len(spec)), mesh)
+    first, second = sorted(sorted(range(ndim), key=lambda d: (counts[d], d))[-2:])
+    return first, second
 
 
 def block_ranges(size: int, count: int) -> tuple[tuple[int, int], ...]:

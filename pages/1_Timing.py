@@ -13,7 +13,7 @@ from explorer.hlo import used as used_collectives
 from explorer.timing import TimingResult, time_layout
 from explorer.workers import time_local_processes
 from ui.turnstile import TURNSTILE
-from ui.current import current_layout
+from ui.current import current_layout, simulated_devices_note
 from ui.state import TIMING_RESULTS as RESULTS
 
 PARTIAL = "timing_partial"
@@ -30,6 +30,7 @@ st.caption(
     f"**{markdown_literal(layout.name)}** · {report.mesh.size} devices · the Flax guide's step: grad of the model's loss, "
     "Adam's apply_gradients, jitted with in/out shardings from the analysis under the mesh and the rules."
 )
+simulated_devices_note()
 
 
 def timeable() -> bool:
@@ -90,13 +91,14 @@ def run_timing(steps: int, warmup: int, processes: int) -> TimingResult | None:
 
 def show_result(result: TimingResult) -> None:
     steps = result.step_s
-    columns = st.columns(6)
-    columns[0].metric("Compile", f"{result.compile_s:.2f} s", help="cached: compiled earlier in this process" if result.cached else None)
-    columns[1].metric("Median step", f"{steps.median * 1e3:.1f} ms")
-    columns[2].metric("p10", f"{steps.p10 * 1e3:.1f} ms")
-    columns[3].metric("p90", f"{steps.p90 * 1e3:.1f} ms")
-    columns[4].metric("Steps / s", f"{result.steps_per_s:.2f}")
-    columns[5].metric("GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", help=f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
+    row = st.container(horizontal=True, key="timing_metrics")  # wraps on a narrow page instead of cutting values off
+    metric = lambda label, value, help=None: row.metric(label, value, help=help, width="content", border=True)  # noqa: E731
+    metric("Compile", f"{result.compile_s:.2f} s", "cached: compiled earlier in this process" if result.cached else None)
+    metric("Median step", f"{steps.median * 1e3:.1f} ms")
+    metric("p10", f"{steps.p10 * 1e3:.1f} ms")
+    metric("p90", f"{steps.p90 * 1e3:.1f} ms")
+    metric("Steps / s", f"{result.steps_per_s:.2f}")
+    metric("GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
     st.plotly_chart(plots.step_times_figure(steps.samples), key="step_times")
     spread = (
         f" In {result.processes} processes × {result.devices_per_process} devices (jax.distributed, gloo between "
@@ -181,7 +183,8 @@ if timeable():
     )
     start = right.button("Time train step", type="primary", key="time_button")
     st.caption(
-        f"Host memory needed on {report.mesh.size} simulated devices: about {human_bytes(host_footprint_bytes(report))}. "
+        f"Host memory needed on {report.mesh.size} simulated devices: at most about {human_bytes(host_footprint_bytes(report))} "
+        "(an estimate that bounds XLA's buffers for the step). "
         f"Timings queued right now: {TURNSTILE.queue_length()}."
     )
     if start:

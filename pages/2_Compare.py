@@ -1,7 +1,6 @@
 """Compare page: two or more layouts side by side, and a timing race that holds on a noisy machine."""
 
 import statistics
-from urllib.parse import parse_qsl, urlsplit
 
 import pandas as pd
 import streamlit as st
@@ -11,16 +10,17 @@ from explorer.analysis import analyze
 from explorer.compare import RaceResult, race, spec_differences
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, load_layout_json
-from explorer.share import params_to_layout
+from explorer.share import layout_from_link
 from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
 from explorer.hlo import used as used_collectives
 from ui.turnstile import TURNSTILE
-from ui.current import current_layout
+from ui.current import current_layout, simulated_devices_note
 from ui.state import TIMING_RESULTS
 
 CURRENT = "Current layout (sidebar)"
-RACE = "compare_race"
+RACE = "compare_race"  # (layout keys raced, labels, RaceResult so far, finished)
+RACE_ROUNDS = "compare_race_rounds"  # the rounds the last race was asked for
 
 st.set_page_config(page_title="Compare · Partition Explorer", page_icon="⚖️")
 st.title("Compare layouts")
@@ -55,7 +55,7 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
         if not line.strip():
             continue
         try:
-            layout = params_to_layout(dict(parse_qsl(urlsplit(line.strip()).query or line.strip().lstrip("?"))))
+            layout = layout_from_link(line)
             picked.append((f"link {number}: {layout.name}", layout))
         except ExplorerError as error:
             st.error(f"Link {number}: {error}")
@@ -97,6 +97,7 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
 def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
     st.subheader("Race")
     st.caption("Times the layouts in alternation (A B A B …): each round's ratio compares runs made moments apart, so machine noise largely cancels.")
+    simulated_devices_note()
     timeable = []
     for label, layout, report in zip(labels, layouts, reports):
         try:
@@ -113,21 +114,46 @@ def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
     rounds = left.number_input("Rounds", 1, 50, key="race_rounds")
     steps = middle.number_input("Steps per round", 1, 500, key="race_steps")
     if right.button("Start race", type="primary", key="race_button"):
-        progress = st.progress(0.0, text="waiting for a turn…")
-        TURNSTILE.enter(on_wait=lambda ahead: progress.progress(0.0, text=f"{ahead} timing(s) ahead of you"))
-        try:
-            result = race(
-                [l for _, l in timeable], rounds=int(rounds), steps=int(steps),
-                on_round=lambda i, _: progress.progress((i + 1) / int(rounds), text=f"round {i + 1} of {int(rounds)}"),
-            )
-        finally:
-            TURNSTILE.leave()
-        st.session_state[RACE] = (racing, [label for label, _ in timeable], result)
+        race_now([label for label, _ in timeable], [layout for _, layout in timeable], racing, int(rounds), int(steps))
     stored = st.session_state.get(RACE)
     if stored and stored[0] == racing:
-        show_race(*stored[1:])
+        labels_raced, result, finished = stored[1:]
+        if not finished:
+            asked = st.session_state.get(RACE_ROUNDS)
+            st.info(f"Stopped after {len(result.round_medians[0])} of {asked} rounds; the rounds finished are shown.")
+        if result.round_medians and result.round_medians[0]:
+            show_race(labels_raced, result)
     elif stored:
         st.caption("The last race was run on other layouts; start a new one to compare these.")
+
+
+def race_now(labels: list[str], layouts: list[Layout], racing: list[str], rounds: int, steps: int) -> None:
+    """Run the race with its true stage on show; Stop (a rerun) ends it and keeps the finished rounds."""
+    stop_slot = st.empty()
+    stop_slot.button("Stop", key="race_stop", help="Stops the race; the rounds finished so far are kept")
+    status = st.status("Race: waiting for a turn…", expanded=True)
+    progress = status.progress(0.0, text="queued")
+    st.session_state[RACE_ROUNDS] = rounds
+    st.session_state[RACE] = (racing, labels, RaceResult(tuple(l.name for l in layouts), tuple(() for _ in layouts), steps), False)
+
+    def on_wait(ahead: int) -> None:
+        progress.progress(0.0, text=f"waiting for a turn: {ahead} timing(s) ahead of you (one runs at a time)")
+
+    def on_phase(round_index: int, index: int, phase: str) -> None:
+        done = (round_index * len(layouts) + index) / (rounds * len(layouts))
+        progress.progress(done, text=f"round {round_index + 1} of {rounds} · {labels[index]}: {phase}…")
+
+    def on_round(round_index: int, result: RaceResult) -> None:
+        st.session_state[RACE] = (racing, labels, result, round_index + 1 == rounds)
+
+    TURNSTILE.enter(on_wait=on_wait)
+    try:
+        status.update(label="Racing", state="running", expanded=True)
+        race(layouts, rounds=rounds, steps=steps, on_round=on_round, on_phase=on_phase)
+    finally:
+        TURNSTILE.leave()
+    status.update(label=f"Raced {rounds} round(s)", state="complete", expanded=False)
+    stop_slot.empty()
 
 
 def show_race(labels: list[str], result: RaceResult) -> None:

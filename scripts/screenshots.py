@@ -25,6 +25,7 @@ from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 from tests.browser import (  # noqa: E402
     GRID,
     REPO,
+    RUN_TIMEOUT_MS,
     SIDEBAR,
     assert_no_exception,
     choose,
@@ -44,7 +45,6 @@ from tests.browser import (  # noqa: E402
 OUT = REPO / "docs" / "screenshots"
 VIEWPORT = {"width": 1600, "height": 2400}
 MAX_BYTES = 600 * 1024
-TIMING_TIMEOUT_MS = 180_000
 
 
 def link(name: str, **params: str) -> str:
@@ -86,8 +86,8 @@ def time_default_layout(page: Page, url: str) -> None:
     """The Timing page after timing the default layout with the default 20 steps."""
     open_timing(page, url)
     page.locator(f"{key_selector('time_button')} button").click()
-    expect(page.get_by_test_id("stMetric").filter(has_text="Median step")).to_be_visible(timeout=TIMING_TIMEOUT_MS)
-    wait_for_rerun(page, timeout_ms=TIMING_TIMEOUT_MS)
+    expect(page.get_by_test_id("stMetric").filter(has_text="Median step")).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    wait_for_rerun(page, timeout_ms=RUN_TIMEOUT_MS)
 
 
 def compare_with_link(page: Page) -> None:

@@ -1,6 +1,6 @@
 """Support for the real-browser tests: a Streamlit server, Chromium, reruns, screenshots, the rules editor.
 
-A pytest plugin (``pytest_plugins`` in ``tests/conftest.py``, so pytest rewrites its
+A pytest plugin (``pytest_plugins`` in the top-level ``conftest.py``, so pytest rewrites its
 asserts) giving the fixtures ``app_url``, ``browser``, ``blank_page`` and ``page``;
 also used directly by ``scripts/screenshots.py``.
 """
@@ -37,8 +37,13 @@ CHROMIUM_ARGS = [
 # than the viewport: a tall viewport is what captures the whole page.
 VIEWPORT = {"width": 1600, "height": 2600}
 DEVICES = 8
-SERVER_START_TIMEOUT = 60.0
-RERUN_TIMEOUT_MS = 30_000
+# Waits are for a slow or loaded machine, not a measure of speed: a test fails on wrong
+# behaviour, never because the machine is busy. Scale them all with EXPLORER_BROWSER_WAIT_S.
+WAIT_ENV = "EXPLORER_BROWSER_WAIT_S"
+WAIT_S = float(os.environ.get(WAIT_ENV) or 180)
+SERVER_START_TIMEOUT = WAIT_S
+RERUN_TIMEOUT_MS = int(WAIT_S * 1000)  # one rerun, the first chart, a page switch
+RUN_TIMEOUT_MS = int(WAIT_S * 4000)  # a compile and a timing run
 
 GRID = ".st-key-sharding_grid"
 SIDEBAR = "[data-testid='stSidebar']"

@@ -1,26 +1,10 @@
-"""Every test runs on 8 simulated CPU devices, configured before JAX starts a backend."""
+"""Fixtures shared by the tests (the devices are configured in the top-level conftest.py)."""
 
-import os
+import copy
 
-import tempfile  # noqa: E402
+import pytest
 
-os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
-# The traced-model disk cache goes to a fresh folder per test session, never the user's ~/.cache.
-os.environ["EXPLORER_CACHE_DIR"] = tempfile.mkdtemp(prefix="explorer-trace-cache-")
-
-from explorer import devices  # noqa: E402
-
-devices.configure(8)
-
-import copy  # noqa: E402
-
-import pytest  # noqa: E402
-
-from explorer.layout import SEED_LAYOUT  # noqa: E402
-
-# The browser tests' fixtures. Loaded as a plugin, after the devices are configured above,
-# so that pytest rewrites the asserts of its helpers (a plain import would not).
-pytest_plugins = ["tests.browser"]
+from explorer.layout import SEED_LAYOUT
 
 
 @pytest.fixture

@@ -137,8 +137,8 @@ def _state_shardings(abstract_state, param_shardings, mesh):
     return jax.tree_util.tree_map_with_path(pick, abstract_state)
 
 
-def linen_activations(layout) -> list[tuple[tuple, tuple]]:
-    """(shape, spec) of every constraint of the forward pass under the real mesh, except on parameter arguments."""
+def linen_activations(layout) -> list[tuple]:
+    """(shape, spec, dtype) of every constraint of the forward pass under the real mesh, except on parameter arguments."""
     built = build_model(layout.model)
     mesh, rules = real_mesh(layout), layout.rules_for_flax()
     xs = _zeros(built)
@@ -152,6 +152,19 @@ def linen_activations(layout) -> list[tuple[tuple, tuple]]:
         closed = jax.make_jaxpr(lambda p, *x: built.module.apply({"params": p}, *built.model_args(x)))(params, *xs)
     parameters = set(closed.jaxpr.invars[: len(jax.tree_util.tree_leaves(params))])
     return list(_constraints(closed.jaxpr, parameters))
+
+
+def activations(layout, framework: str) -> list[tuple[tuple, tuple]]:
+    """(shape, spec) of every constraint of the forward pass, in program order."""
+    found = linen_activations(layout) if framework == "linen" else nnx_activations(layout)
+    return [(shape, normal(spec, len(shape))) for shape, spec, _ in found]
+
+
+def activation_bytes(layout, framework: str) -> int:
+    """Bytes one device holds of every constraint's value, by JAX's own shard shape (each once)."""
+    mesh = real_mesh(layout)
+    found = linen_activations(layout) if framework == "linen" else nnx_activations(layout)
+    return sum(math.prod(NamedSharding(mesh, spec).shard_shape(shape)) * dtype.itemsize for shape, spec, dtype in found)
 
 
 # --- NNX -----------------------------------------------------------------------------------
@@ -180,7 +193,7 @@ def nnx_state(layout) -> tuple[dict[str, dict], dict[str, tuple]]:
     return leaves, specs
 
 
-def nnx_activations(layout) -> list[tuple[tuple, tuple]]:
+def nnx_activations(layout) -> list[tuple]:
     built = build_model(layout.model)
     mesh, rules = real_mesh(layout), layout.rules_for_flax()
     xs = _zeros(built)
@@ -197,8 +210,8 @@ def _constraints(jaxpr, parameters):
             if eqn.invars[0] in parameters:
                 continue
             sharding = eqn.params["sharding"]
-            shape = tuple(eqn.invars[0].aval.shape)
-            yield shape, normal(sharding.spec, len(shape))
+            aval = eqn.invars[0].aval
+            yield tuple(aval.shape), sharding.spec, aval.dtype
         for value in eqn.params.values():
             for item in value if isinstance(value, (tuple, list)) else (value,):
                 inner = getattr(item, "jaxpr", item)

@@ -69,6 +69,18 @@ def test_invalid_mesh_shape_names_the_field(app):
     assert any("mesh.shape[1]" in e.value and "'x'" in e.value for e in app.sidebar.error)
 
 
+def test_every_invalid_field_is_named_where_it_was_typed(app):
+    app.text_input(key="mesh_shape_text").input("2x-4").run()
+    app.number_input(key="option::mlp::depth").set_value(0).run()
+    app.number_input(key="option::mlp::batch").set_value(-1).run()
+    assert not app.exception
+    errors = [e.value for e in app.sidebar.error]
+    assert errors[0].startswith("**Mesh › Shape** (you typed 2x-4): mesh.shape[1]: -4 is not a positive whole number")
+    assert "Allowed: positive whole numbers separated by ',' or 'x'" in errors[0]
+    assert [e.split(": ")[1] for e in errors[1:]] == ["model.options.batch", "model.options.depth"]
+    assert any("3 problem(s) (mesh.shape[1], model.options.batch, model.options.depth)" in w.value for w in app.warning)
+
+
 def test_indivisible_dimension_is_flagged_next_to_the_rules(app):
     app.number_input(key="option::mlp::depth").set_value(1022).run()
     assert not app.exception
@@ -150,14 +162,16 @@ def test_a_layout_name_is_shown_as_typed_and_cannot_be_empty(app):
     assert app.markdown[0].value.startswith(r"**\<b\>hi\</b\> \*\*bold\*\*** · mesh")
     app.text_input(key="layout_name").input("").run()
     assert not app.exception
-    assert any(e.value.startswith("name: '' string should have at least 1 character") for e in app.sidebar.error)
+    assert [e.value for e in app.sidebar.error] == [
+        "**Layout name** (you typed nothing): name: '' string should have at least 1 character. Allowed: 1 to 120 characters."
+    ]
 
 
 def test_an_option_out_of_bounds_is_named_next_to_the_model(app):
     app.number_input(key="option::mlp::depth").set_value(0).run()
     assert not app.exception
     errors = [e.value for e in app.sidebar.error]
-    assert errors == ["model.options.depth: 0 input should be greater than or equal to 1"], errors
+    assert errors == ["**Model › Options**: model.options.depth: 0 input should be greater than or equal to 1."], errors
     assert app.number_input(key="option::mlp::depth").value == 0  # what the user typed stays
 
 
@@ -171,3 +185,12 @@ def test_library_actions_answer_in_the_library_section(app, tmp_path, monkeypatc
     assert not app.exception
     assert any("team seed" in e.value and "exists" in e.value for e in app.sidebar.error), [e.value for e in app.sidebar.error]
     assert not app.main.error
+
+
+def test_a_library_name_too_long_is_refused_with_the_librarys_own_limit(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    app.text_input(key="library_name").input("x" * 130).run()
+    app.button(key="library_save").click().run()
+    assert not app.exception
+    errors = [e.value for e in app.sidebar.error]
+    assert len(errors) == 1 and "1-64 letters" in errors[0] and "120" not in errors[0], errors

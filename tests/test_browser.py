@@ -10,7 +10,11 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser import (
+    HEADER_HEIGHT,
     MAIN,
+    ROW_HEIGHT,
+    RULES_CANVAS,
+    RULES_EDITOR,
     WARNINGS,
     assert_no_exception,
     edit_rule_axes,
@@ -112,7 +116,7 @@ def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
     set_text(page, "mesh_shape_text", "2, x")
 
     expect_only_error_in(page, "mesh", "mesh.shape[1]", "'x'")  # the message slot under the mesh fields
-    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("not valid (mesh.shape[1])")
+    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("1 problem(s) (mesh.shape[1])")
     expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
     assert_seed_grid(page)  # the last valid layout is still drawn
     expect_mesh_ids(page)
@@ -152,4 +156,13 @@ def test_rule_edits_survive_renaming_a_mesh_axis(page: Page) -> None:
     assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "tensor"]]
     expect(sidebar_errors(page)).to_have_count(0)
     expect(selected_summary(page)).to_contain_text("spec P('data', 'tensor')")
+    assert_no_exception(page)
+
+
+def test_a_new_rule_row_is_numbered_not_none(page: Page) -> None:
+    """Clicking the editor's trailing row adds a rule; its # is the next number (it showed "None")."""
+    box = page.locator(RULES_CANVAS).bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + HEADER_HEIGHT + ROW_HEIGHT * 2 + ROW_HEIGHT / 2)
+    expect(page.locator(f"{RULES_EDITOR} td[data-testid='glide-cell-1-2']")).to_have_text("2")
+    assert rule_rows(page)[:2] == SEED_RULES
     assert_no_exception(page)

@@ -11,6 +11,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser import (
+    RERUN_TIMEOUT_MS,
+    choose,
     assert_no_exception,
     grid_axis_titles,
     grid_labels,
@@ -49,6 +51,7 @@ SHARED_LAYOUT = {
 # The first kernel (256 × 256, embed × hidden) is P(None, 'data'): four column blocks, each on a model pair.
 SHARED_LABELS = ["0,1", "2,3", "4,5", "6,7"]
 SEED_RULES = [["0", "batch", "data"], ["1", "hidden", "model"]]
+KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"  # the array the Layout page draws first
 DOWNLOAD_LABEL = "Download layout (JSON)"
 
 
@@ -57,15 +60,16 @@ def address_params(page: Page) -> dict[str, str]:
     return dict(parse_qsl(urlsplit(page.url).query))
 
 
-def expect_address(page: Page, params: dict[str, str]) -> None:
-    """Wait until the address bar carries exactly ``params`` (Streamlit updates it after the rerun)."""
+def expect_address(page: Page, params: dict[str, str], array: str = KERNEL) -> None:
+    """Wait until the address bar carries exactly ``params`` and the selected ``array`` (Streamlit updates it after the rerun)."""
+    params = {**params, "array": array}
     page.wait_for_function(
         """(expected) => {
             const actual = Object.fromEntries(new URLSearchParams(window.location.search));
             return JSON.stringify(actual, Object.keys(actual).sort()) === JSON.stringify(expected, Object.keys(expected).sort());
         }""",
         arg=params,
-        timeout=10_000,
+        timeout=RERUN_TIMEOUT_MS,
     )
     assert address_params(page) == params
 
@@ -104,7 +108,7 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
     toggle_expander(page, "Readable link")
     shown_link = page.locator(".st-key-share_link code").inner_text().strip()
     assert shown_link.startswith(app_url + "/?") and "&axes=data,model&" in shown_link, shown_link  # readable
-    assert dict(parse_qsl(urlsplit(shown_link).query)) == changed
+    assert dict(parse_qsl(urlsplit(shown_link).query)) == {**changed, "array": KERNEL}
 
     for link in (page.url, shown_link):  # what the address bar carries, and the readable link the Share section shows
         reopened = new_page(browser)
@@ -118,6 +122,16 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
             screenshot(reopened, "browser-share-reopened")
         finally:
             reopened.context.close()
+
+    choose(page, "selected_path", "params/LogicalDotReluDot_1/W2")
+    expect_address(page, changed, array="params/LogicalDotReluDot_1/W2")
+    reopened = new_page(browser)
+    try:
+        open_app(reopened, page.url)
+        expect(selected_summary(reopened)).to_contain_text("params/LogicalDotReluDot_1/W2")
+        assert_no_exception(reopened)
+    finally:
+        reopened.context.close()
     assert_no_exception(page)
 
 

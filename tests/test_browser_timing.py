@@ -20,6 +20,7 @@ from playwright.sync_api import Locator, Page, expect
 
 from tests.browser import (
     MAIN,
+    RUN_TIMEOUT_MS,
     assert_no_exception,
     go_to_page,
     key_selector,
@@ -31,7 +32,6 @@ from tests.browser import (
 pytestmark = pytest.mark.browser
 
 STEPS = 30
-RUN_TIMEOUT_MS = 120_000  # compile + 2 warm-up + 30 steps: about 10 s here; generous for a loaded machine
 LIVE_PLOT = "[class*='st-key-live_'] .js-plotly-plot"
 RESULTS = "[data-testid='stMetric']"
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,3 +83,101 @@ def test_a_bad_device_count_exits_2_with_one_message(args, env, message):
     result = run(*args, "analyze", str(SEED), env_extra=env)
     assert result.returncode == 2
     assert result.stderr.strip() == message
+
+
+def test_analyze_reads_the_layout_from_standard_input():
+    import os
+
+    result = subprocess.run(
+        [sys.executable, "-m", "explorer", "analyze", "-", "--json"], cwd=ROOT, capture_output=True, text=True,
+        input=SEED.read_text(), env={**os.environ, "EXPLORER_CPU_DEVICES": "8"}, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["layout"]["name"] == "seed-2x4"
+
+
+def test_strict_exits_1_only_while_an_error_level_finding_stands(tmp_path):
+    layout = json.loads(SEED.read_text())
+    assert run("analyze", str(SEED), "--strict").returncode == 0  # warnings only: the guide's layout is fine
+    layout["model"]["options"]["depth"] = 1022  # 'hidden' over the 4-way model axis: JAX refuses it
+    path = tmp_path / "indivisible.json"
+    path.write_text(json.dumps(layout))
+    assert run("analyze", str(path)).returncode == 0
+    strict = run("analyze", str(path), "--strict", "--json")
+    assert strict.returncode == 1
+    assert json.loads(strict.stdout)["warnings"][0]["level"] == "error"
+    assert "error-level" in strict.stderr and "1022" in strict.stderr
+
+
+def jax_grid(shape, spec):
+    """The device ids in each cell of jax.debug.visualize_sharding's drawing, row by row."""
+    import contextlib
+    import io
+    import re
+
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from explorer.analysis import jax_mesh
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        jax.debug.visualize_sharding(shape, NamedSharding(jax_mesh((2, 4), ("data", "model")), PartitionSpec(*spec)), use_color=False)
+    return [
+        [sorted(int(i) for i in re.findall(r"\d+", cell)) for cell in line.split("│")[1:-1]]
+        for line in printed.getvalue().splitlines() if "│" in line and re.search(r"\d", line)
+    ]
+
+
+def our_grid(text):
+    import re
+
+    return [
+        [sorted(int(i) for i in re.findall(r"\d+", cell)) for cell in line.split("│")[1:-1]]
+        for line in text.splitlines() if "│" in line
+    ]
+
+
+@pytest.mark.parametrize("spec", [("data", "model"), ("model", "data"), (None, "model"), ("data", None), (None, None), ((("data", "model")), None)])
+def test_grid_text_shows_the_devices_jax_visualize_sharding_shows(spec):
+    from explorer.analysis import mesh_info
+    from explorer.layout import MeshSpec
+    from explorer.text import grid_text
+
+    mesh = mesh_info(MeshSpec(shape=(2, 4), axes=("data", "model")))
+    assert our_grid(grid_text((16, 8), spec, mesh)) == jax_grid((16, 8), spec)
+
+
+def test_array_prints_a_3d_grid_with_the_rest_sliced(tmp_path):
+    layout = json.loads(SEED.read_text())
+    layout["model"]["options"]["scan"] = True
+    layout["rules"].append(["layer", "data"])
+    path = tmp_path / "scan.json"
+    path.write_text(json.dumps(layout))
+    kernel = "params/ScanLogicalDotReluDot_0/Dense_0/kernel"  # (layer 4, embed 1024, hidden 1024) -> P('data', None, 'model')
+    result = run("analyze", str(path), "--array", kernel, "--dims", "1,2", "--block", "0=1")
+    assert result.returncode == 0, result.stderr
+    assert "P('data', None, 'model')" in result.stdout.splitlines()[0]
+    assert our_grid(result.stdout) == [[[4], [5], [6], [7]]]  # layer block 1 lives on mesh row data=1
+    assert "dim 0: block 1 of 2 (2:4)" in result.stdout
+    default = run("analyze", str(path), "--array", kernel)
+    assert our_grid(default.stdout) == [[[0], [1], [2], [3]], [[4], [5], [6], [7]]]  # the sharded dims: layer x hidden
+    bad = run("analyze", str(path), "--array", "params/nope")
+    assert bad.returncode == 2 and "--array: 'params/nope' is not an array" in bad.stderr
+
+
+def test_analyze_json_imports_neither_pandas_nor_plotly():
+    import os
+
+    probe = (
+        "import contextlib, io, sys\n"
+        "from explorer.__main__ import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['analyze', {str(SEED)!r}, '--json'])\n"
+        "print(sorted(m for m in ('pandas', 'plotly', 'streamlit') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+        env={**os.environ, "EXPLORER_CPU_DEVICES": "8"}, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"

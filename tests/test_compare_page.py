@@ -87,6 +87,22 @@ def test_a_link_restores_the_layout_on_every_page(seed_dict, page):
     assert at.session_state["layout_name"] == "shared"
 
 
+def test_a_link_restores_the_size_preset_and_the_selected_array(seed_dict):
+    from explorer.models import MODELS
+
+    seed_dict.update(name="gpt2", model={"name": "transformer", "options": dict(MODELS["transformer"].presets["gpt2-small"], layers=1)})
+    at = AppTest.from_file(APP, default_timeout=300)
+    for key, value in layout_to_params(parse_layout(seed_dict)).items():
+        at.query_params[key] = value
+    at.query_params["array"] = "params/lm_head/kernel"
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="size_preset::transformer").value == "custom"  # one layer: not gpt2-small
+    assert at.selectbox(key="selected_path").value == "params/lm_head/kernel"
+    at.number_input(key="option::transformer::layers").set_value(12).run()
+    assert at.selectbox(key="size_preset::transformer").value == "gpt2-small"
+
+
 def test_a_mangled_link_shows_a_message_and_the_default_layout():
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params["mesh"] = "2x4"

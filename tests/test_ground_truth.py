@@ -110,8 +110,11 @@ def test_activations_are_the_programs_constraints_in_order(name, allow_factories
         (a.shape, ground_truth.normal(a.spec, len(a.shape)))
         for a in report.arrays if a.kind == "activation" and a.path != "activations/output"
     ]
-    if CASES[name]["framework"] == "nnx":
-        theirs = ground_truth.nnx_activations(layout)
-    else:
-        theirs = ground_truth.linen_activations(layout)
-    assert ours == theirs
+    assert ours == ground_truth.activations(layout, CASES[name]["framework"])
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(CASES) if "scan" not in n and "nnx-guide" not in n])
+def test_activation_bytes_are_each_constraint_once_and_the_output_not_again(name, allow_factories):
+    """Without loops every constraint runs once: the total is JAX's shard bytes of each, the output not counted twice."""
+    layout = layout_of(name)
+    assert analyze(layout).totals.activation_bytes == ground_truth.activation_bytes(layout, CASES[name]["framework"])

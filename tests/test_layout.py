@@ -1,13 +1,15 @@
 """Layout validation: one clear message naming the field and the value, per class of bad input."""
 
+import dataclasses
 import json
 import sys
 
 import pytest
 
 from explorer import models
+from explorer.analysis import analyze
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_json, parse_layout
+from explorer.layout import SEED_LAYOUT, Layout, layout_errors, load_layout_json, parse_layout
 
 
 def refuse(data, field, *fragments):
@@ -83,9 +85,18 @@ def test_ill_typed_model_option(seed_dict, value):
 
 
 def test_model_too_large_is_refused_before_any_trace(seed_dict, monkeypatch):
-    monkeypatch.setattr(models, "build_model", lambda spec: pytest.fail("traced a refused model"))
+    """What a page does with a draft: validate, then analyse. A refused model is never built or traced."""
+    def build(options):
+        raise AssertionError(f"built a model with {options}")
+
+    monkeypatch.setitem(models.MODELS, "mlp", dataclasses.replace(models.MODELS["mlp"], build=build))
+    with pytest.raises(AssertionError, match="built a model"):  # the stand-in is what analysis would build
+        analyze(parse_layout({**seed_dict, "model": {"name": "mlp", "options": {"layers": 5, "depth": 48}}}))
     seed_dict["model"]["options"]["layers"] = 1_000_000_000
-    refuse(seed_dict, "model.options.layers", "1000000000", "less than or equal to 512")
+    with pytest.raises(ExplorerError) as caught:
+        analyze(parse_layout(seed_dict))
+    assert caught.value.field == "model.options.layers"
+    assert "1000000000" in str(caught.value) and "less than or equal to 512" in str(caught.value)
 
 
 def test_transformer_heads_must_group_kv_heads(seed_dict):
@@ -115,3 +126,17 @@ def test_bad_json_names_the_file_and_problem():
 def test_layout_round_trips_through_its_file_form(seed_dict):
     layout = parse_layout(seed_dict)
     assert load_layout_json(layout.to_json()) == layout
+
+
+def test_every_invalid_field_is_reported_at_once(seed_dict):
+    seed_dict["name"] = ""
+    seed_dict["mesh"]["shape"] = [2, "x-4"]
+    seed_dict["rules"] = [["batch", "data"], ["hidden", "tensor"]]  # checked against the axes, whatever the shape
+    seed_dict["model"]["options"].update(batch=0, depth="wide")
+    errors = layout_errors(seed_dict)
+    assert [e.field for e in errors] == ["name", "mesh.shape[1]", "rules[1]", "model.options.batch", "model.options.depth"]
+    assert "'x-4' is not a positive whole number" in str(errors[1])
+    with pytest.raises(ExplorerError) as caught:
+        parse_layout(seed_dict)
+    assert str(caught.value) in [str(e) for e in errors]
+    assert layout_errors(SEED_LAYOUT) == ()

@@ -98,3 +98,41 @@ def test_presets_only_name_the_given_mesh_axes(preset):
 
 def test_flax_guide_preset_is_the_guides_rules():
     assert preset_rules("flax-guide", ("data", "model")) == (("batch", "data"), ("hidden", "model"))
+
+
+def _layout(preset, mesh, axes, model):
+    from explorer.analysis import logical_names
+    from explorer.layout import ModelSpec, parse_layout
+    from explorer.models import validate_model
+
+    names = logical_names(validate_model(ModelSpec(**model)))
+    rules = [list(r) for r in preset_rules(preset, axes, names=names)]
+    return parse_layout({"name": preset, "mesh": {"shape": mesh, "axes": axes}, "rules": rules, "model": model})
+
+
+SMALL_TRANSFORMER = {"name": "transformer", "options": {
+    "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8, "mlp_dim": 64, "vocab": 128,
+}}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("model", [
+    {"name": "mlp", "options": {}},
+    {"name": "mlp", "options": {"scan": True, "depth": 64}},
+    SMALL_TRANSFORMER,
+    {"name": "transformer", "options": SMALL_TRANSFORMER["options"] | {"scan": True}},
+], ids=["mlp", "mlp-scan", "transformer", "transformer-scan"])
+def test_a_preset_written_for_a_model_leaves_no_rule_unused_and_no_name_unmatched(preset, model):
+    from explorer.analysis import analyze
+
+    report = analyze(_layout(preset, [2, 4], ["data", "model"], model))
+    assert not [w.message for w in report.warnings if w.code in ("rule-unused", "name-unmatched", "indivisible")]
+
+
+def test_llama_7b_with_fsdp_and_tensor_parallel_on_16x16_is_clean():
+    from explorer.analysis import analyze
+    from explorer.models import MODELS
+
+    llama = {"name": "transformer", "options": dict(MODELS["transformer"].presets["llama2-7b"])}
+    report = analyze(_layout("fsdp+tensor-parallel", [16, 16], ["data", "model"], llama))
+    assert report.mesh.abstract and not [w.message for w in report.warnings]

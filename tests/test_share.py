@@ -6,7 +6,6 @@ import string
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import parse_qsl
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +16,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import load_layout_json, parse_layout
 from explorer.models import MODELS
 from explorer.rules import PRESETS, preset_rules
-from explorer.share import layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.share import layout_from_link, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +38,7 @@ def every_layout(seed):
 
 
 def from_query(query):
-    return params_to_layout(dict(parse_qsl(query.lstrip("?"))))
+    return layout_from_link(query)
 
 
 def test_link_round_trip_for_every_preset_and_model(seed_dict):
@@ -105,13 +104,29 @@ def test_any_tampered_link_raises_only_explorer_error(params):
         pass
 
 
-def test_code_snippets_carry_the_rules(seed_dict):
+def test_copy_as_code_is_a_complete_script_that_shards_like_the_analysis(seed_dict, tmp_path):
+    seed_dict["name"] = "it's \"odd\"\nprint('injected')"
     seed_dict["rules"] = [["batch", ["data", "model"]], ["layer", None], ["hidden", "model"]]
+    seed_dict["model"]["options"].update(layers=2, depth=64)
     layout = parse_layout(seed_dict)
-    snippet = python_snippet(layout)
-    assert "jax.make_mesh((2, 4), ('data', 'model')" in snippet
-    assert "('batch', ('data', 'model'))," in snippet and "('layer', None)," in snippet
-    compile(snippet, "snippet", "exec")
+    script = tmp_path / "pasted.py"
+    script.write_text(python_snippet(layout))
+    import os
+
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAX_NUM_CPU_DEVICES": "8", "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "it's \"odd\"" and lines[1] == "print('injected')"  # the name is printed, never run
+    from explorer.analysis import analyze
+
+    expected = [
+        f"{a.path.removeprefix('params/')} {a.shape} {a.spec_text()} {a.shard_shape}"
+        for a in analyze(layout).arrays if a.kind == "param"
+    ]
+    assert lines[2:] == expected
     assert maxtext_yaml(layout).splitlines()[2:] == [
         "logical_axis_rules: [", '  ["batch", ["data", "model"]],', '  ["layer", []],', '  ["hidden", "model"],', "]",
     ]

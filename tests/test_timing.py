@@ -16,6 +16,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.compiled import compile_step
 from explorer.hlo import collectives
+from explorer import timing as timing_lib
 from explorer.timing import time_layout
 from ui.turnstile import Turnstile
 
@@ -30,20 +31,35 @@ def layout(seed, **changes):
     return parse_layout(data)
 
 
-def test_reported_memory_is_memory_analysis_of_the_same_compiled_step(seed_dict):
-    seed = layout(seed_dict)
-    result = time_layout(seed, steps=2, warmup=1)
-    compiled, cached = compile_step(seed)
-    assert cached
-    stats = compiled.step.memory_analysis()
-    assert result.memory == {
-        "argument_bytes": stats.argument_size_in_bytes,
-        "output_bytes": stats.output_size_in_bytes,
-        "temp_bytes": stats.temp_size_in_bytes,
-        "alias_bytes": stats.alias_size_in_bytes,
-        "generated_code_bytes": stats.generated_code_size_in_bytes,
-    }
-    assert result.flops == compiled.step.cost_analysis()["flops"] > 0
+def test_reported_flops_and_memory_grow_with_the_model_as_xla_counts_them(seed_dict):
+    """Doubling the MLP's depth quadruples its matmuls: XLA's FLOP count and its state buffers follow."""
+    small = time_layout(layout(seed_dict, rules=[["batch", "data"]]), steps=1, warmup=0)
+    wide_model = {"name": "mlp", "options": SMALL_MLP["options"] | {"depth": 512}}
+    wide = time_layout(layout(seed_dict, rules=[["batch", "data"]], model=wide_model), steps=1, warmup=0)
+    assert 3.5 < wide.flops / small.flops < 4.5
+    # the state (params, Adam's mu and nu: 3 copies of 2 layers x 2 kernels, replicated) is what grows
+    grown = 3 * 2 * 2 * (512**2 - 256**2) * 4
+    assert wide.memory["output_bytes"] - small.memory["output_bytes"] == grown
+    assert wide.memory["argument_bytes"] - small.memory["argument_bytes"] == grown + 8 * (512 - 256) // 2 * 4
+
+
+def test_host_memory_estimate_bounds_what_xla_allocates(seed_dict):
+    """The Timing page's host-memory figure (and the refusal built on it) is an upper bound of XLA's buffers."""
+    transformer = {"name": "transformer", "options": {
+        "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8, "mlp_dim": 64, "vocab": 128,
+    }}
+    for rules, model in [
+        ([["batch", "data"], ["hidden", "model"]], SMALL_MLP),
+        ([["batch", "data"]], SMALL_MLP),
+        ([["batch", "data"], ["hidden", "model"]], {"name": "mlp", "options": {"batch": 64, "layers": 2, "depth": 64}}),
+        ([["batch", "data"], ["heads", "model"], ["mlp", "model"]], transformer),
+    ]:
+        seed = layout(seed_dict, rules=rules, model=model)
+        report = analyze(seed)
+        memory = compiled_lib.memory_of(compile_step(seed, report)[0].step)
+        per_device = memory["argument_bytes"] + memory["output_bytes"] + memory["temp_bytes"] - memory["alias_bytes"]
+        estimate = compiled_lib.host_footprint_bytes(report)
+        assert per_device * report.mesh.size <= estimate <= 4 * per_device * report.mesh.size, (rules, model)
 
 
 def test_analysis_bytes_agree_with_xla_arguments(seed_dict):
@@ -150,12 +166,23 @@ def test_declared_activation_shardings_are_what_xla_chose_for_the_guide(seed_dic
     assert ("data", None) in {a.chosen for a in declared}
 
 
-def test_step_times_are_complete_and_ordered(seed_dict):
-    result = time_layout(layout(seed_dict), steps=5, warmup=1)
-    steps = result.step_s
-    assert len(steps.samples) == 5
-    assert steps.min <= steps.p10 <= steps.median <= steps.p90 <= steps.max
-    assert result.steps_per_s == pytest.approx(1 / steps.median)
+def test_each_sample_times_one_step_and_never_the_progress_callback(monkeypatch):
+    """A fake clock: each step takes a known time, the callback a long one that must not leak into samples."""
+    clock = [0.0]
+    monkeypatch.setattr(timing_lib.time, "perf_counter", lambda: clock[0])
+    durations = iter([0.003, 0.001, 0.002, 0.010, 0.004])
+
+    def step(state):
+        clock[0] += next(durations)
+        return state + 1
+
+    def on_step(index, seconds):
+        clock[0] += 100.0  # drawing a chart on a slow browser
+
+    samples, stopped = timing_lib._timed_steps(step, 0, (), 5, on_step, None)
+    assert samples == pytest.approx([0.003, 0.001, 0.002, 0.010, 0.004]) and not stopped
+    steps = timing_lib.StepTimes.of(samples)
+    assert steps.median == pytest.approx(0.003) and steps.min == pytest.approx(0.001) and steps.max == pytest.approx(0.010)
 
 
 def test_stop_ends_the_loop_early(seed_dict):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import streamlit as st
 
+from explorer import devices
 from explorer.analysis import Report, analyze
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, parse_layout
+from explorer.layout import Layout, layout_errors, parse_layout
+from explorer.text import markdown_literal
 from ui import share_panel, sidebar, state
 
 
@@ -23,16 +26,19 @@ class Current:
 def current_layout(page: str) -> Current:
     """Draw ``page``'s sidebar and validate what it holds; errors go next to the widget concerned."""
     draft, slots = sidebar.render(page)
-    try:
+    errors = layout_errors(draft)
+    if not errors:
         layout = parse_layout(draft)
         report = analyze(layout)
         st.session_state[state.LAST_VALID] = layout.to_dict()
         valid = True
-    except ExplorerError as error:
-        slots.for_field(error.field).error(str(error))
+    else:
+        for error in errors:
+            slots.for_field(error.field).error(describe(error))
+        fields = ", ".join(error.field for error in errors)
         st.warning(
-            f"The layout in the sidebar is not valid ({error.field}); this page shows the last valid one. "
-            "Your edits are kept: fix the field marked in red."
+            f"The layout in the sidebar has {len(errors)} problem(s) ({fields}), each explained in the sidebar under "
+            "its section. This page shows the last valid layout; your edits are kept."
         )
         layout = parse_layout(st.session_state[state.LAST_VALID])
         report = analyze(layout)
@@ -44,6 +50,43 @@ def current_layout(page: str) -> Current:
     with st.sidebar:
         share_panel.render(layout)
     return Current(layout, report, valid, slots)
+
+
+# Where each field is typed in the sidebar, and what it accepts.
+_WHERE = (
+    ("name", "Layout name", state.NAME, "1 to 120 characters"),
+    ("mesh.shape", "Mesh › Shape", state.MESH_SHAPE, "positive whole numbers separated by ',' or 'x', e.g. 2, 4 or 16x16"),
+    ("mesh.axes", "Mesh › Axis names", state.MESH_AXES, "one name per size, separated by ',', e.g. data, model"),
+    ("mesh", "Mesh", None, ""),
+    ("rules", "Rules", None, "a logical name and mesh axes of this mesh (none replicates)"),
+    ("model.options", "Model › Options", None, ""),
+    ("model", "Model", None, ""),
+)
+
+
+def describe(error: ExplorerError) -> str:
+    """The error with where it was typed, what was typed there, and what that field accepts."""
+    for prefix, where, key, allowed in _WHERE:
+        if error.field.startswith(prefix):
+            if prefix == "rules" and error.field.startswith("rules["):
+                where = f"Rules › row {error.field[len('rules['):].split(']')[0]}"
+            typed = st.session_state.get(key) if key else None
+            shown = markdown_literal(str(typed)) if typed else "nothing"
+            text = f"**{where}**" + (f" (you typed {shown})" if typed is not None else "")
+            text += f": {error}."
+            return text + (f" Allowed: {allowed}." if allowed else "")
+    return str(error)
+
+
+def simulated_devices_note() -> None:
+    """On simulated CPU devices, say what timings there can and cannot tell."""
+    info = devices.describe()
+    if info["platform"] == "cpu" and info["count"] > 1:
+        st.info(
+            f"These {info['count']} devices are simulated on this machine's CPU and share its {os.cpu_count()} cores: "
+            "step times and ratios here speak about the program XLA compiled (its collectives, the work each device "
+            "does), not about how fast the layout would run on accelerators."
+        )
 
 
 def _flag_layout_problems(report: Report, slots: sidebar.Slots) -> None:

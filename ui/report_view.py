@@ -10,9 +10,10 @@ from explorer import plots
 from explorer.analysis import ERROR_CODES, KIND_LABELS, ArrayInfo, Report
 from explorer.rules import format_rule
 from explorer.text import arrays_frame, human_bytes, markdown_literal
-from explorer.tiles import MeshInfo, grid_view, shard_counts
+from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
+from ui import share_panel
 
-SELECTED = "selected_path"
+from ui.state import SELECTED
 WARNING_TITLES = {
     "indivisible": "Dimensions the mesh does not divide",
     "rule-unused": "Rules that never apply",
@@ -43,8 +44,11 @@ def _summary(report: Report) -> None:
         f"({human_bytes(totals.global_param_bytes)} unsharded)"
     )
     metrics = [(KIND_LABELS[kind].capitalize(), value) for kind, value in totals.by_kind().items()]
-    for column, (label, value) in zip(st.columns(5), metrics + [("Total", totals.total_bytes)]):
-        column.metric(f"{label} / device", human_bytes(value))
+    st.caption("Bytes each device holds")
+    # A wrapping row of content-sized metrics: whole numbers at any page width, never "298.1 ...".
+    row = st.container(horizontal=True, key="memory_metrics")
+    for label, value in metrics + [("Total", totals.total_bytes)]:
+        row.metric(label, human_bytes(value), width="content", border=True)
     with st.expander("Memory per device", expanded=mesh.size <= 64):
         st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
         st.caption(
@@ -96,6 +100,7 @@ def _array_table(report: Report) -> ArrayInfo | None:
     if st.session_state.get(SELECTED) not in paths:
         st.session_state[SELECTED] = _default_selection(report)
     path = st.selectbox("Array", paths, key=SELECTED)
+    share_panel.sync_selection(path)
     return report.array(path)
 
 
@@ -141,13 +146,13 @@ def _selected_array(report: Report, info: ArrayInfo) -> None:
 
 
 def _choose_dims(info: ArrayInfo, labels: list[str], mesh: MeshInfo) -> tuple[int | None, int | None, dict[int, int]]:
-    """Which two dimensions to draw (the last two by default) and the block of every other one."""
+    """Which two dimensions to draw (``default_dims`` first) and the block of every other one."""
+    first, second = default_dims(info.shape, info.spec, mesh)
     ndim = len(info.shape)
     if ndim <= 2:
-        return (0 if ndim == 2 else None), (ndim - 1 if ndim >= 1 else None), {}
+        return first, second, {}
     options = list(range(ndim))
     counts = shard_counts(info.spec, mesh)
-    first, second = sorted(sorted(options, key=lambda d: (counts[d], d))[-2:])  # the most-cut dims, in order
     left, right = st.columns(2)
     # Keyed by the spec too: after a rule edit the defaults follow the newly sharded dimensions.
     ident = f"{info.path}::{info.spec_text()}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import streamlit as st
 
 from explorer import library
@@ -11,16 +13,21 @@ from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, para
 from ui import state
 
 MESSAGES = "share_messages"  # section ("link", "upload", "library") -> (level, text), shown once where it belongs
+ARRAY_PARAM = "array"  # the link's selected array: the page's, not the layout's, so not in explorer.share
 LOADED_VERSION = "library_loaded"  # (name, version) of the library entry last loaded or saved
 
 
 def initial_layout() -> Layout:
     """The layout a new session starts from: the link's, or the seed with a message if the link is bad."""
     params = st.query_params.to_dict()
+    selected = params.pop(ARRAY_PARAM, None)
     if not params:
         return seed_layout()
     try:
-        return params_to_layout(params)
+        layout = params_to_layout(params)
+        if selected:
+            st.session_state[state.SELECTED] = selected  # the Layout page falls back to its default if absent
+        return layout
     except ExplorerError as error:
         _tell("link", "error", f"The link could not be opened, so the default layout is shown: {error}")
         return seed_layout()
@@ -29,8 +36,17 @@ def initial_layout() -> Layout:
 def sync_address(layout: Layout) -> None:
     """Keep the address bar carrying the current layout, so copying it shares it."""
     params = layout_to_params(layout)
+    selected = st.session_state.get(state.SELECTED)
+    if selected:
+        params[ARRAY_PARAM] = selected
     if st.query_params.to_dict() != params:
         st.query_params.from_dict(params)
+
+
+def sync_selection(path: str) -> None:
+    """Keep the address bar's ``array`` on the array the Layout page draws."""
+    if st.query_params.get(ARRAY_PARAM) != path:
+        st.query_params[ARRAY_PARAM] = path
 
 
 def _tell(section: str, level: str, text: str) -> None:
@@ -50,7 +66,9 @@ def render(layout: Layout) -> None:
     st.caption("The address bar always carries this layout: copy it to share.")
     with st.expander("Readable link"):
         st.caption("The same link as the address bar's, without `,:;` escaped:")
-        st.container(key="share_link").code(_app_url() + layout_to_query(layout), language=None, wrap_lines=True)
+        selected = st.session_state.get(state.SELECTED)
+        array = f"&{ARRAY_PARAM}={quote(selected, safe='/')}" if selected else ""
+        st.container(key="share_link").code(_app_url() + layout_to_query(layout) + array, language=None, wrap_lines=True)
     st.download_button(
         "Download layout (JSON)", layout.to_json() + "\n", file_name=f"{_file_stem(layout.name)}.json",
         mime="application/json", key="download_layout", width="stretch",
@@ -58,7 +76,11 @@ def render(layout: Layout) -> None:
     st.file_uploader("Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload)
     show_message("upload")
     with st.expander("Copy as code"):
-        st.caption("Mesh and rules for a training script (the Flax guide's recipe):")
+        st.caption(
+            "A complete script: mesh, rules and the Flax guide's recipe, printing every parameter's sharding. It runs "
+            "as pasted in this project's folder on as many devices as the mesh needs (JAX_NUM_CPU_DEVICES=8 on a "
+            "laptop); swap the model block for your own module."
+        )
         st.code(python_snippet(layout), language="python")
         st.caption("The rules as MaxText-style logical_axis_rules:")
         st.code(maxtext_yaml(layout), language="yaml")
@@ -125,6 +147,7 @@ def _library_action(action: str) -> None:
             st.session_state["library_choice"] = None
             text = f"Deleted '{chosen}'."
         elif action == "save":
+            library.check_name(name)  # the library's own limits first (64), not a layout name's (120)
             entry = library.save(name, _named(current, name))
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
             text = f"Saved '{name}'."

@@ -16,12 +16,17 @@ import pandas as pd
 import streamlit as st
 
 from explorer import devices
-from explorer.models import MODELS, allowed_factories, is_factory
-from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules
+from explorer.analysis import logical_names
+from explorer.layout import ModelSpec
+from explorer.models import MODELS, allowed_factories, is_factory, validate_model
+from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules, spec_axes, spec_entry
 from ui import share_panel, state
 
 RULE_COLUMNS = ["#", "logical name", "mesh axes"]
-PRESET_DESCRIPTIONS_HELP = "Rules written for the current mesh axes: the first axis plays data, the last plays model."
+PRESET_DESCRIPTIONS_HELP = (
+    "Rules written for the current mesh axes and model: the first axis plays data, the last plays model; "
+    "the model's other logical names are replicated explicitly."
+)
 
 
 @dataclass
@@ -80,13 +85,14 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
 def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     st.subheader("Rules")
     preset = st.selectbox(
-        "Preset", list(PRESETS), index=None, placeholder="choose a preset to replace the rules",
+        "Preset", list(PRESETS), index=None, placeholder="choose a preset",
         key="rules_preset", help=PRESET_DESCRIPTIONS_HELP,
     )
     if preset:
         st.caption(PRESET_DESCRIPTIONS[preset])
     if st.button("Apply preset", key="apply_preset", disabled=not (mesh_axes and preset), width="stretch"):
-        state.set_rules([[logical, _axes(mesh)] for logical, mesh in preset_rules(preset, mesh_axes)])
+        rules = preset_rules(preset, mesh_axes, names=_model_names())
+        state.set_rules([[logical, list(spec_axes(mesh))] for logical, mesh in rules])
     state.keep_rules_edits(page, mesh_axes)
     base = pd.DataFrame(
         [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
@@ -98,10 +104,14 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
         hide_index=True,
         width="stretch",
         column_config={
-            "#": st.column_config.NumberColumn("#", help="Priority: rules apply in this order; edit to reorder", step=1, width=28),
-            "logical name": st.column_config.TextColumn("logical name", help="A logical axis name, e.g. batch", width=86),
+            # A new row gets the next number (not "None"): added rules apply last until renumbered.
+            "#": st.column_config.NumberColumn(
+                "#", help="Priority: rules apply in this order; edit to reorder", step=1, width=28, default=len(base)
+            ),
+            # Short headers: the sidebar may open at Streamlit's default 300 px, where "logical name" was cut off.
+            "logical name": st.column_config.TextColumn("logical", help="A logical axis name, e.g. batch", width=86),
             "mesh axes": st.column_config.MultiselectColumn(
-                "mesh axes", options=mesh_axes, help="None replicates; several shard over their product", width=96
+                "mesh", options=mesh_axes, help="Mesh axes: none replicates; several shard over their product", width=96
             ),
         },
     )
@@ -114,13 +124,17 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     if _reordered(rows):  # show the rules in the order they now apply
         state.set_rules([[logical, axes] for _, logical, axes in rows])
         st.rerun()
-    return [[logical, state.mesh_entry(axes)] for _, logical, axes in rows], st.container(key="rules_messages")
+    return [[logical, spec_entry(axes)] for _, logical, axes in rows], st.container(key="rules_messages")
 
 
-def _axes(mesh: Any) -> list[str]:
-    if mesh is None:
-        return []
-    return [mesh] if isinstance(mesh, str) else list(mesh)
+def _model_names() -> tuple[str, ...] | None:
+    """The logical names of the sidebar's model, so a preset is written for it; None while the model is invalid."""
+    name = st.session_state.get(state.MODEL)
+    options = _factory_options() if is_factory(name) else state.model_options(name)
+    try:
+        return logical_names(validate_model(ModelSpec(name=name, options=options)))
+    except ValueError:  # ExplorerError, or pydantic's for options that are not a mapping
+        return None
 
 
 def _rule_rows(edited: pd.DataFrame) -> list[list[Any]]:
@@ -155,6 +169,7 @@ def _model_section() -> tuple[dict[str, Any], Any]:
         return {"name": name, "options": _factory_options()}, st.container(key="model_messages")
     entry = MODELS[name]
     if entry.presets:
+        st.session_state[f"size_preset::{name}"] = _matching_preset(entry, state.model_options(name))
         st.selectbox(
             "Size preset", ["custom"] + list(entry.presets), key=f"size_preset::{name}",
             on_change=_apply_size_preset, args=(name,),
@@ -163,6 +178,14 @@ def _model_section() -> tuple[dict[str, Any], Any]:
         for field, info in entry.options.model_fields.items():
             _option_widget(name, field, info)
     return {"name": name, "options": state.model_options(name)}, st.container(key="model_messages")
+
+
+def _matching_preset(entry, options: dict[str, Any]) -> str:
+    """The size preset whose every value the options carry (a link or file of a preset names it), else "custom"."""
+    for preset, values in entry.presets.items():
+        if all(options.get(field) == value for field, value in values.items()):
+            return preset
+    return "custom"
 
 
 def _apply_size_preset(model: str) -> None:

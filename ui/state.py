@@ -27,13 +27,15 @@ LAST_VALID = "last_valid_layout"
 TIMING_RESULTS = "timing_results"  # layout_key -> TimingResult, written by the Timing page, read by Compare
 RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
 RULES_EDITOR = "rules_editor_identity"  # (page, mesh axes) of the rules table last drawn
+SELECTED = "selected_path"  # the array drawn on the Layout page; a link carries it as ``array``
 
 # Values of widgets that must survive a page switch: the layout in the sidebar, and the
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
 # being typed). Uploaded files cannot be carried: Streamlit does not let code set them.
 KEPT_WIDGETS = (
-    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS,
-    "timing_steps", "timing_warmup", "timing_processes", "race_rounds", "race_steps", "compare_sources", "compare_links", "library_name",
+    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS, SELECTED,
+    "timing_steps", "timing_warmup", "timing_processes", "race_rounds", "race_steps", "compare_sources", "compare_links",
+    "library_name",
 )
 KEPT_WIDGET_PREFIXES = ("option::", "size_preset::", "op_")  # op_: the Arrays page (ui/op_state.py)
 
@@ -103,20 +105,13 @@ def set_rules(rules: list[list[Any]]) -> None:
 
 def parse_list(text: str) -> list[Any]:
     """``"2, 4"`` or ``"2x4"`` -> ``[2, 4]``; items that are not integers stay strings for the validator to name."""
-    text = re.sub(r"(?<=\d)\s*[x×]\s*(?=\d)", ",", text.strip())
+    text = re.sub(r"(?<=\d)\s*[x×]\s*(?=[-+]?\d)", ",", text.strip())
     items = [item for item in re.split(r"[,\s]+", text) if item]
     return [int(item) if re.fullmatch(r"-?\d+", item) else item for item in items]
 
 
 def parse_names(text: str) -> list[str]:
     return [item.strip() for item in re.split(r"[,\s]+", text.strip()) if item.strip()]
-
-
-def mesh_entry(axes: list[str]) -> Any:
-    """The file format's mesh field of a rule: null, one axis, or a list."""
-    if not axes:
-        return None
-    return axes[0] if len(axes) == 1 else list(axes)
 
 
 def model_options(model: str) -> dict[str, Any]:

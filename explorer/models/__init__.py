@@ -85,17 +85,34 @@ def _validate_options(entry: ModelEntry, options: dict) -> BaseModel:
     try:
         return entry.options.model_validate(options)
     except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        field = ".".join(str(p) for p in first["loc"])
-        known = ", ".join(entry.options.model_fields)
-        if first["type"] == "extra_forbidden":
-            raise ExplorerError(
-                f"model.options.{field}", first["input"], f"is not an option of model '{entry.name}' (known: {known})"
-            ) from None
-        problem = first["msg"].lower().removeprefix("value error, ")
-        if not field:
-            raise ExplorerError("model.options", options, problem) from None
-        raise ExplorerError(f"model.options.{field}", first["input"], problem) from None
+        raise _option_errors(entry, options, error)[0] from None
+
+
+def option_errors(name: str, options: dict) -> list[ExplorerError]:
+    """Every invalid option of built-in model ``name`` at once (validation stops at the first)."""
+    entry = MODELS.get(name)
+    if entry is None or not isinstance(options, dict):
+        return []
+    try:
+        entry.options.model_validate(options)
+    except ValidationError as error:
+        return _option_errors(entry, options, error)
+    return []
+
+
+def _option_errors(entry: ModelEntry, options: dict, error: ValidationError) -> list[ExplorerError]:
+    found = []
+    known = ", ".join(entry.options.model_fields)
+    for item in error.errors(include_url=False):
+        field = ".".join(str(p) for p in item["loc"])
+        problem = item["msg"].lower().removeprefix("value error, ")
+        if item["type"] == "extra_forbidden":
+            found.append(ExplorerError(f"model.options.{field}", item["input"], f"is not an option of model '{entry.name}' (known: {known})"))
+        elif not field:
+            found.append(ExplorerError("model.options", options, problem))
+        else:
+            found.append(ExplorerError(f"model.options.{field}", item["input"], problem))
+    return found
 
 
 def _check_factory_allowed(name: str) -> None:
@@ -163,5 +180,5 @@ def _build_factory(spec) -> BuiltModel:
 
 __all__ = [
     "ALLOW_ENV", "BuiltModel", "InputSpec", "MODELS", "ModelEntry", "allowed_factories",
-    "build_model", "framework_of", "is_factory", "validate_model",
+    "build_model", "framework_of", "is_factory", "option_errors", "validate_model",
 ]

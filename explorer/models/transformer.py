@@ -55,17 +55,18 @@ class TransformerOptions(BaseModel):
         return kv_heads
 
 
+# Each preset's batch is 16 so that a 16-way data axis (the README's 16x16 mesh) divides it.
 SIZE_PRESETS: dict[str, dict] = {
     "gpt2-small": dict(
-        seq_len=1024, layers=12, d_model=768, heads=12, kv_heads=12, head_dim=64, mlp_dim=3072,
+        batch=16, seq_len=1024, layers=12, d_model=768, heads=12, kv_heads=12, head_dim=64, mlp_dim=3072,
         vocab=50257, gated_mlp=False, learned_positions=True,
     ),
     "llama2-7b": dict(
-        seq_len=4096, layers=32, d_model=4096, heads=32, kv_heads=32, head_dim=128, mlp_dim=11008,
+        batch=16, seq_len=4096, layers=32, d_model=4096, heads=32, kv_heads=32, head_dim=128, mlp_dim=11008,
         vocab=32000, gated_mlp=True, learned_positions=False,
     ),
     "llama2-70b": dict(
-        seq_len=4096, layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128, mlp_dim=28672,
+        batch=16, seq_len=4096, layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128, mlp_dim=28672,
         vocab=32000, gated_mlp=True, learned_positions=False,
     ),
 }
