@@ -29,6 +29,7 @@ LARGE_REPLICATED_BYTES = 1 << 20
 KIND_LABELS = {"param": "parameters", "opt_state": "optimizer state", "input": "inputs", "activation": "declared activations"}
 KINDS = tuple(KIND_LABELS)
 ERROR_CODES = frozenset({"indivisible", "unknown-mesh-axis", "mesh-axis-twice"})  # JAX refuses these layouts
+INFO_CODES = frozenset({"semantics-differ"})  # worth knowing, nothing wrong with this layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +67,8 @@ class Finding:
 
     ``level`` is ``"error"`` for what JAX would refuse (a dimension the mesh does not
     divide, a mesh axis the mesh lacks or used twice in one array) and ``"warning"`` for the rest (a rule that never applies, a name no rule
-    covers, a large replicated array).
+    covers, a large replicated array); ``"info"`` says where Flax Linen and NNX would
+    read the rules differently, which matters only to someone moving between them.
     """
 
     code: str
@@ -75,7 +77,7 @@ class Finding:
 
     @property
     def level(self) -> str:
-        return "error" if self.code in ERROR_CODES else "warning"
+        return "error" if self.code in ERROR_CODES else "info" if self.code in INFO_CODES else "warning"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,7 +284,10 @@ def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: Mes
             theirs = resolve(theirs_names, rules, len(array.shape), other).spec
         except ExplorerError:
             continue
-        if mine != theirs:
+        ruled = {rule[0] for rule in rules}
+        dims = [d for d, (a, b) in enumerate(zip(mine, theirs)) if a != b]
+        # a name with no rule differs by definition (replicated vs used as a mesh axis): that is not the news
+        if any(isinstance(names[d], str) and names[d] in ruled for d in dims):
             differing.append((array.path, mine, theirs))
     if not differing:
         return []

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer import plots
-from explorer.analysis import ERROR_CODES, KIND_LABELS, ArrayInfo, Report
+from explorer.analysis import ERROR_CODES, INFO_CODES, KIND_LABELS, ArrayInfo, Report
 from explorer.rules import format_rule
 from explorer.text import arrays_frame, human_bytes, markdown_literal
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
@@ -67,7 +67,7 @@ def _warnings(report: Report) -> None:
         grouped.setdefault(warning.code, []).append(warning)
     with st.container(key="warnings"), st.expander(f"Warnings ({len(report.warnings)})", expanded=True):
         for code, warnings in grouped.items():
-            show = st.error if code in ERROR_CODES else st.warning
+            show = st.error if code in ERROR_CODES else st.info if code in INFO_CODES else st.warning
             shown = warnings[:5]
             more = f"\n\n…and {len(warnings) - 5} more" if len(warnings) > 5 else ""
             show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {w.message}" for w in shown) + more)
