@@ -56,7 +56,8 @@ class AbstractArray:
     the whole array means it carries no annotation. ``annotation`` says how the model
     declared it (``"logical"``: resolved by rules; ``"mesh-or-logical"``: a plain
     ``nn.Partitioned`` box, whose names are mesh axes when every one is an axis of the
-    mesh, else logical names). ``module`` is where an activation was declared and
+    mesh, else logical names; ``"nnx"``: an NNX variable inside a Linen model, which Flax
+    shards as it creates it, with NNX's rule semantics). ``module`` is where an activation was declared and
     ``runs_per_step`` how many times its declaration runs in one step.
     """
 
@@ -284,7 +285,11 @@ def _linen_state(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str,
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 
-    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
+    from flax import nnx
+
+    # NNX variables inside (bridges) would shard themselves as they are created; shapes need no mesh
+    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)), \
+            nnx.use_eager_sharding(False):
         _, state = jax.eval_shape(init_with_output, jax.random.key(0), *_abstract_inputs(built))
     return _State(built, "linen", optimizer, state, _linen_state_arrays(state), forward, state.params,
                   root=type(module).__name__)
@@ -314,7 +319,8 @@ def _box_names(leaf: Any, ndim: int) -> tuple[tuple[AxisName, ...] | None, str]:
     from flax.nnx.bridge.variables import NNXMeta
 
     if isinstance(leaf, NNXMeta):  # its get_partition_spec builds an eagerly sharded Variable, which needs a mesh
-        spec = tuple(leaf.metadata.get("out_sharding") or ())
+        # Flax shards an NNX variable as it creates it, with NNX's rule semantics, even inside a Linen model
+        return _padded(tuple(leaf.metadata.get("out_sharding") or ()), ndim), "nnx"
     else:
         spec = tuple(leaf.get_partition_spec())
     annotation = "logical" if isinstance(leaf, nn.LogicallyPartitioned) else "mesh-or-logical"

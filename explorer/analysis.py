@@ -210,7 +210,8 @@ def effective_axes(array: AbstractArray, mesh_axes: Sequence[str]) -> tuple | No
 
 
 def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, framework: str, problems: list) -> ArrayInfo:
-    resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=framework)
+    semantics = "nnx" if array.annotation == "nnx" else framework
+    resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=semantics)
     spec = _checked_spec(array, resolution, rules, mesh, problems)
     shard = tiles_lib.shard_shape(array.shape, spec, mesh)
     return ArrayInfo(

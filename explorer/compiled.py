@@ -194,14 +194,14 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
     init = _make_init(model)
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
-        # the state as init really builds it (NNX variables carry their eager-sharding flag in the tree)
-        template = jax.eval_shape(init, jax.random.key(0), *abstract_inputs) if model.framework == "nnx" else None
+        # the state as init really builds it under this mesh (NNX variables carry their eager-sharding flag in the tree)
+        template = jax.eval_shape(init, jax.random.key(0), *abstract_inputs)
         shardings = state_shardings(report, model, template)
         replicated = NamedSharding(mesh, PartitionSpec())
         init_compiled = jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(
             jax.random.key(0), *abstract_inputs
         ).compile()
-        abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, template or model.state_shapes)
+        abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, template)
         step_compiled = jax.jit(
             _make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings
         ).lower(abstract_state, *abstract_inputs).compile()

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from jax.sharding import PartitionSpec
 
 from explorer.analysis import analyze, report_to_dict
+from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.rules import resolve
 from explorer.timing import time_layout
@@ -164,3 +165,15 @@ def test_a_failing_factory_is_one_message_exit_2(tmp_path, allow_classes):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "tests.class_models:make_failing" in result.stderr and "RuntimeError: no weights" in result.stderr
+
+
+def test_an_nnx_bridge_inside_linen_follows_nnx_semantics_and_trains(allow_classes):
+    """Flax creates a bridged NNX variable with NNX's semantics: 'embed' with no rule is a mesh axis, which JAX refuses."""
+    missing = layout("tests.class_models:make_bridged", rules=[["batch", "data"], ["hidden", "model"]])
+    report = analyze(missing)
+    assert [w.path for w in report.warnings if w.code == "unknown-mesh-axis"][:1] == ["params/inner/w"]
+    with pytest.raises(ExplorerError, match="'embed'"):
+        time_layout(missing, steps=1)
+    ruled = layout("tests.class_models:make_bridged", rules=[["batch", "data"], ["hidden", "model"], ["embed", None]])
+    result = time_layout(ruled, steps=1, warmup=0)
+    assert result.memory["argument_bytes"] == result.estimate["argument_bytes"]
