@@ -19,10 +19,10 @@ except ExplorerError as error:  # a bad EXPLORER_CPU_DEVICES: say so instead of 
     st.stop()
 
 PAGES = [
-    st.Page("pages/0_Layout.py", title="Layout", icon=":material/grid_view:", default=True),
-    st.Page("pages/1_Timing.py", title="Timing", icon=":material/timer:", url_path="Timing"),
-    st.Page("pages/2_Compare.py", title="Compare", icon=":material/compare_arrows:", url_path="Compare"),
-    st.Page("pages/3_Arrays.py", title="Arrays", icon=":material/view_module:", url_path="Arrays"),
+    st.Page("views/0_Layout.py", title="Layout", icon=":material/grid_view:", default=True),
+    st.Page("views/1_Timing.py", title="Timing", icon=":material/timer:", url_path="Timing"),
+    st.Page("views/2_Compare.py", title="Compare", icon=":material/compare_arrows:", url_path="Compare"),
+    st.Page("views/3_Arrays.py", title="Arrays", icon=":material/view_module:", url_path="Arrays"),
 ]
 
 st.navigation(PAGES).run()

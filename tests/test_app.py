@@ -118,7 +118,7 @@ def test_switching_pages_keeps_the_sidebar(app):
     app.number_input(key="option::mlp::depth").set_value(512).run()
     typed = sidebar_values(app)
     assert typed["layout_name"] == "mine" and typed["option::mlp::depth"] == 512
-    for page in ("pages/1_Timing.py", "pages/2_Compare.py", "pages/0_Layout.py"):
+    for page in ("views/1_Timing.py", "views/2_Compare.py", "views/0_Layout.py"):
         app.switch_page(page).run()
         assert not app.exception and not [w for w in app.warning if "not valid" in w.value], page
         assert sidebar_values(app) == typed, page

@@ -13,7 +13,7 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 @pytest.fixture
 def page():
     at = AppTest.from_file(APP, default_timeout=300)
-    at.switch_page("pages/3_Arrays.py")
+    at.switch_page("views/3_Arrays.py")
     at.run()
     assert not at.exception
     return at
@@ -64,14 +64,14 @@ def test_a_planned_mesh_is_analysed_and_cannot_be_timed(page):
 def test_an_op_link_opens_the_op_and_a_bad_one_says_why():
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params.update({"mesh": "2x4", "axes": "p,q", "arrays": "w:64x32:bfloat16:q,p", "expr": "jnp.tanh(w).T", "out": ""})
-    at.switch_page("pages/3_Arrays.py")
+    at.switch_page("views/3_Arrays.py")
     at.run()
     assert not at.exception and not at.error
     assert at.text_input(key="op_spec_0").value == "q, p" and at.checkbox(key="op_constrain").value
     assert "`P(None, None)`" in output_line(at)
     bad = AppTest.from_file(APP, default_timeout=300)
     bad.query_params.update({"mesh": "2x4", "axes": "p,q", "arrays": "w:64:float32:-", "expr": "w.__class__"})
-    bad.switch_page("pages/3_Arrays.py")
+    bad.switch_page("views/3_Arrays.py")
     bad.run()
     assert not bad.exception
     assert any("could not be opened" in e.value and "'w.__class__' is refused" in e.value for e in bad.error)

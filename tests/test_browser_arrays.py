@@ -29,10 +29,7 @@ OUTPUT_SPEC = key_selector("arrays_output_spec")
 
 
 def open_arrays(page: Page, url: str) -> None:
-    """Open the page by its address. The app's root is loaded first: until app.py has run st.navigation once,
-    Streamlit serves a deep link from the pages/ folder directly (its v1 multipage mode), without app.py."""
-    page.goto(url.rsplit("/", 1)[0])
-    expect(page.locator(GRID)).to_be_visible(timeout=2 * RERUN_TIMEOUT_MS)
+    """Open the page by its address."""
     page.goto(url)
     expect(page.locator(ARRAYS_READY)).to_be_visible(timeout=2 * RERUN_TIMEOUT_MS)
     wait_for_rerun(page)

@@ -63,3 +63,15 @@ def test_edits_survive_a_round_of_the_pages(page: Page, app_url: str) -> None:
 
     log = server_log(app_url)
     assert "Traceback" not in log and "Session State API" not in log, log
+
+
+def test_a_deep_link_as_a_fresh_servers_first_request_runs_through_app_py(blank_page: Page) -> None:
+    """The pages live in views/, not pages/: Streamlit would serve pages/ directly before app.py's navigation ran."""
+    from tests.browser import RERUN_TIMEOUT_MS, streamlit_server
+
+    with streamlit_server() as url:
+        blank_page.goto(f"{url}/Timing")
+        sidebar = blank_page.get_by_test_id("stSidebar")
+        expect(sidebar).to_contain_text("Devices: 8 × cpu", timeout=RERUN_TIMEOUT_MS)
+        expect(blank_page.get_by_test_id("stSidebarNav")).to_contain_text("Arrays")
+        assert_no_exception(blank_page)

@@ -26,7 +26,7 @@ def shelf(tmp_path, monkeypatch, seed_dict):
 
 def compare_page():
     at = AppTest.from_file(APP, default_timeout=300)
-    at.switch_page("pages/2_Compare.py")
+    at.switch_page("views/2_Compare.py")
     return at.run()
 
 
@@ -57,9 +57,9 @@ def test_identical_layouts_show_no_differences(shelf):
 def test_picks_survive_a_page_switch_and_a_deleted_entry_is_dropped(shelf):
     at = compare_page()
     at.multiselect(key="compare_sources").set_value(["tensor parallel", "data only"]).run()
-    at.switch_page("pages/0_Layout.py").run()
+    at.switch_page("views/0_Layout.py").run()
     library.delete("data only")
-    at.switch_page("pages/2_Compare.py").run()
+    at.switch_page("views/2_Compare.py").run()
     assert not at.exception
     assert at.multiselect(key="compare_sources").value == ["tensor parallel"]
 
@@ -71,7 +71,7 @@ def test_a_bad_link_in_compare_is_reported_not_raised(shelf):
     assert any("Link 1" in e.value and "mesh.axes" in e.value for e in at.error)
 
 
-@pytest.mark.parametrize("page", [None, "pages/1_Timing.py", "pages/2_Compare.py"])
+@pytest.mark.parametrize("page", [None, "views/1_Timing.py", "views/2_Compare.py"])
 def test_a_link_restores_the_layout_on_every_page(seed_dict, page):
     seed_dict.update(name="shared", mesh={"shape": [4, 2], "axes": ["data", "model"]}, rules=[["batch", "model"], ["hidden", "data"]])
     params = layout_to_params(parse_layout(seed_dict))

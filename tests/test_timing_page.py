@@ -11,7 +11,7 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 @pytest.fixture
 def page():
     at = AppTest.from_file(APP, default_timeout=300)
-    at.switch_page("pages/1_Timing.py")
+    at.switch_page("views/1_Timing.py")
     at.run()
     assert not at.exception
     return at

@@ -40,7 +40,7 @@ def timeable() -> bool:
     except ExplorerError as error:
         st.error(str(error))
         if report.mesh.abstract:
-            st.page_link("pages/0_Layout.py", label="See the planned analysis on the Layout page", icon=":material/grid_view:")
+            st.page_link("views/0_Layout.py", label="See the planned analysis on the Layout page", icon=":material/grid_view:")
         return False
 
 
