@@ -12,9 +12,15 @@ class ExplorerError(ValueError):
         self.field = field
         self.value = value
         self.problem = problem
-        super().__init__(f"{field}: {_show(value)} {problem}")
+        super().__init__(f"{_shorten(field)}: {_show(value)} {problem}")
+
+
+SHOWN_CHARACTERS = 80  # a 10 MB name from a hostile file is echoed as its first 77 characters and "..."
 
 
 def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return _shorten(repr(value))
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARACTERS else text[: SHOWN_CHARACTERS - 3] + "..."

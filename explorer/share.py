@@ -6,7 +6,10 @@ The link carries the whole layout in query parameters a person can read and edit
      &model=mlp&options=batch:8;layers:4;depth:1024;scan:false
 
 In ``rules``, ``-`` replicates and ``,`` joins mesh axes (``batch:data,fsdp``). Option
-values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``).
+values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``;
+``NaN`` and ``Infinity`` are words too, never floats). Each parameter is at most
+``MAX_PARAM_LENGTH`` characters, and ``layout_to_query`` refuses a layout whose link
+the decoder would refuse.
 Tokens that contain a separator are percent-escaped. Decoding never imports anything:
 it only builds a layout dict, which ``parse_layout`` validates (user factories stay
 allow-listed).
@@ -20,11 +23,12 @@ from typing import Any, Mapping
 from urllib.parse import quote, unquote, urlencode
 
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, parse_layout
+from explorer.layout import Layout, json_value, parse_layout
 
 PARAMS = ("name", "mesh", "axes", "rules", "model", "options")
 _SAFE = "_-."
-_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-.]*$")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # always re.fullmatch: "word\n" is not a word
+_JSON_WORDS = ("true", "false", "null")
 MAX_PARAM_LENGTH = 20_000
 
 
@@ -33,7 +37,7 @@ def _token(text: str) -> str:
 
 
 def _value_text(value: Any) -> str:
-    if isinstance(value, str) and _WORD.match(value) and value not in ("true", "false", "null"):
+    if isinstance(value, str) and _WORD.fullmatch(value) and value not in _JSON_WORDS:
         return _token(value)
     return _token(json.dumps(value, separators=(",", ":")))
 
@@ -56,8 +60,10 @@ def layout_to_params(layout: Layout) -> dict[str, str]:
 
 
 def layout_to_query(layout: Layout) -> str:
-    """``?name=...&mesh=...``: what ``python -m explorer url`` prints."""
-    return "?" + urlencode(layout_to_params(layout), safe=",:;")
+    """``?name=...&mesh=...``: what ``python -m explorer url`` prints; refused if the decoder would refuse it."""
+    params = layout_to_params(layout)
+    _check_lengths(params)
+    return "?" + urlencode(params, safe=",:;")
 
 
 def params_to_layout(params: Mapping[str, str]) -> Layout:
@@ -70,18 +76,22 @@ def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("mesh", "axes", "model"):
         if key not in params:
             raise ExplorerError("link", sorted(params), f"has no '{key}' parameter (it needs mesh, axes and model)")
-    for key in PARAMS:
-        value = params.get(key, "")
-        if not isinstance(value, str):
-            raise ExplorerError(f"link parameter '{key}'", value, "is not text")
-        if len(value) > MAX_PARAM_LENGTH:
-            raise ExplorerError(f"link parameter '{key}'", value[:40], f"is longer than {MAX_PARAM_LENGTH:,} characters")
+    _check_lengths(params)
     return {
         "name": params.get("name") or "shared",
         "mesh": {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]},
         "rules": _rules(params.get("rules", "")),
         "model": {"name": params["model"], "options": _options(params.get("options", ""))},
     }
+
+
+def _check_lengths(params: Mapping[str, Any]) -> None:
+    for key in PARAMS:
+        value = params.get(key, "")
+        if not isinstance(value, str):
+            raise ExplorerError(f"link parameter '{key}'", value, "is not text")
+        if len(value) > MAX_PARAM_LENGTH:
+            raise ExplorerError(f"link parameter '{key}'", value[:40], f"is longer than {MAX_PARAM_LENGTH:,} characters, the limit for a link")
 
 
 def _mesh_shape(text: str) -> list[Any]:
@@ -114,25 +124,28 @@ def _options(text: str) -> dict[str, Any]:
         if item.count(":") != 1:
             raise ExplorerError("link parameter 'options'", item, "is not name:value")
         key, raw = item.split(":")
-        value = unquote(raw)
-        try:
-            options[unquote(key)] = json.loads(value)
-        except json.JSONDecodeError:
-            if not _WORD.match(value):
-                raise ExplorerError(f"link option '{unquote(key)}'", value, "is neither JSON nor a plain word") from None
-            options[unquote(key)] = value
+        name, value = unquote(key), unquote(raw)
+        if _WORD.fullmatch(value) and value not in _JSON_WORDS:
+            options[name] = value
+        else:
+            options[name] = json_value(value, f"link option {name!r}")
     return options
 
 
 def python_snippet(layout: Layout) -> str:
-    """The mesh and rules as code to paste into a training script (the Flax guide's recipe)."""
+    """The mesh and rules as code to paste into a training script (the Flax guide's recipe).
+
+    Every name from the layout (which may come from someone else's link) appears only
+    inside a ``repr`` string literal, so no name can add a line or a statement.
+    """
     rules = "\n".join(f"    ({rule.logical!r}, {_mesh_repr(rule)})," for rule in layout.rules)
     axis_types = ", ".join(["AxisType.Auto"] * len(layout.mesh.axes))
     return (
         "import jax\n"
         "import flax.linen as nn\n"
         "from jax.sharding import AxisType\n\n"
-        f"# {layout.name}: generated by Partition Explorer\n"
+        "# Generated by Partition Explorer. Names are data: they appear only as string literals.\n"
+        f"layout_name = {layout.name!r}\n"
         f"mesh = jax.make_mesh({tuple(layout.mesh.shape)!r}, {tuple(layout.mesh.axes)!r}, axis_types=({axis_types},))\n"
         f"rules = (\n{rules}\n)\n\n"
         "# Linen resolves rules in order: the first whose mesh axes are free wins.\n"
@@ -151,8 +164,11 @@ def _mesh_repr(rule) -> str:
 
 
 def maxtext_yaml(layout: Layout) -> str:
-    """The mesh axes and rules as MaxText-style YAML (``[]`` replicates)."""
-    lines = [f"# {layout.name}: generated by Partition Explorer", f"mesh_axes: {json.dumps(list(layout.mesh.axes))}", "logical_axis_rules: ["]
+    """The mesh axes and rules as MaxText-style YAML (``[]`` replicates).
+
+    Names are JSON-quoted (valid YAML double-quoted scalars, ASCII escapes only), so none can start a line.
+    """
+    lines = [f"# Generated by Partition Explorer from the layout {json.dumps(layout.name)}", f"mesh_axes: {json.dumps(list(layout.mesh.axes))}", "logical_axis_rules: ["]
     for rule in layout.rules:
         axes = rule.mesh_axes
         target = json.dumps(axes[0]) if len(axes) == 1 else json.dumps(list(axes))

@@ -10,7 +10,7 @@ from explorer import library, plots
 from explorer.analysis import analyze
 from explorer.compare import RaceResult, race, spec_differences
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_json
+from explorer.layout import Layout, load_layout_bytes
 from explorer.share import params_to_layout
 from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
@@ -48,7 +48,7 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
             st.error(f"Library entry '{source}': {error}")
     for uploaded in files or []:
         try:
-            picked.append((f"file: {uploaded.name}", load_layout_json(uploaded.getvalue().decode("utf-8", errors="replace"))))
+            picked.append((f"file: {uploaded.name}", load_layout_bytes(uploaded.getvalue(), "file")))
         except ExplorerError as error:
             st.error(f"{uploaded.name}: {error}")
     for number, line in enumerate((links or "").splitlines(), start=1):

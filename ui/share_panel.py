@@ -6,7 +6,7 @@ import streamlit as st
 
 from explorer import library
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_json, parse_layout, seed_layout
+from explorer.layout import Layout, load_layout_bytes, parse_layout, seed_layout
 from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from ui import state
 
@@ -80,7 +80,7 @@ def _load_upload() -> None:
     if uploaded is None:
         return
     try:
-        layout = load_layout_json(uploaded.getvalue().decode("utf-8", errors="replace"))
+        layout = load_layout_bytes(uploaded.getvalue(), "file")
     except ExplorerError as error:
         _tell("upload", "error", f"{uploaded.name} was not loaded: {error}")
         return
