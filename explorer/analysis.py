@@ -21,6 +21,7 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionS
 
 from explorer import tiles as tiles_lib
 from explorer.abstract import AbstractArray, AbstractModel, abstract_model
+from explorer.errors import ExplorerError
 from explorer.layout import Layout, MeshSpec
 from explorer.rules import RESOLUTION_ORDER, DimTrace, RulePair, format_rule, resolve, spec_axes
 from explorer.tiles import MeshInfo, Tile
@@ -197,6 +198,20 @@ def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: Mesh
     warnings += _unmatched_names(arrays)
     warnings += _large_replicated(arrays, mesh)
     return warnings
+
+
+def indivisible_error(report: Report) -> ExplorerError | None:
+    """The one message for dimensions the mesh does not divide (JAX refuses to compile them), or None.
+
+    The Layout page shows it next to the rules; timing and racing refuse with it before compiling.
+    """
+    found = [w for w in report.warnings if w.code == "indivisible"]
+    if not found:
+        return None
+    return ExplorerError(
+        "rules", found[0].path,
+        f"leave {len(found)} sharded dimension(s) the mesh does not divide evenly, e.g. {found[0].message}",
+    )
 
 
 def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Warning]:

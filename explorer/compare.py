@@ -6,7 +6,8 @@ import dataclasses
 import statistics
 from typing import Callable, Sequence
 
-from explorer.analysis import Report
+from explorer.analysis import Report, analyze
+from explorer.compiled import check_timeable
 from explorer.layout import Layout
 from explorer.timing import time_layout
 
@@ -62,7 +63,13 @@ def race(
     warmup: int = 2,
     on_round: Callable[[int, "RaceResult"], None] | None = None,
 ) -> RaceResult:
-    """Time the layouts A B C A B C ... for ``rounds`` rounds of ``steps`` steps each."""
+    """Time the layouts A B C A B C ... for ``rounds`` rounds of ``steps`` steps each.
+
+    Every layout passes the first timing gate before anything is compiled, so an
+    untimeable one refuses the race at once rather than after the others ran.
+    """
+    for layout in layouts:
+        check_timeable(analyze(layout))
     medians: list[list[float]] = [[] for _ in layouts]
     result = RaceResult(tuple(l.name for l in layouts), (), steps)
     for round_index in range(rounds):

@@ -9,13 +9,20 @@ import pandas as pd
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report
 
-# Inline Markdown only: the escaped text never starts a line, so list and heading marks are harmless.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>~$:|])")
+# CommonMark lets a backslash escape any ASCII punctuation, so every one is escaped: no
+# link, image, emphasis, HTML, entity, heading or list mark survives.
+_MARKDOWN_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]+")
 
 
 def markdown_literal(text: str) -> str:
-    """``text`` escaped so that Markdown shows it as typed (a layout name like ``**x**`` or ``<b>``)."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    """``text`` escaped so that Markdown shows it as typed, on one line.
+
+    A name from someone else's link such as ``**x**``, ``<b>``, ``![t](http://host/x.png)``
+    or ``[Click](...)`` shows as those characters: no image is fetched, no link drawn.
+    Line breaks become spaces, so a name cannot start a heading or a list.
+    """
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _LINE_BREAKS.sub(" ", text))
 
 
 def human_bytes(count: int) -> str:

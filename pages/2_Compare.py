@@ -45,12 +45,12 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
         try:
             picked.append((f"library: {source}", library.load(source).layout))
         except ExplorerError as error:
-            st.error(f"Library entry '{source}': {error}")
+            st.error(markdown_literal(f"Library entry '{source}': {error}"))
     for uploaded in files or []:
         try:
             picked.append((f"file: {uploaded.name}", load_layout_bytes(uploaded.getvalue(), "file")))
         except ExplorerError as error:
-            st.error(f"{uploaded.name}: {error}")
+            st.error(markdown_literal(f"{uploaded.name}: {error}"))
     for number, line in enumerate((links or "").splitlines(), start=1):
         if not line.strip():
             continue
@@ -58,7 +58,7 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
             layout = params_to_layout(dict(parse_qsl(urlsplit(line.strip()).query or line.strip().lstrip("?"))))
             picked.append((f"link {number}: {layout.name}", layout))
         except ExplorerError as error:
-            st.error(f"Link {number}: {error}")
+            st.error(markdown_literal(f"Link {number}: {error}"))
     return picked
 
 
@@ -103,16 +103,19 @@ def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
             check_timeable(report)
             timeable.append((label, layout))
         except ExplorerError as error:
-            st.warning(f"{label} cannot race: {error}")
-    if len(timeable) < 2:
-        return
+            st.warning(markdown_literal(f"{label} cannot race: {error}"))
     racing = [layout_key(layout) for _, layout in timeable]
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
     st.session_state.setdefault("race_rounds", 5)  # not value=: the values are carried across pages
     st.session_state.setdefault("race_steps", 10)
     rounds = left.number_input("Rounds", 1, 50, key="race_rounds")
     steps = middle.number_input("Steps per round", 1, 500, key="race_steps")
-    if right.button("Start race", type="primary", key="race_button"):
+    can_race = len(timeable) >= 2
+    start = right.button(
+        "Start race", type="primary", key="race_button", disabled=not can_race,
+        help=None if can_race else "At least two of the layouts must be timeable here: see the messages above",
+    )
+    if start and can_race:
         progress = st.progress(0.0, text="waiting for a turn…")
         TURNSTILE.enter(on_wait=lambda ahead: progress.progress(0.0, text=f"{ahead} timing(s) ahead of you"))
         try:
@@ -120,6 +123,10 @@ def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
                 [l for _, l in timeable], rounds=int(rounds), steps=int(steps),
                 on_round=lambda i, _: progress.progress((i + 1) / int(rounds), text=f"round {i + 1} of {int(rounds)}"),
             )
+        except ExplorerError as error:
+            progress.empty()
+            st.error(markdown_literal(f"The race was refused: {error}"))
+            return
         finally:
             TURNSTILE.leave()
         st.session_state[RACE] = (racing, [label for label, _ in timeable], result)
@@ -161,7 +168,7 @@ else:
             if not report.warnings:
                 st.caption("none")
             for warning in report.warnings[:8]:
-                st.caption(f"[{warning.code}] {warning.message}")
+                st.caption(markdown_literal(f"[{warning.code}] {warning.message}"))
             if len(report.warnings) > 8:
                 st.caption(f"…and {len(report.warnings) - 8} more")
     show_timings(labels, layouts)

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from explorer.analysis import Report, analyze
+from explorer.analysis import Report, analyze, indivisible_error
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
+from explorer.text import markdown_literal
 from ui import share_panel, sidebar, state
 
 
@@ -29,9 +30,9 @@ def current_layout(page: str) -> Current:
         st.session_state[state.LAST_VALID] = layout.to_dict()
         valid = True
     except ExplorerError as error:
-        slots.for_field(error.field).error(str(error))
+        slots.for_field(error.field).error(markdown_literal(str(error)))
         st.warning(
-            f"The layout in the sidebar is not valid ({error.field}); this page shows the last valid one. "
+            f"The layout in the sidebar is not valid ({markdown_literal(error.field)}); this page shows the last valid one. "
             "Your edits are kept: fix the field marked in red."
         )
         layout = parse_layout(st.session_state[state.LAST_VALID])
@@ -47,9 +48,9 @@ def current_layout(page: str) -> Current:
 
 
 def _flag_layout_problems(report: Report, slots: sidebar.Slots) -> None:
-    indivisible = [w for w in report.warnings if w.code == "indivisible"]
+    indivisible = indivisible_error(report)
     if indivisible:
-        slots.rules.error(f"{len(indivisible)} sharded dimension(s) do not divide evenly, e.g. {indivisible[0].message}")
+        slots.rules.error(markdown_literal(str(indivisible)))
     if report.mesh.abstract:
         slots.mesh.info(
             f"Planned mesh: {report.mesh.size:,} devices, more than this process has. Shapes, bytes and tiles come "
