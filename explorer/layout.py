@@ -309,8 +309,8 @@ def decode_text(data: bytes, source: str) -> str:
     """A layout file's bytes as text: UTF-8 (a BOM is allowed) within MAX_FILE_BYTES, else a message."""
     if len(data) > MAX_FILE_BYTES:
         raise ExplorerError(source, f"{len(data):,} bytes", f"is larger than {MAX_FILE_BYTES:,} bytes, the limit for a layout file")
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise ExplorerError(source, data[:2], "is UTF-16 text; save it as UTF-8")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or _utf16_without_mark(data):
+        raise ExplorerError(source, data[:4], "is UTF-16 text; save it as UTF-8")
     if b"\x00" in data:
         raise ExplorerError(source, data[:16], "is binary, not a JSON text file")
     try:
@@ -320,6 +320,12 @@ def decode_text(data: bytes, source: str) -> str:
             source, data[error.start : error.start + 4],
             f"is not UTF-8 text (at byte {error.start:,}); save it as UTF-8",
         ) from None
+
+
+def _utf16_without_mark(data: bytes) -> bool:
+    """ASCII-range text saved as UTF-16: every other byte is zero."""
+    head = data[:200]
+    return len(head) >= 4 and (not any(head[1::2]) or not any(head[0::2])) and any(head)
 
 
 def load_layout_bytes(data: bytes, source: str = "layout file") -> Layout:
