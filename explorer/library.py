@@ -143,9 +143,10 @@ def _read_entry(path: Path, name: str) -> bytes:
     except OSError as error:
         reason = "is a symbolic link" if error.errno == errno.ELOOP else f"cannot be read ({error.strerror})"
         raise ExplorerError("library entry", name, reason) from None
+    if not stat.S_ISREG(os.fstat(handle).st_mode):
+        os.close(handle)
+        raise ExplorerError("library entry", name, "is not a regular file")
     with os.fdopen(handle, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-            raise ExplorerError("library entry", name, "is not a regular file")
         return stream.read(MAX_FILE_BYTES + 1)
 
 
