@@ -1,6 +1,6 @@
 """``python -m explorer``: analyse a layout file from the command line.
 
-    python -m explorer analyze LAYOUT.json [--json] [--tiles]
+    python -m explorer analyze LAYOUT.json [--json] [--tiles | --tiles-for GLOB]
     python -m explorer time LAYOUT.json [--steps N] [--json]
     python -m explorer url LAYOUT.json
 
@@ -23,7 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     analyze = commands.add_parser("analyze", help="how every array of the train step is sharded")
     analyze.add_argument("layout", help="a layout JSON file")
     analyze.add_argument("--json", action="store_true", help="print the report as JSON")
-    analyze.add_argument("--tiles", action="store_true", help="include the block each device holds")
+    analyze.add_argument("--tiles", action="store_true", help="include the block each device holds, for every array")
+    analyze.add_argument(
+        "--tiles-for", metavar="GLOB", default=None,
+        help="include the blocks only for arrays whose path matches GLOB (fnmatch, e.g. 'params/*kernel'); implies --tiles",
+    )
     timing = commands.add_parser("time", help="compile and time the jitted train step on this process's devices")
     timing.add_argument("layout", help="a layout JSON file")
     timing.add_argument("--steps", type=int, default=20, help="timed steps after warm-up (default 20)")
@@ -57,11 +61,12 @@ def _analyze(args: argparse.Namespace) -> int:
     from explorer.text import report_table
 
     report = analyze(load_layout_file(args.layout))
+    tiles, pattern = args.tiles or args.tiles_for is not None, args.tiles_for or "*"
     if args.json:
-        json.dump(report_to_dict(report, include_tiles=args.tiles), sys.stdout, indent=2)
+        json.dump(report_to_dict(report, include_tiles=tiles, tiles_for=pattern), sys.stdout, indent=2)
         print()
     else:
-        print(report_table(report, include_tiles=args.tiles))
+        print(report_table(report, include_tiles=tiles, tiles_for=pattern))
     return 0
 
 

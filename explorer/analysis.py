@@ -10,6 +10,7 @@ order.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
 import math
 from typing import Any, Sequence
@@ -30,6 +31,8 @@ LARGE_REPLICATED_BYTES = 1 << 20
 KIND_LABELS = {"param": "parameters", "opt_state": "optimizer state", "input": "inputs", "activation": "declared activations"}
 KINDS = tuple(KIND_LABELS)
 
+
+MAX_TILE_ENTRIES = 1_000_000  # (block, device) pairs the command line lists at most (about 10 MB of text)
 
 @dataclasses.dataclass(frozen=True)
 class ArrayInfo:
@@ -311,6 +314,25 @@ def _trace_json(dim: DimTrace, rules: Sequence[RulePair]) -> dict[str, Any]:
     }
 
 
+def tiled_arrays(report: Report, pattern: str = "*") -> list[ArrayInfo]:
+    """The arrays whose tiles to list: paths matching the glob ``pattern``, within MAX_TILE_ENTRIES.
+
+    Listing every block of every array of a 256 x 256 mesh is ~150 MB of text; the
+    size is the number of (block, device) pairs, one per device per array.
+    """
+    chosen = [info for info in report.arrays if fnmatch.fnmatchcase(info.path, pattern)]
+    if not chosen:
+        raise ExplorerError("--tiles-for", pattern, "matches no array path (paths look like 'params/Dense_0/kernel')")
+    entries = len(chosen) * report.mesh.size
+    if entries > MAX_TILE_ENTRIES:
+        raise ExplorerError(
+            "--tiles-for" if pattern != "*" else "--tiles", pattern,
+            f"would list {entries:,} (block, device) pairs ({len(chosen)} arrays x {report.mesh.size:,} devices); "
+            f"the limit is {MAX_TILE_ENTRIES:,}: choose fewer arrays with --tiles-for GLOB, e.g. 'params/*kernel'",
+        )
+    return chosen
+
+
 def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[str, Any]:
     rules = report.layout.rules_for_flax()
     data = {
@@ -333,9 +355,10 @@ def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[
     return data
 
 
-def report_to_dict(report: Report, include_tiles: bool = False) -> dict[str, Any]:
-    """The report in the documented JSON form (tiles only when asked: they can be many)."""
+def report_to_dict(report: Report, include_tiles: bool = False, tiles_for: str = "*") -> dict[str, Any]:
+    """The report in the documented JSON form (tiles only when asked, for arrays matching ``tiles_for``)."""
     mesh = report.mesh
+    tiled = {info.path for info in tiled_arrays(report, tiles_for)} if include_tiles else set()
     return {
         "layout": report.layout.to_dict(),
         "mesh": {
@@ -345,7 +368,7 @@ def report_to_dict(report: Report, include_tiles: bool = False) -> dict[str, Any
             "abstract": mesh.abstract,
         },
         "resolution_order": report.resolution_order,
-        "arrays": [array_to_dict(a, report, include_tiles) for a in report.arrays],
+        "arrays": [array_to_dict(a, report, a.path in tiled) for a in report.arrays],
         "totals": report.totals.as_dict(),
         "warnings": [dataclasses.asdict(w) for w in report.warnings],
     }

@@ -7,7 +7,7 @@ import re
 import pandas as pd
 
 from explorer import hlo
-from explorer.analysis import KIND_LABELS, Report
+from explorer.analysis import KIND_LABELS, Report, tiled_arrays
 
 # CommonMark lets a backslash escape any ASCII punctuation, so every one is escaped: no
 # link, image, emphasis, HTML, entity, heading or list mark survives.
@@ -51,7 +51,7 @@ def arrays_frame(report: Report) -> pd.DataFrame:
     )
 
 
-def report_table(report: Report, include_tiles: bool = False) -> str:
+def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "*") -> str:
     mesh = report.mesh
     kind = "planned (AbstractMesh, hypothetical device ids)" if mesh.abstract else "real devices"
     lines = [
@@ -74,7 +74,7 @@ def report_table(report: Report, include_tiles: bool = False) -> str:
         lines += ["", "warnings:"] + [f"  [{w.code}] {w.message}" for w in report.warnings]
     if include_tiles:
         lines += ["", "tiles (index ranges -> devices):"]
-        for info in report.arrays:
+        for info in tiled_arrays(report, tiles_for):
             lines.append(f"  {info.path}")
             for tile in report.tiles(info.path):
                 ranges = " x ".join(f"{a}:{b}" for a, b in tile.index) or "scalar"
