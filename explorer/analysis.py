@@ -211,10 +211,7 @@ def indivisible_error(report: Report) -> ExplorerError | None:
     found = [w for w in report.warnings if w.code == "indivisible"]
     if not found:
         return None
-    return ExplorerError(
-        "rules", found[0].path,
-        f"leave {len(found)} sharded dimension(s) the mesh does not divide evenly, e.g. {found[0].message}",
-    )
+    return ExplorerError("rules", len(found), f"sharded dimension(s) do not divide evenly, e.g. {found[0].message}")
 
 
 def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Warning]:

@@ -9,10 +9,12 @@ import pandas as pd
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report, tiled_arrays
 
-# CommonMark lets a backslash escape any ASCII punctuation, so every one is escaped: no
-# link, image, emphasis, HTML, entity, heading or list mark survives.
-_MARKDOWN_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+# Every mark that can make a link, an image, HTML, emphasis, code, math, a table or a
+# Streamlit directive (":red[...]", ":material/...:") is escaped; line breaks become
+# spaces and a leading list or heading mark is escaped, so the text stays one plain line.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>~$:|#])")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]+")
+_LEADING_MARK = re.compile(r"^(\s*)([-+=]|\d+[.)])")
 
 
 def markdown_literal(text: str) -> str:
@@ -20,9 +22,9 @@ def markdown_literal(text: str) -> str:
 
     A name from someone else's link such as ``**x**``, ``<b>``, ``![t](http://host/x.png)``
     or ``[Click](...)`` shows as those characters: no image is fetched, no link drawn.
-    Line breaks become spaces, so a name cannot start a heading or a list.
     """
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", _LINE_BREAKS.sub(" ", text))
+    escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", _LINE_BREAKS.sub(" ", text))
+    return _LEADING_MARK.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], escaped)
 
 
 def human_bytes(count: int) -> str:
