@@ -150,7 +150,7 @@ def _sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: tu
             ),
         )
     edges_as_gaps = rows + cols > MAX_EDGE_LINES and stripes == 1
-    if edges_as_gaps:
+    if edges_as_gaps and max(rows, cols) <= 100:  # beyond, a 1 px gap would wash out cells only a few px wide
         heatmap.update(xgap=1, ygap=1)
     figure = go.Figure(go.Heatmap(**heatmap))
     if rows * cols <= MAX_DETAILED_CELLS:
