@@ -29,7 +29,12 @@ current = current_layout("compare")
 
 def chosen_layouts() -> list[tuple[str, Layout]]:
     """Layouts picked from the current one, the team library, files and links; problems shown per source."""
-    options = [CURRENT] + library.names()
+    try:
+        entries = library.names()
+    except ExplorerError as error:  # a bad library folder: said here, the rest of the page works
+        st.error(markdown_literal(f"The team library cannot be used: {error}"))
+        entries = []
+    options = [CURRENT] + entries
     # Kept across pages (so no default=); an entry someone deleted from the library since is dropped.
     picked_before = st.session_state.get("compare_sources", [CURRENT])
     st.session_state["compare_sources"] = [source for source in picked_before if source in options]

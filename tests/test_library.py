@@ -158,3 +158,36 @@ def test_a_bad_library_folder_is_one_message(tmp_path, monkeypatch, make_bad):
     monkeypatch.setenv("EXPLORER_LIBRARY", str(make_bad(tmp_path)))
     with pytest.raises(ExplorerError, match="EXPLORER_LIBRARY"):
         library.listing()
+
+
+@pytest.mark.parametrize("page", ["pages/0_Layout.py", "pages/2_Compare.py"])
+def test_a_bad_library_folder_is_a_message_in_the_library_section_only(tmp_path, monkeypatch, page):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "a-file"))
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=300)
+    at.switch_page(page)
+    at.run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == (2 if page.endswith("Compare.py") else 1), errors
+    assert all("EXPLORER\\_LIBRARY" in e and "cannot be used" in e for e in errors)
+    assert [e.value for e in at.sidebar.error] == errors[-1:]  # the sidebar's library section
+    assert at.session_state["layout_name"] == "seed-2x4"  # the rest of the page works
+
+
+def test_skipped_entries_are_reported_under_the_library(shelf):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    library.save("real", seed())
+    (shelf / "folder.json").mkdir()
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=300)
+    at.run()
+    assert not at.exception
+    assert any("folder.json" in w.value and "it is a folder" in w.value for w in at.sidebar.warning)
+    assert at.selectbox(key="library_choice").options == ["real"]
