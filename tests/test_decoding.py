@@ -127,3 +127,19 @@ def test_url_refuses_a_layout_whose_link_the_decoder_would_refuse(seed_dict, tmp
     assert main(["url", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "limit for a link" in captured.err
+
+
+def test_hostile_sidebar_input_is_a_message_next_to_the_field():
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=300)
+    at.run()
+    at.text_input(key="mesh_shape_text").input("9" * 5000 + ", 4").run()
+    assert not at.exception
+    assert any("mesh.shape\\[0\\]" in e.value and len(e.value) < 400 for e in at.sidebar.error)
+    at.text_input(key="mesh_shape_text").input("2, 4").run()
+    at.text_input(key="layout_name").input("n" * 1_000_000).run()
+    assert not at.exception
+    assert any(e.value.startswith("name\\: 'nnn") and len(e.value) < 400 for e in at.sidebar.error)
