@@ -278,16 +278,24 @@ def probe_injection() -> None:
         except ExplorerError:
             outcomes["refused"] += 1
             continue
-        tree = ast.parse(python_snippet(layout))
-        literal = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "layout_name"}
-        safe_code = len(tree.body) == baseline and literal.get("layout_name") == name
-        rules = yaml.safe_load(maxtext_yaml(layout))["logical_axis_rules"]
-        safe_yaml = rules[0][0] == layout.rules[0].logical
+        try:
+            tree = ast.parse(python_snippet(layout))
+            assigned = [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "layout_name"]
+            safe_code = len(tree.body) == baseline and all(ast.literal_eval(n.value) == name for n in assigned)
+        except SyntaxError:
+            safe_code = False
+        try:
+            safe_yaml = yaml.safe_load(maxtext_yaml(layout))["logical_axis_rules"][0][0] == layout.rules[0].logical
+        except yaml.YAMLError:
+            safe_yaml = False
         shown = markdown_literal(name)
         safe_markdown = "\n" not in shown and not re.search(r"(?<!\\)[\[<*_`$]", shown)  # no unescaped mark
         round_trip = params_to_layout(dict(parse_qsl(layout_to_query(layout).lstrip("?")))) == layout
-        outcomes["data everywhere" if safe_code and safe_yaml and safe_markdown and round_trip else "LEAKED"] += 1
-    row("names: newlines, Markdown, HTML, code", outcomes, "LEAKED" not in outcomes)
+        for check, safe in (("code", safe_code), ("yaml", safe_yaml), ("markdown", safe_markdown), ("link", round_trip)):
+            if not safe:
+                outcomes[f"leaked into {check}"] += 1
+        outcomes["data everywhere"] += safe_code and safe_yaml and safe_markdown and round_trip
+    row("names: newlines, Markdown, HTML, code", outcomes, not any(k.startswith("leaked") for k in outcomes))
 
 
 def main() -> None:
