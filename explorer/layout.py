@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, shown
 
 MAX_DEVICES = 65_536
 AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,31}")  # whole name: re.fullmatch, so "data\n" fails
@@ -78,7 +78,7 @@ class MeshSpec(_Frozen):
                 )
         for name in axes:
             if axes.count(name) > 1:
-                raise ExplorerError("mesh.axes", list(axes), f"names the axis {name!r} twice")
+                raise ExplorerError("mesh.axes", list(axes), f"names the axis {shown(name)} twice")
         return axes
 
     @model_validator(mode="after")
@@ -148,7 +148,7 @@ class Layout(_Frozen):
                 if axis not in self.mesh.axes:
                     raise ExplorerError(
                         f"rules[{i}]", [rule.logical, rule.mesh],
-                        f"names mesh axis {axis!r}, which the mesh {list(self.mesh.axes)} lacks",
+                        f"names mesh axis {shown(axis)}, which the mesh {list(self.mesh.axes)} lacks",
                     )
             if len(set(rule.mesh_axes)) != len(rule.mesh_axes):
                 raise ExplorerError(f"rules[{i}]", [rule.logical, rule.mesh], "names a mesh axis twice")

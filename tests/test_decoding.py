@@ -47,6 +47,7 @@ HOSTILE_FILES = {
     "a float that overflows": (with_value("model.options.batch", "1e999").encode(), "too large"),
     "a lone surrogate": (with_value("name", '"\\ud800"').encode(), "not Unicode"),
     "an axis name with a trailing newline": (with_value("mesh.axes", '["data\\n", "model"]').encode(), "mesh.axes[0]"),
+    "a 5,000-character mesh axis in a rule": (with_value("rules", json.dumps([["batch", "x" * 5000]])).encode(), "lacks"),
     "not an object": (b"[1, 2, 3]", "not a JSON object"),
     "not JSON": (b"{mesh: 2x4}", "not valid JSON"),
 }
