@@ -1,6 +1,6 @@
 """``python -m explorer``: analyse a layout file from the command line.
 
-    python -m explorer analyze LAYOUT.json [--json] [--tiles] [--strict] [--array PATH [--dims R,C] [--block DIM=K]]
+    python -m explorer analyze LAYOUT.json [--json] [--tiles | --tiles-for GLOB] [--strict] [--array PATH [--dims R,C] [--block DIM=K]]
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
     python -m explorer url LAYOUT.json
@@ -30,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     analyze = commands.add_parser("analyze", help="how every array of the train step is sharded")
     analyze.add_argument("layout", help="a layout JSON file, or - for standard input")
     analyze.add_argument("--json", action="store_true", help="print the report as JSON")
-    analyze.add_argument("--tiles", action="store_true", help="include the block each device holds")
+    analyze.add_argument("--tiles", action="store_true", help="include the block each device holds, for every array")
+    analyze.add_argument(
+        "--tiles-for", metavar="GLOB", default=None,
+        help="include the blocks only for arrays whose path matches GLOB (fnmatch, e.g. 'params/*kernel'); implies --tiles",
+    )
     analyze.add_argument("--strict", action="store_true", help="exit with 1 when an error-level finding stands")
     analyze.add_argument("--array", metavar="PATH", help="draw one array's device grid (e.g. params/.../kernel)")
     analyze.add_argument("--dims", metavar="R,C", help="with --array: the dimensions drawn as rows and columns")
@@ -93,15 +97,18 @@ def _distributed_arguments(timing: argparse.ArgumentParser) -> None:
 
 
 def _load(path: str):
-    from explorer.layout import load_layout_file, load_layout_json
+    from explorer.layout import MAX_FILE_BYTES, load_layout_bytes, load_layout_file
 
-    return load_layout_json(sys.stdin.read()) if path == "-" else load_layout_file(path)
+    if path == "-":
+        return load_layout_bytes(sys.stdin.buffer.read(MAX_FILE_BYTES + 1), "standard input")
+    return load_layout_file(path)
 
 
 def _analyze(args: argparse.Namespace) -> int:
     from explorer.analysis import analyze, array_to_dict, report_to_dict
 
     report = analyze(_load(args.layout))
+    tiles, pattern = args.tiles or args.tiles_for is not None, args.tiles_for or "*"
     if args.array is not None:
         info = _array(report, args.array)
         if args.json:
@@ -109,11 +116,11 @@ def _analyze(args: argparse.Namespace) -> int:
         else:
             print(_array_text(report, info, args))
     elif args.json:
-        print(json.dumps(report_to_dict(report, include_tiles=args.tiles), indent=2))  # dumps: a third faster than dump
+        print(json.dumps(report_to_dict(report, include_tiles=tiles, tiles_for=pattern), indent=2))
     else:
         from explorer.text import report_table
 
-        print(report_table(report, include_tiles=args.tiles))
+        print(report_table(report, include_tiles=tiles, tiles_for=pattern))
     errors = [finding for finding in report.warnings if finding.level == "error"]
     if args.strict and errors:
         print(f"strict: {len(errors)} error-level finding(s), e.g. {errors[0].message}", file=sys.stderr)

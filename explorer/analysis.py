@@ -10,6 +10,7 @@ order.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import functools
 import math
 from typing import Any, Sequence
@@ -31,6 +32,8 @@ KINDS = tuple(KIND_LABELS)
 ERROR_CODES = frozenset({"indivisible", "unknown-mesh-axis", "mesh-axis-twice"})  # JAX refuses these layouts
 INFO_CODES = frozenset({"semantics-differ"})  # worth knowing, nothing wrong with this layout
 
+
+MAX_TILE_ENTRIES = 1_000_000  # (block, device) pairs the command line lists at most (about 10 MB of text)
 
 @dataclasses.dataclass(frozen=True)
 class ArrayInfo:
@@ -332,6 +335,17 @@ def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: Mesh
     return warnings
 
 
+def indivisible_error(report: Report) -> ExplorerError | None:
+    """The one message for dimensions the mesh does not divide (JAX refuses to compile them), or None.
+
+    The Layout page shows it next to the rules; timing and racing refuse with it before compiling.
+    """
+    found = [w for w in report.warnings if w.code == "indivisible"]
+    if not found:
+        return None
+    return ExplorerError("rules", len(found), f"sharded dimension(s) do not divide evenly, e.g. {found[0].message}")
+
+
 def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Finding]:
     found = []
     for dim, (size, entry) in enumerate(zip(info.shape, info.spec)):
@@ -430,6 +444,25 @@ def _trace_json(dim: DimTrace, rules: Sequence[RulePair]) -> dict[str, Any]:
     }
 
 
+def tiled_arrays(report: Report, pattern: str = "*") -> list[ArrayInfo]:
+    """The arrays whose tiles to list: paths matching the glob ``pattern``, within MAX_TILE_ENTRIES.
+
+    Listing every block of every array of a 256 x 256 mesh is ~150 MB of text; the
+    size is the number of (block, device) pairs, one per device per array.
+    """
+    chosen = [info for info in report.arrays if fnmatch.fnmatchcase(info.path, pattern)]
+    if not chosen:
+        raise ExplorerError("--tiles-for", pattern, "matches no array path (paths look like 'params/Dense_0/kernel')")
+    entries = len(chosen) * report.mesh.size
+    if entries > MAX_TILE_ENTRIES:
+        raise ExplorerError(
+            "--tiles-for" if pattern != "*" else "--tiles", pattern,
+            f"would list {entries:,} (block, device) pairs ({len(chosen)} arrays x {report.mesh.size:,} devices); "
+            f"the limit is {MAX_TILE_ENTRIES:,}: choose fewer arrays with --tiles-for GLOB, e.g. 'params/*kernel'",
+        )
+    return chosen
+
+
 def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[str, Any]:
     rules = report.layout.rules_for_flax()
     data = {
@@ -454,9 +487,10 @@ def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[
     return data
 
 
-def report_to_dict(report: Report, include_tiles: bool = False) -> dict[str, Any]:
-    """The report in the documented JSON form (tiles only when asked: they can be many)."""
+def report_to_dict(report: Report, include_tiles: bool = False, tiles_for: str = "*") -> dict[str, Any]:
+    """The report in the documented JSON form (tiles only when asked, for arrays matching ``tiles_for``)."""
     mesh = report.mesh
+    tiled = {info.path for info in tiled_arrays(report, tiles_for)} if include_tiles else set()
     return {
         "layout": report.layout.to_dict(),
         "mesh": {
@@ -467,7 +501,7 @@ def report_to_dict(report: Report, include_tiles: bool = False) -> dict[str, Any
         },
         "framework": report.framework,
         "resolution_order": report.resolution_order,
-        "arrays": [array_to_dict(a, report, include_tiles) for a in report.arrays],
+        "arrays": [array_to_dict(a, report, a.path in tiled) for a in report.arrays],
         "totals": report.totals.as_dict(),
         "warnings": [dataclasses.asdict(w) | {"level": w.level} for w in report.warnings],
     }

@@ -6,7 +6,8 @@ import dataclasses
 import statistics
 from typing import Callable, Sequence
 
-from explorer.analysis import Report
+from explorer.analysis import Report, analyze
+from explorer.compiled import check_timeable
 from explorer.layout import Layout
 from explorer.timing import time_layout
 
@@ -68,7 +69,11 @@ def race(
     ``on_phase(round, layout index, phase)`` reports each timing's stage ("compiling",
     "warming up", "timing", ...) and ``on_round(round, result so far)`` each finished round,
     so a caller can show the true stage and keep the rounds done if it stops the race.
+    Every layout passes the first timing gate before anything is compiled, so an
+    untimeable one refuses the race at once rather than after the others ran.
     """
+    for layout in layouts:
+        check_timeable(analyze(layout))
     medians: list[list[float]] = [[] for _ in layouts]
     result = RaceResult(tuple(l.name for l in layouts), (), steps)
     for round_index in range(rounds):

@@ -24,12 +24,12 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from explorer.abstract import AbstractModel, init_fn
-from explorer.analysis import Report, analyze, jax_mesh, model_of, state_shardings
+from explorer.analysis import Report, analyze, indivisible_error, jax_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.rules import spec_entry
 
-MEMORY_FRACTION = 0.6  # refuse a state whose estimated host footprint exceeds this share of available memory
+MEMORY_FRACTION = 0.6  # refuse a timing whose host footprint (estimated, then XLA's) exceeds this share of available memory
 CACHE_SIZE = 4
 
 
@@ -85,7 +85,12 @@ def host_footprint_bytes(report: Report) -> int:
 
 
 def check_timeable(report: Report) -> None:
-    """Refuse layouts that cannot be timed here, with the numbers."""
+    """Refuse layouts that cannot be timed here, before compiling: the first gate, with the numbers.
+
+    A planned mesh, a dimension the mesh does not divide (the Layout page's message),
+    and a state whose estimated footprint does not fit. ``check_compiled_memory`` is
+    the second gate, after compiling and before anything is allocated.
+    """
     if report.mesh.abstract:
         raise ExplorerError(
             "mesh.shape", list(report.mesh.shape),
@@ -95,12 +100,47 @@ def check_timeable(report: Report) -> None:
     refused = [w for w in report.warnings if w.code in ("unknown-mesh-axis", "mesh-axis-twice")]
     if refused:
         raise ExplorerError("rules", [list(r) for r in report.layout.rules_for_flax()], f"give a sharding JAX refuses: {refused[0].message}")
+    indivisible = indivisible_error(report)
+    if indivisible:
+        raise indivisible
     needed, available = host_footprint_bytes(report), available_memory_bytes()
     if needed > MEMORY_FRACTION * available:
         raise ExplorerError(
             "model", report.layout.model.name,
             f"would need about {needed / 2**30:,.1f} GiB on the host to time ({report.mesh.size} simulated devices); "
             f"{available / 2**30:,.1f} GiB are available and the limit is {MEMORY_FRACTION:.0%} of that",
+        )
+
+
+def compiled_peak_bytes(compiled) -> int:
+    """Bytes one device needs while running ``compiled``, by XLA's ``memory_analysis()``.
+
+    Arguments and outputs are live together with the temporaries; aliased outputs
+    reuse their argument's buffer.
+    """
+    stats = compiled.memory_analysis()
+    return int(
+        stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
+    )
+
+
+def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
+    """The second gate: refuse, with XLA's numbers, a step whose compiled peak does not fit this host.
+
+    Every simulated device lives in this process, so the host needs the per-device
+    peak times the device count. Runs after compiling and before anything is allocated.
+    """
+    per_device = max(compiled_peak_bytes(step.init), compiled_peak_bytes(step.step))
+    needed, available = per_device * report.mesh.size, available_memory_bytes()
+    if needed > MEMORY_FRACTION * available:
+        stats = step.step.memory_analysis()
+        raise ExplorerError(
+            "model", report.layout.model.name,
+            f"would need {needed / 2**30:,.2f} GiB on the host to time: XLA's compiled memory analysis gives "
+            f"{per_device / 2**30:,.2f} GiB per device (arguments {stats.argument_size_in_bytes / 2**30:,.2f} + outputs "
+            f"{stats.output_size_in_bytes / 2**30:,.2f} + temporaries {stats.temp_size_in_bytes / 2**30:,.2f} - aliased "
+            f"{stats.alias_size_in_bytes / 2**30:,.2f} GiB for the step) x {report.mesh.size} simulated devices; "
+            f"{available / 2**30:,.1f} GiB are available and the limit is {MEMORY_FRACTION:.0%} of that. Nothing was allocated.",
         )
 
 
@@ -164,10 +204,16 @@ def _make_init(model: AbstractModel):
 
 
 def compile_step(layout: Layout, report: Report | None = None) -> tuple[CompiledStep, bool]:
-    """The compiled init and step for ``layout``, and whether it came from the bounded cache."""
-    check_timeable(report or analyze(layout))
+    """The compiled init and step for ``layout``, and whether it came from the bounded cache.
+
+    Both gates run: the estimate before compiling, XLA's compiled peak after (on a
+    cached step too, since the memory available changes).
+    """
+    report = report or analyze(layout)
+    check_timeable(report)
     hits = _compiled.cache_info().hits
     compiled = _compiled(layout_key(layout))
+    check_compiled_memory(compiled, report)
     return compiled, _compiled.cache_info().hits > hits
 
 

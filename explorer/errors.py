@@ -12,9 +12,17 @@ class ExplorerError(ValueError):
         self.field = field
         self.value = value
         self.problem = problem
-        super().__init__(f"{field}: {_show(value)} {problem}")
+        super().__init__(f"{_shorten(field)}: {shown(value)} {_shorten(problem, MAX_PROBLEM_CHARACTERS)}")
 
 
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+SHOWN_CHARACTERS = 80  # a 10 MB name from a hostile file is echoed as its first 77 characters and "..."
+MAX_PROBLEM_CHARACTERS = 1_000  # a backstop: problems quote values through ``shown``
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, at most SHOWN_CHARACTERS long: how a message quotes a value from the user."""
+    return _shorten(repr(value))
+
+
+def _shorten(text: str, limit: int = SHOWN_CHARACTERS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -31,11 +31,16 @@ from pydantic import (
     model_validator,
 )
 
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, shown
 from explorer.rules import MeshAxes, spec_axes, spec_entry
 
 MAX_DEVICES = 65_536
-AXIS_NAME = r"^[A-Za-z_][A-Za-z0-9_\-]{0,31}$"
+AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,31}")  # whole name: re.fullmatch, so "data\n" fails
+
+# What the decoding path accepts, from files, uploads, the team library and links (README).
+MAX_FILE_BYTES = 1_000_000  # a layout file is a few hundred bytes; factory options leave room
+MAX_DEPTH = 32  # nesting of lists and objects
+MAX_INT_DIGITS = 30
 
 # A rule's mesh field as the file writes it (rules.SpecEntry, strictly typed for validation).
 RuleMesh = Union[None, StrictStr, tuple[StrictStr, ...]]
@@ -75,14 +80,14 @@ class MeshSpec(_Frozen):
     @classmethod
     def _named_axes(cls, axes: tuple[Any, ...]) -> tuple[str, ...]:
         for i, name in enumerate(axes):
-            if not isinstance(name, str) or not re.match(AXIS_NAME, name):
+            if not isinstance(name, str) or not AXIS_NAME.fullmatch(name):
                 raise ExplorerError(
                     f"mesh.axes[{i}]", name,
                     "is not an axis name (letters, digits, '_' or '-', starting with a letter, at most 32)",
                 )
         for name in axes:
             if axes.count(name) > 1:
-                raise ExplorerError("mesh.axes", list(axes), f"names the axis {name!r} twice")
+                raise ExplorerError("mesh.axes", list(axes), f"names the axis {shown(name)} twice")
         return axes
 
     @model_validator(mode="after")
@@ -150,7 +155,7 @@ class Layout(_Frozen):
                 if axis not in self.mesh.axes:
                     raise ExplorerError(
                         f"rules[{i}]", [rule.logical, rule.mesh],
-                        f"names mesh axis {axis!r}, which the mesh {list(self.mesh.axes)} lacks",
+                        f"names mesh axis {shown(axis)}, which the mesh {list(self.mesh.axes)} lacks",
                     )
             if len(set(rule.mesh_axes)) != len(rule.mesh_axes):
                 raise ExplorerError(f"rules[{i}]", [rule.logical, rule.mesh], "names a mesh axis twice")
@@ -223,6 +228,7 @@ def parse_layout(data: Any) -> Layout:
     """Validate a layout given as a dict (the file format); raise ExplorerError if it is bad."""
     if not isinstance(data, dict):
         raise ExplorerError("layout", data, "is not a JSON object")
+    check_plain(data, "layout")
     try:
         return Layout.model_validate(data)
     except ValidationError as error:
@@ -290,22 +296,119 @@ def _axes_only(data: dict) -> bool:
     return _problem({"mesh": {"shape": [1] * len(mesh["axes"]), "axes": mesh["axes"]}, "rules": [], "model": SEED_LAYOUT["model"]}) is None
 
 
-def load_layout_json(text: str) -> Layout:
-    """Parse a layout file's text."""
+def check_plain(data: Any, field: str, depth: int = 0) -> None:
+    """Refuse data no layout needs before pydantic sees it: deep nesting, text that is not Unicode.
+
+    Iterative limits, so a hostile value fails here with a message instead of
+    exhausting the recursion limit somewhere later.
+    """
+    if depth > MAX_DEPTH:
+        raise ExplorerError(field, "…", f"is nested deeper than {MAX_DEPTH} levels")
+    if isinstance(data, str):
+        _check_text(data, field)
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, str):
+                raise ExplorerError(field, key, "has a key that is not text")
+            _check_text(key, field)
+            check_plain(value, field if depth else key, depth + 1)
+    elif isinstance(data, (list, tuple)):
+        for item in data:
+            check_plain(item, field, depth + 1)
+    elif isinstance(data, float) and not math.isfinite(data):
+        raise ExplorerError(field, data, "is not a finite number")
+    elif isinstance(data, int) and not isinstance(data, bool) and abs(data) >= 10**MAX_INT_DIGITS:
+        raise ExplorerError(field, "…", f"is a number with more than {MAX_INT_DIGITS} digits")
+
+
+def _check_text(text: str, field: str) -> None:
     try:
-        data = json.loads(text)
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ExplorerError(field, text, f"holds a character that is not Unicode text (position {error.start})") from None
+
+
+def json_value(text: str, source: str) -> Any:
+    """``json.loads`` that refuses, with an ExplorerError, what a layout never holds.
+
+    NaN and Infinity are not JSON and come back as text from a link, never as floats;
+    integers are capped at MAX_INT_DIGITS digits (Python's own cap is 4,300, with a
+    traceback); nesting is capped at MAX_DEPTH (Python's recursion limit is ~1,000).
+    """
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_finite_float)
     except json.JSONDecodeError as error:
-        raise ExplorerError("layout file", text[:40], f"is not valid JSON ({error.msg} at line {error.lineno})") from None
-    return parse_layout(data)
+        raise ExplorerError(source, text, f"is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})") from None
+    except _Refused as refused:
+        raise ExplorerError(source, refused.args[0], refused.args[1]) from None
+    except RecursionError:
+        raise ExplorerError(source, text, f"is nested deeper than {MAX_DEPTH} levels") from None
+
+
+class _Refused(Exception):
+    """A JSON token a layout never holds: (the token, why)."""
+
+
+def _no_constant(token: str) -> Any:
+    raise _Refused(token, "is not a JSON number (NaN and Infinity are not allowed)")
+
+
+def _bounded_int(token: str) -> int:
+    if len(token.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(token, f"is a number with {len(token.lstrip('-')):,} digits; at most {MAX_INT_DIGITS} are allowed")
+    return int(token)
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise _Refused(token, "is too large for a number")
+    return value
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """A layout file's bytes as text: UTF-8 (a BOM is allowed) within MAX_FILE_BYTES, else a message."""
+    if len(data) > MAX_FILE_BYTES:
+        raise ExplorerError(source, f"{len(data):,} bytes", f"is larger than {MAX_FILE_BYTES:,} bytes, the limit for a layout file")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or _utf16_without_mark(data):
+        raise ExplorerError(source, data[:4], "is UTF-16 text; save it as UTF-8")
+    if b"\x00" in data:
+        raise ExplorerError(source, data[:16], "is binary, not a JSON text file")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        raise ExplorerError(
+            source, data[error.start : error.start + 4],
+            f"is not UTF-8 text (at byte {error.start:,}); save it as UTF-8",
+        ) from None
+
+
+def _utf16_without_mark(data: bytes) -> bool:
+    """ASCII-range text saved as UTF-16: every other byte is zero."""
+    head = data[:200]
+    return len(head) >= 4 and (not any(head[1::2]) or not any(head[0::2])) and any(head)
+
+
+def load_layout_bytes(data: bytes, source: str = "layout file") -> Layout:
+    """The one decoding path for file contents (uploads, the CLI, the team library): bytes -> Layout."""
+    return load_layout_json(decode_text(data, source), source)
+
+
+def load_layout_json(text: str, source: str = "layout file") -> Layout:
+    """Parse a layout file's text."""
+    if len(text) > MAX_FILE_BYTES:
+        raise ExplorerError(source, f"{len(text):,} characters", f"is longer than {MAX_FILE_BYTES:,} characters, the limit for a layout file")
+    return parse_layout(json_value(text, source))
 
 
 def load_layout_file(path: str) -> Layout:
+    """Read a layout file (at most MAX_FILE_BYTES) and decode it."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as error:
         raise ExplorerError("layout file", path, f"cannot be read ({error.strerror})") from None
-    return load_layout_json(text)
+    return load_layout_bytes(data, f"layout file {path}")
 
 
 SEED_LAYOUT = {

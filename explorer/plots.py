@@ -6,10 +6,12 @@ followed from the array grid to the mesh to the memory bars.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from typing import Iterable, Sequence
 
+import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
@@ -19,7 +21,15 @@ from explorer.tiles import GridView, MeshInfo, Tile, devices_label
 
 GOLDEN = 0.6180339887498949
 MAX_STRIPES = 16  # more replicas than this draw as one grey block with a count
-MAX_LABELLED_TILES = 256
+MAX_LABELLED_TILES = 256  # device ids written on blocks (and on mesh cells) up to this many
+# Beyond these sizes a figure keeps a bounded number of shapes and bytes: one heatmap with
+# compact numeric arrays (Plotly sends numpy arrays as typed arrays), labels on hover only.
+PALETTE_DEVICES = 256  # up to this, one exact colour per device in a discrete colorscale
+MAX_DETAILED_CELLS = 4096  # heatmap cells with a full hover text each (and replica stripes)
+MAX_EDGE_LINES = 130  # block edges as line shapes; above, gaps between heatmap cells
+MAX_BARS = 64  # memory bars per device; above, one bar stands for every device
+COLOR_BINS = 256  # large meshes: device colours quantised to this many Turbo shades
+FIGURE_CACHE = 32  # figures kept per process, keyed by their plain-data inputs
 GREY = "#d0d4da"
 DIM = "#eef0f3"
 # Anchored by its bottom just above the plot area: when it wraps on a narrow page, plotly grows
@@ -28,13 +38,21 @@ LEGEND_ABOVE = dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="botto
 KIND_COLORS = {"param": "#4C78A8", "opt_state": "#F58518", "input": "#54A24B", "activation": "#B279A2"}
 
 
+def _color_bin(device):
+    """The Turbo shade (0..COLOR_BINS-1) of a device on a large mesh; works on numpy arrays too."""
+    return (np.asarray(device) * GOLDEN % 1.0 * COLOR_BINS).astype(np.int32)
+
+
 def device_color(device: int, device_count: int) -> str:
     """A stable colour per device: a qualitative palette for small meshes, spread Turbo for big ones."""
     if device_count <= 10:
         return plotly.colors.qualitative.Plotly[device]
     if device_count <= 24:
         return plotly.colors.qualitative.Light24[device]
-    position = (device * GOLDEN) % 1.0
+    return _turbo(int(_color_bin(device)) / (COLOR_BINS - 1))
+
+
+def _turbo(position: float) -> str:
     return plotly.colors.sample_colorscale("Turbo", [0.08 + 0.84 * position])[0]
 
 
@@ -48,16 +66,39 @@ def _discrete_colorscale(colors: Sequence[str]) -> list[list]:
     return scale
 
 
-def _coords_text(device: int, mesh: MeshInfo, coords: dict[int, tuple[int, ...]]) -> str:
-    return ", ".join(f"{axis}={c}" for axis, c in zip(mesh.axes, coords[device]))
+@functools.lru_cache(maxsize=4)
+def _binned_colorscale(other: str) -> tuple:
+    """Large meshes: z = 0..COLOR_BINS-1 is a device's Turbo shade, z = COLOR_BINS is ``other`` (grey or dim)."""
+    top = (COLOR_BINS - 1) / COLOR_BINS
+    stops = [[top * i / 15, _turbo(i / 15)] for i in range(16)]
+    return tuple(map(tuple, stops + [[(COLOR_BINS - 0.5) / COLOR_BINS, other], [1.0, other]]))
 
 
-def _tile_hover(tile: Tile, device: int | None, mesh: MeshInfo, coords, itemsize: int) -> str:
+def _colouring(device_ids: np.ndarray, mesh_size: int, other: str, shown: np.ndarray) -> dict:
+    """Heatmap colour settings: z per cell and a colorscale; cells not ``shown`` get ``other``.
+
+    Up to PALETTE_DEVICES devices, z is the device id over an exact per-device scale;
+    above, z is the device's shade over a 17-stop scale, so the figure's size does not
+    grow with the mesh.
+    """
+    if mesh_size <= PALETTE_DEVICES:
+        colors = [device_color(d, mesh_size) for d in range(mesh_size)] + [other]
+        z = np.where(shown, device_ids, mesh_size)
+        return dict(z=z.tolist(), colorscale=_discrete_colorscale(colors), zmin=-0.5, zmax=mesh_size + 0.5)
+    z = np.where(shown, _color_bin(device_ids), COLOR_BINS).astype(np.uint16)
+    return dict(z=z, colorscale=[list(s) for s in _binned_colorscale(other)], zmin=0, zmax=COLOR_BINS)
+
+
+def _coords_text(coordinates: Sequence[int], mesh: MeshInfo) -> str:
+    return ", ".join(f"{axis}={c}" for axis, c in zip(mesh.axes, coordinates))
+
+
+def _tile_hover(tile: Tile, device: int | None, coordinates, mesh: MeshInfo, itemsize: int) -> str:
     ranges = " × ".join(f"{a}:{b}" for a, b in tile.index) or "scalar"
     shape = tile.shape
     lines = []
     if device is not None:
-        lines.append(f"<b>device {device}</b> ({_coords_text(device, mesh, coords)})")
+        lines.append(f"<b>device {device}</b> ({_coords_text(coordinates, mesh)})")
     lines += [
         f"held by {len(tile.devices)} device(s): {devices_label(tile.devices, 12)}",
         f"index [{ranges}]",
@@ -71,31 +112,45 @@ def sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: Seq
 
     Replicas of a block are drawn as side-by-side stripes, one colour per device, so
     the figure reads like ``jax.debug.visualize_array_sharding`` but for any rank
-    and any mesh size.
+    and any mesh size. Figures are cached by their inputs (plain, hashable data).
     """
-    coords = mesh.coordinates()
-    replicas = len(view.cells[0][0].devices)
-    stripes = replicas if replicas <= MAX_STRIPES else 1
+    return _sharding_grid(view, mesh, itemsize, tuple(dim_labels), title)
+
+
+@functools.lru_cache(maxsize=FIGURE_CACHE)
+def _sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: tuple[str, ...], title: str) -> go.Figure:
     rows, cols = len(view.rows), len(view.cols)
-    z, text, xs = [], [], [c + (s + 0.5) / stripes for c in range(cols) for s in range(stripes)]
-    for r in range(rows):
-        z_row, text_row = [], []
-        for c in range(cols):
-            tile = view.cells[r][c]
-            for s in range(stripes):
-                device = tile.devices[s] if stripes > 1 or replicas == 1 else None
-                z_row.append(device if device is not None else mesh.size)
-                text_row.append(_tile_hover(tile, device, mesh, coords, itemsize))
-        z.append(z_row)
-        text.append(text_row)
-    colors = [device_color(d, mesh.size) for d in range(mesh.size)] + [GREY]
-    figure = go.Figure(
-        go.Heatmap(
-            x=xs, y=[r + 0.5 for r in range(rows)], z=z, text=text, hovertemplate="%{text}<extra></extra>",
-            colorscale=_discrete_colorscale(colors), zmin=-0.5, zmax=mesh.size + 0.5, showscale=False,
+    replicas = len(view.cells[0][0].devices)
+    stripes = replicas if replicas <= MAX_STRIPES and rows * cols * replicas <= MAX_DETAILED_CELLS else 1
+    detailed = rows * cols * stripes <= MAX_DETAILED_CELLS
+    holders = np.array([[tile.devices[s] for tile in row for s in range(stripes)] for row in view.cells], dtype=np.int64)
+    shown = np.full(holders.shape, stripes > 1 or replicas == 1)
+    xs = [c + (s + 0.5) / stripes for c in range(cols) for s in range(stripes)]
+    heatmap = dict(x=xs, y=[r + 0.5 for r in range(rows)], showscale=False, **_colouring(holders, mesh.size, GREY, shown))
+    if detailed:
+        position = {int(d): c for d, c in zip(mesh.ids_array().reshape(-1), np.ndindex(*mesh.shape))} if replicas <= MAX_STRIPES else {}
+        text = [
+            [_tile_hover(tile, tile.devices[s] if shown[r][0] else None, position.get(tile.devices[s]), mesh, itemsize)
+             for tile in row for s in range(stripes)]
+            for r, row in enumerate(view.cells)
+        ]
+        heatmap.update(text=text, hovertemplate="%{text}<extra></extra>")
+    else:  # numbers only: the first holder and how many hold the block
+        counts = np.array([[len(tile.devices) for tile in row] for row in view.cells], dtype=np.int32)
+        shape = view.cells[0][0].shape
+        heatmap.update(
+            customdata=np.stack([holders.astype(np.int32), counts], axis=-1),
+            hovertemplate=(
+                "held by %{customdata[1]} device(s), first %{customdata[0]}"
+                f"<br>shard shape {tuple(shape)} · {human_bytes(math.prod(shape) * itemsize)}<extra></extra>"
+            ),
         )
-    )
-    figure.add_trace(_tile_centres(view))
+    edges_as_gaps = rows + cols > MAX_EDGE_LINES and stripes == 1
+    if edges_as_gaps and max(rows, cols) <= 100:  # beyond, a 1 px gap would wash out cells only a few px wide
+        heatmap.update(xgap=1, ygap=1)
+    figure = go.Figure(go.Heatmap(**heatmap))
+    if rows * cols <= MAX_DETAILED_CELLS:
+        figure.add_trace(_tile_centres(view))
     # Set in one go: plotly's add_shape/add_annotation re-validate the whole list on every call,
     # which made a 16 x 16 grid take seconds.
     labels = []
@@ -106,7 +161,7 @@ def sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: Seq
                  bgcolor="rgba(255,255,255,0.75)")
             for r in range(rows) for c in range(cols)
         ]
-    figure.update_layout(shapes=_block_edges(rows, cols), annotations=labels)
+    figure.update_layout(shapes=[] if edges_as_gaps else _block_edges(rows, cols), annotations=labels)
     _grid_axes(figure, view, dim_labels, title)
     return figure
 
@@ -159,40 +214,54 @@ def _grid_axes(figure: go.Figure, view: GridView, dim_labels: Sequence[str], tit
 
 
 def mesh_figure(mesh: MeshInfo, highlight: Iterable[int] = ()) -> go.Figure:
-    """The device mesh: rows are the first axis, columns the others flattened; ids on every cell.
+    """The device mesh: rows are the first axis, columns the others flattened; ids on small meshes, on hover always.
 
     Devices in ``highlight`` keep their colour and the rest fade, so a selected
-    block's holders stand out.
+    block's holders stand out. Cached by (mesh, highlight).
     """
-    highlight = set(highlight)
+    return _mesh_figure(mesh, frozenset(int(d) for d in highlight))
+
+
+@functools.lru_cache(maxsize=FIGURE_CACHE)
+def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
     ids = mesh.ids_array()
     rows = mesh.shape[0] if len(mesh.shape) > 1 else 1
     grid = ids.reshape(rows, -1)
-    coords = mesh.coordinates()
-    colors = [device_color(d, mesh.size) for d in range(mesh.size)] + [DIM]
-    z = [[int(d) if not highlight or int(d) in highlight else mesh.size for d in row] for row in grid]
-    text = [[f"<b>device {int(d)}</b><br>{_coords_text(int(d), mesh, coords)}" for d in row] for row in grid]
-    show_ids = grid.size <= 256
-    figure = go.Figure(
-        go.Heatmap(
-            z=z, text=[[str(int(d)) for d in row] for row in grid] if show_ids else None,
-            texttemplate="%{text}" if show_ids else None, customdata=text, hovertemplate="%{customdata}<extra></extra>",
-            colorscale=_discrete_colorscale(colors), zmin=-0.5, zmax=mesh.size + 0.5, showscale=False, xgap=2, ygap=2,
-            textfont=dict(size=12 if grid.size <= 64 else 8),
-        )
-    )
-    column_axes = mesh.axes[1:] if len(mesh.shape) > 1 else mesh.axes
     columns = grid.shape[1]
+    shown = np.isin(grid, list(highlight)) if highlight else np.ones(grid.shape, bool)
+    column_axes = mesh.axes[1:] if len(mesh.shape) > 1 else mesh.axes
+    column_labels = [_column_label(c, mesh) for c in range(columns)]
+    heatmap = dict(x=list(range(columns)), y=list(range(rows)), showscale=False, **_colouring(grid, mesh.size, DIM, shown))
+    if grid.size <= MAX_DETAILED_CELLS:
+        hover = [[f"<b>device {int(d)}</b><br>{_coords_text(c, mesh)}" for d, c in zip(row, _row_coordinates(mesh, r))]
+                 for r, row in enumerate(grid)]
+        heatmap.update(customdata=hover, hovertemplate="%{customdata}<extra></extra>", xgap=2, ygap=2)
+    else:  # the id as a number; the coordinates are the axes' positions
+        row_axis = f"{mesh.axes[0]}=%{{y}} · " if len(mesh.shape) > 1 else ""
+        heatmap.update(
+            customdata=grid.astype(np.int32), x=column_labels,
+            hovertemplate=f"<b>device %{{customdata}}</b><br>{row_axis}{' × '.join(column_axes)}=%{{x}}<extra></extra>",
+        )
+    if grid.size <= MAX_LABELLED_TILES:
+        heatmap.update(text=grid.astype(str).tolist(), texttemplate="%{text}", textfont=dict(size=12 if grid.size <= 64 else 8))
+    figure = go.Figure(go.Heatmap(**heatmap))
     figure.update_xaxes(
         title=" × ".join(column_axes), side="top", showgrid=False, zeroline=False,
-        tickvals=list(range(columns)), ticktext=[_column_label(c, mesh) for c in range(columns)], showticklabels=columns <= 32,
+        showticklabels=columns <= 32, **(dict(tickvals=list(range(columns)), ticktext=column_labels) if columns <= 32 else {}),
     )
     figure.update_yaxes(
         title=mesh.axes[0] if len(mesh.shape) > 1 else "", autorange="reversed", showgrid=False, zeroline=False,
-        tickvals=list(range(rows)), showticklabels=rows <= 32 and len(mesh.shape) > 1,
+        showticklabels=rows <= 32 and len(mesh.shape) > 1, **(dict(tickvals=list(range(rows))) if rows <= 32 else {}),
     )
     figure.update_layout(height=min(520, max(160, 26 * rows + 120)), margin=dict(l=60, r=10, t=60, b=10), plot_bgcolor="white")
     return figure
+
+
+def _row_coordinates(mesh: MeshInfo, row: int) -> list[tuple[int, ...]]:
+    """Mesh coordinates of the cells of one row of the mesh figure (first axis = row, the rest flattened)."""
+    if len(mesh.shape) == 1:
+        return [(c,) for c in range(mesh.shape[0])]
+    return [(row, *c) for c in np.ndindex(*mesh.shape[1:])]
 
 
 def _column_label(column: int, mesh: MeshInfo) -> str:
@@ -206,9 +275,12 @@ def _column_label(column: int, mesh: MeshInfo) -> str:
 
 
 def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
-    """Bytes each device holds, stacked by kind (params, optimizer state, inputs, declared activations)."""
+    """Bytes each device holds, stacked by kind (params, optimizer state, inputs, declared activations).
+
+    Every device holds the same under NamedSharding, so beyond MAX_BARS devices one bar stands for all.
+    """
     figure = go.Figure()
-    x = [str(d) for d in device_ids]
+    x = [str(d) for d in device_ids] if len(device_ids) <= MAX_BARS else [f"each of {len(device_ids):,} devices"]
     for kind, value in totals.by_kind().items():
         figure.add_bar(
             x=x, y=[value / 2**20] * len(x), name=KIND_LABELS[kind], marker_color=KIND_COLORS[kind],

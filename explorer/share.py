@@ -6,7 +6,10 @@ The link carries the whole layout in query parameters a person can read and edit
      &model=mlp&options=batch:8;layers:4;depth:1024;scan:false
 
 In ``rules``, ``-`` replicates and ``,`` joins mesh axes (``batch:data,fsdp``). Option
-values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``).
+values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``;
+``NaN`` and ``Infinity`` are words too, never floats). Each parameter is at most
+``MAX_PARAM_LENGTH`` characters, and ``layout_to_query`` refuses a layout whose link
+the decoder would refuse.
 Tokens that contain a separator are percent-escaped. Decoding never imports anything:
 it only builds a layout dict, which ``parse_layout`` validates (user factories stay
 allow-listed).
@@ -20,12 +23,13 @@ from typing import Any, Mapping
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, parse_layout
+from explorer.layout import Layout, json_value, parse_layout
 from explorer.rules import spec_entry
 
 PARAMS = ("name", "mesh", "axes", "rules", "model", "options")
 _SAFE = "_-."
-_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-.]*$")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # always re.fullmatch: "word\n" is not a word
+_JSON_WORDS = ("true", "false", "null")
 MAX_PARAM_LENGTH = 20_000
 
 
@@ -34,7 +38,7 @@ def _token(text: str) -> str:
 
 
 def _value_text(value: Any) -> str:
-    if isinstance(value, str) and _WORD.match(value) and value not in ("true", "false", "null"):
+    if isinstance(value, str) and _WORD.fullmatch(value) and value not in _JSON_WORDS:
         return _token(value)
     return _token(json.dumps(value, separators=(",", ":")))
 
@@ -57,8 +61,10 @@ def layout_to_params(layout: Layout) -> dict[str, str]:
 
 
 def layout_to_query(layout: Layout) -> str:
-    """``?name=...&mesh=...``: what ``python -m explorer url`` prints."""
-    return "?" + urlencode(layout_to_params(layout), safe=",:;")
+    """``?name=...&mesh=...``: what ``python -m explorer url`` prints; refused if the decoder would refuse it."""
+    params = layout_to_params(layout)
+    _check_lengths(params)
+    return "?" + urlencode(params, safe=",:;")
 
 
 def params_to_layout(params: Mapping[str, str]) -> Layout:
@@ -84,18 +90,22 @@ def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("mesh", "axes", "model"):
         if key not in params:
             raise ExplorerError("link", sorted(params), f"has no '{key}' parameter (it needs mesh, axes and model)")
-    for key in PARAMS:
-        value = params.get(key, "")
-        if not isinstance(value, str):
-            raise ExplorerError(f"link parameter '{key}'", value, "is not text")
-        if len(value) > MAX_PARAM_LENGTH:
-            raise ExplorerError(f"link parameter '{key}'", value[:40], f"is longer than {MAX_PARAM_LENGTH:,} characters")
+    _check_lengths(params)
     return {
         "name": params.get("name") or "shared",
         "mesh": {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]},
         "rules": _rules(params.get("rules", "")),
         "model": {"name": params["model"], "options": _options(params.get("options", ""))},
     }
+
+
+def _check_lengths(params: Mapping[str, Any]) -> None:
+    for key in PARAMS:
+        value = params.get(key, "")
+        if not isinstance(value, str):
+            raise ExplorerError(f"link parameter '{key}'", value, "is not text")
+        if len(value) > MAX_PARAM_LENGTH:
+            raise ExplorerError(f"link parameter '{key}'", value[:40], f"is longer than {MAX_PARAM_LENGTH:,} characters, the limit for a link")
 
 
 def _mesh_shape(text: str) -> list[Any]:
@@ -128,13 +138,11 @@ def _options(text: str) -> dict[str, Any]:
         if item.count(":") != 1:
             raise ExplorerError("link parameter 'options'", item, "is not name:value")
         key, raw = item.split(":")
-        value = unquote(raw)
-        try:
-            options[unquote(key)] = json.loads(value)
-        except json.JSONDecodeError:
-            if not _WORD.match(value):
-                raise ExplorerError(f"link option '{unquote(key)}'", value, "is neither JSON nor a plain word") from None
-            options[unquote(key)] = value
+        name, value = unquote(key), unquote(raw)
+        if _WORD.fullmatch(value) and value not in _JSON_WORDS:
+            options[name] = value
+        else:
+            options[name] = json_value(value, f"link option {name!r}")
     return options
 
 
@@ -161,7 +169,7 @@ def python_snippet(layout: Layout) -> str:
         "from jax.sharding import AxisType\n\n"
         "from explorer.layout import ModelSpec\n"
         "from explorer.models import build_model, validate_model\n\n"
-        f"LAYOUT_NAME = {layout.name!r}\n"
+        f"layout_name = {layout.name!r}\n"
         f"mesh = jax.make_mesh({tuple(layout.mesh.shape)!r}, {tuple(layout.mesh.axes)!r}, axis_types=(AxisType.Auto,) * {len(layout.mesh.axes)})\n"
         "# Linen resolves rules in order: the first whose mesh axes are still free wins.\n"
         f"rules = (\n{rules}\n)\n\n"
@@ -177,7 +185,7 @@ def python_snippet(layout: Layout) -> str:
         "    abstract_state = jax.eval_shape(init, jax.random.key(0), *inputs)\n"
         "    state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_state), mesh, rules)\n"
         "    state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(0), *inputs)\n\n"
-        "print(LAYOUT_NAME)\n"
+        "print(layout_name)\n"
         "for path, leaf in jax.tree_util.tree_leaves_with_path(nn.unbox(state.params)):\n"
         "    print(jax.tree_util.keystr(path, simple=True, separator='/'), leaf.shape, leaf.sharding.spec, "
         "leaf.addressable_shards[0].data.shape)\n"
@@ -185,8 +193,11 @@ def python_snippet(layout: Layout) -> str:
 
 
 def maxtext_yaml(layout: Layout) -> str:
-    """The mesh axes and rules as MaxText-style YAML (``[]`` replicates)."""
-    lines = [f"# {json.dumps(layout.name)}: generated by Partition Explorer", f"mesh_axes: {json.dumps(list(layout.mesh.axes))}", "logical_axis_rules: ["]
+    """The mesh axes and rules as MaxText-style YAML (``[]`` replicates).
+
+    Names are JSON-quoted (valid YAML double-quoted scalars, ASCII escapes only), so none can start a line.
+    """
+    lines = [f"# Generated by Partition Explorer from the layout {json.dumps(layout.name)}", f"mesh_axes: {json.dumps(list(layout.mesh.axes))}", "logical_axis_rules: ["]
     for rule in layout.rules:
         axes = rule.mesh_axes
         target = json.dumps(axes[0]) if len(axes) == 1 else json.dumps(list(axes))

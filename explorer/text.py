@@ -11,20 +11,29 @@ import re
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from explorer import hlo
-from explorer.analysis import KIND_LABELS, Report
+from explorer.analysis import KIND_LABELS, Report, tiled_arrays
 from explorer.rules import SpecEntry
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# Inline Markdown only: the escaped text never starts a line, so list and heading marks are harmless.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>~$:|])")
+# Every mark that can make a link, an image, HTML, emphasis, code, math, a table or a
+# Streamlit directive (":red[...]", ":material/...:") is escaped; line breaks become
+# spaces and a leading list or heading mark is escaped, so the text stays one plain line.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>~$:|#])")
+_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85\x0b\x0c]+")
+_LEADING_MARK = re.compile(r"^(\s*)([-+=]|\d+[.)])")
 
 
 def markdown_literal(text: str) -> str:
-    """``text`` escaped so that Markdown shows it as typed (a layout name like ``**x**`` or ``<b>``)."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    """``text`` escaped so that Markdown shows it as typed, on one line.
+
+    A name from someone else's link such as ``**x**``, ``<b>``, ``![t](http://host/x.png)``
+    or ``[Click](...)`` shows as those characters: no image is fetched, no link drawn.
+    """
+    escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", _LINE_BREAKS.sub(" ", text))
+    return _LEADING_MARK.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], escaped)
 
 
 def human_bytes(count: int) -> str:
@@ -55,7 +64,7 @@ def arrays_frame(report: Report) -> "pd.DataFrame":
     )
 
 
-def report_table(report: Report, include_tiles: bool = False) -> str:
+def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "*") -> str:
     mesh = report.mesh
     kind = "planned (AbstractMesh, hypothetical device ids)" if mesh.abstract else "real devices"
     lines = [
@@ -78,7 +87,7 @@ def report_table(report: Report, include_tiles: bool = False) -> str:
         lines += ["", "warnings:"] + [f"  [{w.code}] {w.message}" for w in report.warnings]
     if include_tiles:
         lines += ["", "tiles (index ranges -> devices):"]
-        for info in report.arrays:
+        for info in tiled_arrays(report, tiles_for):
             lines.append(f"  {info.path}")
             for tile in report.tiles(info.path):
                 ranges = " x ".join(f"{a}:{b}" for a, b in tile.index) or "scalar"

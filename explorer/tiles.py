@@ -12,6 +12,7 @@ holds block ``i_a * size(b) + i_b`` (the first axis is the major one).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Sequence
 
@@ -100,15 +101,25 @@ def tiles(shape: Sequence[int], spec: Sequence[SpecEntry], mesh: MeshInfo) -> tu
             )
             block_of_device[dim] = block_of_device[dim] * mesh.shape[position] + coordinate
     flat_blocks = np.ravel_multi_index(block_of_device.reshape(len(shape), -1), counts) if shape else np.zeros(ids.size, np.int64)
-    holders: dict[int, list[int]] = {}
-    for block, device in zip(flat_blocks.tolist(), ids.reshape(-1).tolist()):
-        holders.setdefault(block, []).append(device)
-    result = []
-    for block in sorted(holders):
-        coords = tuple(int(c) for c in np.unravel_index(block, counts)) if shape else ()
-        index = tuple(_block_bounds(size, count, c) for size, count, c in zip(shape, counts, coords))
-        result.append(Tile(index, tuple(sorted(holders[block])), coords))
-    return tuple(result)
+    # Vectorised (a 256 x 256 mesh has 65,536 blocks): group devices by block, in block order.
+    order = np.lexsort((ids.reshape(-1), flat_blocks))
+    blocks, starts = np.unique(flat_blocks[order], return_index=True)
+    in_block_order = ids.reshape(-1)[order].tolist()
+    edges = starts.tolist() + [len(in_block_order)]
+    holders = [tuple(in_block_order[a:b]) for a, b in zip(edges, edges[1:])]
+    if shape:
+        coords = np.stack(np.unravel_index(blocks, counts), axis=1)
+        steps = np.array([-(-size // count) for size, count in zip(shape, counts)])
+        starts_at = np.minimum(coords * steps, shape)
+        stops_at = np.minimum((coords + 1) * steps, shape)
+        bounds = np.stack([starts_at, stops_at], axis=-1).tolist()
+        coords = coords.tolist()
+    else:
+        bounds, coords = [[]] * len(blocks), [[]] * len(blocks)
+    return tuple(
+        Tile(tuple(map(tuple, index)), devices, tuple(block))
+        for index, devices, block in zip(bounds, holders, coords)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +172,20 @@ def grid_view(
     col_dim: int | None,
     fixed: dict[int, int] | None = None,
 ) -> GridView:
+    """The tiles of ``shape`` laid out over two of its dimensions (cached by meaning; see ``_grid_view``)."""
+    hashable_spec = tuple(tuple(e) if isinstance(e, list) else e for e in spec)
+    return _grid_view(tuple(shape), hashable_spec, mesh, row_dim, col_dim, tuple(sorted((fixed or {}).items())))
+
+
+@functools.lru_cache(maxsize=32)
+def _grid_view(
+    shape: Sequence[int],
+    spec: Sequence[SpecEntry],
+    mesh: MeshInfo,
+    row_dim: int | None,
+    col_dim: int | None,
+    fixed_blocks: tuple[tuple[int, int], ...],
+) -> GridView:
     """The tiles of ``shape`` laid out over two of its dimensions.
 
     Dimensions other than ``row_dim``/``col_dim`` are cut at block ``fixed[dim]``
@@ -169,7 +194,7 @@ def grid_view(
     shape = tuple(shape)
     spec = tuple(spec) + (None,) * (len(shape) - len(spec))
     counts = shard_counts(spec, mesh)
-    fixed = {d: 0 for d in range(len(shape)) if d not in (row_dim, col_dim)} | dict(fixed or {})
+    fixed = {d: 0 for d in range(len(shape)) if d not in (row_dim, col_dim)} | dict(fixed_blocks)
     for dim, block in fixed.items():
         if not 0 <= block < counts[dim]:
             raise ExplorerError(f"block of dim {dim}", block, f"does not exist (dim {dim} has {counts[dim]} blocks)")

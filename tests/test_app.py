@@ -1,5 +1,6 @@
 """AppTest of the Layout page (app.py runs it by default): renders, reacts to rule edits, shows errors next to widgets."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,13 @@ def app():
     return at
 
 
+def plain(markdown: str) -> str:
+    """Rendered text of Markdown that ``markdown_literal`` escaped (what a user reads)."""
+    return re.sub(r"\\([\\`*_\[\]<>~$:|#.+=)-])", r"\1", markdown)
+
+
 def selected_summary(at) -> str:
-    return next(m.value for m in at.markdown if m.value.startswith(f"**{at.session_state['selected_path']}**"))
+    return next(plain(m.value) for m in at.markdown if plain(m.value).startswith(f"**{at.session_state['selected_path']}**"))
 
 
 def edit_rules(at, rules):
@@ -56,7 +62,7 @@ def test_applying_a_preset_changes_the_rules(app):
 def test_invalid_rule_shows_an_error_next_to_the_rules_and_no_exception(app):
     edit_rules(app, [["batch", ["data"]], ["hidden", ["tensor"]]])
     assert not app.exception
-    errors = [e.value for e in app.sidebar.error]
+    errors = [plain(e.value) for e in app.sidebar.error]
     assert any("rules[1]" in e and "'tensor'" in e for e in errors), errors
     assert any("last valid" in w.value for w in app.warning)
     assert "P(None, 'model')" in selected_summary(app)  # the page keeps working on the last valid layout
@@ -66,7 +72,7 @@ def test_invalid_rule_shows_an_error_next_to_the_rules_and_no_exception(app):
 def test_invalid_mesh_shape_names_the_field(app):
     app.text_input(key="mesh_shape_text").input("2, x").run()
     assert not app.exception
-    assert any("mesh.shape[1]" in e.value and "'x'" in e.value for e in app.sidebar.error)
+    assert any("mesh.shape[1]" in plain(e.value) and "'x'" in plain(e.value) for e in app.sidebar.error)
 
 
 def test_every_invalid_field_is_named_where_it_was_typed(app):
@@ -84,7 +90,7 @@ def test_every_invalid_field_is_named_where_it_was_typed(app):
 def test_indivisible_dimension_is_flagged_next_to_the_rules(app):
     app.number_input(key="option::mlp::depth").set_value(1022).run()
     assert not app.exception
-    assert any("do not divide evenly" in e.value and "1022" in e.value for e in app.sidebar.error)
+    assert any("do not divide evenly" in plain(e.value) and "1022" in plain(e.value) for e in app.sidebar.error)
 
 
 def test_planned_mesh_is_marked_and_drawn(app):
@@ -138,7 +144,7 @@ def test_a_bad_device_count_is_a_message_not_a_traceback(monkeypatch):
     monkeypatch.setenv("EXPLORER_CPU_DEVICES", "lots")
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception
-    assert [e.value for e in at.error] == [
+    assert [plain(e.value) for e in at.error] == [
         "The app cannot start: EXPLORER_CPU_DEVICES: 'lots' is not a whole number of CPU devices. "
         "Fix the environment variable and restart the app."
     ]
@@ -183,7 +189,7 @@ def test_library_actions_answer_in_the_library_section(app, tmp_path, monkeypatc
     assert not app.main.success
     app.button(key="library_save").click().run()  # the same name again
     assert not app.exception
-    assert any("team seed" in e.value and "exists" in e.value for e in app.sidebar.error), [e.value for e in app.sidebar.error]
+    assert any("team seed" in e.value and "exists" in e.value for e in app.sidebar.error), [plain(e.value) for e in app.sidebar.error]
     assert not app.main.error
 
 

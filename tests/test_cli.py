@@ -181,3 +181,23 @@ def test_analyze_json_imports_neither_pandas_nor_plotly():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_tiles_of_a_huge_mesh_need_a_path_filter(tmp_path, capsys):
+    from explorer.__main__ import main
+
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps({
+        "name": "huge", "mesh": {"shape": [256, 256], "axes": ["data", "model"]},
+        "rules": [["batch", "data"], ["hidden", "model"]],
+        "model": {"name": "mlp", "options": {"batch": 256, "layers": 2, "depth": 1024}},
+    }))
+    assert main(["analyze", str(path), "--tiles"]) == 2
+    assert "--tiles-for" in capsys.readouterr().err
+    assert main(["analyze", str(path), "--json", "--tiles-for", "params/*_1/Dense_0/kernel"]) == 0
+    arrays = json.loads(capsys.readouterr().out)["arrays"]
+    tiled = [a["path"] for a in arrays if "tiles" in a]
+    assert tiled == ["params/LogicalDotReluDot_1/Dense_0/kernel"]
+    assert sum(len(t["devices"]) for t in arrays[[a["path"] for a in arrays].index(tiled[0])]["tiles"]) == 65536
+    assert main(["analyze", str(path), "--tiles-for", "nothing*"]) == 2
+    assert "matches no array" in capsys.readouterr().err

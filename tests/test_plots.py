@@ -63,3 +63,50 @@ def test_step_and_round_axes_tick_whole_numbers(count, step):
     assert (figure.layout.xaxis.tickmode, figure.layout.xaxis.tick0, figure.layout.xaxis.dtick) == ("linear", 0, step)
     race = plots.race_figure(["a", "b"], [[0.01] * count, [0.02] * count])
     assert race.layout.xaxis.dtick == step
+
+
+# --- huge planned meshes: bounded shapes and bytes, cached by meaning -------------------------------
+
+def planned_256x256():
+    return analyze(parse_layout({
+        "name": "huge", "mesh": {"shape": [256, 256], "axes": ["data", "model"]},
+        "rules": [["batch", "data"], ["hidden", "model"]],
+        "model": {"name": "mlp", "options": {"batch": 256, "layers": 1, "depth": 1024}},
+    }))
+
+
+def test_the_256x256_mesh_figure_is_one_heatmap_with_ids_on_hover():
+    report = planned_256x256()
+    figure = plots.mesh_figure(report.mesh, highlight={0, 65535})
+    assert len(figure.data) == 1 and not figure.layout.shapes and not figure.layout.annotations
+    heatmap = figure.data[0]
+    assert heatmap.text is None and "%{customdata}" in heatmap.hovertemplate
+    assert (heatmap.customdata == report.mesh.ids_array()).all()
+    assert len(figure.to_json()) < 2_000_000
+    z = heatmap.z
+    assert z[0][0] == plots._color_bin(0) and z[255][255] == plots._color_bin(65535) and z[0][1] == plots.COLOR_BINS
+
+
+def test_a_65536_block_grid_is_bounded_and_a_256_block_grid_keeps_labels():
+    report = planned_256x256()
+    every_device = grid_view((1024, 1024), ("data", "model"), report.mesh, 0, 1)
+    figure = plots.sharding_grid(every_device, report.mesh, 4, ["rows", "cols"])
+    assert len(figure.data) == 1 and not figure.layout.annotations  # no selection markers, no labels
+    assert len(figure.layout.shapes) <= 2 * plots.MAX_EDGE_LINES
+    assert figure.data[0].text is None and len(figure.to_json()) < 2_000_000
+    one_row = grid_view((1024, 1024), (None, "model"), report.mesh, 0, 1)
+    labelled = plots.sharding_grid(one_row, report.mesh, 4, ["rows", "cols"])
+    assert len(labelled.layout.annotations) == 256 and len(labelled.to_json()) < 2_000_000
+
+
+def test_figures_and_grid_views_are_cached_by_meaning():
+    report = planned_256x256()
+    assert plots.mesh_figure(report.mesh, [3, 1]) is plots.mesh_figure(report.mesh, {1, 3})
+    first = grid_view((1024, 1024), ("data", "model"), report.mesh, 0, 1)
+    assert grid_view([1024, 1024], ["data", "model"], report.mesh, 0, 1, {}) is first
+
+
+def test_memory_bars_of_a_huge_mesh_are_one_bar_per_kind():
+    report = planned_256x256()
+    figure = plots.memory_bars(report.mesh.ids_array().reshape(-1).tolist(), report.totals)
+    assert all(len(bar.x) == 1 for bar in figure.data)

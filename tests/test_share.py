@@ -161,7 +161,7 @@ def test_two_saves_under_one_name_never_overwrite(shelf, seed_dict):
     with pytest.raises(ExplorerError, match="changed by someone else"):
         library.save("team plan", parse_layout({**seed_dict, "name": "stale"}), replaces=first.version)
     assert library.load("team plan").version == replaced.version
-    assert [p.name for p in shelf.iterdir()] == ["team plan.json"]  # no temporary files left behind
+    assert sorted(p.name for p in shelf.iterdir()) == [".lock", "team plan.json"]  # no temporary files left behind
 
 
 def test_rename_and_delete(shelf, seed_dict):

@@ -271,3 +271,66 @@ def test_time_command_refuses_a_planned_mesh_with_exit_2(tmp_path):
         cwd=ROOT, capture_output=True, text=True, env={"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"}, timeout=300,
     )
     assert result.returncode == 2 and "not timed" in result.stderr and "Traceback" not in result.stderr
+
+
+# --- the timing gates: refused before compiling, or after compiling and before allocating ---------
+
+def indivisible(seed_dict):
+    """The guide's MLP with batch 3 on the 2x4 mesh: 'batch' -> data (2) does not divide 3."""
+    return layout(seed_dict, model={"name": "mlp", "options": {**SMALL_MLP["options"], "batch": 3}})
+
+
+def test_an_indivisible_layout_is_refused_before_compiling_with_the_layout_pages_message(seed_dict, monkeypatch):
+    from explorer.analysis import indivisible_error
+
+    monkeypatch.setattr(compiled_lib, "_compiled", lambda key: pytest.fail("compiled an indivisible layout"))
+    bad = indivisible(seed_dict)
+    with pytest.raises(ExplorerError) as refused:
+        time_layout(bad, steps=1)
+    assert str(refused.value) == str(indivisible_error(analyze(bad)))
+    assert "has size 3" in str(refused.value) and refused.value.field == "rules"
+
+
+def test_a_race_with_an_indivisible_layout_is_refused_before_any_timing(seed_dict, monkeypatch):
+    from explorer import compare
+
+    monkeypatch.setattr(compare, "time_layout", lambda *a, **k: pytest.fail("timed a layout of a refused race"))
+    with pytest.raises(ExplorerError, match="has size 3"):
+        compare.race([layout(seed_dict), indivisible(seed_dict)], rounds=1, steps=1)
+
+
+def test_time_command_refuses_an_indivisible_layout_with_exit_2(tmp_path):
+    layout_file = tmp_path / "batch3.json"
+    data = json.loads((ROOT / "layouts" / "seed-2x4.json").read_text())
+    data["model"]["options"]["batch"] = 3
+    layout_file.write_text(json.dumps(data))
+    result = subprocess.run(
+        [sys.executable, "-m", "explorer", "time", str(layout_file)],
+        cwd=ROOT, capture_output=True, text=True, env={"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"}, timeout=300,
+    )
+    assert result.returncode == 2 and "has size 3" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_compiled_peak_over_the_limit_is_refused_before_allocation(seed_dict, monkeypatch):
+    """The state estimate passes, XLA's compiled peak does not: refused with XLA's numbers, nothing allocated.
+
+    Long sequences and a narrow model: attention scores make XLA's temporaries dwarf the state (as in the
+    issue's seq_len 8192, d_model 64 transformer, scaled down).
+    """
+    from explorer import timing
+
+    options = {"batch": 8, "seq_len": 512, "layers": 1, "d_model": 16, "heads": 2, "kv_heads": 2, "head_dim": 8,
+               "mlp_dim": 32, "vocab": 64}
+    small = layout(seed_dict, rules=[["batch", "data"]], model={"name": "transformer", "options": options})
+    report = analyze(small)
+    step, _ = compile_step(small, report)
+    peak = max(compiled_lib.compiled_peak_bytes(step.init), compiled_lib.compiled_peak_bytes(step.step)) * report.mesh.size
+    estimate = compiled_lib.host_footprint_bytes(report)
+    assert peak > estimate, "this layout's compiled peak must exceed the estimate for the test to mean anything"
+    limit = (estimate + peak) / 2  # between the two: the first gate passes, the second must refuse
+    monkeypatch.setattr(compiled_lib, "available_memory_bytes", lambda: int(limit / compiled_lib.MEMORY_FRACTION))
+    monkeypatch.setattr(timing, "example_inputs", lambda *a, **k: pytest.fail("allocated inputs of a refused timing"))
+    compiled_lib.check_timeable(report)  # the first gate passes
+    with pytest.raises(ExplorerError, match=r"XLA's compiled memory analysis.*temporaries.*GiB are available"):
+        time_layout(small, steps=1)

@@ -33,7 +33,18 @@ def test_planned_mesh_is_refused_with_a_link_to_the_analysis(page):
     page.text_input(key="mesh_shape_text").input("16, 16").run()
     assert not page.exception
     assert any("planned mesh but not timed" in e.value for e in page.error)
-    assert not [b for b in page.button if b.key == "time_button"]
+    assert page.button(key="time_button").disabled
+
+
+def test_an_indivisible_layout_shows_the_layout_pages_message_and_a_disabled_button(page):
+    page.number_input(key="option::mlp::batch").set_value(3).run()
+    assert not page.exception
+    rules_message = [e.value for e in page.sidebar.error if "has size 3" in e.value]
+    main_message = [e.value for e in page.main.error if "has size 3" in e.value]
+    assert rules_message and main_message == rules_message
+    assert page.button(key="time_button").disabled
+    page.number_input(key="option::mlp::batch").set_value(4).run()
+    assert not page.button(key="time_button").disabled
 
 
 def test_times_a_small_layout_in_two_local_processes(page):

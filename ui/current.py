@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from explorer import devices
-from explorer.analysis import Report, analyze
+from explorer.analysis import Report, analyze, indivisible_error
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, layout_errors, parse_layout
 from explorer.text import markdown_literal
@@ -90,12 +90,12 @@ def simulated_devices_note() -> None:
 
 
 def _flag_layout_problems(report: Report, slots: sidebar.Slots) -> None:
-    indivisible = [w for w in report.warnings if w.code == "indivisible"]
+    indivisible = indivisible_error(report)
     if indivisible:
-        slots.rules.error(f"{len(indivisible)} sharded dimension(s) do not divide evenly, e.g. {indivisible[0].message}")
+        slots.rules.error(markdown_literal(str(indivisible)))
     refused = [w for w in report.warnings if w.code in ("unknown-mesh-axis", "mesh-axis-twice")]
     if refused:
-        slots.rules.error(f"{len(refused)} array(s) have a sharding JAX refuses, e.g. {refused[0].message}")
+        slots.rules.error(markdown_literal(f"{len(refused)} array(s) have a sharding JAX refuses, e.g. {refused[0].message}"))
     if report.mesh.abstract:
         slots.mesh.info(
             f"Planned mesh: {report.mesh.size:,} devices, more than this process has. Shapes, bytes and tiles come "

@@ -70,7 +70,7 @@ def _warnings(report: Report) -> None:
             show = st.error if code in ERROR_CODES else st.info if code in INFO_CODES else st.warning
             shown = warnings[:5]
             more = f"\n\n…and {len(warnings) - 5} more" if len(warnings) > 5 else ""
-            show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {w.message}" for w in shown) + more)
+            show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {markdown_literal(w.message)}" for w in shown) + more)
 
 
 def _array_table(report: Report) -> ArrayInfo | None:
@@ -123,12 +123,12 @@ def _dim_labels(info: ArrayInfo) -> list[str]:
 def _selected_array(report: Report, info: ArrayInfo) -> None:
     labels = _dim_labels(info)
     st.container(key="selected_summary").markdown(
-        f"**{info.path}** · {info.kind} · shape {tuple(info.shape)} {info.dtype} · spec `{info.spec_text()}` · "
+        f"**{markdown_literal(info.path)}** · {info.kind} · shape {tuple(info.shape)} {info.dtype} · spec `{info.spec_text()}` · "
         f"shard {tuple(info.shard_shape)} = {human_bytes(info.bytes_per_device)} per device · "
         f"each block on {info.replication} device(s)"
     )
     if info.note:
-        st.caption(info.note)
+        st.caption(markdown_literal(info.note))
     row_dim, col_dim, fixed = _choose_dims(info, labels, report.mesh)
     view = grid_view(info.shape, info.spec, report.mesh, row_dim, col_dim, fixed)
     grid_column, mesh_column = st.columns([3, 2])

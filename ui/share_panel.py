@@ -8,8 +8,9 @@ import streamlit as st
 
 from explorer import library
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_json, parse_layout, seed_layout
+from explorer.layout import Layout, load_layout_bytes, parse_layout, seed_layout
 from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.text import markdown_literal
 from ui import state
 
 MESSAGES = "share_messages"  # section ("link", "upload", "library") -> (level, text), shown once where it belongs
@@ -29,15 +30,23 @@ def initial_layout() -> Layout:
             st.session_state[state.SELECTED] = selected  # the Layout page falls back to its default if absent
         return layout
     except ExplorerError as error:
-        _tell("link", "error", f"The link could not be opened, so the default layout is shown: {error}")
+        _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error))}")
         return seed_layout()
 
 
 def sync_address(layout: Layout) -> None:
-    """Keep the address bar carrying the current layout, so copying it shares it."""
-    params = layout_to_params(layout)
+    """Keep the address bar carrying the current layout, so copying it shares it.
+
+    A layout too large for a link leaves the address bar empty rather than stale;
+    the Share section says why.
+    """
+    try:
+        layout_to_query(layout)
+        params = layout_to_params(layout)
+    except ExplorerError:
+        params = {}
     selected = st.session_state.get(state.SELECTED)
-    if selected:
+    if selected and params:
         params[ARRAY_PARAM] = selected
     if st.query_params.to_dict() != params:
         st.query_params.from_dict(params)
@@ -63,12 +72,17 @@ def show_message(section: str) -> None:
 def render(layout: Layout) -> None:
     """The sidebar's Share section for the current (valid) layout."""
     st.subheader("Share")
-    st.caption("The address bar always carries this layout: copy it to share.")
-    with st.expander("Readable link"):
-        st.caption("The same link as the address bar's, without `,:;` escaped:")
-        selected = st.session_state.get(state.SELECTED)
-        array = f"&{ARRAY_PARAM}={quote(selected, safe='/')}" if selected else ""
-        st.container(key="share_link").code(_app_url() + layout_to_query(layout) + array, language=None, wrap_lines=True)
+    try:
+        query = layout_to_query(layout)
+    except ExplorerError as error:
+        st.info(f"This layout is too large for a link ({markdown_literal(str(error))}); share it as a file or through the team library.")
+    else:
+        st.caption("The address bar always carries this layout: copy it to share.")
+        with st.expander("Readable link"):
+            st.caption("The same link as the address bar's, without `,:;` escaped:")
+            selected = st.session_state.get(state.SELECTED)
+            array = f"&{ARRAY_PARAM}={quote(selected, safe='/')}" if selected else ""
+            st.container(key="share_link").code(_app_url() + query + array, language=None, wrap_lines=True)
     st.download_button(
         "Download layout (JSON)", layout.to_json() + "\n", file_name=f"{_file_stem(layout.name)}.json",
         mime="application/json", key="download_layout", width="stretch",
@@ -102,19 +116,30 @@ def _load_upload() -> None:
     if uploaded is None:
         return
     try:
-        layout = load_layout_json(uploaded.getvalue().decode("utf-8", errors="replace"))
+        layout = load_layout_bytes(uploaded.getvalue(), "file")
     except ExplorerError as error:
-        _tell("upload", "error", f"{uploaded.name} was not loaded: {error}")
+        _tell("upload", "error", f"{markdown_literal(uploaded.name)} was not loaded: {markdown_literal(str(error))}")
         return
     state.load_layout(layout)
-    _tell("upload", "success", f"Loaded {uploaded.name}.")
+    _tell("upload", "success", f"Loaded {markdown_literal(uploaded.name)}.")
 
 
 def _library_section(layout: Layout) -> None:
     st.markdown("**Team library**")
-    st.caption(f"Shared by everyone using this server ({library.library_dir()}).")
+    try:
+        folder, found = library.library_dir(), library.listing()
+    except ExplorerError as error:
+        st.error(markdown_literal(str(error)))
+        return
+    st.caption(f"Shared by everyone using this server ({markdown_literal(str(folder))}).")
     show_message("library")
-    names = library.names()
+    if found.skipped:
+        st.warning(
+            "Skipped in the library folder (left alone): "
+            + "; ".join(f"{markdown_literal(name)}: {reason}" for name, reason in found.skipped[:5])
+            + (f"; …and {len(found.skipped) - 5} more" if len(found.skipped) > 5 else "")
+        )
+    names = list(found.names)
     chosen = st.selectbox("Saved layouts", names, index=None, placeholder="choose a layout", key="library_choice")
     load_column, delete_column = st.columns(2)
     load_column.button("Load", key="library_load", disabled=chosen is None, on_click=_library_action, args=("load",), width="stretch")
@@ -125,7 +150,7 @@ def _library_section(layout: Layout) -> None:
     loaded = st.session_state.get(LOADED_VERSION)
     replace_column.button(
         "Replace loaded", key="library_replace", disabled=loaded is None, on_click=_library_action, args=("replace",),
-        help=f"Overwrite '{loaded[0]}' (refused if someone saved it since you loaded it)" if loaded else "Load a layout first",
+        help=f"Overwrite '{markdown_literal(loaded[0])}' (refused if someone saved it since you loaded it)" if loaded else "Load a layout first",
         width="stretch",
     )
     st.button("Rename chosen to Name", key="library_rename", disabled=chosen is None, on_click=_library_action, args=("rename",), width="stretch")
@@ -141,28 +166,28 @@ def _library_action(action: str) -> None:
             entry = library.load(chosen)
             state.load_layout(entry.layout)
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
-            text = f"Loaded '{chosen}' from the library."
+            text = f"Loaded '{markdown_literal(chosen)}' from the library."
         elif action == "delete":
             library.delete(chosen)
             st.session_state["library_choice"] = None
-            text = f"Deleted '{chosen}'."
+            text = f"Deleted '{markdown_literal(chosen)}'."
         elif action == "save":
             library.check_name(name)  # the library's own limits first (64), not a layout name's (120)
             entry = library.save(name, _named(current, name))
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
-            text = f"Saved '{name}'."
+            text = f"Saved '{markdown_literal(name)}'."
         elif action == "replace":
             loaded_name, version = st.session_state[LOADED_VERSION]
             entry = library.save(loaded_name, _named(current, loaded_name), replaces=version)
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
-            text = f"Replaced '{loaded_name}'."
+            text = f"Replaced '{markdown_literal(loaded_name)}'."
         else:
             library.rename(chosen, name)
             st.session_state["library_choice"] = name
-            text = f"Renamed '{chosen}' to '{name}'."
+            text = f"Renamed '{markdown_literal(chosen)}' to '{markdown_literal(name)}'."
         _tell("library", "success", text)
     except ExplorerError as error:
-        _tell("library", "error", str(error))
+        _tell("library", "error", markdown_literal(str(error)))
 
 
 def _named(layout_dict: dict, name: str) -> Layout:

@@ -198,7 +198,7 @@ def _factory_options() -> Any:
     text = st.session_state.get(state.FACTORY_OPTIONS) or "{}"
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, a 5,000-digit number, or nested past the recursion limit
         return text  # the validator names the field and shows the text
 
 

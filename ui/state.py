@@ -107,7 +107,7 @@ def parse_list(text: str) -> list[Any]:
     """``"2, 4"`` or ``"2x4"`` -> ``[2, 4]``; items that are not integers stay strings for the validator to name."""
     text = re.sub(r"(?<=\d)\s*[x×]\s*(?=[-+]?\d)", ",", text.strip())
     items = [item for item in re.split(r"[,\s]+", text) if item]
-    return [int(item) if re.fullmatch(r"-?\d+", item) else item for item in items]
+    return [int(item) if re.fullmatch(r"-?\d{1,30}", item) else item for item in items]
 
 
 def parse_names(text: str) -> list[str]:

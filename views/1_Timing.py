@@ -34,11 +34,12 @@ simulated_devices_note()
 
 
 def timeable() -> bool:
+    """The first gate (planned mesh, indivisible dimensions, estimated memory), checked before any compile."""
     try:
         check_timeable(report)
         return True
     except ExplorerError as error:
-        st.error(str(error))
+        st.error(markdown_literal(str(error)))
         if report.mesh.abstract:
             st.page_link("views/0_Layout.py", label="See the planned analysis on the Layout page", icon=":material/grid_view:")
         return False
@@ -80,7 +81,7 @@ def run_timing(steps: int, warmup: int, processes: int) -> TimingResult | None:
             result = time_local_processes(layout, processes, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
     except ExplorerError as error:
         status.update(label="Refused", state="error")
-        st.error(str(error))
+        st.error(markdown_literal(str(error)))
         return None
     finally:
         TURNSTILE.leave()
@@ -166,25 +167,30 @@ def show_result(result: TimingResult) -> None:
     st.caption("XLA's choice is read from a compiled forward pass returning every module output (capture_intermediates).")
 
 
-if timeable():
-    left, middle, spread_column, right = st.columns([1, 1, 1, 2], vertical_alignment="bottom")
-    # Defaults go through session state (not value=) because the values are carried across pages.
-    st.session_state.setdefault("timing_steps", 20)
-    st.session_state.setdefault("timing_warmup", 2)
-    steps = left.number_input("Timed steps", 1, 1000, key="timing_steps")
-    warmup = middle.number_input("Warm-up steps", 0, 100, key="timing_warmup")
-    choices = [n for n in PROCESS_CHOICES if report.mesh.size % n == 0]
-    if st.session_state.get("timing_processes") not in choices:
-        st.session_state["timing_processes"] = 1
-    processes = spread_column.selectbox(
-        "Processes", choices, key="timing_processes",
-        help=f"Local processes joined with jax.distributed, the mesh's {report.mesh.size} devices split evenly "
-        "(gloo collectives between processes), as a multi-host run would be. Counts that do not divide the mesh are not offered.",
-    )
-    start = right.button("Time train step", type="primary", key="time_button")
+can_time = timeable()
+left, middle, spread_column, right = st.columns([1, 1, 1, 2], vertical_alignment="bottom")
+# Defaults go through session state (not value=) because the values are carried across pages.
+st.session_state.setdefault("timing_steps", 20)
+st.session_state.setdefault("timing_warmup", 2)
+steps = left.number_input("Timed steps", 1, 1000, key="timing_steps")
+warmup = middle.number_input("Warm-up steps", 0, 100, key="timing_warmup")
+choices = [n for n in PROCESS_CHOICES if report.mesh.size % n == 0]
+if st.session_state.get("timing_processes") not in choices:
+    st.session_state["timing_processes"] = 1
+processes = spread_column.selectbox(
+    "Processes", choices, key="timing_processes", disabled=not can_time,
+    help=f"Local processes joined with jax.distributed, the mesh's {report.mesh.size} devices split evenly "
+    "(gloo collectives between processes), as a multi-host run would be. Counts that do not divide the mesh are not offered.",
+)
+start = right.button(
+    "Time train step", type="primary", key="time_button", disabled=not can_time,
+    help=None if can_time else "This layout cannot be timed here: see the message above",
+)
+if can_time:
     st.caption(
         f"Host memory needed on {report.mesh.size} simulated devices: at most about {human_bytes(host_footprint_bytes(report))} "
-        "(an estimate that bounds XLA's buffers for the step). "
+        "(an estimate that bounds XLA's buffers for the step; XLA's compiled memory analysis is checked again before "
+        "anything is allocated). "
         f"Timings queued right now: {TURNSTILE.queue_length()}."
     )
     if start:

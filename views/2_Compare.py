@@ -9,7 +9,7 @@ from explorer import library, plots
 from explorer.analysis import analyze
 from explorer.compare import RaceResult, race, spec_differences
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_json
+from explorer.layout import Layout, load_layout_bytes
 from explorer.share import layout_from_link
 from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
@@ -29,7 +29,12 @@ current = current_layout("compare")
 
 def chosen_layouts() -> list[tuple[str, Layout]]:
     """Layouts picked from the current one, the team library, files and links; problems shown per source."""
-    options = [CURRENT] + library.names()
+    try:
+        entries = library.names()
+    except ExplorerError as error:  # a bad library folder: said here, the rest of the page works
+        st.error(markdown_literal(f"The team library cannot be used: {error}"))
+        entries = []
+    options = [CURRENT] + entries
     # Kept across pages (so no default=); an entry someone deleted from the library since is dropped.
     picked_before = st.session_state.get("compare_sources", [CURRENT])
     st.session_state["compare_sources"] = [source for source in picked_before if source in options]
@@ -45,12 +50,12 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
         try:
             picked.append((f"library: {source}", library.load(source).layout))
         except ExplorerError as error:
-            st.error(f"Library entry '{source}': {error}")
+            st.error(markdown_literal(f"Library entry '{source}': {error}"))
     for uploaded in files or []:
         try:
-            picked.append((f"file: {uploaded.name}", load_layout_json(uploaded.getvalue().decode("utf-8", errors="replace"))))
+            picked.append((f"file: {uploaded.name}", load_layout_bytes(uploaded.getvalue(), "file")))
         except ExplorerError as error:
-            st.error(f"{uploaded.name}: {error}")
+            st.error(markdown_literal(f"{uploaded.name}: {error}"))
     for number, line in enumerate((links or "").splitlines(), start=1):
         if not line.strip():
             continue
@@ -58,7 +63,7 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
             layout = layout_from_link(line)
             picked.append((f"link {number}: {layout.name}", layout))
         except ExplorerError as error:
-            st.error(f"Link {number}: {error}")
+            st.error(markdown_literal(f"Link {number}: {error}"))
     return picked
 
 
@@ -104,16 +109,19 @@ def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
             check_timeable(report)
             timeable.append((label, layout))
         except ExplorerError as error:
-            st.warning(f"{label} cannot race: {error}")
-    if len(timeable) < 2:
-        return
+            st.warning(markdown_literal(f"{label} cannot race: {error}"))
     racing = [layout_key(layout) for _, layout in timeable]
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
     st.session_state.setdefault("race_rounds", 5)  # not value=: the values are carried across pages
     st.session_state.setdefault("race_steps", 10)
     rounds = left.number_input("Rounds", 1, 50, key="race_rounds")
     steps = middle.number_input("Steps per round", 1, 500, key="race_steps")
-    if right.button("Start race", type="primary", key="race_button"):
+    can_race = len(timeable) >= 2
+    start = right.button(
+        "Start race", type="primary", key="race_button", disabled=not can_race,
+        help=None if can_race else "At least two of the layouts must be timeable here: see the messages above",
+    )
+    if start and can_race:
         race_now([label for label, _ in timeable], [layout for _, layout in timeable], racing, int(rounds), int(steps))
     stored = st.session_state.get(RACE)
     if stored and stored[0] == racing:
@@ -150,6 +158,11 @@ def race_now(labels: list[str], layouts: list[Layout], racing: list[str], rounds
     try:
         status.update(label="Racing", state="running", expanded=True)
         race(layouts, rounds=rounds, steps=steps, on_round=on_round, on_phase=on_phase)
+    except ExplorerError as error:
+        status.update(label="The race was refused", state="error", expanded=True)
+        status.error(markdown_literal(f"The race was refused: {error}"))
+        stop_slot.empty()
+        return
     finally:
         TURNSTILE.leave()
     status.update(label=f"Raced {rounds} round(s)", state="complete", expanded=False)
@@ -187,7 +200,7 @@ else:
             if not report.warnings:
                 st.caption("none")
             for warning in report.warnings[:8]:
-                st.caption(f"[{warning.code}] {warning.message}")
+                st.caption(markdown_literal(f"[{warning.code}] {warning.message}"))
             if len(report.warnings) > 8:
                 st.caption(f"…and {len(report.warnings) - 8} more")
     show_timings(labels, layouts)
