@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import jax
 
 from explorer import workers
 from explorer.errors import ExplorerError

@@ -160,7 +160,7 @@ def test_a_bad_library_folder_is_one_message(tmp_path, monkeypatch, make_bad):
         library.listing()
 
 
-@pytest.mark.parametrize("page", ["pages/0_Layout.py", "pages/2_Compare.py"])
+@pytest.mark.parametrize("page", ["views/0_Layout.py", "views/2_Compare.py"])
 def test_a_bad_library_folder_is_a_message_in_the_library_section_only(tmp_path, monkeypatch, page):
     from pathlib import Path
 
