@@ -81,4 +81,5 @@ def test_the_app_shows_a_hostile_link_as_text_everywhere():
     leaked = [text for text in rendered if any(raw in text for raw in RAW_MARKDOWN)]
     assert not leaked, leaked
     code = [c.value for c in at.code if "layout_name" in c.value]
-    assert code and ast.literal_eval(ast.parse(code[0]).body[3].value) == NAME
+    assigned = {n.targets[0].id: n.value for n in ast.parse(code[0]).body if isinstance(n, ast.Assign)} if code else {}
+    assert ast.literal_eval(assigned["layout_name"]) == NAME

@@ -179,7 +179,7 @@ def test_each_sample_times_one_step_and_never_the_progress_callback(monkeypatch)
     def on_step(index, seconds):
         clock[0] += 100.0  # drawing a chart on a slow browser
 
-    samples, stopped = timing_lib._timed_steps(step, 0, (), 5, on_step, None)
+    samples, stopped, _ = timing_lib._timed_steps(step, 0, (), 5, on_step, None)
     assert samples == pytest.approx([0.003, 0.001, 0.002, 0.010, 0.004]) and not stopped
     steps = timing_lib.StepTimes.of(samples)
     assert steps.median == pytest.approx(0.003) and steps.min == pytest.approx(0.001) and steps.max == pytest.approx(0.010)

@@ -10,6 +10,7 @@ import streamlit as st
 from explorer import devices
 from explorer.analysis import Report, analyze, indivisible_error
 from explorer.errors import ExplorerError
+from explorer.errors import shown as shown_value
 from explorer.layout import Layout, layout_errors, parse_layout
 from explorer.text import markdown_literal
 from ui import share_panel, sidebar, state
@@ -71,11 +72,11 @@ def describe(error: ExplorerError) -> str:
             if prefix == "rules" and error.field.startswith("rules["):
                 where = f"Rules › row {error.field[len('rules['):].split(']')[0]}"
             typed = st.session_state.get(key) if key else None
-            shown = markdown_literal(str(typed)) if typed else "nothing"
-            text = f"**{where}**" + (f" (you typed {shown})" if typed is not None else "")
-            text += f": {error}."
+            quoted = markdown_literal(shown_value(str(typed))) if typed else "nothing"
+            text = f"**{where}**" + (f" (you typed {quoted})" if typed is not None else "")
+            text += f": {markdown_literal(str(error))}."
             return text + (f" Allowed: {allowed}." if allowed else "")
-    return str(error)
+    return markdown_literal(str(error))
 
 
 def simulated_devices_note() -> None:
