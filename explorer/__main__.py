@@ -2,6 +2,7 @@
 
     python -m explorer analyze LAYOUT.json [--json] [--tiles]
     python -m explorer time LAYOUT.json [--steps N] [--json]
+    python -m explorer compile LAYOUT.json --target NAME [--json]
     python -m explorer url LAYOUT.json
 
 Bad input exits with status 2 and one message on stderr, never a traceback.
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     timing.add_argument("--steps", type=int, default=20, help="timed steps after warm-up (default 20)")
     timing.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
     timing.add_argument("--json", action="store_true", help="print the result as JSON")
+    compile_ = commands.add_parser("compile", help="compile the train step for a TPU slice (no TPU needed): memory, collectives, roofline")
+    compile_.add_argument("layout", help="a layout JSON file")
+    compile_.add_argument("--target", required=True, help="a Cloud TPU type (v5p-128, v5litepod-16) or libtpu topology (v5p:4x4x4)")
+    compile_.add_argument("--json", action="store_true", help="print the result as JSON")
+    compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file")
     args = parser.parse_args(argv)
@@ -41,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             return _analyze(args)
         if args.command == "time":
             return _time(args)
+        if args.command == "compile":
+            return _compile(args)
         if args.command == "url":
             return _url(args)
     except ExplorerError as error:
@@ -86,6 +94,37 @@ def _time(args: argparse.Namespace) -> int:
         print()
     else:
         print(timing_text(result))
+    return 0
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from explorer.layout import load_layout_file
+    from explorer.targets import parse_target
+
+    layout, target = load_layout_file(args.layout), parse_target(args.target)
+    if args.in_process:
+        from explorer.target_compile import STAGE_PREFIX, compile_for_target
+
+        result = compile_for_target(layout, target, on_stage=lambda stage: print(STAGE_PREFIX + stage, file=sys.stderr, flush=True))
+        cached = False
+    else:
+        from explorer.target_compile import compile_target
+
+        shown = [None]
+
+        def progress(stage: str, elapsed: float) -> None:
+            if stage != shown[0] and not args.json:
+                print(f"{stage}... ({elapsed:.1f} s)", file=sys.stderr)
+                shown[0] = stage
+
+        result, cached = compile_target(layout, target, on_stage=progress)
+    if args.json:
+        json.dump(result | {"cached": cached}, sys.stdout, indent=2)
+        print()
+    else:
+        from explorer.text import target_text
+
+        print(target_text(result, cached))
     return 0
 
 
