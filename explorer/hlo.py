@@ -362,3 +362,47 @@ def _dims(shape: str) -> list[int] | None:
 def _result_shape(line: str) -> str | None:
     match = re.search(r"=\s*(\S+)\s+[\w\-]+\(", line)
     return match[1] if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterLayout:
+    """One entry parameter as the compiled program lays it out in memory."""
+
+    shape: str  # e.g. ``s32[]{:T(128)}``
+    bytes: int  # elements x element size
+    padded_bytes: int  # after rounding the tiled dimensions up to the tile
+
+
+def entry_parameters(hlo_text: str) -> list[ParameterLayout]:
+    """The entry computation's parameters with their tiled sizes (TPU pads small arrays to whole tiles).
+
+    Example: a scalar ``s32[]{:T(128)}`` occupies one tile of 128 elements, 512 bytes.
+
+        >>> [p.padded_bytes for p in entry_parameters("entry_computation_layout={(s32[]{:T(128)}, f32[4,1024]{1,0:T(4,128)})->s32[]}")]
+        [512, 16384]
+    """
+    layout = re.search(r"entry_computation_layout=\{\((?P<params>.*?)\)->", hlo_text)
+    if not layout:
+        return []
+    found = []
+    for part in re.finditer(r"(?P<dtype>[a-z]+\d*[a-z0-9]*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[^}]*)\})?", layout["params"]):
+        if part["dtype"] not in DTYPE_BYTES:
+            raise ExplorerError("HLO element type", part["dtype"], f"is unknown; known: {sorted(DTYPE_BYTES)}")
+        dims = [int(d) for d in part["dims"].split(",") if d]
+        size = DTYPE_BYTES[part["dtype"]]
+        found.append(ParameterLayout(part[0], math.prod(dims) * size, _padded_elements(dims, part["layout"] or "") * size))
+    return found
+
+
+def _padded_elements(dims: list[int], layout: str) -> int:
+    """Elements after the first tile ``T(a,b,...)`` rounds the most-minor dimensions up."""
+    minor_to_major, _, rest = layout.partition(":")
+    order = [int(d) for d in minor_to_major.split(",") if d.strip()] or list(range(len(dims) - 1, -1, -1))
+    physical = [dims[d] for d in reversed(order)]  # major to minor
+    tile = re.search(r"T\(([\d,]+)\)", rest)
+    if tile:
+        sizes = [int(t) for t in tile[1].split(",")]
+        physical = [1] * max(len(sizes) - len(physical), 0) + physical
+        for offset, t in enumerate(reversed(sizes), start=1):
+            physical[-offset] = -(-physical[-offset] // t) * t
+    return math.prod(physical)

@@ -132,6 +132,7 @@ def analyse(compiled, target: Target, mesh, compile_s: float) -> dict[str, Any]:
         "flops": flops,
         "bytes_accessed": bytes_accessed,
         "loop_work": {"flops": extra.flops, "bytes": extra.bytes},
+        "padding": _padding(hlo.entry_parameters(text)),
         "collectives": [
             {"op": c.op, "count": c.count, "bytes": c.bytes, "mesh_axes": list(c.mesh_axes),
              "group_size": c.group_size, "ici_axes": c.ici_axes, "seconds": roofline.collective_seconds(c, target.chip)}
@@ -139,6 +140,15 @@ def analyse(compiled, target: Target, mesh, compile_s: float) -> dict[str, Any]:
         ],
         "estimate": estimate.to_dict(),
         "donated": True,
+    }
+
+
+def _padding(parameters) -> dict[str, Any]:
+    """How the arguments' tiled layout pads them: the totals and every parameter that grows."""
+    return {
+        "bytes": sum(p.bytes for p in parameters),
+        "padded_bytes": sum(p.padded_bytes for p in parameters),
+        "padded": [{"shape": p.shape, "bytes": p.bytes, "padded_bytes": p.padded_bytes} for p in parameters if p.padded_bytes != p.bytes],
     }
 
 
@@ -271,12 +281,14 @@ def compile_target(
     on_stage: Callable[[str, float], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     poll_s: float = 0.2,
+    on_start: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """The result for (layout, target) and whether it came from the disk cache.
 
     Otherwise compiles in a child process, calling ``on_stage(stage, elapsed_s)`` as
     the child reports stages and every ``poll_s``; ``should_stop()`` returning True
-    kills the child (and its process group) and raises ``Stopped``.
+    kills the child (and its process group) and raises ``Stopped``. ``on_start``
+    gets the child's process id.
     """
     target = parse_target(target) if isinstance(target, str) else target
     check_mesh_fits(target, _mesh_size(layout))
@@ -293,6 +305,8 @@ def compile_target(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(),
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), start_new_session=True,
         )
+        if on_start:
+            on_start(child.pid)
         stages: list[str] = ["starting"]
         errors: list[str] = []
         reader = threading.Thread(target=_read_stages, args=(child.stderr, stages, errors), daemon=True)
