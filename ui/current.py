@@ -9,7 +9,8 @@ import streamlit as st
 from explorer.analysis import Report, analyze
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
-from ui import share_panel, sidebar, state
+from explorer.targets import Target
+from ui import share_panel, sidebar, state, target_view
 
 
 @dataclass
@@ -18,6 +19,7 @@ class Current:
     report: Report
     valid: bool  # False: the sidebar holds an invalid draft and this is the last valid layout
     slots: sidebar.Slots
+    target: Target | None = None  # the TPU slice chosen in the sidebar; None: this process's devices
 
 
 def current_layout(page: str) -> Current:
@@ -42,8 +44,9 @@ def current_layout(page: str) -> Current:
     if valid:
         share_panel.sync_address(layout)
     with st.sidebar:
+        target = target_view.choose()
         share_panel.render(layout)
-    return Current(layout, report, valid, slots)
+    return Current(layout, report, valid, slots, target)
 
 
 def _flag_layout_problems(report: Report, slots: sidebar.Slots) -> None:

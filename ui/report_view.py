@@ -21,15 +21,16 @@ WARNING_TITLES = {
 }
 
 
-def render(report: Report) -> None:
-    _summary(report)
+def render(report: Report, compiled_peak: tuple[str, int] | None = None) -> None:
+    """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists."""
+    _summary(report, compiled_peak)
     _warnings(report)
     info = _array_table(report)
     if info is not None:
         _selected_array(report, info)
 
 
-def _summary(report: Report) -> None:
+def _summary(report: Report, compiled_peak: tuple[str, int] | None = None) -> None:
     mesh, totals = report.mesh, report.totals
     where = "planned mesh: hypothetical device ids, nothing runs" if mesh.abstract else "real devices of this process"
     st.markdown(
@@ -37,14 +38,28 @@ def _summary(report: Report) -> None:
         f"{mesh.size:,} devices ({where}) · {report.layout.model.name}: {totals.param_count:,} parameters "
         f"({human_bytes(totals.global_param_bytes)} unsharded)"
     )
+    columns = st.columns(6 if compiled_peak else 5)
+    if compiled_peak:
+        columns[0].metric("XLA peak / device", human_bytes(compiled_peak[1]), help=f"memory_analysis() of the train step compiled for {compiled_peak[0]}")
+        columns = columns[1:]
+    columns[0].metric(
+        "State / device — exact", human_bytes(totals.state_bytes),
+        help="Parameters, optimizer state and inputs: what the train step's arguments hold. Not a peak: "
+        "XLA adds gradients, Adam's update and activations kept for the backward pass.",
+    )
     metrics = [(KIND_LABELS[kind].capitalize(), value) for kind, value in totals.by_kind().items()]
-    for column, (label, value) in zip(st.columns(5), metrics + [("Total", totals.total_bytes)]):
+    for column, (label, value) in zip(columns[1:], metrics):
         column.metric(f"{label} / device", human_bytes(value))
+    st.caption(
+        "State (parameters, optimizer state, inputs) is exact. Declared activations are listed, not added to it: "
+        "what XLA keeps alive at once depends on the compiled program"
+        + (" — its peak is shown first." if compiled_peak else "; compile for a target (sidebar) or time the step for XLA's peak.")
+    )
     with st.expander("Memory per device", expanded=mesh.size <= 64):
         st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
         st.caption(
             "Every device holds the same amount under NamedSharding (uneven dimensions are padded). "
-            "Declared activations count each nn.with_logical_constraint tensor once (a scanned body once)."
+            "Declared activations count each nn.with_logical_constraint tensor once (a scanned body once), drawn beside the state, not on top."
         )
 
 

@@ -33,7 +33,7 @@ RULES_EDITOR = "rules_editor_identity"  # (page, mesh axes) of the rules table l
 # being typed). Uploaded files cannot be carried: Streamlit does not let code set them.
 KEPT_WIDGETS = (
     NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS,
-    "timing_steps", "timing_warmup", "race_rounds", "race_steps", "compare_sources", "compare_links", "library_name",
+    "target_choice", "target_other", "timing_steps", "timing_warmup", "race_rounds", "race_steps", "compare_sources", "compare_links", "library_name",
 )
 KEPT_WIDGET_PREFIXES = ("option::", "size_preset::")
 
