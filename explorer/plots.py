@@ -294,7 +294,7 @@ def roofline_figure(estimate: dict, title: str = "") -> go.Figure:
         hovertemplate="%{x}: %{text} per step (lower bound)<extra></extra>",
     ))
     figure.update_layout(
-        title=title or f"Step lower bound {_ms(estimate['step_s'])}: {bound}-bound (an estimate, not a measurement)",
+        title=title or f"Step ≥ {_ms(estimate['step_s'])}: {bound}-bound",
         height=300, margin=dict(l=50, r=10, t=50, b=40), yaxis_title="ms per step (lower bound)",
         plot_bgcolor="white", showlegend=False,
     )
@@ -320,11 +320,13 @@ def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
             y=["per chip"], x=[value / 2**30], name=name, orientation="h", marker_color=color,
             hovertemplate=f"{name}: {human_bytes(value)}<extra></extra>",
         )
-    figure.add_vline(x=hbm_bytes / 2**30, line_color="#222", line_dash="dash", annotation_text=f"HBM {human_bytes(hbm_bytes)}")
+    figure.add_vline(x=hbm_bytes / 2**30, line_color="#222", line_dash="dash", annotation_text=f"HBM {human_bytes(hbm_bytes)}",
+                     annotation_position="top left")
     figure.add_vline(x=memory["peak_bytes"] / 2**30, line_color="#E45756", annotation_text=f"XLA peak {human_bytes(memory['peak_bytes'])}",
                      annotation_position="bottom right")
     figure.update_layout(
-        barmode="stack", height=200, margin=dict(l=70, r=20, t=40, b=40), xaxis_title="GiB per chip",
-        legend=dict(orientation="h", y=1.35), plot_bgcolor="white",
+        barmode="stack", height=250, margin=dict(l=10, r=20, t=30, b=20), xaxis_title="GiB per chip",
+        legend=dict(orientation="h", yanchor="top", y=-0.45), plot_bgcolor="white",
     )
+    figure.update_yaxes(showticklabels=False)
     return figure

@@ -32,7 +32,10 @@ def test_default_layout_renders_the_guides_specs(app):
     assert not app.exception and not app.error
     assert app.selectbox(key="selected_path").value == KERNEL
     assert "P(None, 'model')" in selected_summary(app)
-    assert [m.value for m in app.metric][:2] == ["8.0 MiB", "16.0 MiB"]
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["State / device — exact"] == "24.0 MiB"  # parameters, Adam state and inputs; activations not added
+    assert (metrics["Parameters / device"], metrics["Optimizer state / device"]) == ("8.0 MiB", "16.0 MiB")
+    assert not any(label.startswith("Total") for label in metrics)
     assert "seed-2x4" in app.markdown[0].value
 
 

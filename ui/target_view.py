@@ -81,9 +81,8 @@ def layout_size(layout: Layout) -> int:
 
 
 def _compile_action(layout: Layout, target: Target) -> dict | None:
-    left, right = st.columns([1, 3], vertical_alignment="center")
-    start = left.button(f"Compile for {target.name}", type="primary", key="target_compile_button")
-    right.caption(
+    start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button")
+    st.caption(
         "Compiles the Timing page's train step (state donated, as training loops do) for this slice in a child "
         "process: XLA's memory per chip, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
     )
