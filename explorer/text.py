@@ -58,9 +58,9 @@ def report_table(report: Report, include_tiles: bool = False) -> str:
     totals = report.totals
     lines += [
         "",
-        "per device: " + ", ".join(
-            f"{KIND_LABELS[kind]} {human_bytes(value)}" for kind, value in totals.by_kind().items()
-        ) + f", total {human_bytes(totals.total_bytes)}",
+        f"per device: state (parameters, optimizer state, inputs; exact) {human_bytes(totals.state_bytes)} = "
+        + " + ".join(f"{KIND_LABELS[kind]} {human_bytes(value)}" for kind, value in totals.by_kind().items() if kind != "activation")
+        + f"; declared activations {human_bytes(totals.activation_bytes)} (listed, not added: XLA's peak needs a compile)",
         f"model: {totals.param_count:,} parameters ({human_bytes(totals.global_param_bytes)} unsharded)",
     ]
     if report.warnings:

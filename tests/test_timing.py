@@ -42,6 +42,7 @@ def test_reported_memory_is_memory_analysis_of_the_same_compiled_step(seed_dict)
         "temp_bytes": stats.temp_size_in_bytes,
         "alias_bytes": stats.alias_size_in_bytes,
         "generated_code_bytes": stats.generated_code_size_in_bytes,
+        "peak_bytes": stats.peak_memory_in_bytes,
     }
     assert result.flops == compiled.step.cost_analysis()["flops"] > 0
 
