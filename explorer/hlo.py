@@ -57,8 +57,7 @@ def collectives(hlo_text: str) -> ProgramCollectives:
     Bytes are the size of the op's result on one device (a tuple's parts added up).
     Asynchronous pairs count once, at their ``-done``.
     """
-    computations, entry = _split_computations(hlo_text)
-    runs, unbounded = _times_each_computation_runs(computations, entry)
+    computations, entry, runs, _, unbounded = _parsed(hlo_text)
     found = {op: {"count": 0, "bytes": 0} for op in COLLECTIVES}
     for name, lines in computations.items():
         for line in lines:
@@ -68,6 +67,18 @@ def collectives(hlo_text: str) -> ProgramCollectives:
             found[match["op"]]["count"] += runs[name]
             found[match["op"]]["bytes"] += runs[name] * _shape_bytes(match["shape"])
     return ProgramCollectives(found, unbounded)
+
+
+@functools.lru_cache(maxsize=2)
+def _parsed(hlo_text: str):
+    """Computations, entry, runs per computation (with trip counts, and bodies once), loops without a trip count.
+
+    Cached: the readers of one program (a large model's text is megabytes) share one parse.
+    """
+    computations, entry = _split_computations(hlo_text)
+    runs, unbounded = _times_each_computation_runs(computations, entry)
+    once, _ = _times_each_computation_runs(computations, entry, once=True)
+    return computations, entry, runs, once, unbounded
 
 
 def _split_computations(hlo_text: str) -> tuple[dict[str | None, list[str]], str | None]:
@@ -228,8 +239,7 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
 
     ``devices`` is the program's device count (for ``replica_groups={}``: one group of all).
     """
-    computations, entry = _split_computations(hlo_text)
-    runs, _ = _times_each_computation_runs(computations, entry)
+    computations, _, runs, _, _ = _parsed(hlo_text)
     found = []
     for name, lines in computations.items():
         for line in lines:
@@ -312,9 +322,7 @@ class LoopWork:
 
 def loop_work(hlo_text: str) -> LoopWork:
     """The dot/convolution flops and bytes in loop bodies' iterations after the first."""
-    computations, entry = _split_computations(hlo_text)
-    runs, _ = _times_each_computation_runs(computations, entry)
-    once, _ = _times_each_computation_runs(computations, entry, once=True)
+    computations, _, runs, once, _ = _parsed(hlo_text)
     flops = moved = 0.0
     for name, lines in computations.items():
         extra = runs[name] - once[name]

@@ -14,7 +14,8 @@ Three terms, each from the compiled program's own numbers and the chip's table:
       AllGather, ReduceScatter   T = V / (W * n_axes) * (N - 1) / N
       AllReduce                  T = 2 * AllGather
       AllToAll                   T = AllGather / 4
-      CollectivePermute          T = bytes / (one-way bandwidth of one link)   (one hop)
+      CollectivePermute          T = bytes / W    (one hop to a neighbour; XLA's decomposed rings send
+                                                   both ways at once, so both directions count)
 
 The step takes at least the largest of the three (perfect overlap), so that is the
 estimate; it is a lower bound, not a measurement: latency, imperfect overlap,
@@ -60,7 +61,7 @@ def collective_seconds(c: Collective, chip: Chip) -> float:
     if c.op == "all-to-all":  # the result is this chip's share of an array N times as large
         return c.bytes * n / bandwidth * share / 4
     if c.op == "collective-permute":
-        return c.bytes / chip.ici_link_bandwidth
+        return c.bytes / chip.ici_bidirectional_bandwidth
     raise ValueError(c.op)
 
 
