@@ -300,7 +300,8 @@ def compile_target(
         path = os.path.join(folder, "layout.json")
         with open(path, "w") as handle:
             json.dump(layout.to_dict(), handle)
-        command = [sys.executable, "-m", "explorer", "compile", path, "--target", target.topology, "--json", "--in-process"]
+        # One CPU device: the child only needs the CPU backend for tracing; the target's devices come from libtpu.
+        command = [sys.executable, "-m", "explorer", "--devices", "1", "compile", path, "--target", target.topology, "--json", "--in-process"]
         child = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(),
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), start_new_session=True,
