@@ -294,7 +294,7 @@ def roofline_figure(estimate: dict, title: str = "") -> go.Figure:
         hovertemplate="%{x}: %{text} per step (lower bound)<extra></extra>",
     ))
     figure.update_layout(
-        title=title or f"Step ≥ {_ms(estimate['step_s'])}: {bound}-bound",
+        title=title or f"Step ≥ {_ms(estimate['step_s'])}<br>{bound}-bound",
         height=300, margin=dict(l=50, r=10, t=50, b=40), yaxis_title="ms per step (lower bound)",
         plot_bgcolor="white", showlegend=False,
     )
