@@ -174,3 +174,20 @@ def test_library_actions_answer_in_the_library_section(app, tmp_path, monkeypatc
     assert not app.exception
     assert any("team seed" in e.value and "exists" in e.value for e in app.sidebar.error), [e.value for e in app.sidebar.error]
     assert not app.main.error
+
+
+def test_after_a_timing_xlas_peak_is_the_memory_headline(app, seed_dict):
+    from explorer.compiled import layout_key
+    from explorer.layout import parse_layout
+    from explorer.text import human_bytes
+    from explorer.timing import time_layout
+    from ui.state import TIMING_RESULTS
+
+    seed = parse_layout(seed_dict)
+    result = time_layout(seed, steps=1, warmup=0)
+    app.session_state[TIMING_RESULTS] = {layout_key(seed): result}
+    app.run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert list(metrics)[0] == "XLA peak / device"
+    assert metrics["XLA peak / device"] == human_bytes(result.memory["peak_bytes"]) != metrics["State / device — exact"]
