@@ -3,6 +3,7 @@
     python -m explorer analyze LAYOUT.json [--json] [--tiles | --tiles-for GLOB] [--strict] [--array PATH [--dims R,C] [--block DIM=K]]
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
+    python -m explorer compile LAYOUT.json --target NAME [--json]
     python -m explorer url LAYOUT.json
     python -m explorer op SPEC.json [--json] [--time STEPS] [--warmup N]
 
@@ -47,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     timing.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
     timing.add_argument("--json", action="store_true", help="print the result as JSON")
     _distributed_arguments(timing)
+    compile_ = commands.add_parser("compile", help="compile the train step for a TPU slice (no TPU needed): memory, collectives, roofline")
+    compile_.add_argument("layout", help="a layout JSON file")
+    compile_.add_argument("--target", required=True, help="a Cloud TPU type (v5p-128, v5litepod-16) or libtpu topology (v5p:4x4x4)")
+    compile_.add_argument("--json", action="store_true", help="print the result as JSON")
+    compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file, or - for standard input")
     op = commands.add_parser("op", help="arrays on a mesh and an expression: the shardings XLA chooses, collectives, timing")
@@ -64,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             return _analyze(args)
         if args.command == "time":
             return _time(args)
+        if args.command == "compile":
+            return _compile(args)
         if args.command == "url":
             return _url(args)
         if args.command == "op":
@@ -242,6 +250,37 @@ def _op(args: argparse.Namespace) -> int:
         print()
     else:
         print(op_text(analysis, timing))
+    return 0
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from explorer.layout import load_layout_file
+    from explorer.targets import parse_target
+
+    layout, target = load_layout_file(args.layout), parse_target(args.target)
+    if args.in_process:
+        from explorer.target_compile import STAGE_PREFIX, compile_for_target
+
+        result = compile_for_target(layout, target, on_stage=lambda stage: print(STAGE_PREFIX + stage, file=sys.stderr, flush=True))
+        cached = False
+    else:
+        from explorer.target_compile import compile_target
+
+        shown = [None]
+
+        def progress(stage: str, elapsed: float) -> None:
+            if stage != shown[0] and not args.json:
+                print(f"{stage}... ({elapsed:.1f} s)", file=sys.stderr)
+                shown[0] = stage
+
+        result, cached = compile_target(layout, target, on_stage=progress)
+    if args.json:
+        json.dump(result | {"cached": cached}, sys.stdout, indent=2)
+        print()
+    else:
+        from explorer.text import target_text
+
+        print(target_text(result, cached))
     return 0
 
 

@@ -95,8 +95,14 @@ class Totals:
     param_count: int
 
     @property
+    def state_bytes(self) -> int:
+        """Parameters, optimizer state and inputs: exactly what the step's arguments hold (before TPU padding)."""
+        return self.param_bytes + self.opt_state_bytes + self.input_bytes
+
+    @property
     def total_bytes(self) -> int:
-        return self.param_bytes + self.opt_state_bytes + self.input_bytes + self.activation_bytes
+        """State plus declared activations: not a peak (XLA keeps other temporaries and reuses buffers)."""
+        return self.state_bytes + self.activation_bytes
 
     def by_kind(self) -> dict[str, int]:
         """Bytes per device keyed by array kind, in KINDS order."""
@@ -106,7 +112,7 @@ class Totals:
         }
 
     def as_dict(self) -> dict[str, int]:
-        return {**dataclasses.asdict(self), "total_bytes": self.total_bytes}
+        return {**dataclasses.asdict(self), "state_bytes": self.state_bytes, "total_bytes": self.total_bytes}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -333,6 +333,7 @@ def memory_of(compiled) -> dict[str, int]:
         "temp_bytes": int(stats.temp_size_in_bytes),
         "alias_bytes": int(stats.alias_size_in_bytes),
         "generated_code_bytes": int(stats.generated_code_size_in_bytes),
+        "peak_bytes": int(stats.peak_memory_in_bytes),
     }
 
 

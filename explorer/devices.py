@@ -38,10 +38,30 @@ def configure(count: int | None = None) -> None:
     import jax
 
     count = requested_cpu_devices() if count is None else _checked("--devices", count)
+    _keep_libtpu_unloaded(jax)
     try:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:
         pass  # the backend is already up (a second page load): keep the devices it has
+
+
+def _keep_libtpu_unloaded(jax) -> None:
+    """Without an attached TPU, make CPU JAX's only backend unless the user chose (``JAX_PLATFORMS``).
+
+    With ``libtpu`` installed (for compiling for TPU slices), JAX would otherwise load
+    it to look for TPUs: that logs errors, and a process that has loaded libtpu holds
+    its lock, which makes the compile child processes fail.
+    """
+    if os.environ.get("JAX_PLATFORMS"):
+        return
+    from jax._src import hardware_utils
+
+    if hardware_utils.num_available_tpu_chips_and_device_id()[0] or hardware_utils.has_visible_nvidia_gpu():
+        return
+    try:
+        jax.config.update("jax_platforms", "cpu")
+    except RuntimeError:
+        pass
 
 
 def describe() -> dict:

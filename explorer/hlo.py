@@ -57,8 +57,7 @@ def collectives(hlo_text: str) -> ProgramCollectives:
     Bytes are the size of the op's result on one device (a tuple's parts added up).
     Asynchronous pairs count once, at their ``-done``.
     """
-    computations, entry = _split_computations(hlo_text)
-    runs, unbounded = _times_each_computation_runs(computations, entry)
+    computations, entry, runs, _, unbounded = _parsed(hlo_text)
     found = {op: {"count": 0, "bytes": 0} for op in COLLECTIVES}
     for name, lines in computations.items():
         for line in lines:
@@ -68,6 +67,18 @@ def collectives(hlo_text: str) -> ProgramCollectives:
             found[match["op"]]["count"] += runs[name]
             found[match["op"]]["bytes"] += runs[name] * _shape_bytes(match["shape"])
     return ProgramCollectives(found, unbounded)
+
+
+@functools.lru_cache(maxsize=2)
+def _parsed(hlo_text: str):
+    """Computations, entry, runs per computation (with trip counts, and bodies once), loops without a trip count.
+
+    Cached: the readers of one program (a large model's text is megabytes) share one parse.
+    """
+    computations, entry = _split_computations(hlo_text)
+    runs, unbounded = _times_each_computation_runs(computations, entry)
+    once, _ = _times_each_computation_runs(computations, entry, once=True)
+    return computations, entry, runs, once, unbounded
 
 
 def _split_computations(hlo_text: str) -> tuple[dict[str | None, list[str]], str | None]:
@@ -87,10 +98,14 @@ def _split_computations(hlo_text: str) -> tuple[dict[str | None, list[str]], str
     return computations, entry
 
 
-def _times_each_computation_runs(computations: dict[str | None, list[str]], entry: str | None) -> tuple[dict[str | None, int], int]:
+def _times_each_computation_runs(
+    computations: dict[str | None, list[str]], entry: str | None, once: bool = False,
+) -> tuple[dict[str | None, int], int]:
     """How many times each computation runs in one call of the entry, and how many loops have no known trip count.
 
     Without an entry (a fragment of a module) every computation counts as running once.
+    With ``once``, every loop body counts once per entry into the loop, as XLA's
+    ``cost_analysis()`` counts it.
     """
     if entry is None:
         return {name: 1 for name in computations}, 0
@@ -99,15 +114,15 @@ def _times_each_computation_runs(computations: dict[str | None, list[str]], entr
     for caller, lines in computations.items():
         for line in lines:
             is_loop = _WHILE.search(line) is not None
-            trip = _TRIP_COUNT.search(line) if is_loop else None
-            unbounded += is_loop and trip is None
+            trip = _trip_count(line, lines, computations) if is_loop and not once else None
+            unbounded += is_loop and trip is None and not once
             for match in _CALLEE.finditer(line):
                 names = [match["name"]] if match["name"] else [n.strip().lstrip("%") for n in match["names"].split(",") if n.strip()]
                 times = 1
                 if trip is not None and match["role"] == "body":
-                    times = int(trip["n"])
+                    times = trip
                 elif trip is not None and match["role"] == "condition":
-                    times = int(trip["n"]) + 1
+                    times = trip + 1
                 for name in names:
                     callers.setdefault(name, []).append((caller, times))
 
@@ -118,6 +133,66 @@ def _times_each_computation_runs(computations: dict[str | None, list[str]], entr
         return sum(runs(caller) * times for caller, times in callers.get(name, ()))
 
     return {name: runs(name) for name in computations}, unbounded
+
+
+def _trip_count(line: str, lines: list[str], computations: dict[str | None, list[str]]) -> int | None:
+    """The loop's trip count: XLA's ``known_trip_count`` if present, else read from its condition.
+
+    The TPU compiler drops ``known_trip_count``; the loops ``scan`` makes then keep a
+    condition ``counter < N`` on a tuple element whose start is a constant in the
+    caller (followed through copies), giving ``N - start`` iterations.
+    """
+    known = _TRIP_COUNT.search(line)
+    if known:
+        return int(known["n"])
+    condition = re.search(r"\bcondition=%?([\w.\-]+)", line)
+    operand = re.search(r"\swhile\(%?([\w.\-]+)\)", line)
+    if not condition or not operand or condition[1] not in computations:
+        return None
+    symbols = _instructions(computations[condition[1]])
+    root = next((l for l in computations[condition[1]] if l.lstrip().startswith("ROOT ")), "")
+    compare = re.search(r"compare\(%?([\w.\-]+), %?([\w.\-]+)\), direction=LT", root)
+    if not compare:
+        return None
+    element = re.search(r"get-tuple-element\(%?[\w.\-]+\), index=(\d+)", symbols.get(compare[1], ""))
+    limit = _constant(symbols, compare[2])
+    if element is None or limit is None:
+        return None
+    start = _tuple_element_constant(_instructions(lines), operand[1], int(element[1]))
+    return max(limit - start, 0) if start is not None else None
+
+
+def _instructions(lines: list[str]) -> dict[str, str]:
+    """Instruction name -> its line, for one computation."""
+    found = {}
+    for line in lines:
+        match = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", line)
+        if match:
+            found[match[1]] = line
+    return found
+
+
+def _constant(symbols: dict[str, str], name: str) -> int | None:
+    """The integer value of ``name`` if it is a scalar constant, possibly behind copies."""
+    for _ in range(8):
+        line = symbols.get(name, "")
+        constant = re.search(r"\sconstant\((-?\d+)\)", line)
+        if constant:
+            return int(constant[1])
+        copy = re.search(r"\scopy\(%?([\w.\-]+)\)", line)
+        if not copy:
+            return None
+        name = copy[1]
+    return None
+
+
+def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> int | None:
+    line = symbols.get(name, "")
+    args = re.search(r"\stuple\((.*?)\)(?:,|$)", line)
+    if not args:
+        return None
+    parts = [p.strip().lstrip("%") for p in args[1].split(",")]
+    return _constant(symbols, parts[index]) if index < len(parts) else None
 
 
 def _shape_bytes(shape: str) -> int:
@@ -135,3 +210,207 @@ def _shape_bytes(shape: str) -> int:
 def used(ops: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Only the collectives that occur at least once."""
     return {op: stats for op, stats in ops.items() if stats["count"]}
+
+
+# --- per instruction: who takes part, and the work loops repeat ----------------------------
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveOp:
+    """One collective instruction: how often it runs per call, its result bytes per run, its groups.
+
+    ``groups`` are the replica groups as logical device ids (positions in the
+    program's device assignment, i.e. the mesh's devices in mesh order), or None
+    when XLA wrote them in a form this module does not read. A collective-permute's
+    groups are its source -> target pairs.
+    """
+
+    op: str
+    runs: int
+    bytes: int
+    groups: tuple[tuple[int, ...], ...] | None
+
+    @property
+    def group_size(self) -> int:
+        return max((len(g) for g in self.groups), default=1) if self.groups else 1
+
+
+def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
+    """Every collective instruction with its runs per call (loop trip counts included) and replica groups.
+
+    ``devices`` is the program's device count (for ``replica_groups={}``: one group of all).
+    """
+    computations, _, runs, _, _ = _parsed(hlo_text)
+    found = []
+    for name, lines in computations.items():
+        for line in lines:
+            match = _COLLECTIVE_LINE.search(line)
+            if not match or match["phase"] == "-start":
+                continue
+            groups = _source_target_pairs(line) if match["op"] == "collective-permute" else replica_groups(line, devices)
+            if match["phase"] == "-done" and groups is None:
+                groups = _groups_of_start(line, lines, devices, match["op"])
+            found.append(CollectiveOp(match["op"], runs[name], _shape_bytes(match["shape"]), groups))
+    return found
+
+
+def _groups_of_start(done_line: str, lines: list[str], devices: int, op: str):
+    """An async ``-done`` names its ``-start``; the groups are written on the start."""
+    operand = re.search(r"-done\(%?([\w.\-]+)", done_line)
+    start = _instructions(lines).get(operand[1], "") if operand else ""
+    return _source_target_pairs(start) if op == "collective-permute" else replica_groups(start, devices)
+
+
+def replica_groups(line: str, devices: int) -> tuple[tuple[int, ...], ...] | None:
+    """The replica groups of an HLO instruction in any of XLA's syntaxes, as tuples of device ids.
+
+    Example::
+
+        >>> replica_groups("all-reduce(x), replica_groups={{0,2},{1,3}}", 4)
+        ((0, 2), (1, 3))
+        >>> replica_groups("all-gather(x), replica_groups=[2,2]<=[2,2]T(1,0)", 4)
+        ((0, 2), (1, 3))
+        >>> replica_groups("all-reduce(x), replica_groups=mesh['a'=2,'b'=2] {'a'}", 4)
+        ((0, 2), (1, 3))
+    """
+    import numpy as np
+
+    explicit = re.search(r"replica_groups=\{((?:\{[\d,\s]*\},?\s*)*)\}", line)
+    if explicit:
+        groups = tuple(tuple(int(i) for i in g.split(",") if i.strip()) for g in re.findall(r"\{([\d,\s]*)\}", explicit[1]))
+        return groups or (tuple(range(devices)),)
+    iota = re.search(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?", line)
+    if iota:
+        shape = [int(d) for d in iota["shape"].split(",")]
+        dims = [int(d) for d in iota["dims"].split(",")]
+        ids = np.arange(math.prod(dims)).reshape(dims)
+        if iota["perm"]:
+            ids = ids.transpose([int(p) for p in iota["perm"].split(",")])
+        return tuple(tuple(int(i) for i in row) for row in ids.reshape(shape[0], -1))
+    mesh = re.search(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<over>[^}]*)\}", line)
+    if mesh:
+        axes = re.findall(r"'([^']+)'=(\d+)", mesh["axes"])
+        over = re.findall(r"'([^']+)'(?!:)", mesh["over"])
+        names = [a for a, _ in axes]
+        if ":" in mesh["over"] or any(o not in names for o in over):
+            return None  # sub-axes ('a':(1)2): not read
+        ids = np.arange(math.prod(int(n) for _, n in axes)).reshape([int(n) for _, n in axes])
+        kept = [names.index(o) for o in over]
+        rest = [i for i in range(len(names)) if i not in kept]
+        size = math.prod(int(axes[i][1]) for i in kept)
+        return tuple(tuple(int(i) for i in row) for row in ids.transpose(rest + kept).reshape(-1, size))
+    return None
+
+
+def _source_target_pairs(line: str) -> tuple[tuple[int, ...], ...] | None:
+    pairs = re.search(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}", line)
+    if not pairs:
+        return None
+    return tuple(tuple(int(i) for i in p.split(",")) for p in re.findall(r"\{(\d+,\d+)\}", pairs[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopWork:
+    """Matmul work that loops repeat beyond what ``cost_analysis()`` counts (it counts a loop body once).
+
+    ``flops`` are 2 x M x N x K of every dot and convolution, ``bytes`` their
+    operands and result, each times (runs with trip counts - runs with bodies once).
+    """
+
+    flops: float
+    bytes: float
+
+
+def loop_work(hlo_text: str) -> LoopWork:
+    """The dot/convolution flops and bytes in loop bodies' iterations after the first."""
+    computations, _, runs, once, _ = _parsed(hlo_text)
+    flops = moved = 0.0
+    for name, lines in computations.items():
+        extra = runs[name] - once[name]
+        if extra <= 0 or name is None:
+            continue
+        symbols = _instructions(lines)
+        for line in lines:
+            work = _matmul_work(line, symbols)
+            if work:
+                flops += extra * work[0]
+                moved += extra * work[1]
+    return LoopWork(flops, moved)
+
+
+_MATMUL = re.compile(r"=\s*(?P<shape>\S+)\s+(?P<op>dot|convolution)\(%?(?P<lhs>[\w.\-]+),\s*%?(?P<rhs>[\w.\-]+)\)")
+
+
+def _matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float] | None:
+    """(flops, bytes) of a dot or convolution line: 2 x output elements x contracted size."""
+    match = _MATMUL.search(line)
+    if not match:
+        return None
+    out_dims = _dims(match["shape"])
+    lhs_shape = _result_shape(symbols.get(match["lhs"], ""))
+    rhs_shape = _result_shape(symbols.get(match["rhs"], ""))
+    if out_dims is None or lhs_shape is None or rhs_shape is None:
+        return None
+    lhs_dims = _dims(lhs_shape)
+    if match["op"] == "dot":
+        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
+        axes = [int(a) for a in contracting[1].split(",") if a] if contracting else []
+    else:
+        labels = re.search(r"dim_labels=(\w+)_(\w+)->", line)
+        axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
+    contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
+    flops = 2.0 * math.prod(out_dims) * contracted
+    return flops, float(_shape_bytes(match["shape"]) + _shape_bytes(lhs_shape) + _shape_bytes(rhs_shape))
+
+
+def _dims(shape: str) -> list[int] | None:
+    match = _ARRAY_SHAPE.search(shape)
+    return [int(d) for d in match["dims"].split(",") if d] if match else None
+
+
+def _result_shape(line: str) -> str | None:
+    match = re.search(r"=\s*(\S+)\s+[\w\-]+\(", line)
+    return match[1] if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterLayout:
+    """One entry parameter as the compiled program lays it out in memory."""
+
+    shape: str  # e.g. ``s32[]{:T(128)}``
+    bytes: int  # elements x element size
+    padded_bytes: int  # after rounding the tiled dimensions up to the tile
+
+
+def entry_parameters(hlo_text: str) -> list[ParameterLayout]:
+    """The entry computation's parameters with their tiled sizes (TPU pads small arrays to whole tiles).
+
+    Example: a scalar ``s32[]{:T(128)}`` occupies one tile of 128 elements, 512 bytes.
+
+        >>> [p.padded_bytes for p in entry_parameters("entry_computation_layout={(s32[]{:T(128)}, f32[4,1024]{1,0:T(4,128)})->s32[]}")]
+        [512, 16384]
+    """
+    layout = re.search(r"entry_computation_layout=\{\((?P<params>.*?)\)->", hlo_text)
+    if not layout:
+        return []
+    found = []
+    for part in re.finditer(r"(?P<dtype>[a-z]+\d*[a-z0-9]*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[^}]*)\})?", layout["params"]):
+        if part["dtype"] not in DTYPE_BYTES:
+            raise ExplorerError("HLO element type", part["dtype"], f"is unknown; known: {sorted(DTYPE_BYTES)}")
+        dims = [int(d) for d in part["dims"].split(",") if d]
+        size = DTYPE_BYTES[part["dtype"]]
+        found.append(ParameterLayout(part[0], math.prod(dims) * size, _padded_elements(dims, part["layout"] or "") * size))
+    return found
+
+
+def _padded_elements(dims: list[int], layout: str) -> int:
+    """Elements after the first tile ``T(a,b,...)`` rounds the most-minor dimensions up."""
+    minor_to_major, _, rest = layout.partition(":")
+    order = [int(d) for d in minor_to_major.split(",") if d.strip()] or list(range(len(dims) - 1, -1, -1))
+    physical = [dims[d] for d in reversed(order)]  # major to minor
+    tile = re.search(r"T\(([\d,]+)\)", rest)
+    if tile:
+        sizes = [int(t) for t in tile[1].split(",")]
+        physical = [1] * max(len(sizes) - len(physical), 0) + physical
+        for offset, t in enumerate(reversed(sizes), start=1):
+            physical[-offset] = -(-physical[-offset] // t) * t
+    return math.prod(physical)

@@ -275,7 +275,7 @@ def _column_label(column: int, mesh: MeshInfo) -> str:
 
 
 def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
-    """Bytes each device holds, stacked by kind (params, optimizer state, inputs, declared activations).
+    """Bytes each device holds: the state stacked by kind, declared activations beside it (not a sum).
 
     Every device holds the same under NamedSharding, so beyond MAX_BARS devices one bar stands for all.
     """
@@ -284,6 +284,7 @@ def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
     for kind, value in totals.by_kind().items():
         figure.add_bar(
             x=x, y=[value / 2**20] * len(x), name=KIND_LABELS[kind], marker_color=KIND_COLORS[kind],
+            offsetgroup="activations" if kind == "activation" else "state",
             hovertemplate=f"device %{{x}}<br>{KIND_LABELS[kind]}: {human_bytes(value)}<extra></extra>",
         )
     figure.update_layout(
@@ -368,4 +369,58 @@ def op_times_figure(samples: dict[str, Sequence[float]], labels: dict[str, str],
     )
     figure.update_xaxes(range=[0.5, max(count, 1) + 0.5], gridcolor="#eee", **whole_number_ticks(max(count, 1)))
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
+    return figure
+
+
+ROOFLINE_COLORS = {"compute": "#4C78A8", "memory": "#54A24B", "collective": "#E45756"}
+
+
+def roofline_figure(estimate: dict, title: str = "") -> go.Figure:
+    """The roofline's three terms side by side (ms per step, lower bounds), the one that bounds the step outlined."""
+    terms = [("compute", estimate["compute_s"]), ("memory", estimate["memory_s"]), ("collective", estimate["collective_s"])]
+    bound = estimate["bound"]
+    figure = go.Figure(go.Bar(
+        x=[f"{name}{' (bound)' if name == bound else ''}" for name, _ in terms],
+        y=[seconds * 1e3 for _, seconds in terms],
+        marker_color=[ROOFLINE_COLORS[name] for name, _ in terms],
+        marker_line=dict(color=["#222" if name == bound else "rgba(0,0,0,0)" for name, _ in terms], width=3),
+        text=[_ms(seconds) for _, seconds in terms], textposition="outside",
+        hovertemplate="%{x}: %{text} per step (lower bound)<extra></extra>",
+    ))
+    figure.update_layout(
+        title=title or f"Step ≥ {_ms(estimate['step_s'])}<br>{bound}-bound",
+        height=300, margin=dict(l=50, r=10, t=50, b=40), yaxis_title="ms per step (lower bound)",
+        plot_bgcolor="white", showlegend=False,
+    )
+    figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
+    return figure
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
+    """XLA's per-chip memory (arguments, temporaries, outputs not aliased) against the chip's HBM."""
+    parts = [
+        ("arguments", memory["argument_bytes"], "#4C78A8"),
+        ("outputs not aliased", max(memory["output_bytes"] - memory["alias_bytes"], 0), "#F58518"),
+        ("temporaries", memory["temp_bytes"], "#B279A2"),
+        ("generated code", memory["generated_code_bytes"], "#9D9D9D"),
+    ]
+    figure = go.Figure()
+    for name, value, color in parts:
+        figure.add_bar(
+            y=["per chip"], x=[value / 2**30], name=name, orientation="h", marker_color=color,
+            hovertemplate=f"{name}: {human_bytes(value)}<extra></extra>",
+        )
+    figure.add_vline(x=hbm_bytes / 2**30, line_color="#222", line_dash="dash", annotation_text=f"HBM {human_bytes(hbm_bytes)}",
+                     annotation_position="top left")
+    figure.add_vline(x=memory["peak_bytes"] / 2**30, line_color="#E45756", annotation_text=f"XLA peak {human_bytes(memory['peak_bytes'])}",
+                     annotation_position="bottom right")
+    figure.update_layout(
+        barmode="stack", height=250, margin=dict(l=10, r=20, t=30, b=20), xaxis_title="GiB per chip",
+        legend=dict(orientation="h", yanchor="top", y=-0.45), plot_bgcolor="white",
+    )
+    figure.update_yaxes(showticklabels=False)
     return figure

@@ -78,9 +78,9 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
     totals = report.totals
     lines += [
         "",
-        "per device: " + ", ".join(
-            f"{KIND_LABELS[kind]} {human_bytes(value)}" for kind, value in totals.by_kind().items()
-        ) + f", total {human_bytes(totals.total_bytes)}",
+        f"per device: state (parameters, optimizer state, inputs; exact) {human_bytes(totals.state_bytes)} = "
+        + " + ".join(f"{KIND_LABELS[kind]} {human_bytes(value)}" for kind, value in totals.by_kind().items() if kind != "activation")
+        + f"; declared activations {human_bytes(totals.activation_bytes)} (listed, not added: XLA's peak needs a compile)",
         f"model: {totals.param_count:,} parameters ({human_bytes(totals.global_param_bytes)} unsharded)",
     ]
     if report.warnings:
@@ -281,3 +281,25 @@ def jax_platform_label() -> str:
     import jax
 
     return jax.devices()[0].platform.upper()
+
+
+def target_text(result: dict, cached: bool = False) -> str:
+    """A readable summary of a compile for a target (``target_compile``'s result)."""
+    target, memory, estimate = result["target"], result["memory"], result["estimate"]
+    verdict = "fits" if result["fits"] else "does NOT fit"
+    lines = [
+        f"target {target['name']} ({target['topology']}, {target['chips']} x {target['device_kind']}, "
+        f"{human_bytes(target['hbm_bytes'])} HBM per chip)",
+        f"compile {result['compile_s']:.2f} s" + (" (from the disk cache)" if cached else "") + "; train state donated",
+        "memory per chip (XLA): " + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.items()),
+        f"peak {human_bytes(memory['peak_bytes'])} {verdict} in {human_bytes(target['hbm_bytes'])}: "
+        + (f"{human_bytes(result['headroom_bytes'])} to spare" if result["fits"] else f"{human_bytes(-result['headroom_bytes'])} too much"),
+        f"per chip per step: {result['flops'] / 1e12:.4f} TFLOP, {human_bytes(int(result['bytes_accessed']))} accessed",
+        "collectives: " + ("; ".join(
+            f"{c['op']} x{c['count']} over {'x'.join(c['mesh_axes']) or '-'} ({human_bytes(c['bytes'])})" for c in result["collectives"]
+        ) or "none"),
+        f"roofline lower bound (not a measurement): compute {estimate['compute_s'] * 1e3:.3f} ms, memory "
+        f"{estimate['memory_s'] * 1e3:.3f} ms, collectives {estimate['collective_s'] * 1e3:.3f} ms -> step >= "
+        f"{estimate['step_s'] * 1e3:.3f} ms, {estimate['bound']}-bound, MFU at most {estimate['mfu_ceiling']:.0%}",
+    ]
+    return "\n".join(lines)

@@ -38,7 +38,10 @@ def test_default_layout_renders_the_guides_specs(app):
     assert not app.exception and not app.error
     assert app.selectbox(key="selected_path").value == KERNEL
     assert "P(None, 'model')" in selected_summary(app)
-    assert [m.value for m in app.metric][:2] == ["8.0 MiB", "16.0 MiB"]
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["State / device — exact"] == "24.0 MiB"  # parameters, Adam state and inputs; activations not added
+    assert (metrics["Parameters / device"], metrics["Optimizer state / device"]) == ("8.0 MiB", "16.0 MiB")
+    assert not any(label.startswith("Total") for label in metrics)
     assert "seed-2x4" in app.markdown[0].value
 
 
@@ -200,3 +203,20 @@ def test_a_library_name_too_long_is_refused_with_the_librarys_own_limit(app, tmp
     assert not app.exception
     errors = [e.value for e in app.sidebar.error]
     assert len(errors) == 1 and "1-64 letters" in errors[0] and "120" not in errors[0], errors
+
+
+def test_after_a_timing_xlas_peak_is_the_memory_headline(app, seed_dict):
+    from explorer.compiled import layout_key
+    from explorer.layout import parse_layout
+    from explorer.text import human_bytes
+    from explorer.timing import time_layout
+    from ui.state import TIMING_RESULTS
+
+    seed = parse_layout(seed_dict)
+    result = time_layout(seed, steps=1, warmup=0)
+    app.session_state[TIMING_RESULTS] = {layout_key(seed): result}
+    app.run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert list(metrics)[0] == "XLA peak / device"
+    assert metrics["XLA peak / device"] == human_bytes(result.memory["peak_bytes"]) != metrics["State / device — exact"]

@@ -10,6 +10,7 @@ from explorer import library
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from explorer.share import layout_to_params
+from explorer.text import human_bytes
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 LAYERS = 4
@@ -138,3 +139,24 @@ def test_the_array_count_covers_every_layout_when_models_differ(shelf, seed_dict
     heading = next(h.value for h in at.subheader if h.value.startswith("Arrays sharded differently"))
     mlp, other = ({a.path for a in analyze(parse_layout(d)).arrays} for d in (seed_dict, transformer))
     assert heading.endswith(f"of {len(mlp | other)})") and len(mlp | other) > len(mlp), heading
+
+
+def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_path, monkeypatch, seed_dict):
+    """The Compare page compiles the layouts for the sidebar's target and shows XLA's figures for each."""
+    from explorer.target_compile import compile_target
+
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
+    at = compare_page()
+    at.multiselect(key="compare_sources").set_value(["tensor parallel", "data only"]).run()
+    at.selectbox(key="target_choice").set_value("v5litepod-8").run()
+    assert not at.exception and not at.error
+    at.button(key="compare_compile_button").click().run()
+    assert not at.exception and not at.error
+    table = next(d.value for d in at.dataframe if "XLA peak / chip" in d.value.columns).set_index("layout")
+    for name in ("tensor parallel", "data only"):
+        result, cached = compile_target(library.load(name).layout, "v5litepod-8")
+        assert cached  # the page's compile, from the disk cache
+        row = table.loc[f"library: {name}"]
+        assert row["fits"] == "yes" and row["bound"] == result["estimate"]["bound"]
+        assert row["XLA peak / chip"] == human_bytes(result["memory"]["peak_bytes"])
+    assert len([c for c in at.get("plotly_chart")]) >= 3  # memory per device, and a roofline per layout

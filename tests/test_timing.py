@@ -62,6 +62,23 @@ def test_host_memory_estimate_bounds_what_xla_allocates(seed_dict):
         assert per_device * report.mesh.size <= estimate <= 4 * per_device * report.mesh.size, (rules, model)
 
 
+def test_reported_memory_is_memory_analysis_of_the_same_compiled_step(seed_dict):
+    seed = layout(seed_dict)
+    result = time_layout(seed, steps=2, warmup=1)
+    compiled, cached = compile_step(seed)
+    assert cached
+    stats = compiled.step.memory_analysis()
+    assert result.memory == {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "alias_bytes": stats.alias_size_in_bytes,
+        "generated_code_bytes": stats.generated_code_size_in_bytes,
+        "peak_bytes": stats.peak_memory_in_bytes,
+    }
+    assert result.flops == compiled.step.cost_analysis()["flops"] > 0
+
+
 def test_analysis_bytes_agree_with_xla_arguments(seed_dict):
     seed = layout(seed_dict)
     result = time_layout(seed, steps=1, warmup=0)

@@ -12,8 +12,9 @@ from explorer.analysis import Report, analyze, indivisible_error
 from explorer.errors import ExplorerError
 from explorer.errors import shown as shown_value
 from explorer.layout import Layout, layout_errors, parse_layout
+from explorer.targets import Target
 from explorer.text import markdown_literal
-from ui import share_panel, sidebar, state
+from ui import share_panel, sidebar, state, target_view
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Current:
     report: Report
     valid: bool  # False: the sidebar holds an invalid draft and this is the last valid layout
     slots: sidebar.Slots
+    target: Target | None = None  # the TPU slice chosen in the sidebar; None: this process's devices
 
 
 def current_layout(page: str) -> Current:
@@ -49,8 +51,9 @@ def current_layout(page: str) -> Current:
     if valid:
         share_panel.sync_address(layout)
     with st.sidebar:
+        target = target_view.choose()
         share_panel.render(layout)
-    return Current(layout, report, valid, slots)
+    return Current(layout, report, valid, slots, target)
 
 
 # Where each field is typed in the sidebar, and what it accepts.

@@ -26,15 +26,16 @@ WARNING_TITLES = {
 }
 
 
-def render(report: Report) -> None:
-    _summary(report)
+def render(report: Report, compiled_peak: tuple[str, int] | None = None) -> None:
+    """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists."""
+    _summary(report, compiled_peak)
     _warnings(report)
     info = _array_table(report)
     if info is not None:
         _selected_array(report, info)
 
 
-def _summary(report: Report) -> None:
+def _summary(report: Report, compiled_peak: tuple[str, int] | None = None) -> None:
     mesh, totals = report.mesh, report.totals
     where = "planned mesh: hypothetical device ids, nothing runs" if mesh.abstract else "real devices of this process"
     st.markdown(
@@ -43,18 +44,33 @@ def _summary(report: Report) -> None:
         f"(Flax {'NNX' if report.framework == 'nnx' else 'Linen'}): {totals.param_count:,} parameters "
         f"({human_bytes(totals.global_param_bytes)} unsharded)"
     )
-    metrics = [(KIND_LABELS[kind].capitalize(), value) for kind, value in totals.by_kind().items()]
     st.caption("Bytes each device holds")
     # A wrapping row of content-sized metrics: whole numbers at any page width, never "298.1 ...".
     row = st.container(horizontal=True, key="memory_metrics")
-    for label, value in metrics + [("Total", totals.total_bytes)]:
-        row.metric(label, human_bytes(value), width="content", border=True)
+    if compiled_peak:
+        row.metric(
+            "XLA peak / device", human_bytes(compiled_peak[1]), width="content", border=True,
+            help=f"memory_analysis() of the train step compiled for {compiled_peak[0]}",
+        )
+    row.metric(
+        "State / device — exact", human_bytes(totals.state_bytes), width="content", border=True,
+        help="Parameters, optimizer state and inputs: what the train step's arguments hold. Not a peak: "
+        "XLA adds gradients, Adam's update and activations kept for the backward pass.",
+    )
+    for kind, value in totals.by_kind().items():
+        row.metric(f"{KIND_LABELS[kind].capitalize()} / device", human_bytes(value), width="content", border=True)
+    st.caption(
+        "State (parameters, optimizer state, inputs) is exact. Declared activations are listed, not added to it: "
+        "what XLA keeps alive at once depends on the compiled program"
+        + (" — its peak is shown first." if compiled_peak else "; compile for a target (sidebar) or time the step for XLA's peak.")
+    )
     with st.expander("Memory per device", expanded=mesh.size <= 64):
         st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
         st.caption(
             "Every device holds the same amount under NamedSharding (uneven dimensions are padded). "
             "Declared activations count every sharding constraint of the forward pass, each as many times as it "
-            "runs per step (a scanned body times its length); XLA's own temporaries are not included."
+            "runs per step (a scanned body times its length), drawn beside the state, not on top; XLA's own "
+            "temporaries are not included."
         )
 
 

@@ -33,7 +33,7 @@ SELECTED = "selected_path"  # the array drawn on the Layout page; a link carries
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
 # being typed). Uploaded files cannot be carried: Streamlit does not let code set them.
 KEPT_WIDGETS = (
-    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS, SELECTED,
+    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS, SELECTED, "target_choice", "target_other",
     "timing_steps", "timing_warmup", "timing_processes", "race_rounds", "race_steps", "compare_sources", "compare_links",
     "library_name",
 )

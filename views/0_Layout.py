@@ -5,9 +5,20 @@ Pick a mesh, rules and a model in the sidebar; see how every array is sharded.
 
 import streamlit as st
 
-from ui import report_view
+from explorer.compiled import layout_key
+from ui import report_view, target_view
 from ui.current import current_layout
+from ui.state import TIMING_RESULTS
 
 st.set_page_config(page_title="Partition Explorer", page_icon="🧩")  # layout and sidebar: app.py
 st.title("Partition Explorer")
-report_view.render(current_layout("layout").report)
+current = current_layout("layout")
+result = target_view.render(current.layout, current.target)
+timed = st.session_state.get(TIMING_RESULTS, {}).get(layout_key(current.layout))
+if result:  # XLA's peak is the headline wherever a compiled program exists: the target's, else the Timing page's
+    peak = (result["target"]["name"], result["memory"]["peak_bytes"])
+elif timed is not None and "peak_bytes" in timed.memory:
+    peak = (f"this process's {timed.devices} {timed.platform} devices (Timing page)", timed.memory["peak_bytes"])
+else:
+    peak = None
+report_view.render(current.report, compiled_peak=peak)

@@ -117,6 +117,7 @@ def show_result(result: TimingResult) -> None:
             ("outputs", result.memory["output_bytes"], human_bytes(result.estimate["output_bytes"]), result.estimate["output_bytes"]),
             ("temporaries", result.memory["temp_bytes"], f"({human_bytes(result.estimate['declared_activation_bytes'])} activations)", None),
             ("aliased", result.memory["alias_bytes"], "—", None),
+            ("peak", result.memory.get("peak_bytes", 0), "—", None),
         ]
         st.dataframe(
             pd.DataFrame(

@@ -14,6 +14,7 @@ from explorer.share import layout_from_link
 from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
 from explorer.hlo import used as used_collectives
+from ui import target_view
 from ui.turnstile import TURNSTILE
 from ui.current import current_layout, simulated_devices_note
 from ui.state import TIMING_RESULTS
@@ -193,6 +194,7 @@ else:
     show_differences(labels, reports)
     st.subheader("Memory per device")
     st.plotly_chart(plots.compare_memory(labels, [r.totals for r in reports]), key="compare_memory")
+    target_view.compare_section(labels, layouts, current.target)
     st.subheader("Warnings")
     for column, label, report in zip(st.columns(len(reports)), labels, reports):
         with column:

@@ -1,0 +1,133 @@
+"""Compiling for a TPU slice: the explorer against the bare recipe, Llama-2-7B shapes on a 64-chip v5p slice.
+
+The explorer's compile is ``target_compile.compile_target`` (a child process running
+``python -m explorer compile --in-process``, the disk cache disabled by a fresh folder).
+The bare recipe is what MaxText's ``train_compile.py`` does, in the same kind of child
+process: ``get_topology_desc`` + ``topologies.make_mesh``, the same train step with
+the same shardings, ``jax.jit(...).lower(...).compile()``. Both are whole processes
+(imports, tracing, lowering, compiling), timed from the parent, in alternation.
+
+    python benchmarks/compile_target.py [--rounds 2]
+
+Goal: the explorer's compile at most 1.1x the bare recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TARGET = "v5p-128"  # 64 chips, v5p:4x4x4
+LLAMA_7B = {
+    "name": "llama2-7b-fsdp16-tensor4",
+    "mesh": {"shape": [16, 4], "axes": ["fsdp", "tensor"]},
+    "rules": [["batch", "fsdp"], ["embed", "fsdp"], ["mlp", "tensor"], ["heads", "tensor"], ["kv_heads", "tensor"],
+              ["vocab", "tensor"], ["layer", None]],
+    "model": {"name": "transformer", "options": {
+        "batch": 16, "seq_len": 4096, "layers": 32, "d_model": 4096, "heads": 32, "kv_heads": 32, "head_dim": 128,
+        "mlp_dim": 11008, "vocab": 32000, "gated_mlp": True, "learned_positions": False, "scan": True, "dtype": "bfloat16",
+    }},
+}
+
+BARE = """
+import json, sys, time
+import flax.linen as nn, jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import NamedSharding, PartitionSpec
+from explorer.layout import parse_layout
+from explorer.analysis import analyze
+from explorer.abstract import abstract_model
+from explorer.compiled import _make_train_step, _with_sharding
+
+layout = parse_layout(json.load(open(sys.argv[1])))
+report, model = analyze(layout), abstract_model(layout.model)
+mesh = topologies.make_mesh(topologies.get_topology_desc(topology_name="v5p:4x4x4", platform="tpu"), (16, 4), ("fsdp", "tensor"))
+specs = iter(report.array(a.path).spec for a in model.state_arrays)
+shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), model.state_shapes,
+                                   is_leaf=lambda x: isinstance(x, nn.Partitioned))
+ins = tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in report.arrays if a.kind == "input")
+args = tuple(jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(model.built.inputs, ins))
+state = jax.tree_util.tree_map(_with_sharding, shardings, model.state_shapes)
+start = time.perf_counter()
+with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
+    compiled = jax.jit(_make_train_step(model), in_shardings=(shardings, *ins), out_shardings=shardings,
+                       donate_argnums=0).lower(state, *args).compile({"xla_tpu_no_crash_on_oom": True})
+stats = compiled.memory_analysis()
+print(json.dumps({"compile_s": time.perf_counter() - start, "peak_bytes": stats.peak_memory_in_bytes}))
+"""
+
+
+def run_tool(layout) -> tuple[float, dict]:
+    from explorer.target_compile import compile_target
+
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["EXPLORER_CACHE_DIR"] = cache
+        start = time.perf_counter()
+        result, cached = compile_target(layout, TARGET)
+        assert not cached
+        return time.perf_counter() - start, result
+
+
+def run_bare(path: str) -> tuple[float, dict]:
+    from explorer.target_compile import child_environment
+
+    start = time.perf_counter()
+    completed = subprocess.run([sys.executable, "-c", BARE, path], capture_output=True, text=True, env=child_environment(), cwd=ROOT)
+    elapsed = time.perf_counter() - start
+    if completed.returncode:
+        raise SystemExit(completed.stderr[-3000:])
+    return elapsed, json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    from explorer.layout import parse_layout
+
+    layout = parse_layout(LLAMA_7B)
+    tool_s, bare_s, ratios = [], [], []
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "layout.json")
+        with open(path, "w") as handle:
+            json.dump(LLAMA_7B, handle)
+        for round_ in range(args.rounds):  # A B, then B A: a drift in the machine's load hits both alike
+            if round_ % 2:
+                b, bare = run_bare(path)
+                t, result = run_tool(layout)
+            else:
+                t, result = run_tool(layout)
+                b, bare = run_bare(path)
+            tool_s.append(t)
+            bare_s.append(b)
+            ratios.append(t / b)
+            print(f"round {round_ + 1}: explorer {t:.1f} s (compile_s {result['compile_s']:.1f}), "
+                  f"bare {b:.1f} s (compile_s {bare['compile_s']:.1f}), ratio {t / b:.3f}; peak explorer "
+                  f"{result['memory']['peak_bytes']:,} B, bare {bare['peak_bytes']:,} B", flush=True)
+    gib = 2**30
+    memory, estimate = result["memory"], result["estimate"]
+    print(f"\nLlama-2-7B shapes (scan, bf16), FSDP 16 x tensor 4 on {TARGET} ({result['target']['topology']}):")
+    print(f"  explorer median {statistics.median(tool_s):.1f} s, bare median {statistics.median(bare_s):.1f} s, "
+          f"ratio median {statistics.median(ratios):.3f} (goal <= 1.1)")
+    print("  per chip: " + ", ".join(f"{k.removesuffix('_bytes')} {v / gib:.2f} GiB" for k, v in memory.items()))
+    print(f"  fits: {result['fits']}, headroom {result['headroom_bytes'] / gib:.2f} GiB of {result['target']['hbm_bytes'] / gib:.0f} GiB")
+    print(f"  {result['flops'] / 1e12:.2f} TFLOP, {result['bytes_accessed'] / gib:.2f} GiB accessed per chip per step")
+    print(f"  roofline lower bound: compute {estimate['compute_s'] * 1e3:.1f} ms, memory {estimate['memory_s'] * 1e3:.1f} ms, "
+          f"collectives {estimate['collective_s'] * 1e3:.1f} ms -> {estimate['step_s'] * 1e3:.1f} ms, {estimate['bound']}-bound, "
+          f"MFU <= {estimate['mfu_ceiling']:.0%}")
+    for c in result["collectives"]:
+        print(f"    {c['op']} x{c['count']} over {'x'.join(c['mesh_axes']) or '-'}: {c['bytes'] / gib:.3f} GiB, >= {c['seconds'] * 1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""A roofline lower bound on the step time of a compiled program on a target.
+
+Three terms, each from the compiled program's own numbers and the chip's table:
+
+- compute: flops per chip / peak bf16 FLOP/s,
+- memory: bytes accessed per chip / HBM bandwidth,
+- collectives: each collective costed with the formulas of "How to Scale Your Model"
+  (Austin et al., 2025), part 3 "Sharded Matrices and How to Multiply Them",
+  https://jax-ml.github.io/scaling-book/sharding/ (the summary table of
+  communication primitives): with V the bytes of the full (gathered) array on one
+  device, N the group size, W the bidirectional ICI bandwidth of one axis and
+  n_axes the torus axes the group spans,
+
+      AllGather, ReduceScatter   T = V / (W * n_axes) * (N - 1) / N
+      AllReduce                  T = 2 * AllGather
+      AllToAll                   T = AllGather / 4
+      CollectivePermute          T = bytes / W    (one hop to a neighbour; XLA's decomposed rings send
+                                                   both ways at once, so both directions count)
+
+The step takes at least the largest of the three (perfect overlap), so that is the
+estimate; it is a lower bound, not a measurement: latency, imperfect overlap,
+missing wraparound links (where a ring cannot use both directions) and everything
+else the chip does are left out. ``mfu_ceiling`` is compute / step: the model
+FLOP utilisation this layout could reach at best.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from explorer.targets import Chip
+
+BOOK = "https://jax-ml.github.io/scaling-book/sharding/"
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """A collective per chip per step, aggregated: its total result bytes and who takes part."""
+
+    op: str
+    count: int
+    bytes: int
+    mesh_axes: tuple[str, ...]
+    group_size: int
+    ici_axes: int  # torus axes the group's chips span (at least 1 when it moves data)
+
+
+def collective_seconds(c: Collective, chip: Chip) -> float:
+    """The book's time for ``c`` (see the module docstring); 0 for a group of one."""
+    n = c.group_size
+    if n <= 1 or c.bytes == 0:
+        return 0.0
+    bandwidth = chip.ici_bidirectional_bandwidth * max(c.ici_axes, 1)
+    share = (n - 1) / n
+    if c.op == "all-gather":
+        return c.bytes / bandwidth * share
+    if c.op == "reduce-scatter":  # the result is one shard: the full array is N of them
+        return c.bytes * n / bandwidth * share
+    if c.op == "all-reduce":
+        return 2 * c.bytes / bandwidth * share
+    if c.op == "all-to-all":  # the result is this chip's share of an array N times as large
+        return c.bytes * n / bandwidth * share / 4
+    if c.op == "collective-permute":
+        return c.bytes / chip.ici_bidirectional_bandwidth
+    raise ValueError(c.op)
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    compute_s: float
+    memory_s: float
+    collective_s: float
+
+    @property
+    def step_s(self) -> float:
+        return max(self.compute_s, self.memory_s, self.collective_s)
+
+    @property
+    def bound(self) -> str:
+        terms = {"compute": self.compute_s, "memory": self.memory_s, "collective": self.collective_s}
+        return max(terms, key=terms.get)
+
+    @property
+    def mfu_ceiling(self) -> float:
+        return self.compute_s / self.step_s if self.step_s else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "compute_s": self.compute_s, "memory_s": self.memory_s, "collective_s": self.collective_s,
+            "step_s": self.step_s, "bound": self.bound, "mfu_ceiling": self.mfu_ceiling,
+        }
+
+
+def estimate(flops: float, bytes_accessed: float, collectives: list[Collective], chip: Chip) -> Estimate:
+    """The roofline terms for one step on one chip."""
+    return Estimate(
+        compute_s=flops / chip.peak_flops,
+        memory_s=bytes_accessed / chip.hbm_bandwidth,
+        collective_s=sum(collective_seconds(c, chip) for c in collectives),
+    )

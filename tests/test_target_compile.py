@@ -1,0 +1,148 @@
+"""Compiling for a TPU slice this machine does not have: libtpu's topology, XLA's figures, the cache, Stop.
+
+Each compile runs in a child process as the app runs it (a few seconds for the guide's
+MLP on an 8-chip slice); results are cached in a per-test folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from explorer.analysis import analyze
+from explorer.errors import ExplorerError
+from explorer.layout import parse_layout
+from explorer.target_compile import Stopped, cache_dir, cache_key, compile_target
+from explorer.targets import parse_target
+
+TARGET = "v5litepod-8"
+
+
+def mlp_layout(seed_dict, mesh=(2, 4), axes=("data", "model"), rules=None, **options):
+    data = copy.deepcopy(seed_dict)
+    data["mesh"] = {"shape": list(mesh), "axes": list(axes)}
+    if rules is not None:
+        data["rules"] = rules
+    data["model"]["options"].update(options)
+    return parse_layout(data)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def seed_result(seed_dict):
+    layout = parse_layout(seed_dict)
+    result, cached = compile_target(layout, TARGET)
+    assert not cached
+    return layout, result
+
+
+def test_the_guides_mlp_compiles_for_an_8_chip_slice_and_fits(seed_result):
+    _, result = seed_result
+    assert result["target"]["topology"] == "v5e:2x4" and result["target"]["chips"] == 8
+    assert result["target"]["device_kind"] == "TPU v5 lite"
+    assert result["fits"] is True
+    assert result["headroom_bytes"] == result["target"]["hbm_bytes"] - result["memory"]["peak_bytes"]
+    assert set(result["memory"]) == {"argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes", "generated_code_bytes"}
+    assert result["estimate"]["bound"] in ("compute", "memory", "collective")
+    assert result["estimate"]["step_s"] == max(result["estimate"][k] for k in ("compute_s", "memory_s", "collective_s"))
+
+
+def test_arguments_are_the_analysis_state_and_inputs_plus_tpu_padding_to_the_byte(seed_result):
+    layout, result = seed_result
+    totals = analyze(layout).totals
+    state_and_inputs = totals.param_bytes + totals.opt_state_bytes + totals.input_bytes
+    padding = result["padding"]
+    assert padding["bytes"] == state_and_inputs
+    # TPU lays a scalar out as one tile of 128 elements: the step counter and Adam's count, 512 B each.
+    assert padding["padded"] == [{"shape": "s32[]{:T(128)}", "bytes": 4, "padded_bytes": 512}] * 2
+    assert result["memory"]["argument_bytes"] == state_and_inputs + 2 * (512 - 4)
+
+
+def test_collectives_name_the_mesh_axes_they_span(seed_result):
+    _, result = seed_result
+    spans = {tuple(c["mesh_axes"]) for c in result["collectives"]}
+    assert spans == {("data",), ("model",)}
+    for c in result["collectives"]:
+        assert c["group_size"] == {"data": 2, "model": 4}[c["mesh_axes"][0]]
+
+
+def test_a_second_request_is_a_cache_hit_and_a_corrupt_entry_is_a_miss(seed_result):
+    layout, first = seed_result
+    second, cached = compile_target(layout, parse_target(TARGET))
+    assert cached and second["memory"] == first["memory"]
+    path = os.path.join(cache_dir(), "compiles", cache_key(layout, parse_target(TARGET)) + ".json")
+    with open(path, "w") as handle:
+        handle.write('{"memory": ')  # a writer that died half-way
+    third, cached = compile_target(layout, TARGET)
+    assert not cached and third["memory"] == first["memory"]
+
+
+def test_under_pure_data_parallelism_the_all_reduce_bytes_are_the_parameter_bytes(seed_dict):
+    layout = mlp_layout(seed_dict, mesh=(8,), axes=("data",), rules=[["batch", "data"]], batch=64, layers=4, depth=512)
+    result, _ = compile_target(layout, TARGET)
+    reduces = [c for c in result["collectives"] if c["op"] == "all-reduce"]
+    assert [c["mesh_axes"] for c in reduces] == [["data"]]
+    assert sum(c["bytes"] for c in reduces) == analyze(layout).totals.param_bytes
+
+
+def test_a_scanned_models_flops_count_the_loop_body_once_per_layer(seed_dict):
+    """24 layers: cost_analysis() counts the scanned body once; the trip count comes from the loop condition."""
+    rules = [["batch", "data"]]
+    scanned, _ = compile_target(mlp_layout(seed_dict, (8,), ("data",), rules, batch=256, layers=24, depth=512, scan=True), TARGET)
+    unrolled, _ = compile_target(mlp_layout(seed_dict, (8,), ("data",), rules, batch=256, layers=24, depth=512, scan=False), TARGET)
+    assert scanned["loop_work"]["flops"] > 0 and unrolled["loop_work"]["flops"] == 0
+    assert scanned["flops"] == pytest.approx(unrolled["flops"], rel=0.02)
+    assert [c["count"] for c in scanned["collectives"] if c["op"] == "all-reduce"] == [24]
+
+
+def test_a_layout_far_too_large_for_the_chip_reports_that_it_does_not_fit(seed_dict):
+    layout = mlp_layout(seed_dict, rules=[["batch", "data"]], layers=4, depth=16384)
+    result, _ = compile_target(layout, TARGET)
+    assert result["fits"] is False
+    assert result["memory"]["peak_bytes"] > result["target"]["hbm_bytes"]
+    assert result["headroom_bytes"] == result["target"]["hbm_bytes"] - result["memory"]["peak_bytes"] < 0
+
+
+def test_a_device_count_mismatch_names_both_counts(seed_dict):
+    with pytest.raises(ExplorerError, match=r"has 64 chips but the mesh needs 8 devices.*v5litepod-8"):
+        compile_target(parse_layout(seed_dict), "v5p-128")
+
+
+def test_stop_ends_the_compile_process(seed_dict):
+    pids = []
+    with pytest.raises(Stopped):
+        compile_target(parse_layout(seed_dict), TARGET, should_stop=lambda: bool(pids), on_start=pids.append, poll_s=0.05)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+
+
+def test_the_command_line_prints_the_documented_json(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "v5e:2x4", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    assert set(result) >= {"target", "compile_s", "memory", "fits", "headroom_bytes", "flops", "bytes_accessed", "collectives", "estimate"}
+    assert set(result["target"]) >= {"name", "topology", "chips", "device_kind", "hbm_bytes", "peak_flops", "hbm_bandwidth", "ici_bandwidth"}
+    assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling"}
+    assert all(set(c) >= {"op", "count", "bytes", "mesh_axes"} for c in result["collectives"])
+
+
+def test_the_command_line_refuses_a_bad_target_with_the_valid_names():
+    completed = subprocess.run(
+        [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "h100-8"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.startswith("error: target: 'h100-8' is not a TPU slice name")
+    assert "v5litepod-16" in completed.stderr and "v5p-128" in completed.stderr and "Traceback" not in completed.stderr

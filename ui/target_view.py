@@ -1,0 +1,233 @@
+"""The target a layout is planned for: the sidebar's choice, the compile action, and what XLA says.
+
+The compile itself runs in a child process (``explorer.target_compile``), one at a
+time per server through the turnstile timings use, and can be stopped. Results are
+kept on disk by (layout, target, versions), so returning to a layout is instant.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from explorer import plots
+from explorer.errors import ExplorerError
+from explorer.layout import Layout
+from explorer.target_compile import Stopped, cached, compile_target
+from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
+from explorer.text import human_bytes, markdown_literal
+from ui.turnstile import TURNSTILE
+
+CHOICE = "target_choice"
+OTHER = "target_other"
+HERE = "this process's devices"
+TYPE_OWN = "another slice (type its name)"
+STOPPED = "target_stopped"
+
+
+def choose() -> Target | None:
+    """The sidebar's Target section: None means this process's devices (as before)."""
+    st.subheader("Target")
+    options = [HERE] + valid_names() + [TYPE_OWN]
+    if st.session_state.get(CHOICE) not in options:
+        st.session_state[CHOICE] = HERE
+    choice = st.selectbox(
+        "Plan for", options, key=CHOICE,
+        help="A TPU slice to compile the train step for, without owning it (libtpu's compiler runs on this machine). "
+        "Cloud TPU names: v5litepod-N and v6e-N count chips, v5p-N and v4-N TensorCores (2 per chip).",
+    )
+    if choice == HERE:
+        return None
+    if choice == TYPE_OWN:
+        st.session_state.setdefault(OTHER, "v5p:4x4x4")
+        name = st.text_input("Slice", key=OTHER, help="A Cloud TPU type (v5p-128) or a libtpu topology (v5p:4x4x4, v5e:16x16)")
+    else:
+        name = choice
+    try:
+        target = parse_target(name)
+    except ExplorerError as error:
+        st.error(str(error))
+        return None
+    st.caption(
+        f"{target.topology}: {target.chips} × {target.chip.device_kind}, {human_bytes(target.chip.hbm_bytes)} HBM, "
+        f"{target.chip.peak_flops / 1e12:,.0f} bf16 TFLOP/s per chip"
+    )
+    return target
+
+
+def render(layout: Layout, target: Target | None) -> dict | None:
+    """The compile section of a page for ``target``; returns the result when one exists."""
+    if target is None:
+        return None
+    st.subheader(f"Planned for {markdown_literal(target.name)}")
+    try:
+        check_mesh_fits(target, layout_size(layout))
+    except ExplorerError as error:
+        st.error(str(error))
+        return None
+    result = cached(layout, target)
+    if result is None:
+        result = _compile_action(layout, target)
+    if result is not None:
+        show(result)
+    return result
+
+
+def layout_size(layout: Layout) -> int:
+    size = 1
+    for s in layout.mesh.shape:
+        size *= s
+    return size
+
+
+def _compile_action(layout: Layout, target: Target) -> dict | None:
+    start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button")
+    st.caption(
+        "Compiles the Timing page's train step (state donated, as training loops do) for this slice in a child "
+        "process: XLA's memory per chip, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
+    )
+    if st.session_state.pop(STOPPED, None):
+        st.info("The last compile was stopped.")
+    if not start:
+        return None
+    stop_slot = st.empty()
+    stop_slot.button("Stop", key="target_stop_button", help="Kills the compile process")
+    status = st.status("Waiting for a turn…", expanded=True)
+    line = status.empty()
+    st.session_state[STOPPED] = True  # cleared below unless Stop interrupts this run
+    TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
+    try:
+        status.update(label=f"Compiling for {target.name}", state="running")
+        result, _ = compile_target(
+            layout, target, on_stage=lambda stage, elapsed: line.write(f"**{stage}** · {elapsed:.1f} s elapsed"),
+        )
+    except Stopped:
+        status.update(label="Stopped", state="error")
+        return None
+    except ExplorerError as error:
+        st.session_state.pop(STOPPED, None)
+        status.update(label="Failed", state="error")
+        st.error(str(error))
+        return None
+    finally:
+        TURNSTILE.leave()
+    st.session_state.pop(STOPPED, None)
+    status.update(label=f"Compiled for {target.name} in {result['compile_s']:.1f} s", state="complete", expanded=False)
+    stop_slot.empty()
+    return result
+
+
+def verdict(result: dict) -> str:
+    memory, target = result["memory"], result["target"]
+    peak, hbm = human_bytes(memory["peak_bytes"]), human_bytes(target["hbm_bytes"])
+    if result["fits"]:
+        return f"Fits: XLA's peak is {peak} of the {hbm} HBM per chip ({human_bytes(result['headroom_bytes'])} to spare)."
+    return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result['headroom_bytes'])} more than the {hbm} HBM per chip."
+
+
+def show(result: dict) -> None:
+    memory, target, estimate = result["memory"], result["target"], result["estimate"]
+    with st.container(key="target_verdict"):
+        (st.success if result["fits"] else st.error)(verdict(result))
+    memory_column, roofline_column = st.columns(2)
+    with memory_column:
+        st.markdown("**Memory per chip** (XLA's memory_analysis)")
+        st.plotly_chart(plots.target_memory_figure(memory, target["hbm_bytes"]), key="target_memory")
+        st.dataframe(
+            pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "bytes": human_bytes(v), "B": v} for k, v in memory.items()]),
+            hide_index=True, width="stretch",
+        )
+        padded = result.get("padding", {}).get("padded", [])
+        if padded:
+            st.caption(
+                f"Arguments include {sum(p['padded_bytes'] - p['bytes'] for p in padded):,} B of TPU tile padding "
+                f"({len(padded)} small array(s), e.g. a scalar occupies 512 B)."
+            )
+    with roofline_column:
+        st.markdown("**Roofline** — a lower bound on the step, not a measurement")
+        with st.container(key="target_roofline"):
+            st.plotly_chart(plots.roofline_figure(estimate), key="roofline")
+        st.caption(
+            f"{result['flops'] / 1e12:,.3f} TFLOP and {human_bytes(int(result['bytes_accessed']))} per chip per step "
+            f"(loop bodies times their trip count) against {target['peak_flops'] / 1e12:,.0f} TFLOP/s and "
+            f"{target['hbm_bandwidth'] / 1e9:,.0f} GB/s; collectives by the formulas of “How to Scale Your Model”. "
+            f"MFU at most {estimate['mfu_ceiling']:.0%}. Compiled in {result['compile_s']:.1f} s."
+        )
+    st.markdown("**Collectives per mesh axis** (per chip per step)")
+    if result["collectives"]:
+        st.dataframe(
+            pd.DataFrame([
+                {"op": c["op"], "mesh axes": " × ".join(c["mesh_axes"]) or "—", "count": c["count"], "bytes": human_bytes(c["bytes"]),
+                 "group": c["group_size"], "time ≥": f"{c['seconds'] * 1e3:.3g} ms"}
+                for c in result["collectives"]
+            ]),
+            hide_index=True, width="stretch",
+        )
+    else:
+        st.caption("None: every chip computes on its own data.")
+
+
+def summary_row(label: str, result: dict | None) -> dict:
+    """One Compare-page row for a layout's result on the chosen target."""
+    if result is None:
+        return {"layout": label, "fits": "not compiled", "XLA peak / chip": "—", "headroom": "—", "step ≥ (lower bound)": "—", "bound": "—",
+                "collective time ≥": "—"}
+    estimate = result["estimate"]
+    return {
+        "layout": label,
+        "fits": "yes" if result["fits"] else "NO",
+        "XLA peak / chip": human_bytes(result["memory"]["peak_bytes"]),
+        "headroom": human_bytes(result["headroom_bytes"]),
+        "step ≥ (lower bound)": f"{estimate['step_s'] * 1e3:.3g} ms",
+        "bound": estimate["bound"],
+        "collective time ≥": f"{estimate['collective_s'] * 1e3:.3g} ms",
+    }
+
+
+def compare_section(labels: list[str], layouts: list[Layout], target: Target | None) -> None:
+    """The Compare page's view of every layout on the sidebar's target: verdict, peak, roofline, collectives."""
+    if target is None:
+        st.caption("Choose a TPU target in the sidebar to compare these layouts on a slice: XLA's memory per chip and a roofline.")
+        return
+    st.subheader(f"On {markdown_literal(target.name)} ({target.topology})")
+    results, missing = [], []
+    for label, layout in zip(labels, layouts):
+        try:
+            check_mesh_fits(target, layout_size(layout))
+        except ExplorerError as error:
+            st.warning(f"{label}: {error}")
+            results.append(None)
+            continue
+        result = cached(layout, target)
+        results.append(result)
+        if result is None:
+            missing.append((label, layout))
+    if missing and st.button(f"Compile {len(missing)} layout(s) for {target.name}", type="primary", key="compare_compile_button"):
+        status = st.status("Waiting for a turn…", expanded=True)
+        line = status.empty()
+        TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
+        try:
+            for label, layout in missing:
+                status.update(label=f"Compiling {label} for {target.name}", state="running")
+                try:
+                    result, _ = compile_target(layout, target, on_stage=lambda stage, elapsed: line.write(f"{label}: **{stage}** · {elapsed:.1f} s"))
+                except ExplorerError as error:
+                    st.error(f"{label}: {error}")
+                    continue
+                results[labels.index(label)] = result
+        finally:
+            TURNSTILE.leave()
+        status.update(label="Compiled", state="complete", expanded=False)
+    st.dataframe(pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]), hide_index=True, width="stretch", key="compare_targets")
+    shown = [(l, r) for l, r in zip(labels, results) if r is not None]
+    if shown:
+        for column, (label, result) in zip(st.columns(len(shown)), shown):
+            with column:
+                st.markdown(f"**{markdown_literal(label)}**")
+                st.plotly_chart(plots.roofline_figure(result["estimate"], title=f"≥ {result['estimate']['step_s'] * 1e3:.3g} ms, {result['estimate']['bound']}-bound"),
+                                key=f"compare_roofline_{labels.index(label)}")
+                per_axis = {}
+                for c in result["collectives"]:
+                    per_axis[" × ".join(c["mesh_axes"]) or "—"] = per_axis.get(" × ".join(c["mesh_axes"]) or "—", 0) + c["bytes"]
+                st.caption("Collectives per mesh axis: " + (", ".join(f"{a} {human_bytes(b)}" for a, b in per_axis.items()) or "none"))
+    st.caption("Lower bounds from each compiled program and the chip's table, not measurements.")
