@@ -35,7 +35,6 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.targets import Target, check_mesh_fits, parse_target
 
-CACHE_ENV = "EXPLORER_CACHE_DIR"
 CACHE_FORMAT = 1  # bump when the result's shape or meaning changes
 STAGE_PREFIX = "stage: "
 COMPILER_OPTIONS = {"xla_tpu_no_crash_on_oom": True}
@@ -158,8 +157,6 @@ def _coords(device) -> tuple[int, ...]:
 
 def _collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords) -> list:
     """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned)."""
-    import numpy as np
-
     from explorer.roofline import Collective
 
     totals: dict[tuple, list[int]] = {}
@@ -207,14 +204,6 @@ def versions() -> dict[str, str]:
     return found
 
 
-def cache_dir() -> str:
-    """``$EXPLORER_CACHE_DIR``, else ``$XDG_CACHE_HOME/partition-explorer``, else ``~/.cache/partition-explorer``."""
-    if os.environ.get(CACHE_ENV):
-        return os.environ[CACHE_ENV]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "partition-explorer")
-
-
 def cache_key(layout: Layout, target: Target) -> str:
     from explorer.compiled import layout_key
 
@@ -225,13 +214,19 @@ def cache_key(layout: Layout, target: Target) -> str:
     return hashlib.sha256(identity.encode()).hexdigest()
 
 
-def _cache_path(key: str) -> str:
-    return os.path.join(cache_dir(), "compiles", key + ".json")
+def _cache_path(key: str) -> str | None:
+    """Where a compile's result is kept, under the explorer's cache folder (``trace_cache.cache_dir``); None when off."""
+    from explorer.trace_cache import cache_dir
+
+    folder = cache_dir()
+    return None if folder is None else os.path.join(folder, "compiles", key + ".json")
 
 
 def cached(layout: Layout, target: Target) -> dict[str, Any] | None:
     """The cached result for (layout, target, versions), or None; a corrupt entry is dropped."""
     path = _cache_path(cache_key(layout, target))
+    if path is None:
+        return None
     try:
         with open(path) as handle:
             result = json.load(handle)
@@ -250,6 +245,8 @@ def cached(layout: Layout, target: Target) -> dict[str, Any] | None:
 def _store(layout: Layout, target: Target, result: dict[str, Any]) -> None:
     """Write atomically: a temporary file in the same folder, then ``os.replace``; concurrent writers both win."""
     path = _cache_path(cache_key(layout, target))
+    if path is None:
+        return
     os.makedirs(os.path.dirname(path), exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
     try:

@@ -1,8 +1,8 @@
 """The traced abstract model on disk, so a second run (or a restarted server) skips the trace.
 
-One JSON file per model configuration and mesh axis names, under
+One JSON file per model configuration and mesh axis names, in ``traces/`` under
 ``$EXPLORER_CACHE_DIR``, else ``$XDG_CACHE_HOME/partition-explorer``, else
-``~/.cache/partition-explorer``. The file name hashes the model configuration, the mesh
+``~/.cache/partition-explorer`` (compiles for TPU targets live in ``compiles/`` beside it). The file name hashes the model configuration, the mesh
 axis names, the versions of JAX, Flax and optax, the source of the explorer's tracing
 code and, for a user's factory, the source file of the factory's module: any change
 there is a different file. Files are written whole to a temporary name and renamed
@@ -76,7 +76,7 @@ def _path(key: tuple, mesh_axes: tuple[str, ...]) -> Path | None:
     if folder is None:
         return None
     identity = json.dumps([FORMAT, list(key), list(mesh_axes), _versions(), _source_hash(key[0])])
-    return folder / (hashlib.sha256(identity.encode()).hexdigest()[:32] + ".json")
+    return folder / "traces" / (hashlib.sha256(identity.encode()).hexdigest()[:32] + ".json")
 
 
 def _versions() -> list[str]:

@@ -12,7 +12,6 @@ from playwright.sync_api import expect
 
 from tests.browser import (
     MAIN,
-    RERUN_TIMEOUT_MS,
     assert_no_exception,
     choose,
     key_selector,

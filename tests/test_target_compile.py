@@ -17,7 +17,8 @@ import pytest
 from explorer.analysis import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
-from explorer.target_compile import Stopped, cache_dir, cache_key, compile_target
+from explorer.target_compile import Stopped, cache_key, compile_target
+from explorer.trace_cache import cache_dir
 from explorer.targets import parse_target
 
 TARGET = "v5litepod-8"

@@ -28,7 +28,7 @@ def forget_memory(monkeypatch):
 
 def test_a_second_run_reads_the_disk_and_does_not_trace(cache, monkeypatch):
     first = report_to_dict(analyze(parse_layout(LAYOUT)))
-    assert len(list(cache.glob("*.json"))) == 1
+    assert len(list(cache.glob("traces/*.json"))) == 1
     forget_memory(monkeypatch)
     monkeypatch.setattr(abstract, "_traced", lambda *a: pytest.fail("traced although the disk had it"))
     monkeypatch.setattr(abstract, "_state_stage", lambda *a: pytest.fail("traced although the disk had it"))
@@ -47,7 +47,7 @@ def test_the_state_tree_is_traced_again_on_demand_after_a_disk_hit(cache, monkey
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"format": 1, "entries": [{"names": [], "model": {}}]}', "\x00\xff"])
 def test_a_corrupt_file_is_traced_again(cache, monkeypatch, content):
     expected = report_to_dict(analyze(parse_layout(LAYOUT)))
-    (path,) = cache.glob("*.json")
+    (path,) = cache.glob("traces/*.json")
     path.write_bytes(content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content)
     forget_memory(monkeypatch)
     assert report_to_dict(analyze(parse_layout(LAYOUT))) == expected
@@ -59,7 +59,7 @@ def test_other_versions_use_another_file(cache, monkeypatch):
     forget_memory(monkeypatch)
     monkeypatch.setattr(trace_cache, "_versions", lambda: ["0.0.0"])
     analyze(parse_layout(LAYOUT))
-    assert len(list(cache.glob("*.json"))) == 2
+    assert len(list(cache.glob("traces/*.json"))) == 2
 
 
 def _analyse_in_child(folder: str) -> int:
@@ -77,9 +77,9 @@ def test_concurrent_writers_leave_one_whole_file(cache):
     with context.Pool(3) as pool:
         counts = pool.map(_analyse_in_child, [str(cache)] * 3)
     assert len(set(counts)) == 1
-    (path,) = cache.glob("*.json")
+    (path,) = cache.glob("traces/*.json")
     assert json.loads(path.read_text())["entries"]
-    assert not list(cache.glob(".writing-*"))
+    assert not list(cache.glob("traces/.writing-*"))
 
 
 def test_off_switches_the_disk_cache_off(tmp_path, monkeypatch):
