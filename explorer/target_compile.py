@@ -51,15 +51,14 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
     from jax.experimental import topologies
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from explorer.abstract import abstract_model
-    from explorer.analysis import analyze
+    from explorer.analysis import analyze, model_of
     from explorer.compiled import _make_train_step, _with_sharding
 
     stage = on_stage or (lambda _: None)
     check_mesh_fits(target, _mesh_size(layout))
     stage("trace")
     report = analyze(layout)
-    model = abstract_model(layout.model)
+    model = model_of(layout)
     kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
     try:
         topology = topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
@@ -67,10 +66,7 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
         raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
     mesh = topologies.make_mesh(topology, tuple(layout.mesh.shape), tuple(layout.mesh.axes))
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
-    shardings = jax.tree_util.tree_map(
-        lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), model.state_shapes,
-        is_leaf=lambda x: isinstance(x, nn.Partitioned),
-    )
+    shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), model.state_shapes)
     inputs = [a for a in report.arrays if a.kind == "input"]
     input_shardings = tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in inputs)
     abstract_inputs = tuple(
