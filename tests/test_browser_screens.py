@@ -69,7 +69,7 @@ def test_the_pages_read_on_common_screens(browser: Browser, app_url: str, screen
 
         set_text(page, "mesh_shape_text", "2x-4")  # every problem at once, each where it was typed
         errors = page.locator(f"{key_selector('mesh_messages')} [data-testid='stAlertContentError']")
-        expect(errors).to_contain_text("(you typed 2x-4)")
+        expect(errors).to_contain_text("(you typed '2x-4')")
         expect(errors).to_contain_text("mesh.shape[1]: -4 is not a positive whole number")
         screenshot(page, f"screen-{name}-error")
         set_text(page, "mesh_shape_text", "2, 4")

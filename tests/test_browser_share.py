@@ -88,7 +88,7 @@ def expect_shared_layout(page: Page, layers: int = 2) -> None:
     expect(summary).to_contain_text("spec P(None, 'data')")
     expect(grid_labels(page)).to_have_text(SHARED_LABELS)
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 256 → data", "dim 0 'embed' · 256 → replicated")
-    expect(page.locator("[data-testid='stMain']")).to_contain_text(f"mlp: {layers * 2 * 256 * 256:,} parameters")
+    expect(page.locator("[data-testid='stMain']")).to_contain_text(f"mlp (Flax Linen): {layers * 2 * 256 * 256:,} parameters")
 
 
 def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> None:

@@ -104,7 +104,7 @@ def test_live_chart_fills_while_timing(page: Page) -> None:
     expect(page.locator(MAIN)).to_contain_text(f"{STEPS} timed steps after 2 warm-up")
 
     memory = table_under(page, "Memory per device")
-    assert [row[0] for row in memory] == ["arguments", "outputs", "temporaries", "aliased"], memory
+    assert [row[0] for row in memory] == ["arguments", "outputs", "temporaries", "aliased", "peak"], memory
     collectives = table_under(page, "Collectives XLA inserted")
     all_reduce = [row for row in collectives if row[0] == "all-reduce"]
     assert len(all_reduce) == 1 and int(all_reduce[0][1]) > 0, collectives
