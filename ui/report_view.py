@@ -75,13 +75,20 @@ def _summary(report: Report, compiled_peak: tuple[str, int] | None = None) -> No
 
 
 def _warnings(report: Report) -> None:
-    if not report.warnings:
+    findings = [w for w in report.warnings if w.level != "info"]
+    notes = [w for w in report.warnings if w.level == "info"]
+    if not findings:
         st.success("No warnings: every rule applies, every logical name is covered, every sharded dimension divides evenly.")
+    if notes:
+        with st.expander(f"Notes ({len(notes)})", expanded=False):
+            for note in notes:
+                st.info(f"**{WARNING_TITLES.get(note.code, note.code)}**\n\n{markdown_literal(note.message)}")
+    if not findings:
         return
     grouped: dict[str, list] = {}
-    for warning in report.warnings:
+    for warning in findings:
         grouped.setdefault(warning.code, []).append(warning)
-    with st.container(key="warnings"), st.expander(f"Warnings ({len(report.warnings)})", expanded=True):
+    with st.container(key="warnings"), st.expander(f"Warnings ({len(findings)})", expanded=True):
         for code, warnings in grouped.items():
             show = st.error if code in ERROR_CODES else st.info if code in INFO_CODES else st.warning
             shown = warnings[:5]
