@@ -339,7 +339,7 @@ def _nnx_state(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, .
     from flax import nnx
 
     optimizer = make_optimizer()
-    build = built.module if not isinstance(built.module, nnx.Module) else (lambda: built.module)
+    build = built.nnx_builder()
     with nnx.use_eager_sharding(False):
         model = nnx.eval_shape(build)
         if not isinstance(model, nnx.Module):

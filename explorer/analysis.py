@@ -282,6 +282,7 @@ def _checked_spec(array: AbstractArray, resolution, rules, mesh: MeshInfo, probl
 def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: MeshInfo) -> list[Finding]:
     """Where Linen and NNX semantics would shard this layout differently (people move between them)."""
     other = "nnx" if model.framework == "linen" else "linen"
+    ruled = {rule[0] for rule in rules}
     differing = []
     for array in model.arrays:
         names = effective_axes(array, mesh.axes)
@@ -294,7 +295,6 @@ def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: Mes
             theirs = resolve(theirs_names, rules, len(array.shape), other).spec
         except ExplorerError:
             continue
-        ruled = {rule[0] for rule in rules}
         dims = [d for d, (a, b) in enumerate(zip(mine, theirs)) if a != b]
         # a name with no rule differs by definition (replicated vs used as a mesh axis): that is not the news
         if any(isinstance(names[d], str) and names[d] in ruled for d in dims):

@@ -193,7 +193,7 @@ def _make_init(model: AbstractModel):
         return lambda key, *inputs: init_fn(key, *built.model_args(inputs), model=built.module, optimizer=model.optimizer)
     from flax import nnx
 
-    build = model.built.module if not isinstance(model.built.module, nnx.Module) else (lambda: model.built.module)
+    build = model.built.nnx_builder()
 
     def init(key, *inputs):
         network = build()
@@ -230,7 +230,7 @@ def _input_shardings(report: Report, mesh) -> tuple[NamedSharding, ...]:
 
 
 def _compile(layout: Layout, report: Report) -> CompiledStep:
-    check_timeable(report)
+    """Lower and compile the layout's init and step; ``compile_step`` has run the gates."""
     model = model_of(layout)
     mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
     inputs_sharding = _input_shardings(report, mesh)

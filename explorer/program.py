@@ -115,8 +115,6 @@ def _walk(jaxpr, parameters: set, prefix: str, runs: int, unbounded: bool, found
             found.append(_constraint(eqn, parameters, prefix, runs, unbounded))
         if eqn.primitive.name in _VALUE_PRESERVING and eqn.invars and eqn.invars[0] in parameters:
             parameters = parameters | {eqn.outvars[0]}  # a parameter constrained or cast is still that parameter
-        if eqn.primitive.name == "sharding_constraint":
-            continue
         for sub, times, loop_unbounded in _sub_jaxprs(eqn):
             inner = _map_parameters(eqn, sub, parameters)
             stack = _join(prefix, str(eqn.source_info.name_stack))

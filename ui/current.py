@@ -9,8 +9,7 @@ import streamlit as st
 
 from explorer import devices
 from explorer.analysis import Report, analyze, indivisible_error
-from explorer.errors import ExplorerError
-from explorer.errors import shown as shown_value
+from explorer.errors import ExplorerError, shown as shown_value
 from explorer.layout import Layout, layout_errors, parse_layout
 from explorer.targets import Target
 from explorer.text import markdown_literal

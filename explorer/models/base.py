@@ -41,6 +41,12 @@ class BuiltModel:
     loss: Callable[..., Any]
     framework: Framework = "linen"
 
+    def nnx_builder(self) -> Callable[[], Any]:
+        """NNX: the function that builds the module (a factory may hand over a built ``nnx.Module`` instead)."""
+        from flax import nnx
+
+        return (lambda: self.module) if isinstance(self.module, nnx.Module) else self.module
+
     def model_args(self, inputs: tuple) -> tuple:
         """The inputs the model itself takes (labels go to the loss only)."""
         return tuple(x for x, spec in zip(inputs, self.inputs) if spec.model_arg)
