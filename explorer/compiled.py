@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from explorer.abstract import AbstractModel, init_fn
+from explorer.abstract import AbstractModel
+from explorer.tracing import init_fn
 from explorer.analysis import Report, analyze, indivisible_error, jax_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout

@@ -14,6 +14,13 @@ stack, or the user's function when there is none) and how many times it runs per
 call: a constraint in a ``scan`` body of length n runs n times. Constraints applied
 to parameters (a parameter read through ``param_with_axes`` or unboxed under a
 mesh) are told apart by data flow: their operand is a parameter itself.
+
+Only constraints the program's wanted outputs need are read, as XLA keeps only those:
+a liveness pass (backwards over each program, into called programs by position)
+drops dead code. With the values of parameters taken as given, that same pass reads
+a whole ``init`` as its forward pass alone: the parameters' initialisers (and the
+dead copies of a body Flax's ``nn.scan`` traces while initialising) are not the
+step's. So one trace of ``init_with_output`` gives the state and the activations.
 """
 
 from __future__ import annotations
@@ -89,19 +96,24 @@ def decode_spec(spec: PartitionSpec, ndim: int) -> tuple[str | tuple[str, ...] |
     return tuple(dims)
 
 
-def constraints(closed_jaxpr, parameter_invars: Sequence[int] = (), parameter_outvars: Sequence[int] = ()) -> list[Constraint]:
-    """The sharding constraints of ``closed_jaxpr`` in program order.
+def constraints(closed_jaxpr, parameter_invars: Sequence[int] = (), parameter_outvars: Sequence[int] = (),
+                live_outvars: Sequence[int] | None = None) -> list[Constraint]:
+    """The live sharding constraints of ``closed_jaxpr`` in program order.
 
     ``parameter_invars`` / ``parameter_outvars`` are the positions of the program's
     inputs / outputs that are parameters (for a forward pass, its parameter
-    arguments; for ``init``, the variables it returns): a constraint whose operand is
-    one of them (across calls and loop bodies) is marked ``on_parameter``.
+    arguments; for ``init``, the parameters it returns): a constraint whose operand is
+    one of them (across calls and loop bodies) is marked ``on_parameter``, and how a
+    parameter's value was made does not count. ``live_outvars`` are the positions of
+    the outputs wanted (all by default; for ``init_with_output``, the model's output).
     """
     jaxpr = closed_jaxpr.jaxpr
     found: list[Constraint] = []
     marked_in = {jaxpr.invars[i] for i in parameter_invars}
     marked_out = {jaxpr.outvars[i] for i in parameter_outvars if not _is_literal(jaxpr.outvars[i])}
-    _walk(jaxpr, marked_in | marked_out, "", 1, False, found)
+    wanted = range(len(jaxpr.outvars)) if live_outvars is None else live_outvars
+    live_out = {jaxpr.outvars[i] for i in wanted if not _is_literal(jaxpr.outvars[i])}
+    _walk(jaxpr, marked_in | marked_out, live_out, "", 1, False, found)
     return found
 
 
@@ -109,16 +121,57 @@ def _is_literal(var) -> bool:
     return not hasattr(var, "count") and hasattr(var, "val")
 
 
-def _walk(jaxpr, parameters: set, prefix: str, runs: int, unbounded: bool, found: list[Constraint]) -> None:
-    for eqn in jaxpr.eqns:
+def _walk(jaxpr, parameters: set, live_out: set, prefix: str, runs: int, unbounded: bool, found: list[Constraint]) -> None:
+    parameters = _propagated(jaxpr, parameters)
+    live, needed = _liveness(jaxpr, live_out, parameters)
+    for index, eqn in enumerate(jaxpr.eqns):
+        if index not in live:
+            continue
         if eqn.primitive.name == "sharding_constraint":
             found.append(_constraint(eqn, parameters, prefix, runs, unbounded))
-        if eqn.primitive.name in _VALUE_PRESERVING and eqn.invars and eqn.invars[0] in parameters:
-            parameters = parameters | {eqn.outvars[0]}  # a parameter constrained or cast is still that parameter
         for sub, times, loop_unbounded in _sub_jaxprs(eqn):
             inner = _map_parameters(eqn, sub, parameters)
             stack = _join(prefix, str(eqn.source_info.name_stack))
-            _walk(sub, inner, stack, runs * times, unbounded or loop_unbounded, found)
+            inner_live = _map_live(eqn, sub, needed - parameters)
+            _walk(sub, inner, inner_live, stack, runs * times, unbounded or loop_unbounded, found)
+
+
+def _propagated(jaxpr, parameters: set) -> set:
+    """The parameter marks after value-preserving equations: a parameter constrained or cast is still that parameter."""
+    parameters = set(parameters)
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in _VALUE_PRESERVING and eqn.invars and eqn.invars[0] in parameters:
+            parameters.add(eqn.outvars[0])
+    return parameters
+
+
+def _liveness(jaxpr, live_out: set, given: set) -> tuple[set[int], set]:
+    """The indices of the equations ``live_out`` needs, and every variable they need.
+
+    A variable in ``given`` (a parameter) is needed without its making: the equation
+    that computed it is live only if something else needs it too. Equations with
+    effects are always live.
+    """
+    needed = set(live_out)
+    live = set()
+    for index in range(len(jaxpr.eqns) - 1, -1, -1):
+        eqn = jaxpr.eqns[index]
+        if eqn.effects or any(v in needed and v not in given for v in eqn.outvars):
+            live.add(index)
+            needed.update(v for v in eqn.invars if not _is_literal(v))
+    return live, needed
+
+
+def _map_live(eqn, sub, needed: set) -> set:
+    """The outputs of a called program that its caller needs: by position, every loop carry (it feeds the next turn)."""
+    outvars = [v for v in sub.outvars]
+    if eqn.primitive.name == "while" or len(outvars) != len(eqn.outvars):
+        return {v for v in outvars if not _is_literal(v)}
+    carries = int(eqn.params.get("num_carry", 0)) if eqn.primitive.name == "scan" else 0
+    return {
+        inner for position, (outer, inner) in enumerate(zip(eqn.outvars, outvars))
+        if not _is_literal(inner) and (position < carries or outer in needed)
+    }
 
 
 def _constraint(eqn, parameters: set, prefix: str, runs: int, unbounded: bool) -> Constraint:

@@ -14,6 +14,7 @@ switch the disk cache off.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -25,7 +26,7 @@ from typing import Any
 
 CACHE_ENV = "EXPLORER_CACHE_DIR"
 FORMAT = 1
-_TRACING_SOURCES = ("abstract.py", "program.py", "trace_cache.py", "models")
+_TRACING_SOURCES = ("abstract.py", "tracing.py", "program.py", "trace_cache.py", "models")
 
 
 def cache_dir() -> Path | None:
@@ -83,8 +84,12 @@ def _versions() -> list[str]:
     return [metadata.version(name) for name in ("jax", "jaxlib", "flax", "optax")]
 
 
+@functools.lru_cache(maxsize=64)
 def _source_hash(model_name: str) -> str:
-    """The explorer's tracing code and, for a factory, its module's source: a change makes a new entry."""
+    """The explorer's tracing code and, for a factory, its module's source: a change makes a new entry.
+
+    Read once per process and model name, as the code a process traces with is the code it imported first.
+    """
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
     for name in _TRACING_SOURCES:

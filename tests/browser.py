@@ -371,6 +371,18 @@ def rule_rows(page: Page) -> list[list[str]]:
     )
 
 
+def expect_rule_rows(page: Page, expected: list[list[str]], prefix: bool = False, timeout_ms: int = RERUN_TIMEOUT_MS) -> None:
+    """Wait until the rules editor shows ``expected`` (its first rows when ``prefix``): glide redraws after the rerun."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        rows = rule_rows(page)
+        if (rows[: len(expected)] if prefix else rows) == expected:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the rules editor shows {rows}, expected {expected}")
+        page.wait_for_timeout(100)
+
+
 def _rule_cell(page: Page, row: int, column: int) -> Locator:
     return page.locator(f"{RULES_EDITOR} [data-testid='glide-cell-{column}-{row}']")
 

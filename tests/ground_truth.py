@@ -9,9 +9,10 @@
   out_shardings and really run.
 - NNX: ``nnx.get_abstract_model`` under the mesh and ``nnx.logical_axis_rules``, and the
   model and ``nnx.Optimizer`` really built in a jitted init with Flax's eager sharding.
-- Activations: the forward pass's jaxpr under the real mesh and rules, every
-  ``sharding_constraint`` in program order except those applied to a parameter
-  argument itself.
+- Activations: the forward pass's jaxpr under the real mesh and rules, with the
+  code its output does not need removed by JAX's own dead-code elimination (XLA
+  keeps no more), every ``sharding_constraint`` in program order except those
+  applied to a parameter argument itself.
 
 What each materialised leaf really is on the devices (spec, shard shape, bytes, how
 many devices hold each block, which block each device holds) is read from the arrays.
@@ -150,8 +151,7 @@ def linen_activations(layout) -> list[tuple]:
     )
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         closed = jax.make_jaxpr(lambda p, *x: built.module.apply({"params": p}, *built.model_args(x)))(params, *xs)
-    parameters = set(closed.jaxpr.invars[: len(jax.tree_util.tree_leaves(params))])
-    return list(_constraints(closed.jaxpr, parameters))
+    return _live_constraints(closed.jaxpr, len(jax.tree_util.tree_leaves(params)))
 
 
 def activations(layout, framework: str) -> list[tuple[tuple, tuple]]:
@@ -200,8 +200,17 @@ def nnx_activations(layout) -> list[tuple]:
     with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
         graphdef, abstract = nnx.get_abstract_model(built.module, mesh)
         closed = jax.make_jaxpr(lambda s, *x: nnx.merge(graphdef, s)(*built.model_args(x)))(abstract, *xs)
-    parameters = set(closed.jaxpr.invars[: len(jax.tree_util.tree_leaves(abstract))])
-    return list(_constraints(closed.jaxpr, parameters))
+    return _live_constraints(closed.jaxpr, len(jax.tree_util.tree_leaves(abstract)))
+
+
+def _live_constraints(jaxpr, n_parameters: int) -> list[tuple]:
+    """The constraints left after JAX's dead-code elimination (a private function: JAX's reference, not ours)."""
+    from jax._src.interpreters import partial_eval
+
+    live, used_inputs = partial_eval.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)
+    kept = [v for v, used in zip(jaxpr.invars, used_inputs) if used]
+    parameters = {new for old, new in zip(kept, live.invars) if old in set(jaxpr.invars[:n_parameters])}
+    return list(_constraints(live, parameters))
 
 
 def _constraints(jaxpr, parameters):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
-from explorer import abstract
+from explorer import tracing
 from explorer.analysis import analyze, jax_mesh, report_to_dict
 from explorer.layout import parse_layout
 from explorer.rules import preset_rules
@@ -119,7 +119,7 @@ def test_planned_mesh_uses_abstract_mesh_shard_shapes(seed_dict):
 def test_rule_edits_and_mesh_changes_never_retrace_the_model(seed_dict, monkeypatch):
     layout = parse_layout(seed_dict)
     analyze(layout)
-    monkeypatch.setattr(abstract, "_traced", lambda *a: pytest.fail("the model was traced again"))
+    monkeypatch.setattr(tracing, "traced", lambda *a: pytest.fail("the model was traced again"))
     analyze(layout_with(seed_dict, rules=[["batch", "model"]]))
     analyze(layout_with(seed_dict, mesh={"shape": [4, 2], "axes": ["data", "model"]}))
 

@@ -22,7 +22,7 @@ from tests.browser import (
     grid_axis_titles,
     grid_label_centres,
     grid_labels,
-    rule_rows,
+    expect_rule_rows,
     screenshot,
     selected_summary,
     set_text,
@@ -81,12 +81,12 @@ def test_load_shows_no_exception(page: Page) -> None:
 def test_mesh_axes_edit_redraws_grid(page: Page) -> None:
     """hidden → data instead of model: the kernel becomes P(None, 'data'), two column blocks of four devices."""
     assert_seed_grid(page)
-    assert rule_rows(page) == SEED_RULES
+    expect_rule_rows(page, SEED_RULES)
     screenshot(page, "browser-rules-before")
 
     edit_rule_axes(page, 1, ["data"])
 
-    assert rule_rows(page) == [["0", "batch", "data"], ["1", "hidden", "data"]]
+    expect_rule_rows(page, [["0", "batch", "data"], ["1", "hidden", "data"]])
     expect_grid_labels(page, ["0,1,2,3", "4,5,6,7"])
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → data", "dim 0 'embed' · 1024 → replicated")
     expect(selected_summary(page)).to_contain_text("spec P(None, 'data')")
@@ -102,7 +102,7 @@ def test_logical_name_edit_turns_grid_sideways(page: Page) -> None:
 
     edit_rule_text(page, 1, "logical name", "embed")
 
-    assert rule_rows(page) == [["0", "batch", "data"], ["1", "embed", "model"]]
+    expect_rule_rows(page, [["0", "batch", "data"], ["1", "embed", "model"]])
     expect_grid_labels(page, SEED_LABELS)
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → replicated", "dim 0 'embed' · 1024 → model")
     xs, ys = zip(*grid_label_centres(page))
@@ -148,12 +148,12 @@ def test_rule_naming_missing_axis_shows_error_under_rules(page: Page) -> None:
 def test_rule_edits_survive_renaming_a_mesh_axis(page: Page) -> None:
     """The editor's axis choices change with the mesh; the rows edited so far must stay."""
     edit_rule_text(page, 0, "logical name", "embed")
-    assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "model"]]
+    expect_rule_rows(page, [["0", "embed", "data"], ["1", "hidden", "model"]])
     set_text(page, "mesh_axes_text", "data, tensor")
-    assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "model"]]
+    expect_rule_rows(page, [["0", "embed", "data"], ["1", "hidden", "model"]])
     expect_only_error_in(page, "rules", "rules[1]")
     edit_rule_axes(page, 1, ["tensor"])
-    assert rule_rows(page) == [["0", "embed", "data"], ["1", "hidden", "tensor"]]
+    expect_rule_rows(page, [["0", "embed", "data"], ["1", "hidden", "tensor"]])
     expect(sidebar_errors(page)).to_have_count(0)
     expect(selected_summary(page)).to_contain_text("spec P('data', 'tensor')")
     assert_no_exception(page)
@@ -164,5 +164,5 @@ def test_a_new_rule_row_is_numbered_not_none(page: Page) -> None:
     box = page.locator(RULES_CANVAS).bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + HEADER_HEIGHT + ROW_HEIGHT * 2 + ROW_HEIGHT / 2)
     expect(page.locator(f"{RULES_EDITOR} td[data-testid='glide-cell-1-2']")).to_have_text("2")
-    assert rule_rows(page)[:2] == SEED_RULES
+    expect_rule_rows(page, SEED_RULES, prefix=True)
     assert_no_exception(page)

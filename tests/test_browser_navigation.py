@@ -16,7 +16,7 @@ from tests.browser import (
     edit_rule_axes,
     go_to_page,
     key_selector,
-    rule_rows,
+    expect_rule_rows,
     screenshot,
     selected_summary,
     server_log,
@@ -55,7 +55,7 @@ def test_edits_survive_a_round_of_the_pages(page: Page, app_url: str) -> None:
         assert_no_exception(page)
         if link == "Timing":
             screenshot(page, "browser-navigation-timing")
-    assert rule_rows(page) == [["0", "batch", "data"], ["1", "hidden", "data"]]
+    expect_rule_rows(page, [["0", "batch", "data"], ["1", "hidden", "data"]])
     expect(selected_summary(page)).to_contain_text("spec P(None, 'data')")
     expect(selected_summary(page)).to_contain_text("512")
     go_to_page(page, "Timing", PAGES[0][1])

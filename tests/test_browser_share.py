@@ -20,7 +20,7 @@ from tests.browser import (
     main_errors,
     new_page,
     open_app,
-    rule_rows,
+    expect_rule_rows,
     screenshot,
     selected_summary,
     set_text,
@@ -81,7 +81,7 @@ def expect_shared_layout(page: Page, layers: int = 2) -> None:
     expect(page.locator(f"{key_selector('mesh_axes_text')} input")).to_have_value("data, model")
     expect(page.locator(f"{key_selector('option::mlp::layers')} input")).to_have_value(str(layers))
     expect(page.locator(f"{key_selector('option::mlp::depth')} input")).to_have_value("256")
-    assert rule_rows(page) == [["0", "batch", "model"], ["1", "hidden", "data"]]
+    expect_rule_rows(page, [["0", "batch", "model"], ["1", "hidden", "data"]])
     summary = selected_summary(page)
     expect(summary).to_contain_text("params/LogicalDotReluDot_0/Dense_0/kernel")
     expect(summary).to_contain_text("shape (256, 256)")
@@ -145,7 +145,7 @@ def test_mangled_link_shows_error_and_default_layout(blank_page: Page, app_url: 
     expect(sidebar_errors(page)).to_have_count(0)
     expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("seed-2x4")
     expect(page.locator(f"{key_selector('mesh_shape_text')} input")).to_have_value("2, 4")
-    assert rule_rows(page) == SEED_RULES
+    expect_rule_rows(page, SEED_RULES)
     expect(selected_summary(page)).to_contain_text("spec P(None, 'model')")
     expect(grid_labels(page)).to_have_text(["0,4", "1,5", "2,6", "3,7"])
     assert_no_exception(page)

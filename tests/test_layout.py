@@ -84,12 +84,13 @@ def test_ill_typed_model_option(seed_dict, value):
     refuse(seed_dict, "model.options.batch", repr(value))
 
 
+def refusing_build(options):
+    raise AssertionError(f"built a model with {options}")
+
+
 def test_model_too_large_is_refused_before_any_trace(seed_dict, monkeypatch):
     """What a page does with a draft: validate, then analyse. A refused model is never built or traced."""
-    def build(options):
-        raise AssertionError(f"built a model with {options}")
-
-    monkeypatch.setitem(models.MODELS, "mlp", dataclasses.replace(models.MODELS["mlp"], build=build))
+    monkeypatch.setitem(models.MODELS, "mlp", dataclasses.replace(models.MODELS["mlp"], builder=f"{__name__}:refusing_build"))
     with pytest.raises(AssertionError, match="built a model"):  # the stand-in is what analysis would build
         analyze(parse_layout({**seed_dict, "model": {"name": "mlp", "options": {"layers": 5, "depth": 48}}}))
     seed_dict["model"]["options"]["layers"] = 1_000_000_000

@@ -5,7 +5,7 @@ import multiprocessing
 
 import pytest
 
-from explorer import abstract, trace_cache
+from explorer import abstract, trace_cache, tracing
 from explorer.analysis import analyze, report_to_dict
 from explorer.layout import parse_layout
 
@@ -23,15 +23,15 @@ def cache(tmp_path, monkeypatch):
 def forget_memory(monkeypatch):
     """What a new process sees: no model in memory."""
     monkeypatch.setattr(abstract, "_registry", {})
-    abstract._state_stage.cache_clear()
+    monkeypatch.setattr(tracing, "_stages", {})
 
 
 def test_a_second_run_reads_the_disk_and_does_not_trace(cache, monkeypatch):
     first = report_to_dict(analyze(parse_layout(LAYOUT)))
     assert len(list(cache.glob("traces/*.json"))) == 1
     forget_memory(monkeypatch)
-    monkeypatch.setattr(abstract, "_traced", lambda *a: pytest.fail("traced although the disk had it"))
-    monkeypatch.setattr(abstract, "_state_stage", lambda *a: pytest.fail("traced although the disk had it"))
+    monkeypatch.setattr(tracing, "traced", lambda *a: pytest.fail("traced although the disk had it"))
+    monkeypatch.setattr(tracing, "state_stage", lambda *a: pytest.fail("traced although the disk had it"))
     assert report_to_dict(analyze(parse_layout(LAYOUT))) == first
 
 
@@ -88,3 +88,27 @@ def test_off_switches_the_disk_cache_off(tmp_path, monkeypatch):
     monkeypatch.delenv(trace_cache.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert trace_cache.cache_dir() == tmp_path / "partition-explorer"
+
+
+def test_a_disk_hit_imports_no_flax(cache):
+    """A second run reads the model without Flax, optax or the models' code: most of a warm run is importing them."""
+    import subprocess
+    import sys
+
+    analyze(parse_layout(LAYOUT))
+    script = (
+        "import json, sys\n"
+        "from explorer import devices\n"
+        "devices.configure(8)\n"
+        "from explorer.analysis import analyze\n"
+        "from explorer.layout import parse_layout\n"
+        f"report = analyze(parse_layout(json.loads({json.dumps(json.dumps(LAYOUT))})))\n"
+        "print(json.dumps([len(report.arrays), sorted({m.split('.')[0] for m in sys.modules} & {'flax', 'optax', 'pandas'}),"
+        " sorted(m for m in sys.modules if m.startswith('explorer.models.') and m != 'explorer.models.options'"
+        " and m != 'explorer.models.base')]))\n"
+    )
+    env = {**__import__("os").environ, trace_cache.CACHE_ENV: str(cache)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    count, heavy, models = json.loads(done.stdout.strip().splitlines()[-1])
+    assert count == len(analyze(parse_layout(LAYOUT)).arrays)
+    assert heavy == [] and models == []

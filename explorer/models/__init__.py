@@ -16,15 +16,13 @@ import dataclasses
 import importlib
 import os
 import re
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from explorer.errors import ExplorerError
 from explorer.models.base import BuiltModel, InputSpec
-from explorer.models.mlp import MlpOptions, build_mlp
-from explorer.models.nnx_guide import NnxGuideOptions, build_nnx_guide
-from explorer.models.transformer import SIZE_PRESETS, TransformerOptions, build_transformer
+from explorer.models.options import SIZE_PRESETS, MlpOptions, NnxGuideOptions, TransformerOptions
 
 ALLOW_ENV = "EXPLORER_ALLOWED_FACTORIES"
 FACTORY_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
@@ -37,20 +35,24 @@ class ModelEntry:
     name: str
     description: str
     options: type[BaseModel]
-    build: Callable[[Any], BuiltModel]
+    builder: str  # "module:function", imported on first build: checking a layout needs no Flax
     presets: dict[str, dict]
+
+    def build(self, options: BaseModel) -> BuiltModel:
+        module, function = self.builder.split(":")
+        return getattr(importlib.import_module(module), function)(options)
 
 
 MODELS: dict[str, ModelEntry] = {
     "mlp": ModelEntry(
-        "mlp", "The Flax guide's LogicalMLP of LogicalDotReluDot layers", MlpOptions, build_mlp, {}
+        "mlp", "The Flax guide's LogicalMLP of LogicalDotReluDot layers", MlpOptions, "explorer.models.mlp:build_mlp", {}
     ),
     "nnx-guide": ModelEntry(
-        "nnx-guide", "The Flax NNX guide's MultiDotReluDot (Flax NNX)", NnxGuideOptions, build_nnx_guide, {}
+        "nnx-guide", "The Flax NNX guide's MultiDotReluDot (Flax NNX)", NnxGuideOptions, "explorer.models.nnx_guide:build_nnx_guide", {}
     ),
     "transformer": ModelEntry(
         "transformer", "A decoder-only language model (GPT-2 / Llama shapes)",
-        TransformerOptions, build_transformer, SIZE_PRESETS,
+        TransformerOptions, "explorer.models.transformer:build_transformer", SIZE_PRESETS,
     ),
 }
 

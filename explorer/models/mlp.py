@@ -10,18 +10,9 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from explorer.models.base import BuiltModel, InputSpec
-
-
-class MlpOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    batch: StrictInt = Field(8, ge=1, le=1 << 20, description="examples per step")
-    layers: StrictInt = Field(4, ge=1, le=512, description="LogicalDotReluDot layers")
-    depth: StrictInt = Field(1024, ge=1, le=1 << 17, description="width of x and of the hidden layer")
-    scan: StrictBool = Field(False, description="stack layers with nn.scan (adds the 'layer' axis)")
+from explorer.models.options import MlpOptions
 
 
 class LogicalDotReluDot(nn.Module):

@@ -26,20 +26,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import PartitionSpec as P
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from explorer.models.base import BuiltModel, InputSpec
+from explorer.models.options import NnxGuideOptions
 
 GUIDE_RULES = (("batch", "data"), ("hidden", "model"), ("embed", None))
-
-
-class NnxGuideOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    batch: StrictInt = Field(8, ge=1, le=1 << 20, description="examples per step")
-    layers: StrictInt = Field(2, ge=1, le=512, description="DotReluDot layers (created with nnx.vmap)")
-    depth: StrictInt = Field(1024, ge=1, le=1 << 17, description="width of x and of every layer")
-    logical: StrictBool = Field(False, description="the guide's LogicalMultiDotReluDot (logical names) instead")
 
 
 class DotReluDot(nnx.Module):

@@ -1,0 +1,69 @@
+"""The built-in models' options and size presets, apart from the models: checking a layout needs no Flax."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, field_validator
+
+
+class MlpOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    batch: StrictInt = Field(8, ge=1, le=1 << 20, description="examples per step")
+    layers: StrictInt = Field(4, ge=1, le=512, description="LogicalDotReluDot layers")
+    depth: StrictInt = Field(1024, ge=1, le=1 << 17, description="width of x and of the hidden layer")
+    scan: StrictBool = Field(False, description="stack layers with nn.scan (adds the 'layer' axis)")
+
+
+class NnxGuideOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    batch: StrictInt = Field(8, ge=1, le=1 << 20, description="examples per step")
+    layers: StrictInt = Field(2, ge=1, le=512, description="DotReluDot layers (created with nnx.vmap)")
+    depth: StrictInt = Field(1024, ge=1, le=1 << 17, description="width of x and of every layer")
+    logical: StrictBool = Field(False, description="the guide's LogicalMultiDotReluDot (logical names) instead")
+
+
+class TransformerOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    batch: StrictInt = Field(8, ge=1, le=1 << 16, description="sequences per step")
+    seq_len: StrictInt = Field(128, ge=2, le=1 << 20, description="tokens per sequence")
+    layers: StrictInt = Field(2, ge=1, le=512, description="decoder blocks")
+    d_model: StrictInt = Field(256, ge=1, le=1 << 16, description="model width (embed)")
+    heads: StrictInt = Field(4, ge=1, le=1024, description="query heads")
+    kv_heads: StrictInt = Field(4, ge=1, le=1024, description="key/value heads (grouped-query attention when fewer)")
+    head_dim: StrictInt = Field(64, ge=1, le=4096, description="width of one head (kv)")
+    mlp_dim: StrictInt = Field(1024, ge=1, le=1 << 18, description="MLP hidden width")
+    vocab: StrictInt = Field(1024, ge=2, le=1 << 20, description="vocabulary size")
+    gated_mlp: StrictBool = Field(False, description="SwiGLU MLP with two input matrices, as Llama")
+    learned_positions: StrictBool = Field(True, description="a learned position table, as GPT-2")
+    scan: StrictBool = Field(False, description="stack blocks with nn.scan (adds the 'layer' axis)")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter and activation dtype")
+
+    @field_validator("kv_heads")
+    @classmethod
+    def _heads_group(cls, kv_heads: int, info: ValidationInfo) -> int:
+        """On the field, so the message names kv_heads (heads is validated first, being declared first)."""
+        heads = info.data.get("heads")
+        if heads is not None and heads % kv_heads:
+            raise ValueError(f"must divide heads ({heads}) evenly: each key/value head serves a group of query heads")
+        return kv_heads
+
+
+# Each preset's batch is 16 so that a 16-way data axis (the README's 16x16 mesh) divides it.
+SIZE_PRESETS: dict[str, dict] = {
+    "gpt2-small": dict(
+        batch=16, seq_len=1024, layers=12, d_model=768, heads=12, kv_heads=12, head_dim=64, mlp_dim=3072,
+        vocab=50257, gated_mlp=False, learned_positions=True,
+    ),
+    "llama2-7b": dict(
+        batch=16, seq_len=4096, layers=32, d_model=4096, heads=32, kv_heads=32, head_dim=128, mlp_dim=11008,
+        vocab=32000, gated_mlp=True, learned_positions=False,
+    ),
+    "llama2-70b": dict(
+        batch=16, seq_len=4096, layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128, mlp_dim=28672,
+        vocab=32000, gated_mlp=True, learned_positions=False,
+    ),
+}

@@ -1,0 +1,357 @@
+"""Tracing a model configuration into an ``AbstractModel``, without allocating any array.
+
+- Linen: the Flax guide's ``init_fn`` (``model.init`` then ``TrainState.create`` with
+  Adam), with the model's output, traced once by ``jax.make_jaxpr`` under a probe mesh
+  (``program.py``). Its output shapes are the train state: every
+  ``flax.core.meta.AxisMetadata`` box (``nn.with_logical_partitioning``,
+  ``nn.with_partitioning``, NNX-in-Linen bridges) gives its names through
+  ``get_partition_spec()``; ``flax.linen.partitioning.param_with_axes`` models give theirs
+  through ``nn_partitioning.get_axis_names`` on the ``params_axes`` collection, and
+  ``init_fn`` boxes those parameters with them so Adam's moments carry the same axes.
+  Its program, read with the parameters' values as given, is the forward pass.
+- NNX: ``nnx.eval_shape`` of the factory's builder and of ``nnx.Optimizer`` (Adam, on
+  ``nnx.Param``), names from ``out_sharding`` metadata via ``nnx.get_partition_spec``;
+  the forward pass traced on that state.
+
+Activations are every live ``sharding_constraint`` of the forward pass, read under the
+probe: logical constraints and constraints fixed to mesh axes by hand alike, each with
+its module, in program order, a scanned body once with how many times it runs per
+step. Constraints on parameters are not activations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax.core import meta
+from flax.linen import partitioning as nn_partitioning
+from flax.training import train_state
+
+from explorer import program
+from explorer.abstract import REGISTRY_SIZE, AbstractArray, AbstractModel, AxisName, Kind, Traced, names_of, registry_lock
+from explorer.errors import ExplorerError
+from explorer.models import BuiltModel, build_model
+
+LEARNING_RATE = 1e-3
+
+
+def make_optimizer() -> optax.GradientTransformation:
+    """The guides' optimizer: Adam with learning rate 1e-3."""
+    return optax.adam(LEARNING_RATE)
+
+
+def init_fn(key, *inputs, model: nn.Module, optimizer: optax.GradientTransformation):
+    """The Flax guide's init_fn: initialise the variables and wrap them in a TrainState.
+
+    Parameters declared with ``param_with_axes`` are boxed with their ``params_axes``
+    names (``nn.LogicallyPartitioned``, which Flax unboxes when the model reads them),
+    so that the optimizer's moments carry their parameter's axes.
+    """
+    variables = model.init(key, *inputs)
+    return train_state.TrainState.create(apply_fn=model.apply, params=_params_with_axes(variables), tx=optimizer)
+
+
+def _params_with_axes(variables) -> Any:
+    params = variables["params"]
+    if "params_axes" not in variables:
+        return params
+    names = nn_partitioning.get_axis_names(variables["params_axes"])
+    flat_names = {path: spec for path, spec in jax.tree_util.tree_flatten_with_path(
+        names, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]}
+
+    def box(path, leaf):
+        spec = flat_names.get(path)
+        if spec is None or isinstance(leaf, meta.AxisMetadata):
+            return leaf
+        return nn.LogicallyPartitioned(leaf, tuple(spec))
+
+    return jax.tree_util.tree_map_with_path(box, params, is_leaf=lambda x: isinstance(x, meta.AxisMetadata))
+
+
+@dataclasses.dataclass(frozen=True)
+class _State:
+    """The model built and its train state traced: everything but the activations."""
+
+    built: BuiltModel
+    framework: str
+    optimizer: optax.GradientTransformation
+    state: Any
+    state_arrays: tuple[AbstractArray, ...]
+    root: str = ""
+    forward: Any = None  # NNX: forward(variables, *inputs), the model's forward pass on the state's variables
+    variables: Any = None  # NNX: the forward's first argument, abstract
+    graphdefs: Any = None
+
+
+def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> Traced:
+    """The model of ``key`` traced under a probe telling ``names`` apart.
+
+    A Linen model is traced once: ``init_with_output`` gives the train state and, read
+    with the parameters' values taken as given, the forward pass's constraints. The
+    probe must know the parameters' own logical names too (an activation may carry
+    one the rules do not name); they are known only after a first trace of a model,
+    so a model whose parameters carry a name outside ``names`` is traced a second
+    time. An NNX model's state comes from ``nnx.eval_shape`` and its constraints from
+    a trace of its forward pass.
+    """
+    built = _built(key)
+    names = names | _input_names(built)
+    known = _stages.get((key, mesh_axes))
+    if known is not None:
+        names = names | names_of(known.state_arrays)
+    with _tracing(key):
+        if built.framework == "nnx":
+            stage = known or _nnx_state(built)
+            names = names | names_of(stage.state_arrays)
+            with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
+                closed = jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(built))
+            found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(stage.variables))))
+        else:
+            closed, stage, outputs = _linen_trace(built, names, mesh_axes)
+            if not names_of(stage.state_arrays) <= names:
+                names = names | names_of(stage.state_arrays)
+                closed, stage, outputs = _linen_trace(built, names, mesh_axes)
+            found = program.constraints(closed, parameter_outvars=outputs.parameters, live_outvars=outputs.model)
+    with registry_lock:
+        _stages.setdefault((key, mesh_axes), stage)
+        while len(_stages) > REGISTRY_SIZE:
+            del _stages[next(iter(_stages))]
+    return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
+
+
+def state_stage(key: tuple, mesh_axes: tuple[str, ...]) -> _State:
+    """The model of ``key`` built and its train state traced, once per model and mesh axes (by the first trace)."""
+    stage = _stages.get((key, mesh_axes))
+    if stage is None:
+        traced(key, frozenset(), mesh_axes)
+        stage = _stages[(key, mesh_axes)]
+    return stage
+
+
+_stages: dict[tuple, "_State"] = {}
+
+
+def _built(key: tuple) -> BuiltModel:
+    from explorer.layout import ModelSpec
+
+    model_spec = ModelSpec(name=key[0], options=json.loads(key[1]))
+    built = build_model(model_spec)
+    if built.framework not in ("linen", "nnx"):
+        raise ExplorerError("model.name", model_spec.name, "did not give a Linen nn.Module or a function building an nnx.Module")
+    return built
+
+
+@contextlib.contextmanager
+def _tracing(key: tuple):
+    """A model that cannot be traced is bad input, not a crash: one message naming the model."""
+    try:
+        yield
+    except ExplorerError:
+        raise
+    except Exception as error:
+        raise ExplorerError("model", key[0], f"could not be traced: {type(error).__name__}: {error}") from None
+
+
+def _input_names(built: BuiltModel) -> frozenset[str]:
+    return frozenset(n for i in built.inputs if i.logical_axes for n in i.logical_axes if isinstance(n, str))
+
+
+def _abstract_inputs(built: BuiltModel) -> tuple[jax.ShapeDtypeStruct, ...]:
+    return tuple(jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype)) for i in built.inputs)
+
+
+def _input_arrays(built: BuiltModel) -> tuple[AbstractArray, ...]:
+    return tuple(
+        AbstractArray(f"inputs/{i.name}", "input", tuple(i.shape), i.dtype, _padded(i.logical_axes, len(i.shape)))
+        for i in built.inputs
+    )
+
+
+def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
+    """Names padded with None to the rank: JAX replicates the trailing dimensions."""
+    if names is None:
+        return None
+    names = tuple(tuple(n) if isinstance(n, list) else n for n in names)
+    if len(names) > ndim:
+        raise ExplorerError("logical axes", list(names), f"name {len(names)} dimensions of an array of rank {ndim}")
+    return names + (None,) * (ndim - len(names))
+
+
+# --- Linen ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Outputs:
+    """Positions among ``init_with_output``'s flat outputs: the model's output, and the parameters."""
+
+    model: range
+    parameters: tuple[int, ...]
+
+
+def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[Any, _State, _Outputs]:
+    """One ``make_jaxpr`` of the guide's init (with the model's output) under the probe: program, state, output positions."""
+    optimizer = make_optimizer()
+    module = built.module
+
+    def init_with_output(rng, *xs):
+        output, variables = module.init_with_output(rng, *built.model_args(xs))
+        state = train_state.TrainState.create(apply_fn=module.apply, params=_params_with_axes(variables), tx=optimizer)
+        return output, state
+
+    from flax import nnx
+
+    # NNX variables inside (bridges) would shard themselves as they are created; shapes need no mesh
+    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)), \
+            nnx.use_eager_sharding(False):
+        closed, (output, state) = jax.make_jaxpr(init_with_output, return_shape=True)(
+            jax.random.key(0), *_abstract_inputs(built))
+    n_output = len(jax.tree_util.tree_leaves(output))
+    state_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    parameters = tuple(n_output + i for i, (path, _) in enumerate(state_leaves)
+                       if path and path[0] == jax.tree_util.GetAttrKey("params"))
+    stage = _State(built, "linen", optimizer, state, _linen_state_arrays(state), root=type(module).__name__)
+    return closed, stage, _Outputs(range(n_output), parameters)
+
+
+def _is_box(x: Any) -> bool:
+    return isinstance(x, meta.AxisMetadata)
+
+
+def _linen_state_arrays(state) -> tuple[AbstractArray, ...]:
+    leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_box)[0]
+    arrays = []
+    for path, leaf in leaves:
+        value = jax.tree_util.tree_leaves(leaf)[0]  # a box's one leaf (unboxing an NNX bridge box builds a Variable)
+        names, annotation = _box_names(leaf, value.ndim)
+        text = path_to_str(path)
+        kind: Kind = "param" if text.startswith("params/") else "opt_state"
+        note = "train step counter" if text == "step" else ""
+        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, annotation))
+    return tuple(arrays)
+
+
+def _box_names(leaf: Any, ndim: int) -> tuple[tuple[AxisName, ...] | None, str]:
+    """A box's names through Flax's public ``get_partition_spec``, padded to the rank."""
+    if not _is_box(leaf):
+        return ((), "logical") if ndim == 0 else (None, "logical")
+    from flax.nnx.bridge.variables import NNXMeta
+
+    if isinstance(leaf, NNXMeta):  # its get_partition_spec builds an eagerly sharded Variable, which needs a mesh
+        # Flax shards an NNX variable as it creates it, with NNX's rule semantics, even inside a Linen model
+        return _padded(tuple(leaf.metadata.get("out_sharding") or ()), ndim), "nnx"
+    else:
+        spec = tuple(leaf.get_partition_spec())
+    annotation = "logical" if isinstance(leaf, nn.LogicallyPartitioned) else "mesh-or-logical"
+    return _padded(spec, ndim), annotation
+
+
+def path_to_str(path) -> str:
+    """``params/LogicalDotReluDot_0/Dense_0/kernel`` from a JAX key path (boxes' ``value`` dropped)."""
+    parts = [part for part in jax.tree_util.keystr(path, simple=True, separator="/").split("/") if part != "value"]
+    return "/".join(parts)
+
+
+# --- NNX -----------------------------------------------------------------------------------
+
+def _nnx_state(built: BuiltModel) -> _State:
+    from flax import nnx
+
+    optimizer = make_optimizer()
+    build = built.nnx_builder()
+    with nnx.use_eager_sharding(False):
+        model = nnx.eval_shape(build)
+        if not isinstance(model, nnx.Module):
+            raise ExplorerError("model", type(model).__name__, "is what the NNX builder returned, not an nnx.Module")
+        opt = nnx.eval_shape(lambda: nnx.Optimizer(model, optimizer, wrt=nnx.Param))
+    model_def, model_state = nnx.split(model)
+    opt_def, opt_state = nnx.split(opt)
+    state_arrays = _nnx_state_arrays(model_state, "param") + _nnx_state_arrays(opt_state, "opt_state")
+
+    def forward(variables, *xs):
+        return nnx.merge(model_def, variables)(*built.model_args(xs))
+
+    return _State(built, "nnx", optimizer, (model_state, opt_state), state_arrays, root=type(model).__name__,
+                  forward=forward, variables=model_state, graphdefs=(model_def, opt_def))
+
+
+def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
+    from flax import nnx
+
+    specs = nnx.get_partition_spec(state)
+    variables = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
+    spec_leaves = jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    arrays = []
+    for (path, variable), spec in zip(variables, spec_leaves):
+        value = variable.get_value()
+        annotated = variable.has_metadata("out_sharding") and variable.get_metadata("out_sharding")
+        names = _padded(tuple(spec.get_value()), value.ndim) if annotated else (() if value.ndim == 0 else None)
+        text = path_to_str(path)
+        variable_type = type(variable).__name__
+        note = "" if variable_type in ("Param", "OptVariable") else f"nnx.{variable_type}"
+        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note))
+    return tuple(arrays)
+
+
+# --- activations ---------------------------------------------------------------------------
+
+def _model(key: tuple, mesh_axes: tuple[str, ...], stage: _State, found: list[program.Constraint], closed) -> AbstractModel:
+    return AbstractModel(
+        key=key,
+        mesh_axes=mesh_axes,
+        framework=stage.framework,
+        state_arrays=stage.state_arrays,
+        inputs=_input_arrays(stage.built),
+        activations=_activation_arrays(found, stage.root),
+        output=_output_array(closed, found, stage.framework),
+        loops_without_length=sum(1 for c in found if c.in_loop_without_length and not c.on_parameter),
+    )
+
+
+def _location(location: str, root: str) -> str:
+    """The module path without the top module's own name, as parameter paths are written."""
+    if location.startswith(root + "/"):
+        return location[len(root) + 1:]
+    return location
+
+
+def _activation_arrays(found: list[program.Constraint], root: str) -> tuple[AbstractArray, ...]:
+    arrays = []
+    counters: dict[str, int] = {}
+    for constraint in found:
+        if constraint.on_parameter:
+            continue
+        location = _location(constraint.location, root)
+        ordinal = counters.get(location, 0)
+        counters[location] = ordinal + 1
+        fixed = any(isinstance(d, tuple) for d in constraint.dims)
+        logical = any(isinstance(d, str) for d in constraint.dims)
+        how = (
+            "fixed to mesh axes by with_sharding_constraint" if fixed and not logical
+            else "declared with logical names" if logical and not fixed
+            else "logical names and fixed mesh axes" if fixed else "declared replicated"
+        )
+        runs = f"; runs {constraint.runs}x per step (loop body)" if constraint.runs > 1 else ""
+        arrays.append(AbstractArray(
+            f"activations/{location}/{ordinal}", "activation", constraint.shape, constraint.dtype, constraint.dims,
+            note=how + runs, module=location, runs_per_step=constraint.runs,
+        ))
+    return tuple(arrays)
+
+
+def _output_array(closed, found: list[program.Constraint], framework: str) -> AbstractArray:
+    output_var = closed.jaxpr.outvars[0]
+    aval = output_var.aval
+    declared = next((c for c in reversed(found) if c.var is output_var and not c.on_parameter), None)
+    if declared is not None:
+        names = declared.dims
+        note = "model output; its sharding is the last constraint the model declares on it"
+    else:
+        names = None
+        note = "model output; no constraint declared on it, so XLA chooses its sharding (shown replicated)"
+    return AbstractArray("activations/output", "activation", tuple(aval.shape), str(aval.dtype), names, note, module="output")
