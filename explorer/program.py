@@ -96,23 +96,20 @@ def decode_spec(spec: PartitionSpec, ndim: int) -> tuple[str | tuple[str, ...] |
     return tuple(dims)
 
 
-def constraints(closed_jaxpr, parameter_invars: Sequence[int] = (), parameter_outvars: Sequence[int] = (),
-                live_outvars: Sequence[int] | None = None) -> list[Constraint]:
+def constraints(closed_jaxpr, parameter_invars: Sequence[int] = (), parameter_outvars: Sequence[int] = ()) -> list[Constraint]:
     """The live sharding constraints of ``closed_jaxpr`` in program order.
 
     ``parameter_invars`` / ``parameter_outvars`` are the positions of the program's
     inputs / outputs that are parameters (for a forward pass, its parameter
     arguments; for ``init``, the parameters it returns): a constraint whose operand is
     one of them (across calls and loop bodies) is marked ``on_parameter``, and how a
-    parameter's value was made does not count. ``live_outvars`` are the positions of
-    the outputs wanted (all by default; for ``init_with_output``, the model's output).
+    parameter's value was made does not count: only what the outputs need beyond it.
     """
     jaxpr = closed_jaxpr.jaxpr
     found: list[Constraint] = []
     marked_in = {jaxpr.invars[i] for i in parameter_invars}
     marked_out = {jaxpr.outvars[i] for i in parameter_outvars if not _is_literal(jaxpr.outvars[i])}
-    wanted = range(len(jaxpr.outvars)) if live_outvars is None else live_outvars
-    live_out = {jaxpr.outvars[i] for i in wanted if not _is_literal(jaxpr.outvars[i])}
+    live_out = {v for v in jaxpr.outvars if not _is_literal(v)}
     _walk(jaxpr, marked_in | marked_out, live_out, "", 1, False, found)
     return found
 

@@ -84,53 +84,60 @@ class _State:
     optimizer: optax.GradientTransformation
     state: Any
     state_arrays: tuple[AbstractArray, ...]
+    forward: Any  # forward(variables, *inputs): the model's forward pass on the state's variables
+    variables: Any  # the forward's first argument, abstract
     root: str = ""
-    forward: Any = None  # NNX: forward(variables, *inputs), the model's forward pass on the state's variables
-    variables: Any = None  # NNX: the forward's first argument, abstract
-    graphdefs: Any = None
+    graphdefs: Any = None  # NNX: the model's and the optimizer's
 
 
 def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> Traced:
     """The model of ``key`` traced under a probe telling ``names`` apart.
 
-    A Linen model is traced once: ``init_with_output`` gives the train state and, read
-    with the parameters' values taken as given, the forward pass's constraints. The
-    probe must know the parameters' own logical names too (an activation may carry
-    one the rules do not name); they are known only after a first trace of a model,
-    so a model whose parameters carry a name outside ``names`` is traced a second
-    time. An NNX model's state comes from ``nnx.eval_shape`` and its constraints from
-    a trace of its forward pass.
+    A Linen model seen for the first time is traced once: ``init_with_output`` gives
+    the train state and, read with the parameters' values taken as given, the forward
+    pass's constraints. The probe must also know the parameters' own logical names
+    (an activation may carry one the rules do not name), which only that trace tells:
+    when they add a name, the forward pass is traced again on the state (as it is for
+    a model whose state is known, or an NNX model, whose state ``nnx.eval_shape`` gives).
     """
     built = _built(key)
     names = names | _input_names(built)
-    known = _stages.get((key, mesh_axes))
-    if known is not None:
-        names = names | names_of(known.state_arrays)
+    stage = _stages.get((key, mesh_axes))
     with _tracing(key):
-        if built.framework == "nnx":
-            stage = known or _nnx_state(built)
-            names = names | names_of(stage.state_arrays)
-            with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
-                closed = jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(built))
-            found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(stage.variables))))
-        else:
-            closed, stage, outputs = _linen_trace(built, names, mesh_axes)
-            if not names_of(stage.state_arrays) <= names:
-                names = names | names_of(stage.state_arrays)
-                closed, stage, outputs = _linen_trace(built, names, mesh_axes)
-            found = program.constraints(closed, parameter_outvars=outputs.parameters, live_outvars=outputs.model)
+        if stage is None and built.framework == "linen":
+            closed, stage, parameters = _linen_trace(built, names, mesh_axes)
+            _remember(key, mesh_axes, stage)
+            if names_of(stage.state_arrays) <= names:
+                found = program.constraints(closed, parameter_outvars=parameters)
+                return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
+        if stage is None:
+            stage = _nnx_state(built)
+            _remember(key, mesh_axes, stage)
+        names = names | names_of(stage.state_arrays)
+        with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
+            closed = jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(stage.built))
+        found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(stage.variables))))
+    return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
+
+
+def _remember(key: tuple, mesh_axes: tuple[str, ...], stage: _State) -> None:
     with registry_lock:
         _stages.setdefault((key, mesh_axes), stage)
         while len(_stages) > REGISTRY_SIZE:
             del _stages[next(iter(_stages))]
-    return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
 
 
 def state_stage(key: tuple, mesh_axes: tuple[str, ...]) -> _State:
-    """The model of ``key`` built and its train state traced, once per model and mesh axes (by the first trace)."""
+    """The model of ``key`` built and its train state traced, once per model and mesh axes (by whichever trace is first).
+
+    A compile needs it after the arrays came from the disk cache: the state alone is traced then.
+    """
     stage = _stages.get((key, mesh_axes))
     if stage is None:
-        traced(key, frozenset(), mesh_axes)
+        built = _built(key)
+        with _tracing(key):
+            stage = _linen_trace(built, _input_names(built), mesh_axes)[1] if built.framework == "linen" else _nnx_state(built)
+        _remember(key, mesh_axes, stage)
         stage = _stages[(key, mesh_axes)]
     return stage
 
@@ -186,16 +193,9 @@ def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
 
 # --- Linen ---------------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class _Outputs:
-    """Positions among ``init_with_output``'s flat outputs: the model's output, and the parameters."""
-
-    model: range
-    parameters: tuple[int, ...]
-
-
-def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[Any, _State, _Outputs]:
-    """One ``make_jaxpr`` of the guide's init (with the model's output) under the probe: program, state, output positions."""
+def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[Any, _State, tuple[int, ...]]:
+    """One ``make_jaxpr`` of the guide's init (with the model's output) under the probe: the program, the state, and
+    the positions of the parameters among the program's outputs."""
     optimizer = make_optimizer()
     module = built.module
 
@@ -215,8 +215,12 @@ def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str,
     state_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
     parameters = tuple(n_output + i for i, (path, _) in enumerate(state_leaves)
                        if path and path[0] == jax.tree_util.GetAttrKey("params"))
-    stage = _State(built, "linen", optimizer, state, _linen_state_arrays(state), root=type(module).__name__)
-    return closed, stage, _Outputs(range(n_output), parameters)
+    def forward(params, *xs):
+        return module.apply({"params": params}, *built.model_args(xs))
+
+    stage = _State(built, "linen", optimizer, state, _linen_state_arrays(state), forward, state.params,
+                   root=type(module).__name__)
+    return closed, stage, parameters
 
 
 def _is_box(x: Any) -> bool:
@@ -276,8 +280,8 @@ def _nnx_state(built: BuiltModel) -> _State:
     def forward(variables, *xs):
         return nnx.merge(model_def, variables)(*built.model_args(xs))
 
-    return _State(built, "nnx", optimizer, (model_state, opt_state), state_arrays, root=type(model).__name__,
-                  forward=forward, variables=model_state, graphdefs=(model_def, opt_def))
+    return _State(built, "nnx", optimizer, (model_state, opt_state), state_arrays, forward, model_state,
+                  root=type(model).__name__, graphdefs=(model_def, opt_def))
 
 
 def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:

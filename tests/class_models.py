@@ -135,9 +135,29 @@ def make_nnx_logical():
     return (lambda: NnxLogical(rngs=nnx.Rngs(0))), [InputSpec("x", (B, D), "float32", (("data",), None))], lambda y, x: y.mean()
 
 
+class DeadInCall(nn.Module):
+    """A jitted helper whose second, constrained result nobody uses: XLA drops it, so it is no activation."""
+
+    @nn.compact
+    def __call__(self, x):
+        y = nn.Dense(D, kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "hidden")))(x)
+
+        def helper(v):
+            used = nn.with_logical_constraint(v * 2, ("batch", "hidden"))
+            unused = nn.with_logical_constraint(jnp.exp(v), ("batch", None))
+            return used, unused
+
+        used, _ = jax.jit(helper)(y)
+        return nn.with_logical_constraint(used + 1, ("batch", "hidden"))
+
+
+def make_dead_in_call():
+    return DeadInCall(), [InputSpec("x", (B, D), "float32", ("batch", "embed"))], lambda y, x: y.mean()
+
+
 ALL = ",".join(
     f"tests.class_models:{name}" for name in (
         "make_short_annotation", "make_partitioning_style", "make_repeated", "make_mesh_axis_constraint",
-        "make_failing", "make_bridged", "make_nnx_logical",
+        "make_failing", "make_bridged", "make_nnx_logical", "make_dead_in_call",
     )
 )

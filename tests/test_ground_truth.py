@@ -50,6 +50,8 @@ CASES = {
     "mesh-axis-constraint": case(MESH_2X4, [], "tests.class_models:make_mesh_axis_constraint", recipe="mesh"),
     "bridged": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "tests.class_models:make_bridged",
                     recipe="eager"),
+    "dead-in-call": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]],
+                         "tests.class_models:make_dead_in_call"),
     "nnx-logical": case(MESH_2X4, [["embed", "data"], ["mlp", "model"]], "tests.class_models:make_nnx_logical",
                         framework="nnx"),
     # real public models with their authors' rules
@@ -114,7 +116,7 @@ def test_activations_are_the_programs_constraints_in_order(name, allow_factories
 
 
 LOOP_FREE = ["guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
-             "bridged", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
+             "bridged", "dead-in-call", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
 
 
 @pytest.mark.parametrize("name", LOOP_FREE)

@@ -1,10 +1,11 @@
-"""One trace of a Linen model's init gives its state and its activations; a second only for names the probe lacked."""
+"""One trace of a Linen model's init gives its state and its activations; the forward pass again only for names the probe lacked."""
 
 import pytest
 
-from explorer import abstract, tracing
+from explorer import abstract, program, tracing
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
+from tests.test_ground_truth import CASES
 
 TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 4, "kv_heads": 4, "head_dim": 8,
                "mlp_dim": 64, "vocab": 128}
@@ -18,25 +19,36 @@ def layout(rules, name="t"):
 
 
 @pytest.fixture
-def traces(monkeypatch):
-    """Counts the Linen init traces of a model nothing has traced yet (memory and disk empty)."""
+def fresh(monkeypatch):
+    """Nothing traced yet, in memory or on disk."""
     monkeypatch.setenv("EXPLORER_CACHE_DIR", "off")
     monkeypatch.setattr(abstract, "_registry", {})
     monkeypatch.setattr(tracing, "_stages", {})
+
+
+@pytest.fixture
+def traces(fresh, monkeypatch):
+    """Each trace, as "init" (a Linen init, with the forward pass in it) or "forward" (the forward pass alone)."""
     calls = []
-    real = tracing._linen_trace
+    real_init, real_read = tracing._linen_trace, program.constraints
 
-    def counted(built, names, mesh_axes):
-        calls.append(frozenset(names))
-        return real(built, names, mesh_axes)
+    def init(*args):
+        calls.append("init")
+        return real_init(*args)
 
-    monkeypatch.setattr(tracing, "_linen_trace", counted)
+    def read(closed, parameter_invars=(), parameter_outvars=()):
+        if parameter_invars:
+            calls.append("forward")
+        return real_read(closed, parameter_invars, parameter_outvars)
+
+    monkeypatch.setattr(tracing, "_linen_trace", init)
+    monkeypatch.setattr(program, "constraints", read)
     return calls
 
 
 def test_rules_naming_every_parameter_name_trace_once(traces):
     report = analyze(layout(EVERY_NAME))
-    assert len(traces) == 1
+    assert traces == ["init"]
     query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_0/attention"]
     assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]
 
@@ -44,11 +56,38 @@ def test_rules_naming_every_parameter_name_trace_once(traces):
 def test_a_parameter_name_without_a_rule_is_still_seen_on_activations(traces):
     rules = [rule for rule in EVERY_NAME if rule[0] != "kv"]
     report = analyze(layout(rules))
-    assert len(traces) == 2 and "kv" not in traces[0] and "kv" in traces[1]
+    assert traces == ["init", "forward"]
     query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_0/attention"]
     assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]
     analyze(layout(rules, name="again"))
-    assert len(traces) == 2  # the second trace told every name apart: nothing is traced again
+    assert traces == ["init", "forward"]  # the second trace told every name apart: nothing is traced again
+
+
+LINEN_CASES = ["guide-mlp-scan", "transformer-scan-3d", "partitioning-style", "repeated-scan", "bridged", "dead-in-call", "t5x-1d",
+               "lm1b", "mu-transformer", "vit-scan-2x2x2"]
+
+
+@pytest.mark.parametrize("name", LINEN_CASES)
+def test_the_forward_pass_alone_lists_what_init_lists(name, traces, monkeypatch):
+    """The two ways a Linen model's activations are read agree (ground truth checks the init's, case by case)."""
+    from tests.test_ground_truth import CLASS_FACTORIES, EXTERNAL_FACTORIES
+
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", CLASS_FACTORIES + "," + EXTERNAL_FACTORIES)
+    case = CASES[name]
+    spec = parse_layout({"name": name, "mesh": case["mesh"], "rules": case["rules"], "model": case["model"]})
+    key, axes = spec.model.key(), tuple(case["mesh"]["axes"])
+    names = frozenset(rule[0] for rule in case["rules"])
+    known = tracing.traced(key, names, axes).model  # learns every name the model carries
+    monkeypatch.setattr(tracing, "_stages", {})
+    traces.clear()
+    init = tracing.traced(key, names | known.logical_names, axes).model
+    forward = tracing.traced(key, names | known.logical_names | {"never_carried"}, axes).model
+    assert traces == ["init", "forward"]
+
+    def rows(model):
+        return [(a.path, a.shape, a.logical_axes, a.runs_per_step, a.module) for a in model.activations + (model.output,)]
+
+    assert rows(forward) == rows(init)
 
 
 def test_no_parameter_read_or_initialiser_is_an_activation(traces):
