@@ -22,7 +22,9 @@ every logical name its parameters carry: the rules' names and the inputs'. The L
 rules here leave ``kv`` (the per-head width) without a rule, as MaxText-style rules do,
 so a cold run traces twice: once to learn the parameters' names, once to read which
 activations carry them. The "rules naming every parameter name" line adds ``kv -> None``
-(the same shardings) to show the one-trace case.
+(the same shardings) to show the one-trace case. The names a model carried are kept on
+disk per model name, so another size of a model traced before is traced once: the
+"another size" line analyses 31 layers with the disk holding the 32-layer model's trace.
 """
 
 from __future__ import annotations
@@ -123,6 +125,14 @@ def explorer_every_name() -> int:
     return explorer_analysis(EVERY_NAME_RULES)
 
 
+def explorer_other_size() -> int:
+    from explorer.analysis import analyze
+    from explorer.layout import parse_layout
+
+    model = {**LLAMA_7B["model"], "options": {**LLAMA_7B["model"]["options"], "layers": 31}}
+    return len(analyze(parse_layout(dict(LLAMA_7B, model=model))).arrays)
+
+
 def explorer_analysis(rules=None) -> int:
     from explorer.analysis import analyze
     from explorer.layout import parse_layout
@@ -170,7 +180,8 @@ def _summary(name: str, samples: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--child", choices=["bare", "explorer", "explorer-every-name", "cli", "bare-t5x", "explorer-t5x"])
+    parser.add_argument("--child", choices=["bare", "explorer", "explorer-every-name", "explorer-other-size", "cli", "bare-t5x",
+                                                "explorer-t5x"])
     args = parser.parse_args()
     os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
     if args.child:
@@ -179,6 +190,7 @@ def main() -> None:
         devices.configure()
         os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5X
         children = {"bare": bare_recipe, "explorer": explorer_analysis, "explorer-every-name": explorer_every_name,
+                    "explorer-other-size": explorer_other_size,
                     "cli": command_line_json,
                     "bare-t5x": bare_t5x, "explorer-t5x": explorer_t5x}
         children[args.child]()
@@ -187,19 +199,24 @@ def main() -> None:
     print(f"Llama-2-7B shapes (32 unscanned layers) on a planned 16x16 mesh, {args.rounds} rounds, A B A B ...")
     warm_cache = tempfile.mkdtemp(prefix="explorer-bench-warm-")
     _fresh_process("explorer", warm_cache)  # fills the warm cache once
-    bare_cold, explorer_cold, every_name_cold, explorer_warm, cli_cold = [], [], [], [], []
+    bare_cold, explorer_cold, every_name_cold, other_size_cold, explorer_warm, cli_cold = [], [], [], [], [], []
     for _ in range(args.rounds):
         bare_cold.append(_fresh_process("bare", tempfile.mkdtemp()))
         explorer_cold.append(_fresh_process("explorer", tempfile.mkdtemp()))
         every_name_cold.append(_fresh_process("explorer-every-name", tempfile.mkdtemp()))
+        seen = tempfile.mkdtemp()
+        _fresh_process("explorer", seen)  # another size of this model, traced before (not timed)
+        other_size_cold.append(_fresh_process("explorer-other-size", seen))
         explorer_warm.append(_fresh_process("explorer", warm_cache))
         cli_cold.append(_fresh_process("cli", tempfile.mkdtemp()))
     print(_summary("bare recipe, whole process", bare_cold))
     print(_summary("explorer, whole process, cold", explorer_cold))
     print(_summary("explorer, every name ruled, cold", every_name_cold))
+    print(_summary("explorer, another size, cold", other_size_cold))
     print(_summary("explorer, whole process, warm", explorer_warm))
     print(_summary("analyze --json, whole process, cold", cli_cold))
     for label, samples, goal in (("cold (two traces)", explorer_cold, 1.0), ("cold, rules naming every parameter name (one trace)", every_name_cold, 1.0),
+                                 ("cold, another size of a model traced before (one trace)", other_size_cold, 1.0),
                                  ("warm", explorer_warm, 0.5), ("analyze --json cold", cli_cold, 1.0)):
         ratios = [e / b for e, b in zip(samples, bare_cold)]
         print(f"ratio explorer {label} / bare (whole process): median {statistics.median(ratios):.2f}x  (goal <= {goal}x)")

@@ -101,9 +101,10 @@ def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh
 
     ``logical_names`` and ``mesh_axes`` are the names the activations' trace must tell
     apart (the layout's rule names and mesh axis names; the model's own parameter and
-    input names are always added). A trace that already told apart every wanted name
-    is reused, from memory or from the disk cache (``trace_cache.py``), so rule edits
-    re-trace only when a rule brings a name never seen before.
+    input names are always added, and the names other configurations of this model
+    carried). A trace that already told apart every wanted name is reused, from memory
+    or from the disk cache (``trace_cache.py``), so rule edits re-trace only when a
+    rule brings a name never seen before.
     """
     key, mesh_axes, wanted = model_spec.key(), tuple(mesh_axes), frozenset(logical_names)
     with registry_lock:
@@ -114,7 +115,8 @@ def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh
             if wanted <= traced.traced_names:
                 return traced.model
         known = frozenset().union(*(t.traced_names for t in entries))
-    traced = _tracing().traced(key, wanted | known, mesh_axes)
+    traced = _tracing().traced(key, wanted | known | trace_cache.names_seen(key[0]), mesh_axes)
+    trace_cache.add_names_seen(key[0], traced.model.logical_names)
     with registry_lock:
         entries = _registry.setdefault((key, mesh_axes), [])
         entries.insert(0, traced)

@@ -9,6 +9,10 @@ there is a different file. Files are written whole to a temporary name and renam
 into place (concurrent writers cannot leave half a file); a file that cannot be read
 or does not parse is ignored and traced again. Set ``EXPLORER_CACHE_DIR=off`` to
 switch the disk cache off.
+
+Beside them, ``names/`` keeps per model name (any configuration) the logical names its
+arrays carried, so the first trace of another size of a model already tells its
+parameters' names apart and a Linen model is traced once (``tracing.py``).
 """
 
 from __future__ import annotations
@@ -58,10 +62,43 @@ def store(key: tuple, mesh_axes: tuple[str, ...], entries: list[tuple[frozenset[
     path = _path(key, mesh_axes)
     if path is None:
         return
-    data = {
+    _write_json(path, {
         "format": FORMAT, "key": list(key), "mesh_axes": list(mesh_axes),
         "entries": [{"names": sorted(names), "model": _model_to(model)} for names, model in entries],
-    }
+    })
+
+
+def names_seen(model_name: str) -> frozenset[str]:
+    """The logical names any configuration of ``model_name`` carried when traced before (a hint for the probe)."""
+    path = _names_path(model_name)
+    if path is None:
+        return frozenset()
+    try:
+        names = json.loads(path.read_text(encoding="utf-8"))
+        return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
+    except (OSError, ValueError, RecursionError):
+        return frozenset()
+
+
+def add_names_seen(model_name: str, names: frozenset[str]) -> None:
+    """Remember ``names`` for ``model_name``; a lost concurrent update only costs a later run one more trace."""
+    path = _names_path(model_name)
+    known = names_seen(model_name)
+    if path is None or names <= known:
+        return
+    _write_json(path, sorted(known | names))
+
+
+def _names_path(model_name: str) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    identity = json.dumps([FORMAT, model_name, _versions(), _source_hash(model_name)])
+    return folder / "names" / (hashlib.sha256(identity.encode()).hexdigest()[:32] + ".json")
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Write whole or not at all: a temporary file renamed into place; a cache that cannot be written is skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-", suffix=".json")

@@ -97,3 +97,18 @@ def test_no_parameter_read_or_initialiser_is_an_activation(traces):
     assert len(activations) > 10
     assert all(a.shape != p.shape or a.logical_axes != p.logical_axes
                for a in one.arrays if a.kind == "activation" for p in one.arrays if p.kind == "param")
+
+
+def test_another_size_of_a_model_traced_before_is_traced_once(traces, tmp_path, monkeypatch):
+    """The names a model's parameters carried are remembered per model name: a new size needs no second trace."""
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
+    rules = [rule for rule in EVERY_NAME if rule[0] != "kv"]
+    analyze(layout(rules))
+    assert traces == ["init", "forward"]
+    traces.clear()
+    bigger = parse_layout({"name": "bigger", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": rules,
+                           "model": {"name": "transformer", "options": {**TRANSFORMER, "layers": 3}}})
+    report = analyze(bigger)
+    assert traces == ["init"]
+    query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_2/attention"]
+    assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]
