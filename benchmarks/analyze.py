@@ -126,18 +126,14 @@ def explorer_every_name() -> int:
 
 
 def explorer_other_size() -> int:
+    return explorer_analysis(model={**LLAMA_7B["model"], "options": {**LLAMA_7B["model"]["options"], "layers": 31}})
+
+
+def explorer_analysis(rules=None, model=None) -> int:
     from explorer.analysis import analyze
     from explorer.layout import parse_layout
 
-    model = {**LLAMA_7B["model"], "options": {**LLAMA_7B["model"]["options"], "layers": 31}}
-    return len(analyze(parse_layout(dict(LLAMA_7B, model=model))).arrays)
-
-
-def explorer_analysis(rules=None) -> int:
-    from explorer.analysis import analyze
-    from explorer.layout import parse_layout
-
-    layout = dict(LLAMA_7B, rules=rules or LLAMA_7B["rules"])
+    layout = dict(LLAMA_7B, rules=rules or LLAMA_7B["rules"], model=model or LLAMA_7B["model"])
     return len(analyze(parse_layout(layout)).arrays)
 
 

@@ -161,7 +161,7 @@ def _liveness(jaxpr, live_out: set, given: set) -> tuple[set[int], set]:
 
 def _map_live(eqn, sub, needed: set) -> set:
     """The outputs of a called program that its caller needs: by position, every loop carry (it feeds the next turn)."""
-    outvars = [v for v in sub.outvars]
+    outvars = sub.outvars
     if eqn.primitive.name == "while" or len(outvars) != len(eqn.outvars):
         return {v for v in outvars if not _is_literal(v)}
     carries = int(eqn.params.get("num_carry", 0)) if eqn.primitive.name == "scan" else 0

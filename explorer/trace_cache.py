@@ -90,11 +90,7 @@ def add_names_seen(model_name: str, names: frozenset[str]) -> None:
 
 
 def _names_path(model_name: str) -> Path | None:
-    folder = cache_dir()
-    if folder is None:
-        return None
-    identity = json.dumps([FORMAT, model_name, _versions(), _source_hash(model_name)])
-    return folder / "names" / (hashlib.sha256(identity.encode()).hexdigest()[:32] + ".json")
+    return _hashed_path("names", model_name, [FORMAT, model_name])
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -110,15 +106,21 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _path(key: tuple, mesh_axes: tuple[str, ...]) -> Path | None:
+    return _hashed_path("traces", key[0], [FORMAT, list(key), list(mesh_axes)])
+
+
+def _hashed_path(folder_name: str, model_name: str, identity: list) -> Path | None:
+    """A file in ``folder_name`` named by a hash of ``identity``, the library versions and the tracing sources."""
     folder = cache_dir()
     if folder is None:
         return None
-    identity = json.dumps([FORMAT, list(key), list(mesh_axes), _versions(), _source_hash(key[0])])
-    return folder / "traces" / (hashlib.sha256(identity.encode()).hexdigest()[:32] + ".json")
+    text = json.dumps([*identity, _versions(), _source_hash(model_name)])
+    return folder / folder_name / (hashlib.sha256(text.encode()).hexdigest()[:32] + ".json")
 
 
-def _versions() -> list[str]:
-    return [metadata.version(name) for name in ("jax", "jaxlib", "flax", "optax")]
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[str, ...]:
+    return tuple(metadata.version(name) for name in ("jax", "jaxlib", "flax", "optax"))
 
 
 @functools.lru_cache(maxsize=64)

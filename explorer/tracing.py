@@ -100,9 +100,9 @@ def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> Tra
     when they add a name, the forward pass is traced again on the state (as it is for
     a model whose state is known, or an NNX model, whose state ``nnx.eval_shape`` gives).
     """
-    built = _built(key)
-    names = names | _input_names(built)
     stage = _stages.get((key, mesh_axes))
+    built = stage.built if stage is not None else _built(key)
+    names = names | _input_names(built)
     with _tracing(key):
         if stage is None and built.framework == "linen":
             closed, stage, parameters = _linen_trace(built, names, mesh_axes)
@@ -115,7 +115,7 @@ def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> Tra
             _remember(key, mesh_axes, stage)
         names = names | names_of(stage.state_arrays)
         with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
-            closed = jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(stage.built))
+            closed = jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(built))
         found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(stage.variables))))
     return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
 
@@ -215,6 +215,7 @@ def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str,
     state_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
     parameters = tuple(n_output + i for i, (path, _) in enumerate(state_leaves)
                        if path and path[0] == jax.tree_util.GetAttrKey("params"))
+
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 

@@ -209,7 +209,8 @@ def _live_constraints(jaxpr, n_parameters: int) -> list[tuple]:
 
     live, used_inputs = partial_eval.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=True)
     kept = [v for v, used in zip(jaxpr.invars, used_inputs) if used]
-    parameters = {new for old, new in zip(kept, live.invars) if old in set(jaxpr.invars[:n_parameters])}
+    given = set(jaxpr.invars[:n_parameters])
+    parameters = {new for old, new in zip(kept, live.invars) if old in given}
     return list(_constraints(live, parameters))
 
 

@@ -5,7 +5,7 @@ import pytest
 from explorer import abstract, program, tracing
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
-from tests.test_ground_truth import CASES
+from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL_FACTORIES
 
 TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 4, "kv_heads": 4, "head_dim": 8,
                "mlp_dim": 64, "vocab": 128}
@@ -70,8 +70,6 @@ LINEN_CASES = ["guide-mlp-scan", "transformer-scan-3d", "partitioning-style", "r
 @pytest.mark.parametrize("name", LINEN_CASES)
 def test_the_forward_pass_alone_lists_what_init_lists(name, traces, monkeypatch):
     """The two ways a Linen model's activations are read agree (ground truth checks the init's, case by case)."""
-    from tests.test_ground_truth import CLASS_FACTORIES, EXTERNAL_FACTORIES
-
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", CLASS_FACTORIES + "," + EXTERNAL_FACTORIES)
     case = CASES[name]
     spec = parse_layout({"name": name, "mesh": case["mesh"], "rules": case["rules"], "model": case["model"]})
