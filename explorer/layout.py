@@ -35,6 +35,7 @@ from explorer.errors import ExplorerError, shown
 from explorer.rules import MeshAxes, spec_axes, spec_entry
 
 MAX_DEVICES = 65_536
+MAX_MESH_AXES = 16  # MaxText's mesh has 12 axes, most of size 1
 AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,31}")  # whole name: re.fullmatch, so "data\n" fails
 
 # What the decoding path accepts, from files, uploads, the team library and links (README).
@@ -53,8 +54,8 @@ class _Frozen(BaseModel):
 class MeshSpec(_Frozen):
     """A device mesh: its shape and one name per axis, e.g. ``(2, 4)`` and ``("data", "model")``."""
 
-    shape: tuple[StrictInt, ...] = Field(min_length=1, max_length=8)
-    axes: tuple[Any, ...] = Field(min_length=1, max_length=8)
+    shape: tuple[StrictInt, ...] = Field(min_length=1, max_length=MAX_MESH_AXES)
+    axes: tuple[Any, ...] = Field(min_length=1, max_length=MAX_MESH_AXES)
 
     @field_validator("shape", mode="before")
     @classmethod
