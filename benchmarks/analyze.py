@@ -9,7 +9,7 @@ alternation (A B A B ...), and in one process for the warm and rules-only cases.
 
 The command line's ``analyze --json`` (layout file in, JSON out) is timed the same way.
 "Cold" runs start with an empty trace cache on disk, "warm" ones with the model's trace
-there from an earlier run (``explorer/trace_cache.py``).
+there from an earlier run (``explorer/reading/disk.py``).
 
 Goals: whole process <= 1.0x the bare recipe cold and <= 0.5x warm; a rules-only
 re-analysis (model in memory) <= 0.2x the bare recipe. A rule naming a logical name the
@@ -17,7 +17,7 @@ model was never traced with re-traces once (to see whether an activation carries
 that case is printed too. A line for a real external model (T5X's T5) compares with
 T5X's own recipe.
 
-The explorer traces a Linen model once (``tracing.py``) when the probe already knows
+The explorer traces a Linen model once (``explorer/reading/trace.py``) when the probe already knows
 every logical name its parameters carry: the rules' names and the inputs'. The Llama
 rules here leave ``kv`` (the per-head width) without a rule, as MaxText-style rules do,
 so a cold run traces twice: once to learn the parameters' names, once to read which

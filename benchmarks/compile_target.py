@@ -46,18 +46,18 @@ from jax.experimental import topologies
 from jax.sharding import NamedSharding, PartitionSpec
 from explorer.layout import parse_layout
 from explorer.analysis import analyze
-from explorer.abstract import abstract_model
+from explorer.reading import abstract_model, live
 from explorer.compiled import _make_train_step, _with_sharding
 
 layout = parse_layout(json.load(open(sys.argv[1])))
 report, model = analyze(layout), abstract_model(layout.model)
 mesh = topologies.make_mesh(topologies.get_topology_desc(topology_name="v5p:4x4x4", platform="tpu"), (16, 4), ("fsdp", "tensor"))
 specs = iter(report.array(a.path).spec for a in model.state_arrays)
-shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), model.state_shapes,
+shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), live(model).state,
                                    is_leaf=lambda x: isinstance(x, nn.Partitioned))
 ins = tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in report.arrays if a.kind == "input")
-args = tuple(jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(model.built.inputs, ins))
-state = jax.tree_util.tree_map(_with_sharding, shardings, model.state_shapes)
+args = tuple(jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(live(model).built.inputs, ins))
+state = jax.tree_util.tree_map(_with_sharding, shardings, live(model).state)
 start = time.perf_counter()
 with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
     compiled = jax.jit(_make_train_step(model), in_shardings=(shardings, *ins), out_shardings=shardings,

@@ -20,7 +20,8 @@ import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
 from explorer import tiles as tiles_lib
-from explorer.abstract import AbstractArray, AbstractModel, abstract_model
+from explorer import reading
+from explorer.reading import AbstractArray, AbstractModel, abstract_model
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, MeshSpec
 from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, format_rule, resolve, spec_axes
@@ -192,7 +193,7 @@ def analyze(layout: Layout) -> Report:
     mesh = mesh_info(layout.mesh)
     rules = layout.rules_for_flax()
     problems: list[Finding] = []
-    arrays = tuple(_array_info(a, rules, mesh, model.framework, problems) for a in model.arrays)
+    arrays = tuple(_array_info(a, rules, mesh, problems) for a in model.arrays)
     warnings = problems + _warnings(arrays, rules, mesh) + _semantics_differ(model, rules, mesh)
     if model.loops_without_length:
         warnings.append(Finding(
@@ -218,9 +219,8 @@ def effective_axes(array: AbstractArray, mesh_axes: Sequence[str]) -> tuple | No
     return names
 
 
-def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, framework: str, problems: list) -> ArrayInfo:
-    semantics = "nnx" if array.annotation == "nnx" else framework
-    resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=semantics)
+def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, problems: list) -> ArrayInfo:
+    resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=array.semantics)
     spec = _checked_spec(array, resolution, rules, mesh, problems)
     shard = tiles_lib.shard_shape(array.shape, spec, mesh)
     return ArrayInfo(
@@ -429,7 +429,7 @@ def state_shardings(report: Report, model: AbstractModel, template: Any = None) 
     """
     mesh = jax_mesh(tuple(report.mesh.shape), tuple(report.mesh.axes))
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
-    tree = model.state_shapes if template is None else template
+    tree = reading.live(model).state if template is None else template
     return jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), tree)
 
 

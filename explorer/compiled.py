@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from explorer.abstract import AbstractModel
-from explorer.tracing import init_fn
+from explorer import reading
+from explorer.reading import AbstractModel
+from explorer.reading.trace import init_fn
 from explorer.analysis import Report, analyze, indivisible_error, jax_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
@@ -156,7 +157,7 @@ def layout_key(layout: Layout) -> str:
 
 def _make_train_step(model: AbstractModel):
     """The guides' train step: Linen's ``apply_gradients`` on a TrainState, NNX's ``nnx.Optimizer.update``."""
-    built = model.built
+    built = reading.live(model).built
     if model.framework == "nnx":
         return _nnx_train_step(model)
 
@@ -173,8 +174,9 @@ def _make_train_step(model: AbstractModel):
 def _nnx_train_step(model: AbstractModel):
     from flax import nnx
 
-    built = model.built
-    model_def, opt_def = model.graphdefs
+    live = reading.live(model)
+    built = live.built
+    model_def, opt_def = live.graphdefs
 
     def train_step(state, *inputs):
         network = nnx.merge(model_def, state[0])
@@ -189,16 +191,17 @@ def _nnx_train_step(model: AbstractModel):
 def _make_init(model: AbstractModel):
     """``init(key, *inputs) -> state``: Linen's ``init_fn``; for NNX the builder and ``nnx.Optimizer``
     (variables created under the mesh with Flax's eager sharding, as the NNX guide does)."""
+    live = reading.live(model)
     if model.framework == "linen":
-        built = model.built
-        return lambda key, *inputs: init_fn(key, *built.model_args(inputs), model=built.module, optimizer=model.optimizer)
+        built = live.built
+        return lambda key, *inputs: init_fn(key, *built.model_args(inputs), model=built.module, optimizer=live.optimizer)
     from flax import nnx
 
-    build = model.built.nnx_builder()
+    build = live.built.nnx_builder()
 
     def init(key, *inputs):
         network = build()
-        optimizer = nnx.Optimizer(network, model.optimizer, wrt=nnx.Param)
+        optimizer = nnx.Optimizer(network, live.optimizer, wrt=nnx.Param)
         return nnx.state(network), nnx.state(optimizer)
 
     return init
@@ -236,7 +239,7 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
     mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
     inputs_sharding = _input_shardings(report, mesh)
     abstract_inputs = tuple(
-        jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(model.built.inputs, inputs_sharding)
+        jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(reading.live(model).built.inputs, inputs_sharding)
     )
     init = _make_init(model)
     start = time.perf_counter()
@@ -273,7 +276,7 @@ def _normal_spec(spec: Any, ndim: int) -> tuple[Any, ...]:
 
 def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs, param_shardings) -> tuple[ActivationCheck, ...]:
     """Compile the forward pass returning every module output and read XLA's chosen shardings."""
-    built = model.built
+    built = reading.live(model).built
 
     def forward(params, *inputs):
         return built.module.apply(

@@ -51,6 +51,7 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
     from jax.experimental import topologies
     from jax.sharding import NamedSharding, PartitionSpec
 
+    from explorer import reading
     from explorer.analysis import analyze, model_of
     from explorer.compiled import _make_train_step, _with_sharding
 
@@ -66,13 +67,13 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
         raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
     mesh = topologies.make_mesh(topology, tuple(layout.mesh.shape), tuple(layout.mesh.axes))
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
-    shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), model.state_shapes)
+    shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), reading.live(model).state)
     inputs = [a for a in report.arrays if a.kind == "input"]
     input_shardings = tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in inputs)
     abstract_inputs = tuple(
-        jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(model.built.inputs, input_shardings)
+        jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(reading.live(model).built.inputs, input_shardings)
     )
-    abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, model.state_shapes)
+    abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, reading.live(model).state)
     start = time.perf_counter()
     stage("lower")
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
@@ -212,7 +213,7 @@ def cache_key(layout: Layout, target: Target) -> str:
 
 def _cache_path(key: str) -> str | None:
     """Where a compile's result is kept, under the explorer's cache folder (``trace_cache.cache_dir``); None when off."""
-    from explorer.trace_cache import cache_dir
+    from explorer.reading.disk import cache_dir
 
     folder = cache_dir()
     return None if folder is None else os.path.join(folder, "compiles", key + ".json")

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from explorer.abstract import AbstractModel
+from explorer import reading
+from explorer.reading import AbstractModel
 from explorer.analysis import Report, analyze, model_of, spec_entry_json
 from explorer.compiled import ActivationCheck, check_timeable, compile_step, flops_of, memory_of
 from explorer.errors import ExplorerError
@@ -174,7 +175,7 @@ def example_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...], s
     """
     key = jax.random.key(seed)
     arrays = []
-    for spec, sharding in zip(model.built.inputs, shardings):
+    for spec, sharding in zip(reading.live(model).built.inputs, shardings):
         key, sub = jax.random.split(key)
         dtype = jnp.dtype(spec.dtype)
         value = (

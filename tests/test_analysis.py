@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
-from explorer import tracing
+from explorer.reading import trace as tracing
 from explorer.analysis import analyze, jax_mesh, report_to_dict
 from explorer.layout import parse_layout
 from explorer.rules import preset_rules

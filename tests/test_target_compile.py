@@ -18,7 +18,7 @@ from explorer.analysis import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.target_compile import Stopped, cache_key, compile_target
-from explorer.trace_cache import cache_dir
+from explorer.reading.disk import cache_dir
 from explorer.targets import parse_target
 
 TARGET = "v5litepod-8"

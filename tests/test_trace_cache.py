@@ -5,7 +5,8 @@ import multiprocessing
 
 import pytest
 
-from explorer import abstract, trace_cache, tracing
+from explorer import reading as abstract
+from explorer.reading import disk as trace_cache, trace as tracing
 from explorer.analysis import analyze, report_to_dict
 from explorer.layout import parse_layout
 
@@ -41,7 +42,7 @@ def test_the_state_tree_is_traced_again_on_demand_after_a_disk_hit(cache, monkey
     model = abstract.abstract_model(parse_layout(LAYOUT).model, frozenset({"batch", "hidden"}), ("data", "model"))
     import jax
 
-    assert len(jax.tree_util.tree_leaves(model.state_shapes)) == len(model.state_arrays)
+    assert len(jax.tree_util.tree_leaves(abstract.live(model).state)) == len(model.state_arrays)
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"format": 1, "entries": [{"names": [], "model": {}}]}', "\x00\xff"])

@@ -2,7 +2,8 @@
 
 import pytest
 
-from explorer import abstract, program, tracing
+from explorer import reading as abstract
+from explorer.reading import constraints as program, trace as tracing
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL_FACTORIES
@@ -36,10 +37,10 @@ def traces(fresh, monkeypatch):
         calls.append("init")
         return real_init(*args)
 
-    def read(closed, parameter_invars=(), parameter_outvars=()):
+    def read(closed, input_invars, parameter_invars=(), parameter_outvars=()):
         if parameter_invars:
             calls.append("forward")
-        return real_read(closed, parameter_invars, parameter_outvars)
+        return real_read(closed, input_invars, parameter_invars, parameter_outvars)
 
     monkeypatch.setattr(tracing, "_linen_trace", init)
     monkeypatch.setattr(program, "constraints", read)

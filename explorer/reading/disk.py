@@ -12,7 +12,7 @@ switch the disk cache off.
 
 Beside them, ``names/`` keeps per model name (any configuration) the logical names its
 arrays carried, so the first trace of another size of a model already tells its
-parameters' names apart and a Linen model is traced once (``tracing.py``).
+parameters' names apart and a Linen model is traced once (``trace.py``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from explorer.reading.arrays import AbstractArray, AbstractModel
+
 CACHE_ENV = "EXPLORER_CACHE_DIR"
-FORMAT = 1
-_TRACING_SOURCES = ("abstract.py", "tracing.py", "program.py", "trace_cache.py", "models")
+FORMAT = 2
+_TRACING_SOURCES = ("reading", "models")  # folders of explorer/ whose code decides what a trace gives
 
 
 def cache_dir() -> Path | None:
@@ -130,7 +132,7 @@ def _source_hash(model_name: str) -> str:
     Read once per process and model name, as the code a process traces with is the code it imported first.
     """
     digest = hashlib.sha256()
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent
     for name in _TRACING_SOURCES:
         for file in sorted((here / name).rglob("*.py")) if (here / name).is_dir() else [here / name]:
             digest.update(file.read_bytes())
@@ -157,8 +159,6 @@ def _array_to(array) -> dict:
 
 
 def _array_from(data: dict):
-    from explorer.abstract import AbstractArray
-
     fields = {f.name for f in dataclasses.fields(AbstractArray)}
     if set(data) != fields:
         raise KeyError("fields")
@@ -173,12 +173,11 @@ def _model_to(model) -> dict:
         "activations": [_array_to(a) for a in model.activations],
         "output": _array_to(model.output),
         "loops_without_length": model.loops_without_length,
+        "weight_constraints": model.weight_constraints,
     }
 
 
 def _model_from(data: dict, key: tuple, mesh_axes: tuple[str, ...]):
-    from explorer.abstract import AbstractModel
-
     return AbstractModel(
         key=key, mesh_axes=mesh_axes, framework=str(data["framework"]),
         state_arrays=tuple(_array_from(a) for a in data["state_arrays"]),
@@ -186,4 +185,5 @@ def _model_from(data: dict, key: tuple, mesh_axes: tuple[str, ...]):
         activations=tuple(_array_from(a) for a in data["activations"]),
         output=_array_from(data["output"]),
         loops_without_length=int(data["loops_without_length"]),
+        weight_constraints=int(data["weight_constraints"]),
     )

@@ -2,21 +2,25 @@
 
 - Linen: the Flax guide's ``init_fn`` (``model.init`` then ``TrainState.create`` with
   Adam), with the model's output, traced once by ``jax.make_jaxpr`` under a probe mesh
-  (``program.py``). Its output shapes are the train state: every
+  (``constraints.py``). Its output shapes are the train state: every
   ``flax.core.meta.AxisMetadata`` box (``nn.with_logical_partitioning``,
   ``nn.with_partitioning``, NNX-in-Linen bridges) gives its names through
   ``get_partition_spec()``; ``flax.linen.partitioning.param_with_axes`` models give theirs
-  through ``nn_partitioning.get_axis_names`` on the ``params_axes`` collection, and
-  ``init_fn`` boxes those parameters with them so Adam's moments carry the same axes.
-  Its program, read with the parameters' values as given, is the forward pass.
+  through ``nn_partitioning.get_axis_names`` on the ``params_axes`` collection (their
+  parameters stay unboxed, as T5X keeps them: Flax's lifted transforms refuse boxes
+  without a partition name), and Adam's moments take their parameter's names from
+  ``optimizer.init`` of the parameters boxed with those names. Its program, read with the
+  parameters' values as given, is the forward pass.
 - NNX: ``nnx.eval_shape`` of the factory's builder and of ``nnx.Optimizer`` (Adam, on
   ``nnx.Param``), names from ``out_sharding`` metadata via ``nnx.get_partition_spec``;
   the forward pass traced on that state.
 
-Activations are every live ``sharding_constraint`` of the forward pass, read under the
-probe: logical constraints and constraints fixed to mesh axes by hand alike, each with
-its module, in program order, a scanned body once with how many times it runs per
-step. Constraints on parameters are not activations.
+Activations are every live ``sharding_constraint`` of the forward pass on a value
+computed from a model input, read under the probe: logical constraints and constraints
+fixed to mesh axes by hand alike, each with its module, the rule semantics of the call
+that made it, in program order, a scanned body once with how many times it runs per
+step. Constraints on weights (parameter reads, casts and transposes of weights) are
+counted, not listed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import threading
 from typing import Any
 
 import flax.linen as nn
@@ -34,8 +39,8 @@ from flax.core import meta
 from flax.linen import partitioning as nn_partitioning
 from flax.training import train_state
 
-from explorer import program
-from explorer.abstract import REGISTRY_SIZE, AbstractArray, AbstractModel, AxisName, Kind, Traced, names_of, registry_lock
+from explorer.reading import constraints as program
+from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Traced, names_of
 from explorer.errors import ExplorerError
 from explorer.models import BuiltModel, build_model
 
@@ -48,21 +53,14 @@ def make_optimizer() -> optax.GradientTransformation:
 
 
 def init_fn(key, *inputs, model: nn.Module, optimizer: optax.GradientTransformation):
-    """The Flax guide's init_fn: initialise the variables and wrap them in a TrainState.
-
-    Parameters declared with ``param_with_axes`` are boxed with their ``params_axes``
-    names (``nn.LogicallyPartitioned``, which Flax unboxes when the model reads them),
-    so that the optimizer's moments carry their parameter's axes.
-    """
+    """The Flax guide's init_fn: initialise the variables and wrap their parameters in a TrainState."""
     variables = model.init(key, *inputs)
-    return train_state.TrainState.create(apply_fn=model.apply, params=_params_with_axes(variables), tx=optimizer)
+    return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=optimizer)
 
 
-def _params_with_axes(variables) -> Any:
-    params = variables["params"]
-    if "params_axes" not in variables:
-        return params
-    names = nn_partitioning.get_axis_names(variables["params_axes"])
+def _boxed_with_axes(params, params_axes) -> Any:
+    """``param_with_axes`` parameters boxed with their ``params_axes`` names (for reading names, never traced)."""
+    names = nn_partitioning.get_axis_names(params_axes)
     flat_names = {path: spec for path, spec in jax.tree_util.tree_flatten_with_path(
         names, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]}
 
@@ -103,27 +101,38 @@ def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> Tra
     stage = _stages.get((key, mesh_axes))
     built = stage.built if stage is not None else _built(key)
     names = names | _input_names(built)
+    n_inputs = len(built.inputs)
     with _tracing(key):
         if stage is None and built.framework == "linen":
             closed, stage, parameters = _linen_trace(built, names, mesh_axes)
             _remember(key, mesh_axes, stage)
             if names_of(stage.state_arrays) <= names:
-                found = program.constraints(closed, parameter_outvars=parameters)
+                found = program.constraints(closed, input_invars=range(1, 1 + n_inputs), parameter_outvars=parameters)
                 return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
         if stage is None:
             stage = _nnx_state(built)
             _remember(key, mesh_axes, stage)
         names = names | names_of(stage.state_arrays)
-        with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
+        with _probe(names, mesh_axes):
             closed = jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(built))
-        found = program.constraints(closed, parameter_invars=range(len(jax.tree_util.tree_leaves(stage.variables))))
+        n_variables = len(jax.tree_util.tree_leaves(stage.variables))
+        found = program.constraints(closed, input_invars=range(n_variables, n_variables + n_inputs),
+                                    parameter_invars=range(n_variables))
     return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
 
 
+@contextlib.contextmanager
+def _probe(names: frozenset[str], mesh_axes: tuple[str, ...]):
+    """The probe: an abstract mesh with a size-1 axis per real mesh axis and logical name, and rules naming each."""
+    with jax.sharding.use_abstract_mesh(program.probe_mesh(names, mesh_axes)), \
+            nn.logical_axis_rules(program.probe_rules(names)):
+        yield
+
+
 def _remember(key: tuple, mesh_axes: tuple[str, ...], stage: _State) -> None:
-    with registry_lock:
+    with _stages_lock:
         _stages.setdefault((key, mesh_axes), stage)
-        while len(_stages) > REGISTRY_SIZE:
+        while len(_stages) > STAGES_SIZE:
             del _stages[next(iter(_stages))]
 
 
@@ -142,7 +151,9 @@ def state_stage(key: tuple, mesh_axes: tuple[str, ...]) -> _State:
     return stage
 
 
+STAGES_SIZE = 32
 _stages: dict[tuple, "_State"] = {}
+_stages_lock = threading.Lock()
 
 
 def _built(key: tuple) -> BuiltModel:
@@ -176,7 +187,8 @@ def _abstract_inputs(built: BuiltModel) -> tuple[jax.ShapeDtypeStruct, ...]:
 
 def _input_arrays(built: BuiltModel) -> tuple[AbstractArray, ...]:
     return tuple(
-        AbstractArray(f"inputs/{i.name}", "input", tuple(i.shape), i.dtype, _padded(i.logical_axes, len(i.shape)))
+        AbstractArray(f"inputs/{i.name}", "input", tuple(i.shape), i.dtype, _padded(i.logical_axes, len(i.shape)),
+                      semantics=built.framework)
         for i in built.inputs
     )
 
@@ -201,15 +213,14 @@ def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str,
 
     def init_with_output(rng, *xs):
         output, variables = module.init_with_output(rng, *built.model_args(xs))
-        state = train_state.TrainState.create(apply_fn=module.apply, params=_params_with_axes(variables), tx=optimizer)
-        return output, state
+        state = train_state.TrainState.create(apply_fn=module.apply, params=variables["params"], tx=optimizer)
+        return output, state, variables.get("params_axes")
 
     from flax import nnx
 
     # NNX variables inside (bridges) would shard themselves as they are created; shapes need no mesh
-    with jax.set_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)), \
-            nnx.use_eager_sharding(False):
-        closed, (output, state) = jax.make_jaxpr(init_with_output, return_shape=True)(
+    with _probe(names, mesh_axes), nnx.use_eager_sharding(False):
+        closed, (output, state, params_axes) = jax.make_jaxpr(init_with_output, return_shape=True)(
             jax.random.key(0), *_abstract_inputs(built))
     n_output = len(jax.tree_util.tree_leaves(output))
     state_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
@@ -219,8 +230,8 @@ def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str,
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 
-    stage = _State(built, "linen", optimizer, state, _linen_state_arrays(state), forward, state.params,
-                   root=type(module).__name__)
+    stage = _State(built, "linen", optimizer, state, _linen_state_arrays(state, optimizer, params_axes), forward,
+                   state.params, root=type(module).__name__)
     return closed, stage, parameters
 
 
@@ -228,7 +239,11 @@ def _is_box(x: Any) -> bool:
     return isinstance(x, meta.AxisMetadata)
 
 
-def _linen_state_arrays(state) -> tuple[AbstractArray, ...]:
+def _linen_state_arrays(state, optimizer: optax.GradientTransformation, params_axes: Any) -> tuple[AbstractArray, ...]:
+    """The state's leaves with their names; ``param_with_axes`` names read from a copy whose parameters are boxed."""
+    if params_axes:
+        boxed = _boxed_with_axes(state.params, params_axes)
+        state = state.replace(params=boxed, opt_state=jax.eval_shape(optimizer.init, boxed))
     leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_box)[0]
     arrays = []
     for path, leaf in leaves:
@@ -237,7 +252,9 @@ def _linen_state_arrays(state) -> tuple[AbstractArray, ...]:
         text = path_to_str(path)
         kind: Kind = "param" if text.startswith("params/") else "opt_state"
         note = "train step counter" if text == "step" else ""
-        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, annotation))
+        semantics = "nnx" if annotation == "nnx" else "linen"
+        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, annotation,
+                                    semantics=semantics))
     return tuple(arrays)
 
 
@@ -257,9 +274,13 @@ def _box_names(leaf: Any, ndim: int) -> tuple[tuple[AxisName, ...] | None, str]:
 
 
 def path_to_str(path) -> str:
-    """``params/LogicalDotReluDot_0/Dense_0/kernel`` from a JAX key path (boxes' ``value`` dropped)."""
-    parts = [part for part in jax.tree_util.keystr(path, simple=True, separator="/").split("/") if part != "value"]
-    return "/".join(parts)
+    """``params/LogicalDotReluDot_0/Dense_0/kernel`` from a JAX key path.
+
+    Only a box's own ``value`` attribute is dropped (``GetAttrKey('value')``); a module or
+    dictionary entry named ``value`` (an attention layer's value projection) is a path part.
+    """
+    kept = tuple(key for key in path if not (isinstance(key, jax.tree_util.GetAttrKey) and key.name == "value"))
+    return jax.tree_util.keystr(kept, simple=True, separator="/")
 
 
 # --- NNX -----------------------------------------------------------------------------------
@@ -299,7 +320,7 @@ def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
         text = path_to_str(path)
         variable_type = type(variable).__name__
         note = "" if variable_type in ("Param", "OptVariable") else f"nnx.{variable_type}"
-        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note))
+        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, semantics="nnx"))
     return tuple(arrays)
 
 
@@ -314,7 +335,8 @@ def _model(key: tuple, mesh_axes: tuple[str, ...], stage: _State, found: list[pr
         inputs=_input_arrays(stage.built),
         activations=_activation_arrays(found, stage.root),
         output=_output_array(closed, found, stage.framework),
-        loops_without_length=sum(1 for c in found if c.in_loop_without_length and not c.on_parameter),
+        loops_without_length=sum(1 for c in found if c.in_loop_without_length and c.activation),
+        weight_constraints=sum(1 for c in found if not c.activation),
     )
 
 
@@ -329,7 +351,7 @@ def _activation_arrays(found: list[program.Constraint], root: str) -> tuple[Abst
     arrays = []
     counters: dict[str, int] = {}
     for constraint in found:
-        if constraint.on_parameter:
+        if not constraint.activation:
             continue
         location = _location(constraint.location, root)
         ordinal = counters.get(location, 0)
@@ -344,7 +366,8 @@ def _activation_arrays(found: list[program.Constraint], root: str) -> tuple[Abst
         runs = f"; runs {constraint.runs}x per step (loop body)" if constraint.runs > 1 else ""
         arrays.append(AbstractArray(
             f"activations/{location}/{ordinal}", "activation", constraint.shape, constraint.dtype, constraint.dims,
-            note=how + runs, module=location, runs_per_step=constraint.runs,
+            note=how + _resolved_by(constraint) + runs, module=location, runs_per_step=constraint.runs,
+            semantics=_semantics_of(constraint),
         ))
     return tuple(arrays)
 
@@ -352,11 +375,26 @@ def _activation_arrays(found: list[program.Constraint], root: str) -> tuple[Abst
 def _output_array(closed, found: list[program.Constraint], framework: str) -> AbstractArray:
     output_var = closed.jaxpr.outvars[0]
     aval = output_var.aval
-    declared = next((c for c in reversed(found) if c.var is output_var and not c.on_parameter), None)
+    declared = next((c for c in reversed(found) if c.var is output_var and c.activation), None)
     if declared is not None:
-        names = declared.dims
+        names, semantics = declared.dims, _semantics_of(declared)
         note = "model output; its sharding is the last constraint the model declares on it"
     else:
-        names = None
+        names, semantics = None, "linen" if framework == "linen" else "nnx"
         note = "model output; no constraint declared on it, so XLA chooses its sharding (shown replicated)"
-    return AbstractArray("activations/output", "activation", tuple(aval.shape), str(aval.dtype), names, note, module="output")
+    return AbstractArray("activations/output", "activation", tuple(aval.shape), str(aval.dtype), names, note,
+                         module="output", semantics=semantics)
+
+
+def _semantics_of(constraint: program.Constraint) -> str:
+    """The rules' semantics for a constraint: the call's. A hand-written call whose spec carries logical names
+    resolved them with a helper of the user's; Flax Linen's ``logical_to_mesh_axes`` is the usual one."""
+    return "nnx" if constraint.semantics == "nnx" else "linen"
+
+
+def _resolved_by(constraint: program.Constraint) -> str:
+    if constraint.semantics == "nnx":
+        return " (an NNX variable's out_sharding: NNX rule semantics)"
+    if constraint.semantics == "hand" and any(isinstance(d, str) for d in constraint.dims):
+        return " (resolved by the model's own code before with_sharding_constraint; read with Linen semantics)"
+    return ""

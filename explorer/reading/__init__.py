@@ -1,0 +1,74 @@
+"""How a model is read: a model configuration and mesh axis names in, the abstract model out.
+
+One door: ``abstract_model(model_spec, logical_names, mesh_axes)`` gives the
+``AbstractModel`` (every array of the train state and the step, as plain data) and
+``live(model)`` the objects a compile needs (the built model, the optimizer, the
+state's shapes in the framework's own tree). Behind it:
+
+- ``arrays.py``: the plain data (no Flax);
+- ``disk.py``: the cache on disk, so a later process reads a model without importing Flax;
+- ``trace.py``: tracing with Flax (imported on first need);
+- ``constraints.py``: every live sharding constraint of a traced program, from its jaxpr.
+
+The trace depends on the model configuration and on the names it must tell apart (the
+rules' logical names and the mesh's axis names), never on which mesh axes the rules
+pick: editing a rule's mesh axes or their order does not re-trace.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from explorer.reading import disk
+from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Traced, names_of
+
+__all__ = ["AbstractArray", "AbstractModel", "AxisName", "Kind", "abstract_model", "live", "names_of"]
+
+REGISTRY_SIZE = 32
+_registry: dict[tuple, list[Traced]] = {}
+_registry_lock = threading.Lock()
+
+
+def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = ()) -> AbstractModel:
+    """The abstract model for a validated ``ModelSpec``.
+
+    ``logical_names`` and ``mesh_axes`` are the names the activations' trace must tell
+    apart (the layout's rule names and mesh axis names; the model's own parameter and
+    input names are always added, and the names other configurations of this model
+    carried). A trace that already told apart every wanted name is reused, from memory
+    or from the disk cache, so rule edits re-trace only when a rule brings a name never
+    seen before.
+    """
+    key, mesh_axes, wanted = model_spec.key(), tuple(mesh_axes), frozenset(logical_names)
+    with _registry_lock:
+        if (key, mesh_axes) not in _registry:
+            _registry[(key, mesh_axes)] = [Traced(model, names) for names, model in disk.load(key, mesh_axes)]
+        entries = _registry[(key, mesh_axes)]
+        for traced in entries:
+            if wanted <= traced.traced_names:
+                return traced.model
+        known = frozenset().union(*(t.traced_names for t in entries))
+    traced = _trace().traced(key, wanted | known | disk.names_seen(key[0]), mesh_axes)
+    disk.add_names_seen(key[0], traced.model.logical_names)
+    with _registry_lock:
+        entries = _registry.setdefault((key, mesh_axes), [])
+        entries.insert(0, traced)
+        del entries[2:]
+        while len(_registry) > REGISTRY_SIZE:
+            del _registry[next(iter(_registry))]
+    disk.store(key, mesh_axes, [(t.traced_names, t.model) for t in entries])
+    return traced.model
+
+
+def live(model: AbstractModel) -> Any:
+    """The model built and its train state traced (``built``, ``optimizer``, ``state``: the state's
+    ShapeDtypeStructs in the framework's tree, ``graphdefs`` for NNX), traced again if the arrays came from disk."""
+    return _trace().state_stage(model.key, model.mesh_axes)
+
+
+def _trace():
+    """The tracing module, imported on first need: reading a cached model needs no Flax."""
+    from explorer.reading import trace
+
+    return trace

@@ -1,0 +1,85 @@
+"""The abstract model as plain data: every array of the train state and the step, before any rule.
+
+Nothing here imports Flax: a model read from the disk cache is these dataclasses only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+Kind = Literal["param", "opt_state", "input", "activation"]
+AxisName = None | str | tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class AbstractArray:
+    """One array the train step touches, before any mesh or rule is applied.
+
+    ``logical_axes`` has one entry per dimension (padded to the rank): a logical name
+    the rules resolve, a tuple of mesh axes the model fixed by hand, or None; None for
+    the whole array means it carries no annotation. ``annotation`` says how the model
+    declared it (``"logical"``: resolved by rules; ``"mesh-or-logical"``: a plain
+    ``nn.Partitioned`` box, whose names are mesh axes when every one is an axis of the
+    mesh, else logical names; ``"nnx"``: an NNX variable inside a Linen model, which Flax
+    shards as it creates it). ``semantics`` is which Flax resolves this array's names
+    with: ``"linen"`` (``flax.linen.spmd``: the first rule whose mesh axes are free wins)
+    or ``"nnx"`` (``flax.core.spmd``: the last rule for a name wins, an unmatched name is a
+    mesh axis); for an activation it is decided by the call that declared it, not by the
+    model. ``names_known`` is False for an activation whose logical names the trace could
+    not recover (its spec is still the one Flax produces). ``module`` is where an
+    activation was declared and ``runs_per_step`` how many times its declaration runs in
+    one step.
+    """
+
+    path: str
+    kind: Kind
+    shape: tuple[int, ...]
+    dtype: str
+    logical_axes: tuple[AxisName, ...] | None
+    note: str = ""
+    annotation: str = "logical"
+    module: str = ""
+    runs_per_step: int = 1
+    semantics: str = "linen"
+
+
+@dataclasses.dataclass(frozen=True)
+class AbstractModel:
+    """The result of reading a model configuration: plain data, cached in memory and on disk.
+
+    ``state_arrays`` lists the train state's leaves in tree-flatten order. The live
+    objects a compile needs (the built model, the optimizer, the state's shapes in the
+    framework's own tree) come from ``explorer.reading.live(model)``.
+    """
+
+    key: tuple
+    mesh_axes: tuple[str, ...]
+    framework: str
+    state_arrays: tuple[AbstractArray, ...]
+    inputs: tuple[AbstractArray, ...]
+    activations: tuple[AbstractArray, ...]
+    output: AbstractArray
+    loops_without_length: int = 0
+    weight_constraints: int = 0  # constraints on values computed from no model input (parameter reads), not listed
+
+    @property
+    def arrays(self) -> tuple[AbstractArray, ...]:
+        return self.state_arrays + self.inputs + self.activations + (self.output,)
+
+    @property
+    def logical_names(self) -> frozenset[str]:
+        return names_of(self.arrays)
+
+
+@dataclasses.dataclass(frozen=True)
+class Traced:
+    """A traced model, with the logical names its probe told apart."""
+
+    model: AbstractModel
+    traced_names: frozenset[str]
+
+
+def names_of(arrays) -> frozenset[str]:
+    """Every logical name the arrays carry."""
+    return frozenset(n for a in arrays if a.logical_axes for n in a.logical_axes if isinstance(n, str))
