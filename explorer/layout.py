@@ -334,8 +334,12 @@ def json_value(text: str, source: str) -> Any:
 
     NaN and Infinity are not JSON and come back as text from a link, never as floats;
     integers are capped at MAX_INT_DIGITS digits (Python's own cap is 4,300, with a
-    traceback); nesting is capped at MAX_DEPTH (Python's recursion limit is ~1,000).
+    traceback); nesting is capped at MAX_DEPTH, checked before parsing (Python's own
+    limit depends on its version: a RecursionError, or a plain syntax error for
+    brackets that never close).
     """
+    if _nesting_depth(text) > MAX_DEPTH:
+        raise ExplorerError(source, text, f"is nested deeper than {MAX_DEPTH} levels")
     try:
         return json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_finite_float)
     except json.JSONDecodeError as error:
@@ -344,6 +348,28 @@ def json_value(text: str, source: str) -> Any:
         raise ExplorerError(source, refused.args[0], refused.args[1]) from None
     except RecursionError:
         raise ExplorerError(source, text, f"is nested deeper than {MAX_DEPTH} levels") from None
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest nesting of JSON lists and objects in ``text`` (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for character in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif character == "\\":
+                escaped = True
+            elif character == '"':
+                in_string = False
+        elif character == '"':
+            in_string = True
+        elif character in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif character in "]}":
+            depth -= 1
+    return deepest
 
 
 class _Refused(Exception):
