@@ -342,13 +342,21 @@ def _run(sub, ins: list[bool], stack: str, found) -> list[bool]:
     return [_is_var(v) and v in marked for v in sub.outvars]
 
 
+def _scan_counts(params, n: int) -> tuple[int, int]:
+    """How many of a scan's operands are constants and carries (older JAX: counts; newer: a flat tree)."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].update(list(range(n))).unpack()
+    return len(list(consts)), len(list(carry))
+
+
 def _flow_call(eqn, ins: list[bool], stack: str, found) -> list[bool]:
     """Which outputs of ``eqn`` depend on a model input (and the constraints of the programs it calls)."""
     name, params = eqn.primitive.name, eqn.params
     anything = any(ins)
     if name == "scan":
-        body = params["jaxpr"].jaxpr
-        n_consts, n_carry = params["num_consts"], params["num_carry"]
+        body = _sub(params["jaxpr"])
+        n_consts, n_carry = _scan_counts(params, len(ins))
         ins = list(ins)
         while True:  # the carries' marks reach a fixed point
             outs = _run(body, ins, stack, None)
@@ -358,7 +366,7 @@ def _flow_call(eqn, ins: list[bool], stack: str, found) -> list[bool]:
             ins[n_consts:n_consts + n_carry] = carry
         return _run(body, ins, stack, found)
     if name == "while":
-        cond, body = params["cond_jaxpr"].jaxpr, params["body_jaxpr"].jaxpr
+        cond, body = _sub(params["cond_jaxpr"]), _sub(params["body_jaxpr"])
         nc, nb = params["cond_nconsts"], params["body_nconsts"]
         carry = list(ins[nc + nb:])
         while True:
@@ -376,7 +384,7 @@ def _flow_call(eqn, ins: list[bool], stack: str, found) -> list[bool]:
     if name == "cond":
         outs = [ins[0]] * len(eqn.outvars)
         for branch in params["branches"]:
-            outs = [a or b for a, b in zip(outs, _run(branch.jaxpr, ins[1:], stack, found))]
+            outs = [a or b for a, b in zip(outs, _run(_sub(branch), ins[1:], stack, found))]
         return outs
     subs = [s for value in params.values() for item in (value if isinstance(value, (tuple, list)) else (value,))
             for s in [_sub(item)] if s is not None]

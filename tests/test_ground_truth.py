@@ -11,7 +11,9 @@ from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from explorer.models import build_model
 from tests import ground_truth
+from tests import class_models
 from tests.class_models import ALL as CLASS_FACTORIES
+from tests.class_models import ISSUE17 as ISSUE17_FACTORIES
 from tests.external import factories as external
 
 EXTERNAL = "tests.external.factories"
@@ -55,6 +57,32 @@ CASES = {
                          "tests.class_models:make_dead_in_call"),
     "nnx-logical": case(MESH_2X4, [["embed", "data"], ["mlp", "model"]], "tests.class_models:make_nnx_logical",
                         framework="nnx"),
+    # issue 17: one small model per class (tests/class_models.py)
+    "i17-1-many-names": case(MESH_2X4, class_models.many_names_rules(), "tests.class_models:make_many_names"),
+    "i17-2-twelve-axis": case({"shape": list(class_models.MAXTEXT_SHAPE), "axes": list(class_models.MAXTEXT_AXES)},
+                              class_models.MAXTEXT_STYLE_RULES, "tests.class_models:make_twelve_axis"),
+    "i17-3-lifted-axes": case(MESH_2X4, [["batch", "data"], ["embed", None], ["mlp", "model"], ["joined_kv", "model"],
+                                         ["expert", "data"], ["layers", None], ["length", None]],
+                              "tests.class_models:make_lifted_axes"),
+    # the same with names no rule mentions (replicated): the forward pass must be read on the boxed state
+    "i17-3-lifted-axes-unruled": case(MESH_2X4, [["batch", "data"], ["mlp", "model"], ["length", None]],
+                                      "tests.class_models:make_lifted_axes"),
+    "i17-4-value-named": case(MESH_2X4, [["batch", "data"], ["heads", "model"], ["embed", None], ["kv", None],
+                                         ["length", None]], "tests.class_models:make_value_named"),
+    "i17-4-nnx-value-named": case(MESH_2X4, [["embed", "data"], ["heads", "model"]],
+                                  "tests.class_models:make_nnx_value_named", framework="nnx"),
+    "i17-5-weight-casts": case(MESH_2X4, [["batch", "data"], ["mlp", "model"], ["embed", None], ["layers", None]],
+                               "tests.class_models:make_weight_casts"),
+    "i17-6-nnx-calls-linen": case(MESH_2X4, class_models.DUPLICATE_RULES, "tests.class_models:make_nnx_calls_linen",
+                                  framework="nnx"),
+    "i17-7-maxtext-style-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_maxtext_style_moe"),
+    "i17-7-vmap-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_vmap_moe"),
+    "i17-7-nnx-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_nnx_moe", framework="nnx"),
+    "i17-8-bridged-scan": case(MESH_2X4, class_models.BRIDGE_RULES, "tests.class_models:make_bridged_scan"),
+    # duplicate rules: the metadata_fn's nn.LogicallyPartitioned boxes are Linen's (first rule wins: mlp -> model),
+    # where NNX's eager sharding at creation would take the last (mlp -> None)
+    "i17-8-bridged-scan-duplicates": case(MESH_2X4, class_models.BRIDGE_RULES + [["mlp", None], ["activation_mlp", None]],
+                                          "tests.class_models:make_bridged_scan"),
     # real public models with their authors' rules
     "t5x-1d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5"], f"{EXTERNAL}:make_t5x_t5"),
     "t5x-2d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5_2d"], f"{EXTERNAL}:make_t5x_t5"),
@@ -80,7 +108,7 @@ EXTERNAL_FACTORIES = ",".join(
 
 @pytest.fixture
 def allow_factories(monkeypatch):
-    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", CLASS_FACTORIES + "," + EXTERNAL_FACTORIES)
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", ",".join([CLASS_FACTORIES, ISSUE17_FACTORIES, EXTERNAL_FACTORIES]))
 
 
 def layout_of(name, cases=None):
@@ -158,7 +186,8 @@ def test_activations_are_the_programs_constraints_in_order(name, allow_factories
     check_activations(name)
 
 
-LOOP_FREE = ["guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
+LOOP_FREE = ["i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
+             "i17-7-maxtext-style-moe", "i17-7-vmap-moe", "i17-7-nnx-moe", "guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
              "bridged", "dead-in-call", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
 
 
