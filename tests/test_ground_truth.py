@@ -9,8 +9,11 @@ import pytest
 
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
+from explorer.models import build_model
 from tests import ground_truth
+from tests import class_models
 from tests.class_models import ALL as CLASS_FACTORIES
+from tests.class_models import ISSUE17 as ISSUE17_FACTORIES
 from tests.external import factories as external
 
 EXTERNAL = "tests.external.factories"
@@ -18,6 +21,7 @@ MESH_2X4 = {"shape": [2, 4], "axes": ["data", "model"]}
 MESH_2X2X2 = {"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]}
 TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8,
                "mlp_dim": 64, "vocab": 128, "gated_mlp": True}
+MAXTEXT_MESH = {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
 FSDP_TP = [["batch", "data"], ["hidden", "model"], ["mlp", "model"], ["heads", "model"], ["kv_heads", "model"],
            ["vocab", "model"], ["embed", "data"], ["layer", None]]
 
@@ -54,7 +58,38 @@ CASES = {
                          "tests.class_models:make_dead_in_call"),
     "nnx-logical": case(MESH_2X4, [["embed", "data"], ["mlp", "model"]], "tests.class_models:make_nnx_logical",
                         framework="nnx"),
+    # issue 17: one small model per class (tests/class_models.py)
+    "i17-1-many-names": case(MESH_2X4, class_models.many_names_rules(), "tests.class_models:make_many_names"),
+    "i17-2-twelve-axis": case({"shape": list(class_models.MAXTEXT_SHAPE), "axes": list(class_models.MAXTEXT_AXES)},
+                              class_models.MAXTEXT_STYLE_RULES, "tests.class_models:make_twelve_axis"),
+    "i17-3-lifted-axes": case(MESH_2X4, [["batch", "data"], ["embed", None], ["mlp", "model"], ["joined_kv", "model"],
+                                         ["expert", "data"], ["layers", None], ["length", None]],
+                              "tests.class_models:make_lifted_axes"),
+    # the same with names no rule mentions (replicated): the forward pass must be read on the boxed state
+    "i17-3-lifted-axes-unruled": case(MESH_2X4, [["batch", "data"], ["mlp", "model"], ["length", None]],
+                                      "tests.class_models:make_lifted_axes"),
+    "i17-4-value-named": case(MESH_2X4, [["batch", "data"], ["heads", "model"], ["embed", None], ["kv", None],
+                                         ["length", None]], "tests.class_models:make_value_named"),
+    "i17-4-nnx-value-named": case(MESH_2X4, [["embed", "data"], ["heads", "model"]],
+                                  "tests.class_models:make_nnx_value_named", framework="nnx"),
+    "i17-5-weight-casts": case(MESH_2X4, [["batch", "data"], ["mlp", "model"], ["embed", None], ["layers", None]],
+                               "tests.class_models:make_weight_casts"),
+    "i17-6-nnx-calls-linen": case(MESH_2X4, class_models.DUPLICATE_RULES, "tests.class_models:make_nnx_calls_linen",
+                                  framework="nnx"),
+    "i17-7-maxtext-style-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_maxtext_style_moe"),
+    "i17-7-vmap-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_vmap_moe"),
+    "i17-7-nnx-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_nnx_moe", framework="nnx"),
+    "i17-8-bridged-scan": case(MESH_2X4, class_models.BRIDGE_RULES, "tests.class_models:make_bridged_scan"),
+    # duplicate rules: the metadata_fn's nn.LogicallyPartitioned boxes are Linen's (first rule wins: mlp -> model),
+    # where NNX's eager sharding at creation would take the last (mlp -> None)
+    "i17-8-bridged-scan-duplicates": case(MESH_2X4, class_models.BRIDGE_RULES + [["mlp", None], ["activation_mlp", None]],
+                                          "tests.class_models:make_bridged_scan"),
     # real public models with their authors' rules
+    "maxtext-llama2-scan": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder"),
+    "maxtext-llama2-loop": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder",
+                                {"scan_layers": False}),
+    "maxtext-simple-mlp-scan": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder",
+                                    {"block": "simple_mlp"}),
     "t5x-1d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5"], f"{EXTERNAL}:make_t5x_t5"),
     "t5x-2d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5_2d"], f"{EXTERNAL}:make_t5x_t5"),
     "t5x-2x2x2": case({"shape": [2, 2, 2], "axes": ["data", "replica", "model"]}, external.AUTHORS_RULES["t5x_t5_2d"],
@@ -73,54 +108,97 @@ CASES = {
 }
 EXTERNAL_FACTORIES = ",".join(
     f"{EXTERNAL}:{name}" for name in ("make_t5x_t5", "make_flax_lm1b", "make_mu_transformer", "make_big_vision_vit",
-                                      "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma")
+                                      "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma",
+                                      "make_maxtext_decoder")
 )
 
 
 @pytest.fixture
 def allow_factories(monkeypatch):
-    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", CLASS_FACTORIES + "," + EXTERNAL_FACTORIES)
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", ",".join([CLASS_FACTORIES, ISSUE17_FACTORIES, EXTERNAL_FACTORIES]))
 
 
-def layout_of(name):
-    spec = CASES[name]
+def layout_of(name, cases=None):
+    spec = (cases or CASES)[name]
     return parse_layout({"name": name, "mesh": spec["mesh"], "rules": spec["rules"], "model": spec["model"]})
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_every_state_leaf_agrees_with_the_materialised_state(name, allow_factories):
-    layout = layout_of(name)
-    report = analyze(layout)
-    if CASES[name]["framework"] == "nnx":
-        truth, flax_specs = ground_truth.nnx_state(layout)
+def truth_inputs(name, cases=None):
+    """The ground truth's own view of a case: the model as its factory returns it, a real mesh, Flax's rules.
+
+    A factory is imported by the ground truth itself; a built-in model is built by the registry (that is the
+    model under test, not the analysis)."""
+    spec = (cases or CASES)[name]
+    model_name, options = spec["model"]["name"], spec["model"]["options"]
+    if ":" in model_name:
+        model = ground_truth.factory(model_name, options)
+    else:
+        model = ground_truth.model_of(build_model(layout_of(name, cases).model))
+    mesh = ground_truth.mesh_of(spec["mesh"]["shape"], spec["mesh"]["axes"])
+    return model, mesh, ground_truth.flax_rules(spec["rules"])
+
+
+def check_state(name, cases=None):
+    cases = cases or CASES
+    report = analyze(layout_of(name, cases))
+    model, mesh, rules = truth_inputs(name, cases)
+    if cases[name]["framework"] == "nnx":
+        truth, flax_specs = ground_truth.nnx_state(model, mesh, rules)
         params = {a.path: ground_truth.normal(a.spec, len(a.shape)) for a in report.arrays if a.kind == "param"}
         assert params == {p: s for p, s in flax_specs.items() if p in params}, "differs from nnx.get_abstract_model"
     else:
-        truth = ground_truth.linen_state(layout, CASES[name]["recipe"])
-    if CASES[name]["recipe"] == "eager":  # only the variables are placed by Flax; the optimizer follows XLA's choice
+        truth = ground_truth.linen_state(model, mesh, rules, cases[name]["recipe"])
+    if cases[name]["recipe"] == "eager":  # only the variables are placed by Flax; the optimizer follows XLA's choice
         truth = {path: leaf for path, leaf in truth.items() if path.startswith("params/")}
-    kinds = ("param",) if CASES[name]["recipe"] == "eager" else ("param", "opt_state")
+    kinds = ("param",) if cases[name]["recipe"] == "eager" else ("param", "opt_state")
     problems = ground_truth.compare(report, truth, kinds)
     assert not problems, f"{len(problems)} disagreement(s):\n" + "\n".join(problems[:20])
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_activations_are_the_programs_constraints_in_order(name, allow_factories):
-    layout = layout_of(name)
-    report = analyze(layout)
+def check_activations(name, cases=None):
+    cases = cases or CASES
+    report = analyze(layout_of(name, cases))
     ours = [
-        (a.shape, ground_truth.normal(a.spec, len(a.shape)))
+        (tuple(a.shape), ground_truth.normal(a.spec, len(a.shape)))
         for a in report.arrays if a.kind == "activation" and a.path != "activations/output"
     ]
-    assert ours == ground_truth.activations(layout, CASES[name]["framework"])
+    truth = ground_truth.activations(*truth_inputs(name, cases))
+    assert ours == truth, _activation_diff(ours, truth)
 
 
-LOOP_FREE = ["guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
+def _activation_diff(ours, truth) -> str:
+    lines = [f"report lists {len(ours)} activation constraint(s), the jaxpr has {len(truth)}"]
+    for i in range(max(len(ours), len(truth))):
+        a = ours[i] if i < len(ours) else None
+        b = truth[i] if i < len(truth) else None
+        if a != b:
+            lines.append(f"first difference at #{i}: report {a}, JAX {b}")
+            break
+    return "\n".join(lines)
+
+
+def check_activation_bytes(name, cases=None):
+    cases = cases or CASES
+    layout = layout_of(name, cases)
+    assert analyze(layout).totals.activation_bytes == ground_truth.activation_bytes(*truth_inputs(name, cases))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_state_leaf_agrees_with_the_materialised_state(name, allow_factories):
+    check_state(name)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_activations_are_the_programs_constraints_in_order(name, allow_factories):
+    check_activations(name)
+
+
+LOOP_FREE = ["maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
+             "i17-7-maxtext-style-moe", "i17-7-vmap-moe", "i17-7-nnx-moe", "guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
              "bridged", "dead-in-call", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
 
 
 @pytest.mark.parametrize("name", LOOP_FREE)
 def test_activation_bytes_are_each_constraint_once_and_the_output_not_again(name, allow_factories):
     """Without loops every constraint runs once: the total is JAX's shard bytes of each, the output not counted twice."""
-    layout = layout_of(name)
-    assert analyze(layout).totals.activation_bytes == ground_truth.activation_bytes(layout, CASES[name]["framework"])
+    check_activation_bytes(name)

@@ -508,3 +508,59 @@ AUTHORS_INPUT_SPECS: dict[str, dict[str, tuple]] = {
     "tunix_llama3": {"input_tokens": ("data", None), "positions": ("data", None), "attention_mask": ("data", None, None)},
     "tunix_gemma": {"last_tokens": ("data", None), "positions": ("data", None), "attention_mask": ("data", None, None)},
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MaxText (AI-Hypercomputer/maxtext): NNX layers (DenseGeneral, MlpBlock, RMSNorm, simple_layer) bridged into a
+# Linen decoder with nnx_wrappers.to_linen(..., metadata_fn=variable_to_logically_partitioned), scanned with
+# nn.scan(metadata_params={PARTITION_NAME: "layers"}, param_scan_axis=1); activations through MaxText's
+# maybe_shard_with_logical (which drops size-1 mesh axes); base.yml's 76 rules (70 names) and 12-axis mesh.
+
+from .maxtext import base_config as maxtext_base  # noqa: E402
+from .maxtext import decoder as maxtext_decoder  # noqa: E402
+
+MAXTEXT_MESH_SHAPE = "1x1x1x4x1x1x1x1x2x1x1x1"  # diloco, data, stage, fsdp=4, ..., tensor=2, ... (8 devices)
+
+
+def _maxtext_mesh(mesh_shape: str):
+    shape = tuple(int(n) for n in mesh_shape.split("x"))
+    axes = tuple(maxtext_base.MESH_AXES)
+    size = 1
+    for n in shape:
+        size *= n
+    return jax.make_mesh(shape, axes, axis_types=(jax.sharding.AxisType.Auto,) * len(axes), devices=jax.devices()[:size])
+
+
+def make_maxtext_decoder(
+    block: str = "llama2",
+    scan_layers: bool = True,
+    num_decoder_layers: int = 2,
+    emb_dim: int = 64,
+    mlp_dim: int = 128,
+    num_heads: int = 4,
+    head_dim: int = 16,
+    batch: int = 8,
+    length: int = 16,
+    mesh_shape: str = MAXTEXT_MESH_SHAPE,
+    dtype: str = "bfloat16",
+):
+    """MaxText's layers under a decoder written after decoders.py (see maxtext/decoder.py). The layers hold the mesh
+    (MaxText passes it to every layer), built here from ``mesh_shape`` with base.yml's ``mesh_axes``."""
+    config = maxtext_decoder.small_config(
+        emb_dim=emb_dim, mlp_dim=mlp_dim, num_query_heads=num_heads, num_kv_heads=num_heads, head_dim=head_dim,
+        num_decoder_layers=num_decoder_layers, scan_layers=scan_layers, dtype=jnp.dtype(dtype),
+    )
+    mesh = _maxtext_mesh(mesh_shape)
+    inputs = [InputSpec("embedded", (batch, length, emb_dim), dtype,
+                        ("activation_embed_and_logits_batch", "activation_length", "activation_embed"))]
+
+    def loss(y, x):
+        return jnp.mean(y.astype(jnp.float32) ** 2)
+
+    return maxtext_decoder.Decoder(config, mesh, block), inputs, loss
+
+
+def maxtext_rules() -> list[list]:
+    """base.yml's logical_axis_rules in the layout form (``[]`` -> null: both replicate)."""
+    return [[name, (axes if axes else None) if isinstance(axes, list) else axes]
+            for name, axes in maxtext_base.LOGICAL_AXIS_RULES]
