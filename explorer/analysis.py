@@ -53,6 +53,7 @@ class ArrayInfo:
     note: str = ""
     module: str = ""
     runs_per_step: int = 1
+    semantics: str = "linen"  # the rule semantics Flax applies to this array: its call's (Linen or NNX)
 
     @property
     def global_bytes(self) -> int:
@@ -237,6 +238,7 @@ def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo,
         note=array.note,
         module=array.module,
         runs_per_step=array.runs_per_step,
+        semantics=array.semantics,
     )
 
 
@@ -280,34 +282,37 @@ def _checked_spec(array: AbstractArray, resolution, rules, mesh: MeshInfo, probl
 
 
 def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: MeshInfo) -> list[Finding]:
-    """Where Linen and NNX semantics would shard this layout differently (people move between them)."""
-    other = "nnx" if model.framework == "linen" else "linen"
+    """Where Linen and NNX semantics would shard this layout differently (people move between them).
+
+    Each array is compared under the semantics Flax applies to it here (its call's) and the other one.
+    """
     ruled = {rule[0] for rule in rules}
     differing = []
     for array in model.arrays:
         names = effective_axes(array, mesh.axes)
         if not names:
             continue
+        other = "nnx" if array.semantics == "linen" else "linen"
         # a Linen user would write NNX's mesh-axis annotations with nn.with_partitioning: read them so
         theirs_names = effective_axes(dataclasses.replace(array, annotation="mesh-or-logical"), mesh.axes) if other == "linen" else names
         try:
-            mine = resolve(names, rules, len(array.shape), model.framework).spec
+            mine = resolve(names, rules, len(array.shape), array.semantics).spec
             theirs = resolve(theirs_names, rules, len(array.shape), other).spec
         except ExplorerError:
             continue
         dims = [d for d, (a, b) in enumerate(zip(mine, theirs)) if a != b]
         # a name with no rule differs by definition (replicated vs used as a mesh axis): that is not the news
         if any(isinstance(names[d], str) and names[d] in ruled for d in dims):
-            differing.append((array.path, mine, theirs))
+            differing.append((array.path, mine, theirs, array.semantics, other))
     if not differing:
         return []
-    path, mine, theirs = differing[0]
+    path, mine, theirs, semantics, other = differing[0]
     label = {"linen": "Linen", "nnx": "NNX"}
     return [Finding(
         "semantics-differ",
         f"{len(differing)} array(s) would be sharded differently under Flax {label[other]}'s rule semantics than under "
-        f"{label[model.framework]}'s (this model's), e.g. {path}: {PartitionSpec(*mine)} here, {PartitionSpec(*theirs)} "
-        f"under {label[other]}. {RESOLUTION_ORDERS[other]}.",
+        f"{label[semantics]}'s (the ones Flax applies to them here), e.g. {path}: {PartitionSpec(*mine)} here, "
+        f"{PartitionSpec(*theirs)} under {label[other]}. {RESOLUTION_ORDERS[other]}.",
         path,
     )]
 
@@ -485,6 +490,7 @@ def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[
         "note": info.note,
         "module": info.module,
         "runs_per_step": info.runs_per_step,
+        "semantics": info.semantics,
     }
     if include_tiles:
         data["tiles"] = [

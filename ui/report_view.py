@@ -8,7 +8,7 @@ import streamlit as st
 
 from explorer import plots
 from explorer.analysis import ERROR_CODES, INFO_CODES, KIND_LABELS, ArrayInfo, Report
-from explorer.rules import format_rule
+from explorer.rules import RESOLUTION_ORDERS, format_rule
 from explorer.text import arrays_frame, human_bytes, markdown_literal
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
 from ui import share_panel
@@ -207,7 +207,8 @@ def _selected_devices(event, view) -> set[int]:
 def _trace_table(report: Report, info: ArrayInfo) -> None:
     rules = report.layout.rules_for_flax()
     st.markdown("**Why this spec** — the rule trace, dimension by dimension")
-    st.caption(f"Rule semantics of this model: {report.resolution_order}.")
+    caller = "" if info.semantics == report.framework else " (the call that declared it decides, not the model)"
+    st.caption(f"Rule semantics of this array: {RESOLUTION_ORDERS[info.semantics]}{caller}.")
     rows = []
     for dim in info.trace:
         decided = (
