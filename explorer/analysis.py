@@ -24,7 +24,7 @@ from explorer import reading
 from explorer.reading import AbstractArray, AbstractModel, abstract_model
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, MeshSpec
-from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, format_rule, resolve, spec_axes
+from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, format_rule, resolve, spec_axes, spec_entry
 from explorer.tiles import MeshInfo, Tile
 
 LARGE_REPLICATED_BYTES = 1 << 20
@@ -195,7 +195,9 @@ def analyze(layout: Layout) -> Report:
     rules = layout.rules_for_flax()
     problems: list[Finding] = []
     arrays = tuple(_array_info(a, rules, mesh, problems) for a in model.arrays)
-    warnings = problems + _warnings(arrays, rules, mesh) + _semantics_differ(model, rules, mesh)
+    received = reading.received(model, jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), rules)
+    arrays, notes = _as_received(arrays, model, received, rules, mesh, problems)
+    warnings = problems + notes + _warnings(arrays, rules, mesh) + _semantics_differ(model, rules, mesh)
     if model.loops_without_length:
         warnings.append(Finding(
             "loop-without-length",
@@ -239,6 +241,54 @@ def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo,
         module=array.module,
         runs_per_step=array.runs_per_step,
         semantics=array.semantics,
+    )
+
+
+def _as_received(arrays: tuple[ArrayInfo, ...], model: AbstractModel, received: reading.Resolved, rules, mesh: MeshInfo,
+                 problems: list) -> tuple[tuple[ArrayInfo, ...], list[Finding]]:
+    """The activations with the specs JAX receives under this layout (``reading.received``).
+
+    Where the probe's constraints line up with the layout's trace one for one, each keeps its
+    logical names and rule trace, and takes the received spec where the model's own code made
+    it differ from the rules applied to the names. Where they do not line up (the model's code
+    refused the probe), the received activations are shown with their mesh axes only.
+    """
+    if received.error:
+        why = (f"the model's code refused the explorer's probe ({model.probe_error}), " if model.probe_error else "")
+        return arrays, [Finding(
+            "activations-unresolved",
+            f"The forward pass could not be traced under this layout's mesh and rules ({received.error}); "
+            + (f"{why}so no activation can be shown." if why else
+               "the activations' specs shown are the rules applied to their logical names, not what JAX received."),
+        )]
+    probed = [a for a in arrays if a.kind == "activation"]
+    truth = list(received.activations) + [received.output]
+    if len(probed) == len(truth) and all(p.path == t.path and p.shape == t.shape for p, t in zip(probed, truth)):
+        by_path = {t.path: t for t in truth}
+        return tuple(_with_received(a, by_path[a.path], mesh) if a.kind == "activation" else a for a in arrays), []
+    why = (f"the model's code refused the explorer's probe ({model.probe_error})" if model.probe_error
+           else "the probe's trace and the layout's trace list different constraints")
+    note = f"logical names unknown ({why}); the spec JAX receives under this layout"
+    shown = tuple(_array_info(dataclasses.replace(t, note=f"{t.note}; {note}" if t.note else note), rules, mesh, problems)
+                  for t in truth)
+    return tuple(a for a in arrays if a.kind != "activation") + shown, [Finding(
+        "activation-names-unknown",
+        f"{len(truth)} activation(s) are shown with the mesh axes JAX receives under this layout; their logical names "
+        f"are unknown: {why}.",
+    )]
+
+
+def _with_received(info: ArrayInfo, received: AbstractArray, mesh: MeshInfo) -> ArrayInfo:
+    ndim = len(info.shape)
+    spec = tuple(spec_entry(d) if isinstance(d, tuple) else None for d in received.logical_axes or (None,) * ndim)
+    if spec == tuple(spec_entry(e) if isinstance(e, (tuple, list)) else e for e in info.spec):
+        return info
+    shard = tiles_lib.shard_shape(info.shape, spec, mesh)
+    note = (f"JAX receives {PartitionSpec(*spec)} under this layout: the model's own code changed what the rules give "
+            f"its names ({PartitionSpec(*info.spec)})")
+    return dataclasses.replace(
+        info, spec=spec, shard_shape=shard, bytes_per_device=math.prod(shard) * np.dtype(info.dtype).itemsize,
+        replication=tiles_lib.replication(spec, mesh), note=f"{info.note}; {note}" if info.note else note,
     )
 
 

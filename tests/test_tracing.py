@@ -3,7 +3,7 @@
 import pytest
 
 from explorer import reading as abstract
-from explorer.reading import constraints as program, trace as tracing
+from explorer.reading import constraints as program, trace as tracing, under_layout
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL_FACTORIES
@@ -29,27 +29,39 @@ def fresh(monkeypatch):
 
 @pytest.fixture
 def traces(fresh, monkeypatch):
-    """Each trace, as "init" (a Linen init, with the forward pass in it) or "forward" (the forward pass alone)."""
+    """Each trace, as "init" (a Linen init under the probe, with the forward pass in it), "forward" (the forward
+    pass alone under the probe) or "layout" (the forward pass under the layout's mesh and rules)."""
     calls = []
-    real_init, real_read = tracing._linen_trace, program.constraints
+    real_init, real_read, real_layout = tracing._linen_trace, program.constraints, under_layout._trace
+    in_layout = []
 
     def init(*args):
         calls.append("init")
         return real_init(*args)
 
     def read(closed, input_invars, parameter_invars=(), parameter_outvars=()):
-        if parameter_invars:
+        if parameter_invars and not in_layout:
             calls.append("forward")
         return real_read(closed, input_invars, parameter_invars, parameter_outvars)
 
+    def layout_trace(*args):
+        calls.append("layout")
+        in_layout.append(True)
+        try:
+            return real_layout(*args)
+        finally:
+            in_layout.pop()
+
     monkeypatch.setattr(tracing, "_linen_trace", init)
     monkeypatch.setattr(program, "constraints", read)
+    monkeypatch.setattr(under_layout, "_trace", layout_trace)
+    monkeypatch.setattr(under_layout, "_memory", {})
     return calls
 
 
 def test_rules_naming_every_parameter_name_trace_once(traces):
     report = analyze(layout(EVERY_NAME))
-    assert traces == ["init"]
+    assert traces == ["init", "layout"]  # the probe once, then the forward pass under this layout's rules
     query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_0/attention"]
     assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]
 
@@ -57,11 +69,13 @@ def test_rules_naming_every_parameter_name_trace_once(traces):
 def test_a_parameter_name_without_a_rule_is_still_seen_on_activations(traces):
     rules = [rule for rule in EVERY_NAME if rule[0] != "kv"]
     report = analyze(layout(rules))
-    assert traces == ["init", "forward"]
+    assert traces == ["init", "forward", "layout"]
     query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_0/attention"]
     assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]
     analyze(layout(rules, name="again"))
-    assert traces == ["init", "forward"]  # the second trace told every name apart: nothing is traced again
+    assert traces == ["init", "forward", "layout"]  # every name told apart, these rules traced: nothing is traced again
+    analyze(layout(rules[::-1], name="edited"))
+    assert traces == ["init", "forward", "layout", "layout"]  # a rules edit: the forward pass under the new rules only
 
 
 LINEN_CASES = ["guide-mlp-scan", "transformer-scan-3d", "partitioning-style", "repeated-scan", "bridged", "dead-in-call", "t5x-1d",
@@ -103,11 +117,11 @@ def test_another_size_of_a_model_traced_before_is_traced_once(traces, tmp_path, 
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     rules = [rule for rule in EVERY_NAME if rule[0] != "kv"]
     analyze(layout(rules))
-    assert traces == ["init", "forward"]
+    assert traces == ["init", "forward", "layout"]
     traces.clear()
     bigger = parse_layout({"name": "bigger", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": rules,
                            "model": {"name": "transformer", "options": {**TRANSFORMER, "layers": 3}}})
     report = analyze(bigger)
-    assert traces == ["init"]
+    assert traces == ["init", "layout"]
     query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_2/attention"]
     assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]

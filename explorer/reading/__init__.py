@@ -8,7 +8,10 @@ state's shapes in the framework's own tree). Behind it:
 - ``arrays.py``: the plain data (no Flax);
 - ``disk.py``: the cache on disk, so a later process reads a model without importing Flax;
 - ``trace.py``: tracing with Flax (imported on first need);
-- ``constraints.py``: every live sharding constraint of a traced program, from its jaxpr.
+- ``constraints.py``: every live sharding constraint of a traced program, from its jaxpr;
+- ``under_layout.py``: the activations as JAX receives them under one layout's mesh and rules
+  (``received(model, mesh, rules)``), which the analysis shows where they differ from the rules
+  applied to the probe's names.
 
 The trace depends on the model configuration and on the names it must tell apart (the
 rules' logical names and the mesh's axis names), never on which mesh axes the rules
@@ -21,9 +24,9 @@ import threading
 from typing import Any
 
 from explorer.reading import disk
-from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Traced, names_of
+from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, names_of
 
-__all__ = ["AbstractArray", "AbstractModel", "AxisName", "Kind", "abstract_model", "live", "names_of"]
+__all__ = ["AbstractArray", "AbstractModel", "AxisName", "Kind", "Resolved", "abstract_model", "live", "names_of", "received"]
 
 REGISTRY_SIZE = 32
 _registry: dict[tuple, list[Traced]] = {}
@@ -65,6 +68,13 @@ def live(model: AbstractModel) -> Any:
     """The model built and its train state traced (``built``, ``optimizer``, ``state``: the state's
     ShapeDtypeStructs in the framework's tree, ``graphdefs`` for NNX), traced again if the arrays came from disk."""
     return _trace().state_stage(model.key, model.mesh_axes)
+
+
+def received(model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
+    """The activations as JAX receives them when the forward pass runs under ``mesh`` and ``rules`` (``under_layout.py``)."""
+    from explorer.reading import under_layout
+
+    return under_layout.received(model, mesh, rules)
 
 
 def _trace():

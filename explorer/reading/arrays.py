@@ -62,6 +62,7 @@ class AbstractModel:
     output: AbstractArray
     loops_without_length: int = 0
     weight_constraints: int = 0  # constraints on values computed from no model input (parameter reads), not listed
+    probe_error: str = ""  # why the model's code refused the probe: its activations' logical names are unknown
 
     @property
     def arrays(self) -> tuple[AbstractArray, ...]:
@@ -70,6 +71,19 @@ class AbstractModel:
     @property
     def logical_names(self) -> frozenset[str]:
         return names_of(self.arrays)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """The live activation constraints of the forward pass traced under a layout, in program order.
+
+    Each array's ``logical_axes`` holds, per dimension, the mesh axes JAX received (a tuple) or
+    None. ``output`` is the model output's. ``error`` says why the trace failed (then both are empty).
+    """
+
+    activations: tuple["AbstractArray", ...] = ()
+    output: "AbstractArray | None" = None
+    error: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,3 +97,44 @@ class Traced:
 def names_of(arrays) -> frozenset[str]:
     """Every logical name the arrays carry."""
     return frozenset(n for a in arrays if a.logical_axes for n in a.logical_axes if isinstance(n, str))
+
+
+def activation_arrays(found, root: str) -> tuple[AbstractArray, ...]:
+    """The activations among a program's constraints (``constraints.Constraint``), as arrays named by where each was
+    declared: ``activations/<module path without the top module>/<n-th there>``."""
+    arrays = []
+    counters: dict[str, int] = {}
+    for constraint in found:
+        if not constraint.activation:
+            continue
+        location = constraint.location[len(root) + 1:] if constraint.location.startswith(root + "/") else constraint.location
+        ordinal = counters.get(location, 0)
+        counters[location] = ordinal + 1
+        fixed = any(isinstance(d, tuple) for d in constraint.dims)
+        logical = any(isinstance(d, str) for d in constraint.dims)
+        how = (
+            "fixed to mesh axes by with_sharding_constraint" if fixed and not logical
+            else "declared with logical names" if logical and not fixed
+            else "logical names and fixed mesh axes" if fixed else "declared replicated"
+        )
+        runs = f"; runs {constraint.runs}x per step (loop body)" if constraint.runs > 1 else ""
+        arrays.append(AbstractArray(
+            f"activations/{location}/{ordinal}", "activation", constraint.shape, constraint.dtype, constraint.dims,
+            note=how + _resolved_by(constraint) + runs, module=location, runs_per_step=constraint.runs,
+            semantics=semantics_of(constraint),
+        ))
+    return tuple(arrays)
+
+
+def semantics_of(constraint) -> str:
+    """The rules' semantics for a constraint: the call's. A hand-written call whose spec carries logical names
+    resolved them with a helper of the user's; Flax Linen's ``logical_to_mesh_axes`` is the usual one."""
+    return "nnx" if constraint.semantics == "nnx" else "linen"
+
+
+def _resolved_by(constraint) -> str:
+    if constraint.semantics == "nnx":
+        return " (an NNX variable's out_sharding: NNX rule semantics)"
+    if constraint.semantics == "hand" and any(isinstance(d, str) for d in constraint.dims):
+        return " (resolved by the model's own code before with_sharding_constraint; read with Linen semantics)"
+    return ""

@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from explorer.reading.arrays import AbstractArray, AbstractModel
+from explorer.reading.arrays import AbstractArray, AbstractModel, Resolved
 
 CACHE_ENV = "EXPLORER_CACHE_DIR"
 FORMAT = 2
@@ -68,6 +68,28 @@ def store(key: tuple, mesh_axes: tuple[str, ...], entries: list[tuple[frozenset[
         "format": FORMAT, "key": list(key), "mesh_axes": list(mesh_axes),
         "entries": [{"names": sorted(names), "model": _model_to(model)} for names, model in entries],
     })
+
+
+def load_resolved(key: tuple, layout: tuple):
+    """The ``resolved.Resolved`` kept for this model under a layout's mesh and rules, or None."""
+    path = _hashed_path("resolved", key[0], [FORMAT, list(key), json.dumps(layout)])
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT or data.get("key") != list(key) or data.get("layout") != json.dumps(layout):
+            return None
+        return Resolved(tuple(_array_from(a) for a in data["activations"]), _array_from(data["output"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+
+
+def store_resolved(key: tuple, layout: tuple, resolved) -> None:
+    path = _hashed_path("resolved", key[0], [FORMAT, list(key), json.dumps(layout)])
+    if path is not None:
+        _write_json(path, {"format": FORMAT, "key": list(key), "layout": json.dumps(layout),
+                           "activations": [_array_to(a) for a in resolved.activations],
+                           "output": _array_to(resolved.output)})
 
 
 def names_seen(model_name: str) -> frozenset[str]:
@@ -174,6 +196,7 @@ def _model_to(model) -> dict:
         "output": _array_to(model.output),
         "loops_without_length": model.loops_without_length,
         "weight_constraints": model.weight_constraints,
+        "probe_error": model.probe_error,
     }
 
 
@@ -186,4 +209,5 @@ def _model_from(data: dict, key: tuple, mesh_axes: tuple[str, ...]):
         output=_array_from(data["output"]),
         loops_without_length=int(data["loops_without_length"]),
         weight_constraints=int(data["weight_constraints"]),
+        probe_error=str(data["probe_error"]),
     )

@@ -40,7 +40,9 @@ from flax.linen import partitioning as nn_partitioning
 from flax.training import train_state
 
 from explorer.reading import constraints as program
-from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Traced, names_of
+from explorer.reading.arrays import (
+    AbstractArray, AbstractModel, AxisName, Kind, Traced, activation_arrays, names_of, semantics_of,
+)
 from explorer.errors import ExplorerError
 from explorer.models import BuiltModel, build_model
 
@@ -104,8 +106,10 @@ def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> Tra
     n_inputs = len(built.inputs)
     with _tracing(key):
         if stage is None and built.framework == "linen":
-            closed, stage, parameters = _linen_trace(built, names, mesh_axes)
+            closed, stage, parameters, probe_error = _linen_trace(built, names, mesh_axes)
             _remember(key, mesh_axes, stage)
+            if probe_error:
+                return Traced(_unprobed(key, mesh_axes, stage, probe_error), frozenset(names))
             if names_of(stage.state_arrays) <= names:
                 found = program.constraints(closed, input_invars=range(1, 1 + n_inputs), parameter_outvars=parameters)
                 return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
@@ -113,12 +117,25 @@ def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> Tra
             stage = _nnx_state(built)
             _remember(key, mesh_axes, stage)
         names = names | names_of(stage.state_arrays)
-        with _probe(names, mesh_axes):
-            closed = jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(built))
+        try:
+            with _probe(names, mesh_axes):
+                closed = forward_program(stage)
+        except Exception as error:  # the model's own code refuses the probe: names are not recoverable
+            return Traced(_unprobed(key, mesh_axes, stage, error_text(error)), frozenset(names))
         n_variables = len(jax.tree_util.tree_leaves(stage.variables))
         found = program.constraints(closed, input_invars=range(n_variables, n_variables + n_inputs),
                                     parameter_invars=range(n_variables))
     return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
+
+
+def forward_program(stage: "_State"):
+    """The forward pass on the state's variables, traced in the current mesh and rules context."""
+    return jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(stage.built))
+
+
+def error_text(error: Exception) -> str:
+    text = str(error).split("\n--------------------")[0].strip()  # JAX's note on filtered frames is not the error
+    return f"{type(error).__name__}: {text}"
 
 
 @contextlib.contextmanager
@@ -205,9 +222,13 @@ def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
 
 # --- Linen ---------------------------------------------------------------------------------
 
-def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[Any, _State, tuple[int, ...]]:
-    """One ``make_jaxpr`` of the guide's init (with the model's output) under the probe: the program, the state, and
-    the positions of the parameters among the program's outputs."""
+def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[Any, _State, tuple[int, ...], str]:
+    """One ``make_jaxpr`` of the guide's init (with the model's output) under the probe: the program, the state, the
+    positions of the parameters among the program's outputs, and "" (or why the probe failed).
+
+    A model whose own code refuses the probe (it shards with a mesh of its own, say) is traced again without
+    any mesh, as Flax's guide evaluates shapes: the state is the same, the activations' names are lost.
+    """
     optimizer = make_optimizer()
     module = built.module
 
@@ -219,9 +240,15 @@ def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str,
     from flax import nnx
 
     # NNX variables inside (bridges) would shard themselves as they are created; shapes need no mesh
-    with _probe(names, mesh_axes), nnx.use_eager_sharding(False):
-        closed, (output, state, params_axes) = jax.make_jaxpr(init_with_output, return_shape=True)(
-            jax.random.key(0), *_abstract_inputs(built))
+    trace = jax.make_jaxpr(init_with_output, return_shape=True)
+    probe_error = ""
+    try:
+        with _probe(names, mesh_axes), nnx.use_eager_sharding(False):
+            closed, (output, state, params_axes) = trace(jax.random.key(0), *_abstract_inputs(built))
+    except Exception as error:
+        probe_error = error_text(error)
+        with nnx.use_eager_sharding(False):
+            closed, (output, state, params_axes) = trace(jax.random.key(0), *_abstract_inputs(built))
     n_output = len(jax.tree_util.tree_leaves(output))
     state_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
     parameters = tuple(n_output + i for i, (path, _) in enumerate(state_leaves)
@@ -232,7 +259,7 @@ def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str,
 
     stage = _State(built, "linen", optimizer, state, _linen_state_arrays(state, optimizer, params_axes), forward,
                    state.params, root=type(module).__name__)
-    return closed, stage, parameters
+    return closed, stage, parameters, probe_error
 
 
 def _is_box(x: Any) -> bool:
@@ -333,43 +360,25 @@ def _model(key: tuple, mesh_axes: tuple[str, ...], stage: _State, found: list[pr
         framework=stage.framework,
         state_arrays=stage.state_arrays,
         inputs=_input_arrays(stage.built),
-        activations=_activation_arrays(found, stage.root),
+        activations=activation_arrays(found, stage.root),
         output=_output_array(closed, found, stage.framework),
         loops_without_length=sum(1 for c in found if c.in_loop_without_length and c.activation),
         weight_constraints=sum(1 for c in found if not c.activation),
     )
 
 
-def _location(location: str, root: str) -> str:
-    """The module path without the top module's own name, as parameter paths are written."""
-    if location.startswith(root + "/"):
-        return location[len(root) + 1:]
-    return location
-
-
-def _activation_arrays(found: list[program.Constraint], root: str) -> tuple[AbstractArray, ...]:
-    arrays = []
-    counters: dict[str, int] = {}
-    for constraint in found:
-        if not constraint.activation:
-            continue
-        location = _location(constraint.location, root)
-        ordinal = counters.get(location, 0)
-        counters[location] = ordinal + 1
-        fixed = any(isinstance(d, tuple) for d in constraint.dims)
-        logical = any(isinstance(d, str) for d in constraint.dims)
-        how = (
-            "fixed to mesh axes by with_sharding_constraint" if fixed and not logical
-            else "declared with logical names" if logical and not fixed
-            else "logical names and fixed mesh axes" if fixed else "declared replicated"
-        )
-        runs = f"; runs {constraint.runs}x per step (loop body)" if constraint.runs > 1 else ""
-        arrays.append(AbstractArray(
-            f"activations/{location}/{ordinal}", "activation", constraint.shape, constraint.dtype, constraint.dims,
-            note=how + _resolved_by(constraint) + runs, module=location, runs_per_step=constraint.runs,
-            semantics=_semantics_of(constraint),
-        ))
-    return tuple(arrays)
+def _unprobed(key: tuple, mesh_axes: tuple[str, ...], stage: _State, probe_error: str) -> AbstractModel:
+    """The state alone: the model's code refused the probe, so its activations come from the resolved trace only."""
+    output = jax.eval_shape(stage.forward, stage.variables, *_abstract_inputs(stage.built))
+    leaf = jax.tree_util.tree_leaves(output)[0]
+    note = "model output; its sharding is read from the trace under the layout's rules"
+    return AbstractModel(
+        key=key, mesh_axes=mesh_axes, framework=stage.framework, state_arrays=stage.state_arrays,
+        inputs=_input_arrays(stage.built), activations=(),
+        output=AbstractArray("activations/output", "activation", tuple(leaf.shape), str(leaf.dtype), None, note,
+                             module="output", semantics=stage.framework),
+        probe_error=probe_error,
+    )
 
 
 def _output_array(closed, found: list[program.Constraint], framework: str) -> AbstractArray:
@@ -377,7 +386,7 @@ def _output_array(closed, found: list[program.Constraint], framework: str) -> Ab
     aval = output_var.aval
     declared = next((c for c in reversed(found) if c.var is output_var and c.activation), None)
     if declared is not None:
-        names, semantics = declared.dims, _semantics_of(declared)
+        names, semantics = declared.dims, semantics_of(declared)
         note = "model output; its sharding is the last constraint the model declares on it"
     else:
         names, semantics = None, "linen" if framework == "linen" else "nnx"
@@ -386,15 +395,3 @@ def _output_array(closed, found: list[program.Constraint], framework: str) -> Ab
                          module="output", semantics=semantics)
 
 
-def _semantics_of(constraint: program.Constraint) -> str:
-    """The rules' semantics for a constraint: the call's. A hand-written call whose spec carries logical names
-    resolved them with a helper of the user's; Flax Linen's ``logical_to_mesh_axes`` is the usual one."""
-    return "nnx" if constraint.semantics == "nnx" else "linen"
-
-
-def _resolved_by(constraint: program.Constraint) -> str:
-    if constraint.semantics == "nnx":
-        return " (an NNX variable's out_sharding: NNX rule semantics)"
-    if constraint.semantics == "hand" and any(isinstance(d, str) for d in constraint.dims):
-        return " (resolved by the model's own code before with_sharding_constraint; read with Linen semantics)"
-    return ""
