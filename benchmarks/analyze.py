@@ -88,6 +88,51 @@ def bare_t5x() -> int:
     return len(leaves)
 
 
+MAXTEXT = "tests.external.factories:make_maxtext_decoder"
+MAXTEXT_OPTIONS = {"num_decoder_layers": 8, "emb_dim": 512, "mlp_dim": 1408, "num_heads": 8, "head_dim": 64, "batch": 8,
+                   "length": 256}
+
+
+def maxtext_layout() -> dict:
+    from tests.external import factories
+
+    shape = [int(n) for n in factories.MAXTEXT_MESH_SHAPE.split("x")]
+    return {"name": "maxtext-llama2", "mesh": {"shape": shape, "axes": list(factories.maxtext_base.MESH_AXES)},
+            "rules": factories.maxtext_rules(), "model": {"name": MAXTEXT, "options": MAXTEXT_OPTIONS}}
+
+
+def bare_maxtext() -> int:
+    """Flax's recipe on MaxText's decoder (NNX layers bridged into Linen, scanned, base.yml's rules on its 12-axis
+    mesh): eval_shape of init, nn.get_partition_spec, logical_to_mesh_sharding, the forward pass under the mesh
+    and rules for its constraints."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec
+
+    from tests.external import factories
+
+    layout = maxtext_layout()
+    module, inputs, _ = factories.make_maxtext_decoder(**MAXTEXT_OPTIONS)
+    xs = [jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype)) for i in inputs]
+    mesh = jax.make_mesh(tuple(layout["mesh"]["shape"]), tuple(layout["mesh"]["axes"]),
+                         axis_types=(jax.sharding.AxisType.Auto,) * len(layout["mesh"]["axes"]))
+    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in layout["rules"])
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        abstract = jax.eval_shape(module.init, jax.random.key(0), *xs)
+        shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh, rules)
+        forward = jax.make_jaxpr(lambda variables, *x: module.apply(variables, *x))(abstract, *xs)
+    leaves = jax.tree_util.tree_leaves(shardings, is_leaf=lambda x: isinstance(x, PartitionSpec))
+    return len(leaves) + len(_sharding_constraints(forward.jaxpr))
+
+
+def explorer_maxtext() -> int:
+    from explorer.analysis import analyze
+    from explorer.layout import parse_layout
+
+    return len(analyze(parse_layout(maxtext_layout())).arrays)
+
+
 def explorer_t5x() -> int:
     from explorer.analysis import analyze
     from explorer.layout import parse_layout
@@ -196,18 +241,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--child", choices=["bare", "explorer", "explorer-every-name", "explorer-other-size", "cli", "bare-t5x",
-                                                "explorer-t5x"])
+                                                "explorer-t5x", "bare-maxtext", "explorer-maxtext"])
     args = parser.parse_args()
     os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
     if args.child:
         from explorer import devices
 
         devices.configure()
-        os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5X
+        os.environ["EXPLORER_ALLOWED_FACTORIES"] = f"{T5X},{MAXTEXT}"
         children = {"bare": bare_recipe, "explorer": explorer_analysis, "explorer-every-name": explorer_every_name,
                     "explorer-other-size": explorer_other_size,
                     "cli": command_line_json,
-                    "bare-t5x": bare_t5x, "explorer-t5x": explorer_t5x}
+                    "bare-t5x": bare_t5x, "explorer-t5x": explorer_t5x,
+                    "bare-maxtext": bare_maxtext, "explorer-maxtext": explorer_maxtext}
         children[args.child]()
         return
 
@@ -245,6 +291,17 @@ def main() -> None:
     print(_summary("explorer, whole process, cold", explorer_t5))
     ratios = [e / b for e, b in zip(explorer_t5, bare_t5)]
     print(f"ratio explorer / bare (T5X, whole process, cold): median {statistics.median(ratios):.2f}x")
+
+    print(f"MaxText's decoder (tests/external: NNX layers bridged into Linen, scanned, 8 layers, d_model 512) on its "
+          f"12-axis mesh with base.yml's rules, {args.rounds} rounds")
+    bare_mt, explorer_mt = [], []
+    for _ in range(args.rounds):
+        bare_mt.append(_fresh_process("bare-maxtext", tempfile.mkdtemp()))
+        explorer_mt.append(_fresh_process("explorer-maxtext", tempfile.mkdtemp()))
+    print(_summary("bare Flax recipe, whole process", bare_mt))
+    print(_summary("explorer, whole process, cold", explorer_mt))
+    ratios = [e / b for e, b in zip(explorer_mt, bare_mt)]
+    print(f"ratio explorer / bare (MaxText, whole process, cold): median {statistics.median(ratios):.2f}x")
 
     from explorer import devices
 
