@@ -21,6 +21,7 @@ MESH_2X4 = {"shape": [2, 4], "axes": ["data", "model"]}
 MESH_2X2X2 = {"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]}
 TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8,
                "mlp_dim": 64, "vocab": 128, "gated_mlp": True}
+MOE_MESH = {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]}  # T5X's MoE mesh: expert=2, model=2
 MAXTEXT_MESH = {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
 FSDP_TP = [["batch", "data"], ["hidden", "model"], ["mlp", "model"], ["heads", "model"], ["kv_heads", "model"],
            ["vocab", "model"], ["embed", "data"], ["layer", None]]
@@ -85,6 +86,14 @@ CASES = {
     "i17-8-bridged-scan-duplicates": case(MESH_2X4, class_models.BRIDGE_RULES + [["mlp", None], ["activation_mlp", None]],
                                           "tests.class_models:make_bridged_scan"),
     # real public models with their authors' rules
+    "flaxformer-moe-masked": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"], f"{EXTERNAL}:make_flaxformer_moe"),
+    "flaxformer-moe-scatter": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"], f"{EXTERNAL}:make_flaxformer_moe",
+                                   {"router": "tokens_choose_scatter"}),
+    "flaxformer-moe-experts-choose": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"],
+                                          f"{EXTERNAL}:make_flaxformer_moe", {"router": "experts_choose"}),
+    # a user's shorter rule set: the other names are replicated (the forward pass is read on the boxed state)
+    "flaxformer-moe-few-rules": case(MOE_MESH, [["batch", ["expert", "data"]], ["expert", "expert"], ["mlp", "model"]],
+                                     f"{EXTERNAL}:make_flaxformer_moe"),
     "maxtext-llama2-scan": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder"),
     "maxtext-llama2-loop": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder",
                                 {"scan_layers": False}),
@@ -109,7 +118,7 @@ CASES = {
 EXTERNAL_FACTORIES = ",".join(
     f"{EXTERNAL}:{name}" for name in ("make_t5x_t5", "make_flax_lm1b", "make_mu_transformer", "make_big_vision_vit",
                                       "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma",
-                                      "make_maxtext_decoder")
+                                      "make_maxtext_decoder", "make_flaxformer_moe")
 )
 
 
@@ -193,7 +202,7 @@ def test_activations_are_the_programs_constraints_in_order(name, allow_factories
     check_activations(name)
 
 
-LOOP_FREE = ["maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
+LOOP_FREE = ["flaxformer-moe-masked", "flaxformer-moe-scatter", "flaxformer-moe-experts-choose", "maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
              "i17-7-maxtext-style-moe", "i17-7-vmap-moe", "i17-7-nnx-moe", "guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
              "bridged", "dead-in-call", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
 
