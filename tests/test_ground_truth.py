@@ -21,6 +21,7 @@ MESH_2X4 = {"shape": [2, 4], "axes": ["data", "model"]}
 MESH_2X2X2 = {"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]}
 TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8,
                "mlp_dim": 64, "vocab": 128, "gated_mlp": True}
+MOE_MESH = {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]}  # T5X's MoE mesh: expert=2, model=2
 MAXTEXT_MESH = {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
 FSDP_TP = [["batch", "data"], ["hidden", "model"], ["mlp", "model"], ["heads", "model"], ["kv_heads", "model"],
            ["vocab", "model"], ["embed", "data"], ["layer", None]]
@@ -85,6 +86,14 @@ CASES = {
     "i17-8-bridged-scan-duplicates": case(MESH_2X4, class_models.BRIDGE_RULES + [["mlp", None], ["activation_mlp", None]],
                                           "tests.class_models:make_bridged_scan"),
     # real public models with their authors' rules
+    "flaxformer-moe-masked": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"], f"{EXTERNAL}:make_flaxformer_moe"),
+    "flaxformer-moe-scatter": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"], f"{EXTERNAL}:make_flaxformer_moe",
+                                   {"router": "tokens_choose_scatter"}),
+    "flaxformer-moe-experts-choose": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"],
+                                          f"{EXTERNAL}:make_flaxformer_moe", {"router": "experts_choose"}),
+    # a user's shorter rule set: the other names are replicated (the forward pass is read on the boxed state)
+    "flaxformer-moe-few-rules": case(MOE_MESH, [["batch", ["expert", "data"]], ["expert", "expert"], ["mlp", "model"]],
+                                     f"{EXTERNAL}:make_flaxformer_moe"),
     "maxtext-llama2-scan": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder"),
     "maxtext-llama2-loop": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder",
                                 {"scan_layers": False}),
@@ -109,7 +118,7 @@ CASES = {
 EXTERNAL_FACTORIES = ",".join(
     f"{EXTERNAL}:{name}" for name in ("make_t5x_t5", "make_flax_lm1b", "make_mu_transformer", "make_big_vision_vit",
                                       "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma",
-                                      "make_maxtext_decoder")
+                                      "make_maxtext_decoder", "make_flaxformer_moe")
 )
 
 
@@ -193,7 +202,22 @@ def test_activations_are_the_programs_constraints_in_order(name, allow_factories
     check_activations(name)
 
 
-LOOP_FREE = ["maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_activation_names_the_module_jax_names(name, allow_factories):
+    """Each listed activation's module is where JAX's name stack (Flax's module scopes) puts its constraint.
+
+    Compared where comparable: the report names a module relative to the top module, so it must be the name stack
+    or end it; constraints with no name stack (NNX modules push none) are not compared."""
+    report = analyze(layout_of(name))
+    ours = [(tuple(a.shape), a.module) for a in report.arrays if a.kind == "activation" and a.path != "activations/output"]
+    truth = [(c.shape, c.name_stack) for c in ground_truth.constraints(*truth_inputs(name)) if c.activation]
+    assert [s for s, _ in ours] == [s for s, _ in truth], "the activations differ (see the in-order test)"
+    wrong = [(i, module, stack) for i, ((_, module), (_, stack)) in enumerate(zip(ours, truth))
+             if stack and not (stack == module or stack.endswith("/" + module))]
+    assert not wrong, "\n".join(f"#{i}: report module {m!r}, JAX name stack {s!r}" for i, m, s in wrong[:10])
+
+
+LOOP_FREE = ["flaxformer-moe-masked", "flaxformer-moe-scatter", "flaxformer-moe-experts-choose", "maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
              "i17-7-maxtext-style-moe", "i17-7-vmap-moe", "i17-7-nnx-moe", "guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
              "bridged", "dead-in-call", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
 
@@ -202,3 +226,37 @@ LOOP_FREE = ["maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i1
 def test_activation_bytes_are_each_constraint_once_and_the_output_not_again(name, allow_factories):
     """Without loops every constraint runs once: the total is JAX's shard bytes of each, the output not counted twice."""
     check_activation_bytes(name)
+
+
+def test_the_ground_truth_imports_no_explorer_code():
+    """Paths, rules and the weight/activation split in the ground truth come from JAX and Flax, never the explorer."""
+    import ast
+    import pathlib
+
+    tree = ast.parse(pathlib.Path(ground_truth.__file__).read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module] + [
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if m == "explorer" or m.startswith("explorer.")]
+
+
+def test_the_ground_truth_tells_weight_constraints_from_activations_by_data_flow():
+    """In the scanned body of class 5, five constraints are on weights (the unboxed reads, a bf16 cast, its transpose,
+    a slice of a weight) and two on values computed from the input; a submodule named ``value`` keeps its path."""
+    model, mesh, rules = truth_inputs("i17-5-weight-casts")
+    found = ground_truth.constraints(model, mesh, rules)
+    assert [(c.shape, str(c.dtype), c.activation) for c in found] == [
+        ((32, 64), "float32", False), ((32,), "float32", False), ((32, 64), "bfloat16", False),
+        ((64, 32), "bfloat16", False), ((16,), "bfloat16", False), ((8, 64), "bfloat16", True),
+        ((8, 32), "float32", True),
+    ]
+    state = ground_truth.linen_state(*truth_inputs("i17-4-value-named"))
+    assert {"params/value/kernel", "params/value/bias", "params/key/kernel", "params/query/kernel"} <= set(state)
+
+
+def test_the_ground_truth_reads_the_spec_each_call_site_really_produced():
+    """Class 6: the NNX variable resolves with NNX's semantics (last duplicate: hidden -> data), Linen's
+    nn.with_logical_constraint in the same model with Linen's (first free rule: hidden -> model)."""
+    model, mesh, rules = truth_inputs("i17-6-nnx-calls-linen")
+    state, specs = ground_truth.nnx_state(model, mesh, rules)
+    assert specs["w1"] == (("data",), ("model",)) and specs["w2"] == ((), ("model",))
+    assert ground_truth.activations(model, mesh, rules) == [((8, 64), (("data",), ("model",)))]

@@ -564,3 +564,81 @@ def maxtext_rules() -> list[list]:
     """base.yml's logical_axis_rules in the layout form (``[]`` -> null: both replicate)."""
     return [[name, (axes if axes else None) if isinstance(axes, list) else axes]
             for name, axes in maxtext_base.LOGICAL_AXIS_RULES]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# flaxformer MoE (google/flaxformer architectures/moe): MoeLayer with a tokens-choose (masked or scatter) or
+# experts-choose router, experts (dense.MlpBlock, param_with_axes) stacked by vmap_with_axes(spmd_axis_name='expert'),
+# rank 3-5 constraints over ('batch', 'unmodeled', 'expert', 'expert_replicas', 'length', 'embed'), capacity factor;
+# T5X's MoE rules (t5x/contrib/moe/partitioning.py) on its ('data', 'expert', 'model') mesh.
+
+from .flaxformer_moe import dense as ff_dense  # noqa: E402
+from .flaxformer_moe import moe_layers as ff_moe  # noqa: E402
+from .flaxformer_moe import routing as ff_routing  # noqa: E402
+
+
+class MoeForTraining(ff_moe.MoeLayer):
+    """flaxformer's ``MoeLayer`` called with dropout off (the train step passes ``enable_dropout``)."""
+
+    def __call__(self, inputs):
+        return super().__call__(inputs, enable_dropout=False)
+
+
+def make_flaxformer_moe(
+    num_experts: int = 4,
+    num_expert_partitions: int = 2,
+    num_model_partitions: int = 2,
+    router: str = "tokens_choose_masked",
+    num_selected_experts: int = 2,
+    capacity_factor: float = 1.5,
+    emb_dim: int = 32,
+    mlp_dim: int = 64,
+    batch: int = 8,
+    length: int = 8,
+    max_group_size: int = 16,
+):
+    """Configured like flaxformer's ``moe_layers_test`` and the ``tokens_choose_*`` / ``experts_choose_*`` gin
+    configs (gated GELU expert MLP), scaled down. ``num_expert_partitions`` / ``num_model_partitions`` are the
+    sizes of the mesh's ``expert`` / ``model`` axes (T5X's MoE partitioner passes them)."""
+    weights = ff_routing.RouterWeights(name="router_weights")
+    if router == "tokens_choose_masked":
+        routing_module = ff_routing.TokensChooseMaskedRouter(
+            router_weights=weights, num_selected_experts=num_selected_experts, jitter_noise=0.0,
+            batch_prioritized_routing=True, ignore_padding_tokens=False, dtype=jnp.float32)
+    elif router == "tokens_choose_scatter":
+        routing_module = ff_routing.TokensChooseScatterRouter(
+            router_weights=weights, num_selected_experts=num_selected_experts, jitter_noise=0.0,
+            batch_prioritized_routing=True, ignore_padding_tokens=False, dtype=jnp.float32)
+    elif router == "experts_choose":
+        routing_module = ff_routing.ExpertsChooseMaskedRouter(
+            router_weights=weights, jitter_noise=0.0, ignore_padding_tokens=False, dtype=jnp.float32)
+    else:
+        raise ValueError(f"router must be tokens_choose_masked, tokens_choose_scatter or experts_choose, not {router!r}")
+    expert = ff_dense.MlpBlock(use_bias=False, intermediate_dim=mlp_dim, activations=("gelu", "linear"),
+                               intermediate_dropout_rate=0.0, final_dropout_rate=0.0, dtype=jnp.float32)
+    module = MoeForTraining(
+        num_experts=num_experts, num_expert_partitions=num_expert_partitions, num_model_partitions=num_model_partitions,
+        max_group_size=max_group_size, router=routing_module, train_capacity_factor=capacity_factor,
+        eval_capacity_factor=capacity_factor, expert=expert, dropout_rate=0.0, dtype=jnp.float32, split_params=True,
+    )
+    inputs = [InputSpec("inputs", (batch, length, emb_dim), "float32", ("batch", "length", "embed"))]
+
+    def loss(y, x):
+        return jnp.mean(y ** 2)
+
+    return module, inputs, loss
+
+
+# t5x/contrib/moe/partitioning.py standard_logical_axis_rules(activation_partitioning_dims=2,
+# parameter_partitioning_dims=1): t5x/partitioning.py's rules for (2, 1), the MoE rules appended, 'batch' overridden to
+# ('expert', 'data'); mesh ('data', 'expert', 'model')
+_T5X_MOE_RULES = [
+    ["batch", ["expert", "data"]], ["vocab", "model"], ["mlp", "model"], ["heads", "model"], ["kv", None],
+    ["joined_kv", "model"], ["embed", "model"],
+    ["relpos_buckets", None], ["abspos_buckets", None], ["length", None], ["layers", None], ["stack", None],
+    ["mlp_activations", None],
+    ["expert", "expert"], ["expert_mlp", "model"], ["expert_replicas", "data"], ["unmodeled", None],
+]
+AUTHORS_RULES["flaxformer_moe"] = _T5X_MOE_RULES
+AUTHORS_MESH_AXES["flaxformer_moe"] = ("data", "expert", "model")
+AUTHORS_MESH_AXES["maxtext"] = tuple(maxtext_base.MESH_AXES)
