@@ -170,9 +170,11 @@ def jax_mesh(shape: tuple[int, ...], axes: tuple[str, ...]) -> Mesh | AbstractMe
 
 
 def model_of(layout: Layout) -> AbstractModel:
-    """The layout's abstract model, traced so that its rules' names and mesh axes are told apart."""
+    """The layout's abstract model, traced so that its rules' names and mesh axes are told apart (a first trace runs
+    under the layout itself, which also gives the activations ``analyze`` reads under it)."""
     names = frozenset(rule.logical for rule in layout.rules)
-    return abstract_model(layout.model, names, tuple(layout.mesh.axes))
+    mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
+    return abstract_model(layout.model, names, tuple(layout.mesh.axes), mesh, layout.rules_for_flax())
 
 
 def logical_names(model_spec, mesh_axes: tuple[str, ...] = ()) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import multiprocessing
 import pytest
 
 from explorer import reading as abstract
-from explorer.reading import disk as trace_cache, trace as tracing
+from explorer.reading import disk as trace_cache, trace as tracing, under_layout
 from explorer.analysis import analyze, report_to_dict
 from explorer.layout import parse_layout
 
@@ -18,6 +18,7 @@ LAYOUT = {"name": "c", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "ru
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(abstract, "_registry", {})
+    monkeypatch.setattr(under_layout, "_memory", {})
     return tmp_path
 
 
@@ -25,6 +26,7 @@ def forget_memory(monkeypatch):
     """What a new process sees: no model in memory."""
     monkeypatch.setattr(abstract, "_registry", {})
     monkeypatch.setattr(tracing, "_stages", {})
+    monkeypatch.setattr(under_layout, "_memory", {})
 
 
 def test_a_second_run_reads_the_disk_and_does_not_trace(cache, monkeypatch):

@@ -1,10 +1,11 @@
-"""One trace of a Linen model's init gives its state and its activations; the forward pass again only for names the probe lacked."""
+"""A Linen model is traced twice, as Flax's recipe does: init under the layout (the state, and that layout's activations), then
+the forward pass under the probe (the names); a rules edit re-traces the forward pass under the new rules only."""
 
 import pytest
 
 from explorer import reading as abstract
 from explorer.reading import constraints as program, trace as tracing, under_layout
-from explorer.analysis import analyze
+from explorer.analysis import analyze, jax_mesh
 from explorer.layout import parse_layout
 from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL_FACTORIES
 
@@ -29,10 +30,10 @@ def fresh(monkeypatch):
 
 @pytest.fixture
 def traces(fresh, monkeypatch):
-    """Each trace, as "init" (a Linen init under the probe, with the forward pass in it), "forward" (the forward
-    pass alone under the probe) or "layout" (the forward pass under the layout's mesh and rules)."""
+    """Each trace, as "init" (a Linen init, under the layout when there is one), "forward" (the forward pass under
+    the probe) or "layout" (the forward pass under the layout's mesh and rules)."""
     calls = []
-    real_init, real_read, real_layout = tracing._linen_trace, program.constraints, under_layout._trace
+    real_init, real_read, real_layout = tracing._linen_state, program.constraints, under_layout._trace
     in_layout = []
 
     def init(*args):
@@ -52,16 +53,16 @@ def traces(fresh, monkeypatch):
         finally:
             in_layout.pop()
 
-    monkeypatch.setattr(tracing, "_linen_trace", init)
+    monkeypatch.setattr(tracing, "_linen_state", init)
     monkeypatch.setattr(program, "constraints", read)
     monkeypatch.setattr(under_layout, "_trace", layout_trace)
     monkeypatch.setattr(under_layout, "_memory", {})
     return calls
 
 
-def test_rules_naming_every_parameter_name_trace_once(traces):
+def test_a_first_analysis_traces_init_and_the_forward_pass(traces):
     report = analyze(layout(EVERY_NAME))
-    assert traces == ["init", "layout"]  # the probe once, then the forward pass under this layout's rules
+    assert traces == ["init", "forward"]  # init under this layout gives its activations; the probe gives the names
     query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_0/attention"]
     assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]
 
@@ -69,13 +70,15 @@ def test_rules_naming_every_parameter_name_trace_once(traces):
 def test_a_parameter_name_without_a_rule_is_still_seen_on_activations(traces):
     rules = [rule for rule in EVERY_NAME if rule[0] != "kv"]
     report = analyze(layout(rules))
-    assert traces == ["init", "forward", "layout"]
+    assert traces == ["init", "forward"]
     query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_0/attention"]
     assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]
     analyze(layout(rules, name="again"))
-    assert traces == ["init", "forward", "layout"]  # every name told apart, these rules traced: nothing is traced again
+    assert traces == ["init", "forward"]  # every name told apart, these rules traced: nothing is traced again
     analyze(layout(rules[::-1], name="edited"))
-    assert traces == ["init", "forward", "layout", "layout"]  # a rules edit: the forward pass under the new rules only
+    assert traces == ["init", "forward", "layout"]  # a rules edit: the forward pass under the new rules only
+    analyze(layout(rules + [["never_carried", None]], name="new name"))
+    assert traces == ["init", "forward", "layout", "forward", "layout"]  # a new name: the probe's forward pass too
 
 
 LINEN_CASES = ["guide-mlp-scan", "transformer-scan-3d", "partitioning-style", "repeated-scan", "bridged", "dead-in-call", "t5x-1d",
@@ -83,24 +86,21 @@ LINEN_CASES = ["guide-mlp-scan", "transformer-scan-3d", "partitioning-style", "r
 
 
 @pytest.mark.parametrize("name", LINEN_CASES)
-def test_the_forward_pass_alone_lists_what_init_lists(name, traces, monkeypatch):
-    """The two ways a Linen model's activations are read agree (ground truth checks the init's, case by case)."""
+def test_init_read_as_a_forward_pass_lists_what_the_forward_pass_lists(name, fresh, monkeypatch):
+    """The two ways a Linen model's activations are read under a layout agree: init with the parameters' values as
+    given, and the forward pass alone (ground truth checks the analysis, case by case)."""
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", CLASS_FACTORIES + "," + EXTERNAL_FACTORIES)
     case = CASES[name]
     spec = parse_layout({"name": name, "mesh": case["mesh"], "rules": case["rules"], "model": case["model"]})
     key, axes = spec.model.key(), tuple(case["mesh"]["axes"])
-    names = frozenset(rule[0] for rule in case["rules"])
-    known = tracing.traced(key, names, axes).model  # learns every name the model carries
-    monkeypatch.setattr(tracing, "_stages", {})
-    traces.clear()
-    init = tracing.traced(key, names | known.logical_names, axes).model
-    forward = tracing.traced(key, names | known.logical_names | {"never_carried"}, axes).model
-    assert traces == ["init", "forward"]
+    mesh, rules = jax_mesh(tuple(case["mesh"]["shape"]), axes), spec.rules_for_flax()
+    model, from_init = tracing.traced(key, frozenset(), axes, (mesh, rules))
+    from_forward = tracing.received_by_forward(tracing.state_stage(key, axes), model.model, mesh, rules)
 
-    def rows(model):
-        return [(a.path, a.shape, a.logical_axes, a.runs_per_step, a.module) for a in model.activations + (model.output,)]
+    def rows(found):
+        return [(a.path, a.shape, a.logical_axes, a.runs_per_step, a.module) for a in found.activations + (found.output,)]
 
-    assert rows(forward) == rows(init)
+    assert not from_init.error and rows(from_init) == rows(from_forward)
 
 
 def test_no_parameter_read_or_initialiser_is_an_activation(traces):
@@ -110,18 +110,3 @@ def test_no_parameter_read_or_initialiser_is_an_activation(traces):
     assert len(activations) > 10
     assert all(a.shape != p.shape or a.logical_axes != p.logical_axes
                for a in one.arrays if a.kind == "activation" for p in one.arrays if p.kind == "param")
-
-
-def test_another_size_of_a_model_traced_before_is_traced_once(traces, tmp_path, monkeypatch):
-    """The names a model's parameters carried are remembered per model name: a new size needs no second trace."""
-    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
-    rules = [rule for rule in EVERY_NAME if rule[0] != "kv"]
-    analyze(layout(rules))
-    assert traces == ["init", "forward", "layout"]
-    traces.clear()
-    bigger = parse_layout({"name": "bigger", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": rules,
-                           "model": {"name": "transformer", "options": {**TRANSFORMER, "layers": 3}}})
-    report = analyze(bigger)
-    assert traces == ["init", "layout"]
-    query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_2/attention"]
-    assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]

@@ -33,15 +33,17 @@ _registry: dict[tuple, list[Traced]] = {}
 _registry_lock = threading.Lock()
 
 
-def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = ()) -> AbstractModel:
+def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = (),
+                   mesh: Any = None, rules: tuple = ()) -> AbstractModel:
     """The abstract model for a validated ``ModelSpec``.
 
     ``logical_names`` and ``mesh_axes`` are the names the activations' trace must tell
     apart (the layout's rule names and mesh axis names; the model's own parameter and
-    input names are always added, and the names other configurations of this model
-    carried). A trace that already told apart every wanted name is reused, from memory
-    or from the disk cache, so rule edits re-trace only when a rule brings a name never
-    seen before.
+    input names are always added). A trace that already told apart every wanted name is
+    reused, from memory or from the disk cache, so rule edits re-trace only when a rule
+    brings a name never seen before. ``mesh`` and ``rules``, when given, are the layout
+    the analysis will read the activations under: a first trace of the state runs under
+    them, which gives that layout's activations (``received``) at no extra cost.
     """
     key, mesh_axes, wanted = model_spec.key(), tuple(mesh_axes), frozenset(logical_names)
     with _registry_lock:
@@ -52,8 +54,11 @@ def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh
             if wanted <= traced.traced_names:
                 return traced.model
         known = frozenset().union(*(t.traced_names for t in entries))
-    traced = _trace().traced(key, wanted | known | disk.names_seen(key[0]), mesh_axes)
-    disk.add_names_seen(key[0], traced.model.logical_names)
+    traced, found = _trace().traced(key, wanted | known, mesh_axes, (mesh, rules) if mesh is not None else None)
+    if found is not None:
+        from explorer.reading import under_layout
+
+        under_layout.remember(traced.model, mesh, rules, found)
     with _registry_lock:
         entries = _registry.setdefault((key, mesh_axes), [])
         entries.insert(0, traced)

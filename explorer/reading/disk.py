@@ -10,9 +10,8 @@ into place (concurrent writers cannot leave half a file); a file that cannot be 
 or does not parse is ignored and traced again. Set ``EXPLORER_CACHE_DIR=off`` to
 switch the disk cache off.
 
-Beside them, ``names/`` keeps per model name (any configuration) the logical names its
-arrays carried, so the first trace of another size of a model already tells its
-parameters' names apart and a Linen model is traced once (``trace.py``).
+Beside them, ``resolved/`` keeps a model's activations as JAX received them under one
+layout's mesh and rules (``under_layout.py``).
 """
 
 from __future__ import annotations
@@ -90,31 +89,6 @@ def store_resolved(key: tuple, layout: tuple, resolved) -> None:
         _write_json(path, {"format": FORMAT, "key": list(key), "layout": json.dumps(layout),
                            "activations": [_array_to(a) for a in resolved.activations],
                            "output": _array_to(resolved.output)})
-
-
-def names_seen(model_name: str) -> frozenset[str]:
-    """The logical names any configuration of ``model_name`` carried when traced before (a hint for the probe)."""
-    path = _names_path(model_name)
-    if path is None:
-        return frozenset()
-    try:
-        names = json.loads(path.read_text(encoding="utf-8"))
-        return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) else frozenset()
-    except (OSError, ValueError, RecursionError):
-        return frozenset()
-
-
-def add_names_seen(model_name: str, names: frozenset[str]) -> None:
-    """Remember ``names`` for ``model_name``; a lost concurrent update only costs a later run one more trace."""
-    path = _names_path(model_name)
-    known = names_seen(model_name)
-    if path is None or names <= known:
-        return
-    _write_json(path, sorted(known | names))
-
-
-def _names_path(model_name: str) -> Path | None:
-    return _hashed_path("names", model_name, [FORMAT, model_name])
 
 
 def _write_json(path: Path, data: Any) -> None:

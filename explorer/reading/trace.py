@@ -41,7 +41,7 @@ from flax.training import train_state
 
 from explorer.reading import constraints as program
 from explorer.reading.arrays import (
-    AbstractArray, AbstractModel, AxisName, Kind, Traced, activation_arrays, names_of, semantics_of,
+    AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, activation_arrays, names_of, semantics_of,
 )
 from explorer.errors import ExplorerError
 from explorer.models import BuiltModel, build_model
@@ -90,42 +90,69 @@ class _State:
     graphdefs: Any = None  # NNX: the model's and the optimizer's
 
 
-def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...]) -> Traced:
-    """The model of ``key`` traced under a probe telling ``names`` apart.
+def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...], layout: tuple | None = None
+           ) -> tuple[Traced, Resolved | None]:
+    """The model of ``key`` traced, with its activations' names read under a probe telling ``names`` apart.
 
-    A Linen model seen for the first time is traced once: ``init_with_output`` gives
-    the train state and, read with the parameters' values taken as given, the forward
-    pass's constraints. The probe must also know the parameters' own logical names
-    (an activation may carry one the rules do not name), which only that trace tells:
-    when they add a name, the forward pass is traced again on the state (as it is for
-    a model whose state is known, or an NNX model, whose state ``nnx.eval_shape`` gives).
+    A model seen for the first time is traced twice, as a user of Flax's recipe does: the
+    state (Linen: the guide's ``init`` with the model's output, traced under ``layout``, a
+    ``(mesh, rules)`` pair, when given, so that the same program read with the parameters'
+    values taken as given is that layout's forward pass; NNX: ``nnx.eval_shape``), then the
+    forward pass under the probe, which by then knows every logical name the parameters
+    carry. A model whose state is known re-traces only the probe's forward pass. Returns the
+    traced model and, when the init ran under ``layout``, that layout's activations as JAX
+    received them (``Resolved``), else None.
     """
     stage = _stages.get((key, mesh_axes))
     built = stage.built if stage is not None else _built(key)
-    names = names | _input_names(built)
-    n_inputs = len(built.inputs)
+    received = None
     with _tracing(key):
-        if stage is None and built.framework == "linen":
-            closed, stage, parameters, probe_error = _linen_trace(built, names, mesh_axes)
-            _remember(key, mesh_axes, stage)
-            if probe_error:
-                return Traced(_unprobed(key, mesh_axes, stage, probe_error), frozenset(names))
-            if names_of(stage.state_arrays) <= names:
-                found = program.constraints(closed, input_invars=range(1, 1 + n_inputs), parameter_outvars=parameters)
-                return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
         if stage is None:
-            stage = _nnx_state(built)
+            if built.framework == "linen":
+                stage, received = _linen_state(built, layout)
+            else:
+                stage = _nnx_state(built)
             _remember(key, mesh_axes, stage)
-        names = names | names_of(stage.state_arrays)
+        names = names | _input_names(built) | names_of(stage.state_arrays)
         try:
             with _probe(names, mesh_axes):
                 closed = forward_program(stage)
         except Exception as error:  # the model's own code refuses the probe: names are not recoverable
-            return Traced(_unprobed(key, mesh_axes, stage, error_text(error)), frozenset(names))
-        n_variables = len(jax.tree_util.tree_leaves(stage.variables))
-        found = program.constraints(closed, input_invars=range(n_variables, n_variables + n_inputs),
-                                    parameter_invars=range(n_variables))
-    return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names))
+            return Traced(_unprobed(key, mesh_axes, stage, error_text(error)), frozenset(names)), received
+        found = program.constraints(closed, **_forward_positions(stage))
+    return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names)), received
+
+
+def _forward_positions(stage: "_State") -> dict:
+    """Where a forward program's model inputs and parameters sit among its inputs."""
+    n_variables = len(jax.tree_util.tree_leaves(stage.variables))
+    n_inputs = len(stage.built.inputs)
+    return {"input_invars": range(n_variables, n_variables + n_inputs), "parameter_invars": range(n_variables)}
+
+
+def received_by_forward(stage: "_State", model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
+    """A layout's activations as JAX receives them: the forward pass traced under its mesh and rules."""
+    try:
+        with _layout_context(mesh, rules):
+            closed = forward_program(stage)
+    except Exception as error:  # a layout JAX refuses (an axis used twice, ...): the analysis says so
+        return Resolved(error=error_text(error))
+    return _received(program.constraints(closed, **_forward_positions(stage)), closed, stage, model.framework)
+
+
+def _received(found: list, closed, stage: "_State", framework: str) -> Resolved:
+    return Resolved(activation_arrays(found, stage.root), _output_array(closed, found, framework))
+
+
+@contextlib.contextmanager
+def _layout_context(mesh: Any, rules: tuple):
+    """A layout's mesh (this process's devices, or an AbstractMesh of the same shape) and rules, as Flax reads them."""
+    from jax.sharding import Mesh
+
+    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in rules)
+    with (jax.set_mesh(mesh) if isinstance(mesh, Mesh) else jax.sharding.use_abstract_mesh(mesh)), \
+            nn.logical_axis_rules(rules):
+        yield
 
 
 def forward_program(stage: "_State"):
@@ -162,7 +189,7 @@ def state_stage(key: tuple, mesh_axes: tuple[str, ...]) -> _State:
     if stage is None:
         built = _built(key)
         with _tracing(key):
-            stage = _linen_trace(built, _input_names(built), mesh_axes)[1] if built.framework == "linen" else _nnx_state(built)
+            stage = _linen_state(built, None)[0] if built.framework == "linen" else _nnx_state(built)
         _remember(key, mesh_axes, stage)
         stage = _stages[(key, mesh_axes)]
     return stage
@@ -222,12 +249,12 @@ def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
 
 # --- Linen ---------------------------------------------------------------------------------
 
-def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str, ...]) -> tuple[Any, _State, tuple[int, ...], str]:
-    """One ``make_jaxpr`` of the guide's init (with the model's output) under the probe: the program, the state, the
-    positions of the parameters among the program's outputs, and "" (or why the probe failed).
+def _linen_state(built: BuiltModel, layout: tuple | None) -> tuple[_State, Resolved | None]:
+    """One ``make_jaxpr`` of the guide's init (with the model's output): the state and, traced under ``layout``
+    (mesh, rules), that layout's activations read from the same program with the parameters' values as given.
 
-    A model whose own code refuses the probe (it shards with a mesh of its own, say) is traced again without
-    any mesh, as Flax's guide evaluates shapes: the state is the same, the activations' names are lost.
+    A layout JAX refuses, or a model whose code refuses it, is traced again without any mesh, as Flax's guide
+    evaluates shapes: the state is the same; the layout's activations are then read from its forward pass.
     """
     optimizer = make_optimizer()
     module = built.module
@@ -239,27 +266,33 @@ def _linen_trace(built: BuiltModel, names: frozenset[str], mesh_axes: tuple[str,
 
     from flax import nnx
 
-    # NNX variables inside (bridges) would shard themselves as they are created; shapes need no mesh
     trace = jax.make_jaxpr(init_with_output, return_shape=True)
-    probe_error = ""
-    try:
-        with _probe(names, mesh_axes), nnx.use_eager_sharding(False):
-            closed, (output, state, params_axes) = trace(jax.random.key(0), *_abstract_inputs(built))
-    except Exception as error:
-        probe_error = error_text(error)
+    arguments = (jax.random.key(0), *_abstract_inputs(built))
+    closed = None
+    if layout is not None:
+        try:
+            # NNX variables inside (bridges) would shard themselves as they are created; shapes need no mesh
+            with _layout_context(*layout), nnx.use_eager_sharding(False):
+                closed, (output, state, params_axes) = trace(*arguments)
+        except Exception:
+            closed = None
+    if closed is None:
         with nnx.use_eager_sharding(False):
-            closed, (output, state, params_axes) = trace(jax.random.key(0), *_abstract_inputs(built))
-    n_output = len(jax.tree_util.tree_leaves(output))
-    state_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    parameters = tuple(n_output + i for i, (path, _) in enumerate(state_leaves)
-                       if path and path[0] == jax.tree_util.GetAttrKey("params"))
+            plain, (output, state, params_axes) = trace(*arguments)
 
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 
     stage = _State(built, "linen", optimizer, state, _linen_state_arrays(state, optimizer, params_axes), forward,
                    state.params, root=type(module).__name__)
-    return closed, stage, parameters, probe_error
+    if closed is None:
+        return stage, None
+    n_output = len(jax.tree_util.tree_leaves(output))
+    state_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    parameters = tuple(n_output + i for i, (path, _) in enumerate(state_leaves)
+                       if path and path[0] == jax.tree_util.GetAttrKey("params"))
+    found = program.constraints(closed, input_invars=range(1, 1 + len(built.inputs)), parameter_outvars=parameters)
+    return stage, _received(found, closed, stage, "linen")
 
 
 def _is_box(x: Any) -> bool:

@@ -29,47 +29,34 @@ _lock = threading.Lock()
 
 def received(model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
     """The activations of ``model``'s forward pass traced under ``mesh`` (a JAX Mesh or AbstractMesh) and ``rules``."""
-    rules = tuple((name, list(axes) if isinstance(axes, tuple) else axes) for name, axes in rules)
-    key = (model.key, tuple(mesh.axis_names), tuple(mesh.axis_sizes), json.dumps(rules))
+    key = _key(model, mesh, rules)
     with _lock:
         if key in _memory:
             return _memory[key]
     found = disk.load_resolved(model.key, key[1:])
     if found is None:
         found = _trace(model, mesh, rules)
-        if not found.error:
-            disk.store_resolved(model.key, key[1:], found)
+    remember(model, mesh, rules, found)
+    return found
+
+
+def remember(model: AbstractModel, mesh: Any, rules: tuple, found: Resolved) -> None:
+    """Keep what a trace under this layout gave (a refusal only in memory: the next process says it again)."""
+    key = _key(model, mesh, rules)
+    if not found.error:
+        disk.store_resolved(model.key, key[1:], found)
     with _lock:
         _memory[key] = found
         while len(_memory) > CACHE_SIZE:
             del _memory[next(iter(_memory))]
-    return found
+
+
+def _key(model: AbstractModel, mesh: Any, rules: tuple) -> tuple:
+    rules = tuple((name, list(axes) if isinstance(axes, tuple) else axes) for name, axes in rules)
+    return (model.key, tuple(mesh.axis_names), tuple(int(n) for n in mesh.axis_sizes), json.dumps(rules))
 
 
 def _trace(model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
-    import flax.linen as nn
-    import jax
-    from jax.sharding import Mesh
+    from explorer.reading import trace
 
-    from explorer.reading import constraints, trace
-    from explorer.reading.arrays import activation_arrays, semantics_of
-
-    stage = trace.state_stage(model.key, model.mesh_axes)
-    context = jax.set_mesh(mesh) if isinstance(mesh, Mesh) else jax.sharding.use_abstract_mesh(mesh)
-    try:
-        with context, nn.logical_axis_rules(rules):
-            closed = trace.forward_program(stage)
-    except Exception as error:  # the layout is one JAX refuses (an axis used twice, ...): the analysis says so
-        return Resolved(error=trace.error_text(error))
-    n_variables = len(jax.tree_util.tree_leaves(stage.variables))
-    n_inputs = len(stage.built.inputs)
-    found = constraints.constraints(closed, input_invars=range(n_variables, n_variables + n_inputs),
-                                    parameter_invars=range(n_variables))
-    output_var = closed.jaxpr.outvars[0]
-    declared = next((c for c in reversed(found) if c.var is output_var and c.activation), None)
-    aval = output_var.aval
-    output = AbstractArray(
-        "activations/output", "activation", tuple(aval.shape), str(aval.dtype), declared.dims if declared else None,
-        module="output", semantics=semantics_of(declared) if declared else model.framework,
-    )
-    return Resolved(activation_arrays(found, stage.root), output)
+    return trace.received_by_forward(trace.state_stage(model.key, model.mesh_axes), model, mesh, rules)
