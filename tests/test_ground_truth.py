@@ -114,11 +114,18 @@ CASES = {
     "tunix-llama3": case(MESH_2X4, [], f"{EXTERNAL}:make_tunix_llama3", framework="nnx"),
     "tunix-llama3-2x2x2": case(MESH_2X2X2, [], f"{EXTERNAL}:make_tunix_llama3", {"fsdp_axis": "fsdp"}, "nnx"),
     "tunix-gemma": case(MESH_2X4, [], f"{EXTERNAL}:make_tunix_gemma", framework="nnx"),
+    # maxdiffusion LTX-Video on ltx_video.yml's mesh axes and rules: scanned, rematted DiT blocks (the pipeline's
+    # gradient_checkpointing), then the config's own split (data=1, fsdp=-1 -> 4) without remat
+    "maxdiffusion-ltx-2x2x1x2": case({"shape": [2, 2, 1, 2], "axes": list(external.AUTHORS_MESH_AXES["maxdiffusion_ltx"])},
+                                     external.AUTHORS_RULES["maxdiffusion_ltx"], f"{EXTERNAL}:make_maxdiffusion_ltx"),
+    "maxdiffusion-ltx-1x4x1x2": case({"shape": [1, 4, 1, 2], "axes": list(external.AUTHORS_MESH_AXES["maxdiffusion_ltx"])},
+                                     external.AUTHORS_RULES["maxdiffusion_ltx"], f"{EXTERNAL}:make_maxdiffusion_ltx",
+                                     {"gradient_checkpointing": None}),
 }
 EXTERNAL_FACTORIES = ",".join(
     f"{EXTERNAL}:{name}" for name in ("make_t5x_t5", "make_flax_lm1b", "make_mu_transformer", "make_big_vision_vit",
                                       "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma",
-                                      "make_maxtext_decoder", "make_flaxformer_moe")
+                                      "make_maxtext_decoder", "make_flaxformer_moe", "make_maxdiffusion_ltx")
 )
 
 
