@@ -675,20 +675,22 @@ def make_maxdiffusion_ltx(
     batch: int = 8,
     num_tokens: int = 16,
     caption_tokens: int = 8,
-    gradient_checkpointing: str | None = "matmul_without_batch",
+    gradient_checkpointing: str = "matmul_without_batch",
     dtype: str = "float32",
 ):
     """``ltxv-13B.json`` (rms_norm, rms qk_norm, gelu-approximate, rope, caption projection, cross-attention) scaled
-    down; ``gradient_checkpointing`` as ``LTXVideoPipeline.load_transformer`` passes it (``None``: no ``nn.remat``).
-    ``sharding_mesh`` stays None: with a mesh the blocks call a Pallas TPU flash-attention kernel under
-    ``shard_map``; without a TPU the authors' ``Attention`` uses ``ExplicitAttention``, which requires no mesh."""
+    down; ``gradient_checkpointing`` as ``LTXVideoPipeline.load_transformer`` passes it (``"none"``: no
+    ``nn.remat``; ``"full"``: ``nn.remat`` with no policy). ``sharding_mesh`` stays None: with a mesh the blocks call
+    a Pallas TPU flash-attention kernel under ``shard_map``; without a TPU the authors' ``Attention`` picks
+    ``ExplicitAttention``, which requires no mesh."""
     inner_dim = num_attention_heads * attention_head_dim
     module = LTXVideoForTraining(
         num_attention_heads=num_attention_heads, attention_head_dim=attention_head_dim, out_channels=in_channels,
         num_layers=num_layers, dropout=0.0, cross_attention_dim=inner_dim, attention_bias=True,
         activation_fn="gelu-approximate", num_embeds_ada_norm=1000, only_cross_attention=False,
         double_self_attention=False, upcast_attention=False, norm_elementwise_affine=False, norm_eps=1e-6,
-        attention_type="default", caption_channels=caption_channels, qk_norm="rms_norm", standardization_norm="rms_norm",
+        attention_type="default", caption_channels=caption_channels, qk_norm="rms_norm",
+        standardization_norm="rms_norm",
         positional_embedding_type="rope", positional_embedding_theta=10000.0,
         positional_embedding_max_pos=[20, 2048, 2048], timestep_scale_multiplier=1000, dtype=jnp.dtype(dtype),
         gradient_checkpointing=gradient_checkpointing, sharding_mesh=None,
