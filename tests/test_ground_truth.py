@@ -23,6 +23,7 @@ TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8
                "mlp_dim": 64, "vocab": 128, "gated_mlp": True}
 MOE_MESH = {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]}  # T5X's MoE mesh: expert=2, model=2
 MAXTEXT_MESH = {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
+LTX_AXES = list(external.AUTHORS_MESH_AXES["maxdiffusion_ltx"])  # maxdiffusion ltx_video.yml mesh_axes
 FSDP_TP = [["batch", "data"], ["hidden", "model"], ["mlp", "model"], ["heads", "model"], ["kv_heads", "model"],
            ["vocab", "model"], ["embed", "data"], ["layer", None]]
 
@@ -114,11 +115,17 @@ CASES = {
     "tunix-llama3": case(MESH_2X4, [], f"{EXTERNAL}:make_tunix_llama3", framework="nnx"),
     "tunix-llama3-2x2x2": case(MESH_2X2X2, [], f"{EXTERNAL}:make_tunix_llama3", {"fsdp_axis": "fsdp"}, "nnx"),
     "tunix-gemma": case(MESH_2X4, [], f"{EXTERNAL}:make_tunix_gemma", framework="nnx"),
+    # maxdiffusion LTX-Video on ltx_video.yml's mesh axes and rules: scanned, rematted DiT blocks (the pipeline's
+    # gradient_checkpointing), then the config's own split (data=1, fsdp=-1 -> 4) without remat
+    "maxdiffusion-ltx-2x2x1x2": case({"shape": [2, 2, 1, 2], "axes": LTX_AXES}, external.AUTHORS_RULES["maxdiffusion_ltx"],
+                                     f"{EXTERNAL}:make_maxdiffusion_ltx"),
+    "maxdiffusion-ltx-1x4x1x2": case({"shape": [1, 4, 1, 2], "axes": LTX_AXES}, external.AUTHORS_RULES["maxdiffusion_ltx"],
+                                     f"{EXTERNAL}:make_maxdiffusion_ltx", {"gradient_checkpointing": "none"}),
 }
 EXTERNAL_FACTORIES = ",".join(
     f"{EXTERNAL}:{name}" for name in ("make_t5x_t5", "make_flax_lm1b", "make_mu_transformer", "make_big_vision_vit",
                                       "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma",
-                                      "make_maxtext_decoder", "make_flaxformer_moe")
+                                      "make_maxtext_decoder", "make_flaxformer_moe", "make_maxdiffusion_ltx")
 )
 
 

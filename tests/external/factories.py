@@ -642,3 +642,84 @@ _T5X_MOE_RULES = [
 AUTHORS_RULES["flaxformer_moe"] = _T5X_MOE_RULES
 AUTHORS_MESH_AXES["flaxformer_moe"] = ("data", "expert", "model")
 AUTHORS_MESH_AXES["maxtext"] = tuple(maxtext_base.MESH_AXES)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# maxdiffusion LTX-Video (AI-Hypercomputer/maxdiffusion models/ltx_video): Linen DiT blocks, nn.with_logical_partitioning
+# on DenseGeneral/RMSNorm/scale-shift tables; blocks stacked by RepeatableLayer = nn.scan(metadata_params={PARTITION_NAME:
+# "layers"}, partitioning.ScanIn in apply) over nn.remat(policy=checkpoint_dots_with_no_batch_dims); 3-D and 4-D
+# nn.with_logical_constraint (incl. one on a constant: the sinusoidal frequencies); ltx_video.yml's rules and
+# ('data', 'fsdp', 'context', 'tensor') mesh.
+
+from .maxdiffusion_ltx import transformer3d as ltx_transformer3d  # noqa: E402
+
+
+class LTXVideoForTraining(ltx_transformer3d.Transformer3DModel):
+    """maxdiffusion's ``Transformer3DModel`` with the pipeline's keyword inputs as positional ones (the authors' own
+    ``init_weights`` passes the same six inputs by keyword)."""
+
+    def __call__(self, hidden_states, indices_grid, encoder_hidden_states, timestep, segment_ids,
+                 encoder_attention_segment_ids):
+        return super().__call__(
+            hidden_states, indices_grid, encoder_hidden_states=encoder_hidden_states, timestep=timestep,
+            segment_ids=segment_ids, encoder_attention_segment_ids=encoder_attention_segment_ids,
+        )
+
+
+def make_maxdiffusion_ltx(
+    num_layers: int = 2,
+    num_attention_heads: int = 4,
+    attention_head_dim: int = 16,
+    in_channels: int = 16,
+    caption_channels: int = 32,
+    batch: int = 8,
+    num_tokens: int = 16,
+    caption_tokens: int = 8,
+    gradient_checkpointing: str = "matmul_without_batch",
+    dtype: str = "float32",
+):
+    """``ltxv-13B.json`` (rms_norm, rms qk_norm, gelu-approximate, rope, caption projection, cross-attention) scaled
+    down; ``gradient_checkpointing`` as ``LTXVideoPipeline.load_transformer`` passes it (``"none"``: no
+    ``nn.remat``; ``"full"``: ``nn.remat`` with no policy). ``sharding_mesh`` stays None: with a mesh the blocks call
+    a Pallas TPU flash-attention kernel under ``shard_map``; without a TPU the authors' ``Attention`` picks
+    ``ExplicitAttention``, which requires no mesh."""
+    inner_dim = num_attention_heads * attention_head_dim
+    module = LTXVideoForTraining(
+        num_attention_heads=num_attention_heads, attention_head_dim=attention_head_dim, out_channels=in_channels,
+        num_layers=num_layers, dropout=0.0, cross_attention_dim=inner_dim, attention_bias=True,
+        activation_fn="gelu-approximate", num_embeds_ada_norm=1000, only_cross_attention=False,
+        double_self_attention=False, upcast_attention=False, norm_elementwise_affine=False, norm_eps=1e-6,
+        attention_type="default", caption_channels=caption_channels, qk_norm="rms_norm",
+        standardization_norm="rms_norm",
+        positional_embedding_type="rope", positional_embedding_theta=10000.0,
+        positional_embedding_max_pos=[20, 2048, 2048], timestep_scale_multiplier=1000, dtype=jnp.dtype(dtype),
+        gradient_checkpointing=gradient_checkpointing, sharding_mesh=None,
+    )
+    data = (("data", "fsdp", "context", "tensor"),)  # ltx_video.yml data_sharding: the batch over every mesh axis
+    inputs = [
+        InputSpec("hidden_states", (batch, num_tokens, in_channels), "float32", data + (None, None)),
+        InputSpec("indices_grid", (batch, 3, num_tokens), "float32", data + (None, None)),
+        InputSpec("encoder_hidden_states", (batch, caption_tokens, caption_channels), "float32", data + (None, None)),
+        InputSpec("timestep", (batch, num_tokens), "float32", data + (None,)),
+        InputSpec("segment_ids", (batch, num_tokens), "float32", data + (None,)),
+        InputSpec("encoder_attention_segment_ids", (batch, caption_tokens), "float32", data + (None,)),
+    ]
+
+    def loss(noise_pred, hidden_states, *rest):
+        return jnp.mean((noise_pred.astype(jnp.float32) - hidden_states) ** 2)
+
+    return module, inputs, loss
+
+
+# maxdiffusion src/maxdiffusion/configs/ltx_video.yml: mesh_axes and logical_axis_rules, verbatim
+AUTHORS_MESH_AXES["maxdiffusion_ltx"] = ("data", "fsdp", "context", "tensor")
+AUTHORS_RULES["maxdiffusion_ltx"] = [
+    ["batch", "data"], ["activation_heads", "fsdp"], ["activation_batch", "data"], ["activation_kv", "tensor"],
+    ["mlp", "tensor"], ["embed", "fsdp"], ["heads", "tensor"], ["norm", "fsdp"], ["conv_batch", ["data", "fsdp"]],
+    ["out_channels", "tensor"], ["conv_out", "fsdp"], ["conv_in", "fsdp"],
+]
+AUTHORS_INPUT_SPECS["maxdiffusion_ltx"] = {
+    name: (("data", "fsdp", "context", "tensor"),) + (None,) * rank
+    for name, rank in (("hidden_states", 2), ("indices_grid", 2), ("encoder_hidden_states", 2), ("timestep", 1),
+                       ("segment_ids", 1), ("encoder_attention_segment_ids", 1))
+}
