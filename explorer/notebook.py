@@ -115,7 +115,14 @@ class NotebookReport(Report):
             raise ExplorerError("dims", dims, f"is not two different dimensions of the {ndim}-D array {info.path!r}, like (0, 1)")
         else:
             row_dim, col_dim = int(dims[0]), int(dims[1])
-        view = grid_view(info.shape, info.spec, self.mesh, row_dim, col_dim, dict(blocks or {}))
+        cut = {} if blocks is None else blocks
+        if not isinstance(cut, Mapping) or not all(
+            _whole(d) and 0 <= d < ndim and d not in (row_dim, col_dim) and _whole(k) for d, k in cut.items()
+        ):
+            raise ExplorerError(
+                "blocks", blocks, f"is not {{dimension: block}} for dimensions of the {ndim}-D array {info.path!r} other than the drawn {(row_dim, col_dim)}"
+            )
+        view = grid_view(info.shape, info.spec, self.mesh, row_dim, col_dim, {int(d): int(k) for d, k in cut.items()})
         itemsize = np.dtype(info.dtype).itemsize
         # Plotly renders a subset of HTML (<b>, <a href>, ...) in titles and axis labels: names are escaped there too.
         labels = [html.escape(label, quote=False) for label in _dim_labels(info)]
@@ -176,10 +183,14 @@ def _row(info: ArrayInfo) -> dict[str, Any]:
     }
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _two_dims(dims: Any, ndim: int) -> bool:
     return (
         isinstance(dims, (tuple, list)) and len(dims) == 2
-        and all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and 0 <= d < ndim for d in dims) and dims[0] != dims[1]
+        and all(_whole(d) and 0 <= d < ndim for d in dims) and dims[0] != dims[1]
     )
 
 

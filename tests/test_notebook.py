@@ -111,6 +111,8 @@ def test_device_grid_of_a_higher_rank_array_cuts_the_others_at_a_block():
     kernel = next(a for a in report.arrays if a.kind == "param" and len(a.shape) == 3 and a.spec[0] == "data")
     first = report.device_grid(kernel.path, dims=(1, 2), blocks={0: 0})
     second = report.device_grid(kernel.path, dims=(1, 2), blocks={0: 1})
+    with pytest.raises(ExplorerError, match="block of dim 0"):
+        report.device_grid(kernel.path, dims=(1, 2), blocks={0: 2})  # the layer axis has 2 blocks on data=2
     texts = lambda f: [a.text for a in f.layout.annotations]  # noqa: E731
     assert texts(first) != texts(second)
     assert set(texts(first)) <= {str(d) for d in range(4)} and set(texts(second)) <= {str(d) for d in range(4, 8)}
@@ -118,7 +120,8 @@ def test_device_grid_of_a_higher_rank_array_cuts_the_others_at_a_block():
 
 @pytest.mark.parametrize(
     "path,dims,blocks,field",
-    [("params/nope", None, None, "path"), (W2, (0, 0), None, "dims"), (W2, (0, 2), None, "dims"), (W2, "01", None, "dims")],
+    [("params/nope", None, None, "path"), (W2, (0, 0), None, "dims"), (W2, (0, 2), None, "dims"), (W2, "01", None, "dims"),
+     (W2, None, {5: 0}, "blocks"), (W2, None, {0: 0}, "blocks"), (W2, None, [0], "blocks")],
 )
 def test_device_grid_refuses_what_it_cannot_draw_with_one_message(path, dims, blocks, field):
     report = explorer.analyze(SEED_LAYOUT)
