@@ -1,5 +1,48 @@
-"""Partition Explorer's pure core: layouts in, sharding reports out. Never imports Streamlit."""
+"""Partition Explorer's pure core: layouts in, sharding reports out. Never imports Streamlit.
+
+The notebook API is ``explorer.analyze`` (the README's "In a notebook" section runs as a test)::
+
+    import explorer
+    report = explorer.analyze("layouts/seed-2x4.json")  # or a dict in the file format, or an explorer.layout.Layout
+    report.to_pandas()                                  # one row per array
+    report.device_grid("params/LogicalDotReluDot_0/W2") # a Plotly figure
+
+``import explorer`` stays light: JAX is imported by the first analysis, pandas and plotly by the
+report methods that need them, Flax and optax only when a model must be traced (not when the
+trace's disk cache has it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from explorer.errors import ExplorerError
 
-__all__ = ["ExplorerError"]
+if TYPE_CHECKING:
+    from explorer.layout import Layout
+    from explorer.notebook import NotebookReport
+
+__all__ = ["ExplorerError", "Layout", "NotebookReport", "analyze"]
+
+
+def analyze(layout: Any) -> NotebookReport:
+    """The sharding of every array in ``layout``'s train step (a path, a dict in the file format or a ``Layout``).
+
+    The report has ``to_pandas()`` (one row per array), an HTML summary for notebooks and
+    ``device_grid(path)`` (a Plotly figure); see ``explorer.notebook.analyze``.
+    """
+    from explorer.notebook import analyze as analyze_any
+
+    return analyze_any(layout)
+
+
+_LAZY = {"Layout": "explorer.layout", "NotebookReport": "explorer.notebook"}
+
+
+def __getattr__(name: str) -> Any:
+    """``explorer.Layout`` and ``explorer.NotebookReport``, imported on first use (they pull in pydantic and JAX)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'explorer' has no attribute {name!r}")

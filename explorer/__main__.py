@@ -1,4 +1,4 @@
-"""``python -m explorer``: analyse a layout file from the command line.
+"""``python -m explorer`` (installed: ``partition-explorer``): analyse a layout file from the command line.
 
     python -m explorer analyze LAYOUT.json [--json] [--tiles | --tiles-for GLOB] [--strict] [--array PATH [--dims R,C] [--block DIM=K]]
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
@@ -11,21 +11,28 @@
 message on stderr, never a traceback; ``analyze --strict`` exits with 1 when an
 error-level finding stands (a sharding JAX would refuse), for CI.
 
-Modules are imported where a command needs them: ``analyze --json`` loads neither
-pandas nor plotly.
+Modules are imported where a command needs them, never at start-up: ``analyze --json``
+loads neither pandas nor plotly, an analysis the trace's disk cache answers loads neither
+Flax nor optax nor any model's code (only ``time``, ``compile`` and ``op`` do), and ``url``
+does not even start JAX. Building the parser imports only light modules (for their defaults).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from explorer import devices
 
 
+INSTALLED_SCRIPT = "partition-explorer"  # pyproject.toml's [project.scripts] entry
+COMMANDS_WITHOUT_JAX = frozenset({"url"})  # the rest configure the simulated devices before JAX starts
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m explorer", description="Explore JAX/Flax partition layouts.")
+    parser = argparse.ArgumentParser(prog=_program_name(), description="Explore JAX/Flax partition layouts.")
     parser.add_argument("--devices", type=int, default=None, help="simulated CPU devices (default 8, or EXPLORER_CPU_DEVICES)")
     commands = parser.add_subparsers(dest="command", required=True)
     analyze = commands.add_parser("analyze", help="how every array of the train step is sharded")
@@ -65,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     from explorer.errors import ExplorerError
 
     try:
-        devices.configure(args.devices)
+        if args.command not in COMMANDS_WITHOUT_JAX:
+            devices.configure(args.devices)
         if args.command == "analyze":
             return _analyze(args)
         if args.command == "time":
@@ -85,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: stopped (every worker process too)", file=sys.stderr)
         return 130
     return 0
+
+
+def _program_name() -> str:
+    """``partition-explorer`` when run as the installed script, ``python -m explorer`` otherwise (for usage lines)."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return INSTALLED_SCRIPT if script == INSTALLED_SCRIPT else "python -m explorer"
 
 
 def _distributed_arguments(timing: argparse.ArgumentParser) -> None:

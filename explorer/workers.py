@@ -35,13 +35,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from explorer.devices import MAX_CPU_DEVICES
 from explorer.distributed import HEARTBEAT_TIMEOUT_S, JOIN_TIMEOUT_S
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.timing import TimingResult
+
+if TYPE_CHECKING:  # imported where a result arrives: `explorer time --help` and the CLI's parser need no JAX or Flax
+    from explorer.timing import TimingResult
 
 POLL_S = 0.1
 KILL_GRACE_S = 2.0
@@ -206,6 +208,8 @@ def _supervise(workers, events, steps, on_step, phase, stall_timeout_s) -> Timin
             if worker.index == 0 and on_step:
                 on_step(event["index"], event["seconds"])
         elif kind == "result" and worker.index == 0:
+            from explorer.timing import TimingResult
+
             result = TimingResult.from_dict(event["result"])
             worker.state = "done"
 

@@ -9,10 +9,19 @@ python_ok() {  # runs, and is at least $MIN_PYTHON
   "$1" -c "import sys; sys.exit(0 if sys.version_info >= tuple(map(int, '$MIN_PYTHON'.split('.'))) else 1)" >/dev/null 2>&1
 }
 
+how_to_get_python() {
+  cat >&2 <<MESSAGE
+JAX 0.11+ and Flax 0.12.9+ need Python $MIN_PYTHON or newer. Install one, for example:
+  pyenv install 3.12     (or: apt-get install python3.12 python3.12-venv, or python.org's installer)
+then run this again, or point PYTHON at it: PYTHON=/path/to/python3.12 bash $0
+MESSAGE
+}
+
 find_python() {
   if [ -n "${PYTHON:-}" ]; then
     if python_ok "$PYTHON"; then echo "$PYTHON"; return 0; fi
-    echo "setup: PYTHON=$PYTHON is not Python $MIN_PYTHON or newer (JAX 0.11+ and Flax 0.12.9+ need it)" >&2
+    echo "setup: PYTHON=$PYTHON is not Python $MIN_PYTHON or newer (or does not run)." >&2
+    how_to_get_python
     return 1
   fi
   local candidate
@@ -21,12 +30,8 @@ find_python() {
       "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python; do
     if python_ok "$candidate"; then echo "$candidate"; return 0; fi
   done
-  cat >&2 <<MESSAGE
-setup: no Python $MIN_PYTHON or newer found (tried python3.13, python3.12, python3 and pyenv's installs).
-JAX 0.11+ and Flax 0.12.9+ need Python $MIN_PYTHON or newer. Install one, for example:
-  pyenv install 3.12     (or: apt-get install python3.12 python3.12-venv, or python.org's installer)
-then run this again, or point PYTHON at it: PYTHON=/path/to/python3.12 bash $0
-MESSAGE
+  echo "setup: no Python $MIN_PYTHON or newer found (tried python3.13, python3.12, python3 and pyenv's installs)." >&2
+  how_to_get_python
   return 1
 }
 

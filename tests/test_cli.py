@@ -165,22 +165,55 @@ def test_array_prints_a_3d_grid_with_the_rest_sliced(tmp_path):
     assert bad.returncode == 2 and "--array: 'params/nope' is not an array" in bad.stderr
 
 
-def test_analyze_json_imports_neither_pandas_nor_plotly():
+# Runs the command line exactly as `python -m explorer ...` does (runpy, `__main__`), then reports which
+# heavy libraries and model modules the process imported, on stderr, after the command has finished.
+IMPORTS_PROBE = (
+    "import atexit, json, runpy, sys\n"
+    "def report():\n"
+    "    heavy = sorted({m.split('.')[0] for m in sys.modules} & {'flax', 'optax', 'pandas', 'plotly', 'streamlit'})\n"
+    "    models = sorted(m for m in sys.modules if m.startswith('explorer.models.') and m not in ('explorer.models.base', 'explorer.models.options'))\n"
+    "    print('IMPORTED ' + json.dumps(heavy + models), file=sys.stderr)\n"
+    "atexit.register(report)\n"
+    "sys.argv = ['explorer', *sys.argv[1:]]\n"
+    "runpy.run_module('explorer', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def imported_by_cli(*args: str, cache_dir) -> tuple[subprocess.CompletedProcess, list[str]]:
     import os
 
-    probe = (
-        "import contextlib, io, sys\n"
-        "from explorer.__main__ import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    main(['analyze', {str(SEED)!r}, '--json'])\n"
-        "print(sorted(m for m in ('pandas', 'plotly', 'streamlit') if m in sys.modules))\n"
-    )
+    env = {**os.environ, "EXPLORER_CPU_DEVICES": "8", "EXPLORER_CACHE_DIR": str(cache_dir)}
+    result = subprocess.run([sys.executable, "-c", IMPORTS_PROBE, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stderr.splitlines() if line.startswith("IMPORTED "))
+    return result, json.loads(line.removeprefix("IMPORTED "))
+
+
+def test_a_warm_analysis_imports_no_flax_optax_models_pandas_or_plotly(tmp_path):
+    """The command line on a disk-cache hit loads none of what made a warm run slow (Flax, optax, the models' code).
+
+    The cold run traces the model (so it imports Flax) and fills the cache; ``--json`` loads neither pandas nor
+    plotly even then. The warm run, a new process as a user's second command is, must import none of them.
+    """
+    cold, cold_imports = imported_by_cli("analyze", str(SEED), "--json", cache_dir=tmp_path)
+    assert "flax" in cold_imports  # the probe sees what the cold run imported: the warm check below means something
+    assert not {"pandas", "plotly", "streamlit"} & set(cold_imports)
+    warm, warm_imports = imported_by_cli("analyze", str(SEED), "--json", cache_dir=tmp_path)
+    assert warm_imports == []
+    assert json.loads(warm.stdout) == json.loads(cold.stdout)
+
+
+def test_url_starts_no_jax(tmp_path):
+    import os
+
+    probe = IMPORTS_PROBE.replace("{'flax', 'optax',", "{'jax', 'flax', 'optax',")
     result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
-        env={**os.environ, "EXPLORER_CPU_DEVICES": "8"}, timeout=300,
+        [sys.executable, "-c", probe, "url", str(SEED)], cwd=ROOT, capture_output=True, text=True,
+        env={**os.environ, "EXPLORER_CACHE_DIR": str(tmp_path)}, timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert result.stdout.startswith("?name=seed-2x4")
+    assert "IMPORTED []" in result.stderr
 
 
 def test_tiles_of_a_huge_mesh_need_a_path_filter(tmp_path, capsys):

@@ -6,8 +6,10 @@ parameter names (``layers/dot1/kernel``, ``layers/w2``), the ``nnx.vmap``-create
 stack with ``PARTITION_NAME: None`` (the layer axis replicated), the
 ``jax.lax.scan`` over layers, the activation constraint ``P('data', 'model')``, the
 loss ``mean((y_pred - y) ** 2)``, Adam 1e-3 on ``nnx.Param``, inputs placed with
-``P('data', None)``. ``w2`` uses ``sharding=``, the guide's (now deprecated) spelling of
-``out_sharding``.
+``P('data', None)``. Two spellings are updated to Flax 0.12.12's, which warns on the guide's:
+``w2`` is annotated with ``out_sharding=`` (the guide wrote the deprecated alias ``sharding=``)
+and the layer stack's keys come from ``rngs.split(num_layers)`` (the guide wrote
+``rngs.fork(split=num_layers)``); both give the same metadata and the same keys.
 
 With ``logical=True`` it is the guide's ``LogicalMultiDotReluDot``: the same model
 annotated with logical names (``('embed', 'hidden')``, ``('hidden', 'embed')``) and the
@@ -43,7 +45,7 @@ class DotReluDot(nnx.Module):
             rngs=rngs)
         self.w2 = nnx.Param(
             init_fn(rngs.params(), (depth, depth)),  # RNG key and shape for W2 creation
-            sharding=('model', None),
+            out_sharding=('model', None),
         )
 
     def __call__(self, x: jax.Array):
@@ -62,7 +64,7 @@ class MultiDotReluDot(nnx.Module):
         def create_sublayers(r):
             return DotReluDot(depth, r)
 
-        self.layers = create_sublayers(rngs.fork(split=num_layers))
+        self.layers = create_sublayers(rngs.split(num_layers))
 
     def __call__(self, x):
         def scan_over_layers(x, layer):
@@ -82,7 +84,7 @@ class LogicalDotReluDot(nnx.Module):
             rngs=rngs)
         self.w2 = nnx.Param(
             init_fn(rngs.params(), (depth, depth)),  # RNG key and shape for W2 creation
-            sharding=('hidden', 'embed'),
+            out_sharding=('hidden', 'embed'),
         )
 
     def __call__(self, x: jax.Array):
@@ -100,7 +102,7 @@ class LogicalMultiDotReluDot(nnx.Module):
         def create_sublayers(r):
             return LogicalDotReluDot(depth, r)
 
-        self.layers = create_sublayers(rngs.fork(split=num_layers))
+        self.layers = create_sublayers(rngs.split(num_layers))
 
     def __call__(self, x):
         def scan_over_layers(x, layer):

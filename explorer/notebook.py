@@ -1,0 +1,209 @@
+"""The notebook API behind ``explorer.analyze``: a report that is a DataFrame, an HTML summary and device grids.
+
+``explorer.analyze(layout)`` takes what a person has at hand in Jupyter or Colab (a
+layout file's path, a dict in the file format, or a ``Layout``) and returns a
+``NotebookReport``: the analysis' ``Report`` (every field and method of it) plus
+
+- ``to_pandas()``: one row per array, the JSON report's field names as columns;
+- ``_repr_html_()``: what a notebook shows for the report (the layout, per-device memory,
+  findings and the first arrays), every name escaped;
+- ``device_grid(path)``: the Layout page's Plotly figure of which device holds which block.
+
+pandas and plotly are imported by the methods that need them, so an analysis alone loads
+neither (and, when the trace's disk cache answers, no Flax either).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import numbers
+import os
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from explorer.analysis import KIND_LABELS, ArrayInfo, Report
+from explorer.analysis import analyze as analyze_layout
+from explorer.errors import ExplorerError
+from explorer.layout import Layout, load_layout_file, parse_layout
+from explorer.text import human_bytes
+from explorer.tiles import default_dims, grid_view
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+HTML_ARRAY_ROWS = 40  # arrays listed in the HTML summary; to_pandas() has them all
+FRAME_COLUMNS = (
+    "path", "kind", "shape", "dtype", "logical_axes", "spec", "shard_shape",
+    "bytes_per_device", "global_bytes", "replication", "runs_per_step",
+)
+
+
+def analyze(layout: str | os.PathLike | Mapping[str, Any] | Layout) -> NotebookReport:
+    """The sharding of every array in ``layout``'s train step, as a ``NotebookReport``.
+
+    ``layout`` is a layout file's path, a dict in the layout file format (see the README)
+    or an ``explorer.layout.Layout``. Bad input raises ``ExplorerError`` naming the field
+    and the value. Meshes with more devices than this process has are analysed as planned
+    meshes (exact shard shapes and bytes, hypothetical device ids); call
+    ``explorer.devices.configure(8)`` before JAX starts for 8 simulated CPU devices.
+
+    >>> report = analyze({"mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+    ...                   "rules": [["batch", "data"], ["hidden", "model"]],
+    ...                   "model": {"name": "mlp", "options": {"layers": 1, "depth": 64}}})
+    >>> report.array("params/LogicalDotReluDot_0/W2").spec_text()
+    "P('model', None)"
+    """
+    return NotebookReport.of(analyze_layout(_as_layout(layout)))
+
+
+def _as_layout(layout: Any) -> Layout:
+    if isinstance(layout, Layout):
+        return layout
+    if isinstance(layout, Mapping):
+        return parse_layout(dict(layout))
+    if isinstance(layout, (str, os.PathLike)):
+        return load_layout_file(os.fspath(layout))
+    raise ExplorerError(
+        "layout", layout, "is not a layout: give a layout file's path, a dict in the layout file format or an explorer.layout.Layout"
+    )
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class NotebookReport(Report):
+    """An analysis ``Report`` that shows itself in a notebook, turns into a DataFrame and draws device grids."""
+
+    @classmethod
+    def of(cls, report: Report) -> NotebookReport:
+        return cls(**{field.name: getattr(report, field.name) for field in dataclasses.fields(report) if field.init})
+
+    def __repr__(self) -> str:
+        mesh = "×".join(map(str, self.mesh.shape))
+        return (
+            f"<NotebookReport {self.layout.name!r}: {len(self.arrays)} arrays on a {mesh} mesh {self.mesh.axes}, "
+            f"{len(self.warnings)} finding(s)>"
+        )
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per array, in the report's order; columns named as in the JSON report (``analyze --json``).
+
+        ``spec`` is JAX's ``PartitionSpec`` as it prints, ``shape`` and ``shard_shape`` are
+        tuples, bytes are per device (``global_bytes``: the whole array).
+        """
+        import pandas as pd
+
+        return pd.DataFrame([_row(info) for info in self.arrays], columns=list(FRAME_COLUMNS))
+
+    def device_grid(
+        self, path: str, dims: tuple[int, int] | None = None, blocks: Mapping[int, int] | None = None
+    ) -> go.Figure:
+        """The Plotly figure of which devices hold which block of the array at ``path``.
+
+        Any rank: ``dims`` are the (row, column) dimensions drawn (by default the two cut
+        into the most blocks); every other dimension is cut at ``blocks[dim]`` (default 0).
+        Replicas of a block are side-by-side stripes, one colour per device.
+        """
+        from explorer import plots
+
+        info = self._array_named(path)
+        ndim = len(info.shape)
+        if dims is None:
+            row_dim, col_dim = default_dims(info.shape, info.spec, self.mesh)
+        elif ndim < 2 or not _two_dims(dims, ndim):
+            raise ExplorerError("dims", dims, f"is not two different dimensions of the {ndim}-D array {info.path!r}, like (0, 1)")
+        else:
+            row_dim, col_dim = int(dims[0]), int(dims[1])
+        cut = {} if blocks is None else blocks
+        if not isinstance(cut, Mapping) or not all(
+            _whole(d) and 0 <= d < ndim and d not in (row_dim, col_dim) and _whole(k) for d, k in cut.items()
+        ):
+            raise ExplorerError(
+                "blocks", blocks, f"is not {{dimension: block}} for dimensions of the {ndim}-D array {info.path!r} other than the drawn {(row_dim, col_dim)}"
+            )
+        view = grid_view(info.shape, info.spec, self.mesh, row_dim, col_dim, {int(d): int(k) for d, k in cut.items()})
+        itemsize = np.dtype(info.dtype).itemsize
+        # Plotly renders a subset of HTML (<b>, <a href>, ...) in titles and axis labels: names are escaped there too.
+        labels = [html.escape(label, quote=False) for label in _dim_labels(info)]
+        return plots.sharding_grid(view, self.mesh, itemsize, labels, title=html.escape(info.path, quote=False))
+
+    def _array_named(self, path: str) -> ArrayInfo:
+        try:
+            return self.array(path)
+        except KeyError:
+            examples = [a.path for a in self.arrays if a.kind == "param"][:3]
+            raise ExplorerError("path", path, f"is not an array of this layout; its parameters include {examples}") from None
+
+    def _repr_html_(self) -> str:
+        escape = _escape
+        mesh, totals = self.mesh, self.totals
+        mesh_kind = "planned: an AbstractMesh, device ids hypothetical" if mesh.abstract else "real devices"
+        rules = ", ".join(f"{escape(r.logical)} → {escape(_axes_text(r.mesh_axes))}" for r in self.layout.rules) or "none"
+        parts = [
+            '<div class="partition-explorer-report">',
+            f"<p><b>{escape(self.layout.name)}</b>: model <code>{escape(self.layout.model.name)}</code>, "
+            f"mesh {escape(' × '.join(f'{a}={s}' for a, s in zip(mesh.axes, mesh.shape)))} ({mesh.size} devices, {mesh_kind}); "
+            f"rules {rules} ({escape(self.resolution_order)})</p>",
+            "<p>Per device: state (exact) " + escape(human_bytes(totals.state_bytes)) + " = "
+            + " + ".join(f"{escape(KIND_LABELS[k])} {escape(human_bytes(v))}" for k, v in totals.by_kind().items() if k != "activation")
+            + f"; declared activations {escape(human_bytes(totals.activation_bytes))} (listed, not added). "
+            f"{totals.param_count:,} parameters.</p>",
+        ]
+        if self.warnings:
+            parts.append("<ul>" + "".join(f"<li><b>{escape(w.level)}</b> {escape(w.message)}</li>" for w in self.warnings) + "</ul>")
+        header = ("path", "kind", "shape", "dtype", "spec", "shard shape", "per device", "replication")
+        rows = [
+            (a.path, a.kind, str(tuple(a.shape)), a.dtype, a.spec_text(), str(tuple(a.shard_shape)),
+             human_bytes(a.bytes_per_device), str(a.replication))
+            for a in self.arrays[:HTML_ARRAY_ROWS]
+        ]
+        parts.append(
+            "<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+            + "</tbody></table>"
+        )
+        if len(self.arrays) > HTML_ARRAY_ROWS:
+            parts.append(f"<p>… and {len(self.arrays) - HTML_ARRAY_ROWS:,} more arrays: <code>to_pandas()</code> has them all.</p>")
+        parts.append("</div>")
+        return "\n".join(parts)
+
+
+def _escape(text: object) -> str:
+    """Names come from other people's files and links: shown as typed, never as markup."""
+    return html.escape(str(text), quote=True)
+
+
+def _row(info: ArrayInfo) -> dict[str, Any]:
+    return {
+        "path": info.path, "kind": info.kind, "shape": tuple(info.shape), "dtype": info.dtype,
+        "logical_axes": None if info.logical_axes is None else tuple(info.logical_axes), "spec": info.spec_text(),
+        "shard_shape": tuple(info.shard_shape), "bytes_per_device": info.bytes_per_device,
+        "global_bytes": info.global_bytes, "replication": info.replication, "runs_per_step": info.runs_per_step,
+    }
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _two_dims(dims: Any, ndim: int) -> bool:
+    return (
+        isinstance(dims, (tuple, list)) and len(dims) == 2
+        and all(_whole(d) and 0 <= d < ndim for d in dims) and dims[0] != dims[1]
+    )
+
+
+def _axes_text(axes: tuple[str, ...]) -> str:
+    return " × ".join(axes) if axes else "replicated"
+
+
+def _dim_labels(info: ArrayInfo) -> list[str]:
+    """``dim 1 'hidden' · 1024 → model``: each dimension's name, size and the mesh axes cutting it."""
+    labels = []
+    for dim, size in enumerate(info.shape):
+        name = info.logical_axes[dim] if info.logical_axes and dim < len(info.logical_axes) else None
+        axes = info.trace[dim].mesh_axes if dim < len(info.trace) else ()
+        label = f" '{name}'" if isinstance(name, str) else " (fixed)" if name else ""
+        labels.append(f"dim {dim}{label} · {size} → {_axes_text(tuple(axes))}")
+    return labels
