@@ -392,7 +392,7 @@ def stage2(
     start = time.perf_counter() - search.elapsed_s
     chosen = shortlist(search)[:max(compiles, 0)]
     own = next((c for c in search.candidates if c.own), None)
-    if own is not None and own not in chosen:
+    if own is not None and own not in chosen and compiles > 0:
         chosen.append(own)
     progress = on_progress or (lambda *_: None)
     for number, candidate in enumerate(chosen, 1):
