@@ -138,7 +138,7 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
     """The search space: the layout itself first, then one layout per factorization (fixed order)."""
     from explorer.analysis import logical_names
 
-    names = logical_names(layout.model)
+    names = logical_names(layout.model, tuple(layout.mesh.axes))
     chosen = default_roles(names)
     if roles:
         check_roles(roles, names)
@@ -327,9 +327,15 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
             search.refused += 1
             search.refused_examples.append(f"{candidate.name}: its mesh has {candidate.mesh.size} devices, the target {target.devices}")
             continue
-        report = analyze(candidate)
-        errors = _errors(report)
         search.searched += 1
+        try:  # a model that names mesh axes by hand (the NNX guide's P('data', 'model')) refuses other axis names
+            report = analyze(candidate)
+        except ExplorerError as error:
+            search.refused += 1
+            if len(search.refused_examples) < 5:
+                search.refused_examples.append(f"{candidate.name}: {error}")
+            continue
+        errors = _errors(report)
         if errors:
             search.refused += 1
             if len(search.refused_examples) < 5:
