@@ -75,7 +75,7 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
 }
 AXIS_ORDER = ("data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, outermost first (tensor innermost)
 KV_NAMES = ("kv_heads", "activation_kv_heads")
-STAGE1_NOTE = "estimate (stage 1, no compile): 6·N·tokens compute, state traffic, book collectives"
+STAGE1_NOTE = "stage 1, no compile: 6·N·tokens compute, state traffic, the book's collectives"
 
 
 def default_roles(names: Sequence[str]) -> dict[str, str]:
@@ -515,15 +515,15 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
     for i, c in enumerate(search.ranked(), 1):
         rows.append({
             "rank": i, "layout": c.layout.name + (" (yours)" if c.own else ""),
-            "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
-            "rules": rules_text(c.layout),
-            "state / device": human_bytes(c.state_bytes),
-            "XLA peak / device": human_bytes(c.peak_bytes) if c.peak_bytes is not None else "not compiled",
             "fits": ("yes" if c.fits else "NO") + ("" if c.verified else " (state only)"),
             "step ≥": f"{c.step_s * 1e3:.3g} ms" + ("" if c.verified else " (estimate)"),
+            "XLA peak / device": human_bytes(c.peak_bytes) if c.peak_bytes is not None else "not compiled",
+            "state / device": human_bytes(c.state_bytes),
             "bound": c.bound, "MFU ceiling": f"{c.mfu_ceiling:.0%}",
-            "largest collective": c.largest_collective,
             "verified": "XLA" if c.verified else "estimate",
+            "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
+            "rules": rules_text(c.layout),
+            "largest collective": c.largest_collective,
         })
     return rows
 
@@ -563,7 +563,7 @@ def main(args) -> int:
         print(f"compile failed: {failure}")
     print(_table(table_rows(search), ("rank", "layout", "rules", "state / device", "XLA peak / device", "fits", "step ≥", "bound",
                                       "MFU ceiling", "largest collective")))
-    print("step ≥: XLA's roofline lower bound where verified; else stage 1's estimate (" + STAGE1_NOTE + ").")
+    print("step ≥: XLA's roofline lower bound where verified; else an estimate (" + STAGE1_NOTE + ").")
     return 0
 
 

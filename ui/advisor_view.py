@@ -38,7 +38,8 @@ def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
 
 def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str]) -> None:
     """Stage 1, then stage 2 in the server-wide queue, showing the stage and elapsed time; Stop keeps what was compiled."""
-    st.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
+    stop_slot = st.empty()
+    stop_slot.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
     status = st.status("Stage 1: analysing every candidate…", expanded=True)
     line = status.empty()
     try:
@@ -58,6 +59,7 @@ def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str]) ->
     finally:
         TURNSTILE.leave()
     st.session_state.pop(RUNNING, None)
+    stop_slot.empty()
     status.update(label=f"Done: {search.compiles} compile(s), {search.elapsed_s:.1f} s", state="complete", expanded=False)
 
 
@@ -105,9 +107,9 @@ def show(search: advisor.Search) -> None:
     best = ranked[0] if ranked else None
     (st.success if best is not None and best.fits else st.error)(markdown_literal(advisor.verdict_text(search)))
     st.caption(
-        f"Searched {search.searched} candidate(s) ({search.refused} refused: JAX would refuse them), {search.compiles} compiled "
+        f"Searched {search.searched} candidate(s), of which {search.refused} refused (layouts JAX would refuse), {search.compiles} compiled "
         f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s. "
-        "**step ≥** is a lower bound: the roofline of XLA's compiled program where *verified*, else stage 1's *estimate* "
+        "**step ≥** is a lower bound: the roofline of XLA's compiled program where *verified*, else an *estimate* "
         f"({advisor.STAGE1_NOTE}). **fits** is XLA's verdict where verified, else whether the exact state fits."
     )
     for failure in search.failures:
