@@ -10,6 +10,12 @@ vocab 32000), bf16, batch 64 (so that an FSDP axis of 64 divides it) of 2048 tok
 cache is a fresh folder unless ``--cache`` names one.
 
     python benchmarks/advise.py [--compiles 2] [--cache DIR] [--target v5p-128]
+    python benchmarks/advise.py --case t5 [--compiles 2]   # T5X's T5 (tests/external) on a v5litepod-8
+
+``--case t5``: T5X's T5 network from ``tests/external/t5x_t5`` (a production codebase's model,
+T5.1.1-style, 4+4 layers, d_model 512, 8 heads, MLP 1024, vocab 32128, batch 32 x 128 tokens) on
+an 8-chip v5e slice, with T5X's own rules as the user's layout and three hand-written layouts
+(FSDP 8; FSDP 4 x tensor 2; data 2 x FSDP 4).
 """
 
 from __future__ import annotations
@@ -41,7 +47,26 @@ EXPERTS = {
 }
 
 
+T5_FACTORY = "tests.external.factories:make_t5x_t5"
+T5_OPTIONS = {"num_encoder_layers": 4, "num_decoder_layers": 4, "emb_dim": 512, "num_heads": 8, "head_dim": 64, "mlp_dim": 1024,
+              "vocab_size": 32128, "batch": 32, "encoder_length": 128, "decoder_length": 128}
+T5_TENSOR = [["mlp", "tensor"], ["heads", "tensor"], ["joined_kv", "tensor"], ["vocab", "tensor"]]
+T5_EXPERTS = {
+    "t5x-own-rules": {"mesh": {"shape": [4, 2], "axes": ["data", "model"]},  # T5X's standard_logical_axis_rules
+                      "rules": [["batch", "data"], ["vocab", "model"], ["mlp", "model"], ["heads", "model"], ["joined_kv", "model"],
+                                ["kv", None], ["embed", None], ["length", None]]},
+    "expert-fsdp8": {"mesh": {"shape": [8], "axes": ["fsdp"]}, "rules": [["batch", "fsdp"], ["embed", "fsdp"]]},
+    "expert-fsdp4-tensor2": {"mesh": {"shape": [4, 2], "axes": ["fsdp", "tensor"]},
+                             "rules": [["batch", "fsdp"], ["embed", "fsdp"], *T5_TENSOR]},
+    "expert-data2-fsdp4": {"mesh": {"shape": [2, 4], "axes": ["data", "fsdp"]},
+                           "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"]]},
+}
+CASE = "llama"
+
+
 def layout(name: str) -> dict:
+    if CASE == "t5":
+        return {"name": name, **T5_EXPERTS[name], "model": {"name": T5_FACTORY, "options": dict(T5_OPTIONS)}}
     return {"name": name, **EXPERTS[name], "model": {"name": "transformer", "options": dict(OPTIONS)}}
 
 
@@ -49,8 +74,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--compiles", type=int, default=2)
     parser.add_argument("--cache", default=None)
-    parser.add_argument("--target", default="v5p-128")
+    parser.add_argument("--target", default=None)
+    parser.add_argument("--case", choices=("llama", "t5"), default="llama")
     args = parser.parse_args()
+    global CASE
+    CASE = args.case
+    args.target = args.target or ("v5litepod-8" if CASE == "t5" else "v5p-128")
+    if CASE == "t5":
+        os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5_FACTORY
     os.environ["EXPLORER_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="explorer-advise-bench-")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     from explorer import devices
@@ -60,13 +91,20 @@ def main() -> None:
     from explorer.layout import parse_layout
     from explorer.text import human_bytes
 
-    own = parse_layout(layout("expert-fsdp16-tensor4"))
+    own = parse_layout(layout("t5x-own-rules" if CASE == "t5" else "expert-fsdp16-tensor4"))
     start = time.perf_counter()
     search = advisor.stage1(own, args.target)
     print(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused, in {search.stage1_s:.2f} s (goal < 10 s)")
     again = advisor.stage1(own, args.target)
     print(f"stage 1 again (model traced, in memory): {again.stage1_s:.2f} s")
-    advisor.stage2(search, args.compiles, on_progress=lambda stage, elapsed: print(f"  {stage} {elapsed:.0f} s", file=sys.stderr, flush=True))
+    shown = [None]
+
+    def progress(stage: str, elapsed: float) -> None:
+        if stage != shown[0]:
+            print(f"  {stage} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+            shown[0] = stage
+
+    advisor.stage2(search, args.compiles, on_progress=progress)
     whole = time.perf_counter() - start
     print(f"whole search: {whole:.0f} s, {search.compiles} compiles ({search.cached_compiles} cached) (goal < 900 s)")
     print(advisor.verdict_text(search))
@@ -74,12 +112,12 @@ def main() -> None:
                                                             "MFU ceiling", "largest collective")))
     print("\nexpert layouts, each compiled with `python -m explorer compile`:")
     rows = []
-    for name in EXPERTS:
+    for name in (T5_EXPERTS if CASE == "t5" else EXPERTS):
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             json.dump(layout(name), handle)
         began = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "explorer", "compile", handle.name, "--target", args.target, "--json"],
-                              capture_output=True, text=True, cwd=ROOT)
+                              capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
         if done.returncode:
             print(f"  {name}: {done.stderr.strip().splitlines()[-1]}")
             continue

@@ -561,8 +561,8 @@ def main(args) -> int:
           f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s")
     for failure in search.failures:
         print(f"compile failed: {failure}")
-    print(_table(table_rows(search), ("rank", "layout", "rules", "state / device", "XLA peak / device", "fits", "step ≥", "bound",
-                                      "MFU ceiling", "largest collective")))
+    print(_table(table_rows(search), ("rank", "layout", "fits", "step ≥", "XLA peak / device", "state / device", "bound",
+                                      "MFU ceiling", "largest collective", "rules")))
     print("step ≥: XLA's roofline lower bound where verified; else an estimate (" + STAGE1_NOTE + ").")
     return 0
 
