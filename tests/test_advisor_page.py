@@ -42,3 +42,7 @@ def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar
     assert not at.exception
     top = table.iloc[0]
     assert at.session_state["mesh_axes_text"] == ", ".join(part.split(" ")[0] for part in top["mesh"].split(" x "))
+    # The rules the Layout page's editor starts from are the winner's (the page switch must not restore the old rows).
+    expected = [[part.split(":")[0], [] if part.split(":")[1] == "-" else part.split(":")[1].split(",")] for part in top["rules"].split("; ")]
+    assert at.session_state["rules_base"] == expected
+    assert at.session_state["last_valid_layout"]["rules"] == [[l, a[0] if len(a) == 1 else (a or None)] for l, a in expected]

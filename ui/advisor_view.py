@@ -93,6 +93,9 @@ def figure(search: advisor.Search) -> go.Figure:
 
 def _open(layout: Layout) -> None:
     state.load_layout(layout)
+    # The rules editor restores the rows it showed last when it becomes a new widget (a page switch):
+    # forget which editor that was, so it starts from the loaded rules.
+    st.session_state.pop(state.RULES_EDITOR, None)
 
 
 def _add_to_compare(layout: Layout) -> None:
