@@ -74,6 +74,9 @@ def test_run_the_advisor_watch_its_stages_and_open_the_winner(browser, advisor_a
         page.locator(key_selector("advisor_table")).scroll_into_view_if_needed()
         screenshot(page, "advisor-1024x768")
         page.set_viewport_size({"width": 1440, "height": 900})
+        page.wait_for_timeout(800)
+        page.locator(".stPlotlyChart").last.scroll_into_view_if_needed()
+        screenshot(page, "advisor-chart-1440x900")
         assert_no_exception(page)
         # Rank 1 is the one picked by default: open it on the Layout page.
         expect(page.locator(key_selector("advisor_pick")).get_by_role("combobox")).to_have_value(f"1. {winner}")
