@@ -84,10 +84,10 @@ def figure(search: advisor.Search) -> go.Figure:
             text=[c.layout.name for c in chosen], hovertemplate="%{text}<br>step ≥ %{x:.3g} ms<br>%{y:.2f} GiB<extra></extra>",
         )
     fig.add_hline(y=hbm / 2**30, line_dash="dash", line_color="#222", annotation_text=f"HBM {human_bytes(hbm)} per device")
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step lower bound (ms)",
-                      yaxis_title="GiB per device", plot_bgcolor="white", legend=dict(orientation="h", y=-0.25))
-    fig.update_xaxes(type="log", gridcolor="#eee")
-    fig.update_yaxes(rangemode="tozero", gridcolor="#eee")
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step lower bound (ms, log)",
+                      yaxis_title="GiB per device (log)", plot_bgcolor="white", legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(type="log", gridcolor="#eee", dtick=1)  # a tick per decade: both axes span orders of magnitude
+    fig.update_yaxes(type="log", gridcolor="#eee", dtick=1)
     return fig
 
 
