@@ -306,7 +306,7 @@ class Search:
     failures: list[str] = dataclasses.field(default_factory=list)
 
     def ranked(self) -> list[Candidate]:
-        return rank(self.candidates)
+        return rank(self.candidates, self.target.chip.device_hbm_bytes)
 
     def smallest_state(self) -> Candidate | None:
         return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
@@ -367,15 +367,16 @@ def shortlist(search: Search) -> list[Candidate]:
     return sorted(fitting, key=lambda c: (c.estimate.step_s, c.state_bytes, c.layout.name))
 
 
-def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
+def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
     """Best first: XLA-verified and fitting by step bound; then stage-1 estimates whose state fits, by
-    estimated step; then everything that does not fit, by how much (least first). Ties by state, then name."""
+    estimated step; then everything that does not fit, by how much (XLA's peak, else the state, over
+    ``hbm_bytes``; least first). Ties by state, then name."""
     def key(c: Candidate):
         if c.verified and c.fits:
             return (0, c.step_s, c.state_bytes, c.layout.name)
         if not c.verified and c.fits:
             return (1, c.step_s, c.state_bytes, c.layout.name)
-        over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes  # stage 1 misfits: smallest state first
+        over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
         return (2, over, c.state_bytes, c.layout.name)
 
     return sorted(candidates, key=key)
