@@ -364,7 +364,13 @@ def _errors(report) -> list:
 def shortlist(search: Search) -> list[Candidate]:
     """The candidates whose state fits the device's HBM, best estimated step first (deterministic)."""
     fitting = [c for c in search.candidates if c.state_bytes <= search.target.chip.device_hbm_bytes]
-    return sorted(fitting, key=lambda c: (c.estimate.step_s, c.state_bytes, c.layout.name))
+    return sorted(fitting, key=_estimate_key)
+
+
+def _estimate_key(c: Candidate) -> tuple:
+    """Stage 1's order: the estimated step; where that ties (every candidate compute-bound), less
+    estimated communication first (it must hide behind the compute), then less state, then the name."""
+    return (c.estimate.step_s, c.estimate.collective_s, c.state_bytes, c.layout.name)
 
 
 def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
@@ -375,7 +381,7 @@ def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]
         if c.verified and c.fits:
             return (0, c.step_s, c.state_bytes, c.layout.name)
         if not c.verified and c.fits:
-            return (1, c.step_s, c.state_bytes, c.layout.name)
+            return (1,) + _estimate_key(c)
         over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
         return (2, over, c.state_bytes, c.layout.name)
 
