@@ -23,6 +23,7 @@ PAGES = [
     st.Page("views/1_Timing.py", title="Timing", icon=":material/timer:", url_path="Timing"),
     st.Page("views/2_Compare.py", title="Compare", icon=":material/compare_arrows:", url_path="Compare"),
     st.Page("views/3_Arrays.py", title="Arrays", icon=":material/view_module:", url_path="Arrays"),
+    st.Page("views/4_Advisor.py", title="Advisor", icon=":material/explore:", url_path="Advisor"),
 ]
 
 st.navigation(PAGES).run()

@@ -60,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     compile_.add_argument("--target", required=True, help="a Cloud TPU type (v5p-128, v5litepod-16) or libtpu topology (v5p:4x4x4)")
     compile_.add_argument("--json", action="store_true", help="print the result as JSON")
     compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
+    advise = commands.add_parser("advise", help="rank meshes and rules for a TPU slice: stage 1 estimates, stage 2 XLA compiles")
+    advise.add_argument("layout", help="a layout JSON file: its model, and its mesh and rules as one candidate")
+    advise.add_argument("--target", required=True, help="a Cloud TPU type (v5p-128) or libtpu topology (v5p:4x4x4)")
+    advise.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    advise.add_argument("--compiles", type=int, default=4, help="shortlisted candidates to compile for the target (default 4)")
+    advise.add_argument("--role", action="append", default=[], metavar="NAME=ROLE", help="a logical name's role (repeatable)")
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file, or - for standard input")
     op = commands.add_parser("op", help="arrays on a mesh and an expression: the shardings XLA chooses, collectives, timing")
@@ -80,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             return _time(args)
         if args.command == "compile":
             return _compile(args)
+        if args.command == "advise":
+            from explorer.advisor import main as advise_main  # imported only for this command
+
+            return advise_main(args)
         if args.command == "url":
             return _url(args)
         if args.command == "op":

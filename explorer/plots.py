@@ -403,10 +403,10 @@ def _ms(seconds: float) -> str:
 def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
     """XLA's per-chip memory (arguments, temporaries, outputs not aliased) against the chip's HBM."""
     parts = [
-        ("arguments", memory["argument_bytes"], "#4C78A8"),
-        ("outputs not aliased", max(memory["output_bytes"] - memory["alias_bytes"], 0), "#F58518"),
-        ("temporaries", memory["temp_bytes"], "#B279A2"),
-        ("generated code", memory["generated_code_bytes"], "#9D9D9D"),
+        ("arguments", memory["argument_bytes"] or 0, "#4C78A8"),
+        ("outputs not aliased", max((memory["output_bytes"] or 0) - (memory["alias_bytes"] or 0), 0), "#F58518"),
+        ("temporaries", memory["temp_bytes"] or 0, "#B279A2"),
+        ("generated code", memory["generated_code_bytes"] or 0, "#9D9D9D"),  # None: XLA refused the program
     ]
     figure = go.Figure()
     for name, value, color in parts:

@@ -2,8 +2,11 @@
 
 Three terms, each from the compiled program's own numbers and the chip's table:
 
-- compute: flops per chip / peak bf16 FLOP/s,
-- memory: bytes accessed per chip / HBM bandwidth,
+- compute: flops per device / the device's peak bf16 FLOP/s,
+- memory: bytes accessed per device / the device's HBM bandwidth,
+
+(a device is a chip on every generation but TPU7x, whose chip is two devices each with half of
+its compute, HBM bandwidth and links: ``targets.Chip.device_*``),
 - collectives: each collective costed with the formulas of "How to Scale Your Model"
   (Austin et al., 2025), part 3 "Sharded Matrices and How to Multiply Them",
   https://jax-ml.github.io/scaling-book/sharding/ (the summary table of
@@ -92,9 +95,9 @@ class Estimate:
 
 
 def estimate(flops: float, bytes_accessed: float, collectives: list[Collective], chip: Chip) -> Estimate:
-    """The roofline terms for one step on one chip."""
+    """The roofline terms for one step on one device."""
     return Estimate(
-        compute_s=flops / chip.peak_flops,
-        memory_s=bytes_accessed / chip.hbm_bandwidth,
+        compute_s=flops / chip.device_peak_flops,
+        memory_s=bytes_accessed / chip.device_hbm_bandwidth,
         collective_s=sum(collective_seconds(c, chip) for c in collectives),
     )

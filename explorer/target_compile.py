@@ -5,9 +5,18 @@ of a real slice (from ``libtpu``, no TPU needed), ``topologies.make_mesh`` lays 
 mesh over them, and the same train step the Timing page runs (grad of the model's
 loss, Adam's ``apply_gradients``, traced under ``jax.set_mesh`` and the rules) is
 lowered with abstract arguments carrying the layout's shardings and compiled, with
-the train state donated as production loops do. ``xla_tpu_no_crash_on_oom`` makes
-the TPU compiler return a program that does not fit, so its memory figures can be
-shown instead of ``RESOURCE_EXHAUSTED``.
+the train state donated as production loops do.
+
+A program that does not fit the chip: libtpu 0.0.47.1 and later refuse a program compiled
+with ``xla_tpu_no_crash_on_oom`` (``INVALID_ARGUMENT: Invalid TPU program``), and without it
+the compiler stops with ``RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: ... HLO temporaries
+(25.00G) exceeds available HBM (15.75G)``. It has by then assigned every buffer, and with
+``xla_dump_to`` it writes that assignment, its memory-usage report and the optimized program
+before refusing. So every compile dumps into a temporary folder; when XLA refuses for HBM, the
+result is read from the dump: arguments, outputs, aliased, temporaries and the peak (the HBM
+total of XLA's report), the collectives and the dot/convolution flops of the optimized program
+(``cost_analysis()`` needs a compiled executable, so ``flops_source`` says which), with
+``fits: false`` and E1000's own figures under ``oom``.
 
 Compiles run in a child process (``python -m explorer compile ... --json``): the
 one loading libtpu must be the only one in this process tree to have done so
@@ -23,6 +32,8 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,9 +46,13 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.targets import Target, check_mesh_fits, parse_target
 
-CACHE_FORMAT = 1  # bump when the result's shape or meaning changes
+CACHE_FORMAT = 2  # bump when the result's shape or meaning changes
 STAGE_PREFIX = "stage: "
-COMPILER_OPTIONS = {"xla_tpu_no_crash_on_oom": True}
+COMPILER_OPTIONS: dict[str, Any] = {}  # no xla_tpu_no_crash_on_oom: libtpu >= 0.0.47.1 refuses its programs
+_E1000 = re.compile(
+    r"E1000: CompileTimeHbmOom:.*?\((?P<required>[\d.]+)(?P<unit>[KMGT]?)\) exceeds available HBM \((?P<available>[\d.]+)(?P<unit2>[KMGT]?)\)",
+    re.S,
+)
 STAGES = ("trace", "lower", "compile", "analyse")
 
 
@@ -65,7 +80,7 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
         topology = topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
     except Exception as error:  # libtpu missing or refusing the name
         raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
-    mesh = topologies.make_mesh(topology, tuple(layout.mesh.shape), tuple(layout.mesh.axes))
+    mesh, method = place_mesh(list(topology.devices), tuple(layout.mesh.shape), tuple(layout.mesh.axes))
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
     shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), reading.live(model).state)
     inputs = [a for a in report.arrays if a.kind == "input"]
@@ -81,10 +96,125 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
             _make_train_step(model), in_shardings=(shardings, *input_shardings), out_shardings=shardings, donate_argnums=0,
         ).lower(abstract_state, *abstract_inputs)
     stage("compile")
-    compiled = lowered.compile(COMPILER_OPTIONS)
-    compile_s = time.perf_counter() - start
-    stage("analyse")
-    return analyse(compiled, target, mesh, compile_s)
+    dump = tempfile.mkdtemp(prefix="explorer-xla-dump-")
+    try:
+        try:
+            compiled = lowered.compile({**COMPILER_OPTIONS, "xla_dump_to": dump})
+        except Exception as error:  # XLA's own refusal: out of HBM is a result, anything else a message
+            oom = parse_oom(str(error))
+            if oom is None:
+                raise ExplorerError("target", target.name, f"XLA could not compile the step: {_first_line(error)}") from None
+            compile_s = time.perf_counter() - start
+            stage("analyse")
+            result = analyse_dump(dump, oom, target, mesh, compile_s)
+            result["mesh"]["placement_method"] = method
+            return result
+        compile_s = time.perf_counter() - start
+        stage("analyse")
+        result = analyse(compiled, target, mesh, compile_s)
+        result["mesh"]["placement_method"] = method
+        result["cross_check"] = _cross_check(dump, result)
+        return result
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+
+
+PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order")
+
+
+def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...]):
+    """The slice's devices laid out as the logical mesh, and how: the first of ``PLACEMENTS`` that works.
+
+    ``mesh_utils``: ``topologies.make_mesh``'s own placement (each logical axis a product of
+    whole physical axes); ``split_physical_axes``: ``mesh_utils.create_device_mesh(...,
+    allow_split_physical_axes=True)``, which lets a logical axis take part of a physical one
+    (8x8 on a 4x4x4 torus); ``device_order``: the devices in libtpu's order, reshaped. The
+    result's ``mesh.placement`` says which torus axes each logical axis moves along.
+    """
+    import numpy as np
+    from jax.experimental import mesh_utils
+    from jax.sharding import Mesh
+
+    attempts = (
+        lambda: mesh_utils.create_device_mesh(shape, devices),
+        lambda: mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True),
+        lambda: np.array(devices, dtype=object).reshape(shape),
+    )
+    for method, attempt in zip(PLACEMENTS, attempts):
+        try:
+            return Mesh(attempt(), axes), method
+        except Exception:  # mesh_utils refuses the shape: try the next placement
+            continue
+    raise ExplorerError("mesh.shape", list(shape), f"cannot be laid over {len(devices)} devices")
+
+
+def _cross_check(folder: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    """What the route for a program that does not fit would have read, for a program that fits.
+
+    The tests compare these with ``memory_analysis()`` and ``cost_analysis()``, which is what
+    makes the figures of a refused program trustworthy.
+    """
+    from explorer import hlo
+
+    try:
+        memory = hlo.dumped_memory(
+            _dumped(folder, "after_optimizations-buffer-assignment.txt"), _dumped(folder, "after_optimizations-memory-usage-report.txt"),
+        )
+        work = hlo.matmul_work(_dumped(folder, "after_optimizations.txt"))
+    except (OSError, ValueError):
+        return None
+    return {"memory": memory, "matmul_flops": work.flops}
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:500] if text else type(error).__name__
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_oom(message: str) -> dict[str, Any] | None:
+    """E1000's figures (bytes, as XLA rounds them: two decimals of its unit), or None for another error.
+
+    >>> parse_oom("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total memory "
+    ...           "required for HLO temporaries (25.00G) exceeds available HBM (15.75G). HLO module: jit_train_step.")["available_bytes"]
+    16911433728
+    """
+    found = _E1000.search(message)
+    if found is None:
+        return None
+    return {
+        "required_bytes": round(float(found["required"]) * _UNITS[found["unit"]]),
+        "available_bytes": round(float(found["available"]) * _UNITS[found["unit2"]]),
+        "message": _first_line(Exception(message)),
+    }
+
+
+def _dumped(folder: str, suffix: str) -> str:
+    """The text of the train step's dump file ending in ``suffix`` (the largest if several modules match)."""
+    names = [n for n in os.listdir(folder) if "jit_train_step" in n and n.endswith(suffix)]
+    if not names:
+        raise FileNotFoundError(suffix)
+    name = max(names, key=lambda n: os.path.getsize(os.path.join(folder, n)))
+    with open(os.path.join(folder, name)) as handle:
+        return handle.read()
+
+
+def analyse_dump(folder: str, oom: dict[str, Any], target: Target, mesh, compile_s: float) -> dict[str, Any]:
+    """The documented result for a program XLA refused for HBM, read from its dump (see the module docstring)."""
+    from explorer import hlo
+
+    try:
+        memory = hlo.dumped_memory(
+            _dumped(folder, "after_optimizations-buffer-assignment.txt"), _dumped(folder, "after_optimizations-memory-usage-report.txt"),
+        )
+        text = _dumped(folder, "after_optimizations.txt")
+    except (OSError, ValueError):  # no dump: E1000's own figures only
+        return _result(target, mesh, compile_s, {"peak_bytes": oom["required_bytes"]}, None, None, [], "", oom)
+    memory["generated_code_bytes"] = None
+    work = hlo.matmul_work(text)
+    return _result(target, mesh, compile_s, memory, work.flops, work.bytes, _mesh_collectives(text, mesh), text, oom)
 
 
 def _mesh_size(layout: Layout) -> int:
@@ -101,7 +231,7 @@ def analyse(compiled, target: Target, mesh, compile_s: float) -> dict[str, Any]:
     from explorer import hlo, roofline
 
     stats = compiled.memory_analysis()
-    memory = {
+    memory: dict[str, Any] = {
         "argument_bytes": int(stats.argument_size_in_bytes),
         "output_bytes": int(stats.output_size_in_bytes),
         "alias_bytes": int(stats.alias_size_in_bytes),
@@ -114,29 +244,75 @@ def analyse(compiled, target: Target, mesh, compile_s: float) -> dict[str, Any]:
     extra = hlo.loop_work(text)
     flops = float(cost.get("flops", 0.0)) + extra.flops
     bytes_accessed = float(cost.get("bytes accessed", 0.0)) + extra.bytes
+    if not memory["peak_bytes"]:
+        memory["peak_bytes"] = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"] + memory["temp_bytes"]
+    result = _result(target, mesh, compile_s, memory, flops, bytes_accessed, _mesh_collectives(text, mesh), text, None)
+    result["loop_work"] = {"flops": extra.flops, "bytes": extra.bytes}
+    return result
+
+
+def _mesh_collectives(text: str, mesh) -> list:
+    import numpy as np
+
+    from explorer import hlo
+
     coords = np.array([_coords(d) for d in mesh.devices.flat])
-    collectives = _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords)
-    estimate = roofline.estimate(flops, bytes_accessed, collectives, target.chip)
-    peak = memory["peak_bytes"] or memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"] + memory["temp_bytes"]
+    return _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords)
+
+
+def _result(target: Target, mesh, compile_s: float, memory: dict, flops, bytes_accessed, collectives: list, text: str, oom) -> dict[str, Any]:
+    """The documented JSON form. ``oom`` is E1000's figures when XLA refused the program for HBM, else None."""
+    from explorer import hlo, roofline
+
+    memory = {k: memory.get(k) for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes", "generated_code_bytes")}
+    peak = memory["peak_bytes"]
+    hbm = target.chip.device_hbm_bytes
+    known = flops is not None
+    estimate = roofline.estimate(flops, bytes_accessed, collectives, target.chip) if known else None
     return {
         "target": target.to_dict(),
-        "mesh": {"shape": list(mesh.devices.shape), "axes": list(mesh.axis_names)},
+        "mesh": {"shape": list(mesh.devices.shape), "axes": list(mesh.axis_names), "placement": placement(mesh)},
         "compile_s": compile_s,
+        "compiled": oom is None,
         "memory": memory,
-        "fits": peak <= target.chip.hbm_bytes,
-        "headroom_bytes": target.chip.hbm_bytes - peak,
+        "memory_source": "memory_analysis" if oom is None else ("xla_dump" if memory["argument_bytes"] is not None else "e1000"),
+        "fits": oom is None and peak <= hbm,
+        "headroom_bytes": hbm - peak,
+        "oom": oom,
         "flops": flops,
         "bytes_accessed": bytes_accessed,
-        "loop_work": {"flops": extra.flops, "bytes": extra.bytes},
-        "padding": _padding(hlo.entry_parameters(text)),
+        "flops_source": "cost_analysis" if oom is None else ("hlo_matmuls" if known else None),
+        "loop_work": {"flops": 0.0, "bytes": 0.0},
+        "padding": _padding(hlo.entry_parameters(text)) if text else None,
         "collectives": [
             {"op": c.op, "count": c.count, "bytes": c.bytes, "mesh_axes": list(c.mesh_axes),
              "group_size": c.group_size, "ici_axes": c.ici_axes, "seconds": roofline.collective_seconds(c, target.chip)}
             for c in collectives
         ],
-        "estimate": estimate.to_dict(),
+        "estimate": estimate.to_dict() if estimate else None,
         "donated": True,
     }
+
+
+def placement(mesh) -> list[dict[str, Any]]:
+    """How each logical mesh axis lies on the torus: for each, the torus axes its steps move along.
+
+    ``torus_axes`` lists the physical axes (x, y, z, or ``core`` for the two devices of a TPU7x
+    chip) along which the devices of one logical axis' groups differ: a logical axis of size 8
+    on a 4x4x4 torus spans two physical axes (it was split), and its collectives' rings cross both.
+    """
+    import numpy as np
+
+    devices = mesh.devices
+    coords = np.array([_coords(d) + (getattr(d, "core_on_chip", 0) or 0,) for d in devices.flat]).reshape(devices.shape + (-1,))
+    names = ["x", "y", "z"][: coords.shape[-1] - 1] + ["core"]
+    out = []
+    for axis, name in enumerate(mesh.axis_names):
+        size = devices.shape[axis]
+        moved = coords.take(range(size), axis=axis)
+        spans = np.nonzero((moved.max(axis=axis) != moved.min(axis=axis)).reshape(-1, coords.shape[-1]).any(0))[0]
+        out.append({"axis": name, "size": int(size), "torus_axes": [names[int(a)] for a in spans]})
+    return out
 
 
 def _padding(parameters) -> dict[str, Any]:

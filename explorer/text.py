@@ -288,18 +288,27 @@ def target_text(result: dict, cached: bool = False) -> str:
     target, memory, estimate = result["target"], result["memory"], result["estimate"]
     verdict = "fits" if result["fits"] else "does NOT fit"
     lines = [
-        f"target {target['name']} ({target['topology']}, {target['chips']} x {target['device_kind']}, "
-        f"{human_bytes(target['hbm_bytes'])} HBM per chip)",
+        f"target {target['name']} ({target['topology']}, {target['chips']} x {target['device_kind']}"
+        + (f", {target['devices']} devices" if target.get("devices", target["chips"]) != target["chips"] else "")
+        + f", {human_bytes(target['hbm_bytes'])} HBM per device)",
         f"compile {result['compile_s']:.2f} s" + (" (from the disk cache)" if cached else "") + "; train state donated",
-        "memory per chip (XLA): " + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.items()),
+        "memory per device (XLA" + (", read from its dump: it refused the program" if result.get("oom") else "") + "): "
+        + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.items() if v is not None),
         f"peak {human_bytes(memory['peak_bytes'])} {verdict} in {human_bytes(target['hbm_bytes'])}: "
         + (f"{human_bytes(result['headroom_bytes'])} to spare" if result["fits"] else f"{human_bytes(-result['headroom_bytes'])} too much"),
-        f"per chip per step: {result['flops'] / 1e12:.4f} TFLOP, {human_bytes(int(result['bytes_accessed']))} accessed",
-        "collectives: " + ("; ".join(
-            f"{c['op']} x{c['count']} over {'x'.join(c['mesh_axes']) or '-'} ({human_bytes(c['bytes'])})" for c in result["collectives"]
-        ) or "none"),
-        f"roofline lower bound (not a measurement): compute {estimate['compute_s'] * 1e3:.3f} ms, memory "
-        f"{estimate['memory_s'] * 1e3:.3f} ms, collectives {estimate['collective_s'] * 1e3:.3f} ms -> step >= "
-        f"{estimate['step_s'] * 1e3:.3f} ms, {estimate['bound']}-bound, MFU at most {estimate['mfu_ceiling']:.0%}",
     ]
+    if result.get("oom"):
+        lines.append(f"XLA: {result['oom']['message']}")
+    if result.get("flops") is not None:
+        source = " (dots and convolutions of the optimized program only: a lower bound)" if result.get("flops_source") == "hlo_matmuls" else ""
+        lines.append(f"per device per step: {result['flops'] / 1e12:.4f} TFLOP, {human_bytes(int(result['bytes_accessed']))} accessed{source}")
+    lines.append("collectives: " + ("; ".join(
+        f"{c['op']} x{c['count']} over {'x'.join(c['mesh_axes']) or '-'} ({human_bytes(c['bytes'])})" for c in result["collectives"]
+    ) or "none"))
+    if estimate:
+        lines.append(
+            f"roofline lower bound (not a measurement): compute {estimate['compute_s'] * 1e3:.3f} ms, memory "
+            f"{estimate['memory_s'] * 1e3:.3f} ms, collectives {estimate['collective_s'] * 1e3:.3f} ms -> step >= "
+            f"{estimate['step_s'] * 1e3:.3f} ms, {estimate['bound']}-bound, MFU at most {estimate['mfu_ceiling']:.0%}"
+        )
     return "\n".join(lines)

@@ -22,6 +22,24 @@ def test_cloud_names_count_chips_or_cores_and_topologies_pass_through(name, topo
     assert (target.topology, target.chips) == (topology, chips)
 
 
+@pytest.mark.parametrize("name, chips", [("v5e:1x1", 1), ("v6e:1x1", 1), ("v5p:1x1x1", 1), ("v4:1x1x1", 1), ("v5e:1x2", 2), ("v5litepod-1", 1)])
+def test_single_chip_and_two_chip_slices_are_accepted(name, chips):
+    target = parse_target(name)
+    assert target.chips == target.devices == chips
+
+
+def test_tpu7x_has_two_devices_per_chip_with_half_the_chips_figures_each():
+    target = parse_target("tpu7x:2x2x1")
+    assert (target.chips, target.devices, target.chip.chip_config_name) == (4, 8, "default")
+    figures = target.to_dict()
+    assert figures["hbm_bytes"] == 96 * 2**30 and figures["chip_hbm_bytes"] == 192 * 2**30  # Cloud TPU: 192 GiB per chip
+    assert figures["peak_flops"] == 2307e12 / 2 and figures["hbm_bandwidth"] == 7380e9 / 2
+    assert "https://cloud.google.com/tpu/docs/tpu7x" in figures["sources"]
+    check_mesh_fits(target, 8)
+    with pytest.raises(ExplorerError, match=r"has 4 chips \(8 devices\) but the mesh needs 4 devices"):
+        check_mesh_fits(target, 4)
+
+
 def test_v4_compiles_one_device_per_chip():
     assert parse_target("v4-32").chip.chip_config_name == "megacore"
 

@@ -134,7 +134,7 @@ def show(result: dict) -> None:
         st.markdown("**Memory per chip** (XLA's memory_analysis)")
         st.plotly_chart(plots.target_memory_figure(memory, target["hbm_bytes"]), key="target_memory")
         st.dataframe(
-            pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "bytes": human_bytes(v), "B": v} for k, v in memory.items()]),
+            pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "bytes": human_bytes(v), "B": v} for k, v in memory.items() if v is not None]),
             hide_index=True, width="stretch",
         )
         padded = result.get("padding", {}).get("padded", [])
@@ -143,6 +143,11 @@ def show(result: dict) -> None:
                 f"Arguments include {sum(p['padded_bytes'] - p['bytes'] for p in padded):,} B of TPU tile padding "
                 f"({len(padded)} small array(s), e.g. a scalar occupies 512 B)."
             )
+    if result.get("oom"):
+        st.caption("XLA refused this program for HBM (" + result["oom"]["message"][:200] + "); the figures are read from its "
+                   "buffer assignment, and flops count the optimized program's dots and convolutions only.")
+    if estimate is None:
+        return
     with roofline_column:
         st.markdown("**Roofline** — a lower bound on the step, not a measurement")
         with st.container(key="target_roofline"):
@@ -172,7 +177,7 @@ def summary_row(label: str, result: dict | None) -> dict:
     if result is None:
         return {"layout": label, "fits": "not compiled", "XLA peak / chip": "—", "headroom": "—", "step ≥ (lower bound)": "—", "bound": "—",
                 "collective time ≥": "—"}
-    estimate = result["estimate"]
+    estimate = result["estimate"] or {"step_s": float("nan"), "bound": "—", "collective_s": float("nan")}
     return {
         "layout": label,
         "fits": "yes" if result["fits"] else "NO",

@@ -1,0 +1,135 @@
+"""The layout advisor on Llama-2-7B shapes for a v5p-128 (64 chips), against three hand-written expert layouts.
+
+Prints stage 1's time for every candidate (goal: under 10 s), the whole search's wall time and
+number of compiles (goal: under 15 minutes on a 2-core machine), the ranked table, and the three
+expert layouts compiled with ``python -m explorer compile`` (FSDP over all 64 chips; FSDP 16 x
+tensor 4; data 4 x FSDP 16), so the advice's XLA-verified step bound can be set beside theirs.
+
+The model: Llama-2-7B's dimensions (32 scanned layers, d_model 4096, 32 heads, MLP 11008 gated,
+vocab 32000), bf16, batch 64 (so that an FSDP axis of 64 divides it) of 2048 tokens. The disk
+cache is a fresh folder unless ``--cache`` names one.
+
+    python benchmarks/advise.py [--compiles 2] [--cache DIR] [--target v5p-128]
+    python benchmarks/advise.py --case t5 [--compiles 2]   # T5X's T5 (tests/external) on a v5litepod-8
+
+``--case t5``: T5X's T5 network from ``tests/external/t5x_t5`` (a production codebase's model,
+T5.1.1-style, 4+4 layers, d_model 512, 8 heads, MLP 1024, vocab 32128, batch 32 x 128 tokens) on
+an 8-chip v5e slice, with T5X's own rules as the user's layout and three hand-written layouts
+(FSDP 8; FSDP 4 x tensor 2; data 2 x FSDP 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+OPTIONS = {
+    "batch": 64, "seq_len": 2048, "layers": 32, "d_model": 4096, "heads": 32, "kv_heads": 32, "head_dim": 128,
+    "mlp_dim": 11008, "vocab": 32000, "gated_mlp": True, "learned_positions": False, "scan": True, "dtype": "bfloat16",
+}
+TENSOR = [["mlp", "tensor"], ["heads", "tensor"], ["kv_heads", "tensor"], ["vocab", "tensor"]]
+EXPERTS = {
+    "expert-fsdp64": {"mesh": {"shape": [64], "axes": ["fsdp"]},
+                      "rules": [["batch", "fsdp"], ["embed", "fsdp"], ["layer", None]]},
+    "expert-fsdp16-tensor4": {"mesh": {"shape": [16, 4], "axes": ["fsdp", "tensor"]},
+                              "rules": [["batch", "fsdp"], ["embed", "fsdp"], *TENSOR, ["layer", None]]},
+    "expert-data4-fsdp16": {"mesh": {"shape": [4, 16], "axes": ["data", "fsdp"]},
+                            "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"], ["layer", None]]},
+}
+
+
+T5_FACTORY = "tests.external.factories:make_t5x_t5"
+T5_OPTIONS = {"num_encoder_layers": 4, "num_decoder_layers": 4, "emb_dim": 512, "num_heads": 8, "head_dim": 64, "mlp_dim": 1024,
+              "vocab_size": 32128, "batch": 32, "encoder_length": 128, "decoder_length": 128}
+T5_TENSOR = [["mlp", "tensor"], ["heads", "tensor"], ["joined_kv", "tensor"], ["vocab", "tensor"]]
+T5_EXPERTS = {
+    "t5x-own-rules": {"mesh": {"shape": [4, 2], "axes": ["data", "model"]},  # T5X's standard_logical_axis_rules
+                      "rules": [["batch", "data"], ["vocab", "model"], ["mlp", "model"], ["heads", "model"], ["joined_kv", "model"],
+                                ["kv", None], ["embed", None], ["length", None]]},
+    "expert-fsdp8": {"mesh": {"shape": [8], "axes": ["fsdp"]}, "rules": [["batch", "fsdp"], ["embed", "fsdp"]]},
+    "expert-fsdp4-tensor2": {"mesh": {"shape": [4, 2], "axes": ["fsdp", "tensor"]},
+                             "rules": [["batch", "fsdp"], ["embed", "fsdp"], *T5_TENSOR]},
+    "expert-data2-fsdp4": {"mesh": {"shape": [2, 4], "axes": ["data", "fsdp"]},
+                           "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"]]},
+}
+CASE = "llama"
+
+
+def layout(name: str) -> dict:
+    if CASE == "t5":
+        return {"name": name, **T5_EXPERTS[name], "model": {"name": T5_FACTORY, "options": dict(T5_OPTIONS)}}
+    return {"name": name, **EXPERTS[name], "model": {"name": "transformer", "options": dict(OPTIONS)}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compiles", type=int, default=2)
+    parser.add_argument("--cache", default=None)
+    parser.add_argument("--target", default=None)
+    parser.add_argument("--case", choices=("llama", "t5"), default="llama")
+    args = parser.parse_args()
+    global CASE
+    CASE = args.case
+    args.target = args.target or ("v5litepod-8" if CASE == "t5" else "v5p-128")
+    if CASE == "t5":
+        os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5_FACTORY
+    os.environ["EXPLORER_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="explorer-advise-bench-")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    from explorer import devices
+
+    devices.configure(8)
+    from explorer import advisor
+    from explorer.layout import parse_layout
+    from explorer.text import human_bytes
+
+    own = parse_layout(layout("t5x-own-rules" if CASE == "t5" else "expert-fsdp16-tensor4"))
+    start = time.perf_counter()
+    search = advisor.stage1(own, args.target)
+    print(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused, in {search.stage1_s:.2f} s (goal < 10 s)")
+    again = advisor.stage1(own, args.target)
+    print(f"stage 1 again (model traced, in memory): {again.stage1_s:.2f} s")
+    shown = [None]
+
+    def progress(stage: str, elapsed: float) -> None:
+        if stage != shown[0]:
+            print(f"  {stage} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+            shown[0] = stage
+
+    advisor.stage2(search, args.compiles, on_progress=progress)
+    whole = time.perf_counter() - start
+    print(f"whole search: {whole:.0f} s, {search.compiles} compiles ({search.cached_compiles} cached) (goal < 900 s)")
+    print(advisor.verdict_text(search))
+    print(advisor._table(advisor.table_rows(search)[:12], ("rank", "layout", "state / device", "XLA peak / device", "fits", "step ≥", "bound",
+                                                            "MFU ceiling", "largest collective")))
+    print("\nexpert layouts, each compiled with `python -m explorer compile`:")
+    rows = []
+    for name in (T5_EXPERTS if CASE == "t5" else EXPERTS):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+            json.dump(layout(name), handle)
+        began = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "explorer", "compile", handle.name, "--target", args.target, "--json"],
+                              capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
+        if done.returncode:
+            print(f"  {name}: {done.stderr.strip().splitlines()[-1]}")
+            continue
+        result = json.loads(done.stdout)
+        estimate = result["estimate"] or {}
+        rows.append({
+            "layout": name, "XLA peak / device": human_bytes(result["memory"]["peak_bytes"]), "fits": "yes" if result["fits"] else "NO",
+            "step ≥": f"{estimate.get('step_s', float('nan')) * 1e3:.4g} ms", "bound": estimate.get("bound", "-"),
+            "MFU ceiling": f"{estimate.get('mfu_ceiling', 0):.0%}", "compile": f"{time.perf_counter() - began:.0f} s" + (" (cached)" if result["cached"] else ""),
+        })
+    print(advisor._table(rows, ("layout", "XLA peak / device", "fits", "step ≥", "bound", "MFU ceiling", "compile")))
+
+
+if __name__ == "__main__":
+    main()

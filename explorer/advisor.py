@@ -1,0 +1,583 @@
+"""The layout advisor: given a model and a TPU slice, which mesh and which rules?
+
+Two stages, as a person would do it, but over every candidate:
+
+1. **Stage 1, no compile.** Every candidate (the model's own layout, and one per factorization
+   of the slice's devices over the named axes, with rules written from the model's logical
+   names by role) is analysed: the state per device is exact (the analysis), layouts JAX would
+   refuse are dropped and counted, and an analytic roofline estimates the step (below). The
+   shortlist is the candidates whose state fits the device's HBM, best estimate first.
+2. **Stage 2, XLA-verified.** The shortlist's first ``compiles`` candidates (and the model's own
+   layout) are compiled for the target through ``target_compile.compile_target`` (its child
+   process, disk cache and Stop): XLA's peak per device and the fits verdict, flops, collectives
+   and the roofline from the compiled program. Candidates XLA says fit are ranked by that step
+   bound; the ones that do not fit are reported with by how much.
+
+**Search space.** Mesh axes are named by role: ``data`` (batch only), ``fsdp`` (batch, and the
+parameters' embed dimension: ZeRO-3), ``tensor`` (heads, kv_heads, mlp, hidden, vocab:
+Megatron), plus ``sequence`` when the model has a sequence name (``length``) and ``expert``
+when it has an expert name. A mesh is a factorization of the device count over those axes in
+that order (axes of size 1 left out); its rules give every role the mesh axes it has:
+
+    batch     -> (data, fsdp, expert)        MaxText's activation_batch
+    embed     -> (fsdp, sequence, expert)    MaxText's embed (FSDP over every non-tensor axis)
+    tensor    -> tensor                      heads, kv_heads, mlp, hidden, vocab
+    sequence  -> sequence                    length (context parallelism)
+    expert    -> expert
+    layer, kv, unknown names -> None         replicated
+
+Roles come from the names' conventions (the Flax guides', MaxText's, T5X's: ``ROLE_NAMES``)
+and can be overridden (``roles={"hidden": "tensor"}``). With a 2^k device count and a axes
+there are C(k + a - 1, a - 1) meshes: 10 for the guide's MLP on 8 devices (data, fsdp,
+tensor), 84 for a transformer on 64 (data, fsdp, sequence, tensor).
+
+**Stage 1's roofline** (an estimate, labelled so wherever shown), per device and step, with the
+formulas of "How to Scale Your Model" (Austin et al., 2025), https://jax-ml.github.io/scaling-book/:
+
+- compute: 6 x parameters x tokens / devices (the book's "Transformer math": a training step
+  costs 6 flops per parameter per token, https://jax-ml.github.io/scaling-book/transformers/);
+  tokens are the product of the inputs' batch and sequence dimensions;
+- HBM traffic: parameters read twice (forward and backward), gradients written and read,
+  optimizer state read and written, declared activations written and read once;
+- collectives (https://jax-ml.github.io/scaling-book/sharding/, as ``roofline.collective_seconds``):
+  FSDP and the other axes parameters are sharded over: two AllGathers of the parameters
+  (forward, backward) and a ReduceScatter of the gradients over those axes; data: an AllReduce of
+  the gradients; tensor: two AllReduces (forward, backward) of each declared activation that a
+  module writes after contracting a tensor-sharded dimension (an activation with an embed name
+  and no tensor name, in a module that also declares a tensor-named one: Megatron's row-parallel
+  outputs); sequence: an AllGather (forward) and a ReduceScatter (backward) of the key/value
+  activations. Each axis is assumed to ride one torus axis (``ici_axes=1``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from typing import Any, Callable, Sequence
+
+from explorer.errors import ExplorerError
+from explorer.layout import Layout, parse_layout
+from explorer.roofline import Collective, Estimate, collective_seconds
+from explorer.targets import Target, parse_target
+
+ROLES = ("batch", "embed", "tensor", "sequence", "expert", "none")
+# Logical names by convention: the Flax guides' (batch, hidden, embed), this project's transformer,
+# MaxText's base.yml (activation_*, q_heads, joined_kv, exp...), T5X/flaxformer's (joined_kv, mlp, vocab).
+ROLE_NAMES: dict[str, tuple[str, ...]] = {
+    "batch": ("batch", "activation_batch", "data"),
+    "embed": ("embed", "emb", "embed_dim", "d_model", "model_dim"),
+    "tensor": ("hidden", "heads", "q_heads", "kv_heads", "mlp", "mlp_dim", "ff", "joined_kv", "vocab", "activation_heads",
+               "activation_kv_heads", "activation_mlp", "activation_vocab"),
+    "sequence": ("length", "seq", "sequence", "activation_length", "q_length", "kv_length"),
+    "expert": ("expert", "experts", "exp", "activation_exp"),
+}
+AXIS_ORDER = ("data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, outermost first (tensor innermost)
+KV_NAMES = ("kv_heads", "activation_kv_heads")
+STAGE1_NOTE = "stage 1, no compile: 6·N·tokens compute, state traffic, the book's collectives"
+
+
+def default_roles(names: Sequence[str]) -> dict[str, str]:
+    """Each logical name's role by convention ("none": replicated).
+
+    >>> default_roles(["batch", "embed", "hidden", "layer"])
+    {'batch': 'batch', 'embed': 'embed', 'hidden': 'tensor', 'layer': 'none'}
+    """
+    found = {}
+    for name in names:
+        found[name] = next((role for role, known in ROLE_NAMES.items() if name in known), "none")
+    return found
+
+
+def check_roles(roles: dict[str, str], names: Sequence[str]) -> None:
+    for name, role in roles.items():
+        if name not in names:
+            raise ExplorerError("roles", name, f"is not a logical name of this model; its names: {', '.join(names)}")
+        if role not in ROLES:
+            raise ExplorerError(f"roles[{name!r}]", role, f"is not a role; choose one of {', '.join(ROLES)}")
+
+
+def mesh_axes_for(roles: dict[str, str]) -> tuple[str, ...]:
+    """The named axes the search factorizes over: data, fsdp, tensor, and sequence/expert where the model has them."""
+    present = set(roles.values())
+    return tuple(a for a in AXIS_ORDER if a in ("data", "fsdp", "tensor") or a in present)
+
+
+def factorizations(devices: int, axes: int) -> list[tuple[int, ...]]:
+    """Every ordered way to write ``devices`` as a product of ``axes`` whole numbers, in a fixed order.
+
+    >>> factorizations(4, 2)
+    [(1, 4), (2, 2), (4, 1)]
+    """
+    if axes == 1:
+        return [(devices,)]
+    out = []
+    for first in range(1, devices + 1):
+        if devices % first == 0:
+            out += [(first,) + rest for rest in factorizations(devices // first, axes - 1)]
+    return out
+
+
+def rules_for(roles: dict[str, str], mesh_axes: Sequence[str]) -> list[list]:
+    """The rules a mesh gets: each role its axes (see the module docstring), in the names' sorted order."""
+    present = set(mesh_axes)
+
+    def axes(*names: str):
+        chosen = [a for a in names if a in present]
+        return None if not chosen else chosen[0] if len(chosen) == 1 else chosen
+
+    by_role = {
+        "batch": axes("data", "fsdp", "expert"), "embed": axes("fsdp", "sequence", "expert"), "tensor": axes("tensor"),
+        "sequence": axes("sequence"), "expert": axes("expert"), "none": None,
+    }
+    return [[name, by_role[roles[name]]] for name in sorted(roles)]
+
+
+def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | None = None) -> list[Layout]:
+    """The search space: the layout itself first, then one layout per factorization (fixed order)."""
+    from explorer.analysis import logical_names
+
+    names = logical_names(layout.model, tuple(layout.mesh.axes))
+    chosen = default_roles(names)
+    if roles:
+        check_roles(roles, names)
+        chosen.update(roles)
+    axes = mesh_axes_for(chosen)
+    out, seen = [layout], {_identity(layout)}
+    for sizes in factorizations(target.devices, len(axes)):
+        kept = [(a, s) for a, s in zip(axes, sizes) if s > 1] or [(axes[0], 1)]
+        mesh_axes = [a for a, _ in kept]
+        name = "x".join(f"{a}{s}" for a, s in kept)
+        candidate = parse_layout({
+            "name": name, "mesh": {"shape": [s for _, s in kept], "axes": mesh_axes},
+            "rules": rules_for(chosen, mesh_axes), "model": {"name": layout.model.name, "options": dict(layout.model.options)},
+        })
+        if _identity(candidate) not in seen:
+            seen.add(_identity(candidate))
+            out.append(candidate)
+    return out
+
+
+def _identity(layout: Layout) -> str:
+    data = layout.to_dict()
+    data.pop("name")
+    import json
+
+    return json.dumps(data, sort_keys=True)
+
+
+# --- stage 1 ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One layout's figures. Stage 1 fills the estimate; stage 2 (``verified``) XLA's figures.
+
+    ``state_bytes`` is exact (parameters, optimizer state, inputs per device, from the analysis).
+    ``step_s``, ``bound`` and ``mfu_ceiling`` are stage 1's estimate until ``verified``, then the
+    compiled program's roofline (a lower bound). ``peak_bytes`` is XLA's, only when verified.
+    """
+
+    layout: Layout
+    state_bytes: int
+    estimate: Estimate
+    largest_collective: str
+    own: bool = False  # the layout the user brought
+    verified: bool = False
+    extrapolated: bool = False
+    fits: bool | None = None  # stage 1: the state fits HBM; stage 2: XLA's verdict
+    peak_bytes: int | None = None
+    headroom_bytes: int | None = None
+    compiled: dict | None = None  # compile_target's result, when verified
+
+    @property
+    def step_s(self) -> float:
+        return self.compiled["estimate"]["step_s"] if self.verified and self.compiled["estimate"] else self.estimate.step_s
+
+    @property
+    def bound(self) -> str:
+        return self.compiled["estimate"]["bound"] if self.verified and self.compiled["estimate"] else self.estimate.bound
+
+    @property
+    def mfu_ceiling(self) -> float:
+        return self.compiled["estimate"]["mfu_ceiling"] if self.verified and self.compiled["estimate"] else self.estimate.mfu_ceiling
+
+
+def _collective(op: str, bytes_: float, axes: tuple[str, ...], group: int) -> Collective:
+    return Collective(op, 1, int(bytes_), axes, group, 1)
+
+
+def estimate_candidate(report, target: Target, tokens: int, param_count: int, roles: dict[str, str]) -> tuple[Estimate, str]:
+    """Stage 1's analytic roofline of one analysed layout (see the module docstring); and its largest collective.
+
+    An axis is *tensor-like* when a rule gives it a tensor- or expert-role name: its parameters stay
+    sharded (no gather) and the row-parallel outputs are all-reduced over it. Any other axis that
+    shards parameters is FSDP-like: gathered forward and backward, gradients reduce-scattered.
+    Compute is split over the axes that split the inputs (batch, sequence) or are tensor-like.
+    """
+    chip = target.chip
+    mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
+    totals = report.totals
+    tensor_like = {axis for rule in report.layout.rules if roles.get(rule.logical) in ("tensor", "expert") for axis in rule.mesh_axes}
+    input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
+    splitting = math.prod(size for axis, size in mesh.items() if axis in input_axes or axis in tensor_like)
+    compute_s = 6.0 * param_count * tokens / splitting / chip.device_peak_flops
+    traffic = 2 * totals.param_bytes + 2 * totals.param_bytes + 2 * totals.opt_state_bytes + 2 * totals.activation_bytes
+    memory_s = traffic / chip.device_hbm_bandwidth
+    params = [a for a in report.arrays if a.kind == "param"]
+    collectives: list[tuple[str, Collective]] = []
+    for axis, size in mesh.items():
+        if size <= 1:
+            continue
+        if axis in tensor_like:
+            moved = sum(2 * a.bytes_per_device * a.runs_per_step for a in _row_parallel_outputs(report, roles) if axis not in _axes_of(a.spec))
+            if moved:
+                collectives.append((f"all-reduce x2 of activations over {axis}", _collective("all-reduce", moved, (axis,), size)))
+        else:
+            gathered = sum(a.bytes_per_device * size for a in params if axis in _axes_of(a.spec))
+            if gathered:
+                collectives.append((f"all-gather x2 of parameters over {axis}", _collective("all-gather", 2 * gathered, (axis,), size)))
+                collectives.append((f"reduce-scatter of gradients over {axis}", _collective("reduce-scatter", gathered / size, (axis,), size)))
+        # The batch is split over this axis but a parameter is not: its gradient is all-reduced over it.
+        if axis in input_axes:
+            reduced = sum(a.bytes_per_device for a in params if axis not in _axes_of(a.spec))
+            if reduced:
+                collectives.append((f"all-reduce of gradients over {axis}", _collective("all-reduce", reduced, (axis,), size)))
+        if roles and any(roles.get(r.logical) == "sequence" and axis in r.mesh_axes for r in report.layout.rules):
+            kv = sum(a.bytes_per_device * size * a.runs_per_step for a in report.arrays
+                     if a.kind == "activation" and a.logical_axes and any(n in KV_NAMES for n in a.logical_axes if isinstance(n, str)))
+            if kv:
+                collectives.append((f"all-gather of keys/values over {axis}", _collective("all-gather", kv, (axis,), size)))
+                collectives.append((f"reduce-scatter of keys/values over {axis}", _collective("reduce-scatter", kv / size, (axis,), size)))
+    timed = [(label, collective_seconds(c, chip)) for label, c in collectives]
+    largest = max(timed, key=lambda t: (t[1], t[0]), default=("none", 0.0))
+    estimate = Estimate(compute_s, memory_s, sum(t for _, t in timed))
+    return estimate, (f"{largest[0]}: ≥ {largest[1] * 1e3:.3g} ms (estimate)" if largest[1] else "none")
+
+
+def _axes_of(spec) -> set[str]:
+    out: set[str] = set()
+    for entry in spec:
+        if entry is None:
+            continue
+        out.update((entry,) if isinstance(entry, str) else entry)
+    return out
+
+
+def _row_parallel_outputs(report, roles: dict[str, str]) -> list:
+    """Declared activations written after contracting a tensor-sharded dimension (see the module docstring)."""
+    acts = [a for a in report.arrays if a.kind == "activation" and a.logical_axes]
+    modules_with_tensor = {a.path.rsplit("/", 1)[0] for a in acts if any(roles.get(n) == "tensor" for n in a.logical_axes if isinstance(n, str))}
+    return [
+        a for a in acts
+        if a.path.rsplit("/", 1)[0] in modules_with_tensor
+        and any(roles.get(n) == "embed" for n in a.logical_axes if isinstance(n, str))
+        and not any(roles.get(n) == "tensor" for n in a.logical_axes if isinstance(n, str))
+    ]
+
+
+def tokens_per_step(report, roles: dict[str, str]) -> int:
+    """The product of the model inputs' batch and sequence dimensions (the largest input's)."""
+    best = 1
+    for a in report.arrays:
+        if a.kind != "input" or not a.logical_axes:
+            continue
+        count = math.prod(size for size, name in zip(a.shape, a.logical_axes)
+                          if isinstance(name, str) and roles.get(name, default_roles([name])[name]) in ("batch", "sequence"))
+        best = max(best, count)
+    return best
+
+
+@dataclasses.dataclass
+class Search:
+    """A search's state, filled as it runs (the page draws it after every step)."""
+
+    target: Target
+    stage: str = "stage 1"
+    searched: int = 0
+    refused: int = 0
+    refused_examples: list[str] = dataclasses.field(default_factory=list)
+    candidates: list[Candidate] = dataclasses.field(default_factory=list)
+    compiles: int = 0
+    cached_compiles: int = 0
+    stage1_s: float = 0.0
+    elapsed_s: float = 0.0
+    stopped: bool = False
+    failures: list[str] = dataclasses.field(default_factory=list)
+
+    def ranked(self) -> list[Candidate]:
+        return rank(self.candidates, self.target.chip.device_hbm_bytes)
+
+    def smallest_state(self) -> Candidate | None:
+        return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
+
+
+def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None) -> Search:
+    """Analyse every candidate: exact state per device, refusals counted, an estimated step each."""
+    from explorer.analysis import analyze
+
+    target = parse_target(target) if isinstance(target, str) else target
+    search = search or Search(target)
+    start = time.perf_counter()
+    layouts = candidate_layouts(layout, target, roles)
+    tokens = None
+    for index, candidate in enumerate(layouts):
+        own = index == 0
+        if candidate.mesh.size != target.devices:
+            search.refused += 1
+            search.refused_examples.append(f"{candidate.name}: its mesh has {candidate.mesh.size} devices, the target {target.devices}")
+            continue
+        search.searched += 1
+        try:  # a model that names mesh axes by hand (the NNX guide's P('data', 'model')) refuses other axis names
+            report = analyze(candidate)
+        except ExplorerError as error:
+            search.refused += 1
+            if len(search.refused_examples) < 5:
+                search.refused_examples.append(f"{candidate.name}: {error}")
+            continue
+        errors = _errors(report)
+        if errors:
+            search.refused += 1
+            if len(search.refused_examples) < 5:
+                search.refused_examples.append(f"{candidate.name}: {errors[0].message}")
+            continue
+        if tokens is None:
+            chosen = default_roles(sorted({n for a in report.arrays for n in (a.logical_axes or ()) if isinstance(n, str)}))
+            chosen.update(roles or {})
+            tokens = tokens_per_step(report, chosen)
+        estimate, largest = estimate_candidate(report, target, tokens, report.totals.param_count, chosen)
+        state = report.totals.state_bytes
+        search.candidates.append(Candidate(
+            candidate, state, estimate, largest, own=own, fits=state <= target.chip.device_hbm_bytes,
+        ))
+    search.stage1_s = time.perf_counter() - start
+    search.elapsed_s = search.stage1_s
+    return search
+
+
+def _errors(report) -> list:
+    from explorer.analysis import ERROR_CODES
+
+    return [w for w in report.warnings if w.code in ERROR_CODES]
+
+
+def shortlist(search: Search) -> list[Candidate]:
+    """The candidates whose state fits the device's HBM, best estimated step first (deterministic)."""
+    fitting = [c for c in search.candidates if c.state_bytes <= search.target.chip.device_hbm_bytes]
+    return sorted(fitting, key=_estimate_key)
+
+
+def _estimate_key(c: Candidate) -> tuple:
+    """Stage 1's order: the estimated step; where that ties (every candidate compute-bound), less
+    estimated communication first (it must hide behind the compute), then less state, then the name."""
+    return (c.estimate.step_s, c.estimate.collective_s, c.state_bytes, c.layout.name)
+
+
+def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
+    """Best first: XLA-verified and fitting by step bound; then stage-1 estimates whose state fits, by
+    estimated step; then everything that does not fit, by how much (XLA's peak, else the state, over
+    ``hbm_bytes``; least first). Ties by state, then name."""
+    def key(c: Candidate):
+        if c.verified and c.fits:
+            return (0, c.step_s, c.state_bytes, c.layout.name)
+        if not c.verified and c.fits:
+            return (1,) + _estimate_key(c)
+        over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
+        return (2, over, c.state_bytes, c.layout.name)
+
+    return sorted(candidates, key=key)
+
+
+# --- stage 2 ---------------------------------------------------------------------------------------
+
+def stage2(
+    search: Search,
+    compiles: int = 4,
+    on_progress: Callable[[str, float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Search:
+    """Compile the shortlist's first ``compiles`` candidates and the user's own layout; XLA's figures replace the estimate.
+
+    Stop (``should_stop()`` True) kills the running compile and keeps what was compiled.
+    """
+    from explorer.target_compile import Stopped, compile_target
+
+    start = time.perf_counter() - search.elapsed_s
+    chosen = shortlist(search)[:max(compiles, 0)]
+    own = next((c for c in search.candidates if c.own), None)
+    if own is not None and own not in chosen and compiles > 0:
+        chosen.append(own)
+    progress = on_progress or (lambda *_: None)
+    for number, candidate in enumerate(chosen, 1):
+        search.stage = f"stage 2: compiling {number} of {len(chosen)} ({candidate.layout.name})"
+        try:
+            result, cached = compile_target(
+                candidate.layout, search.target,
+                on_stage=lambda stage, elapsed: progress(f"{search.stage}: {stage}", elapsed),
+                should_stop=should_stop,
+            )
+        except Stopped:
+            search.stopped = True
+            break
+        except ExplorerError as error:
+            search.failures.append(f"{candidate.layout.name}: {error}")
+            continue
+        search.compiles += 1
+        search.cached_compiles += int(cached)
+        index = search.candidates.index(candidate)
+        search.candidates[index] = verified(candidate, result)
+        search.elapsed_s = time.perf_counter() - start
+    search.stage = "stopped" if search.stopped else "done"
+    search.elapsed_s = time.perf_counter() - start
+    return search
+
+
+def verified(candidate: Candidate, result: dict) -> Candidate:
+    """The candidate with XLA's figures from a ``compile_target`` result."""
+    largest = max(result["collectives"], key=lambda c: (c["seconds"], c["op"]), default=None)
+    text = (f"{largest['op']} over {'x'.join(largest['mesh_axes']) or '-'}: {largest['count']}x, "
+            f"≥ {largest['seconds'] * 1e3:.3g} ms") if largest and largest["seconds"] else "none"
+    return dataclasses.replace(
+        candidate, verified=True, fits=bool(result["fits"]), peak_bytes=int(result["memory"]["peak_bytes"]),
+        headroom_bytes=int(result["headroom_bytes"]), compiled=result, largest_collective=text,
+    )
+
+
+def advise(
+    layout: Layout,
+    target: Target | str,
+    compiles: int = 4,
+    roles: dict[str, str] | None = None,
+    on_progress: Callable[[str, float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Search:
+    """Both stages. Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``."""
+    search = stage1(layout, target, roles)
+    if on_progress:
+        on_progress(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused", search.stage1_s)
+    return stage2(search, compiles, on_progress, should_stop)
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
+    compiled = c.compiled or {}
+    return {
+        "rank": rank_, "layout": c.layout.to_dict(), "own": c.own,
+        "mesh": {"shape": list(c.layout.mesh.shape), "axes": list(c.layout.mesh.axes),
+                 "placement": compiled.get("mesh", {}).get("placement"), "placement_method": compiled.get("mesh", {}).get("placement_method")},
+        "state_bytes": c.state_bytes, "verified": c.verified, "extrapolated": c.extrapolated,
+        "fits": bool(c.fits), "peak_bytes": c.peak_bytes, "headroom_bytes": c.headroom_bytes,
+        "step_s": c.step_s, "bound": c.bound, "mfu_ceiling": c.mfu_ceiling,
+        "step_source": "xla_roofline" if c.verified else "stage1_estimate",
+        "estimate": {"compute_s": c.estimate.compute_s, "memory_s": c.estimate.memory_s, "collective_s": c.estimate.collective_s,
+                     "step_s": c.estimate.step_s, "bound": c.estimate.bound, "note": STAGE1_NOTE},
+        "largest_collective": c.largest_collective,
+    }
+
+
+def search_to_dict(search: Search) -> dict[str, Any]:
+    ranked = search.ranked()
+    smallest = search.smallest_state()
+    hbm = search.target.chip.device_hbm_bytes
+    out = {
+        "target": search.target.to_dict(),
+        "searched": search.searched, "refused": search.refused, "refused_examples": search.refused_examples,
+        "compiles": search.compiles, "cached_compiles": search.cached_compiles,
+        "stage1_s": search.stage1_s, "elapsed_s": search.elapsed_s, "stopped": search.stopped, "failures": search.failures,
+        "candidates": [candidate_to_dict(i, c) for i, c in enumerate(ranked, 1)],
+        "fits_none": not any(c.fits for c in ranked),
+        "smallest_state": None if smallest is None else {"bytes": smallest.state_bytes, "layout": smallest.layout.name, "hbm_bytes": hbm},
+    }
+    return out
+
+
+def verdict_text(search: Search) -> str:
+    """One sentence: the advice, or that nothing fits and the smallest state found."""
+    from explorer.text import human_bytes
+
+    ranked = search.ranked()
+    hbm = search.target.chip.device_hbm_bytes
+    if not ranked:
+        return f"No candidate could be analysed for {search.target.name} ({search.refused} refused)."
+    best = ranked[0]
+    if not best.fits:
+        smallest = search.smallest_state()
+        return (f"No layout fits {search.target.name}: the smallest state per device found is {human_bytes(smallest.state_bytes)} "
+                f"({smallest.layout.name}), against {human_bytes(hbm)} of HBM per device.")
+    how = "XLA-verified" if best.verified else "estimated only (not compiled)"
+    return (f"Advice for {search.target.name}: {best.layout.name} — step ≥ {best.step_s * 1e3:.3g} ms ({best.bound}-bound, "
+            f"{how}), peak {human_bytes(best.peak_bytes) if best.peak_bytes is not None else 'not compiled'} of {human_bytes(hbm)}.")
+
+
+def rules_text(layout: Layout) -> str:
+    return "; ".join(f"{r.logical}:{'-' if r.mesh is None else ','.join(r.mesh_axes)}" for r in layout.rules)
+
+
+def table_rows(search: Search) -> list[dict[str, Any]]:
+    """The ranked table as plain rows (the page and the command line draw it)."""
+    from explorer.text import human_bytes
+
+    rows = []
+    for i, c in enumerate(search.ranked(), 1):
+        rows.append({
+            "rank": i, "layout": c.layout.name + (" (yours)" if c.own else ""),
+            "fits": ("yes" if c.fits else "NO") + ("" if c.verified else " (state only)"),
+            "step ≥": f"{c.step_s * 1e3:.3g} ms" + ("" if c.verified else " (estimate)"),
+            "XLA peak / device": human_bytes(c.peak_bytes) if c.peak_bytes is not None else "not compiled",
+            "state / device": human_bytes(c.state_bytes),
+            "bound": c.bound, "MFU ceiling": f"{c.mfu_ceiling:.0%}",
+            "verified": "XLA" if c.verified else "estimate",
+            "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
+            "rules": rules_text(c.layout),
+            "largest collective": c.largest_collective,
+        })
+    return rows
+
+
+def main(args) -> int:
+    """``python -m explorer advise``: progress on stderr, the table (or ``--json``) on stdout."""
+    import json
+    import sys
+
+    from explorer.layout import load_layout_file
+
+    if args.compiles < 0:
+        raise ExplorerError("--compiles", args.compiles, "is not a whole number of compiles (0 or more)")
+    roles = {}
+    for item in args.role:
+        name, sep, role = item.partition("=")
+        if not sep or not name:
+            raise ExplorerError("--role", item, "is not NAME=ROLE, e.g. hidden=tensor")
+        roles[name] = role
+    layout, target = load_layout_file(args.layout), parse_target(args.target)
+    shown = [None]
+
+    def progress(stage: str, elapsed: float) -> None:
+        if stage != shown[0] and not args.json:
+            print(f"{stage} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+            shown[0] = stage
+
+    search = advise(layout, target, compiles=args.compiles, roles=roles, on_progress=progress)
+    if args.json:
+        json.dump(search_to_dict(search), sys.stdout, indent=2)
+        print()
+        return 0
+    print(verdict_text(search))
+    print(f"searched {search.searched} candidate(s), {search.refused} refused by the analysis, {search.compiles} compiled "
+          f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s")
+    for failure in search.failures:
+        print(f"compile failed: {failure}")
+    print(_table(table_rows(search), ("rank", "layout", "fits", "step ≥", "XLA peak / device", "state / device", "bound",
+                                      "MFU ceiling", "largest collective", "rules")))
+    print("step ≥: XLA's roofline lower bound where verified; else an estimate (" + STAGE1_NOTE + ").")
+    return 0
+
+
+def _table(rows: list[dict], columns: Sequence[str]) -> str:
+    """Rows as an aligned plain-text table."""
+    cells = [[str(c) for c in columns]] + [[str(r[c]) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""AppTest of the Advisor page: without a target it asks for one; with one it runs both stages and draws the ranking."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+def advisor_page() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.switch_page("views/4_Advisor.py")
+    return at.run()
+
+
+def test_without_a_target_the_page_asks_for_one():
+    at = advisor_page()
+    assert not at.exception
+    assert any("Choose a TPU slice" in i.value for i in at.info)
+
+
+def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar():
+    at = advisor_page()
+    at.selectbox(key="target_choice").set_value("v5litepod-8").run()
+    at.number_input(key="advisor_compiles").set_value(0).run()
+    at.button(key="advisor_run").click().run()
+    assert not at.exception and not at.error
+    table = next(d.value for d in at.dataframe if "step ≥" in d.value.columns)
+    assert len(table) == 11 and (table["verified"] == "estimate").all()
+    assert table["layout"].str.contains("(yours)", regex=False).sum() == 1
+    assert any(s.value.startswith("Advice for v5litepod-8") for s in at.success)
+    pick = at.selectbox(key="advisor_pick")
+    pick.set_value(pick.options[0].split(". ", 1)[1] if ". " in pick.options[0] else pick.options[0]).run()
+    at.button(key="advisor_open").click().run()
+    assert not at.exception
+    top = table.iloc[0]
+    assert at.session_state["mesh_axes_text"] == ", ".join(part.split(" ")[0] for part in top["mesh"].split(" x "))
+    # The rules the Layout page's editor starts from are the winner's (the page switch must not restore the old rows).
+    expected = [[part.split(":")[0], [] if part.split(":")[1] == "-" else part.split(":")[1].split(",")] for part in top["rules"].split("; ")]
+    assert at.session_state["rules_base"] == expected
+    assert at.session_state["last_valid_layout"]["rules"] == [[l, a[0] if len(a) == 1 else (a or None)] for l, a in expected]

@@ -1,0 +1,138 @@
+"""The Advisor page's Streamlit side: roles, the run with its stages and Stop, the ranked table, the chart, row actions."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from explorer import advisor
+from explorer.errors import ExplorerError
+from explorer.layout import Layout
+from explorer.share import layout_to_query
+from explorer.targets import Target
+from explorer.text import human_bytes, markdown_literal
+from ui import state
+from ui.turnstile import TURNSTILE
+
+SEARCH = "advisor_search"  # the last search (an advisor.Search), kept while it runs so Stop keeps what was compiled
+RUNNING = "advisor_running"  # set while a search runs; still set on the next run = it was stopped
+ROLE_PREFIX = "advisor_role::"
+
+
+def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
+    """One role per logical name (defaults by convention); the search writes rules from these."""
+    defaults = advisor.default_roles(names)
+    chosen = {}
+    with st.expander("Roles of the model's logical names (the rules are written from these)", expanded=False):
+        columns = st.columns(4)
+        for index, name in enumerate(names):
+            key = ROLE_PREFIX + name
+            if key not in st.session_state:
+                st.session_state[key] = defaults[name]
+            chosen[name] = columns[index % 4].selectbox(name, advisor.ROLES, key=key)
+        st.caption("batch → data, fsdp (and expert) axes; embed → fsdp (FSDP); tensor → tensor (Megatron); "
+                   "sequence → sequence; expert → expert; none → replicated.")
+    return {n: r for n, r in chosen.items() if r != defaults[n]}
+
+
+def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str]) -> None:
+    """Stage 1, then stage 2 in the server-wide queue, showing the stage and elapsed time; Stop keeps what was compiled."""
+    stop_slot = st.empty()
+    stop_slot.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
+    status = st.status("Stage 1: analysing every candidate…", expanded=True)
+    line = status.empty()
+    try:
+        search = advisor.stage1(layout, target, roles)
+    except ExplorerError as error:
+        status.update(label="Failed", state="error")
+        st.error(markdown_literal(str(error)))
+        return
+    st.session_state[SEARCH] = search
+    st.session_state[RUNNING] = True
+    line.write(f"**stage 1** · {len(search.candidates)} candidates analysed, {search.refused} refused · {search.stage1_s:.1f} s")
+    status.update(label="Waiting for a turn…")
+    TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
+    try:
+        status.update(label=f"Stage 2: compiling the shortlist for {target.name}", state="running")
+        advisor.stage2(search, compiles, on_progress=lambda stage, elapsed: line.write(f"**{stage}** · {elapsed:.1f} s"))
+    finally:
+        TURNSTILE.leave()
+    st.session_state.pop(RUNNING, None)
+    stop_slot.empty()
+    status.update(label=f"Done: {search.compiles} compile(s), {search.elapsed_s:.1f} s", state="complete", expanded=False)
+
+
+def last_search() -> advisor.Search | None:
+    search = st.session_state.get(SEARCH)
+    if search is not None and st.session_state.pop(RUNNING, None):  # the run before this one was interrupted: Stop
+        search.stopped, search.stage = True, "stopped"
+    return search
+
+
+def figure(search: advisor.Search) -> go.Figure:
+    """Peak memory per device against the step bound, with the HBM line: XLA's where verified, else stage 1's estimate and state."""
+    hbm = search.target.chip.device_hbm_bytes
+    fig = go.Figure()
+    for verified, name, symbol in ((True, "XLA-verified: peak and roofline", "circle"), (False, "estimate: state and stage 1 step", "circle-open")):
+        chosen = [c for c in search.ranked() if c.verified == verified]
+        if not chosen:
+            continue
+        fig.add_scatter(
+            x=[c.step_s * 1e3 for c in chosen], y=[(c.peak_bytes if verified else c.state_bytes) / 2**30 for c in chosen],
+            mode="markers", name=name, marker=dict(symbol=symbol, size=11),
+            text=[c.layout.name for c in chosen], hovertemplate="%{text}<br>step ≥ %{x:.3g} ms<br>%{y:.2f} GiB<extra></extra>",
+        )
+    fig.add_hline(y=hbm / 2**30, line_dash="dash", line_color="#222", annotation_text=f"HBM {human_bytes(hbm)} per device")
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step lower bound (ms, log)",
+                      yaxis_title="GiB per device (log)", plot_bgcolor="white", legend=dict(orientation="h", y=-0.25))
+    fig.update_xaxes(type="log", gridcolor="#eee", dtick=1)  # a tick per decade: both axes span orders of magnitude
+    fig.update_yaxes(type="log", gridcolor="#eee", dtick=1)
+    return fig
+
+
+def _open(layout: Layout) -> None:
+    state.load_layout(layout)
+    # The rules editor restores the rows it showed last when it becomes a new widget (a page switch):
+    # forget which editor that was, so it starts from the loaded rules.
+    st.session_state.pop(state.RULES_EDITOR, None)
+
+
+def _add_to_compare(layout: Layout) -> None:
+    links = st.session_state.get("compare_links", "") or ""
+    st.session_state["compare_links"] = (links.rstrip("\n") + "\n" if links.strip() else "") + "/?" + layout_to_query(layout)[1:]
+
+
+def show(search: advisor.Search) -> None:
+    ranked = search.ranked()
+    if search.stopped:
+        st.warning(f"Stopped: {search.compiles} candidate(s) were compiled before Stop; they are kept below.")
+    best = ranked[0] if ranked else None
+    (st.success if best is not None and best.fits else st.error)(markdown_literal(advisor.verdict_text(search)))
+    st.caption(
+        f"Searched {search.searched} candidate(s), of which {search.refused} refused (layouts JAX would refuse), {search.compiles} compiled "
+        f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s. "
+        "**step ≥** is a lower bound: the roofline of XLA's compiled program where *verified*, else an *estimate* "
+        f"({advisor.STAGE1_NOTE}). **fits** is XLA's verdict where verified, else whether the exact state fits."
+    )
+    for failure in search.failures:
+        st.error(markdown_literal(f"Compile failed: {failure}"))
+    with st.container(key="advisor_table"):
+        st.dataframe(pd.DataFrame(advisor.table_rows(search)), hide_index=True, width="stretch")
+    st.plotly_chart(figure(search), key="advisor_chart")
+    names = [c.layout.name for c in ranked]
+    pick = st.selectbox("Candidate", names, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
+    chosen = ranked[names.index(pick)]
+    left, middle, _ = st.columns([1, 1, 2])
+    if left.button("Open on the Layout page", key="advisor_open", on_click=_open, args=(chosen.layout,), type="primary"):
+        st.switch_page("views/0_Layout.py")
+    middle.button("Add to Compare", key="advisor_compare", on_click=_add_to_compare, args=(chosen.layout,),
+                  help="Adds its link to the Compare page's links")
+    st.markdown("Share link")
+    st.code("/?" + layout_to_query(chosen.layout)[1:], language=None)
+    if chosen.verified and chosen.compiled and chosen.compiled.get("mesh", {}).get("placement"):
+        mesh = chosen.compiled["mesh"]
+        st.caption(
+            f"Placed on the torus by {mesh.get('placement_method', 'mesh_utils')}: "
+            + "; ".join(f"{p['axis']} ({p['size']}) spans torus axes {', '.join(p['torus_axes']) or '—'}" for p in mesh["placement"])
+        )

@@ -1,0 +1,32 @@
+"""The Advisor page: which mesh and rules for the sidebar's model on the sidebar's TPU target.
+
+Thin: reads the widgets, calls ``explorer.advisor`` (through ``ui.advisor_view``), renders.
+"""
+
+import streamlit as st
+
+from explorer.analysis import logical_names
+from ui import advisor_view
+from ui.current import current_layout
+
+st.set_page_config(page_title="Advisor · Partition Explorer", page_icon="🧭")
+st.title("Layout advisor")
+current = current_layout("advisor")
+st.markdown(
+    "Ranks meshes and rules for the sidebar's model on the sidebar's **Target**: every factorization of the slice's "
+    "devices over data, FSDP and tensor axes (plus sequence and expert where the model has such names), with rules "
+    "written from the model's logical names by role, and your own layout among them. **Stage 1** analyses every "
+    "candidate without compiling (exact state per device, an estimated step); **stage 2** compiles the best for the "
+    "target with XLA and ranks by its figures."
+)
+if current.target is None:
+    st.info("Choose a TPU slice as the **Target** in the sidebar: the advisor plans for a slice (e.g. v5p-128).")
+    st.stop()
+roles = advisor_view.roles_editor(logical_names(current.layout.model))
+compiles = st.number_input("Candidates to compile (stage 2)", min_value=0, max_value=16, value=3, step=1, key="advisor_compiles",
+                           help="The shortlist's best, plus your own layout. 0: stage 1 only.")
+if st.button(f"Advise for {current.target.name}", type="primary", key="advisor_run"):
+    advisor_view.run(current.layout, current.target, int(compiles), roles)
+search = advisor_view.last_search()
+if search is not None:
+    advisor_view.show(search)
