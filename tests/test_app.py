@@ -220,3 +220,34 @@ def test_after_a_timing_xlas_peak_is_the_memory_headline(app, seed_dict):
     metrics = {m.label: m.value for m in app.metric}
     assert list(metrics)[0] == "XLA peak / device"
     assert metrics["XLA peak / device"] == human_bytes(result.memory["peak_bytes"]) != metrics["State / device — exact"]
+
+
+LOADED = {
+    "name": "team fsdp",
+    "mesh": {"shape": [4, 2], "axes": ["fsdp", "tensor"]},
+    "rules": [["batch", "fsdp"], ["hidden", "tensor"]],
+    "model": {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}},
+    "target": "v5litepod-8",
+}
+
+
+def test_loading_from_the_library_replaces_the_whole_layout(app, tmp_path, monkeypatch):
+    """Issue 18 item 1: after a load, the rules, the target and the address bar are the loaded layout's, not a mix."""
+    from explorer import library
+    from explorer.layout import parse_layout
+    from explorer.share import layout_to_params
+
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    library.save("team fsdp", parse_layout(LOADED))
+    app.number_input(key="option::mlp::depth").set_value(512).run()  # an edit of the old layout, then the load
+    app.selectbox(key="library_choice").select("team fsdp").run()
+    app.button(key="library_load").click().run()
+    assert not app.exception
+    assert not app.sidebar.error, [plain(e.value) for e in app.sidebar.error]
+    assert not [w for w in app.main.warning if "last valid layout" in w.value]
+    assert app.session_state["rules_base"] == [["batch", ["fsdp"]], ["hidden", ["tensor"]]]
+    assert app.session_state["target_choice"] == "v5litepod-8"
+    assert app.number_input(key="option::mlp::depth").value == 256
+    assert dict(app.query_params) == layout_to_params(parse_layout(LOADED)) | {"array": "params/LogicalDotReluDot_0/Dense_0/kernel"}
+    app.text_input(key="mesh_shape_text").input("2, 4").run()  # and the next edit is not blocked
+    assert not app.sidebar.error and "team fsdp** (edited)" in app.markdown[0].value

@@ -26,20 +26,21 @@ WARNING_TITLES = {
 }
 
 
-def render(report: Report, compiled_peak: tuple[str, int] | None = None) -> None:
-    """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists."""
-    _summary(report, compiled_peak)
+def render(report: Report, compiled_peak: tuple[str, int] | None = None, edited: bool = False) -> None:
+    """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists;
+    ``edited``: the layout differs from the one loaded under its name (the header says so)."""
+    _summary(report, compiled_peak, edited)
     _warnings(report)
     info = _array_table(report)
     if info is not None:
         _selected_array(report, info)
 
 
-def _summary(report: Report, compiled_peak: tuple[str, int] | None = None) -> None:
+def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edited: bool = False) -> None:
     mesh, totals = report.mesh, report.totals
     where = "planned mesh: hypothetical device ids, nothing runs" if mesh.abstract else "real devices of this process"
     st.markdown(
-        f"**{markdown_literal(report.layout.name)}** · mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · "
+        f"**{markdown_literal(report.layout.name)}**{' (edited)' if edited else ''} · mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · "
         f"{mesh.size:,} devices ({where}) · {markdown_literal(report.layout.model.name)} "
         f"(Flax {'NNX' if report.framework == 'nnx' else 'Linen'}): {totals.param_count:,} parameters "
         f"({human_bytes(totals.global_param_bytes)} unsharded)"

@@ -16,12 +16,13 @@ from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
 from explorer.text import human_bytes, markdown_literal
+from ui import state
 from ui.turnstile import TURNSTILE
 
-CHOICE = "target_choice"
-OTHER = "target_other"
-HERE = "this process's devices"
-TYPE_OWN = "another slice (type its name)"
+CHOICE = state.TARGET_CHOICE
+OTHER = state.TARGET_OTHER
+HERE = state.TARGET_HERE
+TYPE_OWN = state.TARGET_TYPE_OWN
 STOPPED = "target_stopped"
 
 

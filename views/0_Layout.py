@@ -8,7 +8,7 @@ import streamlit as st
 from explorer.compiled import layout_key
 from ui import report_view, target_view
 from ui.current import current_layout
-from ui.state import TIMING_RESULTS
+from ui.state import TIMING_RESULTS, edited_since_loaded
 
 st.set_page_config(page_title="Partition Explorer", page_icon="🧩")  # layout and sidebar: app.py
 st.title("Partition Explorer")
@@ -21,4 +21,4 @@ elif timed is not None and "peak_bytes" in timed.memory:
     peak = (f"this process's {timed.devices} {timed.platform} devices (Timing page)", timed.memory["peak_bytes"])
 else:
     peak = None
-report_view.render(current.report, compiled_peak=peak)
+report_view.render(current.report, compiled_peak=peak, edited=edited_since_loaded(current.layout))
