@@ -251,3 +251,30 @@ def test_loading_from_the_library_replaces_the_whole_layout(app, tmp_path, monke
     assert dict(app.query_params) == layout_to_params(parse_layout(LOADED)) | {"array": "params/LogicalDotReluDot_0/Dense_0/kernel"}
     app.text_input(key="mesh_shape_text").input("2, 4").run()  # and the next edit is not blocked
     assert not app.sidebar.error and "team fsdp** (edited)" in app.markdown[0].value
+
+
+def test_a_preset_leaves_what_the_mesh_does_not_divide_unsharded_and_says_so(app):
+    """Issue 18 item 3: fsdp+tensor-parallel on GPT-2 (vocab 50257) on a tensor axis of 2 gives a layout JAX accepts."""
+    app.text_input(key="mesh_shape_text").input("4, 2").run()
+    app.text_input(key="mesh_axes_text").input("fsdp, tensor").run()
+    app.selectbox(key="model_name").select("transformer").run()
+    app.selectbox(key="size_preset::transformer").select("gpt2-small").run()
+    offer = [i.value for i in app.sidebar.info if "were written for" in i.value]
+    assert offer and "'mlp'" in plain(offer[0]) and "'transformer'" in plain(offer[0])
+    app.button(key="rules_offer_button").click().run()
+    assert not app.exception
+    assert not app.sidebar.error, [plain(e.value) for e in app.sidebar.error]
+    assert ["vocab", []] in app.session_state["rules_base"] and ["mlp", ["tensor"]] in app.session_state["rules_base"]
+    notes = [plain(i.value) for i in app.sidebar.info if "left unsharded" in i.value]
+    assert notes and "'vocab' left unsharded: params/embedding dim 0 has size 50257" in notes[0]
+    assert not [i for i in app.sidebar.info if "were written for" in i.value]  # the offer is taken
+
+
+def test_a_preset_for_the_logical_nnx_guide_names_embed(app):
+    app.selectbox(key="model_name").select("nnx-guide").run()
+    app.checkbox(key="option::nnx-guide::logical").check().run()
+    app.selectbox(key="rules_preset").select("tensor-parallel").run()
+    app.button(key="apply_preset").click().run()
+    assert not app.exception and not app.sidebar.error, [plain(e.value) for e in app.sidebar.error]
+    assert "embed" in [logical for logical, _ in app.session_state["rules_base"]]
+    assert not [w for w in app.main.error]

@@ -30,6 +30,7 @@ RULES_EDITOR = "rules_editor_identity"  # (page, mesh axes) of the rules table l
 SELECTED = "selected_path"  # the array drawn on the Layout page; a link carries it as ``array``
 RULES_MODEL = "rules_model"  # the model the rules table was last written for (loaded, or a preset applied)
 LOADED = "loaded_layout"  # the layout last loaded (file format): the name is marked edited once the layout differs
+PRESET_NOTES = "preset_notes"  # what the last preset left unsharded and why, shown under the rules until a load
 TARGET_CHOICE = "target_choice"  # the sidebar's Target selectbox
 TARGET_OTHER = "target_other"  # the slice typed when the choice is TARGET_TYPE_OWN
 TARGET_HERE = "this process's devices"
@@ -113,6 +114,7 @@ def load_layout(layout: Layout, keep_selection: bool = False) -> None:
         for field, value in layout.model.options.items():
             state[option_key(layout.model.name, field)] = value
     set_target(layout.target)
+    state.pop(PRESET_NOTES, None)
     if not keep_selection:
         state.pop(SELECTED, None)
     state[LAST_VALID] = layout.to_dict()
