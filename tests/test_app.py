@@ -278,3 +278,26 @@ def test_a_preset_for_the_logical_nnx_guide_names_embed(app):
     assert not app.exception and not app.sidebar.error, [plain(e.value) for e in app.sidebar.error]
     assert "embed" in [logical for logical, _ in app.session_state["rules_base"]]
     assert not [w for w in app.main.error]
+
+
+def test_compile_for_a_target_is_refused_on_a_layout_jax_refuses(app):
+    """Issue 18 item 2: the NNX guide (batch 8) on 16x16: the Timing page's message, the button disabled; item 5: the state verdict."""
+    app.selectbox(key="model_name").select("nnx-guide").run()
+    app.text_input(key="mesh_shape_text").input("16, 16").run()
+    app.selectbox(key="target_choice").select("v5litepod-256").run()
+    assert not app.exception
+    assert app.button(key="target_compile_button").disabled
+    refusal = [plain(e.value) for e in app.main.error if "do not divide evenly" in e.value]
+    assert refusal and "has size 8" in refusal[0], [plain(e.value) for e in app.main.error]
+    state = [plain(i.value) for i in app.main.info if "The state alone" in i.value]
+    assert state and "of the 16.0 GiB HBM per chip" in state[0] and "compile for it" in state[0]
+
+
+def test_a_state_larger_than_the_chips_hbm_does_not_fit_before_any_compile(app):
+    app.selectbox(key="model_name").select("transformer").run()
+    app.selectbox(key="size_preset::transformer").select("llama2-7b").run()
+    app.text_input(key="mesh_shape_text").input("2, 2").run()
+    app.selectbox(key="target_choice").select("v5litepod-4").run()
+    assert not app.exception
+    verdict = [plain(e.value) for e in app.main.error if "Does not fit" in e.value]
+    assert verdict and "the state alone (parameters, optimizer state, inputs) is" in verdict[0] and "HBM" in verdict[0]

@@ -13,7 +13,7 @@ from ui.state import TIMING_RESULTS, edited_since_loaded
 st.set_page_config(page_title="Partition Explorer", page_icon="🧩")  # layout and sidebar: app.py
 st.title("Partition Explorer")
 current = current_layout("layout")
-result = target_view.render(current.layout, current.target)
+result = target_view.render(current.layout, current.target, current.report)
 timed = st.session_state.get(TIMING_RESULTS, {}).get(layout_key(current.layout))
 if result:  # XLA's peak is the headline wherever a compiled program exists: the target's, else the Timing page's
     peak = (result["target"]["name"], result["memory"]["peak_bytes"])
