@@ -36,6 +36,20 @@ def markdown_literal(text: str) -> str:
     return _LEADING_MARK.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], escaped)
 
 
+def code_literal(text: str) -> str:
+    """``text`` as a Markdown code span, shown exactly as typed (no escapes inside code), on one line.
+
+    >>> code_literal("y.__class__")
+    '`y.__class__`'
+    >>> code_literal("a`b")
+    '``a`b``'
+    """
+    text = _LINE_BREAKS.sub(" ", text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def human_bytes(count: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(count) < 1024 or unit == "TiB":

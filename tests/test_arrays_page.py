@@ -113,3 +113,22 @@ def test_a_planned_mesh_where_jax_cannot_decide_says_why(page):
     page.text_input(key="op_spec_1").input("a, None").run()
     assert not page.exception and not page.error
     assert any(i.value.startswith("No sharding known.") and "cannot decide" in i.value for i in page.info)
+
+
+@pytest.mark.parametrize("expr,quoted", [("__import__('os')", "'__import__'"), ("y.__class__", "'y.__class__'")])
+def test_a_refused_expression_is_quoted_verbatim(page, expr, quoted):
+    """Issue 18 item 7: Markdown never eats what the user typed (``**import**`` in bold, ``y.class``)."""
+    from tests.test_app import plain
+
+    page.text_input(key="op_expr").input(expr).run()
+    assert not page.exception
+    message = page.get("error")[0].value
+    assert quoted in plain(message), message
+    assert "__" not in message  # every underscore escaped, so none starts emphasis
+
+
+def test_a_bad_expression_keeps_the_grids_of_valid_arrays(page):
+    """Issue 18 item 9: an error in the op leaves the valid arrays' grids on screen."""
+    page.text_input(key="op_expr").input("jnp.dot(y, ").run()
+    assert not page.exception and page.error
+    assert len(page.get("plotly_chart")) == 2  # y and z, each alone
