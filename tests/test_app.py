@@ -301,3 +301,24 @@ def test_a_state_larger_than_the_chips_hbm_does_not_fit_before_any_compile(app):
     assert not app.exception
     verdict = [plain(e.value) for e in app.main.error if "Does not fit" in e.value]
     assert verdict and "the state alone (parameters, optimizer state, inputs) is" in verdict[0] and "HBM" in verdict[0]
+
+
+def test_a_links_array_the_layout_lacks_is_said():
+    """Issue 18 item 8: ``?array=does/not/exist`` is not ignored silently."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"mesh": "2x4", "axes": "data,model", "rules": "batch:data", "model": "mlp", "array": "does/not/exist"})
+    at.run()
+    assert not at.exception
+    said = [plain(w.value) for w in at.main.warning if "does/not/exist" in plain(w.value)]
+    assert said and "which this layout does not have" in said[0] and KERNEL in said[0]
+    at.run()  # said once, not on every rerun
+    assert not [w for w in at.main.warning if "does/not/exist" in plain(w.value)]
+
+
+def test_a_link_with_several_problems_names_them_all():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"mesh": "2xfour", "axes": "data,model", "rules": "batch", "model": "mlp"})
+    at.run()
+    assert not at.exception
+    message = plain(next(e.value for e in list(at.sidebar.error) + list(at.main.error) if "could not be opened" in e.value))
+    assert "2 problems" in message and "'2xfour'" in message and "'batch'" in message

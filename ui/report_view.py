@@ -122,7 +122,15 @@ def _array_table(report: Report) -> ArrayInfo | None:
             st.session_state["_last_table_pick"] = picked
             st.session_state[SELECTED] = picked
     if st.session_state.get(SELECTED) not in paths:
+        missing = st.session_state.get(SELECTED)
         st.session_state[SELECTED] = _default_selection(report)
+        if missing is not None and st.session_state.pop(share_panel.LINK_ARRAY, None) == missing:
+            with st.container(key="array_missing"):
+                st.warning(
+                    f"The link names the array {markdown_literal(repr(missing))}, which this layout does not have; "
+                    f"showing {markdown_literal(st.session_state[SELECTED])} instead."
+                )
+    st.session_state.pop(share_panel.LINK_ARRAY, None)
     path = st.selectbox("Array", paths, key=SELECTED)
     share_panel.sync_selection(path)
     return report.array(path)

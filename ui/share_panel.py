@@ -15,6 +15,7 @@ from ui import state
 
 MESSAGES = "share_messages"  # section ("link", "upload", "library") -> (level, text), shown once where it belongs
 ARRAY_PARAM = "array"  # the link's selected array: the page's, not the layout's, so not in explorer.share
+LINK_ARRAY = "link_array"  # the array a link named, until the Layout page has checked the layout has it
 LOADED_VERSION = "library_loaded"  # (name, version) of the library entry last loaded or saved
 
 
@@ -27,7 +28,8 @@ def initial_layout() -> Layout:
     try:
         layout = params_to_layout(params)
         if selected:
-            st.session_state[state.SELECTED] = selected  # the Layout page falls back to its default if absent
+            st.session_state[state.SELECTED] = selected  # the Layout page falls back to its default if absent, and says so
+            st.session_state[LINK_ARRAY] = selected
         return layout
     except ExplorerError as error:
         _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error))}")
