@@ -50,6 +50,28 @@ def code_literal(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def memory_relation(memory: dict) -> str:
+    """One sentence saying how XLA's ``memory_analysis()`` figures relate, with this program's numbers.
+
+    XLA's peak is the most bytes live at one moment (its heap simulation); arguments, outputs and
+    temporaries are allocation sizes, which need not all be live at that moment.
+
+    >>> memory_relation({"argument_bytes": 12, "output_bytes": 12, "alias_bytes": 0, "temp_bytes": 4, "peak_bytes": 24})
+    "XLA's peak (24 B) is the most bytes live at one moment; here it equals arguments + outputs − aliased (24 B) and does not include the temporaries (4 B), which are not live at that moment."
+    """
+    peak, temp = memory["peak_bytes"], memory["temp_bytes"]
+    held = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"]
+    lead = f"XLA's peak ({human_bytes(peak)}) is the most bytes live at one moment"
+    if peak == held + temp:
+        return f"{lead}; here it is arguments + outputs − aliased + temporaries: all of them are live together."
+    if peak == held:
+        return (f"{lead}; here it equals arguments + outputs − aliased ({human_bytes(held)}) and does not include the "
+                f"temporaries ({human_bytes(temp)}), which are not live at that moment.")
+    return (f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
+            f"{human_bytes(held + temp)}, allocations that are not all live at that moment, so they need not add up to "
+            "the peak (the temporaries' allocation alone can exceed it).")
+
+
 def human_bytes(count: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(count) < 1024 or unit == "TiB":

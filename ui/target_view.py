@@ -19,7 +19,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
-from explorer.text import human_bytes, markdown_literal
+from explorer.text import human_bytes, markdown_literal, memory_relation
 from ui import state
 from ui.turnstile import TURNSTILE
 
@@ -188,11 +188,12 @@ def show(result: dict, wall_s: float | None = None) -> None:
         (st.success if result["fits"] else st.error)(verdict(result))
     memory_column, roofline_column = st.columns(2)
     with memory_column:
-        st.markdown("**Memory per chip** (XLA's memory_analysis)")
+        st.markdown("**Memory per chip** (XLA's memory_analysis, as it gives them)")
         st.plotly_chart(plots.target_memory_figure(memory, target["hbm_bytes"]), key="target_memory")
+        st.caption(memory_relation(memory))
         st.dataframe(
             pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "bytes": human_bytes(v), "B": v} for k, v in memory.items()]),
-            hide_index=True, width="stretch",
+            hide_index=True, width="stretch", key="target_memory_table",
         )
         padded = result.get("padding", {}).get("padded", [])
         if padded:

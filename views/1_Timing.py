@@ -7,7 +7,7 @@ import streamlit as st
 
 from explorer import plots
 from explorer.errors import ExplorerError
-from explorer.text import human_bytes, markdown_literal
+from explorer.text import human_bytes, markdown_literal, memory_relation
 from explorer.compiled import check_timeable, host_footprint_bytes, layout_key
 from explorer.hlo import used as used_collectives
 from explorer.timing import TimingResult, time_layout
@@ -94,7 +94,10 @@ def show_result(result: TimingResult) -> None:
     steps = result.step_s
     row = st.container(horizontal=True, key="timing_metrics")  # wraps on a narrow page instead of cutting values off
     metric = lambda label, value, help=None: row.metric(label, value, help=help, width="content", border=True)  # noqa: E731
-    metric("Compile", f"{result.compile_s:.2f} s", "cached: compiled earlier in this process" if result.cached else None)
+    if result.cached:  # the compile was not run for this timing: say so, with the time it took when it was
+        metric("Compile", "cached", f"compiled earlier in this process, in {result.compile_s:.2f} s; not compiled again for this timing")
+    else:
+        metric("Compile", f"{result.compile_s:.2f} s")
     metric("Median step", f"{steps.median * 1e3:.1f} ms")
     metric("p10", f"{steps.p10 * 1e3:.1f} ms")
     metric("p90", f"{steps.p90 * 1e3:.1f} ms")
@@ -121,11 +124,18 @@ def show_result(result: TimingResult) -> None:
         ]
         st.dataframe(
             pd.DataFrame(
-                [{"": name, "XLA (memory_analysis)": human_bytes(xla), "analysis estimate": estimate,
-                  "difference (B)": "—" if comparable is None else f"{xla - comparable:+,}"} for name, xla, estimate, comparable in rows]
+                [{"": name, "XLA": human_bytes(xla), "analysis": estimate,
+                  "Δ B": "—" if comparable is None else f"{xla - comparable:+,}"} for name, xla, estimate, comparable in rows]
             ),
-            hide_index=True, width="stretch",
+            hide_index=True, width="stretch", key="timing_memory_table",
+            column_config={
+                "XLA": st.column_config.TextColumn("XLA", help="memory_analysis() of the compiled step"),
+                "analysis": st.column_config.TextColumn("analysis", help="the analysis' exact state and inputs"),
+                "Δ B": st.column_config.TextColumn("Δ B", help="XLA minus the analysis, in bytes"),
+            },
         )
+        if "peak_bytes" in result.memory:
+            st.caption(memory_relation(result.memory))
         for note in result.memory_notes():
             st.caption("• " + note)
     with collective_column:
