@@ -8,7 +8,7 @@ import streamlit as st
 
 from explorer import library
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_bytes, parse_layout, seed_layout
+from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes, parse_layout, seed_layout
 from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from explorer.text import markdown_literal
 from ui import state
@@ -89,7 +89,10 @@ def render(layout: Layout) -> None:
         "Download layout (JSON)", layout.to_json() + "\n", file_name=f"{_file_stem(layout.name)}.json",
         mime="application/json", key="download_layout", width="stretch",
     )
-    st.file_uploader("Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload)
+    st.file_uploader(
+        "Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload, max_upload_size=1,
+        help=f"A layout file (JSON, UTF-8) of at most {MAX_FILE_BYTES:,} bytes; it replaces the whole layout, target included.",
+    )
     show_message("upload")
     with st.expander("Copy as code"):
         st.caption(

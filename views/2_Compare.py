@@ -9,7 +9,7 @@ from explorer import library, plots
 from explorer.analysis import analyze
 from explorer.compare import RaceResult, race, spec_differences
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_bytes
+from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
 from explorer.share import layout_from_link
 from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
@@ -41,7 +41,10 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
     st.session_state["compare_sources"] = [source for source in picked_before if source in options]
     sources = st.multiselect("From the current layout and the team library", options, key="compare_sources")
     files_column, links_column = st.columns(2)
-    files = files_column.file_uploader("Layout files", type=["json"], accept_multiple_files=True, key="compare_files")
+    files = files_column.file_uploader(
+        "Layout files", type=["json"], accept_multiple_files=True, key="compare_files", max_upload_size=1,
+        help=f"Layout files (JSON, UTF-8), each at most {MAX_FILE_BYTES:,} bytes",
+    )
     links = links_column.text_area("Links (one per line)", key="compare_links", placeholder="http://…/?name=…&mesh=2x4&…")
     picked: list[tuple[str, Layout]] = []
     for source in sources:

@@ -60,7 +60,7 @@ st.caption(
 )
 st.number_input("Arrays", 1, op_state.MAX_ARRAYS, key=op_state.COUNT)
 for index in range(int(st.session_state[op_state.COUNT])):
-    name, shape, dtype, spec = st.columns([1, 2, 1.4, 2])
+    name, shape, dtype, spec = st.columns([1, 1.8, 1.7, 1.8])  # the dtype box shows "bfloat16" whole at 1024 px
     st.session_state.setdefault(op_state.array_key("name", index), "abcd"[index])
     st.session_state.setdefault(op_state.array_key("shape", index), "1024, 1024")
     st.session_state.setdefault(op_state.array_key("dtype", index), "float32")
