@@ -209,8 +209,9 @@ def _grid_axes(figure: go.Figure, view: GridView, dim_labels: Sequence[str], tit
     figure.update_yaxes(range=[len(view.rows), 0], title=row_title, showgrid=False, zeroline=False, **_ticks(view.rows))
     height = 180 if view.row_dim is None else min(620, max(300, 34 * len(view.rows) + 140))
     figure.update_layout(
-        title=dict(text=title, font=dict(size=14)), height=height, margin=dict(l=70, r=20, t=80 if title else 60, b=20),
+        title=dict(text=title, font=dict(size=14)), height=height, margin=dict(l=70, r=40, t=80 if title else 60, b=20),
         plot_bgcolor="white", clickmode="event+select", dragmode="select",
+        modebar=dict(orientation="v"),  # on the right edge: across the top it covered the column title at 1024 px
     )
 
 
@@ -254,7 +255,10 @@ def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
         title=mesh.axes[0] if len(mesh.shape) > 1 else "", autorange="reversed", showgrid=False, zeroline=False,
         showticklabels=rows <= 32 and len(mesh.shape) > 1, **(dict(tickvals=list(range(rows))) if rows <= 32 else {}),
     )
-    figure.update_layout(height=min(520, max(160, 26 * rows + 120)), margin=dict(l=60, r=10, t=60, b=10), plot_bgcolor="white")
+    figure.update_layout(
+        height=min(520, max(160, 26 * rows + 120)), margin=dict(l=60, r=40, t=60, b=10), plot_bgcolor="white",
+        modebar=dict(orientation="v"),
+    )
     return figure
 
 
@@ -407,8 +411,8 @@ def roofline_figure(estimate: dict, title: str = "") -> go.Figure:
     ))
     figure.update_layout(
         title=title or f"Step ≥ {_ms(estimate['step_s'])}<br>{bound}-bound",
-        height=300, margin=dict(l=50, r=10, t=50, b=40), yaxis_title="ms per step (lower bound)",
-        plot_bgcolor="white", showlegend=False,
+        height=300, margin=dict(l=50, r=40, t=50, b=40), yaxis_title="ms per step (lower bound)",
+        plot_bgcolor="white", showlegend=False, modebar=dict(orientation="v"),  # not over the title
     )
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
     return figure
@@ -429,7 +433,7 @@ def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
         ("peak", memory["peak_bytes"], "#E45756"),
         ("arguments", memory["argument_bytes"], "#4C78A8"),
         ("outputs", memory["output_bytes"], "#F58518"),
-        ("aliased (outputs in arguments' buffers)", memory["alias_bytes"], "#72B7B2"),
+        ("aliased", memory["alias_bytes"], "#72B7B2"),
         ("temporaries", memory["temp_bytes"], "#B279A2"),
     ]
     divisor, unit = byte_unit(max([hbm_bytes] + [value for _, value, _ in parts]))
@@ -437,12 +441,13 @@ def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
     figure.add_bar(
         y=[name for name, _, _ in parts], x=[value / divisor for _, value, _ in parts], orientation="h",
         marker_color=[color for _, _, color in parts], text=[human_bytes(value) for _, value, _ in parts],
-        textposition="auto", hovertemplate="%{y}: %{text}<extra></extra>", showlegend=False,
+        textposition="outside", cliponaxis=False, hovertemplate="%{y}: %{text}<extra></extra>", showlegend=False,
     )
     figure.add_vline(x=hbm_bytes / divisor, line_color="#222", line_dash="dash", annotation_text=f"HBM {human_bytes(hbm_bytes)}",
                      annotation_position="top left")
     figure.update_layout(
-        height=260, margin=dict(l=10, r=20, t=30, b=40), xaxis_title=f"{unit} per chip", plot_bgcolor="white",
+        height=260, margin=dict(l=10, r=70, t=30, b=40), xaxis_title=f"{unit} per chip", plot_bgcolor="white",
+        modebar=dict(orientation="v"),
     )
     figure.update_yaxes(autorange="reversed", automargin=True)
     return figure

@@ -57,7 +57,9 @@ def memory_relation(memory: dict) -> str:
     temporaries are allocation sizes, which need not all be live at that moment.
 
     >>> memory_relation({"argument_bytes": 12, "output_bytes": 12, "alias_bytes": 0, "temp_bytes": 4, "peak_bytes": 24})
-    "XLA's peak (24 B) is the most bytes live at one moment; here it equals arguments + outputs − aliased (24 B) and does not include the temporaries (4 B), which are not live at that moment."
+    "XLA's peak (24 B) is the most bytes live at one moment; here it equals arguments + outputs − aliased (24 B) and does not include the temporaries (4 B)."
+    >>> memory_relation({"argument_bytes": 2, "output_bytes": 2, "alias_bytes": 2, "temp_bytes": 12, "peak_bytes": 11})
+    "XLA's peak (11 B) is the most bytes live at one moment, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to 14 B, 3 B more, because not all of them are live at that moment (the temporaries' allocation alone can exceed the peak)."
     """
     peak, temp = memory["peak_bytes"], memory["temp_bytes"]
     held = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"]
@@ -66,10 +68,15 @@ def memory_relation(memory: dict) -> str:
         return f"{lead}; here it is arguments + outputs − aliased + temporaries: all of them are live together."
     if peak == held:
         return (f"{lead}; here it equals arguments + outputs − aliased ({human_bytes(held)}) and does not include the "
-                f"temporaries ({human_bytes(temp)}), which are not live at that moment.")
+                f"temporaries ({human_bytes(temp)}).")
+    total, difference = held + temp, held + temp - peak
+    gap = f"{human_bytes(abs(difference))}" if abs(difference) >= 1024 else f"{abs(difference):,} B"
+    if difference > 0:
+        return (f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
+                f"{human_bytes(total)}, {gap} more, because not all of them are live at that moment (the temporaries' "
+                "allocation alone can exceed the peak).")
     return (f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
-            f"{human_bytes(held + temp)}, allocations that are not all live at that moment, so they need not add up to "
-            "the peak (the temporaries' allocation alone can exceed it).")
+            f"{human_bytes(total)}, {gap} less: the peak also counts buffers these figures do not list.")
 
 
 def human_bytes(count: int) -> str:

@@ -163,17 +163,15 @@ def _selected_array(report: Report, info: ArrayInfo) -> None:
         st.caption(markdown_literal(info.note))
     row_dim, col_dim, fixed = _choose_dims(info, labels, report.mesh)
     view = grid_view(info.shape, info.spec, report.mesh, row_dim, col_dim, fixed)
-    grid_column, mesh_column = st.columns([3, 2])
-    with grid_column:
-        event = st.plotly_chart(
-            plots.sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
-            key="sharding_grid", on_select="rerun", selection_mode=("points", "box"),
-        )
-        st.caption("Each block shows the devices holding it; replicas are stripes, one colour per device. Click or box-select blocks.")
+    # One above the other, each the page's width: side by side, a 16-column grid and mesh were unreadable at 1024 px.
+    event = st.plotly_chart(
+        plots.sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
+        key="sharding_grid", on_select="rerun", selection_mode=("points", "box"),
+    )
+    st.caption("Each block shows the devices holding it; replicas are stripes, one colour per device. Click or box-select blocks.")
     highlight = _selected_devices(event, view)
-    with mesh_column:
-        st.plotly_chart(plots.mesh_figure(report.mesh, highlight), key="mesh_figure")
-        st.caption("The mesh; the devices holding the selected blocks keep their colour." if highlight else "The mesh: device ids at their mesh coordinates.")
+    st.plotly_chart(plots.mesh_figure(report.mesh, highlight), key="mesh_figure")
+    st.caption("The mesh; the devices holding the selected blocks keep their colour." if highlight else "The mesh: device ids at their mesh coordinates.")
     _trace_table(report, info)
 
 
@@ -236,6 +234,17 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
             "status": dim.status,
         })
     if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        frame = pd.DataFrame(rows)[["dim", "logical name", "mesh axes", "decided by", "status", "skipped rules"]]
+        st.dataframe(
+            frame, hide_index=True, width="stretch", key="trace_table",
+            column_config={  # narrow where the text is short, so the last column is not cut off at 1024 px
+                "dim": st.column_config.NumberColumn("dim", width=40),
+                "logical name": st.column_config.TextColumn("logical name", width="small"),
+                "mesh axes": st.column_config.TextColumn("mesh axes", width="small"),
+                "decided by": st.column_config.TextColumn("decided by", width="medium"),
+                "status": st.column_config.TextColumn("status", width="small"),
+                "skipped rules": st.column_config.TextColumn("skipped rules", width="medium"),
+            },
+        )
     else:
         st.caption("A scalar: nothing to shard, every device holds it.")

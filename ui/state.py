@@ -136,11 +136,17 @@ def set_target(name: str | None) -> None:
 
 
 def edited_since_loaded(layout: Layout) -> bool:
-    """True when ``layout`` keeps the loaded layout's name but differs from it in anything else."""
+    """True when ``layout`` keeps the loaded layout's name but differs from it in mesh, rules or model.
+
+    Choosing another target is planning the same layout elsewhere, not editing it.
+    """
     loaded = st.session_state.get(LOADED)
     if loaded is None or loaded.get("name") != layout.name:
         return False
-    return {**layout.to_dict(), "name": None} != {**loaded, "name": None}
+    def same(data: dict) -> dict:
+        return {key: value for key, value in data.items() if key not in ("name", "target")}
+
+    return same(layout.to_dict()) != same(loaded)
 
 
 def set_rules(rules: list[list[Any]], model: str | None = None) -> None:

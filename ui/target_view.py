@@ -186,7 +186,8 @@ def show(result: dict, wall_s: float | None = None) -> None:
     memory, target, estimate = result["memory"], result["target"], result["estimate"]
     with st.container(key="target_verdict"):
         (st.success if result["fits"] else st.error)(verdict(result))
-    memory_column, roofline_column = st.columns(2)
+    # One above the other: side by side at 1024 px the bar labels and the table's last column were cut.
+    memory_column, roofline_column = st.container(), st.container()
     with memory_column:
         st.markdown("**Memory per chip** (XLA's memory_analysis, as it gives them)")
         st.plotly_chart(plots.target_memory_figure(memory, target["hbm_bytes"]), key="target_memory")

@@ -112,7 +112,8 @@ def show_result(result: TimingResult) -> None:
         f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
         "Each sample is one call plus block_until_ready on the whole new state." + spread
     )
-    memory_column, collective_column = st.columns(2)
+    # One above the other: side by side, both tables lost their last column at 1024 px.
+    memory_column, collective_column = st.container(), st.container()
     with memory_column:
         st.subheader("Memory per device")
         rows = [
@@ -173,7 +174,13 @@ def show_result(result: TimingResult) -> None:
         st.warning(f"{differing} module output(s) are sharded differently from what the model declares.")
     st.dataframe(
         frame.style.apply(lambda row: ["background-color: #fde2e1" if row["differs"] else "" for _ in row], axis=1),
-        hide_index=True, width="stretch",
+        hide_index=True, width="stretch", key="activation_shardings",
+        column_config={  # short columns narrow, so "differs" stays on screen at 1024 px
+            "shape": st.column_config.TextColumn("shape", width="small"),
+            "declared": st.column_config.TextColumn("declared", width="small"),
+            "XLA chose": st.column_config.TextColumn("XLA chose", width="small"),
+            "differs": st.column_config.TextColumn("differs", width=70),
+        },
     )
     st.caption("XLA's choice is read from a compiled forward pass returning every module output (capture_intermediates).")
 
