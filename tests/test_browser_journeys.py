@@ -139,11 +139,11 @@ def test_upload_a_layout_file_replaces_the_whole_layout(browser, journey_server,
         open_app(page, journey_server)
         path = tmp_path / "team.json"
         path.write_text(json.dumps(TEAM))
+        expect(page.locator(key_selector("upload_layout"))).to_contain_text("1MB per file")  # item 10: not "200MB"
         page.locator(f"{key_selector('upload_layout')} input[type='file']").set_input_files(str(path))
         wait_for_rerun(page)
         expect_team_layout(page, TEAM)
         expect_address(page, TEAM)
-        expect(page.locator(SIDEBAR)).to_contain_text(f"at most 1MB per file")
         assert_no_exception(page)
     finally:
         page.context.close()
@@ -200,6 +200,7 @@ def test_every_preset_on_every_built_in_model_and_size_gives_a_layout_jax_accept
     page = new_page(browser, {"width": 1440, "height": 900})
     try:
         open_app(page, journey_server)
+        noted = set()
         for model, size in MODELS_AND_SIZES:
             if page.locator(f"{key_selector('model_name')} input").input_value().split(":")[0] != model:
                 choose(page, "model_name", model)
@@ -214,7 +215,10 @@ def test_every_preset_on_every_built_in_model_and_size_gives_a_layout_jax_accept
                 refused = page.locator(f"{SIDEBAR} [data-testid='stAlertContentError']")
                 assert refused.count() == 0, f"{model} {size} {preset}: {refused.all_inner_texts()}"
                 expect(page.locator(f"{MAIN} {key_selector('warnings')} [data-testid='stAlertContentError']")).to_have_count(0)
-        expect(page.locator(key_selector("preset_notes"))).to_contain_text("left unsharded")  # said, where it happened
+                if "left unsharded" in " ".join(page.locator(key_selector("preset_notes")).all_inner_texts()):
+                    noted.add((size, preset))
+        # said where it happened: GPT-2's vocabulary (50257) over the model axis of 4
+        assert {("gpt2-small", "tensor-parallel"), ("gpt2-small", "fsdp+tensor-parallel")} <= noted, noted
         assert_no_exception(page)
     finally:
         page.context.close()

@@ -234,17 +234,19 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
             "status": dim.status,
         })
     if rows:
-        frame = pd.DataFrame(rows)[["dim", "logical name", "mesh axes", "decided by", "status", "skipped rules"]]
+        # Four short columns fit the page at 1024 px; the skipped rules, long sentences, follow as a list.
+        frame = pd.DataFrame(rows)[["dim", "logical name", "mesh axes", "decided by"]]
         st.dataframe(
             frame, hide_index=True, width="stretch", key="trace_table",
-            column_config={  # narrow where the text is short, so the last column is not cut off at 1024 px
+            column_config={
                 "dim": st.column_config.NumberColumn("dim", width=40),
                 "logical name": st.column_config.TextColumn("logical name", width="small"),
                 "mesh axes": st.column_config.TextColumn("mesh axes", width="small"),
-                "decided by": st.column_config.TextColumn("decided by", width="medium"),
-                "status": st.column_config.TextColumn("status", width="small"),
-                "skipped rules": st.column_config.TextColumn("skipped rules", width="medium"),
+                "decided by": st.column_config.TextColumn("decided by", width="large"),
             },
         )
+        skipped = [f"- dim {row['dim']} ({row['status']}): {markdown_literal(row['skipped rules'])}" for row in rows if row["skipped rules"] != "—"]
+        if skipped:
+            st.markdown("Rules that named a dimension but did not decide it:\n" + "\n".join(skipped))
     else:
         st.caption("A scalar: nothing to shard, every device holds it.")

@@ -176,6 +176,7 @@ def show_result(result: TimingResult) -> None:
         frame.style.apply(lambda row: ["background-color: #fde2e1" if row["differs"] else "" for _ in row], axis=1),
         hide_index=True, width="stretch", key="activation_shardings",
         column_config={  # short columns narrow, so "differs" stays on screen at 1024 px
+            "module output": st.column_config.TextColumn("module output", width="medium"),
             "shape": st.column_config.TextColumn("shape", width="small"),
             "declared": st.column_config.TextColumn("declared", width="small"),
             "XLA chose": st.column_config.TextColumn("XLA chose", width="small"),
@@ -186,7 +187,7 @@ def show_result(result: TimingResult) -> None:
 
 
 can_time = timeable()
-left, middle, spread_column, right = st.columns([1, 1, 1, 2], vertical_alignment="bottom")
+left, middle, spread_column, right = st.columns([1, 1, 1.2, 1.8], vertical_alignment="bottom")  # "Processes" on one line
 # Defaults go through session state (not value=) because the values are carried across pages.
 st.session_state.setdefault("timing_steps", 20)
 st.session_state.setdefault("timing_warmup", 2)
