@@ -108,8 +108,8 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
             if median is None:
                 rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
             else:
-                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms (race)",
-                             "collectives": "time it on the Timing page to see them"})
+                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms, race",
+                             "collectives": "see the Timing page"})
             continue
         used = ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
         rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
