@@ -360,11 +360,15 @@ def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: Mes
         return []
     path, mine, theirs, semantics, other = differing[0]
     label = {"linen": "Linen", "nnx": "NNX"}
+    used = [axis for entry in theirs for axis in spec_axes(entry)]
+    twice = sorted({axis for axis in used if used.count(axis) > 1})
+    there = (f"{label[other]} would put mesh axis {twice[0]!r} on two dimensions, a sharding JAX refuses" if twice
+             else f"{PartitionSpec(*theirs)} under {label[other]}")
     return [Finding(
         "semantics-differ",
         f"{len(differing)} array(s) would be sharded differently under Flax {label[other]}'s rule semantics than under "
-        f"{label[semantics]}'s (the ones Flax applies to them here), e.g. {path}: {PartitionSpec(*mine)} here, "
-        f"{PartitionSpec(*theirs)} under {label[other]}. {RESOLUTION_ORDERS[other]}.",
+        f"{label[semantics]}'s (the ones Flax applies to them here), e.g. {path}: {PartitionSpec(*mine)} here; "
+        f"{there}. {RESOLUTION_ORDERS[other]}.",
         path,
     )]
 
@@ -417,11 +421,15 @@ def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Finding]:
         if product > 1 and size % product:
             name = info.logical_axes[dim] if info.logical_axes else None
             padded = -(-size // product) * product
+            if isinstance(name, str):
+                what, remedy = f"dim {dim} ('{name}')", f"or map '{name}' to a mesh axis whose size divides {size}, or replicate it"
+            else:  # fixed by the model itself (nn.with_partitioning, P(...) in a constraint): no rule can change it
+                what, remedy = f"dim {dim} (fixed by the model to {' x '.join(axes)})", "or change the mesh or the model"
             found.append(Finding(
                 "indivisible",
-                f"{info.path}: dim {dim} ('{name}') has size {size}, which mesh axes {' x '.join(axes)} "
+                f"{info.path}: {what} has size {size}, which mesh axes {' x '.join(axes)} "
                 f"(product {product}) do not divide; JAX refuses this sharding. Fix: make it a multiple of "
-                f"{product} (e.g. {padded}), or map '{name}' to a mesh axis whose size divides {size}, or replicate it.",
+                f"{product} (e.g. {padded}), {remedy}.",
                 info.path,
             ))
     return found

@@ -149,9 +149,10 @@ def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
 # --- compiling ------------------------------------------------------------------------------
 
 def layout_key(layout: Layout) -> str:
-    """Identity of what gets compiled: everything but the layout's name."""
+    """Identity of what gets compiled: everything but the layout's name and planned target."""
     data = layout.to_dict()
     data.pop("name")
+    data.pop("target", None)
     return json.dumps(data, sort_keys=True)
 
 

@@ -141,6 +141,19 @@ class Layout(_Frozen):
     mesh: MeshSpec
     rules: tuple[Rule, ...] = ()
     model: ModelSpec
+    # The TPU slice the layout is planned for (a Cloud TPU type or a libtpu topology, see
+    # explorer.targets); None: the devices of the process that opens it. Optional in files
+    # and links, so layouts written before it existed load unchanged.
+    target: StrictStr | None = Field(default=None, min_length=1, max_length=40)
+
+    @field_validator("target", mode="after")
+    @classmethod
+    def _known_target(cls, target: str | None) -> str | None:
+        if target is None:
+            return None
+        from explorer.targets import parse_target
+
+        return parse_target(target).name  # ExplorerError("target", ...) names the value
 
     @field_validator("rules", mode="before")
     @classmethod
@@ -175,7 +188,7 @@ class Layout(_Frozen):
             "mesh": {"shape": list(self.mesh.shape), "axes": list(self.mesh.axes)},
             "rules": [[r.logical, list(r.mesh) if isinstance(r.mesh, tuple) else r.mesh] for r in self.rules],
             "model": {"name": self.model.name, "options": dict(self.model.options)},
-        }
+        } | ({"target": self.target} if self.target is not None else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -266,6 +279,8 @@ def layout_errors(data: Any) -> tuple[ExplorerError, ...]:
         axes = [{"shape": [1] * len(data["mesh"]["axes"]), "axes": data["mesh"]["axes"]}] if _axes_only(data) else []
         probes += [{"mesh": mesh, "rules": data.get("rules", [])} for mesh in axes]
     probes.append({"model": data.get("model")})
+    if data.get("target") is not None:
+        probes.append({"target": data["target"]})
     found: list[ExplorerError] = []
     for probe in probes:
         problem = _problem({**stand_in, **probe})

@@ -193,7 +193,8 @@ def _block_edges(rows: int, cols: int) -> list[dict]:
 
 def _ticks(ranges: Sequence[tuple[int, int]], limit: int = 16) -> dict:
     longest = max(len(f"{a}:{b}") for a, b in ranges)
-    limit = min(limit, 8) if longest > 6 else limit  # long labels: fewer of them, kept horizontal
+    # long labels: fewer of them, kept horizontal (16 labels like "14:16" overlap on a 1024 px page)
+    limit = min(limit, 4) if longest > 9 else min(limit, 8) if longest > 3 else limit
     step = max(1, math.ceil(len(ranges) / limit))
     chosen = range(0, len(ranges), step)
     return dict(tickvals=[i + 0.5 for i in chosen], ticktext=[f"{ranges[i][0]}:{ranges[i][1]}" for i in chosen])
@@ -208,8 +209,9 @@ def _grid_axes(figure: go.Figure, view: GridView, dim_labels: Sequence[str], tit
     figure.update_yaxes(range=[len(view.rows), 0], title=row_title, showgrid=False, zeroline=False, **_ticks(view.rows))
     height = 180 if view.row_dim is None else min(620, max(300, 34 * len(view.rows) + 140))
     figure.update_layout(
-        title=dict(text=title, font=dict(size=14)), height=height, margin=dict(l=70, r=20, t=80 if title else 60, b=20),
+        title=dict(text=title, font=dict(size=14)), height=height, margin=dict(l=70, r=40, t=80 if title else 60, b=20),
         plot_bgcolor="white", clickmode="event+select", dragmode="select",
+        modebar=dict(orientation="v"),  # on the right edge: across the top it covered the column title at 1024 px
     )
 
 
@@ -253,7 +255,10 @@ def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
         title=mesh.axes[0] if len(mesh.shape) > 1 else "", autorange="reversed", showgrid=False, zeroline=False,
         showticklabels=rows <= 32 and len(mesh.shape) > 1, **(dict(tickvals=list(range(rows))) if rows <= 32 else {}),
     )
-    figure.update_layout(height=min(520, max(160, 26 * rows + 120)), margin=dict(l=60, r=10, t=60, b=10), plot_bgcolor="white")
+    figure.update_layout(
+        height=min(520, max(160, 26 * rows + 120)), margin=dict(l=60, r=40, t=60, b=10), plot_bgcolor="white",
+        modebar=dict(orientation="v"),
+    )
     return figure
 
 
@@ -274,6 +279,20 @@ def _column_label(column: int, mesh: MeshInfo) -> str:
     return ",".join(str(c) for c in reversed(coordinates))
 
 
+def byte_unit(largest: float) -> tuple[float, str]:
+    """(divisor, name) of the binary unit that writes ``largest`` bytes with 1 to 4 digits before the point.
+
+    >>> byte_unit(150_000 * 2**20)
+    (1073741824, 'GiB')
+    >>> byte_unit(300 * 2**20)[1]
+    'MiB'
+    """
+    for power, name in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if largest >= 2 ** (10 * power) * 0.95 or (power == 1 and largest >= 1024):
+            return 2 ** (10 * power), name
+    return 1, "B"
+
+
 def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
     """Bytes each device holds: the state stacked by kind, declared activations beside it (not a sum).
 
@@ -281,14 +300,16 @@ def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
     """
     figure = go.Figure()
     x = [str(d) for d in device_ids] if len(device_ids) <= MAX_BARS else [f"each of {len(device_ids):,} devices"]
-    for kind, value in totals.by_kind().items():
+    by_kind = totals.by_kind()
+    divisor, unit = byte_unit(max(totals.state_bytes, by_kind["activation"]))
+    for kind, value in by_kind.items():
         figure.add_bar(
-            x=x, y=[value / 2**20] * len(x), name=KIND_LABELS[kind], marker_color=KIND_COLORS[kind],
+            x=x, y=[value / divisor] * len(x), name=KIND_LABELS[kind], marker_color=KIND_COLORS[kind],
             offsetgroup="activations" if kind == "activation" else "state",
             hovertemplate=f"device %{{x}}<br>{KIND_LABELS[kind]}: {human_bytes(value)}<extra></extra>",
         )
     figure.update_layout(
-        barmode="stack", height=260, margin=dict(l=50, r=10, t=30, b=40), yaxis_title="MiB per device",
+        barmode="stack", height=260, margin=dict(l=50, r=10, t=30, b=40), yaxis_title=f"{unit} per device",
         xaxis_title="device", xaxis_type="category", legend=LEGEND_ABOVE, plot_bgcolor="white",
     )
     return figure
@@ -321,14 +342,15 @@ def whole_number_ticks(count: int) -> dict:
 def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure:
     """Per-device bytes of several layouts side by side, grouped by kind (same colours as memory_bars)."""
     figure = go.Figure()
+    divisor, unit = byte_unit(max((v for t in totals for v in t.by_kind().values()), default=0))
     for kind, name in KIND_LABELS.items():
         values = [t.by_kind()[kind] for t in totals]
         figure.add_bar(
-            x=list(labels), y=[v / 2**20 for v in values], name=name, marker_color=KIND_COLORS[kind],
+            x=list(labels), y=[v / divisor for v in values], name=name, marker_color=KIND_COLORS[kind],
             text=[human_bytes(v) for v in values], hovertemplate="%{x}<br>" + name + ": %{text}<extra></extra>",
         )
     figure.update_layout(
-        barmode="group", height=300, yaxis_title="MiB per device", margin=dict(l=50, r=10, t=30, b=40),
+        barmode="group", height=300, yaxis_title=f"{unit} per device", margin=dict(l=50, r=10, t=30, b=40),
         legend=LEGEND_ABOVE, plot_bgcolor="white",
     )
     return figure
@@ -389,8 +411,8 @@ def roofline_figure(estimate: dict, title: str = "") -> go.Figure:
     ))
     figure.update_layout(
         title=title or f"Step ≥ {_ms(estimate['step_s'])}<br>{bound}-bound",
-        height=300, margin=dict(l=50, r=10, t=50, b=40), yaxis_title="ms per step (lower bound)",
-        plot_bgcolor="white", showlegend=False,
+        height=300, margin=dict(l=50, r=40, t=50, b=40), yaxis_title="ms per step (lower bound)",
+        plot_bgcolor="white", showlegend=False, modebar=dict(orientation="v"),  # not over the title
     )
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
     return figure
@@ -401,26 +423,33 @@ def _ms(seconds: float) -> str:
 
 
 def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
-    """XLA's per-chip memory (arguments, temporaries, outputs not aliased) against the chip's HBM."""
+    """XLA's per-chip figures (``memory_analysis()``) as they are, one bar each, against the chip's HBM.
+
+    Not stacked: XLA's peak is the most bytes live at one moment, while arguments, outputs and
+    temporaries are allocation sizes that are not all live at that moment, so a stack of them
+    would run past the peak it is meant to explain.
+    """
     parts = [
-        ("arguments", memory["argument_bytes"] or 0, "#4C78A8"),
-        ("outputs not aliased", max((memory["output_bytes"] or 0) - (memory["alias_bytes"] or 0), 0), "#F58518"),
-        ("temporaries", memory["temp_bytes"] or 0, "#B279A2"),
-        ("generated code", memory["generated_code_bytes"] or 0, "#9D9D9D"),  # None: XLA refused the program
+        (name, memory.get(key), color) for name, key, color in (
+            ("peak", "peak_bytes", "#E45756"),
+            ("arguments", "argument_bytes", "#4C78A8"),
+            ("outputs", "output_bytes", "#F58518"),
+            ("aliased", "alias_bytes", "#72B7B2"),
+            ("temporaries", "temp_bytes", "#B279A2"),
+        ) if memory.get(key) is not None  # None: a figure XLA did not give (a program it refused as too large)
     ]
+    divisor, unit = byte_unit(max([hbm_bytes] + [value for _, value, _ in parts]))
     figure = go.Figure()
-    for name, value, color in parts:
-        figure.add_bar(
-            y=["per chip"], x=[value / 2**30], name=name, orientation="h", marker_color=color,
-            hovertemplate=f"{name}: {human_bytes(value)}<extra></extra>",
-        )
-    figure.add_vline(x=hbm_bytes / 2**30, line_color="#222", line_dash="dash", annotation_text=f"HBM {human_bytes(hbm_bytes)}",
-                     annotation_position="top left")
-    figure.add_vline(x=memory["peak_bytes"] / 2**30, line_color="#E45756", annotation_text=f"XLA peak {human_bytes(memory['peak_bytes'])}",
-                     annotation_position="bottom right")
-    figure.update_layout(
-        barmode="stack", height=250, margin=dict(l=10, r=20, t=30, b=20), xaxis_title="GiB per chip",
-        legend=dict(orientation="h", yanchor="top", y=-0.45), plot_bgcolor="white",
+    figure.add_bar(
+        y=[name for name, _, _ in parts], x=[value / divisor for _, value, _ in parts], orientation="h",
+        marker_color=[color for _, _, color in parts], text=[human_bytes(value) for _, value, _ in parts],
+        textposition="outside", cliponaxis=False, hovertemplate="%{y}: %{text}<extra></extra>", showlegend=False,
     )
-    figure.update_yaxes(showticklabels=False)
+    figure.add_vline(x=hbm_bytes / divisor, line_color="#222", line_dash="dash", annotation_text=f"HBM {human_bytes(hbm_bytes)}",
+                     annotation_position="top left")
+    figure.update_layout(
+        height=260, margin=dict(l=10, r=70, t=30, b=40), xaxis_title=f"{unit} per chip", plot_bgcolor="white",
+        modebar=dict(orientation="v"),
+    )
+    figure.update_yaxes(autorange="reversed", automargin=True)
     return figure

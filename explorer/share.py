@@ -3,7 +3,7 @@
 The link carries the whole layout in query parameters a person can read and edit::
 
     ?name=seed-2x4&mesh=2x4&axes=data,model&rules=batch:data;hidden:model
-     &model=mlp&options=batch:8;layers:4;depth:1024;scan:false
+     &model=mlp&options=batch:8;layers:4;depth:1024;scan:false[&target=v5p-128]
 
 In ``rules``, ``-`` replicates and ``,`` joins mesh axes (``batch:data,fsdp``). Option
 values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``;
@@ -23,10 +23,10 @@ from typing import Any, Mapping
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, json_value, parse_layout
+from explorer.layout import Layout, json_value, layout_errors, parse_layout
 from explorer.rules import spec_entry
 
-PARAMS = ("name", "mesh", "axes", "rules", "model", "options")
+PARAMS = ("name", "mesh", "axes", "rules", "model", "options", "target")
 _SAFE = "_-."
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # always re.fullmatch: "word\n" is not a word
 _JSON_WORDS = ("true", "false", "null")
@@ -57,7 +57,7 @@ def layout_to_params(layout: Layout) -> dict[str, str]:
         "rules": ";".join(rules),
         "model": layout.model.name,
         "options": ";".join(options),
-    }
+    } | ({"target": layout.target} if layout.target is not None else {})
 
 
 def layout_to_query(layout: Layout) -> str:
@@ -68,9 +68,25 @@ def layout_to_query(layout: Layout) -> str:
 
 
 def params_to_layout(params: Mapping[str, str]) -> Layout:
-    """Rebuild and validate a layout from query parameters; ExplorerError if mangled."""
+    """Rebuild and validate a layout from query parameters; ExplorerError if mangled, naming every problem.
+
+    >>> params_to_layout({"mesh": "2xfour", "axes": "data", "model": "mlp", "rules": "batch"})
+    Traceback (most recent call last):
+    ...
+    explorer.errors.ExplorerError: link: 2 problems: link parameter 'mesh': '2xfour' is not sizes joined by 'x', like 2x4; link parameter 'rules', item 0: 'batch' is not logical:mesh-axes
+    """
     data = params_to_dict(params)
+    errors = layout_errors(data)
+    if errors:
+        raise _all(list(errors))
     return parse_layout(data)
+
+
+def _all(errors: list[ExplorerError]) -> ExplorerError:
+    """One error for a link's problems: itself when there is one, else all of them in one sentence."""
+    if len(errors) == 1:
+        return errors[0]
+    return ExplorerError("link", len(errors), "problems: " + "; ".join(str(e) for e in errors))
 
 
 def layout_from_link(link: str) -> Layout:
@@ -87,16 +103,29 @@ def layout_from_link(link: str) -> Layout:
 
 
 def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
-    for key in ("mesh", "axes", "model"):
-        if key not in params:
-            raise ExplorerError("link", sorted(params), f"has no '{key}' parameter (it needs mesh, axes and model)")
+    """The layout dict a link's parameters spell, not yet validated; ExplorerError naming every unreadable parameter."""
+    missing = [key for key in ("mesh", "axes", "model") if key not in params]
+    if missing:
+        raise ExplorerError("link", sorted(params), f"has no {', '.join(repr(k) for k in missing)} parameter (it needs mesh, axes and model)")
     _check_lengths(params)
-    return {
+    errors: list[ExplorerError] = []
+
+    def read(parse, text, default):
+        try:
+            return parse(text)
+        except ExplorerError as error:
+            errors.append(error)
+            return default
+
+    data = {
         "name": params.get("name") or "shared",
-        "mesh": {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]},
-        "rules": _rules(params.get("rules", "")),
-        "model": {"name": params["model"], "options": _options(params.get("options", ""))},
-    }
+        "mesh": {"shape": read(_mesh_shape, params["mesh"], [1]), "axes": [unquote(a) for a in params["axes"].split(",") if a]},
+        "rules": read(_rules, params.get("rules", ""), []),
+        "model": {"name": params["model"], "options": read(_options, params.get("options", ""), {})},
+    } | ({"target": params["target"]} if params.get("target") else {})
+    if errors:
+        raise _all(errors)
+    return data
 
 
 def _check_lengths(params: Mapping[str, Any]) -> None:

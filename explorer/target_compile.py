@@ -496,13 +496,39 @@ def compile_target(
         output = child.stdout.read()
         reader.join(timeout=5)
     if child.returncode != 0:
-        message = next((e for e in reversed(errors) if e.startswith("error: ")), None)
-        detail = message[len("error: "):] if message else (errors[-1] if errors else f"exit status {child.returncode}")
-        raise ExplorerError("target", target.name, f"compile failed: {detail}")
+        raise ExplorerError("target", target.name, f"compile failed: {child_error(errors, child.returncode)}")
     result = json.loads(output)
     result["target"]["name"] = target.name
     _store(layout, target, result)
     return result, False
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exhausted|Interrupt)\w*: ")
+_JAX_PREFACE = ("For simplicity, JAX has removed its internal frames", "-" * 20)
+
+
+def child_error(lines: list[str], returncode: int) -> str:
+    """The compile child's own error from its last stderr lines: the explorer's message, else the exception's
+    (its type and message, without JAX's "For simplicity, JAX has removed its internal frames..." preface).
+
+    >>> child_error(["Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: One of pjit's inputs "
+    ...              "is incompatible", "--------------------", "For simplicity, JAX has removed its internal frames from "
+    ...              "the traceback of the following exception. Set JAX_TRACEBACK_FILTERING=off to include these."], 1)
+    "ValueError: One of pjit's inputs is incompatible"
+    """
+    message = next((line for line in reversed(lines) if line.startswith("error: ")), None)
+    if message:
+        return message[len("error: "):]
+    for index in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_LINE.match(lines[index]):
+            text = [lines[index]]
+            for line in lines[index + 1:]:
+                if line.startswith(_JAX_PREFACE) or line.startswith("Traceback") or line.startswith("The above exception"):
+                    break
+                text.append(line.strip())
+            return " ".join(text)
+    useful = [line for line in lines if not line.startswith(_JAX_PREFACE)]
+    return useful[-1] if useful else f"exit status {returncode}"
 
 
 def _read_stages(stream, stages: list[str], errors: list[str]) -> None:

@@ -36,6 +36,49 @@ def markdown_literal(text: str) -> str:
     return _LEADING_MARK.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], escaped)
 
 
+def code_literal(text: str) -> str:
+    """``text`` as a Markdown code span, shown exactly as typed (no escapes inside code), on one line.
+
+    >>> code_literal("y.__class__")
+    '`y.__class__`'
+    >>> code_literal("a`b")
+    '``a`b``'
+    """
+    text = _LINE_BREAKS.sub(" ", text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def memory_relation(memory: dict) -> str:
+    """One sentence saying how XLA's ``memory_analysis()`` figures relate, with this program's numbers.
+
+    XLA's peak is the most bytes live at one moment (its heap simulation); arguments, outputs and
+    temporaries are allocation sizes, which need not all be live at that moment.
+
+    >>> memory_relation({"argument_bytes": 12, "output_bytes": 12, "alias_bytes": 0, "temp_bytes": 4, "peak_bytes": 24})
+    "XLA's peak (24 B) is the most bytes live at one moment; here it equals arguments + outputs − aliased (24 B) and does not include the temporaries (4 B)."
+    >>> memory_relation({"argument_bytes": 2, "output_bytes": 2, "alias_bytes": 2, "temp_bytes": 12, "peak_bytes": 11})
+    "XLA's peak (11 B) is the most bytes live at one moment, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to 14 B, 3 B more, because not all of them are live at that moment (the temporaries' allocation alone can exceed the peak)."
+    """
+    peak, temp = memory["peak_bytes"], memory["temp_bytes"]
+    held = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"]
+    lead = f"XLA's peak ({human_bytes(peak)}) is the most bytes live at one moment"
+    if peak == held + temp:
+        return f"{lead}; here it is arguments + outputs − aliased + temporaries: all of them are live together."
+    if peak == held:
+        return (f"{lead}; here it equals arguments + outputs − aliased ({human_bytes(held)}) and does not include the "
+                f"temporaries ({human_bytes(temp)}).")
+    total, difference = held + temp, held + temp - peak
+    gap = f"{human_bytes(abs(difference))}" if abs(difference) >= 1024 else f"{abs(difference):,} B"
+    if difference > 0:
+        return (f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
+                f"{human_bytes(total)}, {gap} more, because not all of them are live at that moment (the temporaries' "
+                "allocation alone can exceed the peak).")
+    return (f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
+            f"{human_bytes(total)}, {gap} less: the peak also counts buffers these figures do not list.")
+
+
 def human_bytes(count: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(count) < 1024 or unit == "TiB":

@@ -10,6 +10,11 @@ support code, then draws four pages:
 - ``timing.png``: the Timing page after timing the default layout (20 steps);
 - ``compare.png``: the Compare page, the default layout against a link to the same
   layout with only the batch rule, in the same session (so with its timing).
+
+``--screens`` instead saves every page at 1024x768 and 1440x900 (the viewport, and the
+whole page at that width) into the git-ignored ``screenshots/``, to look at: the Layout
+page planned for a v5litepod-8 and compiled, the planned 16 x 16 layout, Timing after a
+timing, Compare after a race, and Arrays.
 """
 
 from __future__ import annotations
@@ -113,7 +118,73 @@ def capture(page: Page, name: str) -> Path:
     return screenshot(page, name, OUT)
 
 
+SCREENS = [{"width": 1024, "height": 768}, {"width": 1440, "height": 900}]
+
+
+def every_page_on_common_screens(browser, url: str) -> list[Path]:
+    """Each page at each common screen size: the viewport as a user sees it, and the whole page at that width."""
+    from tests.browser import SCREENSHOTS, click_button, set_text
+
+    saved = []
+    for screen in SCREENS:
+        size = f"{screen['width']}x{screen['height']}"
+        tall = {"width": screen["width"], "height": 2600}
+        page = new_page(browser, screen)
+
+        def both(name: str) -> None:
+            unfocus(page)
+            saved.append(screenshot(page, f"screen18-{name}-{size}", SCREENSHOTS))
+            page.set_viewport_size(tall)
+            page.wait_for_timeout(800)
+            saved.append(screenshot(page, f"screen18-{name}-{size}-whole", SCREENSHOTS))
+            page.set_viewport_size(screen)
+            page.wait_for_timeout(500)
+
+        open_app(page, url)
+        choose(page, "target_choice", "v5litepod-8")
+        if page.locator(key_selector("target_verdict")).count() == 0:  # not compiled before (else read from the cache)
+            page.locator(f"{key_selector('target_compile_button')} button").click()
+        expect(page.locator(key_selector("target_verdict"))).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        wait_for_rerun(page)
+        both("layout-target")
+        choose(page, "target_choice", "this process's devices")
+        open_app(page, url + "/" + PLANNED_16X16)
+        choose(page, "selected_path", BIG_ARRAY)
+        both("layout-planned")
+        open_app(page, url)
+        go_to_page(page, "Timing", f"{key_selector('time_button')} button")
+        set_text(page, "timing_steps", "5")
+        click_button(page, "time_button")
+        expect(page.get_by_test_id("stMetric").filter(has_text="Median step")).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        wait_for_rerun(page, timeout_ms=RUN_TIMEOUT_MS)
+        both("timing")
+        go_to_page(page, "Compare", f"{key_selector('compare_links')} textarea")
+        set_text_area(page, "compare_links", BATCH_ONLY)
+        set_text(page, "race_rounds", "2")
+        set_text(page, "race_steps", "2")
+        page.locator(f"{key_selector('race_button')} button").click()  # a race takes longer than a rerun
+        expect(page.locator(key_selector("race_chart"))).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        wait_for_rerun(page, timeout_ms=RUN_TIMEOUT_MS)
+        both("compare")
+        go_to_page(page, "Arrays", f"{key_selector('op_expr')} input")
+        both("arrays")
+        set_text(page, "op_expr", "__import__('os')")
+        both("arrays-error")
+        assert_no_exception(page)
+        page.context.close()
+    return saved
+
+
 def main() -> int:
+    if "--screens" in sys.argv[1:]:
+        with streamlit_server() as url, sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            try:
+                for path in every_page_on_common_screens(browser, url):
+                    print(path.relative_to(REPO))
+            finally:
+                browser.close()
+        return 0
     saved = []
     with streamlit_server() as url, sync_playwright() as playwright:
         browser = launch_chromium(playwright)

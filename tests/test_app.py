@@ -220,3 +220,105 @@ def test_after_a_timing_xlas_peak_is_the_memory_headline(app, seed_dict):
     metrics = {m.label: m.value for m in app.metric}
     assert list(metrics)[0] == "XLA peak / device"
     assert metrics["XLA peak / device"] == human_bytes(result.memory["peak_bytes"]) != metrics["State / device — exact"]
+
+
+LOADED = {
+    "name": "team fsdp",
+    "mesh": {"shape": [4, 2], "axes": ["fsdp", "tensor"]},
+    "rules": [["batch", "fsdp"], ["hidden", "tensor"]],
+    "model": {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}},
+    "target": "v5litepod-8",
+}
+
+
+def test_loading_from_the_library_replaces_the_whole_layout(app, tmp_path, monkeypatch):
+    """Issue 18 item 1: after a load, the rules, the target and the address bar are the loaded layout's, not a mix."""
+    from explorer import library
+    from explorer.layout import parse_layout
+    from explorer.share import layout_to_params
+
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    library.save("team fsdp", parse_layout(LOADED))
+    app.number_input(key="option::mlp::depth").set_value(512).run()  # an edit of the old layout, then the load
+    app.selectbox(key="library_choice").select("team fsdp").run()
+    app.button(key="library_load").click().run()
+    assert not app.exception
+    assert not app.sidebar.error, [plain(e.value) for e in app.sidebar.error]
+    assert not [w for w in app.main.warning if "last valid layout" in w.value]
+    assert app.session_state["rules_base"] == [["batch", ["fsdp"]], ["hidden", ["tensor"]]]
+    assert app.session_state["target_choice"] == "v5litepod-8"
+    assert app.number_input(key="option::mlp::depth").value == 256
+    assert dict(app.query_params) == layout_to_params(parse_layout(LOADED)) | {"array": "params/LogicalDotReluDot_0/Dense_0/kernel"}
+    app.text_input(key="mesh_shape_text").input("2, 4").run()  # and the next edit is not blocked
+    assert not app.sidebar.error and "team fsdp** (edited)" in app.markdown[0].value
+
+
+def test_a_preset_leaves_what_the_mesh_does_not_divide_unsharded_and_says_so(app):
+    """Issue 18 item 3: fsdp+tensor-parallel on GPT-2 (vocab 50257) on a tensor axis of 2 gives a layout JAX accepts."""
+    app.text_input(key="mesh_shape_text").input("4, 2").run()
+    app.text_input(key="mesh_axes_text").input("fsdp, tensor").run()
+    app.selectbox(key="model_name").select("transformer").run()
+    app.selectbox(key="size_preset::transformer").select("gpt2-small").run()
+    offer = [i.value for i in app.sidebar.info if "were written for" in i.value]
+    assert offer and "'mlp'" in plain(offer[0]) and "'transformer'" in plain(offer[0])
+    app.button(key="rules_offer_button").click().run()
+    assert not app.exception
+    assert not app.sidebar.error, [plain(e.value) for e in app.sidebar.error]
+    assert ["vocab", []] in app.session_state["rules_base"] and ["mlp", ["tensor"]] in app.session_state["rules_base"]
+    notes = [plain(i.value) for i in app.sidebar.info if "left unsharded" in i.value]
+    assert notes and "'vocab' left unsharded: params/embedding dim 0 has size 50257" in notes[0]
+    assert not [i for i in app.sidebar.info if "were written for" in i.value]  # the offer is taken
+
+
+def test_a_preset_for_the_logical_nnx_guide_names_embed(app):
+    app.selectbox(key="model_name").select("nnx-guide").run()
+    app.checkbox(key="option::nnx-guide::logical").check().run()
+    app.selectbox(key="rules_preset").select("tensor-parallel").run()
+    app.button(key="apply_preset").click().run()
+    assert not app.exception and not app.sidebar.error, [plain(e.value) for e in app.sidebar.error]
+    assert "embed" in [logical for logical, _ in app.session_state["rules_base"]]
+    assert not [w for w in app.main.error]
+
+
+def test_compile_for_a_target_is_refused_on_a_layout_jax_refuses(app):
+    """Issue 18 item 2: the NNX guide (batch 8) on 16x16: the Timing page's message, the button disabled; item 5: the state verdict."""
+    app.selectbox(key="model_name").select("nnx-guide").run()
+    app.text_input(key="mesh_shape_text").input("16, 16").run()
+    app.selectbox(key="target_choice").select("v5litepod-256").run()
+    assert not app.exception
+    assert app.button(key="target_compile_button").disabled
+    refusal = [plain(e.value) for e in app.main.error if "do not divide evenly" in e.value]
+    assert refusal and "has size 8" in refusal[0], [plain(e.value) for e in app.main.error]
+    state = [plain(i.value) for i in app.main.info if "The state alone" in i.value]
+    assert state and "of the 16.0 GiB HBM per chip" in state[0] and "compile for it" in state[0]
+
+
+def test_a_state_larger_than_the_chips_hbm_does_not_fit_before_any_compile(app):
+    app.selectbox(key="model_name").select("transformer").run()
+    app.selectbox(key="size_preset::transformer").select("llama2-7b").run()
+    app.text_input(key="mesh_shape_text").input("2, 2").run()
+    app.selectbox(key="target_choice").select("v5litepod-4").run()
+    assert not app.exception
+    verdict = [plain(e.value) for e in app.main.error if "Does not fit" in e.value]
+    assert verdict and "the state alone (parameters, optimizer state, inputs) is" in verdict[0] and "HBM" in verdict[0]
+
+
+def test_a_links_array_the_layout_lacks_is_said():
+    """Issue 18 item 8: ``?array=does/not/exist`` is not ignored silently."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"mesh": "2x4", "axes": "data,model", "rules": "batch:data", "model": "mlp", "array": "does/not/exist"})
+    at.run()
+    assert not at.exception
+    said = [plain(w.value) for w in at.main.warning if "does/not/exist" in plain(w.value)]
+    assert said and "which this layout does not have" in said[0] and KERNEL in said[0]
+    at.run()  # said once, not on every rerun
+    assert not [w for w in at.main.warning if "does/not/exist" in plain(w.value)]
+
+
+def test_a_link_with_several_problems_names_them_all():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"mesh": "2xfour", "axes": "data,model", "rules": "batch", "model": "mlp"})
+    at.run()
+    assert not at.exception
+    message = plain(next(e.value for e in list(at.sidebar.error) + list(at.main.error) if "could not be opened" in e.value))
+    assert "2 problems" in message and "'2xfour'" in message and "'batch'" in message

@@ -6,6 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer.ops import PRESETS
+from tests.test_app import plain
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -47,7 +48,7 @@ def test_presets_load(page, preset, chosen):
 def test_a_refused_expression_is_a_message_not_a_traceback(page):
     page.text_input(key="op_expr").input("__import__('os').system('true')").run()
     assert not page.exception
-    assert [e.value for e in page.error] == [
+    assert [plain(e.value) for e in page.error] == [
         "expr: '__import__' is refused: not an allowed function; allowed: jnp.sin, jnp.cos, jnp.exp, jnp.tanh, jnp.dot, "
         "jnp.matmul, jnp.transpose, jnp.sum, jnp.mean, jnp.max, jnp.reshape, jax.nn.relu"
     ]
@@ -74,14 +75,14 @@ def test_an_op_link_opens_the_op_and_a_bad_one_says_why():
     bad.switch_page("views/3_Arrays.py")
     bad.run()
     assert not bad.exception
-    assert any("could not be opened" in e.value and "'w.__class__' is refused" in e.value for e in bad.error)
+    assert any("could not be opened" in plain(e.value) and "'w.__class__' is refused" in plain(e.value) for e in bad.error)
     assert bad.text_input(key="op_expr").value == "jnp.dot(y, z)"
 
 
 def test_the_layouts_mesh_can_be_used(page):
     page.radio(key="op_mesh_source").set_value("the layout's mesh (Layout page sidebar)").run()
     assert not page.exception
-    assert any("arrays.y.spec[0]: 'a' is not an axis of the mesh ['data', 'model']" in e.value for e in page.error)
+    assert any("arrays.y.spec[0]: 'a' is not an axis of the mesh ['data', 'model']" in plain(e.value) for e in page.error)
     page.text_input(key="op_spec_0").input("data, None").run()
     page.text_input(key="op_spec_1").input("None, model").run()
     assert "`P('data', 'model')`" in output_line(page)
@@ -113,3 +114,20 @@ def test_a_planned_mesh_where_jax_cannot_decide_says_why(page):
     page.text_input(key="op_spec_1").input("a, None").run()
     assert not page.exception and not page.error
     assert any(i.value.startswith("No sharding known.") and "cannot decide" in i.value for i in page.info)
+
+
+@pytest.mark.parametrize("expr,quoted", [("__import__('os')", "'__import__'"), ("y.__class__", "'y.__class__'")])
+def test_a_refused_expression_is_quoted_verbatim(page, expr, quoted):
+    """Issue 18 item 7: Markdown never eats what the user typed (``**import**`` in bold, ``y.class``)."""
+    page.text_input(key="op_expr").input(expr).run()
+    assert not page.exception
+    message = page.get("error")[0].value
+    assert quoted in plain(message), message
+    assert "__" not in message  # every underscore escaped, so none starts emphasis
+
+
+def test_a_bad_expression_keeps_the_grids_of_valid_arrays(page):
+    """Issue 18 item 9: an error in the op leaves the valid arrays' grids on screen."""
+    page.text_input(key="op_expr").input("jnp.dot(y, ").run()
+    assert not page.exception and page.error
+    assert len(page.get("plotly_chart")) == 2  # y and z, each alone

@@ -123,6 +123,8 @@ def test_a_race_result_is_only_shown_for_the_layouts_it_raced(shelf):
     at.button(key="race_button").click().run()
     assert not at.exception and not at.error
     assert any("ratio to library: tensor parallel" in d.value.columns for d in at.dataframe)
+    timings = next(d.value for d in at.dataframe if "median step" in d.value.columns)  # issue 18 item 6: not "not timed"
+    assert all(value.endswith("ms, race") for value in timings["median step"]), timings
     at.multiselect(key="compare_sources").set_value(["data only", "tensor parallel"]).run()  # the other way round
     assert not any("ratio to" in str(list(d.value.columns)) for d in at.dataframe)
     assert any("last race was run on other layouts" in c.value for c in at.caption)

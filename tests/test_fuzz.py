@@ -144,7 +144,7 @@ def test_any_link(params):
 def test_the_seed_link_with_text_cut_and_spliced(edits):
     params = layout_to_params(parse_layout(SEED_LAYOUT))
     for key, position, cut, insert in edits:
-        value = params[key]
+        value = params.get(key, "")  # the seed has no target: a splice may add one
         params[key] = value[:position] + insert + value[position + cut :]
     layout = decodes_or_refuses(params_to_layout, params)
     if layout is not None:

@@ -110,3 +110,32 @@ def test_memory_bars_of_a_huge_mesh_are_one_bar_per_kind():
     report = planned_256x256()
     figure = plots.memory_bars(report.mesh.ids_array().reshape(-1).tolist(), report.totals)
     assert all(len(bar.x) == 1 for bar in figure.data)
+
+
+def test_memory_axes_use_a_unit_that_fits_the_numbers():
+    """Issue 18 item 9: 150,000 MiB is drawn as about 146 GiB, not as ticks "50k 100k 150k" of MiB."""
+    from explorer.analysis import Totals
+
+    big = Totals(param_bytes=50_000 * 2**20, opt_state_bytes=100_000 * 2**20, input_bytes=0, activation_bytes=0,
+                 global_param_bytes=0, param_count=0)
+    figure = plots.memory_bars([0, 1], big)
+    assert figure.layout.yaxis.title.text == "GiB per device"
+    assert max(max(bar.y) for bar in figure.data) < 1024
+    assert plots.compare_memory(["a"], [big]).layout.yaxis.title.text == "GiB per device"
+
+
+def test_xlas_memory_figures_are_drawn_as_they_are_not_stacked_past_the_peak():
+    """Issue 18 item 4: temporaries larger than the peak (Llama-2-7B on v5litepod-256) are two bars, not a stack."""
+    memory = {"argument_bytes": 2 * 2**30, "output_bytes": 2 * 2**30, "alias_bytes": 2 * 2**30,
+              "temp_bytes": int(11.9 * 2**30), "peak_bytes": int(11.8 * 2**30), "generated_code_bytes": 0}
+    figure = plots.target_memory_figure(memory, 16 * 2**30)
+    assert figure.layout.barmode != "stack" and len(figure.data) == 1
+    bars = dict(zip(figure.data[0].y, figure.data[0].x))
+    assert bars["peak"] == pytest.approx(11.8) and bars["temporaries"] == pytest.approx(11.9)
+    assert figure.layout.xaxis.title.text == "GiB per chip"
+
+
+def test_sixteen_column_labels_do_not_crowd():
+    """Issue 18 item 9: "10:12" "12:14" ... for 16 columns overlapped; at most 8 such labels are drawn."""
+    ticks = plots._ticks([(2 * i, 2 * i + 2) for i in range(16)])
+    assert len(ticks["ticktext"]) <= 8 and ticks["ticktext"][0] == "0:2"

@@ -180,3 +180,27 @@ def test_rename_and_delete(shelf, seed_dict):
 def test_saved_file_is_the_layout_file_format(shelf, seed_dict):
     library.save("seed", parse_layout(seed_dict))
     assert json.loads((shelf / "seed.json").read_text()) == parse_layout(seed_dict).to_dict()
+
+
+def test_the_target_travels_in_links_and_files_and_is_not_compiled():
+    """Issue 18 item 6: a teammate opening the link or the file gets the plan's target too."""
+    from explorer.compiled import layout_key
+    from explorer.layout import load_layout_json, parse_layout, seed_layout
+    from explorer.share import layout_from_link, layout_to_query
+
+    planned = parse_layout({**seed_layout().to_dict(), "target": "v5litepod-8"})
+    assert layout_to_query(planned).endswith("&target=v5litepod-8")
+    assert layout_from_link(layout_to_query(planned)) == planned
+    assert load_layout_json(planned.to_json()) == planned
+    assert layout_key(planned) == layout_key(seed_layout())  # the same program: the caches are shared
+    assert "target" not in seed_layout().to_dict()  # files without a target stay as they were
+
+
+def test_a_bad_target_in_a_link_is_named():
+    import pytest
+
+    from explorer.errors import ExplorerError
+    from explorer.share import layout_from_link
+
+    with pytest.raises(ExplorerError, match=r"target: 'v9-3' is not a TPU slice name"):
+        layout_from_link("mesh=2x4&axes=data,model&model=mlp&target=v9-3")

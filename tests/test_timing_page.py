@@ -27,6 +27,10 @@ def test_times_a_small_layout_to_completion(page):
     assert any("3 timed steps" in c.value for c in page.caption)
     assert any("arguments match the analysis exactly" in c.value for c in page.caption)
     assert "all-reduce" in page.dataframe[1].value["op"].tolist()
+    assert any("XLA's peak" in c.value and "most bytes live at one moment" in c.value for c in page.caption)  # item 4
+    page.button(key="time_button").click().run()  # issue 18 item 6: the second timing says its compile was cached
+    metrics = {m.label: m.value for m in page.metric}
+    assert metrics["Compile"] == "cached"
 
 
 def test_planned_mesh_is_refused_with_a_link_to_the_analysis(page):

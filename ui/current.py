@@ -28,6 +28,10 @@ class Current:
 def current_layout(page: str) -> Current:
     """Draw ``page``'s sidebar and validate what it holds; errors go next to the widget concerned."""
     draft, slots = sidebar.render(page)
+    with st.sidebar:
+        target = target_view.choose()  # part of the layout: links and files carry it
+    if target is not None:
+        draft["target"] = target.name
     errors = layout_errors(draft)
     if not errors:
         layout = parse_layout(draft)
@@ -46,11 +50,15 @@ def current_layout(page: str) -> Current:
         report = analyze(layout)
         valid = False
     _flag_layout_problems(report, slots)
+    if state.edited_since_loaded(layout):
+        slots.name.caption(
+            f"Edited since {markdown_literal(repr(layout.name))} was loaded: rename it before saving or sharing it as a new layout."
+        )
     share_panel.show_message("link")
-    if valid:
-        share_panel.sync_address(layout)
+    # The layout shown, which is what the Share section offers: the address bar, the readable link
+    # and the file always agree (while the sidebar holds an invalid draft, that is the last valid layout).
+    share_panel.sync_address(layout)
     with st.sidebar:
-        target = target_view.choose()
         share_panel.render(layout)
     return Current(layout, report, valid, slots, target)
 

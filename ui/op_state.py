@@ -14,6 +14,7 @@ import streamlit as st
 from explorer.errors import ExplorerError
 from explorer.ops import MATMUL_PRESET, PRESETS, OpSpec, parse_op, parse_spec_text, spec_input_text
 from explorer.share import is_op_link, op_to_params, params_to_op
+from explorer.text import markdown_literal
 from ui import state
 
 MAX_ARRAYS = 4
@@ -43,7 +44,7 @@ def ensure_initialised() -> None:
         try:
             op = params_to_op(params)
         except ExplorerError as error:
-            st.session_state[MESSAGE] = f"The link could not be opened, so the guide's matmul is shown: {error}"
+            st.session_state[MESSAGE] = f"The link could not be opened, so the guide's matmul is shown: {markdown_literal(str(error))}"
     load_op(op)
 
 
@@ -95,6 +96,26 @@ def draft() -> dict[str, Any]:
         }
     out_spec = parse_spec_text("out_spec", s.get(OUT_SPEC, "")) if s.get(CONSTRAIN) else None
     return {"mesh": mesh, "arrays": arrays, "expr": s.get(EXPR, ""), "out_spec": out_spec}
+
+
+def draft_of_array(index: int) -> dict[str, Any]:
+    """Array ``index`` of the widgets alone, as an op spec dict whose expression is the array itself."""
+    whole = {**draft_mesh_only()}
+    s = st.session_state
+    name = (s.get(array_key("name", index)) or "").strip()
+    whole["arrays"] = {name: {
+        "shape": state.parse_list(s.get(array_key("shape", index), "")),
+        "dtype": s.get(array_key("dtype", index), "float32"),
+        "spec": parse_spec_text(f"arrays.{name}.spec", s.get(array_key("spec", index), "")),
+    }}
+    return {**whole, "expr": name, "out_spec": None}
+
+
+def draft_mesh_only() -> dict[str, Any]:
+    s = st.session_state
+    if s.get(MESH_SOURCE) == LAYOUT:
+        return {"mesh": layout_mesh()}
+    return {"mesh": {"shape": state.parse_list(s.get(MESH_SHAPE, "")), "axes": state.parse_names(s.get(MESH_AXES, ""))}}
 
 
 def sync_address(op: OpSpec) -> None:

@@ -26,20 +26,21 @@ WARNING_TITLES = {
 }
 
 
-def render(report: Report, compiled_peak: tuple[str, int] | None = None) -> None:
-    """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists."""
-    _summary(report, compiled_peak)
+def render(report: Report, compiled_peak: tuple[str, int] | None = None, edited: bool = False) -> None:
+    """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists;
+    ``edited``: the layout differs from the one loaded under its name (the header says so)."""
+    _summary(report, compiled_peak, edited)
     _warnings(report)
     info = _array_table(report)
     if info is not None:
         _selected_array(report, info)
 
 
-def _summary(report: Report, compiled_peak: tuple[str, int] | None = None) -> None:
+def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edited: bool = False) -> None:
     mesh, totals = report.mesh, report.totals
     where = "planned mesh: hypothetical device ids, nothing runs" if mesh.abstract else "real devices of this process"
     st.markdown(
-        f"**{markdown_literal(report.layout.name)}** · mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · "
+        f"**{markdown_literal(report.layout.name)}**{' (edited)' if edited else ''} · mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · "
         f"{mesh.size:,} devices ({where}) · {markdown_literal(report.layout.model.name)} "
         f"(Flax {'NNX' if report.framework == 'nnx' else 'Linen'}): {totals.param_count:,} parameters "
         f"({human_bytes(totals.global_param_bytes)} unsharded)"
@@ -121,7 +122,15 @@ def _array_table(report: Report) -> ArrayInfo | None:
             st.session_state["_last_table_pick"] = picked
             st.session_state[SELECTED] = picked
     if st.session_state.get(SELECTED) not in paths:
+        missing = st.session_state.get(SELECTED)
         st.session_state[SELECTED] = _default_selection(report)
+        if missing is not None and st.session_state.pop(share_panel.LINK_ARRAY, None) == missing:
+            with st.container(key="array_missing"):
+                st.warning(
+                    f"The link names the array {markdown_literal(repr(missing))}, which this layout does not have; "
+                    f"showing {markdown_literal(st.session_state[SELECTED])} instead."
+                )
+    st.session_state.pop(share_panel.LINK_ARRAY, None)
     path = st.selectbox("Array", paths, key=SELECTED)
     share_panel.sync_selection(path)
     return report.array(path)
@@ -154,17 +163,15 @@ def _selected_array(report: Report, info: ArrayInfo) -> None:
         st.caption(markdown_literal(info.note))
     row_dim, col_dim, fixed = _choose_dims(info, labels, report.mesh)
     view = grid_view(info.shape, info.spec, report.mesh, row_dim, col_dim, fixed)
-    grid_column, mesh_column = st.columns([3, 2])
-    with grid_column:
-        event = st.plotly_chart(
-            plots.sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
-            key="sharding_grid", on_select="rerun", selection_mode=("points", "box"),
-        )
-        st.caption("Each block shows the devices holding it; replicas are stripes, one colour per device. Click or box-select blocks.")
+    # One above the other, each the page's width: side by side, a 16-column grid and mesh were unreadable at 1024 px.
+    event = st.plotly_chart(
+        plots.sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
+        key="sharding_grid", on_select="rerun", selection_mode=("points", "box"),
+    )
+    st.caption("Each block shows the devices holding it; replicas are stripes, one colour per device. Click or box-select blocks.")
     highlight = _selected_devices(event, view)
-    with mesh_column:
-        st.plotly_chart(plots.mesh_figure(report.mesh, highlight), key="mesh_figure")
-        st.caption("The mesh; the devices holding the selected blocks keep their colour." if highlight else "The mesh: device ids at their mesh coordinates.")
+    st.plotly_chart(plots.mesh_figure(report.mesh, highlight), key="mesh_figure")
+    st.caption("The mesh; the devices holding the selected blocks keep their colour." if highlight else "The mesh: device ids at their mesh coordinates.")
     _trace_table(report, info)
 
 
@@ -228,6 +235,19 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
             "status": dim.status,
         })
     if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        # Four short columns fit the page at 1024 px; the skipped rules, long sentences, follow as a list.
+        frame = pd.DataFrame(rows)[["dim", "logical name", "mesh axes", "decided by"]]
+        st.dataframe(
+            frame, hide_index=True, width="stretch", key="trace_table",
+            column_config={
+                "dim": st.column_config.NumberColumn("dim", width=40),
+                "logical name": st.column_config.TextColumn("logical name", width="small"),
+                "mesh axes": st.column_config.TextColumn("mesh axes", width="small"),
+                "decided by": st.column_config.TextColumn("decided by", width="large"),
+            },
+        )
+        skipped = [f"- dim {row['dim']} ({row['status']}): {markdown_literal(row['skipped rules'])}" for row in rows if row["skipped rules"] != "—"]
+        if skipped:
+            st.markdown("Rules that named a dimension but did not decide it:\n" + "\n".join(skipped))
     else:
         st.caption("A scalar: nothing to shard, every device holds it.")

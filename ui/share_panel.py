@@ -8,13 +8,14 @@ import streamlit as st
 
 from explorer import library
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_bytes, parse_layout, seed_layout
+from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes, parse_layout, seed_layout
 from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from explorer.text import markdown_literal
 from ui import state
 
 MESSAGES = "share_messages"  # section ("link", "upload", "library") -> (level, text), shown once where it belongs
 ARRAY_PARAM = "array"  # the link's selected array: the page's, not the layout's, so not in explorer.share
+LINK_ARRAY = "link_array"  # the array a link named, until the Layout page has checked the layout has it
 LOADED_VERSION = "library_loaded"  # (name, version) of the library entry last loaded or saved
 
 
@@ -27,7 +28,8 @@ def initial_layout() -> Layout:
     try:
         layout = params_to_layout(params)
         if selected:
-            st.session_state[state.SELECTED] = selected  # the Layout page falls back to its default if absent
+            st.session_state[state.SELECTED] = selected  # the Layout page falls back to its default if absent, and says so
+            st.session_state[LINK_ARRAY] = selected
         return layout
     except ExplorerError as error:
         _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error))}")
@@ -87,7 +89,10 @@ def render(layout: Layout) -> None:
         "Download layout (JSON)", layout.to_json() + "\n", file_name=f"{_file_stem(layout.name)}.json",
         mime="application/json", key="download_layout", width="stretch",
     )
-    st.file_uploader("Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload)
+    st.file_uploader(
+        "Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload, max_upload_size=1,
+        help=f"A layout file (JSON, UTF-8) of at most {MAX_FILE_BYTES:,} bytes; it replaces the whole layout, target included.",
+    )
     show_message("upload")
     with st.expander("Copy as code"):
         st.caption(

@@ -16,16 +16,19 @@ import pandas as pd
 import streamlit as st
 
 from explorer import devices
-from explorer.analysis import logical_names
-from explorer.layout import ModelSpec
-from explorer.models import MODELS, allowed_factories, is_factory, validate_model
+from explorer.models import MODELS, allowed_factories, is_factory
+from explorer.errors import ExplorerError
+from explorer.layout import parse_layout
+from explorer.presets import fit_preset, model_preset
 from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules, spec_axes, spec_entry
+from explorer.text import markdown_literal
 from ui import share_panel, state
 
 RULE_COLUMNS = ["#", "logical name", "mesh axes"]
 PRESET_DESCRIPTIONS_HELP = (
-    "Rules written for the current mesh axes and model: the first axis plays data, the last plays model; "
-    "the model's other logical names are replicated explicitly."
+    "Rules written for the current mesh, model and size: the first axis plays data, the last plays model; "
+    "the model's other logical names are replicated explicitly, and a name whose dimension the mesh axis does not "
+    "divide is left unsharded (the note under the rules says which)."
 )
 
 
@@ -54,7 +57,7 @@ def render(page: str) -> tuple[dict[str, Any], Slots]:
         st.text_input("Layout name", key=state.NAME)
         name_slot = st.container(key="name_messages")
         mesh, mesh_slot = _mesh_section()
-        rules, rules_slot = _rules_section(page, mesh["axes"])
+        rules, rules_slot = _rules_section(page, mesh)
         model, model_slot = _model_section()
     draft = {"name": st.session_state[state.NAME], "mesh": mesh, "rules": rules, "model": model}
     return draft, Slots(name_slot, mesh_slot, rules_slot, model_slot)
@@ -82,7 +85,8 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
     return {"shape": shape, "axes": axes}, slot
 
 
-def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
+def _rules_section(page: str, mesh: dict[str, Any]) -> tuple[list[Any], Any]:
+    mesh_axes = mesh["axes"]
     st.subheader("Rules")
     preset = st.selectbox(
         "Preset", list(PRESETS), index=None, placeholder="choose a preset",
@@ -91,8 +95,23 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     if preset:
         st.caption(PRESET_DESCRIPTIONS[preset])
     if st.button("Apply preset", key="apply_preset", disabled=not (mesh_axes and preset), width="stretch"):
-        rules = preset_rules(preset, mesh_axes, names=_model_names())
-        state.set_rules([[logical, list(spec_axes(mesh))] for logical, mesh in rules])
+        _apply_preset(preset, mesh)
+    model = st.session_state.get(state.MODEL)
+    written_for = st.session_state.get(state.RULES_MODEL)
+    if written_for not in (None, model):
+        offered = model_preset(model)
+        with st.container(key="rules_offer"):
+            st.info(
+                f"These rules were written for {markdown_literal(repr(written_for))}; the model is now "
+                f"{markdown_literal(repr(model))}."
+            )
+            if st.button(f"Use the {offered} preset for {model}", key="rules_offer_button", disabled=not mesh_axes, width="stretch"):
+                _apply_preset(offered, mesh)
+                st.rerun()
+    notes = st.session_state.get(state.PRESET_NOTES)
+    if notes:
+        with st.container(key="preset_notes"):
+            st.info(notes)
     state.keep_rules_edits(page, mesh_axes)
     base = pd.DataFrame(
         [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
@@ -127,14 +146,25 @@ def _rules_section(page: str, mesh_axes: list[str]) -> tuple[list[Any], Any]:
     return [[logical, spec_entry(axes)] for _, logical, axes in rows], st.container(key="rules_messages")
 
 
-def _model_names() -> tuple[str, ...] | None:
-    """The logical names of the sidebar's model, so a preset is written for it; None while the model is invalid."""
-    name = st.session_state.get(state.MODEL)
-    options = _factory_options() if is_factory(name) else state.model_options(name)
+def _apply_preset(preset: str, mesh: dict[str, Any]) -> None:
+    """Write ``preset`` for the sidebar's mesh and model, fitted so that JAX accepts the layout; say what it left unsharded."""
+    model = st.session_state.get(state.MODEL)
+    options = _factory_options() if is_factory(model) else state.model_options(model)
+    draft = {"name": "preset", "mesh": mesh, "rules": [], "model": {"name": model, "options": options}}
     try:
-        return logical_names(validate_model(ModelSpec(name=name, options=options)))
-    except ValueError:  # ExplorerError, or pydantic's for options that are not a mapping
-        return None
+        fitted = fit_preset(preset, parse_layout(draft))
+    except ExplorerError as error:  # the mesh or the model is invalid right now: write the preset for the mesh axes only
+        rules = preset_rules(preset, mesh["axes"])
+        text = (f"The {preset} preset was written for the mesh axes only, not checked against the model, because "
+                f"the layout is not valid yet: {markdown_literal(str(error))}")
+    else:
+        rules = fitted.rules
+        lines = [f"The {preset} preset, written for {markdown_literal(model)} on this mesh"]
+        lines += [f"- {markdown_literal(note)}" for note in fitted.notes]
+        lines += [f"- JAX would still refuse (not a rule's doing): {markdown_literal(r)}" for r in fitted.refused[:3]]
+        text = "\n".join(lines) if len(lines) > 1 else None
+    state.set_rules([[logical, list(spec_axes(axes))] for logical, axes in rules], model=model)
+    st.session_state[state.PRESET_NOTES] = text
 
 
 def _rule_rows(edited: pd.DataFrame) -> list[list[Any]]:

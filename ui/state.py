@@ -28,12 +28,19 @@ TIMING_RESULTS = "timing_results"  # layout_key -> TimingResult, written by the 
 RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
 RULES_EDITOR = "rules_editor_identity"  # (page, mesh axes) of the rules table last drawn
 SELECTED = "selected_path"  # the array drawn on the Layout page; a link carries it as ``array``
+RULES_MODEL = "rules_model"  # the model the rules table was last written for (loaded, or a preset applied)
+LOADED = "loaded_layout"  # the layout last loaded (file format): the name is marked edited once the layout differs
+PRESET_NOTES = "preset_notes"  # what the last preset left unsharded and why, shown under the rules until a load
+TARGET_CHOICE = "target_choice"  # the sidebar's Target selectbox
+TARGET_OTHER = "target_other"  # the slice typed when the choice is TARGET_TYPE_OWN
+TARGET_HERE = "this process's devices"
+TARGET_TYPE_OWN = "another slice (type its name)"
 
 # Values of widgets that must survive a page switch: the layout in the sidebar, and the
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
 # being typed). Uploaded files cannot be carried: Streamlit does not let code set them.
 KEPT_WIDGETS = (
-    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS, SELECTED, "target_choice", "target_other",
+    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS, SELECTED, TARGET_CHOICE, TARGET_OTHER,
     "timing_steps", "timing_warmup", "timing_processes", "race_rounds", "race_steps", "compare_sources", "compare_links",
     "library_name",
 )
@@ -47,7 +54,7 @@ def option_key(model: str, field: str) -> str:
 def ensure_initialised(initial: Callable[[], Layout] = seed_layout) -> None:
     """On a session's first run, fill the widgets from ``initial()`` (the link's layout, or the seed)."""
     if NAME not in st.session_state:
-        load_layout(initial())
+        load_layout(initial(), keep_selection=True)
 
 
 def keep_widgets_across_pages(page: str) -> None:
@@ -81,26 +88,77 @@ def keep_rules_edits(page: str, mesh_axes: list[str]) -> None:
     state[RULES_EDITOR] = identity
 
 
-def load_layout(layout: Layout) -> None:
-    """Write every field of ``layout`` into the widgets' session-state keys."""
+def load_layout(layout: Layout, keep_selection: bool = False) -> None:
+    """Replace the whole layout in every widget: name, mesh, rules, model and options, target.
+
+    Nothing of the previous layout survives: the model's options not in ``layout`` go back
+    to their defaults, the rules table's remembered edits are replaced (a new mesh would
+    otherwise restore the old rows), and the selected array is forgotten unless
+    ``keep_selection`` (a link that names one). The address bar follows on the next run.
+    """
     state = st.session_state
     state[NAME] = layout.name
     state[MESH_SHAPE] = ", ".join(str(s) for s in layout.mesh.shape)
     state[MESH_AXES] = ", ".join(layout.mesh.axes)
-    set_rules([[r.logical, list(r.mesh_axes)] for r in layout.rules])
+    rules = [[r.logical, list(r.mesh_axes)] for r in layout.rules]
+    set_rules(rules, model=layout.model.name)
+    state[RULES_SHOWN] = rules
+    state.pop(RULES_EDITOR, None)
     state[MODEL] = layout.model.name
     if is_factory(layout.model.name):
         state[FACTORY_OPTIONS] = json.dumps(layout.model.options)
     else:
+        prefix = option_key(layout.model.name, "")
+        for key in [k for k in state.keys() if k.startswith(prefix)]:
+            del state[key]  # the sidebar writes the defaults back for options the layout leaves out
         for field, value in layout.model.options.items():
             state[option_key(layout.model.name, field)] = value
+    set_target(layout.target)
+    state.pop(PRESET_NOTES, None)
+    if not keep_selection:
+        state.pop(SELECTED, None)
     state[LAST_VALID] = layout.to_dict()
+    state[LOADED] = layout.to_dict()
 
 
-def set_rules(rules: list[list[Any]]) -> None:
-    """Replace the rules table (a new editor key, so the editor starts from these rows)."""
+def set_target(name: str | None) -> None:
+    """Point the sidebar's Target at ``name`` (None: this process's devices)."""
+    from explorer.targets import valid_names
+
+    state = st.session_state
+    if name is None:
+        state[TARGET_CHOICE] = TARGET_HERE
+    elif name in valid_names():
+        state[TARGET_CHOICE] = name
+    else:
+        state[TARGET_CHOICE] = TARGET_TYPE_OWN
+        state[TARGET_OTHER] = name
+
+
+def edited_since_loaded(layout: Layout) -> bool:
+    """True when ``layout`` keeps the loaded layout's name but differs from it in mesh, rules or model.
+
+    Choosing another target is planning the same layout elsewhere, not editing it.
+    """
+    loaded = st.session_state.get(LOADED)
+    if loaded is None or loaded.get("name") != layout.name:
+        return False
+    def same(data: dict) -> dict:
+        return {key: value for key, value in data.items() if key not in ("name", "target")}
+
+    return same(layout.to_dict()) != same(loaded)
+
+
+def set_rules(rules: list[list[Any]], model: str | None = None) -> None:
+    """Replace the rules table (a new editor key, so the editor starts from these rows).
+
+    ``model``: the model these rules were written for (a load or a preset); the sidebar
+    offers the current model's rules when it differs.
+    """
     st.session_state[RULES] = [[logical, list(axes)] for logical, axes in rules]
     st.session_state[RULES_VERSION] = st.session_state.get(RULES_VERSION, 0) + 1
+    if model is not None:
+        st.session_state[RULES_MODEL] = model
 
 
 def parse_list(text: str) -> list[Any]:

@@ -7,21 +7,26 @@ kept on disk by (layout, target, versions), so returning to a layout is instant.
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import streamlit as st
 
 from explorer import plots
+from explorer.analysis import Report, analyze, indivisible_error
+from explorer.compiled import layout_key
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
-from explorer.text import human_bytes, markdown_literal
+from explorer.text import human_bytes, markdown_literal, memory_relation
+from ui import state
 from ui.turnstile import TURNSTILE
 
-CHOICE = "target_choice"
-OTHER = "target_other"
-HERE = "this process's devices"
-TYPE_OWN = "another slice (type its name)"
+CHOICE = state.TARGET_CHOICE
+OTHER = state.TARGET_OTHER
+HERE = state.TARGET_HERE
+TYPE_OWN = state.TARGET_TYPE_OWN
 STOPPED = "target_stopped"
 
 
@@ -46,7 +51,7 @@ def choose() -> Target | None:
     try:
         target = parse_target(name)
     except ExplorerError as error:
-        st.error(str(error))
+        st.error(markdown_literal(str(error)))
         return None
     st.caption(
         f"{target.topology}: {target.chips} × {target.chip.device_kind}, {human_bytes(target.chip.hbm_bytes)} HBM, "
@@ -55,22 +60,64 @@ def choose() -> Target | None:
     return target
 
 
-def render(layout: Layout, target: Target | None) -> dict | None:
-    """The compile section of a page for ``target``; returns the result when one exists."""
+def render(layout: Layout, target: Target | None, report: Report) -> dict | None:
+    """The compile section of a page for ``target``; returns the result when one exists.
+
+    ``report`` is ``layout``'s analysis: a layout JAX refuses is not compiled (the Timing
+    page's message, the button disabled), and before any compile the state per chip,
+    which is exact, is set against the chip's HBM.
+    """
     if target is None:
         return None
     st.subheader(f"Planned for {markdown_literal(target.name)}")
     try:
         check_mesh_fits(target, layout_size(layout))
     except ExplorerError as error:
-        st.error(str(error))
+        st.error(markdown_literal(str(error)))
         return None
     result = cached(layout, target)
     if result is None:
-        result = _compile_action(layout, target)
+        _state_verdict(report, target)
+        refusal = refused(report)
+        if refusal is not None:
+            with st.container(key="target_refused"):
+                st.error(markdown_literal(str(refusal)))
+        result = _compile_action(layout, target, disabled=refusal is not None)
     if result is not None:
-        show(result)
+        show(result, wall_s=st.session_state.get(WALL, {}).get(_wall_key(layout, target)))
     return result
+
+
+WALL = "target_wall_s"  # (layout, target) -> seconds from the click to the result, for compiles this session ran
+
+
+def _wall_key(layout: Layout, target: Target) -> str:
+    return f"{target.topology}|{layout_key(layout)}"
+
+
+def refused(report: Report) -> ExplorerError | None:
+    """Why JAX would refuse to compile this layout (the Timing page's first gate, without its host limits), or None."""
+    found = [w for w in report.warnings if w.code in ("unknown-mesh-axis", "mesh-axis-twice")]
+    if found:
+        return ExplorerError("rules", [list(r) for r in report.layout.rules_for_flax()], f"give a sharding JAX refuses: {found[0].message}")
+    return indivisible_error(report)
+
+
+def _state_verdict(report: Report, target: Target) -> None:
+    """What is certain before compiling: the exact state per chip against the chip's HBM."""
+    state_bytes, hbm = report.totals.state_bytes, target.chip.hbm_bytes
+    with st.container(key="target_state_verdict"):
+        if state_bytes > hbm:
+            st.error(
+                f"Does not fit: the state alone (parameters, optimizer state, inputs) is {human_bytes(state_bytes)} per chip, "
+                f"{human_bytes(state_bytes - hbm)} more than the {human_bytes(hbm)} HBM. This is exact, before any compile."
+            )
+        else:
+            st.info(
+                f"The state alone (parameters, optimizer state, inputs; exact) takes {human_bytes(state_bytes)} of the "
+                f"{human_bytes(hbm)} HBM per chip ({state_bytes / hbm:.0%}). XLA's peak adds gradients, the optimizer's "
+                "update and activations: compile for it."
+            )
 
 
 def layout_size(layout: Layout) -> int:
@@ -80,8 +127,8 @@ def layout_size(layout: Layout) -> int:
     return size
 
 
-def _compile_action(layout: Layout, target: Target) -> dict | None:
-    start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button")
+def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> dict | None:
+    start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button", disabled=disabled)
     st.caption(
         "Compiles the Timing page's train step (state donated, as training loops do) for this slice in a child "
         "process: XLA's memory per chip, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
@@ -92,27 +139,37 @@ def _compile_action(layout: Layout, target: Target) -> dict | None:
         return None
     stop_slot = st.empty()
     stop_slot.button("Stop", key="target_stop_button", help="Kills the compile process")
+    # The stage and the time so far are in the status label itself: readable without opening the box.
     status = st.status("Waiting for a turn…", expanded=True)
     line = status.empty()
     st.session_state[STOPPED] = True  # cleared below unless Stop interrupts this run
-    TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
+    clicked = time.monotonic()
+
+    def on_stage(stage: str, elapsed: float) -> None:
+        label = f"Compiling for {target.name}: {stage} · {time.monotonic() - clicked:.0f} s elapsed"
+        status.update(label=label, state="running")
+        line.write(f"**{stage}** · {elapsed:.1f} s elapsed")
+
+    TURNSTILE.enter(on_wait=lambda ahead: status.update(label=f"Waiting for a turn: {ahead} compile(s) or timing(s) ahead of you"))
     try:
-        status.update(label=f"Compiling for {target.name}", state="running")
-        result, _ = compile_target(
-            layout, target, on_stage=lambda stage, elapsed: line.write(f"**{stage}** · {elapsed:.1f} s elapsed"),
-        )
+        status.update(label=f"Compiling for {target.name}: starting", state="running")
+        result, _ = compile_target(layout, target, on_stage=on_stage)
     except Stopped:
         status.update(label="Stopped", state="error")
         return None
     except ExplorerError as error:
         st.session_state.pop(STOPPED, None)
-        status.update(label="Failed", state="error")
-        st.error(str(error))
+        stop_slot.empty()
+        status.update(label=f"Failed after {time.monotonic() - clicked:.1f} s", state="error", expanded=False)
+        with st.container(key="target_compile_error"):
+            st.error(markdown_literal(str(error)))
         return None
     finally:
         TURNSTILE.leave()
     st.session_state.pop(STOPPED, None)
-    status.update(label=f"Compiled for {target.name} in {result['compile_s']:.1f} s", state="complete", expanded=False)
+    wall = time.monotonic() - clicked
+    st.session_state.setdefault(WALL, {})[_wall_key(layout, target)] = wall
+    status.update(label=f"Compiled for {target.name} in {wall:.1f} s (everything, from the click)", state="complete", expanded=False)
     stop_slot.empty()
     return result
 
@@ -125,17 +182,19 @@ def verdict(result: dict) -> str:
     return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result['headroom_bytes'])} more than the {hbm} HBM per chip."
 
 
-def show(result: dict) -> None:
+def show(result: dict, wall_s: float | None = None) -> None:
     memory, target, estimate = result["memory"], result["target"], result["estimate"]
     with st.container(key="target_verdict"):
         (st.success if result["fits"] else st.error)(verdict(result))
-    memory_column, roofline_column = st.columns(2)
+    # One above the other: side by side at 1024 px the bar labels and the table's last column were cut.
+    memory_column, roofline_column = st.container(), st.container()
     with memory_column:
-        st.markdown("**Memory per chip** (XLA's memory_analysis)")
+        st.markdown("**Memory per chip** (XLA's memory_analysis, as it gives them)")
         st.plotly_chart(plots.target_memory_figure(memory, target["hbm_bytes"]), key="target_memory")
+        st.caption(memory_relation(memory))
         st.dataframe(
             pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "bytes": human_bytes(v), "B": v} for k, v in memory.items() if v is not None]),
-            hide_index=True, width="stretch",
+            hide_index=True, width="stretch", key="target_memory_table",
         )
         padded = result.get("padding", {}).get("padded", [])
         if padded:
@@ -156,7 +215,9 @@ def show(result: dict) -> None:
             f"{result['flops'] / 1e12:,.3f} TFLOP and {human_bytes(int(result['bytes_accessed']))} per chip per step "
             f"(loop bodies times their trip count) against {target['peak_flops'] / 1e12:,.0f} TFLOP/s and "
             f"{target['hbm_bandwidth'] / 1e9:,.0f} GB/s; collectives by the formulas of “How to Scale Your Model”. "
-            f"MFU at most {estimate['mfu_ceiling']:.0%}. Compiled in {result['compile_s']:.1f} s."
+            f"MFU at most {estimate['mfu_ceiling']:.0%}. Lowering and compiling took {result['compile_s']:.1f} s"
+            + (f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
+               if wall_s else " (read from the compile cache; tracing and starting the compile process not included).")
         )
     st.markdown("**Collectives per mesh axis** (per chip per step)")
     if result["collectives"]:
@@ -200,12 +261,15 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
         try:
             check_mesh_fits(target, layout_size(layout))
         except ExplorerError as error:
-            st.warning(f"{label}: {error}")
+            st.warning(f"{markdown_literal(label)}: {markdown_literal(str(error))}")
             results.append(None)
             continue
         result = cached(layout, target)
         results.append(result)
-        if result is None:
+        refusal = refused(analyze(layout)) if result is None else None
+        if refusal is not None:  # not compiled: JAX refuses it (the Layout page says why next to the rules)
+            st.warning(f"{markdown_literal(label)}: not compiled: {markdown_literal(str(refusal))}")
+        elif result is None:
             missing.append((label, layout))
     if missing and st.button(f"Compile {len(missing)} layout(s) for {target.name}", type="primary", key="compare_compile_button"):
         status = st.status("Waiting for a turn…", expanded=True)
@@ -217,7 +281,7 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
                 try:
                     result, _ = compile_target(layout, target, on_stage=lambda stage, elapsed: line.write(f"{label}: **{stage}** · {elapsed:.1f} s"))
                 except ExplorerError as error:
-                    st.error(f"{label}: {error}")
+                    st.error(f"{markdown_literal(label)}: {markdown_literal(str(error))}")
                     continue
                 results[labels.index(label)] = result
         finally:

@@ -8,12 +8,12 @@ import streamlit as st
 from explorer.compiled import layout_key
 from ui import report_view, target_view
 from ui.current import current_layout
-from ui.state import TIMING_RESULTS
+from ui.state import TIMING_RESULTS, edited_since_loaded
 
 st.set_page_config(page_title="Partition Explorer", page_icon="🧩")  # layout and sidebar: app.py
 st.title("Partition Explorer")
 current = current_layout("layout")
-result = target_view.render(current.layout, current.target)
+result = target_view.render(current.layout, current.target, current.report)
 timed = st.session_state.get(TIMING_RESULTS, {}).get(layout_key(current.layout))
 if result:  # XLA's peak is the headline wherever a compiled program exists: the target's, else the Timing page's
     peak = (result["target"]["name"], result["memory"]["peak_bytes"])
@@ -21,4 +21,4 @@ elif timed is not None and "peak_bytes" in timed.memory:
     peak = (f"this process's {timed.devices} {timed.platform} devices (Timing page)", timed.memory["peak_bytes"])
 else:
     peak = None
-report_view.render(current.report, compiled_peak=peak)
+report_view.render(current.report, compiled_peak=peak, edited=edited_since_loaded(current.layout))

@@ -7,7 +7,7 @@ import streamlit as st
 
 from explorer import plots
 from explorer.errors import ExplorerError
-from explorer.text import human_bytes, markdown_literal
+from explorer.text import human_bytes, markdown_literal, memory_relation
 from explorer.compiled import check_timeable, host_footprint_bytes, layout_key
 from explorer.hlo import used as used_collectives
 from explorer.timing import TimingResult, time_layout
@@ -94,7 +94,10 @@ def show_result(result: TimingResult) -> None:
     steps = result.step_s
     row = st.container(horizontal=True, key="timing_metrics")  # wraps on a narrow page instead of cutting values off
     metric = lambda label, value, help=None: row.metric(label, value, help=help, width="content", border=True)  # noqa: E731
-    metric("Compile", f"{result.compile_s:.2f} s", "cached: compiled earlier in this process" if result.cached else None)
+    if result.cached:  # the compile was not run for this timing: say so, with the time it took when it was
+        metric("Compile", "cached", f"compiled earlier in this process, in {result.compile_s:.2f} s; not compiled again for this timing")
+    else:
+        metric("Compile", f"{result.compile_s:.2f} s")
     metric("Median step", f"{steps.median * 1e3:.1f} ms")
     metric("p10", f"{steps.p10 * 1e3:.1f} ms")
     metric("p90", f"{steps.p90 * 1e3:.1f} ms")
@@ -109,7 +112,8 @@ def show_result(result: TimingResult) -> None:
         f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
         "Each sample is one call plus block_until_ready on the whole new state." + spread
     )
-    memory_column, collective_column = st.columns(2)
+    # One above the other: side by side, both tables lost their last column at 1024 px.
+    memory_column, collective_column = st.container(), st.container()
     with memory_column:
         st.subheader("Memory per device")
         rows = [
@@ -121,11 +125,18 @@ def show_result(result: TimingResult) -> None:
         ]
         st.dataframe(
             pd.DataFrame(
-                [{"": name, "XLA (memory_analysis)": human_bytes(xla), "analysis estimate": estimate,
-                  "difference (B)": "—" if comparable is None else f"{xla - comparable:+,}"} for name, xla, estimate, comparable in rows]
+                [{"": name, "XLA": human_bytes(xla), "analysis": estimate,
+                  "Δ B": "—" if comparable is None else f"{xla - comparable:+,}"} for name, xla, estimate, comparable in rows]
             ),
-            hide_index=True, width="stretch",
+            hide_index=True, width="stretch", key="timing_memory_table",
+            column_config={
+                "XLA": st.column_config.TextColumn("XLA", help="memory_analysis() of the compiled step"),
+                "analysis": st.column_config.TextColumn("analysis", help="the analysis' exact state and inputs"),
+                "Δ B": st.column_config.TextColumn("Δ B", help="XLA minus the analysis, in bytes"),
+            },
         )
+        if "peak_bytes" in result.memory:
+            st.caption(memory_relation(result.memory))
         for note in result.memory_notes():
             st.caption("• " + note)
     with collective_column:
@@ -163,13 +174,20 @@ def show_result(result: TimingResult) -> None:
         st.warning(f"{differing} module output(s) are sharded differently from what the model declares.")
     st.dataframe(
         frame.style.apply(lambda row: ["background-color: #fde2e1" if row["differs"] else "" for _ in row], axis=1),
-        hide_index=True, width="stretch",
+        hide_index=True, width="stretch", key="activation_shardings",
+        column_config={  # short columns narrow, so "differs" stays on screen at 1024 px
+            "module output": st.column_config.TextColumn("module output", width="medium"),
+            "shape": st.column_config.TextColumn("shape", width="small"),
+            "declared": st.column_config.TextColumn("declared", width="small"),
+            "XLA chose": st.column_config.TextColumn("XLA chose", width="small"),
+            "differs": st.column_config.TextColumn("differs", width=70),
+        },
     )
     st.caption("XLA's choice is read from a compiled forward pass returning every module output (capture_intermediates).")
 
 
 can_time = timeable()
-left, middle, spread_column, right = st.columns([1, 1, 1, 2], vertical_alignment="bottom")
+left, middle, spread_column, right = st.columns([1, 1, 1.2, 1.8], vertical_alignment="bottom")  # "Processes" on one line
 # Defaults go through session state (not value=) because the values are carried across pages.
 st.session_state.setdefault("timing_steps", 20)
 st.session_state.setdefault("timing_warmup", 2)

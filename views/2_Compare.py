@@ -9,7 +9,7 @@ from explorer import library, plots
 from explorer.analysis import analyze
 from explorer.compare import RaceResult, race, spec_differences
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, load_layout_bytes
+from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
 from explorer.share import layout_from_link
 from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
@@ -41,7 +41,10 @@ def chosen_layouts() -> list[tuple[str, Layout]]:
     st.session_state["compare_sources"] = [source for source in picked_before if source in options]
     sources = st.multiselect("From the current layout and the team library", options, key="compare_sources")
     files_column, links_column = st.columns(2)
-    files = files_column.file_uploader("Layout files", type=["json"], accept_multiple_files=True, key="compare_files")
+    files = files_column.file_uploader(
+        "Layout files", type=["json"], accept_multiple_files=True, key="compare_files", max_upload_size=1,
+        help=f"Layout files (JSON, UTF-8), each at most {MAX_FILE_BYTES:,} bytes",
+    )
     links = links_column.text_area("Links (one per line)", key="compare_links", placeholder="http://…/?name=…&mesh=2x4&…")
     picked: list[tuple[str, Layout]] = []
     for source in sources:
@@ -85,19 +88,35 @@ def show_differences(labels: list[str], reports) -> None:
     st.caption("Each cell: the spec → the per-device shard shape. Arrays with the same spec everywhere are left out.")
 
 
+def raced_medians() -> dict[str, float]:
+    """layout key -> the median of its round medians in the last race (finished rounds), for the timings table."""
+    stored = st.session_state.get(RACE)
+    if not stored:
+        return {}
+    racing, _, result, _ = stored
+    return {key: statistics.median(medians) for key, medians in zip(racing, result.round_medians) if medians}
+
+
 def show_timings(labels: list[str], layouts: list[Layout]) -> None:
     results = st.session_state.get(TIMING_RESULTS, {})
+    raced = raced_medians()
     rows = []
     for label, layout in zip(labels, layouts):
         result = results.get(layout_key(layout))
         if result is None:
-            rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
+            median = raced.get(layout_key(layout))
+            if median is None:
+                rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
+            else:
+                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms, race",
+                             "collectives": "see the Timing page"})
             continue
         used = ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
         rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
     st.subheader("Step times and collectives")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    st.caption("From the Timing page's results in this session; the race below times them fairly against each other.")
+    st.caption("From the Timing page's results in this session, else from the race below (its rounds' median), which "
+               "times them fairly against each other.")
 
 
 def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
@@ -205,5 +224,7 @@ else:
                 st.caption(markdown_literal(f"[{warning.code}] {warning.message}"))
             if len(report.warnings) > 8:
                 st.caption(f"…and {len(report.warnings) - 8} more")
-    show_timings(labels, layouts)
+    timings_slot = st.container()  # filled after the race, so a race just run shows in it
     run_race(labels, layouts, reports)
+    with timings_slot:
+        show_timings(labels, layouts)

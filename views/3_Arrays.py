@@ -18,7 +18,7 @@ from explorer.ops import (
     DTYPES, MATMUL_PRESET, PRESETS, OpAnalysis, OpTiming, analyse_op, check_op_timeable, host_bytes_to_time, op_key, parse_op, spec_text, time_op,
 )
 from explorer.share import op_to_query
-from explorer.text import human_bytes, markdown_literal
+from explorer.text import code_literal, human_bytes, markdown_literal
 from explorer.tiles import grid_view, shard_counts
 from ui import op_state, state
 from ui.turnstile import TURNSTILE
@@ -60,7 +60,7 @@ st.caption(
 )
 st.number_input("Arrays", 1, op_state.MAX_ARRAYS, key=op_state.COUNT)
 for index in range(int(st.session_state[op_state.COUNT])):
-    name, shape, dtype, spec = st.columns([1, 2, 1.4, 2])
+    name, shape, dtype, spec = st.columns([1, 1.8, 1.7, 1.8])  # the dtype box shows "bfloat16" whole at 1024 px
     st.session_state.setdefault(op_state.array_key("name", index), "abcd"[index])
     st.session_state.setdefault(op_state.array_key("shape", index), "1024, 1024")
     st.session_state.setdefault(op_state.array_key("dtype", index), "float32")
@@ -77,23 +77,6 @@ constrain_column, out_column = st.columns([1, 2], vertical_alignment="bottom")
 constrain_column.checkbox("Constrain the output", key=op_state.CONSTRAIN, help="Wrap the result in jax.lax.with_sharding_constraint")
 out_column.text_input("Output spec", key=op_state.OUT_SPEC, disabled=not st.session_state[op_state.CONSTRAIN], help="empty = replicated, P()")
 
-try:
-    op = parse_op(op_state.draft())
-    analysis = analyse_op(op)
-except ExplorerError as error:
-    st.container(key="arrays_messages").error(str(error))
-    st.stop()
-
-op_state.sync_address(op)
-with share_slot:
-    st.subheader("Share")
-    st.caption("The address bar carries this op: copy it to share.")
-    with st.expander("Readable link"):
-        st.caption("The same link as the address bar's, without `,:;()` escaped:")
-        page_url = (st.context.url or "").split("?")[0]
-        st.container(key="arrays_share_link").code(page_url + op_to_query(op), language=None, wrap_lines=True)
-
-
 def dim_labels(view) -> list[str]:
     labels = []
     for dim, size in enumerate(view.shape):
@@ -105,7 +88,7 @@ def dim_labels(view) -> list[str]:
 
 def draw(view, analysis: OpAnalysis, title: str, key: str) -> None:
     if view.spec is None:
-        st.info(f"No sharding known. {analysis.note}")
+        st.info(f"No sharding known. {markdown_literal(analysis.note)}")
         return
     rank = len(view.shape)
     counts = shard_counts(view.spec, analysis.mesh)
@@ -123,9 +106,47 @@ def draw(view, analysis: OpAnalysis, title: str, key: str) -> None:
     st.caption(caption)
 
 
+def valid_alone() -> list:
+    """After an error, each array the widgets hold that is valid on its own, analysed alone (so its grid still shows)."""
+    found = []
+    for index in range(int(st.session_state[op_state.COUNT])):
+        try:
+            draft = op_state.draft_of_array(index)
+            found.append(analyse_op(parse_op(draft)))
+        except ExplorerError:
+            continue
+    return found
+
+
+try:
+    op = parse_op(op_state.draft())
+    analysis = analyse_op(op)
+except ExplorerError as error:
+    st.container(key="arrays_messages").error(markdown_literal(str(error)))
+    alone = valid_alone()
+    if alone:
+        st.caption("The arrays that are valid on their own, while the op is not:")
+        columns = st.columns(min(len(alone), 2))
+        for index, partial_analysis in enumerate(alone):
+            view = partial_analysis.inputs[0]
+            with columns[index % len(columns)]:
+                title = f"**{markdown_literal(view.name)}**: {view.dtype}{list(view.shape)} · `{spec_text(view.spec)}`"
+                draw(view, partial_analysis, title, f"arrays_alone_{index}")
+    st.stop()
+
+op_state.sync_address(op)
+with share_slot:
+    st.subheader("Share")
+    st.caption("The address bar carries this op: copy it to share.")
+    with st.expander("Readable link"):
+        st.caption("The same link as the address bar's, without `,:;()` escaped:")
+        page_url = (st.context.url or "").split("?")[0]
+        st.container(key="arrays_share_link").code(page_url + op_to_query(op), language=None, wrap_lines=True)
+
+
 mesh = analysis.mesh
 where = "planned: hypothetical device ids, nothing compiles or runs" if analysis.planned else "real devices of this process"
-st.markdown(f"Mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · {mesh.size} devices ({where}) · `{markdown_literal(op.expr)}`")
+st.markdown(f"Mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · {mesh.size} devices ({where}) · {code_literal(op.expr)}")
 columns = st.columns(min(len(analysis.inputs), 2))
 for index, view in enumerate(analysis.inputs):
     with columns[index % len(columns)]:
@@ -160,7 +181,7 @@ key = op_key(op)
 try:
     check_op_timeable(op)
 except ExplorerError as error:
-    st.info(f"Not timed here: {error}")
+    st.info(f"Not timed here: {markdown_literal(str(error))}")
     st.stop()
 left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
 st.session_state.setdefault("op_steps", 3)
@@ -205,7 +226,7 @@ def run_timing() -> OpTiming | None:
         result = time_op(op, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
     except ExplorerError as error:
         status.update(label="Refused", state="error")
-        st.error(str(error))
+        st.error(markdown_literal(str(error)))
         return None
     finally:
         TURNSTILE.leave()

@@ -1,0 +1,242 @@
+"""Issue 18 in a real Chromium: the journeys where a user got stuck, walked as the user walks them.
+
+Load a layout from the team library, then edit the mesh; upload a layout file; open the
+address bar's link in a fresh browser and compare every field, the target included; compile
+for a target on a layout JAX refuses; watch a compile's stage without opening anything; apply
+every preset to every built-in model and size; type an expression Markdown would eat.
+
+The server gets its own library folder and compile cache, so nothing is shared with other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from explorer import library
+from explorer.layout import parse_layout
+from explorer.share import layout_to_params
+from tests.browser import (
+    MAIN,
+    RERUN_TIMEOUT_MS,
+    RUN_TIMEOUT_MS,
+    SIDEBAR,
+    assert_no_exception,
+    choose,
+    click_button,
+    expect_rule_rows,
+    key_selector,
+    new_page,
+    open_app,
+    screenshot,
+    server_log,
+    set_text,
+    shown_layout,
+    sidebar_errors,
+    streamlit_server,
+    wait_for_rerun,
+)
+
+pytestmark = pytest.mark.browser
+
+KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"
+# Another team's layout: other mesh axes than the seed's, other rules, a smaller model, and a target.
+TEAM = {
+    "name": "team-fsdp",
+    "mesh": {"shape": [4, 2], "axes": ["fsdp", "tensor"]},
+    "rules": [["batch", "fsdp"], ["hidden", "tensor"]],
+    "model": {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}},
+    "target": "v5litepod-8",
+}
+TEAM_ROWS = [["0", "batch", "fsdp"], ["1", "hidden", "tensor"]]
+
+
+@pytest.fixture(scope="module")
+def journey_server(tmp_path_factory):
+    folders = {"EXPLORER_LIBRARY": tmp_path_factory.mktemp("library"), "EXPLORER_CACHE_DIR": tmp_path_factory.mktemp("cache")}
+    previous = {key: os.environ.get(key) for key in folders}
+    os.environ.update({key: str(value) for key, value in folders.items()})
+    try:
+        library.save("team-fsdp", parse_layout(TEAM))
+        with streamlit_server() as url:
+            yield url
+            assert "Traceback" not in server_log(url)
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def address(page: Page) -> dict[str, str]:
+    return dict(parse_qsl(urlsplit(page.url).query))
+
+
+def expect_address(page: Page, layout: dict) -> None:
+    """The address bar carries exactly ``layout`` (and the array drawn): what a teammate gets from it."""
+    expected = {**layout_to_params(parse_layout(layout)), "array": KERNEL}
+    page.wait_for_function(
+        """(expected) => {
+            const actual = Object.fromEntries(new URLSearchParams(window.location.search));
+            return JSON.stringify(actual, Object.keys(actual).sort()) === JSON.stringify(expected, Object.keys(expected).sort());
+        }""",
+        arg=expected, timeout=RERUN_TIMEOUT_MS,
+    )
+
+
+def target_shown(page: Page) -> str:
+    return page.locator(f"{key_selector('target_choice')} input").input_value()
+
+
+def expect_team_layout(page: Page, layout: dict) -> None:
+    """Every field of the sidebar shows ``layout``, nothing of the one before; no message blocks the next edit."""
+    expect_rule_rows(page, TEAM_ROWS)
+    assert shown_layout(page) == {k: v for k, v in layout.items() if k != "target"}
+    expect(page.locator(f"{key_selector('target_choice')} input")).to_have_value(layout["target"])
+    expect(sidebar_errors(page)).to_have_count(0)
+    expect(page.locator(MAIN)).not_to_contain_text("shows the last valid layout")
+
+
+def test_load_from_the_library_then_edit_the_mesh_then_share_the_address(browser, journey_server):
+    """Item 1 and item 6: a load replaces every field and the address bar; the address reopens it, target included."""
+    page = new_page(browser, {"width": 1440, "height": 900})
+    try:
+        open_app(page, journey_server)
+        set_text(page, "option::mlp::layers", "3")  # some work on the seed first
+        choose(page, "library_choice", "team-fsdp")
+        click_button(page, "library_load")
+        expect_team_layout(page, TEAM)
+        expect_address(page, TEAM)
+        set_text(page, "mesh_shape_text", "2, 4")  # the next edit is not blocked by the old rules
+        edited = {**TEAM, "mesh": {"shape": [2, 4], "axes": ["fsdp", "tensor"]}}
+        expect_team_layout(page, edited)
+        expect_address(page, edited)
+        expect(page.locator(MAIN)).to_contain_text("team-fsdp (edited)")
+        screenshot(page, "journey-library-loaded")
+        reopened = new_page(browser, {"width": 1440, "height": 900})
+        try:
+            open_app(reopened, page.url)  # what a teammate does with the address bar's link
+            expect_team_layout(reopened, edited)
+            assert shown_layout(reopened) == shown_layout(page)
+            assert target_shown(reopened) == target_shown(page)
+            assert_no_exception(reopened)
+        finally:
+            reopened.context.close()
+        assert_no_exception(page)
+    finally:
+        page.context.close()
+
+
+def test_upload_a_layout_file_replaces_the_whole_layout(browser, journey_server, tmp_path):
+    page = new_page(browser, {"width": 1440, "height": 900})
+    try:
+        open_app(page, journey_server)
+        path = tmp_path / "team.json"
+        path.write_text(json.dumps(TEAM))
+        expect(page.locator(key_selector("upload_layout"))).to_contain_text("1MB per file")  # item 10: not "200MB"
+        page.locator(f"{key_selector('upload_layout')} input[type='file']").set_input_files(str(path))
+        wait_for_rerun(page)
+        expect_team_layout(page, TEAM)
+        expect_address(page, TEAM)
+        assert_no_exception(page)
+    finally:
+        page.context.close()
+
+
+def test_compile_for_a_target_on_a_layout_jax_refuses(browser, journey_server):
+    """Item 2: the NNX guide (batch 8) on 16x16 gets the Timing page's message and a disabled button, before any compile."""
+    page = new_page(browser, {"width": 1024, "height": 768})
+    try:
+        open_app(page, journey_server + "/?name=nnx-16x16&mesh=16x16&axes=data,model&rules=&model=nnx-guide&options=batch:8")
+        choose(page, "target_choice", "v5litepod-256")
+        refusal = page.locator(key_selector("target_refused"))
+        expect(refusal).to_contain_text("do not divide evenly")
+        expect(refusal).to_contain_text("has size 8")
+        expect(page.locator(f"{key_selector('target_compile_button')} button")).to_be_disabled()
+        expect(page.locator(key_selector("target_state_verdict"))).to_contain_text("of the 16.0 GiB HBM per chip")
+        expect(page.locator(key_selector("target_stop_button"))).to_have_count(0)
+        screenshot(page, "journey-compile-refused-1024x768")
+        assert_no_exception(page)
+    finally:
+        page.context.close()
+
+
+def test_a_compile_shows_its_stage_and_time_without_a_click_and_the_whole_time_at_the_end(browser, journey_server):
+    """Item 5: a verdict before compiling (the exact state against HBM), the stage in sight while it runs, the whole time after."""
+    page = new_page(browser, {"width": 1440, "height": 900})
+    try:
+        open_app(page, journey_server)
+        choose(page, "target_choice", "v5litepod-8")
+        expect(page.locator(key_selector("target_state_verdict"))).to_contain_text(
+            re.compile(r"The state alone \(parameters, optimizer state, inputs; exact\) takes [\d.,]+ MiB of the 16\.0 GiB HBM per chip")
+        )
+        page.locator(f"{key_selector('target_compile_button')} button").click()
+        label = page.locator(f"{MAIN} [data-testid='stExpander'] summary").filter(has_text="Compiling for v5litepod-8")
+        expect(label).to_contain_text(re.compile(r"Compiling for v5litepod-8: \w+ · \d+ s elapsed"), timeout=RUN_TIMEOUT_MS)
+        done = page.locator(f"{MAIN} [data-testid='stExpander'] summary").filter(has_text="Compiled for v5litepod-8 in")
+        expect(done).to_contain_text(re.compile(r"in [\d.]+ s \(everything, from the click\)"), timeout=RUN_TIMEOUT_MS)
+        wait_for_rerun(page)
+        expect(page.locator(MAIN)).to_contain_text(re.compile(r"Lowering and compiling took [\d.]+ s of the [\d.]+ s from the click"))
+        assert_no_exception(page)
+    finally:
+        page.context.close()
+
+
+MODELS_AND_SIZES = [
+    ("mlp", None), ("nnx-guide", None), ("nnx-guide", "logical"),
+    ("transformer", "custom"), ("transformer", "gpt2-small"), ("transformer", "llama2-7b"), ("transformer", "llama2-70b"),
+]
+PRESETS = ["flax-guide", "data-parallel", "fsdp", "tensor-parallel", "fsdp+tensor-parallel"]
+
+
+def test_every_preset_on_every_built_in_model_and_size_gives_a_layout_jax_accepts(browser, journey_server):
+    """Item 3: no preset leaves a refused dimension (GPT-2's vocabulary over 4, the logical NNX guide's embed)."""
+    page = new_page(browser, {"width": 1440, "height": 900})
+    try:
+        open_app(page, journey_server)
+        noted = set()
+        for model, size in MODELS_AND_SIZES:
+            if page.locator(f"{key_selector('model_name')} input").input_value().split(":")[0] != model:
+                choose(page, "model_name", model)
+            if size == "logical":
+                page.locator(f"{key_selector('option::nnx-guide::logical')} label").click()
+                wait_for_rerun(page)
+            elif size is not None:
+                choose(page, "size_preset::transformer", size)
+            for preset in PRESETS:
+                choose(page, "rules_preset", preset)
+                click_button(page, "apply_preset")
+                refused = page.locator(f"{SIDEBAR} [data-testid='stAlertContentError']")
+                assert refused.count() == 0, f"{model} {size} {preset}: {refused.all_inner_texts()}"
+                expect(page.locator(f"{MAIN} {key_selector('warnings')} [data-testid='stAlertContentError']")).to_have_count(0)
+                if "left unsharded" in " ".join(page.locator(key_selector("preset_notes")).all_inner_texts()):
+                    noted.add((size, preset))
+        # said where it happened: GPT-2's vocabulary (50257) over the model axis of 4
+        assert {("gpt2-small", "tensor-parallel"), ("gpt2-small", "fsdp+tensor-parallel")} <= noted, noted
+        assert_no_exception(page)
+    finally:
+        page.context.close()
+
+
+def test_an_expression_markdown_would_eat_is_shown_as_typed(browser, journey_server):
+    """Item 7: ``__import__('os')`` is refused as '__import__', not as a bold 'import'."""
+    page = new_page(browser, {"width": 1024, "height": 768})
+    try:
+        page.goto(journey_server + "/Arrays")
+        expect(page.locator(f"{key_selector('op_expr')} input")).to_be_visible(timeout=RERUN_TIMEOUT_MS)
+        wait_for_rerun(page)
+        set_text(page, "op_expr", "__import__('os')")
+        message = page.locator(key_selector("arrays_messages"))
+        expect(message).to_contain_text("'__import__' is refused")
+        expect(message.locator("strong")).to_have_count(0)
+        expect(page.locator(f"{MAIN} .js-plotly-plot").first).to_be_visible()  # the valid arrays' grids stay
+        screenshot(page, "journey-arrays-refused-1024x768")
+        assert_no_exception(page)
+    finally:
+        page.context.close()

@@ -1,0 +1,52 @@
+"""Rules presets give layouts JAX accepts, for every built-in model, size and mesh (issue 18, item 3)."""
+
+import pytest
+
+from explorer.analysis import ERROR_CODES, analyze
+from explorer.layout import parse_layout
+from explorer.models import MODELS
+from explorer.presets import fit_preset, model_preset
+from explorer.rules import PRESETS
+
+MODELS_AND_SIZES = [("mlp", {}), ("nnx-guide", {}), ("nnx-guide", {"logical": True}), ("transformer", {})] + [
+    ("transformer", dict(values)) for values in MODELS["transformer"].presets.values()
+]
+MESHES = [([2, 4], ["data", "model"]), ([4, 2], ["fsdp", "tensor"]), ([16, 16], ["data", "model"])]
+
+
+def refused(layout):
+    return [w.message for w in analyze(layout).warnings if w.code in ERROR_CODES]
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m[0])) + ":" + ",".join(m[1]))
+@pytest.mark.parametrize("model,options", MODELS_AND_SIZES, ids=lambda v: v if isinstance(v, str) else str(v.get("vocab", v.get("logical", ""))))
+def test_every_preset_gives_a_layout_jax_accepts(model, options, mesh, preset):
+    if model == "nnx-guide" and mesh[1] != ["data", "model"]:
+        pytest.skip("the NNX guide's model fixes P('data', 'model') itself: it needs those mesh axes")
+    layout = parse_layout({"mesh": {"shape": mesh[0], "axes": mesh[1]}, "model": {"name": model, "options": options}})
+    fitted = fit_preset(preset, layout)
+    fitted_layout = parse_layout({**layout.to_dict(), "rules": [[n, a] for n, a in fitted.rules]})
+    assert refused(fitted_layout) == list(fitted.refused)  # anything left is said with the preset
+    if not (model == "nnx-guide" and mesh[0] == [16, 16]):  # the guide's model puts its batch of 8 on 'data' itself
+        assert fitted.refused == ()
+    for name, axes in fitted.rules:  # what was left unsharded is said
+        if axes is None and any(note.startswith(f"{name!r} left unsharded") for note in fitted.notes):
+            assert name in {n for n, _ in PRESETS[preset]("a", "b")}
+
+
+def test_gpt2_vocab_is_left_unsharded_and_said_so():
+    gpt2 = MODELS["transformer"].presets["gpt2-small"]
+    layout = parse_layout({"mesh": {"shape": [4, 2], "axes": ["fsdp", "tensor"]}, "model": {"name": "transformer", "options": gpt2}})
+    fitted = fit_preset("fsdp+tensor-parallel", layout)
+    assert ("vocab", None) in fitted.rules and ("mlp", "tensor") in fitted.rules
+    assert fitted.notes == ("'vocab' left unsharded: params/embedding dim 0 has size 50257, which mesh axes tensor (2) do not divide.",)
+
+
+def test_the_logical_nnx_guide_gets_a_rule_for_embed():
+    layout = parse_layout({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "model": {"name": "nnx-guide", "options": {"logical": True}}})
+    assert ("embed", None) in fit_preset("fsdp+tensor-parallel", layout).rules or ("embed", "data") in fit_preset("fsdp+tensor-parallel", layout).rules
+
+
+def test_each_model_has_a_preset_to_offer():
+    assert {model_preset(name) for name in MODELS} <= set(PRESETS)
