@@ -322,3 +322,18 @@ def test_a_link_with_several_problems_names_them_all():
     assert not at.exception
     message = plain(next(e.value for e in list(at.sidebar.error) + list(at.main.error) if "could not be opened" in e.value))
     assert "2 problems" in message and "'2xfour'" in message and "'batch'" in message
+
+
+def test_a_links_factory_options_the_factory_refuses_are_a_message(monkeypatch):
+    """Issue 17 item 9: options a factory refuses (an unexpected keyword) are an ordinary, escaped message naming them;
+    the page shows the last valid layout and keeps running."""
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.factory_module:make_model")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"mesh": "2x4", "axes": "data,model", "rules": "batch:data",
+                            "model": "tests.factory_module:make_model", "options": "__bogus__:1"})
+    at.run()
+    assert not at.exception
+    shown = [plain(e.value) for e in list(at.sidebar.error) + list(at.main.error)]
+    refused = [text for text in shown if "were refused by tests.factory_module:make_model" in text]
+    assert refused and "__bogus__" in refused[0] and "unexpected keyword argument" in refused[0]
+    assert any("This page shows the last valid layout" in plain(w.value) for w in at.main.warning)

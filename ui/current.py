@@ -10,7 +10,7 @@ import streamlit as st
 from explorer import devices
 from explorer.analysis import Report, analyze, indivisible_error
 from explorer.errors import ExplorerError, shown as shown_value
-from explorer.layout import Layout, layout_errors, parse_layout
+from explorer.layout import Layout, layout_errors, parse_layout, seed_layout
 from explorer.targets import Target
 from explorer.text import markdown_literal
 from ui import share_panel, sidebar, state, target_view
@@ -33,9 +33,14 @@ def current_layout(page: str) -> Current:
     if target is not None:
         draft["target"] = target.name
     errors = layout_errors(draft)
+    report = None
     if not errors:
         layout = parse_layout(draft)
-        report = analyze(layout)
+        try:
+            report = analyze(layout)
+        except ExplorerError as error:  # the model refuses it: a factory's options, a model that cannot be traced
+            errors = [error]
+    if report is not None:
         st.session_state[state.LAST_VALID] = layout.to_dict()
         valid = True
     else:
@@ -46,8 +51,7 @@ def current_layout(page: str) -> Current:
             f"The layout in the sidebar has {len(errors)} problem(s) ({fields}), each explained in the sidebar under "
             "its section. This page shows the last valid layout; your edits are kept."
         )
-        layout = parse_layout(st.session_state[state.LAST_VALID])
-        report = analyze(layout)
+        layout, report = _last_valid()
         valid = False
     _flag_layout_problems(report, slots)
     if state.edited_since_loaded(layout):
@@ -61,6 +65,18 @@ def current_layout(page: str) -> Current:
     with st.sidebar:
         share_panel.render(layout)
     return Current(layout, report, valid, slots, target)
+
+
+def _last_valid() -> tuple[Layout, Report]:
+    """The last layout that analysed, or the seed layout when that one no longer does (a link loaded a model
+    whose own code refuses it before anything analysed)."""
+    try:
+        layout = parse_layout(st.session_state[state.LAST_VALID])
+        return layout, analyze(layout)
+    except ExplorerError:
+        layout = seed_layout()
+        st.session_state[state.LAST_VALID] = layout.to_dict()
+        return layout, analyze(layout)
 
 
 # Where each field is typed in the sidebar, and what it accepts.
