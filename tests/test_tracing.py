@@ -110,3 +110,15 @@ def test_no_parameter_read_or_initialiser_is_an_activation(traces):
     assert len(activations) > 10
     assert all(a.shape != p.shape or a.logical_axes != p.logical_axes
                for a in one.arrays if a.kind == "activation" for p in one.arrays if p.kind == "param")
+
+
+def test_a_rules_edit_reads_the_new_rules_not_a_cached_program(fresh, monkeypatch):
+    """JAX caches a traced function by identity and mesh, not by Flax's rules: the edit must be traced anew."""
+    monkeypatch.setattr(under_layout, "_memory", {})
+    sharded = analyze(layout(EVERY_NAME))
+    unsharded = analyze(layout([[name, None if name == "vocab" else axes] for name, axes in EVERY_NAME]))
+
+    def logits(report):
+        return report.array("activations/output").spec
+
+    assert logits(sharded)[-1] == "model" and logits(unsharded)[-1] is None

@@ -156,8 +156,16 @@ def _layout_context(mesh: Any, rules: tuple):
 
 
 def forward_program(stage: "_State"):
-    """The forward pass on the state's variables, traced in the current mesh and rules context."""
-    return jax.make_jaxpr(stage.forward)(stage.variables, *_abstract_inputs(stage.built))
+    """The forward pass on the state's variables, traced in the current mesh and rules context.
+
+    A new function each time: JAX caches a traced function by its identity and the mesh, and
+    Flax's rules are not part of that key, so tracing the same function under other rules
+    would hand back the program of the first ones.
+    """
+    def forward(variables, *xs):
+        return stage.forward(variables, *xs)
+
+    return jax.make_jaxpr(forward)(stage.variables, *_abstract_inputs(stage.built))
 
 
 def error_text(error: Exception) -> str:
