@@ -115,10 +115,11 @@ def test_no_parameter_read_or_initialiser_is_an_activation(traces):
 def test_a_rules_edit_reads_the_new_rules_not_a_cached_program(fresh, monkeypatch):
     """JAX caches a traced function by identity and mesh, not by Flax's rules: the edit must be traced anew."""
     monkeypatch.setattr(under_layout, "_memory", {})
-    sharded = analyze(layout(EVERY_NAME))
-    unsharded = analyze(layout([[name, None if name == "vocab" else axes] for name, axes in EVERY_NAME]))
+    first = analyze(layout(EVERY_NAME))  # init under these rules
+    unsharded = analyze(layout([[name, None if name == "vocab" else axes] for name, axes in EVERY_NAME]))  # forward
+    sharded = analyze(layout(EVERY_NAME[::-1]))  # the forward pass again, same mesh, other rules
 
     def logits(report):
         return report.array("activations/output").spec
 
-    assert logits(sharded)[-1] == "model" and logits(unsharded)[-1] is None
+    assert logits(first)[-1] == "model" and logits(unsharded)[-1] is None and logits(sharded)[-1] == "model"
