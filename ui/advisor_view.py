@@ -91,8 +91,8 @@ def figure(search: advisor.Search) -> go.Figure:
     return fig
 
 
-def _open(layout: Layout) -> None:
-    state.load_layout(layout)
+def _open(layout: Layout, target: str) -> None:
+    state.load_layout(layout.model_copy(update={"target": target}))  # the slice it was advised for comes along
     # The rules editor restores the rows it showed last when it becomes a new widget (a page switch):
     # forget which editor that was, so it starts from the loaded rules.
     st.session_state.pop(state.RULES_EDITOR, None)
@@ -124,7 +124,7 @@ def show(search: advisor.Search) -> None:
     pick = st.selectbox("Candidate", names, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
     chosen = ranked[names.index(pick)]
     left, middle, _ = st.columns([1, 1, 2])
-    if left.button("Open on the Layout page", key="advisor_open", on_click=_open, args=(chosen.layout,), type="primary"):
+    if left.button("Open on the Layout page", key="advisor_open", on_click=_open, args=(chosen.layout, search.target.name), type="primary"):
         st.switch_page("views/0_Layout.py")
     middle.button("Add to Compare", key="advisor_compare", on_click=_add_to_compare, args=(chosen.layout,),
                   help="Adds its link to the Compare page's links")
