@@ -58,11 +58,13 @@ def metric_value(page: Page, label: str) -> Locator:
 
 
 def table_under(page: Page, heading: str) -> list[list[str]]:
-    """The cells, row by row, of the dataframe in the same column as the subheading ``heading``."""
-    column = page.get_by_test_id("stColumn").filter(has=page.get_by_role("heading", name=heading, exact=True))
-    expect(column).to_have_count(1)
-    return column.get_by_test_id("stDataFrame").evaluate(
-        """(frame) => {
+    """The cells, row by row, of the first dataframe after the subheading ``heading`` (the page stacks its sections)."""
+    title = page.get_by_role("heading", name=heading, exact=True)
+    expect(title).to_have_count(1)
+    return title.evaluate(
+        """(title) => {
+            const frame = [...document.querySelectorAll('[data-testid="stDataFrame"]')]
+                .find((f) => title.compareDocumentPosition(f) & Node.DOCUMENT_POSITION_FOLLOWING);
             const rows = {};
             for (const cell of frame.querySelectorAll('td[data-testid^="glide-cell-"]')) {
                 const [col, row] = cell.dataset.testid.split('-').slice(2).map(Number);
