@@ -103,7 +103,8 @@ def test_live_chart_fills_while_timing(page: Page) -> None:
 
     expect(page.get_by_test_id("stExpander").filter(has_text=f"Timed {STEPS} steps")).to_have_count(1)  # the status box
     expect(metric_value(page, "Median step")).to_have_text(re.compile(r"^\d+\.\d ms$"))
-    expect(metric_value(page, "Compile")).to_have_text(re.compile(r"^\d+\.\d\d s$"))
+    # another test on this server may have compiled the seed layout already: the page then says so
+    expect(metric_value(page, "Compile")).to_have_text(re.compile(r"^(\d+\.\d\d s|cached)$"))
     final = page.locator(f"{key_selector('step_times')} .js-plotly-plot")
     assert final.evaluate("(plot) => plot.data[0].x.length") == STEPS
     expect(page.locator(MAIN)).to_contain_text(f"{STEPS} timed steps after 2 warm-up")
