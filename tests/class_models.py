@@ -155,10 +155,27 @@ def make_dead_in_call():
     return DeadInCall(), [InputSpec("x", (B, D), "float32", ("batch", "embed"))], lambda y, x: y.mean()
 
 
+class NnxResolvedActivation(nn.Module):
+    """An activation whose names Flax's NNX resolver reads (``flax.core.spmd``, as an NNX variable's ``out_sharding``):
+    its name ``model`` has no rule, so NNX reads it as the mesh axis ``model``, while the kernel's ``model``, read the
+    Linen way, is replicated."""
+
+    @nn.compact
+    def __call__(self, x):
+        from flax.core import spmd
+
+        kernel = self.param("kernel", _boxed(("embed", "model")), (x.shape[-1], D))
+        return spmd.shard_value(x @ kernel, P("batch", "model"), None, None)
+
+
+def make_nnx_resolved_activation():
+    return NnxResolvedActivation(), [InputSpec("x", (B, D), "float32", ("batch", "embed"))], lambda y, x: y.mean()
+
+
 ALL = ",".join(
     f"tests.class_models:{name}" for name in (
         "make_short_annotation", "make_partitioning_style", "make_repeated", "make_mesh_axis_constraint",
-        "make_failing", "make_bridged", "make_nnx_logical", "make_dead_in_call",
+        "make_failing", "make_bridged", "make_nnx_logical", "make_dead_in_call", "make_nnx_resolved_activation",
     )
 )
 

@@ -122,3 +122,60 @@ def test_paths_keep_a_module_named_value_and_drop_a_box_value():
 ])
 def test_decoding_probe_specs(spec, expected):
     assert reader.decode_spec(spec, len(expected)) == expected
+
+
+# --- the tagged layout: the layout's own resolution, with each dimension's name kept ----------------
+
+from flax.core import spmd as nnx_spmd  # noqa: E402  (NNX's resolver: the rules read as a dict)
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+NAMES = ("batch", "embed", "mlp", "heads", "kv")
+AXES = ("data", "model", "fsdp")
+_axes = st.one_of(st.none(), st.sampled_from(AXES), st.lists(st.sampled_from(AXES), min_size=1, max_size=2, unique=True).map(tuple))
+_rules = st.lists(st.tuples(st.sampled_from(NAMES), _axes), max_size=7).map(tuple)
+_array = st.lists(st.one_of(st.none(), st.sampled_from(NAMES)), min_size=1, max_size=4).filter(
+    lambda names: len([n for n in names if n]) == len({n for n in names if n}))
+
+
+def _strip(entry):
+    axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+    kept = tuple(a for a in axes if not a.startswith(reader.PROBE_PREFIX))
+    return kept or None
+
+
+def _plain(entry):
+    axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+    return axes or None
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules=_rules, array=_array)
+def test_tagged_rules_resolve_as_the_rules_do_the_linen_way(rules, array):
+    """Flax's own Linen resolver: the tagged rules give the same mesh axes, and every named dimension its name."""
+    tagged = reader.tagged_rules(rules, NAMES)
+    plain = nn.logical_to_mesh_axes(array, rules)
+    with_tags = nn.logical_to_mesh_axes(array, tagged)
+    assert [_plain(e) for e in plain] == [_strip(e) for e in with_tags]
+    assert reader.decode_spec(with_tags, len(array), tagged=True) == tuple(array)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules=_rules, array=_array)
+def test_tagged_rules_resolve_as_the_rules_do_the_nnx_way(rules, array):
+    """Flax's own NNX resolver (the last rule of a name wins) on names that have a rule; a name with none is what the
+    trace checks afterwards (NNX would read it as a mesh axis)."""
+    ruled = {name for name, _ in rules}
+    array = [n if n in ruled else None for n in array]
+    tagged = reader.tagged_rules(rules, NAMES)
+    with nn.logical_axis_rules(rules):
+        plain = nnx_spmd.apply_rules(P(*array), None)
+    with nn.logical_axis_rules(tagged):
+        with_tags = nnx_spmd.apply_rules(P(*array), None)
+    assert [_plain(e) for e in plain] == [_strip(e) for e in with_tags]
+    assert reader.decode_spec(with_tags, len(array), tagged=True) == tuple(array)
+
+
+def test_a_tagged_mesh_adds_only_size_one_axes():
+    mesh = reader.tagged_mesh(["mlp", "batch"], ("data", "model"), (2, 4))
+    assert dict(zip(mesh.axis_names, mesh.axis_sizes)) == {"data": 2, "model": 4, "logical:batch": 1, "logical:mlp": 1}
+    assert reader.mesh_spec(P(("data", "logical:batch"), "logical:mlp", "model"), 4) == (("data",), None, ("model",), None)

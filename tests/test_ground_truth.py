@@ -56,6 +56,8 @@ CASES = {
     "mesh-axis-constraint": case(MESH_2X4, [], "tests.class_models:make_mesh_axis_constraint", recipe="mesh"),
     "bridged": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "tests.class_models:make_bridged",
                     recipe="eager"),
+    "nnx-resolved-activation": case(MESH_2X4, [["batch", "data"], ["embed", None]],
+                                    "tests.class_models:make_nnx_resolved_activation"),
     "dead-in-call": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]],
                          "tests.class_models:make_dead_in_call"),
     "nnx-logical": case(MESH_2X4, [["embed", "data"], ["mlp", "model"]], "tests.class_models:make_nnx_logical",
@@ -226,7 +228,7 @@ def test_each_activation_names_the_module_jax_names(name, allow_factories):
 
 LOOP_FREE = ["flaxformer-moe-masked", "flaxformer-moe-scatter", "flaxformer-moe-experts-choose", "maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
              "i17-7-maxtext-style-moe", "i17-7-vmap-moe", "i17-7-nnx-moe", "guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
-             "bridged", "dead-in-call", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
+             "bridged", "dead-in-call", "nnx-resolved-activation", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
 
 
 @pytest.mark.parametrize("name", LOOP_FREE)

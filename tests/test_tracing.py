@@ -1,5 +1,6 @@
-"""A Linen model is traced twice, as Flax's recipe does: init under the layout (the state, and that layout's activations), then
-the forward pass under the probe (the names); a rules edit re-traces the forward pass under the new rules only."""
+"""A Linen model is traced twice, as Flax's recipe does: init without a mesh (the state), then the forward pass under the
+layout tagged with the names (that layout's activations, and their names); a rules edit re-traces the forward pass under
+the new rules only."""
 
 import pytest
 
@@ -30,8 +31,8 @@ def fresh(monkeypatch):
 
 @pytest.fixture
 def traces(fresh, monkeypatch):
-    """Each trace, as "init" (a Linen init, under the layout when there is one), "forward" (the forward pass under
-    the probe) or "layout" (the forward pass under the layout's mesh and rules)."""
+    """Each trace, as "init" (a Linen init), "forward" (the forward pass under the probe or the tagged layout) or
+    "layout" (the forward pass under the layout's mesh and rules alone)."""
     calls = []
     real_init, real_read, real_layout = tracing._linen_state, program.constraints, under_layout._trace
     in_layout = []
@@ -62,7 +63,7 @@ def traces(fresh, monkeypatch):
 
 def test_a_first_analysis_traces_init_and_the_forward_pass(traces):
     report = analyze(layout(EVERY_NAME))
-    assert traces == ["init", "forward"]  # init under this layout gives its activations; the probe gives the names
+    assert traces == ["init", "forward"]  # the forward pass under the tagged layout gives its activations and names
     query = [a for a in report.arrays if a.kind == "activation" and a.module == "block_0/attention"]
     assert ("batch", "length", "heads", "kv") in [a.logical_axes for a in query]
 
@@ -78,7 +79,7 @@ def test_a_parameter_name_without_a_rule_is_still_seen_on_activations(traces):
     analyze(layout(rules[::-1], name="edited"))
     assert traces == ["init", "forward", "layout"]  # a rules edit: the forward pass under the new rules only
     analyze(layout(rules + [["never_carried", None]], name="new name"))
-    assert traces == ["init", "forward", "layout", "forward", "layout"]  # a new name: the probe's forward pass too
+    assert traces == ["init", "forward", "layout", "forward"]  # a new name: the forward pass under the tagged layout
 
 
 LINEN_CASES = ["guide-mlp-scan", "transformer-scan-3d", "partitioning-style", "repeated-scan", "bridged", "dead-in-call", "t5x-1d",
@@ -86,9 +87,9 @@ LINEN_CASES = ["guide-mlp-scan", "transformer-scan-3d", "partitioning-style", "r
 
 
 @pytest.mark.parametrize("name", LINEN_CASES)
-def test_init_read_as_a_forward_pass_lists_what_the_forward_pass_lists(name, fresh, monkeypatch):
-    """The two ways a Linen model's activations are read under a layout agree: init with the parameters' values as
-    given, and the forward pass alone (ground truth checks the analysis, case by case)."""
+def test_the_tagged_layout_receives_what_the_layout_alone_receives(name, fresh, monkeypatch):
+    """The two ways a Linen model's activations are read under a layout agree: the forward pass under the layout tagged
+    with the names (probe axes stripped), and under the layout alone (ground truth checks the analysis, case by case)."""
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", CLASS_FACTORIES + "," + EXTERNAL_FACTORIES)
     case = CASES[name]
     spec = parse_layout({"name": name, "mesh": case["mesh"], "rules": case["rules"], "model": case["model"]})
@@ -123,3 +124,18 @@ def test_a_rules_edit_reads_the_new_rules_not_a_cached_program(fresh, monkeypatc
         return report.array("activations/output").spec
 
     assert logits(first)[-1] == "model" and logits(unsharded)[-1] is None and logits(sharded)[-1] == "model"
+
+
+def test_the_garbage_collector_runs_again_after_a_trace_and_after_a_refused_one(fresh):
+    import gc
+
+    from explorer.errors import ExplorerError
+
+    assert gc.isenabled()
+    analyze(layout(EVERY_NAME))
+    assert gc.isenabled()
+    with pytest.raises(ExplorerError):
+        with tracing._tracing(("broken", "{}")):
+            assert not gc.isenabled()  # paused while tracing
+            raise RuntimeError("the model's own code failed")
+    assert gc.isenabled()

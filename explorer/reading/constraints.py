@@ -28,8 +28,11 @@ Only constraints the program's wanted outputs need are read, as XLA keeps only t
 a liveness pass (backwards over each program, into called programs by position)
 drops dead code. With the values of parameters taken as given, that same pass reads
 a whole ``init`` as its forward pass alone: the parameters' initialisers (and the
-dead copies of a body Flax's ``nn.scan`` traces while initialising) are not the
-step's. So one trace of ``init_with_output`` gives the state and the activations.
+dead copies of a body Flax's ``nn.scan`` traces while initialising) are not the step's.
+
+A *tagged layout* (``tagged_mesh``, ``tagged_rules``) is a layout's own mesh and rules
+with a size-1 probe axis per logical name added to both: one trace under it gives each
+constraint the mesh axes JAX receives under the layout and the names that put them there.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class Constraint:
     semantics: str = "hand"
     in_loop_without_length: bool = False
     var: Any = dataclasses.field(default=None, compare=False, repr=False)
+    spec: Any = dataclasses.field(default=None, compare=False, repr=False)  # the equation's PartitionSpec, as traced
 
 
 def probe_axis(logical: str) -> str:
@@ -102,20 +106,73 @@ def probe_rules(logical_names: Iterable[str]) -> tuple[tuple[str, str], ...]:
     return tuple((name, probe_axis(name)) for name in sorted(set(logical_names)))
 
 
-def decode_spec(spec: PartitionSpec, ndim: int) -> tuple[str | tuple[str, ...] | None, ...]:
-    """Probe-mesh spec entries back to logical names / fixed mesh axes, padded to ``ndim``."""
+def decode_spec(spec: PartitionSpec, ndim: int, tagged: bool = False) -> tuple[str | tuple[str, ...] | None, ...]:
+    """Probe-mesh spec entries back to logical names / fixed mesh axes, padded to ``ndim``.
+
+    Under the probe a dimension with a probe axis and a mesh axis is not recoverable. Under a
+    tagged layout (``tagged``: ``tagged_mesh`` and ``tagged_rules``) it is a name the rules
+    placed on those mesh axes: the name is kept (``mesh_spec`` gives the axes).
+    """
     dims: list[str | tuple[str, ...] | None] = []
-    for entry in tuple(spec) + (None,) * (ndim - len(spec)):
-        axes = () if entry is None or entry is PartitionSpec.UNCONSTRAINED else (entry,) if isinstance(entry, str) else tuple(entry)
+    for axes in _entries(spec, ndim):
         logical = [a[len(PROBE_PREFIX):] for a in axes if a.startswith(PROBE_PREFIX)]
         fixed = tuple(a for a in axes if not a.startswith(PROBE_PREFIX))
-        if logical and not fixed and len(logical) == 1:
+        if len(logical) == 1 and (tagged or not fixed):
             dims.append(logical[0])
         elif fixed and not logical:
             dims.append(fixed)
         else:
             dims.append(None)
     return tuple(dims)
+
+
+def mesh_spec(spec: PartitionSpec, ndim: int) -> tuple[tuple[str, ...] | None, ...]:
+    """A tagged layout's spec entries without their probe axes: the mesh axes each dimension is sharded over."""
+    out = []
+    for axes in _entries(spec, ndim):
+        fixed = tuple(a for a in axes if not a.startswith(PROBE_PREFIX))
+        out.append(fixed or None)
+    return tuple(out)
+
+
+def _entries(spec: PartitionSpec, ndim: int) -> list[tuple[str, ...]]:
+    return [() if entry is None or entry is PartitionSpec.UNCONSTRAINED else (entry,) if isinstance(entry, str) else tuple(entry)
+            for entry in tuple(spec) + (None,) * (ndim - len(spec))]
+
+
+def tagged_mesh(logical_names: Iterable[str], mesh_axes: Sequence[str], mesh_sizes: Sequence[int]) -> AbstractMesh:
+    """A layout's mesh with a size-1 probe axis per logical name added: sharding is unchanged, names are kept.
+
+    Traced under it with ``tagged_rules``, one forward pass gives each constraint both the
+    mesh axes JAX receives under the layout and the logical names they came from.
+    """
+    probes = [probe_axis(n) for n in sorted(set(logical_names))]
+    axes = (*mesh_axes, *probes)
+    return AbstractMesh((*map(int, mesh_sizes), *(1,) * len(probes)), axes, axis_types=(AxisType.Auto,) * len(axes))
+
+
+def tagged_rules(rules: Sequence[tuple[str, Any]], logical_names: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A layout's rules, each also sending its name to the name's probe axis, resolving as the rules do.
+
+    Linen takes a name's first rule whose mesh axes are all still free in the array (a probe
+    axis is only ever its own name's, so freeness is unchanged); a last rule of the probe
+    axis alone tags a name no rule placed (Linen leaves it replicated). NNX reads the rules
+    as a dict, the last rule of a name winning: a name's last tagged rule is repeated after
+    that. A name with no rule is tagged too, which NNX would have read as a mesh axis of that
+    name: a caller checks such constraints (``untagged_by_nnx``).
+    """
+    out: list[tuple[str, tuple[str, ...]]] = []
+    last: dict[str, tuple[str, ...]] = {}
+    for name, axes in rules:
+        axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+        tagged = axes + (probe_axis(name),)
+        out.append((name, tagged))
+        last[name] = tagged
+    for name in sorted(set(logical_names) | set(last)):
+        out.append((name, (probe_axis(name),)))
+        if name in last:
+            out.append((name, last[name]))
+    return tuple(out)
 
 
 def constraints(closed_jaxpr, input_invars: Sequence[int], parameter_invars: Sequence[int] = (),
@@ -334,7 +391,7 @@ def _constraint(eqn, dependent: set, prefix: str, runs: int, unbounded: bool) ->
     activation = not _is_literal(operand) and operand in dependent
     return Constraint(
         decode_spec(spec, len(aval.shape)), tuple(aval.shape), str(aval.dtype), location, runs,
-        activation, _semantics(eqn.source_info), unbounded, eqn.outvars[0],
+        activation, _semantics(eqn.source_info), unbounded, eqn.outvars[0], spec,
     )
 
 

@@ -97,7 +97,7 @@ def _write_json(path: Path, data: Any) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-", suffix=".json")
         with os.fdopen(handle, "w", encoding="utf-8") as file:
-            json.dump(data, file)
+            file.write(json.dumps(data))  # one write of the C encoder's text: json.dump writes it chunk by chunk
         os.replace(temporary, path)
     except OSError:
         return

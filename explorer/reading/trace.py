@@ -1,22 +1,22 @@
 """Tracing a model configuration into an ``AbstractModel``, without allocating any array.
 
 - Linen: the Flax guide's ``init_fn`` (``model.init`` then ``TrainState.create`` with
-  Adam), with the model's output, traced once by ``jax.make_jaxpr`` under a probe mesh
-  (``constraints.py``). Its output shapes are the train state: every
+  Adam), evaluated by ``jax.eval_shape`` without a mesh, as the guide does. Its output
+  shapes are the train state: every
   ``flax.core.meta.AxisMetadata`` box (``nn.with_logical_partitioning``,
   ``nn.with_partitioning``, NNX-in-Linen bridges) gives its names through
   ``get_partition_spec()``; ``flax.linen.partitioning.param_with_axes`` models give theirs
   through ``nn_partitioning.get_axis_names`` on the ``params_axes`` collection (their
   parameters stay unboxed, as T5X keeps them: Flax's lifted transforms refuse boxes
   without a partition name), and Adam's moments take their parameter's names from
-  ``optimizer.init`` of the parameters boxed with those names. Its program, read with the
-  parameters' values as given, is the forward pass.
+  ``optimizer.init`` of the parameters boxed with those names.
 - NNX: ``nnx.eval_shape`` of the factory's builder and of ``nnx.Optimizer`` (Adam, on
   ``nnx.Param``), names from ``out_sharding`` metadata via ``nnx.get_partition_spec``;
   the forward pass traced on that state.
 
 Activations are every live ``sharding_constraint`` of the forward pass on a value
-computed from a model input, read under the probe: logical constraints and constraints
+computed from a model input, traced under the layout tagged with the logical names (or
+under the probe, ``constraints.py``): logical constraints and constraints
 fixed to mesh axes by hand alike, each with its module, the rule semantics of the call
 that made it, in program order, a scanned body once with how many times it runs per
 step. Constraints on weights (parameter reads, casts and transposes of weights) are
@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
+import sys
 import threading
 from typing import Any
 
@@ -95,32 +97,62 @@ def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...], layout
     """The model of ``key`` traced, with its activations' names read under a probe telling ``names`` apart.
 
     A model seen for the first time is traced twice, as a user of Flax's recipe does: the
-    state (Linen: the guide's ``init`` with the model's output, traced under ``layout``, a
-    ``(mesh, rules)`` pair, when given, so that the same program read with the parameters'
-    values taken as given is that layout's forward pass; NNX: ``nnx.eval_shape``), then the
-    forward pass under the probe, which by then knows every logical name the parameters
-    carry. A model whose state is known re-traces only the probe's forward pass. Returns the
-    traced model and, when the init ran under ``layout``, that layout's activations as JAX
-    received them (``Resolved``), else None.
+    state (Linen: the guide's ``init``, evaluated without a mesh as Flax's guide does; NNX:
+    ``nnx.eval_shape``), then the forward pass. With ``layout``, a ``(mesh, rules)`` pair,
+    that forward pass runs under the layout tagged with a size-1 probe axis per name
+    (``constraints.tagged_mesh``/``tagged_rules``): each constraint then says both the mesh
+    axes JAX receives under the layout and the names they came from, so the layout's
+    activations (``Resolved``) come at no extra cost. Without a layout, or where the tagged
+    trace is refused, the forward pass runs under the probe alone and the layout's
+    activations are left to ``received_by_forward`` (None is returned for them).
+    A model whose state is known re-traces only the forward pass.
     """
     stage = _stages.get((key, mesh_axes))
     built = stage.built if stage is not None else _built(key)
-    received = None
     with _tracing(key):
         if stage is None:
-            if built.framework == "linen":
-                stage, received = _linen_state(built, layout)
-            else:
-                stage = _nnx_state(built)
+            stage = _linen_state(built, layout) if built.framework == "linen" else _nnx_state(built)
             _remember(key, mesh_axes, stage)
         names = names | _input_names(built) | names_of(stage.state_arrays)
+        if layout is not None:
+            found = _tagged_forward(key, mesh_axes, stage, names, *layout)
+            if found is not None:
+                named, received = found
+                return Traced(named, frozenset(names)), received
         try:
             with _probe(names, mesh_axes):
                 closed = forward_program(stage)
         except Exception as error:  # the model's own code refuses the probe: names are not recoverable
-            return Traced(_unprobed(key, mesh_axes, stage, error_text(error)), frozenset(names)), received
+            return Traced(_unprobed(key, mesh_axes, stage, error_text(error)), frozenset(names)), None
         found = program.constraints(closed, **_forward_positions(stage))
-    return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names)), received
+    return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names)), None
+
+
+def _tagged_forward(key: tuple, mesh_axes: tuple[str, ...], stage: "_State", names: frozenset[str], mesh: Any, rules: tuple
+                    ) -> tuple[AbstractModel, Resolved | None] | None:
+    """The forward pass under the layout tagged with the names: the model with its names, and the layout's activations.
+
+    None where the tagged layout is refused (a dimension an axis does not divide, code that
+    wants the layout's devices): the probe and the layout are then traced apart. The layout's
+    activations are None where a constraint resolved the NNX way carries a name with no rule
+    (NNX reads such a name as a mesh axis; the tag hid that): the layout alone says what JAX does.
+    """
+    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in rules)
+    names = names | {name for name, _ in rules}
+    tagged_mesh = program.tagged_mesh(names, tuple(mesh.axis_names), tuple(mesh.axis_sizes))
+    try:
+        with jax.sharding.use_abstract_mesh(tagged_mesh), nn.logical_axis_rules(program.tagged_rules(rules, names)):
+            closed = forward_program(stage)
+    except Exception:
+        return None
+    found = program.constraints(closed, **_forward_positions(stage))
+    named = [dataclasses.replace(c, dims=program.decode_spec(c.spec, len(c.shape), tagged=True)) for c in found]
+    model = _model(key, mesh_axes, stage, named, closed)
+    ruled = {name for name, _ in rules}
+    if any(c.semantics == "nnx" and any(isinstance(d, str) and d not in ruled for d in c.dims) for c in named):
+        return model, None
+    on_mesh = [dataclasses.replace(c, dims=program.mesh_spec(c.spec, len(c.shape))) for c in found]
+    return model, _received(on_mesh, closed, stage, model.framework)
 
 
 def _forward_positions(stage: "_State") -> dict:
@@ -133,7 +165,7 @@ def _forward_positions(stage: "_State") -> dict:
 def received_by_forward(stage: "_State", model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
     """A layout's activations as JAX receives them: the forward pass traced under its mesh and rules."""
     try:
-        with _layout_context(mesh, rules):
+        with _collector_paused(), _layout_context(mesh, rules):
             closed = forward_program(stage)
     except Exception as error:  # a layout JAX refuses (an axis used twice, ...): the analysis says so
         return Resolved(error=error_text(error))
@@ -197,7 +229,7 @@ def state_stage(key: tuple, mesh_axes: tuple[str, ...]) -> _State:
     if stage is None:
         built = _built(key)
         with _tracing(key):
-            stage = _linen_state(built, None)[0] if built.framework == "linen" else _nnx_state(built)
+            stage = _linen_state(built) if built.framework == "linen" else _nnx_state(built)
         _remember(key, mesh_axes, stage)
         stage = _stages[(key, mesh_axes)]
     return stage
@@ -222,11 +254,37 @@ def _built(key: tuple) -> BuiltModel:
 def _tracing(key: tuple):
     """A model that cannot be traced is bad input, not a crash: one message naming the model."""
     try:
-        yield
+        with _collector_paused():
+            yield
     except ExplorerError:
         raise
     except Exception as error:
         raise ExplorerError("model", key[0], f"could not be traced: {type(error).__name__}: {error}") from None
+
+
+_pause = {"traces": 0, "resume": False}
+_pause_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused while any trace runs (in any thread), then as it was.
+
+    A trace makes a few hundred thousand short-lived objects; the collector's passes over them,
+    and over every object JAX and Flax hold, cost about 6% of a trace.
+    """
+    with _pause_lock:
+        if _pause["traces"] == 0:
+            _pause["resume"] = gc.isenabled()
+            gc.disable()
+        _pause["traces"] += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pause["traces"] -= 1
+            if _pause["traces"] == 0 and _pause["resume"]:
+                gc.enable()
 
 
 def _input_names(built: BuiltModel) -> frozenset[str]:
@@ -257,50 +315,42 @@ def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
 
 # --- Linen ---------------------------------------------------------------------------------
 
-def _linen_state(built: BuiltModel, layout: tuple | None) -> tuple[_State, Resolved | None]:
-    """One ``make_jaxpr`` of the guide's init (with the model's output): the state and, traced under ``layout``
-    (mesh, rules), that layout's activations read from the same program with the parameters' values as given.
+def _linen_state(built: BuiltModel, layout: tuple | None = None) -> _State:
+    """The state: the guide's ``init_fn``, evaluated without a mesh as Flax's guide evaluates shapes.
 
-    A layout JAX refuses, or a model whose code refuses it, is traced again without any mesh, as Flax's guide
-    evaluates shapes: the state is the same; the layout's activations are then read from its forward pass.
+    A model whose init needs a mesh (a ``PartitionSpec`` constraint written by hand) is
+    evaluated under ``layout``'s mesh and rules when given.
     """
     optimizer = make_optimizer()
     module = built.module
 
-    def init_with_output(rng, *xs):
-        output, variables = module.init_with_output(rng, *built.model_args(xs))
+    def init(rng, *xs):
+        variables = module.init(rng, *built.model_args(xs))
         state = train_state.TrainState.create(apply_fn=module.apply, params=variables["params"], tx=optimizer)
-        return output, state, variables.get("params_axes")
+        return state, variables.get("params_axes")
 
-    from flax import nnx
-
-    trace = jax.make_jaxpr(init_with_output, return_shape=True)
     arguments = (jax.random.key(0), *_abstract_inputs(built))
-    closed = None
-    if layout is not None:
+    # NNX variables inside (bridges) would shard themselves as they are created; shapes need no mesh
+    with _no_eager_sharding():
         try:
-            # NNX variables inside (bridges) would shard themselves as they are created; shapes need no mesh
-            with _layout_context(*layout), nnx.use_eager_sharding(False):
-                closed, (output, state, params_axes) = trace(*arguments)
+            state, params_axes = jax.eval_shape(init, *arguments)
         except Exception:
-            closed = None
-    if closed is None:
-        with nnx.use_eager_sharding(False):
-            plain, (output, state, params_axes) = trace(*arguments)
+            if layout is None:
+                raise
+            with _layout_context(*layout):
+                state, params_axes = jax.eval_shape(init, *arguments)
 
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 
-    stage = _State(built, "linen", optimizer, state, _linen_state_arrays(state, optimizer, params_axes), forward,
-                   state.params, root=type(module).__name__)
-    if closed is None:
-        return stage, None
-    n_output = len(jax.tree_util.tree_leaves(output))
-    state_leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    parameters = tuple(n_output + i for i, (path, _) in enumerate(state_leaves)
-                       if path and path[0] == jax.tree_util.GetAttrKey("params"))
-    found = program.constraints(closed, input_invars=range(1, 1 + len(built.inputs)), parameter_outvars=parameters)
-    return stage, _received(found, closed, stage, "linen")
+    return _State(built, "linen", optimizer, state, _linen_state_arrays(state, optimizer, params_axes), forward,
+                  state.params, root=type(module).__name__)
+
+
+def _no_eager_sharding():
+    """NNX's eager sharding off, where NNX is loaded: a model without NNX parts never imported it (and need not)."""
+    nnx = sys.modules.get("flax.nnx")
+    return nnx.use_eager_sharding(False) if nnx is not None else contextlib.nullcontext()
 
 
 def _is_box(x: Any) -> bool:
@@ -330,9 +380,8 @@ def _box_names(leaf: Any, ndim: int) -> tuple[tuple[AxisName, ...] | None, str]:
     """A box's names through Flax's public ``get_partition_spec``, padded to the rank."""
     if not _is_box(leaf):
         return ((), "logical") if ndim == 0 else (None, "logical")
-    from flax.nnx.bridge.variables import NNXMeta
-
-    if isinstance(leaf, NNXMeta):  # its get_partition_spec builds an eagerly sharded Variable, which needs a mesh
+    bridge = sys.modules.get("flax.nnx.bridge.variables")  # loaded by any model with NNX parts
+    if bridge is not None and isinstance(leaf, bridge.NNXMeta):  # its get_partition_spec builds an eagerly sharded Variable, which needs a mesh
         # Flax shards an NNX variable as it creates it, with NNX's rule semantics, even inside a Linen model
         return _padded(tuple(leaf.metadata.get("out_sharding") or ()), ndim), "nnx"
     else:

@@ -8,7 +8,8 @@ the model holds), pass rules of its own, or refuse the probe altogether. So the 
 pass is also traced in the layout's own context, the mesh (this process's devices, or an
 ``AbstractMesh`` of the same shape for a planned mesh) and ``nn.logical_axis_rules``, and
 every live activation constraint is read as JAX received it. The result depends on the
-rules: it is kept in memory and on disk (``disk.py``) per model, mesh and rules.
+rules: it is kept in memory and on disk (``disk.py``) per model, mesh and rules. A trace
+of the names under the tagged layout (``trace.traced``) gives it too, and ``remember``s it.
 """
 
 from __future__ import annotations
