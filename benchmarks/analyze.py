@@ -21,9 +21,9 @@ that case is printed too. A line for a real external model (T5X's T5) compares w
 T5X's own recipe.
 
 The explorer traces a Linen model twice on first contact, as the bare recipe does: the guide's
-init under the layout's mesh and rules (the state, and the activations as JAX receives them
-there), then the forward pass under its probe (every constraint's logical names). The Llama
-rules here leave ``kv`` (the per-head width) without a rule, as MaxText-style rules do; the
+init without a mesh (the state), then the forward pass under the layout tagged with a size-1 axis
+per logical name (the activations as JAX receives them under the layout, and their names). The
+Llama rules here leave ``kv`` (the per-head width) without a rule, as MaxText-style rules do; the
 "rules naming every parameter name" line adds ``kv -> None`` (the same shardings).
 """
 
