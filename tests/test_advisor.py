@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from explorer import advisor
-from explorer.analysis import analyze
+from explorer.analysis import analyze, model_for_layouts
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.targets import parse_target
@@ -70,6 +70,32 @@ def test_stage_1_state_is_the_analysis_state_for_every_candidate_and_refusals_ar
     for candidate in search.candidates:
         assert candidate.state_bytes == analyze(candidate.layout).totals.state_bytes, candidate.layout.name
         assert not candidate.verified and candidate.estimate.step_s > 0
+
+
+def small_transformer(scan=True, **options):
+    return parse_layout({"name": "mine", "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+                         "rules": [["batch", "data"], ["heads", "model"], ["mlp", "model"], ["vocab", "model"]],
+                         "model": {"name": "transformer", "options": {
+                             "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8,
+                             "mlp_dim": 64, "vocab": 128, "gated_mlp": True, "scan": scan, **options}}})
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_stage_1_read_from_one_trace_equals_the_full_analysis_of_each_candidate(scan):
+    """Stage 1 traces the model once and reads every candidate from it without a forward trace of its own
+    (``analyze(..., received=False)``): every array's spec and bytes per device (activations too), and so
+    the estimate, are those of the full analysis (a trace under each candidate's mesh and rules)."""
+    search = advisor.stage1(small_transformer(scan), TARGET)
+    assert len(search.candidates) >= 15
+    shared = model_for_layouts([c.layout for c in search.candidates if not c.own])
+    names = [c.layout.name for c in search.candidates]
+    for name in ("sequence2xtensor4", "fsdp2xtensor4", "data2xsequence2xtensor2", "fsdp2xsequence4", "data8"):
+        candidate = search.candidates[names.index(name)]
+        full, quick = analyze(candidate.layout), analyze(candidate.layout, model=shared, received=False)
+        assert [(a.path, a.spec, a.bytes_per_device) for a in quick.arrays] == [(a.path, a.spec, a.bytes_per_device) for a in full.arrays]
+        assert any(a.kind == "activation" for a in full.arrays)
+        assert candidate.state_bytes == full.totals.state_bytes and quick.totals == full.totals, name
+        assert (candidate.estimate, candidate.largest_collective) == advisor.stage1_estimate(full, parse_target(TARGET)), name
 
 
 def test_a_model_that_fits_no_layout_says_so_with_the_smallest_state(seed_dict):
