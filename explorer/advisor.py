@@ -220,6 +220,9 @@ def estimate_candidate(report, target: Target, tokens: int, param_count: int, ro
     sharded (no gather) and the row-parallel outputs are all-reduced over it. Any other axis that
     shards parameters is FSDP-like: gathered forward and backward, gradients reduce-scattered.
     Compute is split over the axes that split the inputs (batch, sequence) or are tensor-like.
+    Activations are counted per projection (``_projections``): each parameter that maps the
+    residual stream (an embed-role dimension, never split by tensor parallelism) to a tensor-role
+    space, once per stacked layer.
     """
     chip = target.chip
     mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
@@ -228,7 +231,15 @@ def estimate_candidate(report, target: Target, tokens: int, param_count: int, ro
     input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
     splitting = math.prod(size for axis, size in mesh.items() if axis in input_axes or axis in tensor_like)
     compute_s = 6.0 * param_count * tokens / splitting / chip.device_peak_flops
-    traffic = 2 * totals.param_bytes + 2 * totals.param_bytes + 2 * totals.opt_state_bytes + 2 * totals.activation_bytes
+    # Tokens each device holds: the token grid split over the axes that split the inputs.
+    tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in input_axes)
+    projections = _projections(report, roles, tensor_like, mesh)
+    width = _activation_itemsize(report)
+    # The book's matmul accounting (https://jax-ml.github.io/scaling-book/transformers/, "Transformer Accounting"):
+    # Y = XW reads X and writes Y; the backward pass reads dY twice (dX = dY Wᵀ, dW = Xᵀ dY), reads X and
+    # writes dX: each side of a projection crosses HBM three times per step.
+    activation_traffic = sum(3 * p.runs * tokens_here * (p.embed + p.other_here) * width for p in projections)
+    traffic = 2 * totals.param_bytes + 2 * totals.param_bytes + 2 * totals.opt_state_bytes + activation_traffic
     memory_s = traffic / chip.device_hbm_bandwidth
     params = [a for a in report.arrays if a.kind == "param"]
     collectives: list[tuple[str, Collective]] = []
@@ -236,7 +247,10 @@ def estimate_candidate(report, target: Target, tokens: int, param_count: int, ro
         if size <= 1:
             continue
         if axis in tensor_like:
-            moved = sum(2 * a.bytes_per_device * a.runs_per_step for a in _row_parallel_outputs(report, roles) if axis not in _axes_of(a.spec))
+            # Megatron (the book's "Transformer Accounting", tensor parallelism): a row-parallel projection's output
+            # (the residual stream, tokens x embed) is a partial sum, all-reduced over the axis forward and its
+            # gradient backward.
+            moved = sum(2 * p.runs * tokens_here * p.embed * width for p in projections if p.row_parallel and axis in p.axes)
             if moved:
                 collectives.append((f"all-reduce x2 of activations over {axis}", _collective("all-reduce", moved, (axis,), size)))
         else:
@@ -261,6 +275,56 @@ def estimate_candidate(report, target: Target, tokens: int, param_count: int, ro
     return estimate, (f"{largest[0]}: ≥ {largest[1] * 1e3:.3g} ms (estimate)" if largest[1] else "none")
 
 
+STACK_NAMES = ("layer", "layers", "stack", "blocks")  # a scanned model's stacked-layer dimension
+
+
+@dataclasses.dataclass(frozen=True)
+class Projection:
+    """A parameter that maps the residual stream to a tensor-role space (or back), as stage 1 counts it."""
+
+    runs: int  # per step: the stacked layers it holds
+    embed: int  # the residual side's width (embed-role dimensions, whole: activations keep them)
+    other_here: float  # the other side's width on one device (tensor-role dimensions split over their tensor-like axes)
+    axes: frozenset[str]  # the tensor-like axes that split the other side
+    row_parallel: bool  # the residual side is the output (trailing dimensions): its output is a partial sum over ``axes``
+
+
+def _projections(report, roles: dict[str, str], tensor_like: set[str], mesh: dict[str, int]) -> list[Projection]:
+    """Every parameter with an embed-role dimension and a tensor-role one (the Flax convention: a kernel's input
+    dimensions first, so a kernel whose embed dimensions come last writes the residual stream: row-parallel)."""
+    found = []
+    for a in report.arrays:
+        if a.kind != "param" or not a.logical_axes or len(a.shape) < 2:
+            continue
+        names = [n if isinstance(n, str) else None for n in a.logical_axes]
+        role = [roles.get(n, "none") if n else "none" for n in names]
+        if "embed" not in role or "tensor" not in role and "expert" not in role or "sequence" in role:
+            continue
+        runs, embed, other, axes = 1, 1, 1.0, set()
+        for size, name, kind, entry in zip(a.shape, names, role, a.spec):
+            split = [axis for axis in _axes_of((entry,)) if axis in tensor_like]
+            if name in STACK_NAMES:
+                runs *= size
+            elif kind == "embed":
+                embed *= size
+            else:
+                other *= size / math.prod(mesh[axis] for axis in split)
+                axes.update(split)
+        dims = [k for k, name in zip(role, names) if name not in STACK_NAMES]
+        row_parallel = dims[-1] == "embed" and dims[0] != "embed"
+        found.append(Projection(runs, embed, other, frozenset(axes), row_parallel))
+    return found
+
+
+def _activation_itemsize(report) -> int:
+    """Bytes per activation element: the declared activations' widest dtype, else the parameters'."""
+    import numpy as np
+
+    sizes = [np.dtype(a.dtype).itemsize for a in report.arrays if a.kind == "activation"]
+    sizes = sizes or [np.dtype(a.dtype).itemsize for a in report.arrays if a.kind == "param"]
+    return max(sizes, default=4)
+
+
 def _axes_of(spec) -> set[str]:
     out: set[str] = set()
     for entry in spec:
@@ -268,18 +332,6 @@ def _axes_of(spec) -> set[str]:
             continue
         out.update((entry,) if isinstance(entry, str) else entry)
     return out
-
-
-def _row_parallel_outputs(report, roles: dict[str, str]) -> list:
-    """Declared activations written after contracting a tensor-sharded dimension (see the module docstring)."""
-    acts = [a for a in report.arrays if a.kind == "activation" and a.logical_axes]
-    modules_with_tensor = {a.path.rsplit("/", 1)[0] for a in acts if any(roles.get(n) == "tensor" for n in a.logical_axes if isinstance(n, str))}
-    return [
-        a for a in acts
-        if a.path.rsplit("/", 1)[0] in modules_with_tensor
-        and any(roles.get(n) == "embed" for n in a.logical_axes if isinstance(n, str))
-        and not any(roles.get(n) == "tensor" for n in a.logical_axes if isinstance(n, str))
-    ]
 
 
 def tokens_per_step(report, roles: dict[str, str]) -> int:
@@ -312,6 +364,7 @@ class Search:
     failures: list[str] = dataclasses.field(default_factory=list)
     depth: "Depth | None" = None  # the depth shortcut's option(s), or why it was not used; None: not asked
     full_compiles: int = 0  # extrapolated candidates then compiled in full
+    calibration: dict[str, float] = dataclasses.field(default_factory=dict)  # XLA's over stage 1's terms (``calibration``)
 
     def ranked(self) -> list[Candidate]:
         return rank(self.candidates, self.target.chip.device_hbm_bytes)
@@ -437,8 +490,8 @@ def depth_of(layout: Layout, option: str | None = None, depths: Sequence[int] = 
     (``DEPTH_OPTIONS``: this project's ``layers``, ``num_layers``, T5X's ``num_encoder_layers``/``num_decoder_layers``...).
 
     >>> from explorer.layout import seed_layout
-    >>> depth_of(seed_layout())
-    Depth(options=('layers',), full=4, why='')
+    >>> depth_of(seed_layout()).why
+    'layers=4 is no deeper than the small depths 2, 4: compiled in full'
     """
     options = dict(layout.model.options)
     if option is not None:
@@ -560,25 +613,33 @@ def stage2(
     from explorer.target_compile import Stopped
 
     start = time.perf_counter() - search.elapsed_s
-    chosen = shortlist(search)[:max(compiles, 0)]
+    budget = max(compiles, 0)
     own = next((c for c in search.candidates if c.own), None)
-    if own is not None and own not in chosen and compiles > 0:
-        chosen.append(own)
+    total = min(budget, len(shortlist(search))) + int(own is not None and budget > 0)  # at most: the own layout may be among the picks
+    first = next(iter(shortlist(search)), own)
     progress = on_progress or (lambda *_: None)
     depth = None
-    if chosen and (shortcut or shortcut is None):
-        depth = depth_of(chosen[0].layout, depth_option)
-        if shortcut is None and depth.usable and chosen[0].layout.model.options.get("scan") is True:
+    if first is not None and budget > 0 and (shortcut or shortcut is None):
+        depth = depth_of(first.layout, depth_option)
+        if shortcut is None and depth.usable and first.layout.model.options.get("scan") is True:
             depth = Depth(why="the model's layers are scanned: a compile takes about as long at any depth, so each candidate is compiled in full")
         search.depth = depth
     use = depth is not None and depth.usable
+    tried: set[str] = set()
     try:
-        for number, candidate in enumerate(chosen, 1):
-            search.stage = f"stage 2: compiling {number} of {len(chosen)} ({candidate.layout.name})"
+        for number in range(1, budget + 2):
+            if number <= budget:
+                candidate = next_to_compile(search, tried)
+            else:  # the user's own layout, where the shortlist's turn did not reach it
+                candidate = next((c for c in search.candidates if c.own and c.layout.name not in tried), None)
+            if candidate is None:
+                continue
+            tried.add(candidate.layout.name)
+            search.stage = f"stage 2: compiling {number} of at most {total} ({candidate.layout.name})"
             if use:
                 found = []
                 for layers in SHORTCUT_DEPTHS:
-                    search.stage = f"stage 2: compiling {number} of {len(chosen)} ({candidate.layout.name}) at depth {layers}"
+                    search.stage = f"stage 2: compiling {number} of at most {total} ({candidate.layout.name}) at depth {layers}"
                     found.append(_compile(search, at_depth(candidate.layout, depth, layers), progress, should_stop))
                 if None in found:
                     continue
@@ -589,6 +650,7 @@ def stage2(
                 result = _compile(search, candidate.layout, progress, should_stop)
                 if result is not None:
                     _replace(search, candidate, verified(candidate, result))
+            search.calibration = calibration(search)
             search.elapsed_s = time.perf_counter() - start
         for number in range(1, full_compiles + 1 if use else 1):
             top = next(iter(search.ranked()), None)
@@ -606,6 +668,41 @@ def stage2(
     search.stage = "stopped" if search.stopped else "done"
     search.elapsed_s = time.perf_counter() - start
     return search
+
+
+def calibration(search: Search) -> dict[str, float]:
+    """Per roofline term, XLA's over stage 1's for the candidates compiled so far (the median ratio; 1 before any).
+
+    Stage 1's terms are coarse in different ways for different models (measured in the README: on T5
+    XLA's bytes accessed were about 3x the estimate's and its collective time about half of it), but
+    the error of one term varies much less between layouts of one model than between terms. Scaling
+    each term by what the compiled candidates showed ranks the rest by an estimate corrected on
+    this model: an *estimate* still, used to choose what to compile next, never shown as XLA's.
+    """
+    import statistics
+
+    ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}
+    for c in search.candidates:
+        if not c.verified or not c.compiled or not c.compiled.get("estimate"):
+            continue
+        for term in ratios:
+            stage1, xla = getattr(c.estimate, term), c.compiled["estimate"][term]
+            if stage1 > 0 and xla > 0:
+                ratios[term].append(xla / stage1)
+    return {term: statistics.median(found) if found else 1.0 for term, found in ratios.items()}
+
+
+def calibrated(c: Candidate, factors: dict[str, float]) -> Estimate:
+    """Stage 1's estimate with each term scaled by ``calibration``'s factor."""
+    return Estimate(c.estimate.compute_s * factors["compute_s"], c.estimate.memory_s * factors["memory_s"],
+                    c.estimate.collective_s * factors["collective_s"])
+
+
+def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate | None:
+    """The shortlisted candidate to compile next: the best by the estimate calibrated on what was compiled so far."""
+    factors = calibration(search)
+    pool = [c for c in shortlist(search) if not c.verified and c.layout.name not in tried]
+    return min(pool, key=lambda c: (calibrated(c, factors).step_s,) + _estimate_key(c), default=None)
 
 
 def _compile(search: Search, layout: Layout, progress, should_stop) -> dict | None:
@@ -656,6 +753,39 @@ def advise(
     return stage2(search, compiles, on_progress, should_stop, shortcut=shortcut, depth_option=depth_option)
 
 
+# --- the race of the top three ---------------------------------------------------------------------
+
+RACE_COUNT = 3
+
+
+def race_refusal(search: Search) -> str | None:
+    """None when the top candidates can be raced on this process's own devices (as many as the target has), else why not."""
+    import jax
+
+    here, kind = jax.device_count(), jax.devices()[0].device_kind
+    if here != search.target.devices:
+        return (f"This process has {here} device(s) ({kind}) and {search.target.name} has {search.target.devices}: a race runs "
+                "the candidates on this process's own devices, so it needs as many as the target.")
+    if len(race_candidates(search)) < 2:
+        return "Fewer than two candidates fit the target: nothing to race."
+    return None
+
+
+def race_candidates(search: Search, count: int = RACE_COUNT) -> list[Candidate]:
+    """The best ``count`` candidates that fit (rank order), for ``compare.race`` on this process's devices."""
+    return [c for c in search.ranked() if c.fits][:count]
+
+
+def race_top(search: Search, rounds: int = 3, steps: int = 5, **kwargs):
+    """Race the top three on this process's devices with ``compare.race`` (A B C A B C ...); its ``RaceResult``."""
+    from explorer.compare import race
+
+    why = race_refusal(search)
+    if why:
+        raise ExplorerError("race", search.target.name, why)
+    return race([c.layout for c in race_candidates(search)], rounds=rounds, steps=steps, **kwargs)
+
+
 # --- output ----------------------------------------------------------------------------------------
 
 def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
@@ -692,6 +822,7 @@ def search_to_dict(search: Search) -> dict[str, Any]:
         "target": search.target.to_dict(),
         "searched": search.searched, "refused": search.refused, "refused_examples": search.refused_examples,
         "compiles": search.compiles, "cached_compiles": search.cached_compiles, "full_compiles": search.full_compiles,
+        "calibration": search.calibration or None,
         "depth_shortcut": None if search.depth is None else {
             "used": search.depth.usable, "options": list(search.depth.options), "depth": search.depth.full or None,
             "depths": list(SHORTCUT_DEPTHS) if search.depth.usable else None, "why_not": search.depth.why or None},
@@ -740,7 +871,7 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
             "state / device": human_bytes(c.state_bytes),
             "bound": c.bound, "MFU ceiling": f"{c.mfu_ceiling:.0%}",
             "verified": ("XLA, extrapolated in depth" if c.extrapolated else "XLA") if c.verified else "estimate",
-            "extrapolated figures": _extrapolation_text(c),
+            "extrapolated figures": extrapolation_text(c),
             "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
             "rules": rules_text(c.layout),
             "largest collective": c.largest_collective,
@@ -748,7 +879,7 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
     return rows
 
 
-def _extrapolation_text(c: Candidate) -> str:
+def extrapolation_text(c: Candidate) -> str:
     """The extrapolated figures beside the full compile's (their ratio), for a candidate compiled both ways."""
     from explorer.text import human_bytes
 

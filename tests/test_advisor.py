@@ -177,3 +177,87 @@ def test_the_command_line_prints_the_json_contract_and_refuses_bad_input(seed_di
         capture_output=True, text=True, timeout=300,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error: roles['hidden']: 'gpu' is not a role") and "Traceback" not in bad.stderr
+
+
+# --- the depth shortcut ----------------------------------------------------------------------------
+
+def _result(peak, flops, accessed, collectives, compiled=True):
+    return {"memory": {"argument_bytes": peak // 2, "output_bytes": peak // 2, "alias_bytes": peak // 2, "temp_bytes": peak // 2,
+                       "peak_bytes": peak},
+            "flops": flops, "bytes_accessed": accessed, "compiled": compiled, "mesh": {"shape": [8], "axes": ["fsdp"]},
+            "collectives": [{"op": op, "count": n, "bytes": b, "mesh_axes": list(axes), "group_size": g, "ici_axes": 1, "seconds": 0.0}
+                            for op, n, b, axes, g in collectives], "compile_s": 1.0}
+
+
+def test_extrapolation_is_linear_in_depth_per_figure_and_per_collective():
+    from explorer import roofline
+
+    target = parse_target(TARGET)
+    low = _result(1_000, 2e9, 4e8, [("all-gather", 2, 100, ("fsdp",), 8), ("all-reduce", 1, 50, ("fsdp",), 8)])
+    high = _result(1_600, 3e9, 6e8, [("all-gather", 4, 300, ("fsdp",), 8), ("all-reduce", 1, 50, ("fsdp",), 8),
+                                      ("reduce-scatter", 2, 40, ("fsdp",), 8)])
+    out = advisor.extrapolate(low, high, (2, 4), 32, target)
+    # f(32) = f(2) + (f(4) - f(2)) * (32 - 2) / (4 - 2) = f(2) + 15 (f(4) - f(2))
+    assert out["memory"]["peak_bytes"] == 1_000 + 15 * 600 and out["memory"]["temp_bytes"] == 500 + 15 * 300
+    assert out["flops"] == 2e9 + 15 * 1e9 and out["bytes_accessed"] == 4e8 + 15 * 2e8
+    got = {(c["op"], c["count"], c["bytes"]) for c in out["collectives"]}
+    assert got == {("all-gather", 2 + 15 * 2, 100 + 15 * 200), ("all-reduce", 1, 50), ("reduce-scatter", 30, 600)}
+    collectives = [roofline.Collective(c["op"], c["count"], c["bytes"], tuple(c["mesh_axes"]), c["group_size"], 1) for c in out["collectives"]]
+    assert out["estimate"] == roofline.estimate(out["flops"], out["bytes_accessed"], collectives, target.chip).to_dict()
+    assert out["fits"] is True and out["extrapolated"] == {"depths": [2, 4], "depth": 32}
+    too_big = advisor.extrapolate(low, _result(10 * 2**30, 3e9, 6e8, []), (2, 4), 32, target)
+    assert too_big["fits"] is False and too_big["headroom_bytes"] < 0
+    error = advisor.extrapolation_error(out, {**out, "memory": {**out["memory"], "peak_bytes": out["memory"]["peak_bytes"] * 2}})
+    assert error["peak_bytes"] == 0.5 and error["flops"] == 1.0 and error["step_s"] == 1.0
+
+
+def test_the_depth_option_is_found_by_name_or_named_and_bad_names_are_refused(seed_dict, monkeypatch):
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "pkg.mod:make")  # depth_of reads only the options: nothing is imported
+    seed = parse_layout(seed_dict)
+    assert advisor.depth_of(small(seed_dict, layers=8)) == advisor.Depth(("layers",), 8, "")
+    assert advisor.depth_of(seed).why == "layers=4 is no deeper than the small depths 2, 4: compiled in full"
+    factory = lambda **options: parse_layout({**seed_dict, "model": {"name": "pkg.mod:make", "options": options}})
+    t5 = factory(num_encoder_layers=12, num_decoder_layers=12, emb_dim=64)
+    assert advisor.depth_of(t5) == advisor.Depth(("num_decoder_layers", "num_encoder_layers"), 12, "")
+    assert advisor.at_depth(t5, advisor.depth_of(t5), 2).model.options == {"num_encoder_layers": 2, "num_decoder_layers": 2, "emb_dim": 64}
+    assert "differ" in advisor.depth_of(factory(num_encoder_layers=12, num_decoder_layers=6)).why
+    assert advisor.depth_of(factory(emb_dim=64)).why.startswith("no depth option found")
+    assert advisor.depth_of(factory(emb_dim=64, blocks=24), "blocks") == advisor.Depth(("blocks",), 24, "")
+    with pytest.raises(ExplorerError, match=r"--depth-option: 'blocks' is not an option of this layout's model"):
+        advisor.depth_of(seed, "blocks")
+
+
+def test_the_depth_shortcut_extrapolates_a_tiny_transformer_close_to_its_full_compile():
+    """Compiled at depths 2 and 4 and extrapolated to 8, then compiled at 8: XLA's peak and flops agree within 1 %."""
+    layout = small_transformer(scan=True, layers=8)
+    search = advisor.stage1(layout, TARGET)
+    search.candidates = [c for c in search.candidates if not c.own]
+    search = advisor.stage2(search, compiles=1, shortcut=True, full_compiles=1)
+    assert search.compiles == 3 and search.full_compiles == 1 and not search.failures
+    row = advisor.search_to_dict(search)["candidates"][0]
+    assert row["verified"] is True and row["extrapolated"] is False and row["step_source"] == "xla_roofline"
+    assert row["extrapolation"]["depths"] == [2, 4] and row["extrapolation"]["depth"] == 8
+    error = row["extrapolation_error"]
+    assert 0.99 < error["peak_bytes"] < 1.01 and 0.99 < error["flops"] < 1.01, error
+    assert advisor.search_to_dict(search)["depth_shortcut"] == {"used": True, "options": ["layers"], "depth": 8, "depths": [2, 4], "why_not": None}
+    assert "extrapolated: peak" in advisor.table_rows(search)[0]["extrapolated figures"]
+
+
+def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_far(seed_dict):
+    """Stage 1 ranks x, y, z; XLA then says x's memory term is 4x the estimate's and its collectives half of it:
+    scaled so, z (little memory traffic) goes before y, which stage 1 ranked second."""
+    from explorer.roofline import Estimate
+
+    def candidate(name, memory, collective):
+        layout = parse_layout({**seed_dict, "name": name})
+        return advisor.Candidate(layout, 1, Estimate(1e-3, memory * 1e-3, collective * 1e-3), "none", fits=True)
+
+    search = advisor.Search(parse_target(TARGET), candidates=[candidate("x", 1, 2), candidate("y", 1.5, 2.2), candidate("z", 0.8, 2.4)])
+    assert [c.layout.name for c in advisor.shortlist(search)] == ["x", "y", "z"]
+    assert advisor.next_to_compile(search).layout.name == "x"
+    xla = {"fits": True, "memory": {"peak_bytes": 1}, "headroom_bytes": 1, "collectives": [],
+           "estimate": {"compute_s": 1e-3, "memory_s": 4e-3, "collective_s": 1e-3, "step_s": 4e-3, "bound": "memory", "mfu_ceiling": 0.25}}
+    search.candidates[0] = advisor.verified(search.candidates[0], xla)
+    assert advisor.calibration(search) == pytest.approx({"compute_s": 1.0, "memory_s": 4.0, "collective_s": 0.5})
+    assert advisor.next_to_compile(search).layout.name == "z"
+    assert advisor.next_to_compile(search, tried={"z"}).layout.name == "y"
