@@ -7,11 +7,16 @@ Two stages, as a person would do it, but over every candidate:
    names by role) is analysed: the state per device is exact (the analysis), layouts JAX would
    refuse are dropped and counted, and an analytic roofline estimates the step (below). The
    shortlist is the candidates whose state fits the device's HBM, best estimate first.
-2. **Stage 2, XLA-verified.** The shortlist's first ``compiles`` candidates (and the model's own
+2. **Stage 2, XLA-verified.** Up to ``compiles`` shortlisted candidates (and the model's own
    layout) are compiled for the target through ``target_compile.compile_target`` (its child
    process, disk cache and Stop): XLA's peak per device and the fits verdict, flops, collectives
-   and the roofline from the compiled program. Candidates XLA says fit are ranked by that step
-   bound; the ones that do not fit are reported with by how much.
+   and the roofline from the compiled program. The first is stage 1's best; each next one is the
+   best by stage 1's terms scaled by XLA's over stage 1's on what was compiled so far
+   (``calibration``), so one compile corrects the estimate's blind spots for this model.
+   Candidates XLA says fit are ranked by that step bound; the ones that do not fit are reported
+   with by how much. The *depth shortcut* (``stage2(shortcut=True)``) compiles each at two small
+   depths and extrapolates linearly in depth (labelled ``extrapolated``), then compiles the best
+   in full and reports how close the extrapolation was.
 
 **Search space.** Mesh axes are named by role: ``data`` (batch only), ``fsdp`` (batch, and the
 parameters' embed dimension: ZeRO-3), ``tensor`` (heads, kv_heads, mlp, hidden, vocab:
@@ -38,14 +43,17 @@ formulas of "How to Scale Your Model" (Austin et al., 2025), https://jax-ml.gith
   costs 6 flops per parameter per token, https://jax-ml.github.io/scaling-book/transformers/);
   tokens are the product of the inputs' batch and sequence dimensions;
 - HBM traffic: parameters read twice (forward and backward), gradients written and read,
-  optimizer state read and written, declared activations written and read once;
+  optimizer state read and written, and the activations of every projection (a parameter with an
+  embed-role dimension and a tensor-role one, once per stacked layer): with the book's matmul
+  accounting (https://jax-ml.github.io/scaling-book/transformers/), Y = XW reads X and writes Y, and
+  the backward pass reads dY twice and X once and writes dX, so each side crosses HBM three times:
+  3 x tokens per device x (embed + the tensor side's width per device) x the activation's bytes;
 - collectives (https://jax-ml.github.io/scaling-book/sharding/, as ``roofline.collective_seconds``):
   FSDP and the other axes parameters are sharded over: two AllGathers of the parameters
   (forward, backward) and a ReduceScatter of the gradients over those axes; data: an AllReduce of
-  the gradients; tensor: two AllReduces (forward, backward) of each declared activation that a
-  module writes after contracting a tensor-sharded dimension (an activation with an embed name
-  and no tensor name, in a module that also declares a tensor-named one: Megatron's row-parallel
-  outputs); sequence: an AllGather (forward) and a ReduceScatter (backward) of the key/value
+  the gradients; tensor (Megatron): each row-parallel projection's output, the residual stream
+  (tokens per device x embed), all-reduced forward and its gradient backward; sequence: an
+  AllGather (forward) and a ReduceScatter (backward) of the key/value
   activations. Each axis is assumed to ride one torus axis (``ici_axes=1``).
 """
 
@@ -75,7 +83,7 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
 }
 AXIS_ORDER = ("data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, outermost first (tensor innermost)
 KV_NAMES = ("kv_heads", "activation_kv_heads")
-STAGE1_NOTE = "stage 1, no compile: 6·N·tokens compute, state traffic, the book's collectives"
+STAGE1_NOTE = "stage 1, no compile: 6·N·tokens compute, state and projection traffic, the book's collectives"
 
 
 def default_roles(names: Sequence[str]) -> dict[str, str]:
@@ -627,7 +635,7 @@ def stage2(
     use = depth is not None and depth.usable
     tried: set[str] = set()
     try:
-        for number in range(1, budget + 2):
+        for number in range(1, budget + 2 if budget else 1):
             if number <= budget:
                 candidate = next_to_compile(search, tried)
             else:  # the user's own layout, where the shortlist's turn did not reach it

@@ -16,7 +16,7 @@ from explorer.compiled import layout_key
 from ui import race_view, state
 from ui.turnstile import TURNSTILE
 
-RACE = "advisor_race"  # the race of the top three, as ui.race_view keeps a race
+RACE = "advisor_race_result"  # the race of the top three, as ui.race_view keeps a race
 SEARCH = "advisor_search"  # the last search (an advisor.Search), kept while it runs so Stop keeps what was compiled
 RUNNING = "advisor_running"  # set while a search runs; still set on the next run = it was stopped
 ROLE_PREFIX = "advisor_role::"
