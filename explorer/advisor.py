@@ -198,6 +198,7 @@ class Candidate:
     headroom_bytes: int | None = None
     compiled: dict | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
     extrapolation: dict | None = None  # the extrapolated result, kept when the candidate was then compiled in full
+    collective_by_axis: dict[str, float] = dataclasses.field(default_factory=dict)  # stage 1's collective seconds per mesh axis
 
     @property
     def extrapolation_error(self) -> dict[str, float | None] | None:
@@ -221,8 +222,9 @@ def _collective(op: str, bytes_: float, axes: tuple[str, ...], group: int) -> Co
     return Collective(op, 1, int(bytes_), axes, group, 1)
 
 
-def estimate_candidate(report, target: Target, tokens: int, param_count: int, roles: dict[str, str]) -> tuple[Estimate, str]:
-    """Stage 1's analytic roofline of one analysed layout (see the module docstring); and its largest collective.
+def estimate_candidate(report, target: Target, tokens: int, param_count: int, roles: dict[str, str]) -> tuple[Estimate, str, dict[str, float]]:
+    """Stage 1's analytic roofline of one analysed layout (see the module docstring); its largest collective; and
+    the collective time per mesh axis.
 
     An axis is *tensor-like* when a rule gives it a tensor- or expert-role name: its parameters stay
     sharded (no gather) and the row-parallel outputs are all-reduced over it. Any other axis that
@@ -280,7 +282,10 @@ def estimate_candidate(report, target: Target, tokens: int, param_count: int, ro
     timed = [(label, collective_seconds(c, chip)) for label, c in collectives]
     largest = max(timed, key=lambda t: (t[1], t[0]), default=("none", 0.0))
     estimate = Estimate(compute_s, memory_s, sum(t for _, t in timed))
-    return estimate, (f"{largest[0]}: ≥ {largest[1] * 1e3:.3g} ms (estimate)" if largest[1] else "none")
+    by_axis: dict[str, float] = {}
+    for (_, c), (_, seconds) in zip(collectives, timed):
+        by_axis[c.mesh_axes[0]] = by_axis.get(c.mesh_axes[0], 0.0) + seconds
+    return estimate, (f"{largest[0]}: ≥ {largest[1] * 1e3:.3g} ms (estimate)" if largest[1] else "none"), by_axis
 
 
 STACK_NAMES = ("layer", "layers", "stack", "blocks")  # a scanned model's stacked-layer dimension
@@ -422,18 +427,19 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
             if len(search.refused_examples) < 5:
                 search.refused_examples.append(f"{candidate.name}: {errors[0].message}")
             continue
-        estimate, largest = stage1_estimate(report, target, roles)
+        estimate, largest, by_axis = stage1_estimate(report, target, roles)
         state = report.totals.state_bytes
         search.candidates.append(Candidate(
-            candidate, state, estimate, largest, own=own, fits=state <= target.chip.device_hbm_bytes,
+            candidate, state, estimate, largest, own=own, fits=state <= target.chip.device_hbm_bytes, collective_by_axis=by_axis,
         ))
     search.stage1_s = time.perf_counter() - start
     search.elapsed_s = search.stage1_s
     return search
 
 
-def stage1_estimate(report, target: Target, roles: dict[str, str] | None = None) -> tuple[Estimate, str]:
-    """Stage 1's estimate of one analysed layout and its largest collective (roles by convention, then ``roles``)."""
+def stage1_estimate(report, target: Target, roles: dict[str, str] | None = None) -> tuple[Estimate, str, dict[str, float]]:
+    """Stage 1's estimate of one analysed layout, its largest collective and its collective time per mesh axis
+    (roles by convention, then ``roles``)."""
     chosen = default_roles(sorted({n for a in report.arrays for n in (a.logical_axes or ()) if isinstance(n, str)}))
     chosen.update(roles or {})
     return estimate_candidate(report, target, tokens_per_step(report, chosen), report.totals.param_count, chosen)
@@ -693,17 +699,28 @@ def calibration(search: Search) -> dict[str, float]:
     for c in search.candidates:
         if not c.verified or not c.compiled or not c.compiled.get("estimate"):
             continue
-        for term in ratios:
+        for term in ("compute_s", "memory_s", "collective_s"):
             stage1, xla = getattr(c.estimate, term), c.compiled["estimate"][term]
             if stage1 > 0 and xla > 0:
                 ratios[term].append(xla / stage1)
+        # Per mesh axis: XLA's collectives over it (one spanning several axes split evenly) over stage 1's.
+        xla_by_axis: dict[str, float] = {}
+        for k in c.compiled["collectives"]:
+            for axis in k["mesh_axes"] or ():
+                xla_by_axis[axis] = xla_by_axis.get(axis, 0.0) + k["seconds"] / len(k["mesh_axes"])
+        for axis, stage1 in c.collective_by_axis.items():
+            if stage1 > 0:
+                ratios.setdefault(f"collective_s:{axis}", []).append(xla_by_axis.get(axis, 0.0) / stage1)
     return {term: statistics.median(found) if found else 1.0 for term, found in ratios.items()}
 
 
 def calibrated(c: Candidate, factors: dict[str, float]) -> Estimate:
-    """Stage 1's estimate with each term scaled by ``calibration``'s factor."""
-    return Estimate(c.estimate.compute_s * factors["compute_s"], c.estimate.memory_s * factors["memory_s"],
-                    c.estimate.collective_s * factors["collective_s"])
+    """Stage 1's estimate with each term scaled by ``calibration``'s factor (collectives per mesh axis where one was measured)."""
+    if c.collective_by_axis:
+        collective = sum(s * factors.get(f"collective_s:{axis}", factors["collective_s"]) for axis, s in c.collective_by_axis.items())
+    else:
+        collective = c.estimate.collective_s * factors["collective_s"]
+    return Estimate(c.estimate.compute_s * factors["compute_s"], c.estimate.memory_s * factors["memory_s"], collective)
 
 
 def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate | None:

@@ -6,6 +6,7 @@ Compiles run in child processes, as the app runs them, for small MLPs on an 8-ch
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -95,7 +96,7 @@ def test_stage_1_read_from_one_trace_equals_the_full_analysis_of_each_candidate(
         assert [(a.path, a.spec, a.bytes_per_device) for a in quick.arrays] == [(a.path, a.spec, a.bytes_per_device) for a in full.arrays]
         assert any(a.kind == "activation" for a in full.arrays)
         assert candidate.state_bytes == full.totals.state_bytes and quick.totals == full.totals, name
-        assert (candidate.estimate, candidate.largest_collective) == advisor.stage1_estimate(full, parse_target(TARGET)), name
+        assert (candidate.estimate, candidate.largest_collective, candidate.collective_by_axis) == advisor.stage1_estimate(full, parse_target(TARGET)), name
 
 
 def test_a_model_that_fits_no_layout_says_so_with_the_smallest_state(seed_dict):
@@ -264,3 +265,13 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
     assert advisor.calibration(search) == pytest.approx({"compute_s": 1.0, "memory_s": 4.0, "collective_s": 0.5})
     assert advisor.next_to_compile(search).layout.name == "z"
     assert advisor.next_to_compile(search, tried={"z"}).layout.name == "y"
+    # Per mesh axis: XLA's sequence collectives were 5x the estimate's, so a candidate whose estimate is all sequence
+    # collectives is pushed behind one whose estimate is all tensor collectives (measured 1x).
+    per_axis = advisor.Search(parse_target(TARGET), candidates=[
+        dataclasses.replace(candidate("s1", 0.1, 2), collective_by_axis={"sequence": 1e-3, "tensor": 1e-3}),
+        dataclasses.replace(candidate("s2", 0.1, 2.1), collective_by_axis={"sequence": 2.1e-3}),
+        dataclasses.replace(candidate("t", 0.1, 3), collective_by_axis={"tensor": 3e-3})])
+    per_axis.candidates[0] = advisor.verified(per_axis.candidates[0], {**xla, "estimate": {**xla["estimate"], "memory_s": 1e-4, "collective_s": 6e-3},
+        "collectives": [{"op": "all-gather", "mesh_axes": ["sequence"], "seconds": 5e-3, "count": 1}, {"op": "all-reduce", "mesh_axes": ["tensor"], "seconds": 1e-3, "count": 1}]})
+    assert advisor.calibration(per_axis)["collective_s:sequence"] == pytest.approx(5.0)
+    assert advisor.next_to_compile(per_axis).layout.name == "t"  # stage 1 alone would say s2
