@@ -178,6 +178,12 @@ def test_the_command_line_prints_the_json_contract_and_refuses_bad_input(seed_di
         capture_output=True, text=True, timeout=300,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error: roles['hidden']: 'gpu' is not a role") and "Traceback" not in bad.stderr
+    depth = subprocess.run(
+        [sys.executable, "-m", "explorer", "advise", str(path), "--target", TARGET, "--depth-option", "blocks"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert depth.returncode == 2 and depth.stderr.startswith("error: --depth-option: 'blocks' is not an option of this layout's model")
+    assert "Traceback" not in depth.stderr
 
 
 # --- the depth shortcut ----------------------------------------------------------------------------
@@ -265,6 +271,9 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
     assert advisor.calibration(search) == pytest.approx({"compute_s": 1.0, "memory_s": 4.0, "collective_s": 0.5})
     assert advisor.next_to_compile(search).layout.name == "z"
     assert advisor.next_to_compile(search, tried={"z"}).layout.name == "y"
+    # Optimistic: one layout XLA handles far worse than estimated (y: memory 20x) does not move the factor.
+    search.candidates[1] = advisor.verified(search.candidates[1], {**xla, "estimate": {**xla["estimate"], "memory_s": 30e-3}})
+    assert advisor.calibration(search)["memory_s"] == pytest.approx(4.0)
     # Per mesh axis: XLA's sequence collectives were 5x the estimate's, so a candidate whose estimate is all sequence
     # collectives is pushed behind one whose estimate is all tensor collectives (measured 1x).
     per_axis = advisor.Search(parse_target(TARGET), candidates=[
@@ -272,6 +281,8 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
         dataclasses.replace(candidate("s2", 0.1, 2.1), collective_by_axis={"sequence": 2.1e-3}),
         dataclasses.replace(candidate("t", 0.1, 3), collective_by_axis={"tensor": 3e-3})])
     per_axis.candidates[0] = advisor.verified(per_axis.candidates[0], {**xla, "estimate": {**xla["estimate"], "memory_s": 1e-4, "collective_s": 6e-3},
-        "collectives": [{"op": "all-gather", "mesh_axes": ["sequence"], "seconds": 5e-3, "count": 1}, {"op": "all-reduce", "mesh_axes": ["tensor"], "seconds": 1e-3, "count": 1}]})
-    assert advisor.calibration(per_axis)["collective_s:sequence"] == pytest.approx(5.0)
+        "collectives": [{"op": "all-gather", "mesh_axes": ["sequence"], "seconds": 5e-3, "count": 1}, {"op": "all-reduce", "mesh_axes": ["tensor"], "seconds": 1e-3, "count": 1},
+                        {"op": "all-gather", "mesh_axes": ["sequence", "tensor"], "seconds": 4e-3, "count": 1}]})  # shared 1:1 as estimated
+    assert advisor.calibration(per_axis)["collective_s:sequence"] == pytest.approx(7.0)
+    assert advisor.calibration(per_axis)["collective_s:tensor"] == pytest.approx(3.0)
     assert advisor.next_to_compile(per_axis).layout.name == "t"  # stage 1 alone would say s2
