@@ -732,7 +732,7 @@ def calibrated(c: Candidate, factors: dict[str, float]) -> Estimate:
 def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate | None:
     """The shortlisted candidate to compile next: the best by the estimate calibrated on what was compiled so far."""
     factors = calibration(search)
-    pool = [c for c in shortlist(search) if not c.verified and c.layout.name not in tried]
+    pool = [c for c in shortlist(search) if not c.verified and not c.own and c.layout.name not in tried]  # the own layout has its own turn
     return min(pool, key=lambda c: (calibrated(c, factors).step_s,) + _estimate_key(c), default=None)
 
 
