@@ -614,7 +614,10 @@ def stage2(
     depth_option: str | None = None,
     full_compiles: int = 2,
 ) -> Search:
-    """Compile the shortlist's first ``compiles`` candidates and the user's own layout; XLA's figures replace the estimate.
+    """Compile up to ``compiles`` shortlisted candidates and the user's own layout; XLA's figures replace the estimate.
+
+    The first is stage 1's best; each next one the best by the estimate calibrated on what XLA said
+    so far (``next_to_compile``); then the user's own layout, where the shortlist's turns did not reach it.
 
     ``shortcut`` (the depth shortcut): compile each at two small depths (``SHORTCUT_DEPTHS``) and
     extrapolate to the model's depth (``extrapolate``, labelled ``extrapolated``), then compile the
