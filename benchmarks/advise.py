@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--cache", default=None)
     parser.add_argument("--target", default=None)
     parser.add_argument("--case", choices=("llama", "t5"), default="llama")
+    parser.add_argument("--shortcut", choices=("auto", "on", "off"), default="auto", help="the depth shortcut (advise --depth-shortcut)")
     args = parser.parse_args()
     global CASE
     CASE = args.case
@@ -104,12 +105,32 @@ def main() -> None:
             print(f"  {stage} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
             shown[0] = stage
 
-    advisor.stage2(search, args.compiles, on_progress=progress)
+    advisor.stage2(search, args.compiles, on_progress=progress, shortcut={"auto": None, "on": True, "off": False}[args.shortcut])
     whole = time.perf_counter() - start
-    print(f"whole search: {whole:.0f} s, {search.compiles} compiles ({search.cached_compiles} cached) (goal < 900 s)")
+    print(f"whole search: {whole:.0f} s, {search.compiles} compiles ({search.cached_compiles} cached, {search.full_compiles} full after "
+          f"extrapolation) (goal < 900 s)")
+    if search.depth is not None:
+        print("depth shortcut:", "used, options " + ", ".join(search.depth.options) if search.depth.usable else f"not used: {search.depth.why}")
     print(advisor.verdict_text(search))
-    print(advisor._table(advisor.table_rows(search)[:12], ("rank", "layout", "state / device", "XLA peak / device", "fits", "step ≥", "bound",
-                                                            "MFU ceiling", "largest collective")))
+    print(advisor._table(advisor.table_rows(search)[:12], ("rank", "layout", "mesh", "rules", "state / device", "XLA peak / device", "fits",
+                                                            "step ≥", "bound", "MFU ceiling", "largest collective", "extrapolated figures")))
+    print("\nstage 1's estimate beside XLA's roofline, for the compiled candidates (ratio = estimate / XLA):")
+    rows = []
+    for c in search.ranked():
+        if not c.verified or not c.compiled.get("estimate"):
+            continue
+        x, e = c.compiled["estimate"], c.estimate
+        ratio = lambda a, b: f"{a / b:.2f}" if b else "-"
+        rows.append({"layout": c.layout.name + (" (extrapolated)" if c.extrapolated else ""),
+                     "estimate c/m/k ms": f"{e.compute_s * 1e3:.3g} / {e.memory_s * 1e3:.3g} / {e.collective_s * 1e3:.3g}",
+                     "XLA c/m/k ms": f"{x['compute_s'] * 1e3:.3g} / {x['memory_s'] * 1e3:.3g} / {x['collective_s'] * 1e3:.3g}",
+                     "step est / XLA": f"{e.step_s * 1e3:.3g} / {x['step_s'] * 1e3:.3g} ms = {e.step_s / x['step_s']:.2f}",
+                     "ratios c/m/k": f"{ratio(e.compute_s, x['compute_s'])} / {ratio(e.memory_s, x['memory_s'])} / {ratio(e.collective_s, x['collective_s'])}"})
+    print(advisor._table(rows, ("layout", "estimate c/m/k ms", "XLA c/m/k ms", "step est / XLA", "ratios c/m/k")))
+    print("calibration after the search (XLA / stage 1 per term):", {k: round(v, 2) for k, v in search.calibration.items()})
+    for c in search.ranked():
+        if c.extrapolation_error:
+            print(f"extrapolation error for {c.layout.name} (extrapolated / full):", {k: round(v, 5) for k, v in c.extrapolation_error.items() if v})
     print("\nexpert layouts, each compiled with `python -m explorer compile`:")
     rows = []
     for name in (T5_EXPERTS if CASE == "t5" else EXPERTS):

@@ -4,6 +4,7 @@
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
     python -m explorer compile LAYOUT.json --target NAME [--json]
+    python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME]
     python -m explorer url LAYOUT.json
     python -m explorer op SPEC.json [--json] [--time STEPS] [--warmup N]
 
@@ -66,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     advise.add_argument("--json", action="store_true", help="print the result as one JSON object")
     advise.add_argument("--compiles", type=int, default=4, help="shortlisted candidates to compile for the target (default 4)")
     advise.add_argument("--role", action="append", default=[], metavar="NAME=ROLE", help="a logical name's role (repeatable)")
+    advise.add_argument(
+        "--depth-shortcut", choices=("auto", "on", "off"), default="auto",
+        help="compile each candidate at depths 2 and 4, extrapolate to the model's depth, then compile the best in full "
+             "(auto: for models whose layers are not scanned, where it saves time)",
+    )
+    advise.add_argument("--depth-option", metavar="NAME", default=None, help="the model option that sets its depth (default: a known name, e.g. layers)")
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file, or - for standard input")
     op = commands.add_parser("op", help="arrays on a mesh and an expression: the shardings XLA chooses, collectives, timing")

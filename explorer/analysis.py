@@ -182,8 +182,29 @@ def logical_names(model_spec, mesh_axes: tuple[str, ...] = ()) -> tuple[str, ...
     return tuple(sorted(abstract_model(model_spec, frozenset(), tuple(mesh_axes)).logical_names))
 
 
-def analyze(layout: Layout) -> Report:
+def model_for_layouts(layouts: Sequence[Layout]) -> AbstractModel:
+    """One abstract model that tells apart every rule name and mesh axis of ``layouts`` (one model config).
+
+    ``analyze(layout, model=..., received=False)`` reads any of them from it without a trace of
+    its own: the advisor's search analyses dozens of layouts of one model this way.
+    """
+    specs = {layout.model.key() for layout in layouts}
+    if len(specs) != 1:
+        raise ExplorerError("layouts", len(specs), "name more than one model configuration; one model is read at a time")
+    names = frozenset(rule.logical for layout in layouts for rule in layout.rules)
+    axes = tuple(dict.fromkeys(axis for layout in layouts for axis in layout.mesh.axes))
+    return abstract_model(layouts[0].model, names, axes)
+
+
+def analyze(layout: Layout, *, model: AbstractModel | None = None, received: bool = True) -> Report:
     """The sharding of every array in ``layout``'s train step.
+
+    ``model``: the abstract model to read, already traced for (at least) this layout's rule names
+    and mesh axes (``model_for_layouts``); by default ``model_of(layout)``. ``received=False``
+    skips tracing the forward pass under this layout's mesh and rules (``reading.received``): the
+    activations' specs are then the rules applied to the names the probe read, which is what JAX
+    receives unless the model's own code resolves names (MaxText's ``maybe_shard_with_logical``).
+    Parameters, optimizer state and inputs do not depend on it.
 
     Example::
 
@@ -192,13 +213,15 @@ def analyze(layout: Layout) -> Report:
         >>> report.array("params/LogicalDotReluDot_0/Dense_0/kernel").spec
         (None, 'model')
     """
-    model = model_of(layout)
+    model = model if model is not None else model_of(layout)
     mesh = mesh_info(layout.mesh)
     rules = layout.rules_for_flax()
     problems: list[Finding] = []
     arrays = tuple(_array_info(a, rules, mesh, problems) for a in model.arrays)
-    received = reading.received(model, jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), rules)
-    arrays, notes = _as_received(arrays, model, received, rules, mesh, problems)
+    notes: list[Finding] = []
+    if received:
+        found = reading.received(model, jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), rules)
+        arrays, notes = _as_received(arrays, model, found, rules, mesh, problems)
     warnings = problems + notes + _warnings(arrays, rules, mesh) + _semantics_differ(model, rules, mesh)
     if model.loops_without_length:
         warnings.append(Finding(

@@ -46,3 +46,30 @@ def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar
     expected = [[part.split(":")[0], [] if part.split(":")[1] == "-" else part.split(":")[1].split(",")] for part in top["rules"].split("; ")]
     assert at.session_state["rules_base"] == expected
     assert at.session_state["last_valid_layout"]["rules"] == [[l, a[0] if len(a) == 1 else (a or None)] for l, a in expected]
+
+
+def test_the_top_three_race_on_this_process_devices_runs_the_compare_race():
+    """8 simulated devices, an 8-chip target: the page races the three best candidates that fit, and shows each one's median."""
+    at = advisor_page()
+    at.selectbox(key="target_choice").set_value("v5litepod-8").run()
+    at.number_input(key="advisor_compiles").set_value(0).run()
+    at.button(key="advisor_run").click().run()
+    table = next(d.value for d in at.dataframe if "step ≥" in d.value.columns)
+    at.number_input(key="advisor_race_rounds").set_value(1).run()
+    at.number_input(key="advisor_race_steps").set_value(2).run()
+    at.button(key="advisor_race_button").click().run()
+    assert not at.exception and not at.error
+    race = next(d.value for d in at.dataframe if "median step (ms)" in d.value.columns)
+    top = [name.removesuffix(" (yours)") for name in table["layout"][table["fits"].str.startswith("yes")][:3]]
+    assert list(race["layout"]) == [f"{i}. {name}" for i, name in enumerate(top, 1)]
+    assert (race["median step (ms)"] > 0).all()
+
+
+def test_the_race_is_refused_with_the_reason_when_the_target_is_not_this_process_size():
+    at = advisor_page()
+    at.selectbox(key="target_choice").set_value("v5litepod-16").run()
+    at.number_input(key="advisor_compiles").set_value(0).run()
+    at.button(key="advisor_run").click().run()
+    assert not at.exception
+    assert any("This process has 8 device(s)" in c.value and "v5litepod-16 has 16" in c.value for c in at.caption)
+    assert not [b for b in at.button if b.key == "advisor_race_button"]

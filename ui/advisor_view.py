@@ -12,9 +12,11 @@ from explorer.layout import Layout
 from explorer.share import layout_to_query
 from explorer.targets import Target
 from explorer.text import human_bytes, markdown_literal
-from ui import state
+from explorer.compiled import layout_key
+from ui import race_view, state
 from ui.turnstile import TURNSTILE
 
+RACE = "advisor_race_result"  # the race of the top three, as ui.race_view keeps a race
 SEARCH = "advisor_search"  # the last search (an advisor.Search), kept while it runs so Stop keeps what was compiled
 RUNNING = "advisor_running"  # set while a search runs; still set on the next run = it was stopped
 ROLE_PREFIX = "advisor_role::"
@@ -36,13 +38,16 @@ def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
     return {n: r for n, r in chosen.items() if r != defaults[n]}
 
 
-def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str]) -> None:
+def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str], shortcut: bool | None = None,
+        depth_option: str | None = None) -> None:
     """Stage 1, then stage 2 in the server-wide queue, showing the stage and elapsed time; Stop keeps what was compiled."""
     stop_slot = st.empty()
     stop_slot.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
     status = st.status("Stage 1: analysing every candidate…", expanded=True)
     line = status.empty()
     try:
+        if depth_option:
+            advisor.depth_of(layout, depth_option)  # a bad name is refused before any work
         search = advisor.stage1(layout, target, roles)
     except ExplorerError as error:
         status.update(label="Failed", state="error")
@@ -55,7 +60,8 @@ def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str]) ->
     TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
     try:
         status.update(label=f"Stage 2: compiling the shortlist for {target.name}", state="running")
-        advisor.stage2(search, compiles, on_progress=lambda stage, elapsed: line.write(f"**{stage}** · {elapsed:.1f} s"))
+        advisor.stage2(search, compiles, on_progress=lambda stage, elapsed: line.write(f"**{stage}** · {elapsed:.1f} s"),
+                       shortcut=shortcut, depth_option=depth_option)
     finally:
         TURNSTILE.leave()
     st.session_state.pop(RUNNING, None)
@@ -74,10 +80,13 @@ def figure(search: advisor.Search) -> go.Figure:
     """Peak memory per device against the step bound, with the HBM line: XLA's where verified, else stage 1's estimate and state."""
     hbm = search.target.chip.device_hbm_bytes
     fig = go.Figure()
-    for verified, name, symbol in ((True, "XLA-verified: peak and roofline", "circle"), (False, "estimate: state and stage 1 step", "circle-open")):
-        chosen = [c for c in search.ranked() if c.verified == verified]
+    kinds = (("xla", "XLA-verified: peak and roofline", "circle"), ("extrapolated", "XLA, extrapolated in depth: peak and roofline", "diamond-open"),
+             ("estimate", "estimate: state and stage 1 step", "circle-open"))
+    for kind, name, symbol in kinds:
+        chosen = [c for c in search.ranked() if _kind(c) == kind]
         if not chosen:
             continue
+        verified = kind != "estimate"
         fig.add_scatter(
             x=[c.step_s * 1e3 for c in chosen], y=[(c.peak_bytes if verified else c.state_bytes) / 2**30 for c in chosen],
             mode="markers", name=name, marker=dict(symbol=symbol, size=11),
@@ -89,6 +98,10 @@ def figure(search: advisor.Search) -> go.Figure:
     fig.update_xaxes(type="log", gridcolor="#eee", dtick=1)  # a tick per decade: both axes span orders of magnitude
     fig.update_yaxes(type="log", gridcolor="#eee", dtick=1)
     return fig
+
+
+def _kind(c: advisor.Candidate) -> str:
+    return "extrapolated" if c.extrapolated else "xla" if c.verified else "estimate"
 
 
 def _open(layout: Layout, target: str) -> None:
@@ -115,6 +128,23 @@ def show(search: advisor.Search) -> None:
         "**step ≥** is a lower bound: the roofline of XLA's compiled program where *verified*, else an *estimate* "
         f"({advisor.STAGE1_NOTE}). **fits** is XLA's verdict where verified, else whether the exact state fits."
     )
+    if search.depth is not None:
+        if search.depth.usable:
+            st.caption(
+                f"Depth shortcut: each candidate was compiled at depths {' and '.join(map(str, advisor.SHORTCUT_DEPTHS))} of "
+                f"{', '.join(search.depth.options)} and its figures extrapolated linearly to {search.depth.full} (rows marked "
+                f"*extrapolated*); the best was then compiled in full ({search.full_compiles} full compile(s))."
+            )
+        else:
+            st.caption(markdown_literal(f"Depth shortcut not used: {search.depth.why}"))
+    for c in search.ranked():
+        if c.extrapolation_error:
+            error = c.extrapolation_error
+            st.info(markdown_literal(
+                f"{c.layout.name}, compiled in full after its extrapolation: extrapolated / compiled = "
+                + ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in error.items() if v is not None)
+                + f". {advisor.extrapolation_text(c)}."
+            ))
     for failure in search.failures:
         st.error(markdown_literal(f"Compile failed: {failure}"))
     with st.container(key="advisor_table"):
@@ -136,3 +166,33 @@ def show(search: advisor.Search) -> None:
             f"Placed on the torus by {mesh.get('placement_method', 'mesh_utils')}: "
             + "; ".join(f"{p['axis']} ({p['size']}) spans torus axes {', '.join(p['torus_axes']) or '—'}" for p in mesh["placement"])
         )
+    race_section(search)
+
+
+def race_section(search: advisor.Search) -> None:
+    """Race the top three on this process's devices with the Compare page's race, when it has as many devices as the target."""
+    st.subheader("Race the top three here")
+    why = advisor.race_refusal(search)
+    if why:
+        st.caption(markdown_literal(why))
+        return
+    import jax
+
+    top = advisor.race_candidates(search)
+    labels, layouts = [f"{i}. {c.layout.name}" for i, c in enumerate(top, 1)], [c.layout for c in top]
+    st.caption(
+        f"This process has {jax.device_count()} {jax.devices()[0].platform.upper()} device(s), as many as {search.target.name}: "
+        "the race times each candidate's real train step on them in alternation (A B C A B C …), as the Compare page's race "
+        "does. The times are this machine's devices', not the TPU's."
+    )
+    left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
+    rounds = left.number_input("Rounds", 1, 50, value=3, key="advisor_race_rounds")
+    steps = middle.number_input("Steps per round", 1, 500, value=5, key="advisor_race_steps")
+    racing = [layout_key(layout) for layout in layouts]
+    if right.button("Race the top three", key="advisor_race_button", type="primary"):
+        race_view.race_now(labels, layouts, racing, int(rounds), int(steps), key=RACE, stop_key="advisor_race_stop")
+    stored = st.session_state.get(RACE)
+    if stored and stored[0] == racing and stored[2].round_medians and stored[2].round_medians[0]:
+        if not stored[3]:
+            st.info(f"Stopped after {len(stored[2].round_medians[0])} of {st.session_state.get(RACE + '_rounds')} rounds; the rounds finished are shown.")
+        race_view.show_race(stored[1], stored[2], chart_key="advisor_race_chart")

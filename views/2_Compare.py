@@ -7,7 +7,7 @@ import streamlit as st
 
 from explorer import library, plots
 from explorer.analysis import analyze
-from explorer.compare import RaceResult, race, spec_differences
+from explorer.compare import spec_differences
 from explorer.errors import ExplorerError
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
 from explorer.share import layout_from_link
@@ -15,13 +15,11 @@ from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
 from explorer.hlo import used as used_collectives
 from ui import target_view
-from ui.turnstile import TURNSTILE
+from ui.race_view import RACE, RACE_ROUNDS, race_now, show_race
 from ui.current import current_layout, simulated_devices_note
 from ui.state import TIMING_RESULTS
 
 CURRENT = "Current layout (sidebar)"
-RACE = "compare_race"  # (layout keys raced, labels, RaceResult so far, finished)
-RACE_ROUNDS = "compare_race_rounds"  # the rounds the last race was asked for
 
 st.set_page_config(page_title="Compare · Partition Explorer", page_icon="⚖️")
 st.title("Compare layouts")
@@ -153,54 +151,6 @@ def run_race(labels: list[str], layouts: list[Layout], reports) -> None:
             show_race(labels_raced, result)
     elif stored:
         st.caption("The last race was run on other layouts; start a new one to compare these.")
-
-
-def race_now(labels: list[str], layouts: list[Layout], racing: list[str], rounds: int, steps: int) -> None:
-    """Run the race with its true stage on show; Stop (a rerun) ends it and keeps the finished rounds."""
-    stop_slot = st.empty()
-    stop_slot.button("Stop", key="race_stop", help="Stops the race; the rounds finished so far are kept")
-    status = st.status("Race: waiting for a turn…", expanded=True)
-    progress = status.progress(0.0, text="queued")
-    st.session_state[RACE_ROUNDS] = rounds
-    st.session_state[RACE] = (racing, labels, RaceResult(tuple(l.name for l in layouts), tuple(() for _ in layouts), steps), False)
-
-    def on_wait(ahead: int) -> None:
-        progress.progress(0.0, text=f"waiting for a turn: {ahead} timing(s) ahead of you (one runs at a time)")
-
-    def on_phase(round_index: int, index: int, phase: str) -> None:
-        done = (round_index * len(layouts) + index) / (rounds * len(layouts))
-        progress.progress(done, text=f"round {round_index + 1} of {rounds} · {labels[index]}: {phase}…")
-
-    def on_round(round_index: int, result: RaceResult) -> None:
-        st.session_state[RACE] = (racing, labels, result, round_index + 1 == rounds)
-
-    TURNSTILE.enter(on_wait=on_wait)
-    try:
-        status.update(label="Racing", state="running", expanded=True)
-        race(layouts, rounds=rounds, steps=steps, on_round=on_round, on_phase=on_phase)
-    except ExplorerError as error:
-        status.update(label="The race was refused", state="error", expanded=True)
-        status.error(markdown_literal(f"The race was refused: {error}"))
-        stop_slot.empty()
-        return
-    finally:
-        TURNSTILE.leave()
-    status.update(label=f"Raced {rounds} round(s)", state="complete", expanded=False)
-    stop_slot.empty()
-
-
-def show_race(labels: list[str], result: RaceResult) -> None:
-    rows = []
-    for index, label in enumerate(labels):
-        medians = result.round_medians[index]
-        summary = result.summary(index)
-        rows.append({
-            "layout": label,
-            "median step (ms)": round(statistics.median(medians) * 1e3, 2),
-            f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
-        })
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    st.plotly_chart(plots.race_figure(labels, result.round_medians), key="race_chart")
 
 
 picked = chosen_layouts()

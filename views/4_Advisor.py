@@ -25,8 +25,15 @@ if current.target is None:
 roles = advisor_view.roles_editor(logical_names(current.layout.model))
 compiles = st.number_input("Candidates to compile (stage 2)", min_value=0, max_value=16, value=3, step=1, key="advisor_compiles",
                            help="The shortlist's best, plus your own layout. 0: stage 1 only.")
+left, right = st.columns(2)
+shortcut = left.selectbox(
+    "Depth shortcut", ("auto", "on", "off"), key="advisor_shortcut",
+    help="on: compile each candidate at depths 2 and 4, extrapolate to the model's depth (labelled extrapolated), then compile "
+         "the best in full. auto: where it saves time (layers not scanned; a scanned model compiles in about the same time at any depth).",
+)
+depth_option = right.text_input("Depth option (blank: a known name such as layers)", key="advisor_depth_option").strip() or None
 if st.button(f"Advise for {current.target.name}", type="primary", key="advisor_run"):
-    advisor_view.run(current.layout, current.target, int(compiles), roles)
+    advisor_view.run(current.layout, current.target, int(compiles), roles, {"auto": None, "on": True, "off": False}[shortcut], depth_option)
 search = advisor_view.last_search()
 if search is not None:
     advisor_view.show(search)

@@ -1,0 +1,70 @@
+"""The alternating timing race as the pages run it (Compare, and the Advisor's top three): its stage, Stop, the result.
+
+The race itself is ``explorer.compare.race``; this runs it in the server-wide queue with its true stage
+on show, keeps the finished rounds in the session (Stop is a rerun), and draws the result.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+import streamlit as st
+
+from explorer import plots
+from explorer.compare import RaceResult, race
+from explorer.errors import ExplorerError
+from explorer.layout import Layout
+from explorer.text import markdown_literal
+from ui.turnstile import TURNSTILE
+
+RACE = "compare_race"  # (layout keys raced, labels, RaceResult so far, finished)
+RACE_ROUNDS = "compare_race_rounds"  # the rounds the last race was asked for
+
+
+def race_now(labels: list[str], layouts: list[Layout], racing: list[str], rounds: int, steps: int, key: str = RACE, stop_key: str = "race_stop") -> None:
+    """Run the race with its true stage on show; Stop (a rerun) ends it and keeps the finished rounds."""
+    stop_slot = st.empty()
+    stop_slot.button("Stop", key=stop_key, help="Stops the race; the rounds finished so far are kept")
+    status = st.status("Race: waiting for a turn…", expanded=True)
+    progress = status.progress(0.0, text="queued")
+    st.session_state[key + "_rounds"] = rounds
+    st.session_state[key] = (racing, labels, RaceResult(tuple(l.name for l in layouts), tuple(() for _ in layouts), steps), False)
+
+    def on_wait(ahead: int) -> None:
+        progress.progress(0.0, text=f"waiting for a turn: {ahead} timing(s) ahead of you (one runs at a time)")
+
+    def on_phase(round_index: int, index: int, phase: str) -> None:
+        done = (round_index * len(layouts) + index) / (rounds * len(layouts))
+        progress.progress(done, text=f"round {round_index + 1} of {rounds} · {labels[index]}: {phase}…")
+
+    def on_round(round_index: int, result: RaceResult) -> None:
+        st.session_state[key] = (racing, labels, result, round_index + 1 == rounds)
+
+    TURNSTILE.enter(on_wait=on_wait)
+    try:
+        status.update(label="Racing", state="running", expanded=True)
+        race(layouts, rounds=rounds, steps=steps, on_round=on_round, on_phase=on_phase)
+    except ExplorerError as error:
+        status.update(label="The race was refused", state="error", expanded=True)
+        status.error(markdown_literal(f"The race was refused: {error}"))
+        stop_slot.empty()
+        return
+    finally:
+        TURNSTILE.leave()
+    status.update(label=f"Raced {rounds} round(s)", state="complete", expanded=False)
+    stop_slot.empty()
+
+
+def show_race(labels: list[str], result: RaceResult, chart_key: str = "race_chart") -> None:
+    rows = []
+    for index, label in enumerate(labels):
+        medians = result.round_medians[index]
+        summary = result.summary(index)
+        rows.append({
+            "layout": label,
+            "median step (ms)": round(statistics.median(medians) * 1e3, 2),
+            f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
+        })
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.plotly_chart(plots.race_figure(labels, result.round_medians), key=chart_key)
