@@ -73,3 +73,21 @@ def test_the_race_is_refused_with_the_reason_when_the_target_is_not_this_process
     assert not at.exception
     assert any("This process has 8 device(s)" in c.value and "v5litepod-16 has 16" in c.value for c in at.caption)
     assert not [b for b in at.button if b.key == "advisor_race_button"]
+
+
+def test_the_chart_axis_spans_the_candidates_and_the_hbm_line_not_plotly_log_annotation_units():
+    """Plotly puts an add_hline annotation on a log axis at 10**y: the axis then ran to 1e17 GiB. The range and the HBM
+    label are in log10 units, around what is drawn."""
+    import math
+
+    from explorer import advisor
+    from explorer.layout import seed_layout
+    from ui.advisor_view import figure
+
+    search = advisor.stage1(seed_layout(), "v5litepod-8")
+    fig = figure(search)
+    values = [y for trace in fig.data for y in trace.y] + [search.target.chip.device_hbm_bytes / 2**30]
+    low, high = fig.layout.yaxis.range
+    assert low <= math.log10(min(values)) and math.log10(max(values)) <= high <= math.log10(max(values)) + 1
+    label = next(a for a in fig.layout.annotations if a.text.startswith("HBM"))
+    assert label.y == pytest.approx(math.log10(search.target.chip.device_hbm_bytes / 2**30))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -92,11 +94,18 @@ def figure(search: advisor.Search) -> go.Figure:
             mode="markers", name=name, marker=dict(symbol=symbol, size=11),
             text=[c.layout.name for c in chosen], hovertemplate="%{text}<br>step ≥ %{x:.3g} ms<br>%{y:.2f} GiB<extra></extra>",
         )
-    fig.add_hline(y=hbm / 2**30, line_dash="dash", line_color="#222", annotation_text=f"HBM {human_bytes(hbm)} per device")
+    hbm_gib = hbm / 2**30
+    fig.add_hline(y=hbm_gib, line_dash="dash", line_color="#222")
+    # Plotly places an annotation on a log axis at log10 coordinates (add_hline's own annotation lands at 10**y
+    # and stretched the axis to 1e17): write it, and the axis range, in log10 units.
+    shown = [hbm_gib] + [y for trace in fig.data for y in trace.y if y and y > 0]
+    low, high = math.log10(min(shown)) - 0.5, math.log10(max(shown)) + 0.5
+    fig.add_annotation(x=1, xref="paper", y=math.log10(hbm_gib), yref="y", text=f"HBM {human_bytes(hbm)} per device",
+                       showarrow=False, xanchor="right", yanchor="bottom")
     fig.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step lower bound (ms, log)",
                       yaxis_title="GiB per device (log)", plot_bgcolor="white", legend=dict(orientation="h", y=-0.25))
     fig.update_xaxes(type="log", gridcolor="#eee", dtick=1)  # a tick per decade: both axes span orders of magnitude
-    fig.update_yaxes(type="log", gridcolor="#eee", dtick=1)
+    fig.update_yaxes(type="log", gridcolor="#eee", dtick=1, range=[low, high])
     return fig
 
 
