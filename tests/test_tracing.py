@@ -41,10 +41,10 @@ def traces(fresh, monkeypatch):
         calls.append("init")
         return real_init(*args)
 
-    def read(closed, input_invars, parameter_invars=(), parameter_outvars=()):
+    def read(closed, input_invars, parameter_invars=()):
         if parameter_invars and not in_layout:
             calls.append("forward")
-        return real_read(closed, input_invars, parameter_invars, parameter_outvars)
+        return real_read(closed, input_invars, parameter_invars)
 
     def layout_trace(*args):
         calls.append("layout")

@@ -26,9 +26,8 @@ Each equation is read with:
 
 Only constraints the program's wanted outputs need are read, as XLA keeps only those:
 a liveness pass (backwards over each program, into called programs by position)
-drops dead code. With the values of parameters taken as given, that same pass reads
-a whole ``init`` as its forward pass alone: the parameters' initialisers (and the
-dead copies of a body Flax's ``nn.scan`` traces while initialising) are not the step's.
+drops dead code. Parameters' values are taken as given: a cast of a parameter is still
+that parameter, and only what the outputs need beyond it is live.
 
 A *tagged layout* (``tagged_mesh``, ``tagged_rules``) is a layout's own mesh and rules
 with a size-1 probe axis per logical name added to both: one trace under it gives each
@@ -159,7 +158,7 @@ def tagged_rules(rules: Sequence[tuple[str, Any]], logical_names: Iterable[str])
     axis alone tags a name no rule placed (Linen leaves it replicated). NNX reads the rules
     as a dict, the last rule of a name winning: a name's last tagged rule is repeated after
     that. A name with no rule is tagged too, which NNX would have read as a mesh axis of that
-    name: a caller checks such constraints (``untagged_by_nnx``).
+    name: the caller checks such constraints (``trace._tagged_forward``).
     """
     out: list[tuple[str, tuple[str, ...]]] = []
     last: dict[str, tuple[str, ...]] = {}
@@ -175,25 +174,22 @@ def tagged_rules(rules: Sequence[tuple[str, Any]], logical_names: Iterable[str])
     return tuple(out)
 
 
-def constraints(closed_jaxpr, input_invars: Sequence[int], parameter_invars: Sequence[int] = (),
-                parameter_outvars: Sequence[int] = ()) -> list[Constraint]:
+def constraints(closed_jaxpr, input_invars: Sequence[int], parameter_invars: Sequence[int] = ()) -> list[Constraint]:
     """The live sharding constraints of ``closed_jaxpr`` in program order.
 
     ``input_invars`` are the positions of the program's inputs that are model inputs:
     a constraint on a value computed from none of them is a weight's (``activation``
-    False). ``parameter_invars`` / ``parameter_outvars`` are the positions of the
-    program's inputs / outputs that are parameters (for a forward pass, its parameter
-    arguments; for ``init``, the parameters it returns): how a parameter's value was made
+    False). ``parameter_invars`` are the positions of the program's inputs that are
+    parameters (a forward pass's parameter arguments): how a parameter's value was made
     does not count, only what the outputs need beyond it.
     """
     jaxpr = closed_jaxpr.jaxpr
     found: list[Constraint] = []
-    marked_in = {jaxpr.invars[i] for i in parameter_invars}
-    marked_out = {jaxpr.outvars[i] for i in parameter_outvars if not _is_literal(jaxpr.outvars[i])}
+    parameters = {jaxpr.invars[i] for i in parameter_invars}
     live_out = {v for v in jaxpr.outvars if not _is_literal(v)}
     inputs = set(input_invars)
     marks = tuple(i in inputs for i in range(len(jaxpr.invars)))
-    _walk(jaxpr, marked_in | marked_out, marks, live_out, "", 1, False, found, {})
+    _walk(jaxpr, parameters, marks, live_out, "", 1, False, found, {})
     return found
 
 

@@ -137,8 +137,9 @@ def _tagged_forward(key: tuple, mesh_axes: tuple[str, ...], stage: "_State", nam
     activations are None where a constraint resolved the NNX way carries a name with no rule
     (NNX reads such a name as a mesh axis; the tag hid that): the layout alone says what JAX does.
     """
-    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in rules)
-    names = names | {name for name, _ in rules}
+    rules = _flax_rules(rules)
+    ruled = {name for name, _ in rules}
+    names = names | ruled
     tagged_mesh = program.tagged_mesh(names, tuple(mesh.axis_names), tuple(mesh.axis_sizes))
     try:
         with jax.sharding.use_abstract_mesh(tagged_mesh), nn.logical_axis_rules(program.tagged_rules(rules, names)):
@@ -148,7 +149,6 @@ def _tagged_forward(key: tuple, mesh_axes: tuple[str, ...], stage: "_State", nam
     found = program.constraints(closed, **_forward_positions(stage))
     named = [dataclasses.replace(c, dims=program.decode_spec(c.spec, len(c.shape), tagged=True)) for c in found]
     model = _model(key, mesh_axes, stage, named, closed)
-    ruled = {name for name, _ in rules}
     if any(c.semantics == "nnx" and any(isinstance(d, str) and d not in ruled for d in c.dims) for c in named):
         return model, None
     on_mesh = [dataclasses.replace(c, dims=program.mesh_spec(c.spec, len(c.shape))) for c in found]
@@ -181,10 +181,14 @@ def _layout_context(mesh: Any, rules: tuple):
     """A layout's mesh (this process's devices, or an AbstractMesh of the same shape) and rules, as Flax reads them."""
     from jax.sharding import Mesh
 
-    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in rules)
     with (jax.set_mesh(mesh) if isinstance(mesh, Mesh) else jax.sharding.use_abstract_mesh(mesh)), \
-            nn.logical_axis_rules(rules):
+            nn.logical_axis_rules(_flax_rules(rules)):
         yield
+
+
+def _flax_rules(rules: tuple) -> tuple:
+    """Rules as Flax reads them: a rule's mesh axes a tuple, not a list (as a layout file writes them)."""
+    return tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in rules)
 
 
 def forward_program(stage: "_State"):
