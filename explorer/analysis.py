@@ -217,7 +217,8 @@ def analyze(layout: Layout, *, model: AbstractModel | None = None, received: boo
     mesh = mesh_info(layout.mesh)
     rules = layout.rules_for_flax()
     problems: list[Finding] = []
-    arrays = tuple(_array_info(a, rules, mesh, problems) for a in model.arrays)
+    placements: dict = {}
+    arrays = tuple(_array_info(a, rules, mesh, problems, placements) for a in model.arrays)
     notes: list[Finding] = []
     if received:
         found = reading.received(model, jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), rules)
@@ -247,10 +248,18 @@ def effective_axes(array: AbstractArray, mesh_axes: Sequence[str]) -> tuple | No
     return names
 
 
-def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, problems: list) -> ArrayInfo:
-    resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=array.semantics)
-    spec = _checked_spec(array, resolution, rules, mesh, problems)
-    shard = tiles_lib.shard_shape(array.shape, spec, mesh)
+def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, problems: list,
+                placements: dict | None = None) -> ArrayInfo:
+    """``array`` under the rules; ``placements`` memoises what depends only on its names, shape and dtype
+    (every layer of a model repeats the same few), across the arrays of one analysis."""
+    key = (array.logical_axes, array.annotation, array.shape, array.dtype, array.semantics)
+    placement = placements.get(key) if placements is not None else None
+    if placement is None:
+        placement = _placement(array, rules, mesh)
+        if placements is not None:
+            placements[key] = placement
+    resolution, spec, refusals, shard, nbytes, replication = placement
+    problems.extend(Finding(code, f"{array.path}: {text}", array.path) for code, text in refusals)
     return ArrayInfo(
         path=array.path,
         kind=array.kind,
@@ -259,14 +268,22 @@ def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo,
         logical_axes=array.logical_axes,
         spec=spec,
         shard_shape=shard,
-        bytes_per_device=math.prod(shard) * np.dtype(array.dtype).itemsize,
-        replication=tiles_lib.replication(spec, mesh),
+        bytes_per_device=nbytes,
+        replication=replication,
         trace=resolution.dims,
         note=array.note,
         module=array.module,
         runs_per_step=array.runs_per_step,
         semantics=array.semantics,
     )
+
+
+def _placement(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo) -> tuple:
+    resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=array.semantics)
+    spec, refusals = _checked_spec(resolution, rules, mesh)
+    shard = tiles_lib.shard_shape(array.shape, spec, mesh)
+    nbytes = math.prod(shard) * np.dtype(array.dtype).itemsize
+    return resolution, spec, tuple(refusals), shard, nbytes, tiles_lib.replication(spec, mesh)
 
 
 def _as_received(arrays: tuple[ArrayInfo, ...], model: AbstractModel, received: reading.Resolved, rules, mesh: MeshInfo,
@@ -317,14 +334,15 @@ def _with_received(info: ArrayInfo, received: AbstractArray, mesh: MeshInfo) -> 
     )
 
 
-def _checked_spec(array: AbstractArray, resolution, rules, mesh: MeshInfo, problems: list) -> tuple:
+def _checked_spec(resolution, rules, mesh: MeshInfo) -> tuple[tuple, list[tuple[str, str]]]:
     """The spec, with what JAX would refuse reported as an error and left out of the drawing.
 
     A mesh axis the mesh lacks (an NNX name with no rule, or a name the model fixed) and
     a mesh axis used by two dimensions are refused by JAX; the report names them and
-    shows those dimensions replicated.
+    shows those dimensions replicated. The refusals come as (code, message), the message to follow the
+    array's path.
     """
-    spec, used = [], {}
+    spec, used, refusals = [], {}, []
     for dim, entry in enumerate(resolution.spec):
         axes = spec_axes(entry)
         unknown = [a for a in axes if a not in mesh.axes]
@@ -335,25 +353,23 @@ def _checked_spec(array: AbstractArray, resolution, rules, mesh: MeshInfo, probl
             else "the model's own annotation"
         )
         if unknown:
-            problems.append(Finding(
+            refusals.append((
                 "unknown-mesh-axis",
-                f"{array.path}: dim {dim} is sharded over mesh axis '{unknown[0]}' by {source}, but the mesh has only "
+                f"dim {dim} is sharded over mesh axis '{unknown[0]}' by {source}, but the mesh has only "
                 f"{list(mesh.axes)}; JAX refuses this sharding. Fix: add a rule for '{trace.logical}' or rename the axis.",
-                array.path,
             ))
             spec.append(None)
         elif twice:
-            problems.append(Finding(
+            refusals.append((
                 "mesh-axis-twice",
-                f"{array.path}: mesh axis '{twice[0]}' shards dim {used[twice[0]]} and again dim {dim} (by {source}); "
+                f"mesh axis '{twice[0]}' shards dim {used[twice[0]]} and again dim {dim} (by {source}); "
                 "JAX refuses a mesh axis used twice. Fix: map one of these names elsewhere or to null.",
-                array.path,
             ))
             spec.append(None)
         else:
             used.update({a: dim for a in axes})
             spec.append(entry)
-    return tuple(spec)
+    return tuple(spec), refusals
 
 
 def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: MeshInfo) -> list[Finding]:
@@ -363,21 +379,13 @@ def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: Mes
     """
     ruled = {rule[0] for rule in rules}
     differing = []
+    compared: dict = {}  # arrays with the same names, rank and semantics compare the same way
     for array in model.arrays:
-        names = effective_axes(array, mesh.axes)
-        if not names:
-            continue
-        other = "nnx" if array.semantics == "linen" else "linen"
-        # a Linen user would write NNX's mesh-axis annotations with nn.with_partitioning: read them so
-        theirs_names = effective_axes(dataclasses.replace(array, annotation="mesh-or-logical"), mesh.axes) if other == "linen" else names
-        try:
-            mine = resolve(names, rules, len(array.shape), array.semantics).spec
-            theirs = resolve(theirs_names, rules, len(array.shape), other).spec
-        except ExplorerError:
-            continue
-        dims = [d for d, (a, b) in enumerate(zip(mine, theirs)) if a != b]
-        # a name with no rule differs by definition (replicated vs used as a mesh axis): that is not the news
-        if any(isinstance(names[d], str) and names[d] in ruled for d in dims):
+        key = (array.logical_axes, array.annotation, len(array.shape), array.semantics)
+        if key not in compared:
+            compared[key] = _compared(array, rules, mesh, ruled)
+        if compared[key] is not None:
+            mine, theirs, other = compared[key]
             differing.append((array.path, mine, theirs, array.semantics, other))
     if not differing:
         return []
@@ -394,6 +402,26 @@ def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: Mes
         f"{there}. {RESOLUTION_ORDERS[other]}.",
         path,
     )]
+
+
+def _compared(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, ruled: set) -> tuple | None:
+    """(spec here, spec under the other semantics, the other's name) when a ruled name lands differently, else None."""
+    names = effective_axes(array, mesh.axes)
+    if not names:
+        return None
+    other = "nnx" if array.semantics == "linen" else "linen"
+    # a Linen user would write NNX's mesh-axis annotations with nn.with_partitioning: read them so
+    theirs_names = effective_axes(dataclasses.replace(array, annotation="mesh-or-logical"), mesh.axes) if other == "linen" else names
+    try:
+        mine = resolve(names, rules, len(array.shape), array.semantics).spec
+        theirs = resolve(theirs_names, rules, len(array.shape), other).spec
+    except ExplorerError:
+        return None
+    dims = [d for d, (a, b) in enumerate(zip(mine, theirs)) if a != b]
+    # a name with no rule differs by definition (replicated vs used as a mesh axis): that is not the news
+    if any(isinstance(names[d], str) and names[d] in ruled for d in dims):
+        return mine, theirs, other
+    return None
 
 
 def _counted_in_totals(info: ArrayInfo) -> bool:

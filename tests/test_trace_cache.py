@@ -111,7 +111,10 @@ def test_a_disk_hit_imports_no_flax(cache):
         " and m != 'explorer.models.base')]))\n"
     )
     env = {**__import__("os").environ, trace_cache.CACHE_ENV: str(cache)}
+    files = {path: path.stat().st_mtime_ns for path in cache.rglob("*") if path.is_file()}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
     count, heavy, models = json.loads(done.stdout.strip().splitlines()[-1])
     assert count == len(analyze(parse_layout(LAYOUT)).arrays)
     assert heavy == [] and models == []
+    # a hit only reads: rewriting what it read (the received activations) cost a warm run a file write
+    assert {path: path.stat().st_mtime_ns for path in cache.rglob("*") if path.is_file()} == files

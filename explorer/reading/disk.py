@@ -154,9 +154,11 @@ def _array_to(array) -> dict:
     return data
 
 
+_ARRAY_FIELDS = frozenset(f.name for f in dataclasses.fields(AbstractArray))
+
+
 def _array_from(data: dict):
-    fields = {f.name for f in dataclasses.fields(AbstractArray)}
-    if set(data) != fields:
+    if data.keys() != _ARRAY_FIELDS:
         raise KeyError("fields")
     return AbstractArray(**{**data, "shape": tuple(int(n) for n in data["shape"]), "logical_axes": _axes_from(data["logical_axes"])})
 

@@ -37,7 +37,9 @@ def received(model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
     found = disk.load_resolved(model.key, key[1:])
     if found is None:
         found = _trace(model, mesh, rules)
-    remember(model, mesh, rules, found)
+        remember(model, mesh, rules, found)
+    else:
+        _keep_in_memory(key, found)
     return found
 
 
@@ -46,6 +48,10 @@ def remember(model: AbstractModel, mesh: Any, rules: tuple, found: Resolved) -> 
     key = _key(model, mesh, rules)
     if not found.error:
         disk.store_resolved(model.key, key[1:], found)
+    _keep_in_memory(key, found)
+
+
+def _keep_in_memory(key: tuple, found: Resolved) -> None:
     with _lock:
         _memory[key] = found
         while len(_memory) > CACHE_SIZE:
