@@ -139,3 +139,44 @@ def test_the_garbage_collector_runs_again_after_a_trace_and_after_a_refused_one(
             assert not gc.isenabled()  # paused while tracing
             raise RuntimeError("the model's own code failed")
     assert gc.isenabled()
+
+
+def test_the_collector_pause_nests_and_leaves_the_collector_as_the_user_had_it():
+    import gc
+
+    from explorer.reading import collector
+
+    assert gc.isenabled()
+    with collector.paused():
+        with collector.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer section is still tracing
+    assert gc.isenabled()
+    gc.disable()  # a user who runs with the collector off keeps it off
+    try:
+        with collector.paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_importing_the_tracing_code_runs_the_collector_once_and_leaves_it_on():
+    """Importing Flax and optax makes tens of thousands of objects: with the collector on it runs about a hundred
+    times; paused, once, when it comes back on (the collection that fell due meanwhile)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import gc, sys\n"
+            "from explorer import reading\n"
+            "runs = []  # collections once the tracing module's import has begun\n"
+            "gc.callbacks.append(lambda phase, info: runs.append(phase)\n"
+            "                    if phase == 'start' and 'explorer.reading.trace' in sys.modules else None)\n"
+            "reading._trace()\n"
+            "assert 'flax' in sys.modules and 'optax' in sys.modules\n"
+            "print(len(runs), gc.isenabled())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    collections, enabled = out.stdout.split()
+    assert int(collections) <= 1 and enabled == "True"

@@ -83,7 +83,10 @@ def received(model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
 
 
 def _trace():
-    """The tracing module, imported on first need: reading a cached model needs no Flax."""
-    from explorer.reading import trace
+    """The tracing module, imported on first need (the collector paused, as for a trace): reading a cached model needs no Flax."""
+    from explorer.reading import collector
+
+    with collector.paused():
+        from explorer.reading import trace
 
     return trace

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import json
 import sys
 import threading
@@ -41,7 +40,7 @@ from flax.core import meta
 from flax.linen import partitioning as nn_partitioning
 from flax.training import train_state
 
-from explorer.reading import constraints as program
+from explorer.reading import collector, constraints as program
 from explorer.reading.arrays import (
     AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, activation_arrays, names_of, semantics_of,
 )
@@ -165,7 +164,7 @@ def _forward_positions(stage: "_State") -> dict:
 def received_by_forward(stage: "_State", model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
     """A layout's activations as JAX receives them: the forward pass traced under its mesh and rules."""
     try:
-        with _collector_paused(), _layout_context(mesh, rules):
+        with collector.paused(), _layout_context(mesh, rules):
             closed = forward_program(stage)
     except Exception as error:  # a layout JAX refuses (an axis used twice, ...): the analysis says so
         return Resolved(error=error_text(error))
@@ -258,37 +257,12 @@ def _built(key: tuple) -> BuiltModel:
 def _tracing(key: tuple):
     """A model that cannot be traced is bad input, not a crash: one message naming the model."""
     try:
-        with _collector_paused():
+        with collector.paused():
             yield
     except ExplorerError:
         raise
     except Exception as error:
         raise ExplorerError("model", key[0], f"could not be traced: {type(error).__name__}: {error}") from None
-
-
-_pause = {"traces": 0, "resume": False}
-_pause_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """Python's cyclic garbage collector paused while any trace runs (in any thread), then as it was.
-
-    A trace makes a few hundred thousand short-lived objects; the collector's passes over them,
-    and over every object JAX and Flax hold, cost about 6% of a trace.
-    """
-    with _pause_lock:
-        if _pause["traces"] == 0:
-            _pause["resume"] = gc.isenabled()
-            gc.disable()
-        _pause["traces"] += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _pause["traces"] -= 1
-            if _pause["traces"] == 0 and _pause["resume"]:
-                gc.enable()
 
 
 def _input_names(built: BuiltModel) -> frozenset[str]:
