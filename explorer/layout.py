@@ -260,6 +260,9 @@ def layout_errors(data: Any) -> tuple[ExplorerError, ...]:
     ...          "rules": [["batch", "data"]], "model": {"name": "mlp", "options": {"batch": 0, "depth": "wide"}}}
     >>> [error.field for error in layout_errors(draft)]
     ['mesh.shape[1]', 'model.options.batch', 'model.options.depth']
+    >>> draft["mesh"] = {"shape": ["3x"], "axes": ["**model**"]}  # a bad shape and a bad axis name: both said
+    >>> [error.field for error in layout_errors(draft)]
+    ['mesh.shape[0]', 'mesh.axes[0]', 'model.options.batch', 'model.options.depth']
     """
     try:
         parse_layout(data)
@@ -276,6 +279,7 @@ def layout_errors(data: Any) -> tuple[ExplorerError, ...]:
     if mesh_valid:
         probes.append({"mesh": data.get("mesh"), "rules": data.get("rules", [])})
     else:
+        probes += [{"mesh": mesh} for mesh in _mesh_parts(data.get("mesh"))]
         axes = [{"shape": [1] * len(data["mesh"]["axes"]), "axes": data["mesh"]["axes"]}] if _axes_only(data) else []
         probes += [{"mesh": mesh, "rules": data.get("rules", [])} for mesh in axes]
     probes.append({"model": data.get("model")})
@@ -302,6 +306,18 @@ def _problem(data: dict) -> ExplorerError | None:
     except ExplorerError as error:
         return error
     return None
+
+
+def _mesh_parts(mesh: Any) -> list[dict]:
+    """A bad mesh's shape and axis names, each beside a valid stand-in for the other, so both are checked."""
+    if not isinstance(mesh, dict) or not isinstance(mesh.get("shape"), list) or not isinstance(mesh.get("axes"), list):
+        return []
+    parts = []
+    if mesh["shape"]:
+        parts.append({"shape": mesh["shape"], "axes": [f"axis{i}" for i in range(len(mesh["shape"]))]})
+    if mesh["axes"]:
+        parts.append({"shape": [1] * len(mesh["axes"]), "axes": mesh["axes"]})
+    return parts
 
 
 def _axes_only(data: dict) -> bool:

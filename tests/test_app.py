@@ -90,6 +90,16 @@ def test_every_invalid_field_is_named_where_it_was_typed(app):
     assert any("3 problem(s) (mesh.shape[1], model.options.batch, model.options.depth)" in w.value for w in app.warning)
 
 
+def test_a_bad_shape_and_a_bad_axis_name_are_both_said_at_once(app):
+    app.text_input(key="mesh_shape_text").input("3x").run()
+    app.text_input(key="mesh_axes_text").input("data, **model**").run()
+    assert not app.exception
+    errors = [plain(e.value) for e in app.sidebar.error]
+    assert any("mesh.shape[0]" in e and "'3x'" in e for e in errors), errors
+    assert any("mesh.axes[1]" in e and "'**model**'" in e for e in errors), errors
+    assert any("2 problem(s) (mesh.shape[0], mesh.axes[1])" in w.value for w in app.warning)
+
+
 def test_indivisible_dimension_is_flagged_next_to_the_rules(app):
     app.number_input(key="option::mlp::depth").set_value(1022).run()
     assert not app.exception
@@ -337,3 +347,19 @@ def test_a_links_factory_options_the_factory_refuses_are_a_message(monkeypatch):
     refused = [text for text in shown if "were refused by tests.factory_module:make_model" in text]
     assert refused and "__bogus__" in refused[0] and "unexpected keyword argument" in refused[0]
     assert any("This page shows the last valid layout" in plain(w.value) for w in at.main.warning)
+
+
+def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismissed():
+    """The address bar carries the layout shown (the seed): the link the user was sent is not lost, and a value
+    with Markdown in it is shown as typed."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"mesh": "2x4", "axes": "data,model", "rules": "batch:data;hidden:**bogus**", "model": "mlp"})
+    at.run()
+    assert not at.exception
+    kept = [c.value for c in at.sidebar.code if "bogus" in c.value]
+    assert kept and "rules=batch:data;hidden:**bogus**" in kept[0] and "mesh=2x4" in kept[0]
+    assert "bogus" not in str(dict(at.query_params))  # the address bar is the seed's, which is what the page shows
+    at.run()  # still there after another rerun
+    assert [c for c in at.sidebar.code if "bogus" in c.value]
+    at.button(key="dismiss_refused_link").click().run()
+    assert not at.exception and not [c for c in at.sidebar.code if "bogus" in c.value]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import streamlit as st
 
@@ -17,6 +17,7 @@ MESSAGES = "share_messages"  # section ("link", "upload", "library") -> (level, 
 ARRAY_PARAM = "array"  # the link's selected array: the page's, not the layout's, so not in explorer.share
 LINK_ARRAY = "link_array"  # the array a link named, until the Layout page has checked the layout has it
 LOADED_VERSION = "library_loaded"  # (name, version) of the library entry last loaded or saved
+REFUSED_LINK = "refused_link"  # the query of a link that could not be opened, kept to copy and fix until dismissed
 
 
 def initial_layout() -> Layout:
@@ -32,7 +33,9 @@ def initial_layout() -> Layout:
             st.session_state[LINK_ARRAY] = selected
         return layout
     except ExplorerError as error:
-        _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error))}")
+        _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error))} "
+                               "The link you opened is kept under Share, to copy and fix.")
+        st.session_state[REFUSED_LINK] = "?" + urlencode(st.query_params.to_dict(), safe=":,;/*!'()@$")
         return seed_layout()
 
 
@@ -74,6 +77,7 @@ def show_message(section: str) -> None:
 def render(layout: Layout) -> None:
     """The sidebar's Share section for the current (valid) layout."""
     st.subheader("Share")
+    _refused_link()
     try:
         query = layout_to_query(layout)
     except ExplorerError as error:
@@ -104,6 +108,19 @@ def render(layout: Layout) -> None:
         st.caption("The rules as MaxText-style logical_axis_rules:")
         st.code(maxtext_yaml(layout), language="yaml")
     _library_section(layout)
+
+
+def _refused_link() -> None:
+    """The link that could not be opened, verbatim, until the user dismisses it: the address bar now carries the
+    layout shown, so this is the only copy of what they were sent."""
+    refused = st.session_state.get(REFUSED_LINK)
+    if not refused:
+        return
+    st.caption("The link you opened, as it arrived: it could not be opened (the message says why); fix it and open it again.")
+    st.container(key="refused_link").code(_app_url() + refused, language=None, wrap_lines=True)
+    if st.button("Dismiss", key="dismiss_refused_link"):
+        st.session_state.pop(REFUSED_LINK, None)
+        st.rerun()
 
 
 def _app_url() -> str:
