@@ -892,7 +892,7 @@ def rules_text(layout: Layout) -> str:
 
 def table_rows(search: Search) -> list[dict[str, Any]]:
     """The ranked table as plain rows (the page and the command line draw it)."""
-    from explorer.text import human_bytes
+    from explorer.text import human_bytes, share
 
     rows = []
     for i, c in enumerate(search.ranked(), 1):
@@ -903,7 +903,7 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
             "step ≥": f"{c.step_s * 1e3:.3g} ms" + (label if c.verified else " (estimate)"),
             "XLA peak / device": human_bytes(c.peak_bytes) + label if c.peak_bytes is not None else "not compiled",
             "state / device": human_bytes(c.state_bytes),
-            "bound": c.bound, "MFU ceiling": f"{c.mfu_ceiling:.0%}",
+            "bound": c.bound, "MFU ceiling": share(c.mfu_ceiling),
             "verified": ("XLA, extrapolated in depth" if c.extrapolated else "XLA") if c.verified else "estimate",
             "extrapolated figures": extrapolation_text(c),
             "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),

@@ -87,6 +87,33 @@ def human_bytes(count: int) -> str:
     return str(count)
 
 
+def human_flops(count: float) -> str:
+    """A FLOP count in the largest SI unit that keeps it at 1 or more, about three significant digits.
+
+    >>> human_flops(2.5e15), human_flops(1.234e10), human_flops(120), human_flops(4.0e9)
+    ('2.50 PFLOP', '12.3 GFLOP', '120 FLOP', '4.00 GFLOP')
+    """
+    value, unit = float(count), "FLOP"
+    for name, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if abs(count) >= scale:
+            value, unit = count / scale, name
+            break
+    decimals = 0 if abs(value) >= 100 or unit == "FLOP" else 1 if abs(value) >= 10 else 2
+    return f"{value:,.{decimals}f} {unit}"
+
+
+def share(fraction: float) -> str:
+    """A fraction as a percentage that a small share does not round to 0%.
+
+    >>> share(0.42), share(0.0015), share(0.00002), share(0.0), share(1e-9)
+    ('42%', '0.15%', '0.002%', '0%', 'under 0.0001%')
+    """
+    if fraction == 0 or abs(fraction) >= 0.01:
+        return f"{fraction:.0%}"
+    percent = fraction * 100
+    return "under 0.0001%" if abs(percent) < 1e-4 else f"{percent:.2g}%"
+
+
 def arrays_frame(report: Report) -> "pd.DataFrame":
     """One row per array: the table the dashboard and the command line both show."""
     import pandas as pd
@@ -352,6 +379,6 @@ def target_text(result: dict, cached: bool = False) -> str:
         lines.append(
             f"roofline lower bound (not a measurement): compute {estimate['compute_s'] * 1e3:.3f} ms, memory "
             f"{estimate['memory_s'] * 1e3:.3f} ms, collectives {estimate['collective_s'] * 1e3:.3f} ms -> step >= "
-            f"{estimate['step_s'] * 1e3:.3f} ms, {estimate['bound']}-bound, MFU at most {estimate['mfu_ceiling']:.0%}"
+            f"{estimate['step_s'] * 1e3:.3f} ms, {estimate['bound']}-bound, MFU at most {share(estimate['mfu_ceiling'])}"
         )
     return "\n".join(lines)

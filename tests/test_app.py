@@ -301,6 +301,7 @@ def test_compile_for_a_target_is_refused_on_a_layout_jax_refuses(app):
     assert refusal and "has size 8" in refusal[0], [plain(e.value) for e in app.main.error]
     state = [plain(i.value) for i in app.main.info if "The state alone" in i.value]
     assert state and "of the 16.0 GiB HBM per chip" in state[0] and "compile for it" in state[0]
+    assert re.search(r"HBM per chip \(0\.\d+%\)", state[0]), state[0]  # a small share is not rounded to 0%
 
 
 def test_a_state_larger_than_the_chips_hbm_does_not_fit_before_any_compile(app):
@@ -363,3 +364,11 @@ def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismiss
     assert [c for c in at.sidebar.code if "bogus" in c.value]
     at.button(key="dismiss_refused_link").click().run()
     assert not at.exception and not [c for c in at.sidebar.code if "bogus" in c.value]
+
+
+def test_the_arrays_table_shows_every_column_with_what_the_layout_decides_first(app):
+    """At 1024 px beside the sidebar only the first columns are in view: spec, shard and bytes come right after the path."""
+    table = next(d for d in app.dataframe if "path" in d.value.columns)
+    order = list(table.proto.column_order)
+    assert order[:4] == ["path", "spec", "shard shape", "bytes/device"]
+    assert sorted(order) == sorted(table.value.columns)  # no column left out

@@ -97,6 +97,9 @@ def _warnings(report: Report) -> None:
             show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {markdown_literal(w.message)}" for w in shown) + more)
 
 
+ARRAY_COLUMNS = ("path", "spec", "shard shape", "bytes/device", "kind", "shape", "dtype", "logical axes", "replication")
+
+
 def _array_table(report: Report) -> ArrayInfo | None:
     st.subheader("Arrays")
     frame = arrays_frame(report)
@@ -108,10 +111,15 @@ def _array_table(report: Report) -> ArrayInfo | None:
         needle = query.lower()
         shown = shown[shown.apply(lambda row: needle in " ".join(str(v) for v in row.values).lower(), axis=1)]
     shown = shown.reset_index(drop=True)
+    # What a layout decides (spec, shard, bytes) right after the path, so it is in view at 1024 px beside
+    # the sidebar; what the model fixes (kind, shape, dtype, names) follows.
     event = st.dataframe(
         shown, hide_index=True, width="stretch", height=320, on_select="rerun", selection_mode="single-row",
-        key="arrays_table",
-        column_config={"bytes/device": st.column_config.NumberColumn("bytes/device", format="%d")},
+        key="arrays_table", column_order=ARRAY_COLUMNS,
+        column_config={
+            "path": st.column_config.TextColumn("path", width="medium"),
+            "bytes/device": st.column_config.NumberColumn("bytes/device", format="%d"),
+        },
     )
     st.caption(f"{len(shown)} of {len(frame)} arrays · click a row (or pick below) to draw it · click a header to sort")
     paths = frame["path"].tolist()

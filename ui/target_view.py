@@ -19,7 +19,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
-from explorer.text import human_bytes, markdown_literal, memory_relation
+from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, share
 from ui import state
 from ui.turnstile import TURNSTILE
 
@@ -115,7 +115,7 @@ def _state_verdict(report: Report, target: Target) -> None:
         else:
             st.info(
                 f"The state alone (parameters, optimizer state, inputs; exact) takes {human_bytes(state_bytes)} of the "
-                f"{human_bytes(hbm)} HBM per chip ({state_bytes / hbm:.0%}). XLA's peak adds gradients, the optimizer's "
+                f"{human_bytes(hbm)} HBM per chip ({share(state_bytes / hbm)}). XLA's peak adds gradients, the optimizer's "
                 "update and activations: compile for it."
             )
 
@@ -212,10 +212,10 @@ def show(result: dict, wall_s: float | None = None) -> None:
         with st.container(key="target_roofline"):
             st.plotly_chart(plots.roofline_figure(estimate), key="roofline")
         st.caption(
-            f"{result['flops'] / 1e12:,.3f} TFLOP and {human_bytes(int(result['bytes_accessed']))} per chip per step "
+            f"{human_flops(result['flops'])} and {human_bytes(int(result['bytes_accessed']))} per chip per step "
             f"(loop bodies times their trip count) against {target['peak_flops'] / 1e12:,.0f} TFLOP/s and "
             f"{target['hbm_bandwidth'] / 1e9:,.0f} GB/s; collectives by the formulas of “How to Scale Your Model”. "
-            f"MFU at most {estimate['mfu_ceiling']:.0%}. Lowering and compiling took {result['compile_s']:.1f} s"
+            f"MFU at most {share(estimate['mfu_ceiling'])}. Lowering and compiling took {result['compile_s']:.1f} s"
             + (f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
                if wall_s else " (read from the compile cache; tracing and starting the compile process not included).")
         )

@@ -175,12 +175,14 @@ def show_result(result: TimingResult) -> None:
     st.dataframe(
         frame.style.apply(lambda row: ["background-color: #fde2e1" if row["differs"] else "" for _ in row], axis=1),
         hide_index=True, width="stretch", key="activation_shardings",
-        column_config={  # short columns narrow, so "differs" stays on screen at 1024 px
-            "module output": st.column_config.TextColumn("module output", width="medium"),
-            "shape": st.column_config.TextColumn("shape", width="small"),
-            "declared": st.column_config.TextColumn("declared", width="small"),
-            "XLA chose": st.column_config.TextColumn("XLA chose", width="small"),
+        # "differs" first and the shape last: at 1024 px beside the sidebar the verdict and both specs are in view
+        column_order=("differs", "module output", "declared", "XLA chose", "shape"),
+        column_config={
             "differs": st.column_config.TextColumn("differs", width=70),
+            "module output": st.column_config.TextColumn("module output", width="medium"),
+            "declared": st.column_config.TextColumn("declared", width="medium"),
+            "XLA chose": st.column_config.TextColumn("XLA chose", width="medium"),
+            "shape": st.column_config.TextColumn("shape", width="small"),
         },
     )
     st.caption("XLA's choice is read from a compiled forward pass returning every module output (capture_intermediates).")

@@ -14,7 +14,7 @@ from explorer.share import layout_from_link
 from explorer.text import human_bytes, markdown_literal
 from explorer.compiled import check_timeable, layout_key
 from explorer.hlo import used as used_collectives
-from ui import target_view
+from ui import report_view, target_view
 from ui.race_view import RACE, RACE_ROUNDS, race_now, show_race
 from ui.current import current_layout, simulated_devices_note
 from ui.state import TIMING_RESULTS
@@ -112,7 +112,8 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
         used = ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
         rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
     st.subheader("Step times and collectives")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+                 column_config={"median step": st.column_config.TextColumn("median step", width="medium")})
     st.caption("From the Timing page's results in this session, else from the race below (its rounds' median), which "
                "times them fairly against each other.")
 
@@ -171,7 +172,8 @@ else:
             if not report.warnings:
                 st.caption("none")
             for warning in report.warnings[:8]:
-                st.caption(markdown_literal(f"[{warning.code}] {warning.message}"))
+                title = report_view.WARNING_TITLES.get(warning.code, warning.code)
+                st.caption(f"**{markdown_literal(title)}:** {markdown_literal(warning.message)}")
             if len(report.warnings) > 8:
                 st.caption(f"…and {len(report.warnings) - 8} more")
     timings_slot = st.container()  # filled after the race, so a race just run shows in it
