@@ -77,6 +77,8 @@ def test_an_op_link_opens_the_op_and_a_bad_one_says_why():
     assert not bad.exception
     assert any("could not be opened" in plain(e.value) and "'w.__class__' is refused" in plain(e.value) for e in bad.error)
     assert bad.text_input(key="op_expr").value == "jnp.dot(y, z)"
+    kept = [c.value for c in bad.sidebar.code if "__class__" in c.value]  # the link sent is not lost
+    assert kept and "expr=w.__class__" in kept[0] and "arrays=w:64:float32:-" in kept[0]
 
 
 def test_the_layouts_mesh_can_be_used(page):

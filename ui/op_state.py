@@ -15,7 +15,7 @@ from explorer.errors import ExplorerError
 from explorer.ops import MATMUL_PRESET, PRESETS, OpSpec, parse_op, parse_spec_text, spec_input_text
 from explorer.share import is_op_link, op_to_params, params_to_op
 from explorer.text import markdown_literal
-from ui import state
+from ui import share_panel, state
 
 MAX_ARRAYS = 4
 LOADED = "op_loaded"
@@ -28,6 +28,7 @@ EXPR = "op_expr"
 CONSTRAIN = "op_constrain"
 OUT_SPEC = "op_out_spec"
 MESSAGE = "op_link_message"
+REFUSED_LINK = "op_refused_link"  # an op link that could not be opened, kept verbatim under Share until dismissed
 
 
 def array_key(field: str, index: int) -> str:
@@ -44,7 +45,9 @@ def ensure_initialised() -> None:
         try:
             op = params_to_op(params)
         except ExplorerError as error:
-            st.session_state[MESSAGE] = f"The link could not be opened, so the guide's matmul is shown: {markdown_literal(str(error))}"
+            st.session_state[MESSAGE] = (f"The link could not be opened, so the guide's matmul is shown: {markdown_literal(str(error))} "
+                                         "The link you opened is kept under Share, to copy and fix.")
+            share_panel.keep_refused_link(REFUSED_LINK)
     load_op(op)
 
 

@@ -35,7 +35,7 @@ def initial_layout() -> Layout:
     except ExplorerError as error:
         _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error))} "
                                "The link you opened is kept under Share, to copy and fix.")
-        st.session_state[REFUSED_LINK] = "?" + urlencode(st.query_params.to_dict(), safe=":,;/*!'()@$")
+        keep_refused_link(REFUSED_LINK)
         return seed_layout()
 
 
@@ -77,7 +77,7 @@ def show_message(section: str) -> None:
 def render(layout: Layout) -> None:
     """The sidebar's Share section for the current (valid) layout."""
     st.subheader("Share")
-    _refused_link()
+    show_refused_link(REFUSED_LINK)
     try:
         query = layout_to_query(layout)
     except ExplorerError as error:
@@ -110,16 +110,21 @@ def render(layout: Layout) -> None:
     _library_section(layout)
 
 
-def _refused_link() -> None:
-    """The link that could not be opened, verbatim, until the user dismisses it: the address bar now carries the
-    layout shown, so this is the only copy of what they were sent."""
-    refused = st.session_state.get(REFUSED_LINK)
+def keep_refused_link(key: str) -> None:
+    """Keep the address bar's query under ``key``: the page is about to show a default and the address bar to follow it."""
+    st.session_state[key] = "?" + urlencode(st.query_params.to_dict(), safe=":,;/*!'()@$")
+
+
+def show_refused_link(key: str, page_url: str | None = None) -> None:
+    """The link that could not be opened, verbatim, until the user dismisses it: the address bar now carries what
+    the page shows, so this is the only copy of what they were sent."""
+    refused = st.session_state.get(key)
     if not refused:
         return
     st.caption("The link you opened, as it arrived: it could not be opened (the message says why); fix it and open it again.")
-    st.container(key="refused_link").code(_app_url() + refused, language=None, wrap_lines=True)
-    if st.button("Dismiss", key="dismiss_refused_link"):
-        st.session_state.pop(REFUSED_LINK, None)
+    st.container(key=key).code((_app_url() if page_url is None else page_url) + refused, language=None, wrap_lines=True)
+    if st.button("Dismiss", key=f"dismiss_{key}"):
+        st.session_state.pop(key, None)
         st.rerun()
 
 

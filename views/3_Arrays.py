@@ -20,7 +20,7 @@ from explorer.ops import (
 from explorer.share import op_to_query
 from explorer.text import code_literal, human_bytes, markdown_literal
 from explorer.tiles import grid_view, shard_counts
-from ui import op_state, state
+from ui import op_state, share_panel, state
 from ui.turnstile import TURNSTILE
 
 TIMINGS = "arrays_timings"  # op key -> OpTiming
@@ -106,6 +106,16 @@ def draw(view, analysis: OpAnalysis, title: str, key: str) -> None:
     st.caption(caption)
 
 
+GRID_WIDTH = 400  # two grids side by side at 1440 px; at 1024 px beside the sidebar they wrap, one per row
+
+
+def side_by_side(count: int) -> list:
+    """``count`` containers for grids, side by side where the page is wide enough and wrapped below where it is not
+    (columns would squeeze two grids into half of a narrow page, their labels running together)."""
+    row = st.container(horizontal=True, wrap=True, gap="medium")
+    return [row.container(width=GRID_WIDTH) for _ in range(count)]
+
+
 def valid_alone() -> list:
     """After an error, each array the widgets hold that is valid on its own, analysed alone (so its grid still shows)."""
     found = []
@@ -126,10 +136,9 @@ except ExplorerError as error:
     alone = valid_alone()
     if alone:
         st.caption("The arrays that are valid on their own, while the op is not:")
-        columns = st.columns(min(len(alone), 2))
-        for index, partial_analysis in enumerate(alone):
+        for index, (partial_analysis, slot) in enumerate(zip(alone, side_by_side(len(alone)))):
             view = partial_analysis.inputs[0]
-            with columns[index % len(columns)]:
+            with slot:
                 title = f"**{markdown_literal(view.name)}**: {view.dtype}{list(view.shape)} · `{spec_text(view.spec)}`"
                 draw(view, partial_analysis, title, f"arrays_alone_{index}")
     st.stop()
@@ -137,19 +146,19 @@ except ExplorerError as error:
 op_state.sync_address(op)
 with share_slot:
     st.subheader("Share")
+    page_url = (st.context.url or "").split("?")[0]
+    share_panel.show_refused_link(op_state.REFUSED_LINK, page_url)
     st.caption("The address bar carries this op: copy it to share.")
     with st.expander("Readable link"):
         st.caption("The same link as the address bar's, without `,:;()` escaped:")
-        page_url = (st.context.url or "").split("?")[0]
         st.container(key="arrays_share_link").code(page_url + op_to_query(op), language=None, wrap_lines=True)
 
 
 mesh = analysis.mesh
 where = "planned: hypothetical device ids, nothing compiles or runs" if analysis.planned else "real devices of this process"
 st.markdown(f"Mesh {' × '.join(f'{a}={n}' for a, n in zip(mesh.axes, mesh.shape))} · {mesh.size} devices ({where}) · {code_literal(op.expr)}")
-columns = st.columns(min(len(analysis.inputs), 2))
-for index, view in enumerate(analysis.inputs):
-    with columns[index % len(columns)]:
+for index, (view, slot) in enumerate(zip(analysis.inputs, side_by_side(len(analysis.inputs)))):
+    with slot:
         draw(view, analysis, f"**{markdown_literal(view.name)}**: {view.dtype}{list(view.shape)} · `{spec_text(view.spec)}`", f"arrays_grid_{index}")
 
 st.subheader("Output")
