@@ -372,19 +372,23 @@ OP_COLORS = {"sharded": "#4C78A8", "single": "#F58518"}
 
 
 def op_times_figure(samples: dict[str, Sequence[float]], labels: dict[str, str], planned_steps: int | None = None) -> go.Figure:
-    """Per-call times of the sharded op and of the same op on one device, in ms, each with its median."""
+    """Per-call times of the sharded op and of the same op on one device, in ms, each with its median.
+
+    A median is a dotted line in its series' colour and is named in the legend: two medians close
+    together would print their labels on top of each other.
+    """
     figure = go.Figure()
     count = planned_steps or 0
     for which, series in samples.items():
         ms = [s * 1e3 for s in series]
         count = max(count, len(ms))
+        name = labels[which] + (f" · median {statistics.median(ms):.2f} ms (dotted)" if ms else "")
         figure.add_scatter(
-            x=list(range(1, len(ms) + 1)), y=ms, mode="lines+markers", name=labels[which], line_color=OP_COLORS[which],
+            x=list(range(1, len(ms) + 1)), y=ms, mode="lines+markers", name=name, line_color=OP_COLORS[which],
             hovertemplate=labels[which] + ", call %{x}: %{y:.2f} ms<extra></extra>",
         )
         if ms:
-            median = statistics.median(ms)
-            figure.add_hline(y=median, line_dash="dot", line_color=OP_COLORS[which], annotation_text=f"median {median:.2f} ms")
+            figure.add_hline(y=statistics.median(ms), line_dash="dot", line_color=OP_COLORS[which])
     figure.update_layout(
         height=300, margin=dict(l=50, r=10, t=30, b=40), xaxis_title="timed call", yaxis_title="ms",
         plot_bgcolor="white", legend=dict(orientation="h", y=1.12),

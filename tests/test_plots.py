@@ -139,3 +139,12 @@ def test_sixteen_column_labels_do_not_crowd():
     """Issue 18 item 9: "10:12" "12:14" ... for 16 columns overlapped; at most 8 such labels are drawn."""
     ticks = plots._ticks([(2 * i, 2 * i + 2) for i in range(16)])
     assert len(ticks["ticktext"]) <= 8 and ticks["ticktext"][0] == "0:2"
+
+
+def test_op_times_name_each_median_in_the_legend_not_on_the_chart():
+    """Two medians close together printed their labels on top of each other (Arrays page, 2026-11-24)."""
+    figure = plots.op_times_figure({"sharded": [0.0046, 0.0048, 0.0047], "single": [0.0043, 0.0044, 0.0042]},
+                                   {"sharded": "sharded over 8 devices", "single": "one device"})
+    assert [trace.name for trace in figure.data] == [
+        "sharded over 8 devices · median 4.70 ms (dotted)", "one device · median 4.30 ms (dotted)"]
+    assert not figure.layout.annotations and len(figure.layout.shapes) == 2
