@@ -70,7 +70,7 @@ class ArrayInfo:
 class Finding:
     """Something about a layout worth a person's attention: a ``code``, a sentence, and the array concerned.
 
-    ``level`` is ``"error"`` for what JAX would refuse (a dimension the mesh does not
+    ``level`` is ``"error"`` for what JAX would refuse (a dimension of a step argument the mesh does not
     divide, a mesh axis the mesh lacks or used twice in one array) and ``"warning"`` for the rest (a rule that never applies, a name no rule
     covers, a large replicated array); ``"info"`` says where Flax Linen and NNX would
     read the rules differently, which matters only to someone moving between them.
@@ -454,7 +454,8 @@ def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: Mesh
 
 
 def indivisible_error(report: Report) -> ExplorerError | None:
-    """The one message for dimensions the mesh does not divide (JAX refuses to compile them), or None.
+    """The one message for dimensions of the step's arguments the mesh does not divide (JAX refuses to compile
+    them), or None. An activation's uneven constraint is accepted (XLA pads) and is not refused.
 
     The Layout page shows it next to the rules; timing and racing refuse with it before compiling.
     """
@@ -476,13 +477,21 @@ def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Finding]:
                 what, remedy = f"dim {dim} ('{name}')", f"or map '{name}' to a mesh axis whose size divides {size}, or replicate it"
             else:  # fixed by the model itself (nn.with_partitioning, P(...) in a constraint): no rule can change it
                 what, remedy = f"dim {dim} (fixed by the model to {' x '.join(axes)})", "or change the mesh or the model"
-            found.append(Finding(
-                "indivisible",
-                f"{info.path}: {what} has size {size}, which mesh axes {' x '.join(axes)} "
-                f"(product {product}) do not divide; JAX refuses this sharding. Fix: make it a multiple of "
-                f"{product} (e.g. {padded}), {remedy}.",
-                info.path,
-            ))
+            where = f"{info.path}: {what} has size {size}, which mesh axes {' x '.join(axes)} (product {product}) do not divide"
+            if info.kind == "activation":  # a constraint inside the step: JAX accepts it and XLA pads the blocks
+                found.append(Finding(
+                    "indivisible-padded",
+                    f"{where}; JAX accepts this constraint and XLA pads each block to {padded // product} "
+                    f"({padded - size} of the {padded} padded entries are padding). To avoid the padding: make it a "
+                    f"multiple of {product}, {remedy}.",
+                    info.path,
+                ))
+            else:  # an argument of the step: jit and device_put refuse a sharding the mesh does not divide
+                found.append(Finding(
+                    "indivisible",
+                    f"{where}; JAX refuses this sharding. Fix: make it a multiple of {product} (e.g. {padded}), {remedy}.",
+                    info.path,
+                ))
     return found
 
 

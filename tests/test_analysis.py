@@ -164,3 +164,34 @@ def test_json_report_has_the_documented_fields(seed_dict):
     assert kernel["tiles"][0] == {"index": [[0, 1024], [0, 256]], "devices": [0, 4]}
     assert {"param_bytes", "opt_state_bytes", "input_bytes", "activation_bytes", "total_bytes"} <= set(data["totals"])
     assert math.prod(kernel["shard_shape"]) * 4 == kernel["bytes_per_device"]
+
+
+def test_an_activation_the_mesh_does_not_divide_is_padded_by_xla_not_refused(monkeypatch):
+    """JAX refuses an uneven sharding for an argument of the step (jit, device_put) but accepts it in a
+    constraint, where XLA pads the blocks: the analysis says so and does not refuse to compile or time."""
+    from explorer.analysis import indivisible_error
+
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.class_models:make_twelve_axis")
+    layout = parse_layout({"name": "uneven-heads", "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+                           "rules": [["activation_heads", ["data", "model"]]],
+                           "model": {"name": "tests.class_models:make_twelve_axis", "options": {}}})
+    report = analyze(layout)
+    padded = [w for w in report.warnings if w.code == "indivisible-padded"]
+    assert len(padded) == 1 and padded[0].level == "warning" and padded[0].path.startswith("activations/")
+    assert "has size 4" in padded[0].message and "XLA pads each block to 1" in padded[0].message
+    assert not [w for w in report.warnings if w.code == "indivisible"] and indivisible_error(report) is None
+    heads = report.array(padded[0].path)
+    assert heads.shard_shape[2] == 1
+
+    # JAX itself: the constraint compiles and each device's block of that dimension is the padded 1
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    sharding = NamedSharding(mesh, PartitionSpec(*heads.spec))
+
+    def step(x):
+        return jax.numpy.tanh(jax.lax.with_sharding_constraint(x * 2, sharding)).sum()
+
+    text = jax.jit(step).lower(jax.ShapeDtypeStruct(heads.shape, heads.dtype)).compile().as_text()
+    block = "f32[" + ",".join(str(n) for n in heads.shard_shape) + "]"
+    assert any("tanh(" in line and block in line for line in text.splitlines()), block
+    with pytest.raises(ValueError, match="should evenly divide"):  # as an argument, JAX refuses the same sharding
+        jax.jit(step, in_shardings=sharding).lower(jax.ShapeDtypeStruct(heads.shape, heads.dtype))

@@ -16,6 +16,7 @@ from ui import share_panel
 from ui.state import SELECTED
 WARNING_TITLES = {
     "indivisible": "Dimensions the mesh does not divide",
+    "indivisible-padded": "Activations XLA pads (the mesh does not divide a dimension)",
     "rule-unused": "Rules that never apply",
     "name-unmatched": "Logical names no rule covers",
     "replicated-large": "Largest fully replicated arrays",
