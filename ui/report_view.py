@@ -250,7 +250,7 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
             frame, hide_index=True, width="stretch", key="trace_table",
             column_config={
                 "dim": st.column_config.NumberColumn("dim", width=40),
-                "logical name": st.column_config.TextColumn("logical name", width="small"),
+                "logical name": st.column_config.TextColumn("logical name", width=105),  # its header whole at 1024 px
                 "mesh axes": st.column_config.TextColumn("mesh axes", width="small"),
                 "decided by": st.column_config.TextColumn("decided by", width="large"),
             },
