@@ -179,9 +179,9 @@ def show_result(result: TimingResult) -> None:
         column_order=("differs", "module output", "declared", "XLA chose", "shape"),
         column_config={
             "differs": st.column_config.TextColumn("differs", width=70),
-            "module output": st.column_config.TextColumn("module output", width="medium"),
-            "declared": st.column_config.TextColumn("declared", width="medium"),
-            "XLA chose": st.column_config.TextColumn("XLA chose", width="medium"),
+            "module output": st.column_config.TextColumn("module output", width=140),
+            "declared": st.column_config.TextColumn("declared", width=105),
+            "XLA chose": st.column_config.TextColumn("XLA chose", width=105),
             "shape": st.column_config.TextColumn("shape", width="small"),
         },
     )
