@@ -193,7 +193,7 @@ def show(result: dict, wall_s: float | None = None) -> None:
         st.plotly_chart(plots.target_memory_figure(memory, target["hbm_bytes"]), key="target_memory")
         st.caption(memory_relation(memory))
         st.dataframe(
-            pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "bytes": human_bytes(v), "B": v} for k, v in memory.items() if v is not None]),
+            pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "size": human_bytes(v), "bytes (exact)": v} for k, v in memory.items() if v is not None]),
             hide_index=True, width="stretch", key="target_memory_table",
         )
         padded = result.get("padding", {}).get("padded", [])
