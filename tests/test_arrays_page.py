@@ -30,6 +30,7 @@ def test_matmul_preset_shows_xlas_choice_and_no_collectives(page):
     assert "**XLA chose `P('a', 'b')`** for the float32[8192, 8192] result" in output_line(page)
     assert any("No collectives" in s.value for s in page.success)
     assert page.query_params["arrays"] == "y:8192x8192:float32:a,-;z:8192x8192:float32:-,b"  # shareable: the address carries it
+    assert any(m.value == "**Devices:** 8 × cpu (simulated)" for m in page.sidebar.markdown)  # as the other pages say it
 
 
 @pytest.mark.parametrize("preset,chosen", [

@@ -63,10 +63,15 @@ def render(page: str) -> tuple[dict[str, Any], Slots]:
     return draft, Slots(name_slot, mesh_slot, rules_slot, model_slot)
 
 
-def _devices_section() -> None:
+def devices_line() -> None:
+    """``Devices: 8 × cpu (simulated)``: the devices this process has, as every page's sidebar says it."""
     info = devices.describe()
     simulated = " (simulated)" if info["platform"] == "cpu" and info["count"] > 1 else ""
     st.markdown(f"**Devices:** {info['count']} × {info['platform']}{simulated}")
+
+
+def _devices_section() -> None:
+    devices_line()
     st.caption(f"Set {devices.DEVICES_ENV} before starting the app to simulate another count.")
 
 

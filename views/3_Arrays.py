@@ -10,7 +10,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from explorer import devices, plots
+from explorer import plots
 from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import seed_layout
@@ -20,7 +20,7 @@ from explorer.ops import (
 from explorer.share import op_to_query
 from explorer.text import code_literal, human_bytes, markdown_literal
 from explorer.tiles import grid_view, shard_counts
-from ui import op_state, share_panel, state
+from ui import op_state, share_panel, sidebar, state
 from ui.turnstile import TURNSTILE
 
 TIMINGS = "arrays_timings"  # op key -> OpTiming
@@ -36,8 +36,7 @@ op_state.ensure_initialised()
 op_state.show_link_message()
 
 with st.sidebar:
-    info = devices.describe()
-    st.markdown(f"**Devices:** {info['count']} × {info['platform']}")
+    sidebar.devices_line()
     st.subheader("Guide presets")
     st.session_state.setdefault("op_preset_choice", MATMUL_PRESET)
     preset = st.selectbox("Preset", list(PRESETS), key="op_preset_choice", help="The examples of JAX's guide 'Distributed arrays and automatic parallelization'")
