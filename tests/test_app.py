@@ -360,6 +360,8 @@ def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismiss
     kept = [c.value for c in at.sidebar.code if "bogus" in c.value]
     assert kept and "rules=batch:data;hidden:**bogus**" in kept[0] and "mesh=2x4" in kept[0]
     assert "bogus" not in str(dict(at.query_params))  # the address bar is the seed's, which is what the page shows
+    said = [plain(e.value) for e in at.main.error if "could not be opened" in e.value]
+    assert said and said[0].endswith("lacks. The link you opened is kept under Share, to copy and fix."), said
     at.run()  # still there after another rerun
     assert [c for c in at.sidebar.code if "bogus" in c.value]
     at.button(key="dismiss_refused_link").click().run()

@@ -45,7 +45,7 @@ def ensure_initialised() -> None:
         try:
             op = params_to_op(params)
         except ExplorerError as error:
-            st.session_state[MESSAGE] = (f"The link could not be opened, so the guide's matmul is shown: {markdown_literal(str(error))} "
+            st.session_state[MESSAGE] = (f"The link could not be opened, so the guide's matmul is shown: {markdown_literal(str(error).rstrip('.'))}. "
                                          "The link you opened is kept under Share, to copy and fix.")
             share_panel.keep_refused_link(REFUSED_LINK)
     load_op(op)

@@ -33,7 +33,7 @@ def initial_layout() -> Layout:
             st.session_state[LINK_ARRAY] = selected
         return layout
     except ExplorerError as error:
-        _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error))} "
+        _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error).rstrip('.'))}. "
                                "The link you opened is kept under Share, to copy and fix.")
         keep_refused_link(REFUSED_LINK)
         return seed_layout()
