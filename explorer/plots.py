@@ -347,11 +347,14 @@ def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure
         values = [t.by_kind()[kind] for t in totals]
         figure.add_bar(
             x=list(labels), y=[v / divisor for v in values], name=name, marker_color=KIND_COLORS[kind],
-            text=[human_bytes(v) for v in values], hovertemplate="%{x}<br>" + name + ": %{text}<extra></extra>",
+            text=[human_bytes(v) for v in values], textposition="inside",
+            hovertemplate="%{x}<br>" + name + ": %{text}<extra></extra>",
         )
     figure.update_layout(
         barmode="group", height=300, yaxis_title=f"{unit} per device", margin=dict(l=50, r=10, t=30, b=40),
         legend=LEGEND_ABOVE, plot_bgcolor="white",
+        # a label that does not fit inside its bar is left to the hover: outside, small bars' labels ran together
+        uniformtext=dict(minsize=9, mode="hide"),
     )
     return figure
 

@@ -148,3 +148,14 @@ def test_op_times_name_each_median_in_the_legend_not_on_the_chart():
     assert [trace.name for trace in figure.data] == [
         "sharded over 8 devices · median 4.70 ms (dotted)", "one device · median 4.30 ms (dotted)"]
     assert not figure.layout.annotations and len(figure.layout.shapes) == 2
+
+
+def test_compare_memory_keeps_each_label_inside_its_bar_or_leaves_it_to_the_hover():
+    """Labels of small bars printed outside them ran together ("16.0 KiB80.0 KiB") at 1024 px."""
+    from explorer.analysis import Totals
+
+    totals = [Totals(8 << 20, 16 << 20, 16 << 10, 80 << 10, 64 << 20, 1 << 21)] * 2
+    figure = plots.compare_memory(["a", "b"], totals)
+    assert all(bar.textposition == "inside" for bar in figure.data)
+    assert figure.layout.uniformtext.mode == "hide"
+    assert "16.0 KiB" in figure.data[2].text  # the value is still there, for the hover
