@@ -385,13 +385,14 @@ def op_times_figure(samples: dict[str, Sequence[float]], labels: dict[str, str],
     for which, series in samples.items():
         ms = [s * 1e3 for s in series]
         count = max(count, len(ms))
-        name = labels[which] + (f" · median {statistics.median(ms):.2f} ms (dotted)" if ms else "")
+        median = statistics.median(ms) if ms else None
+        name = labels[which] + (f" · median {median:.2f} ms (dotted)" if ms else "")
         figure.add_scatter(
             x=list(range(1, len(ms) + 1)), y=ms, mode="lines+markers", name=name, line_color=OP_COLORS[which],
             hovertemplate=labels[which] + ", call %{x}: %{y:.2f} ms<extra></extra>",
         )
         if ms:
-            figure.add_hline(y=statistics.median(ms), line_dash="dot", line_color=OP_COLORS[which])
+            figure.add_hline(y=median, line_dash="dot", line_color=OP_COLORS[which])
     figure.update_layout(
         height=300, margin=dict(l=50, r=10, t=30, b=40), xaxis_title="timed call", yaxis_title="ms",
         plot_bgcolor="white", legend=dict(orientation="h", y=1.12),

@@ -14,7 +14,6 @@ import streamlit as st
 from explorer.errors import ExplorerError
 from explorer.ops import MATMUL_PRESET, PRESETS, OpSpec, parse_op, parse_spec_text, spec_input_text
 from explorer.share import is_op_link, op_to_params, params_to_op
-from explorer.text import markdown_literal
 from ui import share_panel, state
 
 MAX_ARRAYS = 4
@@ -45,9 +44,7 @@ def ensure_initialised() -> None:
         try:
             op = params_to_op(params)
         except ExplorerError as error:
-            st.session_state[MESSAGE] = (f"The link could not be opened, so the guide's matmul is shown: {markdown_literal(str(error).rstrip('.'))}. "
-                                         "The link you opened is kept under Share, to copy and fix.")
-            share_panel.keep_refused_link(REFUSED_LINK)
+            st.session_state[MESSAGE] = share_panel.refuse_link(REFUSED_LINK, "the guide's matmul", error)
     load_op(op)
 
 

@@ -98,7 +98,7 @@ def _warnings(report: Report) -> None:
             show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {markdown_literal(w.message)}" for w in shown) + more)
 
 
-ARRAY_COLUMNS = ("path", "spec", "shard shape", "bytes/device", "kind", "shape", "dtype", "logical axes", "replication")
+LEADING_COLUMNS = ("path", "spec", "shard shape", "bytes/device")  # what the layout decides; the frame's others follow
 
 
 def _array_table(report: Report) -> ArrayInfo | None:
@@ -116,7 +116,7 @@ def _array_table(report: Report) -> ArrayInfo | None:
     # the sidebar; what the model fixes (kind, shape, dtype, names) follows.
     event = st.dataframe(
         shown, hide_index=True, width="stretch", height=320, on_select="rerun", selection_mode="single-row",
-        key="arrays_table", column_order=ARRAY_COLUMNS,
+        key="arrays_table", column_order=LEADING_COLUMNS + tuple(c for c in frame.columns if c not in LEADING_COLUMNS),
         column_config={
             "path": st.column_config.TextColumn("path", width="medium"),
             "bytes/device": st.column_config.NumberColumn("bytes/device", format="%d"),

@@ -33,9 +33,7 @@ def initial_layout() -> Layout:
             st.session_state[LINK_ARRAY] = selected
         return layout
     except ExplorerError as error:
-        _tell("link", "error", f"The link could not be opened, so the default layout is shown: {markdown_literal(str(error).rstrip('.'))}. "
-                               "The link you opened is kept under Share, to copy and fix.")
-        keep_refused_link(REFUSED_LINK)
+        _tell("link", "error", refuse_link(REFUSED_LINK, "the default layout", error))
         return seed_layout()
 
 
@@ -110,9 +108,12 @@ def render(layout: Layout) -> None:
     _library_section(layout)
 
 
-def keep_refused_link(key: str) -> None:
-    """Keep the address bar's query under ``key``: the page is about to show a default and the address bar to follow it."""
+def refuse_link(key: str, shown: str, error: ExplorerError) -> str:
+    """Keep the address bar's query under ``key`` (the page is about to show ``shown`` and the address bar to
+    follow it) and return the message that says so, for the page to show."""
     st.session_state[key] = "?" + urlencode(st.query_params.to_dict(), safe=":,;/*!'()@$")
+    return (f"The link could not be opened, so {shown} is shown: {markdown_literal(str(error).rstrip('.'))}. "
+            "The link you opened is kept under Share, to copy and fix.")
 
 
 def show_refused_link(key: str, page_url: str | None = None) -> None:
