@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         help="include the blocks only for arrays whose path matches GLOB (fnmatch, e.g. 'params/*kernel'); implies --tiles",
     )
     analyze.add_argument("--strict", action="store_true", help="exit with 1 when an error-level finding stands")
+    analyze.add_argument(
+        "--values", nargs="?", const="", default=None, metavar="SEARCH",
+        help="Explicit axes: every forward value with the sharding in its type, grouped by source line "
+             "(only those matching SEARCH, e.g. 'attention reshard'); with --json, added as \"values\"",
+    )
     analyze.add_argument("--array", metavar="PATH", help="draw one array's device grid (e.g. params/.../kernel)")
     analyze.add_argument("--dims", metavar="R,C", help="with --array: the dimensions drawn as rows and columns")
     analyze.add_argument(
@@ -148,14 +153,28 @@ def _analyze(args: argparse.Namespace) -> int:
 
     report = analyze(_load(args.layout))
     tiles, pattern = args.tiles or args.tiles_for is not None, args.tiles_for or "*"
-    if args.array is not None:
+    if args.values is not None and not report.typed:
+        from explorer.errors import ExplorerError
+
+        raise ExplorerError("--values", args.values, "needs a mesh with Explicit axes (mesh.axis_types), where every "
+                                                     "value's type carries its sharding; this layout's axes are Auto")
+    if args.values is not None and not args.json:
+        from explorer.text import values_text
+
+        print(values_text(report.values, args.values))
+    elif args.array is not None:
         info = _array(report, args.array)
         if args.json:
             print(json.dumps(array_to_dict(info, report, include_tiles=True), indent=2))
         else:
             print(_array_text(report, info, args))
     elif args.json:
-        print(json.dumps(report_to_dict(report, include_tiles=tiles, tiles_for=pattern), indent=2))
+        data = report_to_dict(report, include_tiles=tiles, tiles_for=pattern)
+        if args.values is not None:
+            from explorer.values import matching, value_to_dict
+
+            data["values"] = [value_to_dict(v) for v in matching(report.values, args.values)]
+        print(json.dumps(data, indent=2))
     else:
         from explorer.text import report_table
 

@@ -125,6 +125,12 @@ class Report:
     totals: Totals
     warnings: tuple[Finding, ...]
     framework: str = "linen"
+    values: tuple[reading.TypedValue, ...] = ()  # Explicit axes: every forward value with its type's sharding
+
+    @property
+    def typed(self) -> bool:
+        """The layout's mesh has Explicit axes: every spec shown is the one in its value's type."""
+        return self.layout.mesh.explicit
 
     @property
     def resolution_order(self) -> str:
@@ -160,18 +166,31 @@ def _nested(ids: np.ndarray) -> tuple:
 
 
 @functools.lru_cache(maxsize=64)
-def jax_mesh(shape: tuple[int, ...], axes: tuple[str, ...]) -> Mesh | AbstractMesh:
-    """A Mesh with Auto axes (what Flax's logical constraints want), or an AbstractMesh if too big."""
-    axis_types = (AxisType.Auto,) * len(axes)
+def jax_mesh(shape: tuple[int, ...], axes: tuple[str, ...], types: tuple[str, ...] | None = None) -> Mesh | AbstractMesh:
+    """A Mesh with the given axis types (default Auto, what Flax's logical constraints want), or an AbstractMesh if
+    too big. ``types`` as a layout spells them (``MeshSpec.types``: ``"auto"``/``"explicit"`` per axis)."""
+    axis_types = axis_types_of(types or ("auto",) * len(axes))
     size = math.prod(shape)
     if size > jax.device_count():
         return AbstractMesh(shape, axes, axis_types=axis_types)
     return jax.make_mesh(shape, axes, axis_types=axis_types, devices=jax.devices()[:size])
 
 
+def axis_types_of(types: Sequence[str]) -> tuple[AxisType, ...]:
+    """JAX's axis types for a layout's spelling (``"auto"``/``"explicit"``)."""
+    return tuple(AxisType.Explicit if kind == "explicit" else AxisType.Auto for kind in types)
+
+
+def layout_mesh(spec: MeshSpec) -> Mesh | AbstractMesh:
+    """The layout's mesh as JAX builds it, with its axis types (``jax_mesh``)."""
+    return jax_mesh(tuple(spec.shape), tuple(spec.axes), spec.axis_types)
+
+
 def model_of(layout: Layout) -> AbstractModel:
     """The layout's abstract model, traced so that its rules' names and mesh axes are told apart (a first trace runs
     under the layout itself, which also gives the activations ``analyze`` reads under it)."""
+    if layout.mesh.explicit:  # the sharding is in the values' types: read under the layout itself
+        return reading.typed_model(layout.model, layout_mesh(layout.mesh), layout.rules_for_flax())
     names = frozenset(rule.logical for rule in layout.rules)
     mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
     return abstract_model(layout.model, names, tuple(layout.mesh.axes), mesh, layout.rules_for_flax())
@@ -220,6 +239,9 @@ def analyze(layout: Layout, *, model: AbstractModel | None = None, received: boo
     placements: dict = {}
     arrays = tuple(_array_info(a, rules, mesh, problems, placements) for a in model.arrays)
     notes: list[Finding] = []
+    if model.typed:  # the types are the truth: what Flax built and what each equation's output is
+        arrays = tuple(_as_typed(info, array, mesh) for info, array in zip(arrays, model.arrays))
+        received = False
     if received:
         found = reading.received(model, jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), rules)
         arrays, notes = _as_received(arrays, model, found, rules, mesh, problems)
@@ -230,7 +252,28 @@ def analyze(layout: Layout, *, model: AbstractModel | None = None, received: boo
             f"{model.loops_without_length} declared activation(s) sit in a while loop with no static length: "
             "they are listed once, though the loop may run them many times.",
         ))
-    return Report(layout, mesh, arrays, _totals(arrays), tuple(warnings), model.framework)
+    return Report(layout, mesh, arrays, _totals(arrays), tuple(warnings), model.framework, model.values)
+
+
+def _as_typed(info: ArrayInfo, array: AbstractArray, mesh: MeshInfo) -> ArrayInfo:
+    """An array read under Explicit axes with the spec of its type, saying so where its metadata and the rules differ.
+
+    A variable whose initializer was given ``out_sharding=`` is sharded while its metadata
+    (``nnx.get_partition_spec``) says ``P()``: JAX uses the type.
+    """
+    if array.type_spec is None:
+        return info
+    spec = tuple(spec_entry(e) if isinstance(e, (tuple, list)) else e for e in array.type_spec)
+    ruled = tuple(spec_entry(e) if isinstance(e, (tuple, list)) else e for e in info.spec)
+    if spec == ruled:
+        return info
+    shard = tiles_lib.shard_shape(info.shape, spec, mesh)
+    note = (f"its type is sharded {PartitionSpec(*spec)} while its metadata and the rules give {PartitionSpec(*ruled)}: "
+            "Flax built it so under the mesh (e.g. an initializer given out_sharding=), and JAX uses the type")
+    return dataclasses.replace(
+        info, spec=spec, shard_shape=shard, bytes_per_device=math.prod(shard) * np.dtype(info.dtype).itemsize,
+        replication=tiles_lib.replication(spec, mesh), note=f"{info.note}; {note}" if info.note else note,
+    )
 
 
 def effective_axes(array: AbstractArray, mesh_axes: Sequence[str]) -> tuple | None:
@@ -552,7 +595,7 @@ def state_shardings(report: Report, model: AbstractModel, template: Any = None) 
     ``template`` is the state tree to follow (default: the abstract model's); its leaves
     must be the state's arrays in the same order.
     """
-    mesh = jax_mesh(tuple(report.mesh.shape), tuple(report.mesh.axes))
+    mesh = layout_mesh(report.layout.mesh)
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
     tree = reading.live(model).state if template is None else template
     return jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), tree)

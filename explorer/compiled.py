@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from explorer import reading
 from explorer.reading import AbstractModel
 from explorer.reading.trace import init_fn
-from explorer.analysis import Report, analyze, indivisible_error, jax_mesh, model_of, state_shardings
+from explorer.analysis import Report, analyze, indivisible_error, jax_mesh, layout_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.rules import spec_entry
@@ -237,7 +237,7 @@ def _input_shardings(report: Report, mesh) -> tuple[NamedSharding, ...]:
 def _compile(layout: Layout, report: Report) -> CompiledStep:
     """Lower and compile the layout's init and step; ``compile_step`` has run the gates."""
     model = model_of(layout)
-    mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
+    mesh = layout_mesh(layout.mesh)
     inputs_sharding = _input_shardings(report, mesh)
     abstract_inputs = tuple(
         jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(reading.live(model).built.inputs, inputs_sharding)

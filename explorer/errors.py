@@ -26,3 +26,10 @@ def shown(value: object) -> str:
 
 def _shorten(text: str, limit: int = SHOWN_CHARACTERS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class NeedsExplicitAxes(ExplorerError):
+    """A model written for Explicit axes (``out_sharding=``, ``reshard``) opened on a mesh of Auto axes.
+
+    The app offers a button that switches the layout's mesh to Explicit axes; the command line says how.
+    """

@@ -51,11 +51,33 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+AXIS_TYPES = ("auto", "explicit")  # jax.sharding.AxisType.Auto / .Explicit, as a layout file spells them
+
+
 class MeshSpec(_Frozen):
-    """A device mesh: its shape and one name per axis, e.g. ``(2, 4)`` and ``("data", "model")``."""
+    """A device mesh: its shape, one name per axis, and each axis's type.
+
+    ``axis_types`` has one entry per axis, ``"auto"`` (the compiler decides the sharding of
+    intermediate values, as in JAX's 2023 guides) or ``"explicit"`` (the sharding is part of
+    every value's type: ``jax.make_mesh``'s default since JAX 0.9). Absent in a file or link:
+    every axis Auto, so layouts written before it existed keep their meaning.
+    """
 
     shape: tuple[StrictInt, ...] = Field(min_length=1, max_length=MAX_MESH_AXES)
     axes: tuple[Any, ...] = Field(min_length=1, max_length=MAX_MESH_AXES)
+    axis_types: tuple[Any, ...] | None = None
+
+    @field_validator("axis_types", mode="before")
+    @classmethod
+    def _known_types(cls, types: Any) -> Any:
+        if types is None:
+            return None
+        if not isinstance(types, (list, tuple)):
+            raise ExplorerError("mesh.axis_types", types, 'is not a list with "auto" or "explicit" per mesh axis')
+        for i, kind in enumerate(types):
+            if kind not in AXIS_TYPES:
+                raise ExplorerError(f"mesh.axis_types[{i}]", kind, 'is not an axis type; use "auto" or "explicit"')
+        return tuple(types)
 
     @field_validator("shape", mode="before")
     @classmethod
@@ -98,7 +120,34 @@ class MeshSpec(_Frozen):
                 "mesh.axes", list(self.axes),
                 f"has {len(self.axes)} names but mesh.shape {list(self.shape)} has {len(self.shape)} axes",
             )
+        if self.axis_types is not None and len(self.axis_types) != len(self.axes):
+            raise ExplorerError(
+                "mesh.axis_types", list(self.axis_types),
+                f"has {len(self.axis_types)} entries but the mesh has {len(self.axes)} axes {list(self.axes)}",
+            )
+        if self.axis_types is not None and "explicit" not in self.axis_types:
+            object.__setattr__(self, "axis_types", None)  # one spelling per meaning: all Auto is the default
         return self
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """Each axis's type, ``"auto"`` or ``"explicit"`` (all Auto when the layout says none)."""
+        return self.axis_types if self.axis_types is not None else ("auto",) * len(self.axes)
+
+    @property
+    def explicit(self) -> bool:
+        """Some axis is Explicit: the sharding is in the values' types (``explorer.reading.typed``)."""
+        return self.axis_types is not None
+
+    @property
+    def mixed(self) -> bool:
+        """Auto and Explicit axes together: valid for JAX; Flax NNX's eager sharding refuses it."""
+        return self.explicit and "auto" in self.axis_types
+
+    def as_dict(self) -> dict[str, Any]:
+        """The mesh in the file format (``axis_types`` only where some axis is Explicit)."""
+        return {"shape": list(self.shape), "axes": list(self.axes)} | (
+            {"axis_types": list(self.axis_types)} if self.axis_types is not None else {})
 
     @property
     def size(self) -> int:
@@ -185,7 +234,7 @@ class Layout(_Frozen):
         """The layout in the file format (rules as pairs)."""
         return {
             "name": self.name,
-            "mesh": {"shape": list(self.mesh.shape), "axes": list(self.mesh.axes)},
+            "mesh": self.mesh.as_dict(),
             "rules": [[r.logical, list(r.mesh) if isinstance(r.mesh, tuple) else r.mesh] for r in self.rules],
             "model": {"name": self.model.name, "options": dict(self.model.options)},
         } | ({"target": self.target} if self.target is not None else {})

@@ -2,6 +2,10 @@
 
 Every figure colours device ``d`` the same way (``device_color``), so a device can be
 followed from the array grid to the mesh to the memory bars.
+
+Every public function returns a fresh figure the caller may change: the few that cache
+(the device grid and the mesh, slow to build on big meshes) keep their figure private and
+hand out a copy, so a notebook's ``update_layout`` on one changes no later one.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 import plotly.colors
@@ -29,7 +33,7 @@ MAX_DETAILED_CELLS = 4096  # heatmap cells with a full hover text each (and repl
 MAX_EDGE_LINES = 130  # block edges as line shapes; above, gaps between heatmap cells
 MAX_BARS = 64  # memory bars per device; above, one bar stands for every device
 COLOR_BINS = 256  # large meshes: device colours quantised to this many Turbo shades
-FIGURE_CACHE = 32  # figures kept per process, keyed by their plain-data inputs
+FIGURE_CACHE = 32  # figures kept per process, keyed by their plain-data inputs; callers get copies
 GREY = "#d0d4da"
 DIM = "#eef0f3"
 # Anchored by its bottom just above the plot area: when it wraps on a narrow page, plotly grows
@@ -112,12 +116,13 @@ def sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: Seq
 
     Replicas of a block are drawn as side-by-side stripes, one colour per device, so
     the figure reads like ``jax.debug.visualize_array_sharding`` but for any rank
-    and any mesh size. Figures are cached by their inputs (plain, hashable data).
+    and any mesh size. Figures are cached by their inputs (plain, hashable data); each
+    call returns a fresh copy of the cached one.
     """
-    return _sharding_grid(view, mesh, itemsize, tuple(dim_labels), title)
+    return go.Figure(_sharding_grid(view, mesh, itemsize, tuple(dim_labels), title))
 
 
-@functools.lru_cache(maxsize=FIGURE_CACHE)
+@functools.lru_cache(maxsize=FIGURE_CACHE)  # never handed out as it is: sharding_grid returns a copy
 def _sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: tuple[str, ...], title: str) -> go.Figure:
     rows, cols = len(view.rows), len(view.cols)
     replicas = len(view.cells[0][0].devices)
@@ -219,12 +224,12 @@ def mesh_figure(mesh: MeshInfo, highlight: Iterable[int] = ()) -> go.Figure:
     """The device mesh: rows are the first axis, columns the others flattened; ids on small meshes, on hover always.
 
     Devices in ``highlight`` keep their colour and the rest fade, so a selected
-    block's holders stand out. Cached by (mesh, highlight).
+    block's holders stand out. Cached by (mesh, highlight); each call returns a fresh copy.
     """
-    return _mesh_figure(mesh, frozenset(int(d) for d in highlight))
+    return go.Figure(_mesh_figure(mesh, frozenset(int(d) for d in highlight)))
 
 
-@functools.lru_cache(maxsize=FIGURE_CACHE)
+@functools.lru_cache(maxsize=FIGURE_CACHE)  # never handed out as it is: mesh_figure returns a copy
 def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
     ids = mesh.ids_array()
     rows = mesh.shape[0] if len(mesh.shape) > 1 else 1
@@ -460,4 +465,54 @@ def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
         modebar=dict(orientation="v"),
     )
     figure.update_yaxes(autorange="reversed", automargin=True)
+    return figure
+
+
+class AdvisorPoint(NamedTuple):
+    """One Advisor candidate as its chart draws it."""
+
+    name: str
+    kind: str  # a key of ADVISOR_KINDS
+    step_s: float  # the step's lower bound
+    bytes_per_device: int  # XLA's peak where verified ("xla", "extrapolated"), else the exact state ("estimate")
+
+
+ADVISOR_KINDS = {  # kind: (legend name, marker symbol), drawn in this order
+    "xla": ("XLA-verified: peak and roofline", "circle"),
+    "extrapolated": ("XLA, extrapolated in depth: peak and roofline", "diamond-open"),
+    "estimate": ("estimate: state and stage 1 step", "circle-open"),
+}
+
+
+def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int) -> go.Figure:
+    """Bytes per device against the step's lower bound, both on log axes, one trace per kind, with the HBM line.
+
+    Points keep their order within a kind (the Advisor passes them ranked).
+    """
+    points = list(points)
+    unknown = {p.kind for p in points} - ADVISOR_KINDS.keys()
+    if unknown:
+        raise ValueError(f"advisor point kinds {sorted(unknown)} are none of {list(ADVISOR_KINDS)}")
+    figure = go.Figure()
+    for kind, (name, symbol) in ADVISOR_KINDS.items():
+        chosen = [p for p in points if p.kind == kind]
+        if not chosen:
+            continue
+        figure.add_scatter(
+            x=[p.step_s * 1e3 for p in chosen], y=[p.bytes_per_device / 2**30 for p in chosen],
+            mode="markers", name=name, marker=dict(symbol=symbol, size=11),
+            text=[p.name for p in chosen], hovertemplate="%{text}<br>step ≥ %{x:.3g} ms<br>%{y:.2f} GiB<extra></extra>",
+        )
+    hbm_gib = hbm_bytes / 2**30
+    figure.add_hline(y=hbm_gib, line_dash="dash", line_color="#222")
+    # Plotly places an annotation on a log axis at log10 coordinates (add_hline's own annotation lands at 10**y
+    # and stretched the axis to 1e17): write it, and the axis range, in log10 units.
+    shown = [hbm_gib] + [y for trace in figure.data for y in trace.y if y and y > 0]
+    low, high = math.log10(min(shown)) - 0.5, math.log10(max(shown)) + 0.5
+    figure.add_annotation(x=1, xref="paper", y=math.log10(hbm_gib), yref="y", text=f"HBM {human_bytes(hbm_bytes)} per device",
+                          showarrow=False, xanchor="right", yanchor="bottom")
+    figure.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step lower bound (ms, log)",
+                         yaxis_title="GiB per device (log)", plot_bgcolor="white", legend=dict(orientation="h", y=-0.25))
+    figure.update_xaxes(type="log", gridcolor="#eee", dtick=1)  # a tick per decade: both axes span orders of magnitude
+    figure.update_yaxes(type="log", gridcolor="#eee", dtick=1, range=[low, high])
     return figure

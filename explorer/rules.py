@@ -28,9 +28,6 @@ MeshAxes = tuple[str, ...]  # the mesh axes one dimension is sharded over, in or
 SpecEntry = None | str | tuple[str, ...]  # the same, as written in a PartitionSpec or a rule
 RulePair = tuple[str, SpecEntry]
 
-RESOLUTION_ORDER = "linen: the first rule whose mesh axes are still free wins; later rules are fallbacks"
-
-
 Semantics = Literal["linen", "nnx"]
 # One dimension of an array's annotation: a logical name resolved by the rules, a tuple of
 # mesh axes the model fixed by hand (``nn.with_partitioning``, ``P('data', 'model')``), or None.

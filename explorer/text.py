@@ -142,6 +142,10 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
         f"rules: {[list(r) for r in report.layout.rules_for_flax()]}  ({report.resolution_order})",
         "",
     ]
+    if report.typed:
+        types = ", ".join(f"{axis}: {kind}" for axis, kind in zip(mesh.axes, report.layout.mesh.types))
+        lines.insert(1, f"axis types: {types}; every spec is the one in its value's type "
+                        f"({len(report.values):,} forward values: analyze --values)")
     frame = arrays_frame(report)
     frame["bytes/device"] = frame["bytes/device"].map(human_bytes)
     lines.append(frame.to_string(index=False))
@@ -162,6 +166,24 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
             for tile in report.tiles(info.path):
                 ranges = " x ".join(f"{a}:{b}" for a, b in tile.index) or "scalar"
                 lines.append(f"    [{ranges}] -> {list(tile.devices)}")
+    return "\n".join(lines)
+
+
+def values_text(values, query: str = "") -> str:
+    """The per-value view (Explicit axes) as text: groups by source line, each value's type and any communication."""
+    from explorer.values import grouped, matching, spec_text
+
+    chosen = matching(values, query)
+    lines = [f"{len(chosen):,} of {len(values):,} forward values" + (f" matching {query!r}" if query else "")
+             + "; '*' set by the model (reshard, out_sharding=, sharding_constraint), '!' implies communication"]
+    for group in grouped(chosen):
+        lines += ["", f"{group.where}  ({len(group.values)} values, {group.communicating} communicating)"]
+        for value in group.values:
+            mark = ("*" if value.sets_sharding else " ") + ("!" if value.communication else " ")
+            runs = f"  x{value.runs}/step" if value.runs > 1 else ""
+            lines.append(f"  {mark} {value.op:<22} {value.type_text:<36} {spec_text(value)}{runs}")
+            if value.communication:
+                lines.append(f"       ! {value.communication}")
     return "\n".join(lines)
 
 

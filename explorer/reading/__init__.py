@@ -24,9 +24,12 @@ import threading
 from typing import Any
 
 from explorer.reading import disk
-from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, names_of
+from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, TypedValue, names_of
 
-__all__ = ["AbstractArray", "AbstractModel", "AxisName", "Kind", "Resolved", "abstract_model", "live", "names_of", "received"]
+__all__ = [
+    "AbstractArray", "AbstractModel", "AxisName", "Kind", "Resolved", "TypedValue", "abstract_model", "live", "names_of",
+    "received", "typed_model",
+]
 
 REGISTRY_SIZE = 32
 _registry: dict[tuple, list[Traced]] = {}
@@ -67,6 +70,20 @@ def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh
             del _registry[next(iter(_registry))]
     disk.store(key, mesh_axes, [(t.traced_names, t.model) for t in entries])
     return traced.model
+
+
+def typed_model(model_spec, mesh: Any, rules: tuple) -> AbstractModel:
+    """The abstract model read under a mesh with Explicit axes: every sharding from its value's type (``typed.py``)."""
+    return _typed().typed_model(model_spec, mesh, rules)
+
+
+def _typed():
+    from explorer.reading import collector
+
+    with collector.paused():
+        from explorer.reading import typed
+
+    return typed
 
 
 def live(model: AbstractModel) -> Any:

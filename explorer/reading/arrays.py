@@ -42,6 +42,44 @@ class AbstractArray:
     module: str = ""
     runs_per_step: int = 1
     semantics: str = "linen"
+    type_spec: tuple | None = None  # Explicit axes: the spec in the array's type (None: not read from a type)
+    source: str = ""  # Explicit axes: the model's source line that set an activation's sharding ("modules.py:187")
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedValue:
+    """One value of the forward pass traced under Explicit axes, with the sharding in its type.
+
+    ``spec`` has one entry per dimension (None, a mesh axis, or a tuple of them); ``unreduced`` and
+    ``reduced`` are JAX's unreduced/reduced axes (``P(..., unreduced={...})``, printed ``{U:x}``).
+    ``type_text`` is the type as JAX prints it (``f32[8@data,64@model]``). ``source`` and
+    ``function`` are the model's source line and function that computed it (``"modules.py:187"``),
+    ``module`` the Flax module path where the name stack has one (Linen). ``sets_sharding``: the
+    equation set this sharding (``reshard``, ``sharding_constraint``, an ``out_sharding=``);
+    ``communication`` names what its types imply ("" for none): a reshard that changes the spec, a
+    contraction over a dimension both operands shard (all-reduce, reduce-scatter, left unreduced).
+    """
+
+    index: int
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    spec: tuple
+    unreduced: tuple[str, ...]
+    reduced: tuple[str, ...]
+    type_text: str
+    source: str
+    function: str
+    module: str
+    runs: int
+    sets_sharding: bool
+    communication: str
+
+    @property
+    def where(self) -> str:
+        """The group it is shown under: its source line and function (and module path, where there is one)."""
+        place = f"{self.source} {self.function}".strip() or "program"
+        return f"{self.module} · {place}" if self.module else place
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +101,13 @@ class AbstractModel:
     loops_without_length: int = 0
     weight_constraints: int = 0  # constraints on values computed from no model input (parameter reads), not listed
     probe_error: str = ""  # why the model's code refused the probe: its activations' logical names are unknown
+    values: tuple[TypedValue, ...] = ()  # Explicit axes: every forward value with its type's sharding
+    axis_types: tuple[str, ...] = ()  # Explicit axes: the mesh's axis types it was read under ("auto"/"explicit")
+
+    @property
+    def typed(self) -> bool:
+        """Read under a mesh with Explicit axes: specs come from the values' types (``reading/typed.py``)."""
+        return bool(self.axis_types)
 
     @property
     def arrays(self) -> tuple[AbstractArray, ...]:

@@ -409,10 +409,17 @@ def _join(prefix: str, stack: str) -> str:
     return "/".join(part for part in (prefix, stack) if part)
 
 
+def library_file(path: str) -> bool:
+    """A file of JAX, Flax, optax or the explorer's own machinery (the built-in models are the user's code)."""
+    return path.startswith("<") or (path.startswith(_LIBRARY_DIRS) and not path.startswith(_MODELS_DIR))
+
+
+def user_frame(source_info):
+    """The innermost frame of an equation's traceback outside JAX, Flax, optax and the explorer, or None."""
+    return next((frame for frame in _frames(source_info) if not library_file(frame.file_name)), None)
+
+
 def _user_function(source_info) -> str:
     """The qualified name of the innermost frame outside JAX, Flax, optax and the explorer."""
-    for frame in _frames(source_info):
-        library = frame.file_name.startswith(_LIBRARY_DIRS) and not frame.file_name.startswith(_MODELS_DIR)
-        if not library and not frame.file_name.startswith("<"):
-            return f"{frame.function_name}"
-    return "program"
+    frame = user_frame(source_info)
+    return frame.function_name if frame is not None else "program"

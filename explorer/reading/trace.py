@@ -44,7 +44,7 @@ from explorer.reading import collector, constraints as program
 from explorer.reading.arrays import (
     AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, activation_arrays, names_of, semantics_of,
 )
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, NeedsExplicitAxes
 from explorer.models import BuiltModel, build_model
 
 LEARNING_RATE = 1e-3
@@ -228,6 +228,10 @@ def state_stage(key: tuple, mesh_axes: tuple[str, ...]) -> _State:
 
     A compile needs it after the arrays came from the disk cache: the state alone is traced then.
     """
+    if len(key) > 2 and key[2] == "explicit":  # read under an Explicit mesh: its state is typed (typed.py)
+        from explorer.reading import typed
+
+        return typed.stage(key, mesh_axes)
     stage = _stages.get((key, mesh_axes))
     if stage is None:
         built = _built(key)
@@ -262,7 +266,23 @@ def _tracing(key: tuple):
     except ExplorerError:
         raise
     except Exception as error:
+        if any(sign in str(error) for sign in _EXPLICIT_SIGNS):
+            raise NeedsExplicitAxes(
+                "model", key[0],
+                "sets shardings in its values' types (out_sharding=, reshard), which needs a mesh with Explicit axes; "
+                "this layout's mesh has Auto axes. Fix: make the mesh's axes explicit (mesh.axis_types: "
+                f'["explicit", ...]). (JAX: {type(error).__name__}: {error})',
+            ) from None
         raise ExplorerError("model", key[0], f"could not be traced: {type(error).__name__}: {error}") from None
+
+
+# What JAX says when a model written for Explicit axes is traced without a mesh or on Auto axes.
+_EXPLICIT_SIGNS = (
+    "Using PartitionSpec when you are not under a mesh context",
+    "reshard is only allowed",
+    "can only be used with Explicit",
+    "Explicit mesh axes",
+)
 
 
 def _input_names(built: BuiltModel) -> frozenset[str]:
@@ -404,15 +424,23 @@ def _nnx_state(built: BuiltModel) -> _State:
 def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
     from flax import nnx
 
+    def is_variable(x):
+        return isinstance(x, nnx.Variable)
+
     specs = nnx.get_partition_spec(state)
-    variables = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
-    spec_leaves = jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    variables = jax.tree_util.tree_flatten_with_path(state, is_leaf=is_variable)[0]
+    spec_leaves = jax.tree_util.tree_leaves(specs, is_leaf=is_variable)
     arrays = []
     for (path, variable), spec in zip(variables, spec_leaves):
+        text = path_to_str(path)
+        if not is_variable(variable):  # a plain array a module holds as an attribute (bonsai's position ids)
+            arrays.append(AbstractArray(text, kind, tuple(variable.shape), str(variable.dtype),
+                                        () if variable.ndim == 0 else None, "a plain array attribute, not an nnx.Variable",
+                                        semantics="nnx"))
+            continue
         value = variable.get_value()
         annotated = variable.has_metadata("out_sharding") and variable.get_metadata("out_sharding")
         names = _padded(tuple(spec.get_value()), value.ndim) if annotated else (() if value.ndim == 0 else None)
-        text = path_to_str(path)
         variable_type = type(variable).__name__
         note = "" if variable_type in ("Param", "OptVariable") else f"nnx.{variable_type}"
         arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, semantics="nnx"))
