@@ -3,9 +3,10 @@
 The link carries the whole layout in query parameters a person can read and edit::
 
     ?name=seed-2x4&mesh=2x4&axes=data,model&rules=batch:data;hidden:model
-     &model=mlp&options=batch:8;layers:4;depth:1024;scan:false[&target=v5p-128]
+     &model=mlp&options=batch:8;layers:4;depth:1024;scan:false[&types=explicit,explicit][&target=v5p-128]
 
 In ``rules``, ``-`` replicates and ``,`` joins mesh axes (``batch:data,fsdp``). Option
+``types`` (only where some axis is Explicit) gives each mesh axis's type. Option
 values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``;
 ``NaN`` and ``Infinity`` are words too, never floats). Each parameter is at most
 ``MAX_PARAM_LENGTH`` characters, and ``layout_to_query`` refuses a layout whose link
@@ -26,7 +27,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout, json_value, layout_errors, parse_layout
 from explorer.rules import spec_entry
 
-PARAMS = ("name", "mesh", "axes", "rules", "model", "options", "target")
+PARAMS = ("name", "mesh", "axes", "types", "rules", "model", "options", "target")
 _SAFE = "_-."
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # always re.fullmatch: "word\n" is not a word
 _JSON_WORDS = ("true", "false", "null")
@@ -54,6 +55,7 @@ def layout_to_params(layout: Layout) -> dict[str, str]:
         "name": layout.name,
         "mesh": "x".join(str(s) for s in layout.mesh.shape),
         "axes": ",".join(_token(a) for a in layout.mesh.axes),
+    } | ({"types": ",".join(layout.mesh.axis_types)} if layout.mesh.explicit else {}) | {
         "rules": ";".join(rules),
         "model": layout.model.name,
         "options": ";".join(options),
@@ -117,9 +119,12 @@ def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
             errors.append(error)
             return default
 
+    mesh = {"shape": read(_mesh_shape, params["mesh"], [1]), "axes": [unquote(a) for a in params["axes"].split(",") if a]}
+    if params.get("types"):  # validated with the layout: each "auto" or "explicit", one per axis
+        mesh["axis_types"] = [unquote(t) for t in params["types"].split(",")]
     data = {
         "name": params.get("name") or "shared",
-        "mesh": {"shape": read(_mesh_shape, params["mesh"], [1]), "axes": [unquote(a) for a in params["axes"].split(",") if a]},
+        "mesh": mesh,
         "rules": read(_rules, params.get("rules", ""), []),
         "model": {"name": params["model"], "options": read(_options, params.get("options", ""), {})},
     } | ({"target": params["target"]} if params.get("target") else {})
@@ -199,26 +204,41 @@ def python_snippet(layout: Layout) -> str:
         "from explorer.layout import ModelSpec\n"
         "from explorer.models import build_model, validate_model\n\n"
         f"layout_name = {layout.name!r}\n"
-        f"mesh = jax.make_mesh({tuple(layout.mesh.shape)!r}, {tuple(layout.mesh.axes)!r}, axis_types=(AxisType.Auto,) * {len(layout.mesh.axes)})\n"
-        "# Linen resolves rules in order: the first whose mesh axes are still free wins.\n"
+        f"mesh = jax.make_mesh({tuple(layout.mesh.shape)!r}, {tuple(layout.mesh.axes)!r}, axis_types={_axis_types_code(layout)})\n"
+        "# Linen resolves rules in order (the first whose mesh axes are still free wins); NNX reads them as a dict.\n"
         f"rules = (\n{rules}\n)\n\n"
-        "# The model: replace these lines with your own Linen module and example inputs.\n"
+        "# The model: replace these lines with your own Linen module (or NNX builder) and example inputs.\n"
         f"{allow}"
         f"built = build_model(validate_model(ModelSpec(name={layout.model.name!r}, options={dict(layout.model.options)!r})))\n"
         "inputs = tuple(jnp.zeros(i.shape, i.dtype) for i in built.inputs)\n\n\n"
         "def init_fn(key, *inputs, model, optimizer):\n"
         "    variables = model.init(key, *inputs)\n"
         "    return train_state.TrainState.create(apply_fn=model.apply, params=variables['params'], tx=optimizer)\n\n\n"
-        "init = functools.partial(init_fn, model=built.module, optimizer=optax.adam(1e-3))\n"
-        "with jax.set_mesh(mesh), nn.logical_axis_rules(rules):\n"
-        "    abstract_state = jax.eval_shape(init, jax.random.key(0), *inputs)\n"
-        "    state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_state), mesh, rules)\n"
-        "    state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(0), *inputs)\n\n"
         "print(layout_name)\n"
-        "for path, leaf in jax.tree_util.tree_leaves_with_path(nn.unbox(state.params)):\n"
+        "if isinstance(built.module, nn.Module):  # Flax Linen: the guide's init_fn under the mesh and rules\n"
+        "    init = functools.partial(init_fn, model=built.module, optimizer=optax.adam(1e-3))\n"
+        "    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):\n"
+        "        abstract_state = jax.eval_shape(init, jax.random.key(0), *inputs)\n"
+        "        state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_state), mesh, rules)\n"
+        "        state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(0), *inputs)\n"
+        "    leaves = jax.tree_util.tree_leaves_with_path(nn.unbox(state.params))\n"
+        "else:  # Flax NNX: eager sharding shards each variable as it is created under the mesh\n"
+        "    from flax import nnx\n\n"
+        "    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):\n"
+        "        network = jax.jit(built.nnx_builder())()\n"
+        "    leaves = jax.tree_util.tree_leaves_with_path(nnx.state(network))\n"
+        "for path, leaf in leaves:\n"
         "    print(jax.tree_util.keystr(path, simple=True, separator='/'), leaf.shape, leaf.sharding.spec, "
         "leaf.addressable_shards[0].data.shape)\n"
     )
+
+
+def _axis_types_code(layout: Layout) -> str:
+    """``(AxisType.Auto,) * 2`` or ``(AxisType.Explicit, AxisType.Explicit)``: the mesh's axis types as Python."""
+    types = layout.mesh.types
+    if len(set(types)) == 1:
+        return f"(AxisType.{types[0].capitalize()},) * {len(types)}"
+    return "(" + ", ".join(f"AxisType.{t.capitalize()}" for t in types) + ")"
 
 
 def maxtext_yaml(layout: Layout) -> str:
@@ -226,7 +246,11 @@ def maxtext_yaml(layout: Layout) -> str:
 
     Names are JSON-quoted (valid YAML double-quoted scalars, ASCII escapes only), so none can start a line.
     """
-    lines = [f"# Generated by Partition Explorer from the layout {json.dumps(layout.name)}", f"mesh_axes: {json.dumps(list(layout.mesh.axes))}", "logical_axis_rules: ["]
+    lines = [f"# Generated by Partition Explorer from the layout {json.dumps(layout.name)}", f"mesh_axes: {json.dumps(list(layout.mesh.axes))}"]
+    if layout.mesh.explicit:  # MaxText's shard_mode: explicit builds every mesh axis Explicit
+        mixed = " (this layout mixes Auto and Explicit axes; MaxText's shard_mode sets all of them)" if layout.mesh.mixed else ""
+        lines.append(f"shard_mode: explicit{'  #' + mixed if mixed else ''}")
+    lines.append("logical_axis_rules: [")
     for rule in layout.rules:
         axes = rule.mesh_axes
         target = json.dumps(axes[0]) if len(axes) == 1 else json.dumps(list(axes))

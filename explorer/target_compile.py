@@ -80,7 +80,7 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
         topology = topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
     except Exception as error:  # libtpu missing or refusing the name
         raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
-    mesh, method = place_mesh(list(topology.devices), tuple(layout.mesh.shape), tuple(layout.mesh.axes))
+    mesh, method = place_mesh(list(topology.devices), tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.types)
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
     shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), reading.live(model).state)
     inputs = [a for a in report.arrays if a.kind == "input"]
@@ -122,15 +122,18 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
 PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order")
 
 
-def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...]):
+def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], types: tuple[str, ...] | None = None):
     """The slice's devices laid out as the logical mesh, and how: the first of ``PLACEMENTS`` that works.
 
     ``mesh_utils``: ``topologies.make_mesh``'s own placement (each logical axis a product of
     whole physical axes); ``split_physical_axes``: ``mesh_utils.create_device_mesh(...,
     allow_split_physical_axes=True)``, which lets a logical axis take part of a physical one
     (8x8 on a 4x4x4 torus); ``device_order``: the devices in libtpu's order, reshaped. The
-    result's ``mesh.placement`` says which torus axes each logical axis moves along.
+    result's ``mesh.placement`` says which torus axes each logical axis moves along. ``types`` are the
+    layout's axis types (``topologies.make_mesh`` and ``Mesh`` default to Auto).
     """
+    from explorer.analysis import axis_types_of
+
     import numpy as np
     from jax.experimental import mesh_utils
     from jax.sharding import Mesh
@@ -142,7 +145,7 @@ def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...]):
     )
     for method, attempt in zip(PLACEMENTS, attempts):
         try:
-            return Mesh(attempt(), axes), method
+            return Mesh(attempt(), axes, axis_types=axis_types_of(types or ("auto",) * len(axes))), method
         except Exception:  # mesh_utils refuses the shape: try the next placement
             continue
     raise ExplorerError("mesh.shape", list(shape), f"cannot be laid over {len(devices)} devices")

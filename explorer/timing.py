@@ -167,7 +167,7 @@ def _spec_from_json(entries: list[Any]) -> tuple[Any, ...]:
 # --- timing -------------------------------------------------------------------------------------
 
 def example_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...], seed: int = 0) -> tuple:
-    """Inputs of the right shape and sharding: normal floats, small non-negative integers (token ids).
+    """Inputs of the right shape and sharding: normal floats, small non-negative integers (token ids), random masks.
 
     Every process draws the same global values and hands JAX only the blocks its own
     devices hold, as a multi-host data loader would, so one process and many get
@@ -179,7 +179,8 @@ def example_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...], s
         key, sub = jax.random.split(key)
         dtype = jnp.dtype(spec.dtype)
         value = (
-            jax.random.randint(sub, spec.shape, 0, 2, dtype) if jnp.issubdtype(dtype, jnp.integer)
+            jax.random.bernoulli(sub, 0.5, spec.shape) if dtype == jnp.bool_  # a mask
+            else jax.random.randint(sub, spec.shape, 0, 2, dtype) if jnp.issubdtype(dtype, jnp.integer)
             else jax.random.normal(sub, spec.shape, dtype)
         )
         arrays.append(jax.make_array_from_process_local_data(sharding, process_local_data(np.asarray(value), sharding), value.shape))

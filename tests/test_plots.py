@@ -101,9 +101,36 @@ def test_a_65536_block_grid_is_bounded_and_a_256_block_grid_keeps_labels():
 
 def test_figures_and_grid_views_are_cached_by_meaning():
     report = planned_256x256()
-    assert plots.mesh_figure(report.mesh, [3, 1]) is plots.mesh_figure(report.mesh, {1, 3})
+    # Cached by meaning, returned fresh: equal figures, never the same object (see the next test).
+    first_mesh, second_mesh = plots.mesh_figure(report.mesh, [3, 1]), plots.mesh_figure(report.mesh, {1, 3})
+    assert first_mesh is not second_mesh and first_mesh.to_plotly_json() == second_mesh.to_plotly_json()
     first = grid_view((1024, 1024), ("data", "model"), report.mesh, 0, 1)
     assert grid_view([1024, 1024], ["data", "model"], report.mesh, 0, 1, {}) is first
+
+
+def _drawers(seed_dict):
+    from explorer.notebook import NotebookReport
+
+    report, view = kernel_view(seed_dict)
+    return {
+        "sharding_grid": lambda: plots.sharding_grid(view, report.mesh, 4, ["rows", "cols"], title="kernel"),
+        "mesh_figure": lambda: plots.mesh_figure(report.mesh, highlight={0, 4}),
+        "device_grid": lambda: NotebookReport.of(report).device_grid(KERNEL),
+    }
+
+
+@pytest.mark.parametrize("name", ["sharding_grid", "mesh_figure", "device_grid"])
+def test_a_changed_figure_does_not_change_the_next_one(seed_dict, name):
+    """Issue 28: the cached grid was handed out as is, so ``device_grid(path).update_layout(...)`` in a
+    notebook changed every later figure of that array (and the Layout page's)."""
+    draw = _drawers(seed_dict)[name]
+    before = draw()
+    title, height = before.layout.title.text, before.layout.height
+    before.update_layout(title="changed by the user", height=999)
+    before.data[0].update(zmin=-7)
+    again = draw()
+    assert (again.layout.title.text, again.layout.height) == (title, height)
+    assert again.data[0].zmin != -7 and again is not before
 
 
 def test_memory_bars_of_a_huge_mesh_are_one_bar_per_kind():
@@ -159,3 +186,15 @@ def test_compare_memory_keeps_each_label_inside_its_bar_or_leaves_it_to_the_hove
     assert all(bar.textposition == "inside" for bar in figure.data)
     assert figure.layout.uniformtext.mode == "hide"
     assert "16.0 KiB" in figure.data[2].text  # the value is still there, for the hover
+
+
+def test_advisor_figure_draws_one_trace_per_kind_in_a_fixed_order_from_plain_points():
+    """The Advisor's chart from plain points (ui.advisor_view only turns candidates into them)."""
+    points = [plots.AdvisorPoint("est", "estimate", 0.002, 2**30), plots.AdvisorPoint("a", "xla", 0.01, 2**31),
+              plots.AdvisorPoint("x", "extrapolated", 0.1, 2**29), plots.AdvisorPoint("b", "xla", 0.02, 2**32)]
+    figure = plots.advisor_figure(points, 16 * 2**30)
+    assert [t.name for t in figure.data] == [name for name, _ in plots.ADVISOR_KINDS.values()]
+    assert list(figure.data[0].text) == ["a", "b"] and list(figure.data[0].y) == [2, 4] and list(figure.data[0].x) == [10, 20]
+    assert figure.layout.annotations[0].text == "HBM 16.0 GiB per device"
+    with pytest.raises(ValueError, match="verified"):
+        plots.advisor_figure([plots.AdvisorPoint("a", "verified", 0.01, 1)], 2**30)

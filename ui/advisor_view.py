@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from explorer import advisor
+from explorer import advisor, plots
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.share import layout_to_query
 from explorer.targets import Target
-from explorer.text import human_bytes, markdown_literal
+from explorer.text import markdown_literal
 from explorer.compiled import layout_key
 from ui import race_view, state
 from ui.turnstile import TURNSTILE
@@ -80,37 +78,12 @@ def last_search() -> advisor.Search | None:
 
 def figure(search: advisor.Search) -> go.Figure:
     """Peak memory per device against the step bound, with the HBM line: XLA's where verified, else stage 1's estimate and state."""
-    hbm = search.target.chip.device_hbm_bytes
-    fig = go.Figure()
-    kinds = (("xla", "XLA-verified: peak and roofline", "circle"), ("extrapolated", "XLA, extrapolated in depth: peak and roofline", "diamond-open"),
-             ("estimate", "estimate: state and stage 1 step", "circle-open"))
-    for kind, name, symbol in kinds:
-        chosen = [c for c in search.ranked() if _kind(c) == kind]
-        if not chosen:
-            continue
-        verified = kind != "estimate"
-        fig.add_scatter(
-            x=[c.step_s * 1e3 for c in chosen], y=[(c.peak_bytes if verified else c.state_bytes) / 2**30 for c in chosen],
-            mode="markers", name=name, marker=dict(symbol=symbol, size=11),
-            text=[c.layout.name for c in chosen], hovertemplate="%{text}<br>step ≥ %{x:.3g} ms<br>%{y:.2f} GiB<extra></extra>",
-        )
-    hbm_gib = hbm / 2**30
-    fig.add_hline(y=hbm_gib, line_dash="dash", line_color="#222")
-    # Plotly places an annotation on a log axis at log10 coordinates (add_hline's own annotation lands at 10**y
-    # and stretched the axis to 1e17): write it, and the axis range, in log10 units.
-    shown = [hbm_gib] + [y for trace in fig.data for y in trace.y if y and y > 0]
-    low, high = math.log10(min(shown)) - 0.5, math.log10(max(shown)) + 0.5
-    fig.add_annotation(x=1, xref="paper", y=math.log10(hbm_gib), yref="y", text=f"HBM {human_bytes(hbm)} per device",
-                       showarrow=False, xanchor="right", yanchor="bottom")
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step lower bound (ms, log)",
-                      yaxis_title="GiB per device (log)", plot_bgcolor="white", legend=dict(orientation="h", y=-0.25))
-    fig.update_xaxes(type="log", gridcolor="#eee", dtick=1)  # a tick per decade: both axes span orders of magnitude
-    fig.update_yaxes(type="log", gridcolor="#eee", dtick=1, range=[low, high])
-    return fig
+    return plots.advisor_figure([_point(c) for c in search.ranked()], search.target.chip.device_hbm_bytes)
 
 
-def _kind(c: advisor.Candidate) -> str:
-    return "extrapolated" if c.extrapolated else "xla" if c.verified else "estimate"
+def _point(c: advisor.Candidate) -> plots.AdvisorPoint:
+    kind = "extrapolated" if c.extrapolated else "xla" if c.verified else "estimate"
+    return plots.AdvisorPoint(c.layout.name, kind, c.step_s, c.state_bytes if kind == "estimate" else c.peak_bytes)
 
 
 def _open(layout: Layout, target: str) -> None:

@@ -9,7 +9,7 @@ import streamlit as st
 
 from explorer import devices
 from explorer.analysis import Report, analyze, indivisible_error
-from explorer.errors import ExplorerError, shown as shown_value
+from explorer.errors import ExplorerError, NeedsExplicitAxes, shown as shown_value
 from explorer.layout import Layout, layout_errors, parse_layout, seed_layout
 from explorer.targets import Target
 from explorer.text import markdown_literal
@@ -46,6 +46,11 @@ def current_layout(page: str) -> Current:
     else:
         for error in errors:
             slots.for_field(error.field).error(describe(error))
+            if isinstance(error, NeedsExplicitAxes):
+                slots.for_field(error.field).button(
+                    "Make the mesh's axes Explicit", key="make_axes_explicit", on_click=state.make_axes_explicit,
+                    type="primary", width="stretch",
+                )
         fields = ", ".join(error.field for error in errors)
         st.warning(
             f"The layout in the sidebar has {len(errors)} problem(s) ({fields}), each explained in the sidebar under "
@@ -84,6 +89,7 @@ _WHERE = (
     ("name", "Layout name", state.NAME, "1 to 120 characters"),
     ("mesh.shape", "Mesh › Shape", state.MESH_SHAPE, "positive whole numbers separated by ',' or 'x', e.g. 2, 4 or 16x16"),
     ("mesh.axes", "Mesh › Axis names", state.MESH_AXES, "one name per size, separated by ',', e.g. data, model"),
+    ("mesh.axis_types", "Mesh › Explicit axes", None, "all of the mesh's axes or none, for a Flax NNX model"),
     ("mesh", "Mesh", None, ""),
     ("rules", "Rules", None, "a logical name and mesh axes of this mesh (none replicates)"),
     ("model.options", "Model › Options", None, ""),

@@ -35,6 +35,46 @@ def render(report: Report, compiled_peak: tuple[str, int] | None = None, edited:
     info = _array_table(report)
     if info is not None:
         _selected_array(report, info)
+    if report.typed:
+        _values_view(report)
+
+
+def _values_view(report: Report) -> None:
+    """Explicit axes: every value of the forward pass with the sharding in its type, searchable, grouped by place."""
+    from explorer.values import grouped, matching, spec_text
+
+    st.subheader("Values and their types")
+    st.caption(
+        f"On this mesh's Explicit axes every value's sharding is part of its type (jax.typeof prints f32[8@data,64@model]). "
+        f"All {len(report.values):,} values of the forward pass, in program order, where the model's code computed them. "
+        "'set by model': a reshard, sharding_constraint or out_sharding= wrote it; 'communication': what the types imply."
+    )
+    left, right = st.columns([3, 1], vertical_alignment="bottom")
+    query = left.text_input("Search values", key="values_search", placeholder="e.g. attention reshard, 'model', dot_general")
+    only = right.toggle("Communication only", key="values_communication_only")
+    chosen = matching(report.values, query, communication_only=only)
+    groups = grouped(chosen)
+    communicating = sum(group.communicating for group in groups)
+    st.caption(f"{len(chosen):,} value(s) in {len(groups):,} place(s); {communicating:,} imply communication.")
+    if not chosen:
+        return
+    frame = pd.DataFrame({
+        "where": value.where, "op": value.op, "type": value.type_text, "spec": spec_text(value),
+        "set by model": "yes" if value.sets_sharding else "", "communication": value.communication,
+        "runs/step": value.runs,
+    } for value in chosen)
+    st.dataframe(
+        frame, hide_index=True, width="stretch", key="values_table", height=min(400, 36 + 35 * len(frame)),
+        column_config={
+            "where": st.column_config.TextColumn("where", width="medium"),
+            "op": st.column_config.TextColumn("op", width="small"),
+            "type": st.column_config.TextColumn("type", width="medium"),
+            "spec": st.column_config.TextColumn("spec", width="medium"),
+            "set by model": st.column_config.TextColumn("set", width=40),
+            "communication": st.column_config.TextColumn("communication", width="large"),
+            "runs/step": st.column_config.NumberColumn("runs", width=50),
+        },
+    )
 
 
 def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edited: bool = False) -> None:
@@ -223,8 +263,16 @@ def _selected_devices(event, view) -> set[int]:
 def _trace_table(report: Report, info: ArrayInfo) -> None:
     rules = report.layout.rules_for_flax()
     st.markdown("**Why this spec** — the rule trace, dimension by dimension")
+    if report.typed:
+        st.caption(
+            "Explicit axes: the spec shown is the one in this value's type. NNX applies the rules to Variable metadata "
+            "only (nnx.logical_axis_rules); a call's out_sharding= takes mesh axes, not logical names"
+            + (f". Here: {markdown_literal(info.note)}." if info.note else ".")
+        )
+        if info.semantics == "explicit":
+            return
     caller = "" if info.semantics == report.framework else " (the call that declared it decides, not the model)"
-    st.caption(f"Rule semantics of this array: {RESOLUTION_ORDERS[info.semantics]}{caller}.")
+    st.caption(f"Rule semantics of this array: {RESOLUTION_ORDERS.get(info.semantics, '')}{caller}.")
     rows = []
     for dim in info.trace:
         decided = (

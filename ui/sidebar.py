@@ -82,12 +82,25 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
     right.text_input("Axis names", key=state.MESH_AXES, help="One name per axis, e.g. data, model")
     shape = state.parse_list(st.session_state[state.MESH_SHAPE])
     axes = state.parse_names(st.session_state[state.MESH_AXES])
+    # axes renamed or removed drop out of the choice (a multiselect refuses values it does not offer)
+    kept = [axis for axis in st.session_state.get(state.MESH_EXPLICIT, []) if axis in axes]
+    st.session_state[state.MESH_EXPLICIT] = list(dict.fromkeys(kept))
+    st.multiselect(
+        "Explicit axes", options=list(dict.fromkeys(axes)), key=state.MESH_EXPLICIT, placeholder="none: every axis is Auto",
+        help="Explicit axes put the sharding in every value's type (jax.make_mesh's default since JAX 0.9): models "
+             "written with out_sharding= and reshard need them. Auto axes let XLA choose intermediate shardings, as "
+             "in JAX's 2023 guides and Flax Linen's logical constraints. Flax NNX refuses a mesh that mixes both.",
+    )
+    explicit = set(st.session_state[state.MESH_EXPLICIT])
     slot = st.container(key="mesh_messages")
     if shape and all(isinstance(s, int) and s > 0 for s in shape):
         needed, have = math.prod(shape), devices.describe()["count"]
         if needed <= have:
             st.caption(f"Needs {needed} of the {have} devices: runs on **real** devices.")
-    return {"shape": shape, "axes": axes}, slot
+    mesh = {"shape": shape, "axes": axes}
+    if explicit:
+        mesh["axis_types"] = ["explicit" if axis in explicit else "auto" for axis in axes]
+    return mesh, slot
 
 
 def _rules_section(page: str, mesh: dict[str, Any]) -> tuple[list[Any], Any]:

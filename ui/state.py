@@ -19,6 +19,7 @@ from explorer.models import MODELS, is_factory
 NAME = "layout_name"
 MESH_SHAPE = "mesh_shape_text"
 MESH_AXES = "mesh_axes_text"
+MESH_EXPLICIT = "mesh_explicit_axes"  # the mesh axes whose type is Explicit (the others are Auto)
 RULES = "rules_base"
 RULES_VERSION = "rules_version"
 MODEL = "model_name"
@@ -40,7 +41,7 @@ TARGET_TYPE_OWN = "another slice (type its name)"
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
 # being typed). Uploaded files cannot be carried: Streamlit does not let code set them.
 KEPT_WIDGETS = (
-    NAME, MESH_SHAPE, MESH_AXES, MODEL, FACTORY_OPTIONS, SELECTED, TARGET_CHOICE, TARGET_OTHER,
+    NAME, MESH_SHAPE, MESH_AXES, MESH_EXPLICIT, MODEL, FACTORY_OPTIONS, SELECTED, TARGET_CHOICE, TARGET_OTHER,
     "timing_steps", "timing_warmup", "timing_processes", "race_rounds", "race_steps", "compare_sources", "compare_links",
     "library_name",
 )
@@ -100,6 +101,7 @@ def load_layout(layout: Layout, keep_selection: bool = False) -> None:
     state[NAME] = layout.name
     state[MESH_SHAPE] = ", ".join(str(s) for s in layout.mesh.shape)
     state[MESH_AXES] = ", ".join(layout.mesh.axes)
+    state[MESH_EXPLICIT] = [axis for axis, kind in zip(layout.mesh.axes, layout.mesh.types) if kind == "explicit"]
     rules = [[r.logical, list(r.mesh_axes)] for r in layout.rules]
     set_rules(rules, model=layout.model.name)
     state[RULES_SHOWN] = rules
@@ -119,6 +121,11 @@ def load_layout(layout: Layout, keep_selection: bool = False) -> None:
         state.pop(SELECTED, None)
     state[LAST_VALID] = layout.to_dict()
     state[LOADED] = layout.to_dict()
+
+
+def make_axes_explicit() -> None:
+    """Every axis of the sidebar's mesh Explicit (the button offered when a model needs Explicit axes)."""
+    st.session_state[MESH_EXPLICIT] = parse_names(st.session_state.get(MESH_AXES, ""))
 
 
 def set_target(name: str | None) -> None:

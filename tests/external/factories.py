@@ -723,3 +723,75 @@ AUTHORS_INPUT_SPECS["maxdiffusion_ltx"] = {
     for name, rank in (("hidden_states", 2), ("indices_grid", 2), ("encoder_hidden_states", 2), ("timestep", 1),
                        ("segment_ids", 1), ("encoder_attention_segment_ids", 1))
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NNX (e): bonsai Qwen3 (jax-ml/bonsai bonsai/models/qwen3): kernel/embedding/scale_metadata={'out_sharding': P(...)}
+#          from the authors' ShardConfig (mesh axis names "fsdp"/"tp"); activations through out_sharding= on
+#          Einsum/Linear calls and the embedding gather, and jax.sharding.reshard (the authors' shard() helper) on the
+#          left-pad counts; a kv cache (zeros, no weights) the attention writes into and reads back. Explicit axes.
+
+from .bonsai_qwen3 import modeling as qwen3_modeling  # noqa: E402
+
+
+class BonsaiQwen3LM(qwen3_modeling.Qwen3):
+    """bonsai's ``Qwen3`` with its kv cache built inside the call (the authors' ``init_cache``, float32 as in their
+    sharding test; ``generate_steps=0``: cache length = sequence length, a prefill) and ``segment_ids`` positional."""
+
+    def __call__(self, tokens, segment_ids):
+        batch, length = tokens.shape
+        cache = qwen3_modeling.init_cache(self.config, batch, length, 0, jnp.float32)
+        return super().__call__(tokens, cache=cache, segment_ids=segment_ids)
+
+
+def make_bonsai_qwen3(
+    num_layers: int = 2,
+    vocab_size: int = 128,
+    emb_dim: int = 64,
+    mlp_dim: int = 128,
+    num_heads: int = 8,
+    head_dim: int = 16,
+    num_kv_heads: int = 4,
+    batch: int = 8,
+    length: int = 16,
+    fsdp_axis: str = "data",
+    tp_axis: str = "model",
+    sharded: bool = True,
+):
+    """Config shaped like ``ModelConfig.qwen3_0_6b`` (GQA, q/k RMSNorm, RoPE), scaled down.
+
+    The authors' ``ShardConfig.default(use_fsdp=True, use_tp=True)`` names the mesh axes "fsdp" and "tp" (their
+    sharding test: an Explicit (4, 2) mesh with those names); this factory renames them to ``fsdp_axis`` and
+    ``tp_axis``. Its specs shard ``emb_dim`` over ``tp_axis`` and the head axes of the q/k/v kernels over
+    ``fsdp_axis``, the o kernel's heads and the q/k/v activations' head axes over ``tp_axis``: ``num_heads`` and
+    ``num_kv_heads`` must divide by both axes' sizes. ``sharded=False``: ``ShardConfig.no_sharding()``.
+    """
+    shd = qwen3_modeling.ShardConfig.no_sharding()
+    if sharded:
+        default = qwen3_modeling.ShardConfig.default(use_fsdp=True, use_tp=True)
+        names = {qwen3_modeling.ShardMode.FSDP.value: fsdp_axis, qwen3_modeling.ShardMode.TP.value: tp_axis}
+        shd = qwen3_modeling.ShardConfig(
+            **{f.name: _rename_axes(getattr(default, f.name), names) for f in dataclasses.fields(default)}
+        )
+    config = qwen3_modeling.ModelConfig(
+        num_layers=num_layers, vocab_size=vocab_size, emb_dim=emb_dim, mlp_dim=mlp_dim, num_heads=num_heads,
+        head_dim=head_dim, num_kv_heads=num_kv_heads, rope_theta=1_000_000, rope_scaling_factor=8.0,
+        local_rope_theta=1e4, norm_eps=1e-6, tie_word_embeddings=False, shd_cfg=shd,
+    )
+    inputs = [
+        InputSpec("tokens", (batch, length), "int32", None),
+        InputSpec("segment_ids", (batch, length), "int32", None),
+    ]
+
+    def loss(logits, tokens, segment_ids):
+        # next-token one-hot cross-entropy (logits are sharded over the vocabulary: see make_flax_gemma's loss)
+        one_hot = jax.nn.one_hot(tokens[:, 1:], logits.shape[-1], dtype=jnp.float32)
+        return -jnp.mean(jnp.sum(one_hot * nnx.log_softmax(logits[:, :-1].astype(jnp.float32)), axis=-1))
+
+    return (lambda: BonsaiQwen3LM(config, rngs=nnx.Rngs(0))), inputs, loss
+
+
+AUTHORS_RULES["bonsai_qwen3"] = []  # mesh axis names, no logical names
+AUTHORS_MESH_AXES["bonsai_qwen3"] = ("fsdp", "tp")
+# the authors' sharding test: tokens and segment ids P(fsdp); "data" is the factory's fsdp_axis
+AUTHORS_INPUT_SPECS["bonsai_qwen3"] = {"tokens": ("data", None), "segment_ids": ("data", None)}
