@@ -151,7 +151,8 @@ def _nnx_state(built) -> "trace._State":
     opt = nnx.eval_shape(lambda: nnx.Optimizer(model, optimizer, wrt=nnx.Param))
     model_def, model_state = nnx.split(model)
     opt_def, opt_state = nnx.split(opt)
-    arrays = trace._nnx_state_arrays(model_state, "param") + trace._nnx_state_arrays(opt_state, "opt_state")
+    with nnx.logical_axis_rules(()):  # the metadata's own names: get_partition_spec resolves them under the rules
+        arrays = trace._nnx_state_arrays(model_state, "param") + trace._nnx_state_arrays(opt_state, "opt_state")
     leaves = jax.tree_util.tree_leaves(model_state) + jax.tree_util.tree_leaves(opt_state)
 
     def forward(variables, *xs):
@@ -225,7 +226,8 @@ def program_values(closed, framework: str = "nnx") -> tuple[TypedValue, ...]:
 def _walk(jaxpr, module: str, parent_source: tuple[str, str], runs: int, found: list, stacks: bool) -> None:
     for eqn in jaxpr.eqns:
         stack = "/".join(p for p in (module, str(eqn.source_info.name_stack)) if p) if stacks else ""
-        source = _source(eqn.source_info) or parent_source
+        own = _source(eqn.source_info)  # None inside JAX's own helpers (jnp.where's jit): they inherit the caller's line
+        source = own or parent_source
         setting = _sets_sharding(eqn)
         for var in eqn.outvars:
             aval = getattr(var, "aval", None)
@@ -235,7 +237,7 @@ def _walk(jaxpr, module: str, parent_source: tuple[str, str], runs: int, found: 
                 index=len(found), op=eqn.primitive.name, shape=tuple(aval.shape), dtype=str(aval.dtype),
                 spec=_spec_of(aval), unreduced=_axes_attr(aval, "unreduced"), reduced=_axes_attr(aval, "reduced"),
                 type_text=aval.str_short(short_dtypes=True), source=source[0], function=source[1], module=stack,
-                runs=runs, sets_sharding=setting and source[0] != "", communication=_communication(eqn, var),
+                runs=runs, sets_sharding=setting and own is not None, communication=_communication(eqn, var),
             ))
         for sub, times in _sub_programs(eqn):
             _walk(sub, stack, source, runs * times, found, stacks)

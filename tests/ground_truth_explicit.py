@@ -1,0 +1,121 @@
+"""Ground truth for Explicit mesh axes, from JAX and Flax alone: it imports no explorer code.
+
+Under ``jax.set_mesh`` of an Explicit ``jax.make_mesh``:
+- ``state_specs``: ``nnx.eval_shape`` of the model and of its ``nnx.Optimizer``, each leaf's sharding as its type
+  carries it, keyed by the path ``nnx.to_flat_state`` gives ("embedder/embedding", "opt_state/0/mu/...");
+- ``materialised_specs``: the model built for real under the mesh (Flax's eager sharding), each array's sharding;
+- ``forward_rows``: the forward pass's jaxpr, every equation that sets a sharding (``reshard``,
+  ``sharding_constraint``, an op given an ``out_sharding``) on an Explicit mesh from the model's own code, in
+  program order, with its output's shape and spec, and how many times it runs (scan lengths);
+- ``forward_output_spec``: the jitted forward pass run on real arrays, its output's sharding.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+_LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, __import__("flax"), optax))
+
+
+def mesh(shape: tuple[int, ...], axes: tuple[str, ...]):
+    return jax.make_mesh(shape, axes, axis_types=(AxisType.Explicit,) * len(axes), devices=jax.devices()[: math.prod(shape)])
+
+
+def normal(spec, ndim: int) -> tuple:
+    """A spec's entries padded to the rank, one-axis tuples as the axis: comparable."""
+    entries = []
+    for entry in tuple(spec):
+        if isinstance(entry, (tuple, list)):
+            entry = entry[0] if len(entry) == 1 else tuple(entry) if entry else None
+        entries.append(entry)
+    return tuple(entries) + (None,) * (ndim - len(entries))
+
+
+def _flat(obj) -> dict[str, object]:
+    """path -> array (or ShapeDtypeStruct) of every leaf of the object's state, a plain array attribute included."""
+    return {"/".join(str(p) for p in path): getattr(leaf, "get_value", lambda: leaf)()
+            for path, leaf in nnx.to_flat_state(nnx.state(obj))}
+
+
+def state_specs(builder, the_mesh, rules=()) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(parameters, optimizer state): path -> the spec in the leaf's type, from ``nnx.eval_shape`` under the mesh."""
+    with jax.set_mesh(the_mesh), nnx.logical_axis_rules(rules):
+        model = nnx.eval_shape(builder)
+        optimizer = nnx.eval_shape(lambda: nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param))
+    return tuple(
+        {path: normal(leaf.sharding.spec, len(leaf.shape)) for path, leaf in _flat(obj).items()}
+        for obj in (model, optimizer)
+    )
+
+
+def materialised_specs(builder, the_mesh, rules=()) -> dict[str, tuple]:
+    """path -> the sharding of each parameter array Flax creates for real under the mesh (eager sharding)."""
+    with jax.set_mesh(the_mesh), nnx.logical_axis_rules(rules):
+        model = builder()
+    return {path: normal(leaf.sharding.spec, leaf.ndim) for path, leaf in _flat(model).items()}
+
+
+def _inputs(inputs, the_mesh, input_specs):
+    return tuple(
+        jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=NamedSharding(the_mesh, PartitionSpec(*spec)))
+        for i, spec in zip(inputs, input_specs)
+    )
+
+
+def _forward_jaxpr(builder, inputs, the_mesh, input_specs, rules):
+    with jax.set_mesh(the_mesh), nnx.logical_axis_rules(rules):
+        graphdef, state = nnx.split(nnx.eval_shape(builder))
+        return jax.make_jaxpr(lambda s, *xs: nnx.merge(graphdef, s)(*xs))(state, *_inputs(inputs, the_mesh, input_specs))
+
+
+def _from_model_code(eqn) -> bool:
+    traceback = eqn.source_info.traceback
+    frames = traceback.frames if traceback is not None else ()
+    return any(not f.file_name.startswith(_LIBRARIES) and not f.file_name.startswith("<")
+               and os.sep + "explorer" + os.sep not in f.file_name for f in frames)
+
+
+def _on_explicit_mesh(aval) -> bool:
+    sharding = getattr(aval, "sharding", None)
+    return AxisType.Explicit in getattr(getattr(sharding, "mesh", None), "axis_types", ())
+
+
+def forward_rows(builder, inputs, the_mesh, input_specs, rules=()) -> list[tuple[tuple, tuple, int]]:
+    """(shape, spec, runs per step) of every equation of the forward pass that sets a sharding, in program order."""
+    rows: list[tuple[tuple, tuple, int]] = []
+
+    def walk(jaxpr, runs):
+        for eqn in jaxpr.eqns:
+            sets = eqn.primitive.name in ("reshard", "sharding_constraint") or any(
+                eqn.params.get(name) is not None for name in ("out_sharding", "dst_sharding", "sharding")
+                if not (name == "sharding" and eqn.primitive.name == "convert_element_type"))
+            if sets and _from_model_code(eqn):
+                for var in eqn.outvars:
+                    if _on_explicit_mesh(var.aval):
+                        rows.append((tuple(var.aval.shape), normal(var.aval.sharding.spec, len(var.aval.shape)), runs))
+            times = int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1
+            for value in eqn.params.values():
+                for item in value if isinstance(value, (tuple, list)) else (value,):
+                    inner = getattr(item, "jaxpr", item)
+                    if hasattr(inner, "eqns"):
+                        walk(inner, runs * times)
+
+    walk(_forward_jaxpr(builder, inputs, the_mesh, input_specs, rules).jaxpr, 1)
+    return rows
+
+
+def forward_output_spec(builder, inputs, the_mesh, input_specs, rules=()) -> tuple:
+    """The model output's sharding from the jitted forward pass run on real arrays under the mesh."""
+    with jax.set_mesh(the_mesh), nnx.logical_axis_rules(rules):
+        graphdef, state = nnx.split(builder())
+        arguments = [jax.device_put(jnp.zeros(i.shape, i.dtype), NamedSharding(the_mesh, PartitionSpec(*spec)))
+                     for i, spec in zip(inputs, input_specs)]
+        output = jax.jit(lambda s, *xs: nnx.merge(graphdef, s)(*xs))(state, *arguments)
+    return normal(output.sharding.spec, output.ndim)

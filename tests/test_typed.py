@@ -1,0 +1,165 @@
+"""Explicit axes (explorer/reading/typed.py, through ``analyze``): every spec from its value's type, checked against
+``tests/ground_truth_explicit.py`` (JAX and Flax alone), on real models written for Explicit axes and small ones."""
+
+import json
+import re
+
+import pytest
+
+from explorer.analysis import analyze
+from explorer.errors import ExplorerError, NeedsExplicitAxes
+from explorer.layout import parse_layout
+from explorer.reading import typed
+from tests import explicit_models, ground_truth_explicit as truth
+from tests.external import factories
+
+EXTERNAL = "tests.external.factories"
+CLASSES = "tests.explicit_models"
+ALLOWED = ",".join([f"{EXTERNAL}:make_flax_gemma", f"{EXTERNAL}:make_bonsai_siglip", f"{EXTERNAL}:make_bonsai_qwen3"]
+                   + [f"{CLASSES}:{name}" for name in dir(explicit_models) if name.startswith("make_")])
+
+
+@pytest.fixture(autouse=True)
+def allow(monkeypatch):
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", ALLOWED)
+
+
+def layout(factory: str, shape, axes, rules=(), options=None, types=None):
+    return parse_layout({
+        "name": "explicit", "rules": [list(r) for r in rules],
+        "mesh": {"shape": list(shape), "axes": list(axes), "axis_types": types or ["explicit"] * len(axes)},
+        "model": {"name": factory, "options": options or {}},
+    })
+
+
+# (factory, options, mesh shape, axes, rules, the inputs' specs as the ground truth types them)
+CASES = {
+    "gemma-2x4": (f"{EXTERNAL}:make_flax_gemma", {}, (2, 4), ("data", "model"), (), [(), (), ()]),
+    "gemma-2x2x2": (f"{EXTERNAL}:make_flax_gemma", {"fsdp_axis": "fsdp", "tensor_axis": "model"}, (2, 2, 2),
+                    ("data", "fsdp", "model"), (), [(), (), ()]),
+    "siglip-2x4": (f"{EXTERNAL}:make_bonsai_siglip", {}, (2, 4), ("data", "model"), (), [()]),
+    "siglip-2x2x2": (f"{EXTERNAL}:make_bonsai_siglip", {"fsdp_axis": "fsdp", "tp_axis": "model"}, (2, 2, 2),
+                     ("data", "fsdp", "model"), (), [()]),
+    "qwen3-2x4": (f"{EXTERNAL}:make_bonsai_qwen3", {}, (2, 4), ("data", "model"), (), [(), ()]),
+    "type-over-metadata": (f"{CLASSES}:make_type_over_metadata", {}, (2, 4), ("data", "model"), (), [("data", None)]),
+    "reshard-contract": (f"{CLASSES}:make_reshard_and_contract", {}, (2, 4), ("data", "model"), (("batch", "data"),),
+                         [("data", None)]),
+    "logical": (f"{CLASSES}:make_logical_on_explicit", {}, (2, 4), ("data", "model"),
+                (("batch", "data"), ("embed", None), ("hidden", "model")), [("data", None)]),
+    "scanned": (f"{CLASSES}:make_scanned_layers", {"layers": 3}, (2, 4), ("data", "model"), (), [("data", None)]),
+}
+
+
+def _built(factory: str, options: dict):
+    module, name = factory.split(":")
+    source = factories if module == EXTERNAL else explicit_models
+    return getattr(source, name)(**options)
+
+
+def _spec(entries) -> tuple:
+    return truth.normal(entries, len(entries))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_state_specs_are_the_types_flax_builds(case):
+    factory, options, shape, axes, rules, _ = CASES[case]
+    report = analyze(layout(factory, shape, axes, rules, options))
+    builder, _, _ = _built(factory, options)
+    params, optimizer = truth.state_specs(builder, truth.mesh(shape, axes), rules)
+    shown = {a.path: _spec(a.spec) for a in report.arrays if a.kind in ("param", "opt_state")}
+    expected = params | optimizer
+    assert set(shown) == set(expected)
+    assert shown == expected
+    materialised = truth.materialised_specs(builder, truth.mesh(shape, axes), rules)
+    assert {p: s for p, s in shown.items() if p in materialised} == materialised
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_activation_rows_are_the_jaxprs_sharding_equations(case):
+    factory, options, shape, axes, rules, input_specs = CASES[case]
+    report = analyze(layout(factory, shape, axes, rules, options))
+    builder, inputs, _ = _built(factory, options)
+    the_mesh = truth.mesh(shape, axes)
+    rows = [(a.shape, _spec(a.spec), a.runs_per_step) for a in report.arrays
+            if a.kind == "activation" and a.path != "activations/output"]
+    expected = truth.forward_rows(builder, inputs, the_mesh, input_specs, rules)
+    assert rows == expected
+    assert rows, "every model here sets some sharding in its forward pass"
+    output = report.array("activations/output")
+    assert _spec(output.spec) == truth.forward_output_spec(builder, inputs, the_mesh, input_specs, rules)
+
+
+def test_metadata_and_type_disagreeing_shows_the_type_and_says_why():
+    report = analyze(layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model")))
+    kernel = report.array("kernel")
+    assert kernel.spec == (None, "model")
+    assert kernel.logical_axes is None  # no Flax metadata: nnx.get_partition_spec says P()
+    assert "its type is sharded P(None, 'model')" in kernel.note and "out_sharding" in kernel.note
+    assert kernel.shard_shape == (16, 8)
+
+
+def test_a_reshard_and_a_contraction_are_marked_as_communication():
+    report = analyze(layout(f"{CLASSES}:make_reshard_and_contract", (2, 4), ("data", "model"), [("batch", "data")]))
+    marked = [v for v in report.values if v.communication]
+    assert [v.op for v in marked] == ["dot_general", "reshard"]
+    assert marked[0].communication.endswith("reduce-scatter over 'model'")
+    assert marked[1].communication == "reshard P('data', 'model') -> P('data', None)"
+    lines = {v.op: v.source for v in report.values if v.sets_sharding}
+    source = open(explicit_models.__file__).read().splitlines()
+    assert "reshard(y" in source[int(lines["reshard"].split(":")[1]) - 1]
+    assert all(v.source.startswith("explicit_models.py:") for v in marked)
+
+
+def test_logical_rules_resolve_variable_metadata_and_call_time_out_sharding_takes_mesh_axes():
+    rules = [("batch", "data"), ("embed", None), ("hidden", "model")]
+    report = analyze(layout(f"{CLASSES}:make_logical_on_explicit", (2, 4), ("data", "model"), rules))
+    kernel = report.array("kernel")
+    assert kernel.logical_axes == ("embed", "hidden") and kernel.spec == (None, "model")
+    assert [d.rule for d in kernel.trace] == [1, 2]
+    swapped = analyze(layout(f"{CLASSES}:make_logical_on_explicit", (2, 4), ("data", "model"),
+                             [("batch", "data"), ("embed", "model"), ("hidden", None)]))
+    assert swapped.array("kernel").spec == ("model", None)
+    assert swapped.array("inputs/x").spec == ("data", None)
+    row = next(a for a in swapped.arrays if a.kind == "activation" and a.path != "activations/output")
+    assert row.spec == ("data", "model")  # the call's out_sharding, whatever the rules say
+
+
+def test_scanned_layers_run_once_per_layer():
+    report = analyze(layout(f"{CLASSES}:make_scanned_layers", (2, 4), ("data", "model"), options={"layers": 5}))
+    rows = [a for a in report.arrays if a.kind == "activation" and a.path != "activations/output"]
+    assert [a.runs_per_step for a in rows] == [5, 5]
+    assert report.totals.activation_bytes == sum(a.bytes_per_device * 5 for a in rows)
+
+
+def test_an_ambiguous_contraction_is_refused_naming_the_call_and_the_line():
+    with pytest.raises(ExplorerError) as caught:
+        analyze(layout(f"{CLASSES}:make_ambiguous_contraction", (2, 4), ("data", "model")))
+    message = str(caught.value)
+    line = next(i for i, text in enumerate(open(explicit_models.__file__).read().splitlines(), 1) if "the refused line" in text)
+    assert f"explicit_models.py:{line}" in message
+    assert "einsum" in message and "out_sharding=" in message
+    assert "Contracting dimensions are sharded" in message  # JAX's own words, quoted after the explanation
+
+
+def test_a_model_written_for_explicit_axes_on_an_auto_mesh_says_so():
+    auto = parse_layout({"name": "auto", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [],
+                         "model": {"name": f"{EXTERNAL}:make_flax_gemma", "options": {}}})
+    with pytest.raises(NeedsExplicitAxes, match=r"needs a mesh with Explicit axes"):
+        analyze(auto)
+
+
+def test_a_mixed_mesh_is_refused_for_nnx_before_tracing(monkeypatch):
+    calls = []
+    monkeypatch.setattr(typed.trace, "_remember", lambda *a: calls.append(a))
+    mixed = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"), types=["auto", "explicit"])
+    with pytest.raises(ExplorerError, match=re.escape("Mesh must have all axes as Explicit or all axes as Auto")) as caught:
+        analyze(mixed)
+    assert caught.value.field == "mesh.axis_types" and not calls
+
+
+def test_the_values_view_holds_every_value_with_its_type():
+    report = analyze(layout(f"{EXTERNAL}:make_flax_gemma", (2, 4), ("data", "model")))
+    assert len(report.values) > 100
+    assert all(re.fullmatch(r"[a-z0-9]+\[[^\]]*\].*", v.type_text) for v in report.values)
+    assert any("@data" in v.type_text and "@model" in v.type_text for v in report.values)
+    assert json.dumps([v.type_text for v in report.values])  # plain data
