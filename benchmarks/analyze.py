@@ -7,7 +7,7 @@ for every leaf of the state, and the forward pass traced under the mesh and the 
 for its ``sharding_constraint`` equations. Both run as whole fresh processes (imports, tracing, everything), in
 alternation (A B A B ...), and in one process for the warm and rules-only cases.
 
-    python benchmarks/analyze.py [--rounds 5]
+    python benchmarks/analyze.py [--rounds 5] [--only llama|t5x|maxtext|explicit ...]
 
 The command line's ``analyze --json`` (layout file in, JSON out) is timed the same way.
 "Cold" runs start with an empty trace cache on disk, "warm" ones with the model's trace
@@ -25,6 +25,14 @@ init without a mesh (the state), then the forward pass under the layout tagged w
 per logical name (the activations as JAX receives them under the layout, and their names). The
 Llama rules here leave ``kv`` (the per-head width) without a rule, as MaxText-style rules do; the
 "rules naming every parameter name" line adds ``kv -> None`` (the same shardings).
+
+An Explicit-axis line: Flax's Gemma example (vendored in tests/external) at Gemma-7B sizes on a planned
+16x16 ``("data", "model")`` mesh with Explicit axes and no rules. Its bare recipe, under
+``jax.sharding.use_abstract_mesh`` of an Explicit ``AbstractMesh``: ``nnx.eval_shape`` of the model and of its
+``nnx.Optimizer``, each leaf's sharding (from its type) and shard shape, then ``jax.make_jaxpr`` of the forward
+pass and a walk over every equation reading each output's ``aval.sharding`` (what the per-value view shows). The
+explorer runs ``analyze`` in process and ``analyze --json --values`` (the per-value view in the JSON), each in a
+fresh process. Goal: cold <= 1.0x the bare recipe. ``--only explicit`` runs this line alone.
 """
 
 from __future__ import annotations
@@ -54,6 +62,74 @@ EVERY_NAME_RULES = LLAMA_7B["rules"] + [["kv", None]]
 T5X = "tests.external.factories:make_t5x_t5"
 T5X_OPTIONS = {"num_encoder_layers": 8, "num_decoder_layers": 8, "emb_dim": 512, "num_heads": 8, "head_dim": 64,
                "mlp_dim": 2048, "vocab_size": 32128, "batch": 16, "encoder_length": 512, "decoder_length": 128}
+
+
+GEMMA = "tests.external.factories:make_flax_gemma"
+# the example's TransformerConfig.gemma_7b (tests/external/flax_gemma/transformer_cfg.py; hidden_dim is the MLP
+# width); batch and length as the Llama line's
+GEMMA_7B_OPTIONS = {"num_layers": 28, "embed_dim": 3072, "hidden_dim": 24576, "num_heads": 16, "head_dim": 256,
+                    "num_kv_heads": 16, "num_embed": 256128, "batch": LLAMA_7B["model"]["options"]["batch"],
+                    "length": LLAMA_7B["model"]["options"]["seq_len"], "fsdp_axis": "data", "tensor_axis": "model"}
+GEMMA_7B = {
+    "name": "flax-gemma-7b-16x16-explicit",
+    "mesh": {"shape": [16, 16], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
+    "rules": [],
+    "model": {"name": GEMMA, "options": GEMMA_7B_OPTIONS},
+}
+
+
+def bare_gemma() -> int:
+    """Flax's recipe on an Explicit mesh: the shardings are in the values' types. Imports no explorer code beyond
+    the factory (and the device setup every child shares); returns the leaves and values it read."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+    from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
+
+    from tests.external.factories import make_flax_gemma
+
+    builder, inputs, _ = make_flax_gemma(**GEMMA_7B_OPTIONS)
+    mesh = AbstractMesh((16, 16), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    with jax.sharding.use_abstract_mesh(mesh):
+        model = nnx.eval_shape(builder)
+        optimizer = nnx.eval_shape(lambda: nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param))
+        leaves = []
+        for obj in (model, optimizer):
+            for path, variable in nnx.to_flat_state(nnx.state(obj)):
+                leaf = variable.get_value()
+                leaves.append((path, leaf.sharding, leaf.sharding.shard_shape(leaf.shape)))
+        graphdef, state = nnx.split(model)
+        xs = [jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=NamedSharding(mesh, PartitionSpec()))
+              for i in inputs]
+        forward = jax.make_jaxpr(lambda s, *x: nnx.merge(graphdef, s)(*x))(state, *xs)
+    return len(leaves) + len(_value_shardings(forward.jaxpr))
+
+
+def _value_shardings(jaxpr) -> list:
+    """(equation, output sharding) for every output of every equation of a program and the programs it calls."""
+    found = []
+    for eqn in jaxpr.eqns:
+        found.extend((eqn, var.aval.sharding) for var in eqn.outvars)
+        for value in eqn.params.values():
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(item, "jaxpr", item)
+                if hasattr(inner, "eqns"):
+                    found.extend(_value_shardings(inner))
+    return found
+
+
+def explorer_gemma() -> int:
+    from explorer.analysis import analyze
+    from explorer.layout import parse_layout
+
+    report = analyze(parse_layout(GEMMA_7B))
+    return len(report.arrays) + len(report.values)
+
+
+def command_line_gemma() -> None:
+    """``python -m explorer analyze LAYOUT --json --values`` on the Gemma layout, output discarded."""
+    _command_line(GEMMA_7B, "--values")
 
 
 def t5x_layout() -> dict:
@@ -195,6 +271,10 @@ def explorer_analysis(rules=None, model=None) -> int:
 
 def command_line_json() -> None:
     """``python -m explorer analyze LAYOUT --json``, output discarded: what a CI job runs."""
+    _command_line(LLAMA_7B)
+
+
+def _command_line(layout: dict, *flags: str) -> None:
     import contextlib
     import io
     import json
@@ -203,10 +283,10 @@ def command_line_json() -> None:
     from explorer.__main__ import main
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(LLAMA_7B, handle)
+        json.dump(layout, handle)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            main(["analyze", handle.name, "--json"])
+            main(["analyze", handle.name, "--json", *flags])
     finally:
         os.unlink(handle.name)
 
@@ -232,27 +312,62 @@ def _summary(name: str, samples: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", action="append", choices=["llama", "t5x", "maxtext", "explicit"],
+                        help="run only this line (repeatable); llama includes the in-process cases")
     parser.add_argument("--child", choices=["bare", "explorer", "explorer-every-name", "cli", "bare-t5x",
-                                                "explorer-t5x", "bare-maxtext", "explorer-maxtext"])
+                                                "explorer-t5x", "bare-maxtext", "explorer-maxtext", "bare-gemma",
+                                                "explorer-gemma", "cli-gemma"])
     args = parser.parse_args()
     os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
     if args.child:
         from explorer import devices
 
         devices.configure()
-        os.environ["EXPLORER_ALLOWED_FACTORIES"] = f"{T5X},{MAXTEXT}"
+        os.environ["EXPLORER_ALLOWED_FACTORIES"] = f"{T5X},{MAXTEXT},{GEMMA}"
         children = {"bare": bare_recipe, "explorer": explorer_analysis, "explorer-every-name": explorer_every_name,
                     "cli": command_line_json,
                     "bare-t5x": bare_t5x, "explorer-t5x": explorer_t5x,
-                    "bare-maxtext": bare_maxtext, "explorer-maxtext": explorer_maxtext}
+                    "bare-maxtext": bare_maxtext, "explorer-maxtext": explorer_maxtext,
+                    "bare-gemma": bare_gemma, "explorer-gemma": explorer_gemma, "cli-gemma": command_line_gemma}
         children[args.child]()
         return
 
-    print(f"Llama-2-7B shapes (32 unscanned layers) on a planned 16x16 mesh, {args.rounds} rounds, A B A B ...")
+    lines = set(args.only or ["llama", "t5x", "maxtext", "explicit"])
+    if "llama" in lines:
+        explorer_cold = _llama_whole_process(args.rounds)
+    if "t5x" in lines:
+        _t5x(args.rounds)
+    if "maxtext" in lines:
+        _maxtext(args.rounds)
+    if "explicit" in lines:
+        _explicit(args.rounds)
+    if "llama" in lines:
+        _llama_in_process(args.rounds, explorer_cold)
+
+
+def _explicit(rounds: int) -> None:
+    print(f"Flax's Gemma example (tests/external) at Gemma-7B sizes (28 layers, d_model 3072) on a planned 16x16 mesh "
+          f"with Explicit axes, no rules, {rounds} rounds, A B C A B C ...")
+    bare, cold, cli = [], [], []
+    for _ in range(rounds):
+        bare.append(_fresh_process("bare-gemma", tempfile.mkdtemp()))
+        cold.append(_fresh_process("explorer-gemma", tempfile.mkdtemp()))
+        cli.append(_fresh_process("cli-gemma", tempfile.mkdtemp()))
+    print(_summary("bare NNX recipe, whole process", bare))
+    print(_summary("explorer, whole process, cold", cold))
+    print(_summary("analyze --json --values, cold", cli))
+    for label, samples in (("cold", cold), ("analyze --json --values cold", cli)):
+        ratios = [e / b for e, b in zip(samples, bare)]
+        print(f"ratio explorer {label} / bare (Explicit, whole process): median {statistics.median(ratios):.2f}x  "
+              f"(goal <= 1.0x)")
+
+
+def _llama_whole_process(rounds: int) -> list[float]:
+    print(f"Llama-2-7B shapes (32 unscanned layers) on a planned 16x16 mesh, {rounds} rounds, A B A B ...")
     warm_cache = tempfile.mkdtemp(prefix="explorer-bench-warm-")
     _fresh_process("explorer", warm_cache)  # fills the warm cache once
     bare_cold, explorer_cold, every_name_cold, explorer_warm, cli_cold = [], [], [], [], []
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         bare_cold.append(_fresh_process("bare", tempfile.mkdtemp()))
         explorer_cold.append(_fresh_process("explorer", tempfile.mkdtemp()))
         every_name_cold.append(_fresh_process("explorer-every-name", tempfile.mkdtemp()))
@@ -267,10 +382,13 @@ def main() -> None:
                                  ("warm", explorer_warm, 0.4), ("analyze --json cold", cli_cold, 1.0)):
         ratios = [e / b for e, b in zip(samples, bare_cold)]
         print(f"ratio explorer {label} / bare (whole process): median {statistics.median(ratios):.2f}x  (goal <= {goal}x)")
+    return explorer_cold
 
-    print(f"T5X's T5 (tests/external, 8+8 layers, d_model 512) on 2x4 with T5X's rules, {args.rounds} rounds")
+
+def _t5x(rounds: int) -> None:
+    print(f"T5X's T5 (tests/external, 8+8 layers, d_model 512) on 2x4 with T5X's rules, {rounds} rounds")
     bare_t5, explorer_t5 = [], []
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         bare_t5.append(_fresh_process("bare-t5x", tempfile.mkdtemp()))
         explorer_t5.append(_fresh_process("explorer-t5x", tempfile.mkdtemp()))
     print(_summary("bare T5X recipe, whole process", bare_t5))
@@ -278,10 +396,12 @@ def main() -> None:
     ratios = [e / b for e, b in zip(explorer_t5, bare_t5)]
     print(f"ratio explorer / bare (T5X, whole process, cold): median {statistics.median(ratios):.2f}x")
 
+
+def _maxtext(rounds: int) -> None:
     print(f"MaxText's decoder (tests/external: NNX layers bridged into Linen, scanned, 8 layers, d_model 512) on its "
-          f"12-axis mesh with base.yml's rules, {args.rounds} rounds")
+          f"12-axis mesh with base.yml's rules, {rounds} rounds")
     bare_mt, explorer_mt = [], []
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         bare_mt.append(_fresh_process("bare-maxtext", tempfile.mkdtemp()))
         explorer_mt.append(_fresh_process("explorer-maxtext", tempfile.mkdtemp()))
     print(_summary("bare Flax recipe, whole process", bare_mt))
@@ -289,13 +409,15 @@ def main() -> None:
     ratios = [e / b for e, b in zip(explorer_mt, bare_mt)]
     print(f"ratio explorer / bare (MaxText, whole process, cold): median {statistics.median(ratios):.2f}x")
 
+
+def _llama_in_process(rounds: int, explorer_cold: list[float]) -> None:
     from explorer import devices
 
     devices.configure()
     os.environ["EXPLORER_CACHE_DIR"] = "off"
     explorer_analysis()  # the model in memory once
     bare_warm, rules_only, new_name = [], [], []
-    for round_index in range(args.rounds):
+    for round_index in range(rounds):
         bare_warm.append(_timed(bare_recipe))
         rules = LLAMA_7B["rules"]
         # a set of rules not seen before each round, for 12 rounds: the first analysis's order (shift 0) is

@@ -163,3 +163,69 @@ def test_the_values_view_holds_every_value_with_its_type():
     assert all(re.fullmatch(r"[a-z0-9]+\[[^\]]*\].*", v.type_text) for v in report.values)
     assert any("@data" in v.type_text and "@model" in v.type_text for v in report.values)
     assert json.dumps([v.type_text for v in report.values])  # plain data
+
+
+# --- a layout's axis types, everywhere it goes ------------------------------------------------------------------
+
+def test_axis_types_default_to_auto_and_old_files_keep_their_meaning(seed_dict):
+    from explorer.layout import parse_layout as parse
+
+    old = parse(seed_dict)
+    assert old.mesh.types == ("auto", "auto") and not old.mesh.explicit and "axis_types" not in old.to_dict()["mesh"]
+    seed_dict["mesh"]["axis_types"] = ["auto", "auto"]
+    assert parse(seed_dict) == old  # one spelling per meaning
+    seed_dict["mesh"]["axis_types"] = ["explicit", "auto"]
+    mixed = parse(seed_dict)
+    assert mixed.mesh.mixed and mixed.to_dict()["mesh"]["axis_types"] == ["explicit", "auto"]
+
+
+@pytest.mark.parametrize("types, field, quoted, fragment", [
+    (["explicit"], "mesh.axis_types", "['explicit']", "has 1 entries but the mesh has 2 axes"),
+    (["explicit", "manual"], "mesh.axis_types[1]", "'manual'", 'use "auto" or "explicit"'),
+    ("explicit", "mesh.axis_types", "'explicit'", "is not a list"),
+])
+def test_bad_axis_types_name_the_field_and_the_value(seed_dict, types, field, quoted, fragment):
+    seed_dict["mesh"]["axis_types"] = types
+    with pytest.raises(ExplorerError) as caught:
+        parse_layout(seed_dict)
+    assert caught.value.field == field and str(caught.value).startswith(f"{field}: {quoted} ") and fragment in str(caught.value)
+
+
+def test_links_files_code_and_yaml_carry_the_axis_types():
+    from explorer import share
+    from explorer.layout import load_layout_json
+
+    explicit = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"))
+    query = share.layout_to_query(explicit)
+    assert "types=explicit,explicit" in query and share.layout_from_link(query) == explicit
+    assert load_layout_json(explicit.to_json()) == explicit
+    assert "axis_types=(AxisType.Explicit,) * 2" in share.python_snippet(explicit)
+    assert "shard_mode: explicit" in share.maxtext_yaml(explicit)
+    mixed = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"), types=["auto", "explicit"])
+    assert "axis_types=(AxisType.Auto, AxisType.Explicit)" in share.python_snippet(mixed)
+    assert share.layout_from_link(share.layout_to_query(mixed)) == mixed
+    with pytest.raises(ExplorerError, match=r"mesh.axis_types\[0\]: 'sideways'"):
+        share.layout_from_link(query.replace("types=explicit,explicit", "types=sideways,explicit"))
+
+
+def test_the_command_line_prints_the_values_view_and_refuses_it_on_auto_axes(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    path = tmp_path / "explicit.json"
+    path.write_text(layout(f"{CLASSES}:make_reshard_and_contract", (2, 4), ("data", "model"), [("batch", "data")]).to_json())
+    env = {**__import__("os").environ, "EXPLORER_ALLOWED_FACTORIES": ALLOWED}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "explorer", *args], capture_output=True, text=True, env=env, timeout=300)
+
+    shown = run("analyze", str(path), "--values", "reshard ->")
+    assert shown.returncode == 0, shown.stderr
+    assert "reshard P('data', 'model') -> P('data', None)" in shown.stdout and "dot_general" not in shown.stdout
+    data = json.loads(run("analyze", str(path), "--json", "--values").stdout)
+    assert [v["op"] for v in data["values"] if v["communication"]] == ["dot_general", "reshard"]
+    assert data["layout"]["mesh"]["axis_types"] == ["explicit", "explicit"]
+    auto = tmp_path / "auto.json"
+    auto.write_text(json.dumps({**json.loads(path.read_text()), "mesh": {"shape": [2, 4], "axes": ["data", "model"]}}))
+    refused = run("analyze", str(auto), "--values")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
