@@ -10,13 +10,12 @@ import re
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from tests.browser import (
     EXCEPTION,
     MAIN,
     RERUN_TIMEOUT_MS,
-    SIDEBAR,
     assert_no_exception,
     click_button,
     key_selector,
@@ -26,6 +25,7 @@ from tests.browser import (
     server_log,
     sidebar_errors,
     streamlit_server,
+    toggle_expander,
     wait_for_rerun,
 )
 
@@ -33,7 +33,8 @@ pytestmark = pytest.mark.browser
 
 FACTORY = "tests.external.factories:make_flax_gemma"
 GEMMA_LINK = f"/?name=gemma&mesh=2x4&axes=data,model&rules=&model={FACTORY}&options="
-VALUES = key_selector("values_table")
+VALUES_TITLE = "Values and their types"
+EXPLICIT_TAGS = f"{key_selector('mesh_explicit_axes')} [data-tag] > span[title]"  # the multiselect's chips
 COUNT = re.compile(r"^([\d,]+) value\(s\) in ([\d,]+) place\(s\); ([\d,]+) imply communication\.$")
 SIZES = ((1024, 768), (1440, 900))
 
@@ -62,34 +63,38 @@ def values_count(page: Page) -> tuple[int, int]:
     return int(match[1].replace(",", "")), int(match[2].replace(",", ""))
 
 
+def values_table(page: Page) -> Locator:
+    """The values dataframe: the first one after its subheading (a dataframe without selection gets no st-key class)."""
+    title = page.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)
+    return title.locator("xpath=following::div[@data-testid='stDataFrame'][1]")
+
+
 def value_types(page: Page) -> list[str]:
     """The "type" column of the values table, from glide's accessible table (the rows in view)."""
-    return page.evaluate(
-        """(table) => {
-            const header = [...document.querySelectorAll(table + ' th')].map((th) => th.textContent.trim());
-            const column = header.indexOf('type');
-            return [...document.querySelectorAll(table + ' td[data-testid^="glide-cell-' + column + '-"]')]
-                .map((cell) => cell.textContent);
-        }""",
-        VALUES,
+    return values_table(page).evaluate(
+        """(frame) => {
+            const header = [...frame.querySelectorAll('th')].find((th) => th.textContent.trim() === 'type');
+            const column = Number(header.getAttribute('aria-colindex')) - 1;
+            return [...frame.querySelectorAll(`td[data-testid^="glide-cell-${column}-"]`)].map((cell) => cell.textContent);
+        }"""
     )
 
 
 def expect_values_view(page: Page) -> None:
-    main = page.locator(MAIN)
-    expect(main.get_by_role("heading", name="Values and their types")).to_be_visible(timeout=RERUN_TIMEOUT_MS)
-    expect(page.locator(f"{VALUES} [data-testid='stDataFrameResizable']")).to_be_visible()
+    expect(page.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)).to_be_visible(timeout=RERUN_TIMEOUT_MS)
+    expect(values_table(page)).to_be_visible()
     types = value_types(page)
     assert types, "the values table shows no type"
     assert any("@data" in t for t in types) and any("@model" in t for t in types), types
 
 
-def shoot_at_sizes(page: Page, name: str, scroll_to: str | None = None) -> None:
+def shoot_at_sizes(page: Page, name: str, scroll_to: Locator | None = None) -> None:
+    """Screenshots at a laptop's and a desktop's size, ``scroll_to`` in view; then back to the tall viewport."""
     for width, height in SIZES:
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(800)
-        if scroll_to:
-            page.locator(scroll_to).scroll_into_view_if_needed()
+        if scroll_to is not None:
+            scroll_to.scroll_into_view_if_needed()
             page.wait_for_timeout(300)
         screenshot(page, f"explicit-{name}-{width}x{height}")
     page.set_viewport_size({"width": 1600, "height": 2600})
@@ -101,22 +106,27 @@ def test_model_needing_explicit_axes_is_fixed_with_one_button_and_shared(browser
     try:
         # (1) Gemma on Auto axes: the model section says it needs Explicit axes and offers the fix.
         open_app(page, explicit_app_url + GEMMA_LINK)
-        expect(page.locator(f"{key_selector('mesh_explicit_axes')} [data-baseweb='tag']")).to_have_count(0)
+        expect(page.locator(EXPLICIT_TAGS)).to_have_count(0)
         errors = sidebar_errors(page, "model")
         expect(errors).to_have_count(1)
         expect(errors).to_contain_text("needs a mesh with Explicit axes")
         button = page.locator(f"{key_selector('make_axes_explicit')} button")
         expect(button).to_have_text("Make the mesh's axes Explicit")
-        expect(page.locator(MAIN).get_by_role("heading", name="Values and their types")).to_have_count(0)
+        expect(page.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)).to_have_count(0)
+        # The main area shows the last valid layout; it offers the same fix, in view without scrolling the sidebar.
+        expect(page.locator(MAIN)).to_contain_text("The layout in the sidebar has 1 problem(s) (model)")
+        expect(page.locator(f"{key_selector('make_axes_explicit_main')} button")).to_have_text("Make the mesh's axes Explicit")
         expect(page.locator(EXCEPTION)).to_have_count(0)
         assert_no_exception(page)
-        shoot_at_sizes(page, "needs-axes", scroll_to=f"{key_selector('make_axes_explicit')}")
+        shoot_at_sizes(page, "landing")  # what a user sees first: the top of both columns
+        shoot_at_sizes(page, "needs-axes", scroll_to=button)
 
         # (2) One click makes both axes Explicit; (3) the Layout page lists every value with its type.
         click_button(page, "make_axes_explicit")
         expect(sidebar_errors(page)).to_have_count(0)
         expect(page.locator(key_selector("make_axes_explicit"))).to_have_count(0)
-        expect(page.locator(f"{key_selector('mesh_explicit_axes')} [data-baseweb='tag']")).to_have_text(["data", "model"])
+        expect(page.locator(key_selector("make_axes_explicit_main"))).to_have_count(0)
+        expect(page.locator(EXPLICIT_TAGS)).to_have_text(["data", "model"])
         expect_values_view(page)
         total, places = values_count(page)
         assert total > 0 and places > 0
@@ -127,29 +137,34 @@ def test_model_needing_explicit_axes_is_fixed_with_one_button_and_shared(browser
         found, found_places = values_count(page)
         assert 0 < found < total and found_places <= places, (found, total)
         assert_no_exception(page)
-        shoot_at_sizes(page, "values", scroll_to=VALUES)
+        shoot_at_sizes(page, "values", scroll_to=values_table(page))
 
-        # (4) The address bar follows the layout: it carries the mesh's axis types.
+        # (4) The links the app offers carry the mesh's axis types: the address bar (which follows the layout)
+        # and the readable link of the Share section.
         page.wait_for_function("() => new URLSearchParams(window.location.search).get('types') === 'explicit,explicit'",
                                timeout=RERUN_TIMEOUT_MS)
-        link = page.url
-        params = dict(parse_qsl(urlsplit(link).query))
+        params = dict(parse_qsl(urlsplit(page.url).query))
         assert params["types"] == "explicit,explicit" and params["model"] == FACTORY, params
-        assert "types=explicit,explicit" in link, link
+        toggle_expander(page, "Readable link")
+        shown_link = page.locator(".st-key-share_link code").inner_text().strip()
+        assert shown_link.startswith(explicit_app_url + "/?") and "&types=explicit,explicit&" in shown_link, shown_link
+        assert dict(parse_qsl(urlsplit(shown_link).query)) == params
 
-        # (5) The link reopens the layout in a fresh session: both axes Explicit, the values there.
-        reopened = new_page(browser)
-        try:
-            open_app(reopened, link)
-            expect(reopened.locator(f"{key_selector('mesh_explicit_axes')} [data-baseweb='tag']")).to_have_text(["data", "model"])
-            expect(sidebar_errors(reopened)).to_have_count(0)
-            expect_values_view(reopened)
-            assert values_count(reopened) == (total, places)  # a fresh session: no search typed
-            expect(reopened.locator(SIDEBAR)).not_to_contain_text("needs a mesh with Explicit axes")
-            assert_no_exception(reopened)
-            screenshot(reopened, "explicit-reopened")
-        finally:
-            reopened.context.close()
+        # (5) Each link reopens the layout in a fresh session: both axes Explicit, no error, the values there.
+        for link in (shown_link, page.url):
+            reopened = new_page(browser)
+            try:
+                open_app(reopened, link)
+                expect(reopened.locator(EXPLICIT_TAGS)).to_have_text(["data", "model"])
+                expect(sidebar_errors(reopened)).to_have_count(0)
+                expect(reopened.locator(key_selector("make_axes_explicit"))).to_have_count(0)
+                expect_values_view(reopened)
+                assert values_count(reopened) == (total, places)  # a fresh session: no search typed
+                assert_no_exception(reopened)
+                values_table(reopened).scroll_into_view_if_needed()
+                screenshot(reopened, "explicit-reopened")
+            finally:
+                reopened.context.close()
         assert_no_exception(page)
     finally:
         page.context.close()

@@ -56,6 +56,14 @@ def current_layout(page: str) -> Current:
             f"The layout in the sidebar has {len(errors)} problem(s) ({fields}), each explained in the sidebar under "
             "its section. This page shows the last valid layout; your edits are kept."
         )
+        if any(isinstance(error, NeedsExplicitAxes) for error in errors):  # the sidebar's button is far below the fold
+            row = st.container(horizontal=True, vertical_alignment="center")
+            row.button(
+                "Make the mesh's axes Explicit", key="make_axes_explicit_main", on_click=state.make_axes_explicit,
+                type="primary",
+            )
+            row.caption("The model sets shardings in its values' types, so it needs a mesh with Explicit axes "
+                        "(the sidebar's Model section says more).")
         layout, report = _last_valid()
         valid = False
     _flag_layout_problems(report, slots)

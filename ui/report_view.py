@@ -49,30 +49,32 @@ def _values_view(report: Report) -> None:
         f"All {len(report.values):,} values of the forward pass, in program order, where the model's code computed them. "
         "'set by model': a reshard, sharding_constraint or out_sharding= wrote it; 'communication': what the types imply."
     )
-    left, right = st.columns([3, 1], vertical_alignment="bottom")
-    query = left.text_input("Search values", key="values_search", placeholder="e.g. attention reshard, 'model', dot_general")
-    only = right.toggle("Communication only", key="values_communication_only")
+    # a wrapping row: the toggle keeps its whole label at any width (a quarter column cut it to "Comm…")
+    row = st.container(horizontal=True, vertical_alignment="bottom")
+    query = row.text_input("Search values", key="values_search", placeholder="e.g. attention reshard, 'model', dot_general")
+    only = row.toggle("Communication only", key="values_communication_only")
     chosen = matching(report.values, query, communication_only=only)
     groups = grouped(chosen)
     communicating = sum(group.communicating for group in groups)
     st.caption(f"{len(chosen):,} value(s) in {len(groups):,} place(s); {communicating:,} imply communication.")
     if not chosen:
         return
+    # The type next to its place, so both show in a narrow main area; the spec, which restates the type, last.
     frame = pd.DataFrame({
-        "where": value.where, "op": value.op, "type": value.type_text, "spec": spec_text(value),
-        "set by model": "yes" if value.sets_sharding else "", "communication": value.communication,
-        "runs/step": value.runs,
+        "where": value.where, "type": value.type_text, "op": value.op,
+        "set by model": "yes" if value.sets_sharding else "", "runs/step": value.runs,
+        "communication": value.communication, "spec": spec_text(value),
     } for value in chosen)
     st.dataframe(
         frame, hide_index=True, width="stretch", key="values_table", height=min(400, 36 + 35 * len(frame)),
         column_config={
-            "where": st.column_config.TextColumn("where", width="medium"),
-            "op": st.column_config.TextColumn("op", width="small"),
+            "where": st.column_config.TextColumn("where", width=230),  # "modules.py:188 Attention.__call__" whole
             "type": st.column_config.TextColumn("type", width="medium"),
-            "spec": st.column_config.TextColumn("spec", width="medium"),
+            "op": st.column_config.TextColumn("op", width=100),
             "set by model": st.column_config.TextColumn("set", width=40),
-            "communication": st.column_config.TextColumn("communication", width="large"),
             "runs/step": st.column_config.NumberColumn("runs", width=50),
+            "communication": st.column_config.TextColumn("communication", width="large"),
+            "spec": st.column_config.TextColumn("spec", width="medium"),
         },
     )
 

@@ -37,6 +37,7 @@ constraint the mesh axes JAX receives under the layout and the names that put th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any, Iterable, Sequence
 
@@ -409,6 +410,7 @@ def _join(prefix: str, stack: str) -> str:
     return "/".join(part for part in (prefix, stack) if part)
 
 
+@functools.lru_cache(maxsize=4096)
 def library_file(path: str) -> bool:
     """A file of JAX, Flax, optax or the explorer's own machinery (the built-in models are the user's code)."""
     return path.startswith("<") or (path.startswith(_LIBRARY_DIRS) and not path.startswith(_MODELS_DIR))

@@ -99,7 +99,9 @@ def _read(key: tuple, mesh: AbstractMesh, rules: tuple) -> AbstractModel:
             "mixes Auto and Explicit axes, which Flax NNX's eager sharding refuses (\"Mesh must have all axes as "
             "Explicit or all axes as Auto\"): make every axis explicit, or every axis auto",
         )
-    rng = jax.random.key(0)  # made outside the abstract mesh: a concrete value cannot be made under it
+    # Linen's init takes a key, made outside the abstract mesh (a concrete value cannot be made under it); NNX's
+    # builder makes its own, and making one would start the backend for nothing
+    rng = jax.random.key(0) if built.framework == "linen" else None
     with collector.paused(), _under(mesh, rules, built.framework):
         try:
             stage = _nnx_state(built) if built.framework == "nnx" else _linen_state(built, rng)
