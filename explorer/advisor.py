@@ -143,9 +143,20 @@ def rules_for(roles: dict[str, str], mesh_axes: Sequence[str]) -> list[list]:
 
 
 def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | None = None) -> list[Layout]:
-    """The search space: the layout itself first, then one layout per factorization (fixed order)."""
+    """The search space: the layout itself first, then one layout per factorization (fixed order).
+
+    A layout with Explicit axes keeps its own mesh axes, axis types and rules, and the search
+    factorizes the target's devices over those axes: such a model names mesh axes in its own code
+    (``out_sharding=P('data', ...)``, ``reshard``), so its activations are the model's to decide,
+    not the rules', and a mesh with other axis names would not trace.
+    """
     from explorer.analysis import logical_names
 
+    if layout.mesh.explicit:
+        if roles:
+            raise ExplorerError("roles", sorted(roles), "apply to the advisor's own rules; a layout with Explicit axes keeps "
+                                                       "its own mesh axes and rules, and only their sizes are searched")
+        return _explicit_candidates(layout, target)
     names = logical_names(layout.model, tuple(layout.mesh.axes))
     chosen = default_roles(names)
     if roles:
@@ -161,6 +172,20 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
             "name": name, "mesh": {"shape": [s for _, s in kept], "axes": mesh_axes},
             "rules": rules_for(chosen, mesh_axes), "model": {"name": layout.model.name, "options": dict(layout.model.options)},
         })
+        if _identity(candidate) not in seen:
+            seen.add(_identity(candidate))
+            out.append(candidate)
+    return out
+
+
+def _explicit_candidates(layout: Layout, target: Target) -> list[Layout]:
+    """The layout, then every factorization of the target's devices over its own mesh axes (sizes only change)."""
+    out, seen = [layout], {_identity(layout)}
+    for sizes in factorizations(target.devices, len(layout.mesh.axes)):
+        data = layout.to_dict()
+        data["name"] = "x".join(f"{a}{s}" for a, s in zip(layout.mesh.axes, sizes))
+        data["mesh"]["shape"] = list(sizes)
+        candidate = parse_layout(data)
         if _identity(candidate) not in seen:
             seen.add(_identity(candidate))
             out.append(candidate)
@@ -401,8 +426,8 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
     search = search or Search(target)
     start = time.perf_counter()
     layouts = candidate_layouts(layout, target, roles)
-    try:
-        shared = model_for_layouts(layouts[1:]) if len(layouts) > 1 else None
+    try:  # Explicit axes: each candidate is read under its own mesh (the types depend on the sizes)
+        shared = model_for_layouts(layouts[1:]) if len(layouts) > 1 and not layout.mesh.explicit else None
     except ExplorerError:  # the model's code refuses some of the names: each candidate is read (and refused) on its own
         shared = None
     if shared is not None and shared.probe_error:

@@ -35,7 +35,7 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator, model_validator
 
 from explorer import hlo
-from explorer.analysis import jax_mesh, mesh_info
+from explorer.analysis import layout_mesh, mesh_info
 from explorer.compiled import MEMORY_FRACTION, available_memory_bytes, memory_of
 from explorer.errors import ExplorerError
 from explorer.expr import Program, is_array_name, parse_expr
@@ -104,7 +104,7 @@ class OpSpec(_Frozen):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "mesh": {"shape": list(self.mesh.shape), "axes": list(self.mesh.axes)},
+            "mesh": self.mesh.as_dict(),
             "arrays": {
                 name: {"shape": list(a.shape), "dtype": a.dtype, "spec": [entry_json(e) for e in a.spec]}
                 for name, a in self.arrays.items()
@@ -251,9 +251,11 @@ class OpAnalysis:
     compile_s: float | None
     planned: bool
     note: str
+    typed_spec: tuple | None = None  # a real mesh with Explicit axes: the spec in the result's type (jax.typeof)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "typed_output_spec": None if self.typed_spec is None else [entry_json(e) for e in self.typed_spec],
             "op": self.op.to_dict(),
             "mesh": {"shape": list(self.mesh.shape), "axes": list(self.mesh.axes), "devices": self.mesh.size, "planned": self.planned},
             "inputs": {view.name: view.to_dict() for view in self.inputs},
@@ -288,9 +290,14 @@ def _function(op: OpSpec, mesh, constrain: bool = True) -> Callable[..., Any]:
     names = tuple(op.arrays)
     out = NamedSharding(mesh, PartitionSpec(*op.out_spec)) if constrain and op.out_spec is not None else None
 
+    explicit = AxisType.Explicit in getattr(mesh, "axis_types", ())
+
     def function(*arrays):
         result = program(dict(zip(names, arrays)))
-        return jax.lax.with_sharding_constraint(result, out) if out is not None else result
+        if out is None:
+            return result
+        # on Explicit axes with_sharding_constraint is an assert: the sharding is asked for with reshard
+        return jax.sharding.reshard(result, out) if explicit else jax.lax.with_sharding_constraint(result, out)
 
     return function
 
@@ -307,7 +314,7 @@ def _type_check(op: OpSpec, mesh) -> jax.ShapeDtypeStruct:
     try:
         with jax.set_mesh(mesh) if isinstance(mesh, jax.sharding.Mesh) else contextlib.nullcontext():
             result = jax.eval_shape(_function(op, mesh, constrain=False), *_abstract_inputs(op, mesh))
-    except (TypeError, ValueError) as error:
+    except Exception as error:  # a shape error, or JAX's refusal on Explicit axes (ShardingTypeError): the expression's
         raise ExplorerError("expr", op.expr, f"does not apply to these arrays: {_first_line(error)}") from None
     if not isinstance(result, jax.ShapeDtypeStruct):
         raise ExplorerError("expr", op.expr, "does not give one array")
@@ -322,7 +329,7 @@ def _first_line(error: Exception) -> str:
 def analyse_op(op: OpSpec) -> OpAnalysis:
     """Compile the op on this process's devices (or reason about it on a planned mesh) and describe every array."""
     info = mesh_info(op.mesh)
-    mesh = jax_mesh(tuple(op.mesh.shape), tuple(op.mesh.axes))
+    mesh = layout_mesh(op.mesh)
     inputs = tuple(_view(name, a.shape, a.dtype, a.spec, info) for name, a in op.arrays.items())
     result = _type_check(op, mesh)
     if info.abstract:
@@ -337,7 +344,16 @@ def analyse_op(op: OpSpec) -> OpAnalysis:
     program = hlo.collectives(compiled.as_text())
     constrained = "" if op.out_spec is None else f"; the expression's result is constrained to {spec_text(op.out_spec)}"
     note = f"Output sharding read from the compiled executable (XLA's choice){constrained}."
-    return OpAnalysis(op, info, inputs, output, program.ops, program.loops_without_trip_count, memory_of(compiled), compile_s, False, note)
+    typed = None
+    if op.mesh.explicit:  # the sharding is in the result's type too: say whether XLA's program agrees with it
+        with jax.set_mesh(mesh):
+            typed_result = jax.eval_shape(_function(op, mesh), *_abstract_inputs(op, mesh))
+        typed = normal_spec(typed_result.sharding.spec, result.ndim)
+        agree = "agrees" if typed == output.spec else "differs"
+        note += (f" On these Explicit axes the result's type (jax.typeof) says {spec_text(typed)}; the compiled "
+                 f"program {agree}.")
+    return OpAnalysis(op, info, inputs, output, program.ops, program.loops_without_trip_count, memory_of(compiled), compile_s,
+                      False, note, typed)
 
 
 def op_key(op: OpSpec) -> str:
@@ -352,12 +368,12 @@ def _compiled(op: OpSpec) -> tuple[Any, float]:
 @functools.lru_cache(maxsize=16)
 def _compile_cached(key: str) -> tuple[Any, float]:
     op = parse_op(json.loads(key))
-    mesh = jax_mesh(tuple(op.mesh.shape), tuple(op.mesh.axes))
+    mesh = layout_mesh(op.mesh)
     start = time.perf_counter()
     try:
         with jax.set_mesh(mesh):
             compiled = jax.jit(_function(op, mesh)).lower(*_abstract_inputs(op, mesh)).compile()
-    except (TypeError, ValueError) as error:
+    except Exception as error:  # XLA or JAX refusing these shardings (ShardingTypeError is neither a Type- nor a ValueError)
         raise ExplorerError("expr", op.expr, f"does not compile with these shardings: {_first_line(error)}") from None
     return compiled, time.perf_counter() - start
 
@@ -417,7 +433,7 @@ class OpTiming:
 
 def host_bytes_to_time(op: OpSpec) -> int:
     """A rough upper bound of host memory for a timing: every input and the output, sharded and on one device, twice over."""
-    result = _type_check(op, jax_mesh(tuple(op.mesh.shape), tuple(op.mesh.axes)))
+    result = _type_check(op, layout_mesh(op.mesh))
     inputs = sum(math.prod(a.shape) * np.dtype(jnp.dtype(a.dtype)).itemsize for a in op.arrays.values())
     output = math.prod(result.shape) * np.dtype(result.dtype).itemsize
     return 2 * 2 * (inputs + output)
@@ -475,7 +491,7 @@ def time_op(
     phase = on_phase or (lambda _: None)
     phase("compiling")
     compiled, _ = _compiled(op)
-    mesh = jax_mesh(tuple(op.mesh.shape), tuple(op.mesh.axes))
+    mesh = layout_mesh(op.mesh)
     device = jax.devices()[0]
     single_sharding = jax.sharding.SingleDeviceSharding(device)
     single_inputs_abstract = tuple(jax.ShapeDtypeStruct(a.shape, jnp.dtype(a.dtype), sharding=single_sharding) for a in op.arrays.values())

@@ -267,7 +267,7 @@ def maxtext_yaml(layout: Layout) -> str:
 # ``-`` replicates a dimension and ``*`` joins mesh axes (``x*y``: sharded over their product). ``out`` is the output
 # constraint in the same spelling (empty: replicated, P()); without it XLA chooses.
 
-OP_PARAMS = ("mesh", "axes", "arrays", "expr", "out")
+OP_PARAMS = ("mesh", "axes", "types", "arrays", "expr", "out")
 
 
 def _spec_token(spec) -> str:
@@ -297,6 +297,7 @@ def op_to_params(op) -> dict[str, str]:
     params = {
         "mesh": "x".join(str(s) for s in op.mesh.shape),
         "axes": ",".join(_token(a) for a in op.mesh.axes),
+    } | ({"types": ",".join(op.mesh.axis_types)} if op.mesh.explicit else {}) | {
         "arrays": arrays,
         "expr": op.expr,
     }
@@ -339,8 +340,11 @@ def params_to_op(params: Mapping[str, Any]):
         if name in arrays:
             raise ExplorerError("link parameter 'arrays'", name, "names two arrays")
         arrays[name] = {"shape": [int(s) for s in sizes], "dtype": unquote(dtype), "spec": _spec_from_token(f"arrays.{name}.spec", spec)}
+    mesh = {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]}
+    if params.get("types"):
+        mesh["axis_types"] = [unquote(t) for t in params["types"].split(",")]
     return parse_op({
-        "mesh": {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]},
+        "mesh": mesh,
         "arrays": arrays,
         "expr": params["expr"],
         "out_spec": _spec_from_token("out_spec", params["out"]) if "out" in params else None,

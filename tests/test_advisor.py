@@ -286,3 +286,22 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
     assert advisor.calibration(per_axis)["collective_s:sequence"] == pytest.approx(7.0)
     assert advisor.calibration(per_axis)["collective_s:tensor"] == pytest.approx(3.0)
     assert advisor.next_to_compile(per_axis).layout.name == "t"  # stage 1 alone would say s2
+
+
+def test_a_layout_with_explicit_axes_searches_the_sizes_of_its_own_axes(monkeypatch):
+    """An Explicit-axis model names mesh axes in its own code: candidates keep the layout's axes, types and rules."""
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.external.factories:make_flax_gemma")
+    layout = parse_layout({
+        "name": "gemma", "mesh": {"shape": [2, 4], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
+        "rules": [], "model": {"name": "tests.external.factories:make_flax_gemma", "options": {}},
+    })
+    search = advisor.stage1(layout, "v5e:2x4")
+    shapes = sorted(tuple(c.layout.mesh.shape) for c in search.candidates)
+    assert shapes == [(2, 4), (4, 2), (8, 1)]
+    assert all(c.layout.mesh.types == ("explicit", "explicit") and c.layout.mesh.axes == ("data", "model")
+               for c in search.candidates)
+    # model=8 does not divide Gemma's 4 heads: JAX refuses the type, the search says where
+    assert search.refused == 1 and "modules.py:" in search.refused_examples[0]
+    assert "does not divide evenly" in search.refused_examples[0]
+    with pytest.raises(ExplorerError, match="Explicit axes keeps its own mesh axes"):
+        advisor.candidate_layouts(layout, parse_target("v5e:2x4"), {"embed": "tensor"})

@@ -261,3 +261,46 @@ def test_a_planned_mesh_where_jax_cannot_decide_says_why():
     from explorer.text import op_text
 
     assert "output: float32[64, 64] spec —\n  (no sharding known)" in op_text(analysis)
+
+
+def _explicit_op(a_spec, b_spec, out_spec=None):
+    return parse_op({
+        "mesh": {"shape": [4, 2], "axes": ["x", "y"], "axis_types": ["explicit", "explicit"]},
+        "arrays": {"a": {"shape": [64, 32], "dtype": "float32", "spec": a_spec},
+                   "b": {"shape": [32, 16], "dtype": "float32", "spec": b_spec}},
+        "expr": "jnp.dot(a, b)", "out_spec": out_spec,
+    })
+
+
+def test_on_explicit_axes_the_result_type_is_shown_beside_what_xla_compiled():
+    import jax
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    analysis = analyse_op(_explicit_op(["x", None], [None, "y"]))
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2, devices=jax.devices()[:8])
+    with jax.set_mesh(mesh):  # the truth from JAX alone: the type of jnp.dot's result on these arrays
+        a = jax.ShapeDtypeStruct((64, 32), "float32", sharding=NamedSharding(mesh, P("x", None)))
+        b = jax.ShapeDtypeStruct((32, 16), "float32", sharding=NamedSharding(mesh, P(None, "y")))
+        expected = jax.eval_shape(lambda a, b: a @ b, a, b).sharding.spec
+    assert analysis.typed_spec == tuple(expected) == ("x", "y")
+    assert analysis.output.spec == ("x", "y") and "the compiled program agrees" in analysis.note
+    constrained = analyse_op(_explicit_op(["x", None], [None, "y"], [None, None]))  # reshard, not an assert
+    assert constrained.typed_spec == (None, None) == constrained.output.spec
+    assert analyse_op(parse_op({**_explicit_op(["x", None], [None, "y"]).to_dict(),
+                                "mesh": {"shape": [4, 2], "axes": ["x", "y"]}})).typed_spec is None
+
+
+def test_an_ambiguous_contraction_on_explicit_axes_is_one_message_on_the_expression():
+    with pytest.raises(ExplorerError) as caught:
+        analyse_op(_explicit_op([None, "y"], ["y", None]))
+    assert caught.value.field == "expr" and "Contracting dimensions are sharded" in str(caught.value)
+
+
+def test_op_links_carry_the_axis_types():
+    from explorer.share import op_to_query, params_to_op
+    from urllib.parse import parse_qsl
+
+    op = _explicit_op(["x", None], [None, "y"])
+    query = op_to_query(op)
+    assert "types=explicit,explicit" in query
+    assert params_to_op(dict(parse_qsl(query[1:]))) == op

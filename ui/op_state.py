@@ -23,6 +23,7 @@ MESH_SOURCE = "op_mesh_source"
 OWN, LAYOUT = "this page's mesh", "the layout's mesh (Layout page sidebar)"
 MESH_SHAPE = "op_mesh_shape"
 MESH_AXES = "op_mesh_axes"
+MESH_EXPLICIT = "op_mesh_explicit"  # this page's mesh: its axes Explicit (sharding in types) or Auto
 EXPR = "op_expr"
 CONSTRAIN = "op_constrain"
 OUT_SPEC = "op_out_spec"
@@ -55,6 +56,7 @@ def load_op(op: OpSpec) -> None:
     s[MESH_SOURCE] = OWN
     s[MESH_SHAPE] = ", ".join(str(n) for n in op.mesh.shape)
     s[MESH_AXES] = ", ".join(op.mesh.axes)
+    s[MESH_EXPLICIT] = op.mesh.explicit
     s[COUNT] = len(op.arrays)
     for index, (name, array) in enumerate(op.arrays.items()):
         s[array_key("name", index)] = name
@@ -83,7 +85,7 @@ def draft() -> dict[str, Any]:
     if s.get(MESH_SOURCE) == LAYOUT:
         mesh = layout_mesh()
     else:
-        mesh = {"shape": state.parse_list(s.get(MESH_SHAPE, "")), "axes": state.parse_names(s.get(MESH_AXES, ""))}
+        mesh = own_mesh()
     arrays: dict[str, Any] = {}
     for index in range(int(s.get(COUNT, 1))):
         name = (s.get(array_key("name", index)) or "").strip()
@@ -115,7 +117,16 @@ def draft_mesh_only() -> dict[str, Any]:
     s = st.session_state
     if s.get(MESH_SOURCE) == LAYOUT:
         return {"mesh": layout_mesh()}
-    return {"mesh": {"shape": state.parse_list(s.get(MESH_SHAPE, "")), "axes": state.parse_names(s.get(MESH_AXES, ""))}}
+    return {"mesh": own_mesh()}
+
+
+def own_mesh() -> dict[str, Any]:
+    """This page's own mesh as the widgets hold it (every axis Explicit when the toggle is on)."""
+    s = st.session_state
+    mesh = {"shape": state.parse_list(s.get(MESH_SHAPE, "")), "axes": state.parse_names(s.get(MESH_AXES, ""))}
+    if s.get(MESH_EXPLICIT):
+        mesh["axis_types"] = ["explicit"] * len(mesh["axes"])
+    return mesh
 
 
 def sync_address(op: OpSpec) -> None:

@@ -48,6 +48,9 @@ with st.sidebar:
         left, right = st.columns(2)
         left.text_input("Shape", key=op_state.MESH_SHAPE, help="Sizes of the mesh axes, e.g. 4, 2")
         right.text_input("Axis names", key=op_state.MESH_AXES, help="One name per axis, e.g. x, y")
+        st.toggle("Explicit axes", key=op_state.MESH_EXPLICIT,
+                  help="Explicit axes put the sharding in every value's type (jax.make_mesh's default since JAX 0.9): the "
+                       "page shows jax.typeof of the result beside what XLA compiled. Off: Auto axes, XLA chooses.")
     else:
         mesh = op_state.layout_mesh()
         st.caption(f"{' × '.join(f'{a}={n}' for a, n in zip(mesh['axes'], mesh['shape']))} (change it on the Layout page)")
@@ -164,6 +167,8 @@ st.subheader("Output")
 chosen = spec_text(analysis.output.spec)
 source = "JAX's type-level propagation chose" if analysis.planned else "XLA chose"
 st.container(key="arrays_output_spec").markdown(f"**{source} `{chosen}`** for the {analysis.output.dtype}{list(analysis.output.shape)} result.")
+if analysis.typed_spec is not None:
+    st.container(key="arrays_typed_spec").markdown(f"Its type (`jax.typeof`) on these Explicit axes: **`{spec_text(analysis.typed_spec)}`**.")
 st.caption(analysis.note)
 grid_column, side_column = st.columns([3, 2])
 with grid_column:

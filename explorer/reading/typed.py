@@ -372,7 +372,7 @@ _FIXES = (
      "on a mesh whose axes are all Explicit, with_sharding_constraint is an assert and the value is sharded "
      "otherwise (Flax Linen's logical constraints and boxed parameters do this). Fix: use Auto axes for this "
      "model, or jax.sharding.reshard in its code"),
-    ("divisible",
+    ("evenly divide",
      "a dimension the mesh does not divide evenly. Fix: change the rule that shards it, or the mesh or the model's size"),
 )
 
