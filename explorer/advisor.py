@@ -60,7 +60,6 @@ formulas of "How to Scale Your Model" (Austin et al., 2025), https://jax-ml.gith
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import time
 from typing import Any, Callable, Sequence

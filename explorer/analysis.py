@@ -24,7 +24,8 @@ from explorer import reading
 from explorer.reading import AbstractArray, AbstractModel, abstract_model
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, MeshSpec
-from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, format_rule, resolve, spec_axes, spec_entry
+from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, format_rule, resolve
+from explorer.specs import entry_json, spec_axes, spec_entry
 from explorer.tiles import MeshInfo, Tile
 
 LARGE_REPLICATED_BYTES = 1 << 20
@@ -390,11 +391,8 @@ def _checked_spec(resolution, rules, mesh: MeshInfo) -> tuple[tuple, list[tuple[
         axes = spec_axes(entry)
         unknown = [a for a in axes if a not in mesh.axes]
         twice = [a for a in axes if a in used]
+        source = resolution.dims[dim].decided_by(rules)
         trace = resolution.dims[dim]
-        source = f"rule {trace.rule} {format_rule(rules[trace.rule])}" if trace.rule is not None else (
-            f"the name '{trace.logical}' (no rule; NNX uses it as a mesh axis)" if trace.status == "passed-through"
-            else "the model's own annotation"
-        )
         if unknown:
             refusals.append((
                 "unknown-mesh-axis",
@@ -601,11 +599,6 @@ def state_shardings(report: Report, model: AbstractModel, template: Any = None) 
     return jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), tree)
 
 
-def spec_entry_json(entry: Any) -> Any:
-    """One spec entry in JSON form: null, "axis" or ["axis", ...]."""
-    return list(entry) if isinstance(entry, tuple) else entry
-
-
 def _trace_json(dim: DimTrace, rules: Sequence[RulePair]) -> dict[str, Any]:
     return {
         "dim": dim.dim,
@@ -644,8 +637,8 @@ def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[
         "kind": info.kind,
         "shape": list(info.shape),
         "dtype": info.dtype,
-        "logical_axes": None if info.logical_axes is None else [spec_entry_json(n) for n in info.logical_axes],
-        "spec": [spec_entry_json(e) for e in info.spec],
+        "logical_axes": None if info.logical_axes is None else [entry_json(n) for n in info.logical_axes],
+        "spec": [entry_json(e) for e in info.spec],
         "shard_shape": list(info.shard_shape),
         "bytes_per_device": info.bytes_per_device,
         "replication": info.replication,

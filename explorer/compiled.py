@@ -26,10 +26,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 from explorer import reading
 from explorer.reading import AbstractModel
 from explorer.reading.trace import init_fn
-from explorer.analysis import Report, analyze, indivisible_error, jax_mesh, layout_mesh, model_of, state_shardings
+from explorer.analysis import Report, analyze, indivisible_error, layout_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.rules import spec_entry
+from explorer.specs import normal_spec
 
 MEMORY_FRACTION = 0.6  # refuse a timing whose host footprint (estimated, then XLA's) exceeds this share of available memory
 CACHE_SIZE = 4
@@ -269,12 +269,6 @@ def _with_sharding(sharding: NamedSharding, leaf: Any) -> Any:
     return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
 
 
-def _normal_spec(spec: Any, ndim: int) -> tuple[Any, ...]:
-    """A spec padded to ``ndim`` entries, one-axis tuples as plain names: comparable."""
-    entries = [spec_entry(e) if e is None or isinstance(e, (str, tuple, list)) else e for e in spec]
-    return tuple(entries) + (None,) * (ndim - len(entries))
-
-
 def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs, param_shardings) -> tuple[ActivationCheck, ...]:
     """Compile the forward pass returning every module output and read XLA's chosen shardings."""
     built = reading.live(model).built
@@ -296,7 +290,7 @@ def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs
         jax.tree_util.tree_leaves_with_path(intermediates), jax.tree_util.tree_leaves(chosen)
     ):
         module_path = _module_of(path) or type(built.module).__name__
-        spec = _normal_spec(getattr(sharding, "spec", ()), leaf.ndim)
+        spec = normal_spec(getattr(sharding, "spec", ()), leaf.ndim)
         wanted = declared.get((module_path, tuple(leaf.shape)))
         checks.append(ActivationCheck(module_path, tuple(leaf.shape), spec, wanted))
     return tuple(checks)
@@ -324,9 +318,9 @@ def _declared_by_module(report: Report, top_module: str) -> dict[tuple[str, tupl
             continue
         if info.path == "activations/output":
             if info.logical_axes is not None:
-                declared[(top_module, info.shape)] = _normal_spec(info.spec, len(info.shape))
+                declared[(top_module, info.shape)] = normal_spec(info.spec, len(info.shape))
             continue
-        declared[(info.module, info.shape)] = _normal_spec(info.spec, len(info.shape))
+        declared[(info.module, info.shape)] = normal_spec(info.spec, len(info.shape))
     return declared
 
 

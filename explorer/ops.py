@@ -38,6 +38,7 @@ from explorer import hlo
 from explorer.analysis import layout_mesh, mesh_info
 from explorer.compiled import MEMORY_FRACTION, available_memory_bytes, memory_of
 from explorer.errors import ExplorerError
+from explorer.specs import entry_json, normal_spec, spec_axes, spec_entry, spec_text
 from explorer.expr import Program, is_array_name, parse_expr
 from explorer.layout import MeshSpec
 from explorer.tiles import MeshInfo, Tile, replication, shard_shape, tiles
@@ -47,7 +48,6 @@ DTYPES = ("float32", "bfloat16", "float16", "int32")
 MAX_ARRAYS = 8
 MAX_RANK = 6
 MAX_DIM = 2**31 - 1
-SpecEntry = None | str | tuple[str, ...]
 
 
 class _Frozen(BaseModel):
@@ -72,7 +72,7 @@ class ArraySpec(_Frozen):
     @field_validator("spec")
     @classmethod
     def _canonical(cls, spec: tuple) -> tuple:
-        return tuple(canonical_entry(e) for e in spec)
+        return tuple(spec_entry(e) for e in spec)
 
 
 class OpSpec(_Frozen):
@@ -86,7 +86,7 @@ class OpSpec(_Frozen):
     @field_validator("out_spec")
     @classmethod
     def _canonical_out(cls, spec: tuple | None) -> tuple | None:
-        return None if spec is None else tuple(canonical_entry(e) for e in spec)
+        return None if spec is None else tuple(spec_entry(e) for e in spec)
 
     @model_validator(mode="after")
     def _consistent(self) -> "OpSpec":
@@ -114,20 +114,10 @@ class OpSpec(_Frozen):
         }
 
 
-def canonical_entry(entry: Any) -> SpecEntry:
-    """One spelling per meaning: ``[]`` is None, ``["x"]`` is ``"x"``, several axes a tuple."""
-    if isinstance(entry, (list, tuple)):
-        entry = tuple(entry)
-        return None if not entry else entry[0] if len(entry) == 1 else entry
-    return entry
 
 
-def entry_json(entry: SpecEntry) -> Any:
-    return list(entry) if isinstance(entry, tuple) else entry
 
 
-def entry_axes(entry: SpecEntry) -> tuple[str, ...]:
-    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 def check_spec(field: str, spec: tuple, rank: int | None, mesh: MeshSpec) -> None:
@@ -136,7 +126,7 @@ def check_spec(field: str, spec: tuple, rank: int | None, mesh: MeshSpec) -> Non
         raise ExplorerError(field, [entry_json(e) for e in spec], f"has {len(spec)} entries for an array of rank {rank}")
     seen: set[str] = set()
     for dim, entry in enumerate(spec):
-        for axis in entry_axes(entry):
+        for axis in spec_axes(entry):
             if axis not in mesh.axes:
                 raise ExplorerError(f"{field}[{dim}]", axis, f"is not an axis of the mesh {list(mesh.axes)}")
             if axis in seen:
@@ -144,11 +134,6 @@ def check_spec(field: str, spec: tuple, rank: int | None, mesh: MeshSpec) -> Non
             seen.add(axis)
 
 
-def spec_text(spec: tuple | None) -> str:
-    """``P('x', None)``, ``P(('x', 'y'),)``, ``P()``, as JAX prints it."""
-    if spec is None:
-        return "—"
-    return repr(PartitionSpec(*spec))
 
 
 def parse_op(data: Any) -> OpSpec:
@@ -269,11 +254,6 @@ class OpAnalysis:
         }
 
 
-def normal_spec(spec: Any, ndim: int) -> tuple:
-    """A JAX PartitionSpec as canonical entries, padded with None to ``ndim``."""
-    entries = [canonical_entry(e) for e in tuple(spec)]
-    entries += [None] * (ndim - len(entries))
-    return tuple(entries[:ndim])
 
 
 def _view(name: str, shape, dtype, spec: tuple | None, mesh: MeshInfo) -> ArrayView:

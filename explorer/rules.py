@@ -23,9 +23,8 @@ import functools
 from typing import Literal, Sequence
 
 from explorer.errors import ExplorerError
+from explorer.specs import MeshAxes, SpecEntry, spec_axes, spec_entry
 
-MeshAxes = tuple[str, ...]  # the mesh axes one dimension is sharded over, in order; () = replicated
-SpecEntry = None | str | tuple[str, ...]  # the same, as written in a PartitionSpec or a rule
 RulePair = tuple[str, SpecEntry]
 
 Semantics = Literal["linen", "nnx"]
@@ -63,6 +62,20 @@ class DimTrace:
         "sharded", "replicated-by-rule", "all-skipped", "unmatched", "unnamed", "fixed", "passed-through"
     ]
 
+    def decided_by(self, rules: Sequence[RulePair]) -> str:
+        """What decided this dimension's mesh axes, as the trace table and the findings say it ("" for nothing).
+
+        >>> DimTrace(0, "hidden", ("model",), 1, (), "sharded").decided_by([("batch", "data"), ("hidden", "model")])
+        'rule 1 (hidden, model)'
+        """
+        if self.rule is not None:
+            return f"rule {self.rule} {format_rule(rules[self.rule])}"
+        if self.status == "fixed":
+            return "the model's own annotation (fixed mesh axes)"
+        if self.status == "passed-through":
+            return f"the name '{self.logical}' (no rule; Flax NNX uses it as a mesh axis)"
+        return ""
+
     def explain(self, rules: Sequence[RulePair]) -> str:
         """One line a person can read, e.g. ``hidden -> model by rule 1 (hidden, model)``."""
         name = self.logical if self.logical is not None else "(no name)"
@@ -77,9 +90,8 @@ class DimTrace:
         elif self.status == "all-skipped":
             text = f"dim {self.dim} '{name}': every rule for it was skipped, replicated"
         else:
-            rule = rules[self.rule]
             target = "replicated" if not self.mesh_axes else "sharded over " + " x ".join(self.mesh_axes)
-            text = f"dim {self.dim} '{name}': {target} by rule {self.rule} {format_rule(rule)}"
+            text = f"dim {self.dim} '{name}': {target} by {self.decided_by(rules)}"
         for skip in self.skipped:
             if skip.reason == "overridden":
                 text += f"; NNX: rule {self.rule} overrides rule {skip.rule} {format_rule(rules[skip.rule])}"
@@ -102,29 +114,6 @@ def format_rule(rule: RulePair) -> str:
     if isinstance(mesh, tuple):
         mesh = "(" + ", ".join(mesh) + ")"
     return f"({logical}, {mesh})"
-
-
-def spec_axes(entry: SpecEntry | Sequence[str]) -> MeshAxes:
-    """The mesh axes of a spec entry or a rule's mesh field, whatever form it was written in.
-
-    >>> spec_axes(None), spec_axes("model"), spec_axes(["data", "model"])
-    ((), ('model',), ('data', 'model'))
-    """
-    if entry is None:
-        return ()
-    return (entry,) if isinstance(entry, str) else tuple(entry)
-
-
-def spec_entry(axes: SpecEntry | Sequence[str]) -> SpecEntry:
-    """One spelling per meaning, as Flax and PartitionSpec write it: none is None, one axis its name.
-
-    >>> spec_entry([]), spec_entry(["model"]), spec_entry(("data", "model"))
-    (None, 'model', ('data', 'model'))
-    """
-    axes = spec_axes(axes)
-    if not axes:
-        return None
-    return axes[0] if len(axes) == 1 else axes
 
 
 def resolve(

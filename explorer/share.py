@@ -271,9 +271,9 @@ OP_PARAMS = ("mesh", "axes", "types", "arrays", "expr", "out")
 
 
 def _spec_token(spec) -> str:
-    from explorer.ops import entry_axes
+    from explorer.specs import spec_axes
 
-    return ",".join("*".join(_token(a) for a in entry_axes(e)) or "-" for e in spec)
+    return ",".join("*".join(_token(a) for a in spec_axes(e)) or "-" for e in spec)
 
 
 def _spec_from_token(field: str, text: str) -> list[Any]:

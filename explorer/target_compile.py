@@ -229,9 +229,8 @@ def _mesh_size(layout: Layout) -> int:
 
 def analyse(compiled, target: Target, mesh, compile_s: float) -> dict[str, Any]:
     """The documented result from a compiled program for ``target`` on ``mesh``."""
-    import numpy as np
 
-    from explorer import hlo, roofline
+    from explorer import hlo
 
     stats = compiled.memory_analysis()
     memory: dict[str, Any] = {

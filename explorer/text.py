@@ -324,7 +324,7 @@ def sharding_text(shape: Sequence[int], spec: Sequence, mesh: MeshInfo, kind: st
 
 def op_text(analysis, timing=None) -> str:
     """The ``op`` command's report: every array's spec and grid, XLA's choice, the collectives, the timing."""
-    from explorer.ops import spec_text
+    from explorer.specs import spec_text
 
     mesh = analysis.mesh
     kind = "planned" if analysis.planned else "real devices"

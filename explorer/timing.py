@@ -24,7 +24,8 @@ from jax.sharding import NamedSharding
 
 from explorer import reading
 from explorer.reading import AbstractModel
-from explorer.analysis import Report, analyze, model_of, spec_entry_json
+from explorer.analysis import Report, analyze, model_of
+from explorer.specs import entry_json
 from explorer.compiled import ActivationCheck, check_timeable, compile_step, flops_of, memory_of
 from explorer.errors import ExplorerError
 from explorer.hlo import collectives
@@ -122,8 +123,8 @@ class TimingResult:
             "collectives": self.collectives,
             "loops_without_trip_count": self.loops_without_trip_count,
             "activations": [
-                {"path": a.path, "shape": list(a.shape), "chosen": [spec_entry_json(e) for e in a.chosen],
-                 "declared": None if a.declared is None else [spec_entry_json(e) for e in a.declared], "differs": a.differs}
+                {"path": a.path, "shape": list(a.shape), "chosen": [entry_json(e) for e in a.chosen],
+                 "declared": None if a.declared is None else [entry_json(e) for e in a.declared], "differs": a.differs}
                 for a in self.activations
             ],
             "memory_notes": self.memory_notes(),

@@ -19,7 +19,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from explorer import ops
 from explorer.errors import ExplorerError
 from explorer.expr import parse_expr
-from explorer.ops import PRESETS, analyse_op, check_op_timeable, normal_spec, parse_op, spec_text, time_op
+from explorer.ops import PRESETS, analyse_op, check_op_timeable, parse_op, time_op
+from explorer.specs import normal_spec, spec_text
 
 SMALL = 256
 

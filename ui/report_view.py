@@ -8,7 +8,7 @@ import streamlit as st
 
 from explorer import plots
 from explorer.analysis import ERROR_CODES, INFO_CODES, KIND_LABELS, ArrayInfo, Report
-from explorer.rules import RESOLUTION_ORDERS, format_rule
+from explorer.rules import RESOLUTION_ORDERS
 from explorer.text import arrays_frame, human_bytes, markdown_literal
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
 from ui import share_panel
@@ -277,11 +277,7 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
     st.caption(f"Rule semantics of this array: {RESOLUTION_ORDERS.get(info.semantics, '')}{caller}.")
     rows = []
     for dim in info.trace:
-        decided = (
-            f"rule {dim.rule} {format_rule(rules[dim.rule])}" if dim.rule is not None
-            else "the model (fixed mesh axes)" if dim.status == "fixed"
-            else "its own name (NNX)" if dim.status == "passed-through" else "—"
-        )
+        decided = dim.decided_by(rules) or "—"
         rows.append({
             "dim": dim.dim,
             "logical name": dim.logical or "—",

@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from explorer.rules import AxisName
+
 Kind = Literal["param", "opt_state", "input", "activation"]
-AxisName = None | str | tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)

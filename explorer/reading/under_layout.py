@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from explorer.reading import disk
-from explorer.reading.arrays import AbstractArray, AbstractModel, Resolved
+from explorer.reading.arrays import AbstractModel, Resolved
 
 CACHE_SIZE = 64
 
