@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything the tests need (pinned Python packages, Debian's chromium) and run them all.
+# Install everything the tests need (pinned Python packages, Debian's chromium), lint, and run them all.
 set -euo pipefail
 REQUIREMENTS=requirements-dev.txt source "$(dirname "$0")/setup.sh"
 if [ ! -x /usr/bin/chromium ]; then
@@ -9,4 +9,6 @@ if [ ! -x /usr/bin/chromium ]; then
     sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   fi
 fi
+# Lint first (pyflakes and syntax errors, configured in pyproject.toml): a finding stops the run with its file:line.
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"
