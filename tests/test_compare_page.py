@@ -162,3 +162,25 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
         assert row["fits"] == "yes" and row["bound"] == result["estimate"]["bound"]
         assert row["XLA peak / chip"] == human_bytes(result["memory"]["peak_bytes"])
     assert len([c for c in at.get("plotly_chart")]) >= 3  # memory per device, and a roofline per layout
+
+
+def test_layouts_with_explicit_axes_compare_by_their_types(tmp_path, monkeypatch):
+    """Flax Gemma on Explicit axes, FSDP and tensor axes swapped: the differences are the specs in the values' types."""
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.external.factories:make_flax_gemma")
+    gemma = {"rules": [], "model": {"name": "tests.external.factories:make_flax_gemma", "options": {}}}
+    wide = parse_layout({"name": "2x4", "mesh": {"shape": [2, 4], "axes": ["data", "model"],
+                                                 "axis_types": ["explicit", "explicit"]}, **gemma})
+    swapped = {"name": "tests.external.factories:make_flax_gemma", "options": {"fsdp_axis": "model", "tensor_axis": "data"}}
+    tall = parse_layout({"name": "4x2", "mesh": {"shape": [4, 2], "axes": ["data", "model"],
+                                                 "axis_types": ["explicit", "explicit"]}, **gemma, "model": swapped})
+    library.save("gemma 2x4", wide)
+    library.save("gemma 4x2", tall)
+    at = compare_page()
+    at.multiselect(key="compare_sources").set_value(["gemma 2x4", "gemma 4x2"]).run()
+    assert not at.exception and not at.error
+    differences = next(d.value for d in at.dataframe if "path" in d.value.columns).set_index("path")
+    embedding = differences.loc["embedder/embedding"]
+    assert embedding["library: gemma 2x4"] == f"P('model', 'data') → {analyze(wide).array('embedder/embedding').shard_shape}"
+    assert embedding["library: gemma 4x2"] == f"P('data', 'model') → {analyze(tall).array('embedder/embedding').shard_shape}"
+    assert any(path.startswith("activations/") for path in differences.index)  # rows read from the types
