@@ -56,6 +56,15 @@ def race_now(labels: list[str], layouts: list[Layout], racing: list[str], rounds
     stop_slot.empty()
 
 
+def raced_medians() -> dict[str, float]:
+    """layout key -> the median of its round medians in the last race (finished rounds), for the timings table."""
+    stored = st.session_state.get(RACE)
+    if not stored:
+        return {}
+    racing, _, result, _ = stored
+    return {key: statistics.median(medians) for key, medians in zip(racing, result.round_medians) if medians}
+
+
 def show_race(labels: list[str], result: RaceResult, chart_key: str = "race_chart") -> None:
     rows = []
     for index, label in enumerate(labels):

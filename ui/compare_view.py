@@ -1,0 +1,169 @@
+"""The Compare page's steps: the layouts picked, their differences, memory and warnings, the timings and the race.
+
+The comparison itself is ``explorer.compare`` (``spec_differences``, ``race``); the race runs through ``ui.race_view``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from explorer import library, plots
+from explorer.analysis import Report
+from explorer.compare import spec_differences
+from explorer.compiled import check_timeable, layout_key
+from explorer.errors import ExplorerError
+from explorer.hlo import used as used_collectives
+from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
+from explorer.share import layout_from_link
+from explorer.text import human_bytes, markdown_literal
+from ui import report_view
+from ui.current import simulated_devices_note
+from ui.race_view import RACE, RACE_ROUNDS, race_now, raced_medians, show_race
+from ui.state import TIMING_RESULTS
+
+CURRENT = "Current layout (sidebar)"
+MAX_WARNINGS = 8  # per layout; the rest are counted
+
+
+def chosen_layouts(current: Layout) -> list[tuple[str, Layout]]:
+    """Layouts picked from the current one, the team library, files and links; problems shown per source."""
+    try:
+        entries = library.names()
+    except ExplorerError as error:  # a bad library folder: said here, the rest of the page works
+        st.error(markdown_literal(f"The team library cannot be used: {error}"))
+        entries = []
+    options = [CURRENT] + entries
+    # Kept across pages (so no default=); an entry someone deleted from the library since is dropped.
+    picked_before = st.session_state.get("compare_sources", [CURRENT])
+    st.session_state["compare_sources"] = [source for source in picked_before if source in options]
+    sources = st.multiselect("From the current layout and the team library", options, key="compare_sources")
+    files_column, links_column = st.columns(2)
+    files = files_column.file_uploader(
+        "Layout files", type=["json"], accept_multiple_files=True, key="compare_files", max_upload_size=1,
+        help=f"Layout files (JSON, UTF-8), each at most {MAX_FILE_BYTES:,} bytes",
+    )
+    links = links_column.text_area("Links (one per line)", key="compare_links", placeholder="http://…/?name=…&mesh=2x4&…")
+    picked: list[tuple[str, Layout]] = []
+    for source in sources:
+        if source == CURRENT:
+            picked.append((f"current: {current.name}", current))
+            continue
+        try:
+            picked.append((f"library: {source}", library.load(source).layout))
+        except ExplorerError as error:
+            st.error(markdown_literal(f"Library entry '{source}': {error}"))
+    for uploaded in files or []:
+        try:
+            picked.append((f"file: {uploaded.name}", load_layout_bytes(uploaded.getvalue(), "file")))
+        except ExplorerError as error:
+            st.error(markdown_literal(f"{uploaded.name}: {error}"))
+    for number, line in enumerate((links or "").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            layout = layout_from_link(line)
+            picked.append((f"link {number}: {layout.name}", layout))
+        except ExplorerError as error:
+            st.error(markdown_literal(f"Link {number}: {error}"))
+    return picked
+
+
+def show_differences(labels: list[str], reports: list[Report]) -> None:
+    """The arrays whose spec differs between the layouts, each cell its spec and shard shape."""
+    differences = spec_differences(reports)
+    compared = len({info.path for report in reports for info in report.arrays})  # layouts may hold different arrays
+    st.subheader(f"Arrays sharded differently ({len(differences)} of {compared})")
+    if not differences:
+        st.success("Every array has the same spec in every layout.")
+        return
+    rows = []
+    for difference in differences:
+        row = {"path": difference.path, "kind": difference.kind}
+        for label, spec, shard in zip(labels, difference.specs, difference.shard_shapes):
+            row[label] = f"{spec} → {shard}"
+        rows.append(row)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="spec_diff")
+    st.caption("Each cell: the spec → the per-device shard shape. Arrays with the same spec everywhere are left out.")
+
+
+def show_memory(labels: list[str], reports: list[Report]) -> None:
+    """Each layout's memory per device, side by side."""
+    st.subheader("Memory per device")
+    st.plotly_chart(plots.compare_memory(labels, [r.totals for r in reports]), key="compare_memory")
+
+
+def show_warnings(labels: list[str], reports: list[Report]) -> None:
+    """Each layout's warnings in its own column, the first few in full."""
+    st.subheader("Warnings")
+    for column, label, report in zip(st.columns(len(reports)), labels, reports):
+        with column:
+            st.markdown(f"**{markdown_literal(label)}**")
+            if not report.warnings:
+                st.caption("none")
+            for warning in report.warnings[:MAX_WARNINGS]:
+                title = report_view.WARNING_TITLES.get(warning.code, warning.code)
+                st.caption(f"**{markdown_literal(title)}:** {markdown_literal(warning.message)}")
+            if len(report.warnings) > MAX_WARNINGS:
+                st.caption(f"…and {len(report.warnings) - MAX_WARNINGS} more")
+
+
+def show_timings(labels: list[str], layouts: list[Layout]) -> None:
+    """Each layout's median step and collectives: from the Timing page's results, else from the last race."""
+    results = st.session_state.get(TIMING_RESULTS, {})
+    raced = raced_medians()
+    rows = []
+    for label, layout in zip(labels, layouts):
+        result = results.get(layout_key(layout))
+        if result is None:
+            median = raced.get(layout_key(layout))
+            if median is None:
+                rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
+            else:
+                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms, race",
+                             "collectives": "see the Timing page"})
+            continue
+        used = ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
+        rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
+    st.subheader("Step times and collectives")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+                 column_config={"median step": st.column_config.TextColumn("median step", width="medium")})
+    st.caption("From the Timing page's results in this session, else from the race below (its rounds' median), which "
+               "times them fairly against each other.")
+
+
+def race_section(labels: list[str], layouts: list[Layout], reports: list[Report]) -> None:
+    """The race's controls, the race when started, and the last race's result while it raced these layouts."""
+    st.subheader("Race")
+    st.caption("Times the layouts in alternation (A B A B …): each round's ratio compares runs made moments apart, so machine noise largely cancels.")
+    simulated_devices_note()
+    timeable = []
+    for label, layout, report in zip(labels, layouts, reports):
+        try:
+            check_timeable(report)
+            timeable.append((label, layout))
+        except ExplorerError as error:
+            st.warning(markdown_literal(f"{label} cannot race: {error}"))
+    racing = [layout_key(layout) for _, layout in timeable]
+    left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
+    st.session_state.setdefault("race_rounds", 5)  # not value=: the values are carried across pages
+    st.session_state.setdefault("race_steps", 10)
+    rounds = left.number_input("Rounds", 1, 50, key="race_rounds")
+    steps = middle.number_input("Steps per round", 1, 500, key="race_steps")
+    can_race = len(timeable) >= 2
+    start = right.button(
+        "Start race", type="primary", key="race_button", disabled=not can_race,
+        help=None if can_race else "At least two of the layouts must be timeable here: see the messages above",
+    )
+    if start and can_race:
+        race_now([label for label, _ in timeable], [layout for _, layout in timeable], racing, int(rounds), int(steps))
+    stored = st.session_state.get(RACE)
+    if stored and stored[0] == racing:
+        labels_raced, result, finished = stored[1:]
+        if not finished:
+            asked = st.session_state.get(RACE_ROUNDS)
+            st.info(f"Stopped after {len(result.round_medians[0])} of {asked} rounds; the rounds finished are shown.")
+        if result.round_medians and result.round_medians[0]:
+            show_race(labels_raced, result)
+    elif stored:
+        st.caption("The last race was run on other layouts; start a new one to compare these.")

@@ -1,0 +1,246 @@
+"""The Timing page's steps: the gate before any compile, the controls, the live timing, and what XLA compiled.
+
+The timing itself is ``explorer.timing.time_layout`` (or ``explorer.workers.time_local_processes`` over several
+local processes), run through ``ui.live_timing``; the results are kept per layout key in ``ui.state.TIMING_RESULTS``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from explorer import plots
+from explorer.analysis import Report
+from explorer.compiled import check_timeable, host_footprint_bytes, layout_key
+from explorer.errors import ExplorerError
+from explorer.hlo import used as used_collectives
+from explorer.layout import Layout
+from explorer.text import human_bytes, markdown_literal, memory_relation
+from explorer.timing import TimingResult, time_layout
+from explorer.workers import time_local_processes
+from ui import live_timing
+from ui.current import simulated_devices_note
+from ui.state import TIMING_RESULTS as RESULTS
+from ui.turnstile import TURNSTILE
+
+PARTIAL = "timing_partial"  # the samples of a timing in progress, kept if Stop interrupts it
+PROCESS_CHOICES = (1, 2, 4)  # local jax.distributed processes offered, where they divide the mesh
+
+
+def intro(layout: Layout, report: Report) -> None:
+    """What is timed, and the note on simulated devices."""
+    st.caption(
+        f"**{markdown_literal(layout.name)}** · {report.mesh.size} devices · the Flax guide's step: grad of the model's loss, "
+        "Adam's apply_gradients, jitted with in/out shardings from the analysis under the mesh and the rules."
+    )
+    simulated_devices_note()
+
+
+def timeable(report: Report) -> bool:
+    """The first gate (planned mesh, indivisible dimensions, estimated memory), checked before any compile."""
+    try:
+        check_timeable(report)
+        return True
+    except ExplorerError as error:
+        st.error(markdown_literal(str(error)))
+        if report.mesh.abstract:
+            st.page_link("views/0_Layout.py", label="See the planned analysis on the Layout page", icon=":material/grid_view:")
+        return False
+
+
+def controls(report: Report, can_time: bool) -> tuple[int, int, int, bool]:
+    """Timed steps, warm-up steps, processes, and whether the button was pressed."""
+    left, middle, spread_column, right = st.columns([1, 1, 1.2, 1.8], vertical_alignment="bottom")  # "Processes" on one line
+    # Defaults go through session state (not value=) because the values are carried across pages.
+    st.session_state.setdefault("timing_steps", 20)
+    st.session_state.setdefault("timing_warmup", 2)
+    steps = left.number_input("Timed steps", 1, 1000, key="timing_steps")
+    warmup = middle.number_input("Warm-up steps", 0, 100, key="timing_warmup")
+    choices = [n for n in PROCESS_CHOICES if report.mesh.size % n == 0]
+    if st.session_state.get("timing_processes") not in choices:
+        st.session_state["timing_processes"] = 1
+    processes = spread_column.selectbox(
+        "Processes", choices, key="timing_processes", disabled=not can_time,
+        help=f"Local processes joined with jax.distributed, the mesh's {report.mesh.size} devices split evenly "
+        "(gloo collectives between processes), as a multi-host run would be. Counts that do not divide the mesh are not offered.",
+    )
+    start = right.button(
+        "Time train step", type="primary", key="time_button", disabled=not can_time,
+        help=None if can_time else "This layout cannot be timed here: see the message above",
+    )
+    return int(steps), int(warmup), int(processes), start
+
+
+def host_note(report: Report) -> None:
+    """The host memory a timing needs, and the queue."""
+    st.caption(
+        f"Host memory needed on {report.mesh.size} simulated devices: at most about {human_bytes(host_footprint_bytes(report))} "
+        "(an estimate that bounds XLA's buffers for the step; XLA's compiled memory analysis is checked again before "
+        "anything is allocated). "
+        f"Timings queued right now: {TURNSTILE.queue_length()}."
+    )
+
+
+def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
+    """Time the layout under a Stop button; the result is kept under its layout key."""
+    live_timing.time_with_stop(
+        RESULTS, layout_key(layout), "stop_button", "Stops after the current step; the steps so far are kept",
+        lambda: run_timing(layout, steps, warmup, processes),
+    )
+
+
+def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> TimingResult | None:
+    """Compile and time the train step in this process (or ``processes`` local ones), its steps drawn as they come."""
+    samples: list[float] = []
+    st.session_state[PARTIAL] = {"key": layout_key(layout), "samples": samples, "steps": steps}
+
+    def time_it(live: live_timing.Live) -> TimingResult:
+        def on_phase(phase: str) -> None:
+            live.progress.progress(0.0 if phase != "timing" else 0.01, text=phase + "…")
+
+        def on_step(index: int, seconds: float) -> None:
+            samples.append(seconds)
+            live.progress.progress((index + 1) / steps, text=f"step {index + 1} of {steps}: {seconds * 1e3:.1f} ms")
+            live.redraw(lambda: plots.step_times_figure(samples, steps), f"live_{index}", last=index + 1 == steps)
+
+        if processes == 1:
+            return time_layout(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
+        # a rerun (Stop, an edit) interrupts this call; its cleanup ends every worker
+        return time_local_processes(layout, processes, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
+
+    return live_timing.run_timing(
+        time_it, first_frame=plots.step_times_figure([], steps), frame_key="live_frame",
+        one_at_a_time="one timing runs at a time", done=lambda result: f"Timed {len(result.step_s.samples)} steps",
+    )
+
+
+def show_last(key: str) -> None:
+    """The layout's timing in this session, else the steps of one stopped, else how to start one."""
+    partial = st.session_state.get(PARTIAL)
+    results = st.session_state.get(RESULTS, {})
+    if key in results:
+        show_result(results[key])
+    elif partial and partial["key"] == key and partial["samples"]:
+        st.info(f"Stopped after {len(partial['samples'])} of {partial['steps']} steps.")
+        st.plotly_chart(plots.step_times_figure(partial["samples"], partial["steps"]), key="partial_steps")
+    else:
+        st.info("Press **Time train step** to compile and time this layout on this process's devices.")
+
+
+def show_result(result: TimingResult) -> None:
+    """The figures, the step times, memory and collectives one above the other, then the activations."""
+    show_steps(result)
+    # One above the other: side by side, both tables lost their last column at 1024 px.
+    memory_column, collective_column = st.container(), st.container()
+    with memory_column:
+        show_memory(result)
+    with collective_column:
+        show_collectives(result)
+    show_activations(result)
+
+
+def show_steps(result: TimingResult) -> None:
+    """The headline figures, the step times chart and how they were taken."""
+    steps = result.step_s
+    row = st.container(horizontal=True, key="timing_metrics")  # wraps on a narrow page instead of cutting values off
+    metric = lambda label, value, help=None: row.metric(label, value, help=help, width="content", border=True)  # noqa: E731
+    if result.cached:  # the compile was not run for this timing: say so, with the time it took when it was
+        metric("Compile", "cached", f"compiled earlier in this process, in {result.compile_s:.2f} s; not compiled again for this timing")
+    else:
+        metric("Compile", f"{result.compile_s:.2f} s")
+    metric("Median step", f"{steps.median * 1e3:.1f} ms")
+    metric("p10", f"{steps.p10 * 1e3:.1f} ms")
+    metric("p90", f"{steps.p90 * 1e3:.1f} ms")
+    metric("Steps / s", f"{result.steps_per_s:.2f}")
+    metric("GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
+    st.plotly_chart(plots.step_times_figure(steps.samples), key="step_times")
+    spread = (
+        f" In {result.processes} processes × {result.devices_per_process} devices (jax.distributed, gloo between "
+        "processes); the times are process 0's." if result.processes > 1 else ""
+    )
+    st.caption(
+        f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
+        "Each sample is one call plus block_until_ready on the whole new state." + spread
+    )
+
+
+def show_memory(result: TimingResult) -> None:
+    """XLA's memory per device beside the analysis' figures."""
+    st.subheader("Memory per device")
+    rows = [
+        ("arguments", result.memory["argument_bytes"], human_bytes(result.estimate["argument_bytes"]), result.estimate["argument_bytes"]),
+        ("outputs", result.memory["output_bytes"], human_bytes(result.estimate["output_bytes"]), result.estimate["output_bytes"]),
+        ("temporaries", result.memory["temp_bytes"], f"({human_bytes(result.estimate['declared_activation_bytes'])} activations)", None),
+        ("aliased", result.memory["alias_bytes"], "—", None),
+        ("peak", result.memory.get("peak_bytes", 0), "—", None),
+    ]
+    st.dataframe(
+        pd.DataFrame(
+            [{"": name, "XLA": human_bytes(xla), "analysis": estimate,
+              "Δ B": "—" if comparable is None else f"{xla - comparable:+,}"} for name, xla, estimate, comparable in rows]
+        ),
+        hide_index=True, width="stretch", key="timing_memory_table",
+        column_config={
+            "XLA": st.column_config.TextColumn("XLA", help="memory_analysis() of the compiled step"),
+            "analysis": st.column_config.TextColumn("analysis", help="the analysis' exact state and inputs"),
+            "Δ B": st.column_config.TextColumn("Δ B", help="XLA minus the analysis, in bytes"),
+        },
+    )
+    if "peak_bytes" in result.memory:
+        st.caption(memory_relation(result.memory))
+    for note in result.memory_notes():
+        st.caption("• " + note)
+
+
+def show_collectives(result: TimingResult) -> None:
+    """The collectives XLA inserted in the compiled step."""
+    st.subheader("Collectives XLA inserted")
+    used = used_collectives(result.collectives)
+    if used:
+        st.dataframe(
+            pd.DataFrame([{"op": op, "count": c["count"], "bytes per device": human_bytes(c["bytes"])} for op, c in used.items()]),
+            hide_index=True, width="stretch",
+        )
+    else:
+        st.success("None: every device computes on its own data.")
+    st.caption(
+        "Parsed from the compiled HLO, per train step: bytes are each op's result on one device, and an op in a "
+        "loop body (nn.scan) counts once per iteration, by XLA's known trip count."
+    )
+    if result.loops_without_trip_count:
+        st.warning(
+            f"{result.loops_without_trip_count} loop(s) have no trip count XLA knows: the collectives in their "
+            "bodies are counted once each, so these totals are a lower bound."
+        )
+
+
+def show_activations(result: TimingResult) -> None:
+    """Each module output's sharding as the model declares it and as XLA chose it."""
+    st.subheader("Activation shardings: declared vs chosen by XLA")
+    if not result.activations:
+        st.info(
+            "No module outputs to compare: XLA's choice is read through Flax Linen's capture_intermediates, which "
+            "Flax NNX has no counterpart of. The declared activations and their specs are on the Layout page."
+        )
+        return
+    frame = pd.DataFrame(
+        [{"module output": a.path, "shape": str(a.shape), "declared": "—" if a.declared is None else str(a.declared),
+          "XLA chose": str(a.chosen), "differs": "⚠ differs" if a.differs else ""} for a in result.activations]
+    )
+    differing = sum(a.differs for a in result.activations)
+    if differing:
+        st.warning(f"{differing} module output(s) are sharded differently from what the model declares.")
+    st.dataframe(
+        frame.style.apply(lambda row: ["background-color: #fde2e1" if row["differs"] else "" for _ in row], axis=1),
+        hide_index=True, width="stretch", key="activation_shardings",
+        # "differs" first and the shape last: at 1024 px beside the sidebar the verdict and both specs are in view
+        column_order=("differs", "module output", "declared", "XLA chose", "shape"),
+        column_config={
+            "differs": st.column_config.TextColumn("differs", width=70),
+            "module output": st.column_config.TextColumn("module output", width=140),
+            "declared": st.column_config.TextColumn("declared", width=105),
+            "XLA chose": st.column_config.TextColumn("XLA chose", width=105),
+            "shape": st.column_config.TextColumn("shape", width="small"),
+        },
+    )
+    st.caption("XLA's choice is read from a compiled forward pass returning every module output (capture_intermediates).")
