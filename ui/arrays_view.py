@@ -15,9 +15,10 @@ from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import seed_layout
 from explorer.ops import (
-    DTYPES, MATMUL_PRESET, PRESETS, ArrayView, OpAnalysis, OpSpec, OpTiming, analyse_op, check_op_timeable, entry_axes,
-    host_bytes_to_time, op_key, parse_op, spec_text, time_op,
+    DTYPES, MATMUL_PRESET, PRESETS, ArrayView, OpAnalysis, OpSpec, OpTiming, analyse_op, check_op_timeable,
+    host_bytes_to_time, op_key, parse_op, time_op,
 )
+from explorer.specs import spec_axes, spec_text
 from explorer.share import op_to_query
 from explorer.text import code_literal, human_bytes, markdown_literal
 from explorer.tiles import grid_view, shard_counts
@@ -191,7 +192,7 @@ def dim_labels(view: ArrayView) -> list[str]:
     """``dim 0 · 8192 → a``, one per dimension, for the grid's axes."""
     labels = []
     for dim, size in enumerate(view.shape):
-        axes = entry_axes(view.spec[dim] if view.spec is not None else None)
+        axes = spec_axes(view.spec[dim] if view.spec is not None else None)
         labels.append(f"dim {dim} · {size} → {' × '.join(axes) or 'replicated'}")
     return labels
 
