@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
-from explorer import tiles as tiles_lib
+from explorer import caches, tiles as tiles_lib
 from explorer import reading
 from explorer.reading import AbstractArray, AbstractModel, abstract_model
 from explorer.errors import ExplorerError
@@ -153,6 +153,7 @@ def mesh_info(spec: MeshSpec) -> MeshInfo:
     return _mesh_info_cached(tuple(spec.shape), tuple(spec.axes), jax.device_count())
 
 
+@caches.register
 @functools.lru_cache(maxsize=64)
 def _mesh_info_cached(shape: tuple[int, ...], axes: tuple[str, ...], device_count: int) -> MeshInfo:
     size = math.prod(shape)
@@ -166,6 +167,7 @@ def _nested(ids: np.ndarray) -> tuple:
     return tuple(_nested(row) for row in ids) if ids.ndim > 1 else tuple(int(i) for i in ids)
 
 
+@caches.register
 @functools.lru_cache(maxsize=64)
 def jax_mesh(shape: tuple[int, ...], axes: tuple[str, ...], types: tuple[str, ...] | None = None) -> Mesh | AbstractMesh:
     """A Mesh with the given axis types (default Auto, what Flax's logical constraints want), or an AbstractMesh if

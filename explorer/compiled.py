@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from explorer import reading
+from explorer import caches, reading
 from explorer.reading import AbstractModel
 from explorer.reading.trace import init_fn
 from explorer.analysis import Report, analyze, indivisible_error, layout_mesh, model_of, state_shardings
@@ -222,6 +222,7 @@ def compile_step(layout: Layout, report: Report | None = None) -> tuple[Compiled
     return compiled, _compiled.cache_info().hits > hits
 
 
+@caches.register
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _compiled(key: str) -> CompiledStep:
     from explorer.layout import parse_layout

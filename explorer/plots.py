@@ -19,6 +19,7 @@ import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
+from explorer import caches
 from explorer.analysis import KIND_LABELS, Totals
 from explorer.text import human_bytes
 from explorer.tiles import GridView, MeshInfo, Tile, devices_label
@@ -70,6 +71,7 @@ def _discrete_colorscale(colors: Sequence[str]) -> list[list]:
     return scale
 
 
+@caches.register
 @functools.lru_cache(maxsize=4)
 def _binned_colorscale(other: str) -> tuple:
     """Large meshes: z = 0..COLOR_BINS-1 is a device's Turbo shade, z = COLOR_BINS is ``other`` (grey or dim)."""
@@ -122,6 +124,7 @@ def sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: Seq
     return go.Figure(_sharding_grid(view, mesh, itemsize, tuple(dim_labels), title))
 
 
+@caches.register
 @functools.lru_cache(maxsize=FIGURE_CACHE)  # never handed out as it is: sharding_grid returns a copy
 def _sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: tuple[str, ...], title: str) -> go.Figure:
     rows, cols = len(view.rows), len(view.cols)
@@ -229,6 +232,7 @@ def mesh_figure(mesh: MeshInfo, highlight: Iterable[int] = ()) -> go.Figure:
     return go.Figure(_mesh_figure(mesh, frozenset(int(d) for d in highlight)))
 
 
+@caches.register
 @functools.lru_cache(maxsize=FIGURE_CACHE)  # never handed out as it is: mesh_figure returns a copy
 def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
     ids = mesh.ids_array()

@@ -4,6 +4,7 @@ import copy
 
 import pytest
 
+from explorer import caches
 from explorer.layout import SEED_LAYOUT
 
 
@@ -11,3 +12,9 @@ from explorer.layout import SEED_LAYOUT
 def seed_dict():
     """A fresh copy of the Flax guide's layout in file form, safe to mutate."""
     return copy.deepcopy(SEED_LAYOUT)
+
+
+@pytest.fixture
+def cleared():
+    """Every cache in memory cleared first (``explorer.caches.clear``): the test starts as a new process would."""
+    caches.clear()

@@ -101,3 +101,17 @@ class AmbiguousContraction(nnx.Module):
 
 def make_ambiguous_contraction():
     return (lambda: AmbiguousContraction(nnx.Rngs(0))), [InputSpec("x", (B, D), "float32", (None, ("model",)))], _loss
+
+
+class RuledOnly(nnx.Module):
+    """Logical names only, no mesh axis in the model's code: its mesh's axis names come from the rules alone."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), (D, H)), out_sharding=("embed", "hidden"))
+
+    def __call__(self, x):
+        return x @ self.kernel[...]
+
+
+def make_ruled_only():
+    return (lambda: RuledOnly(nnx.Rngs(0))), [InputSpec("x", (B, D), "float32", ("batch", None))], _loss

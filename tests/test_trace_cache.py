@@ -5,8 +5,8 @@ import multiprocessing
 
 import pytest
 
-from explorer import reading as abstract
-from explorer.reading import disk as trace_cache, trace as tracing, under_layout
+from explorer import caches, reading as abstract
+from explorer.reading import disk as trace_cache, trace as tracing
 from explorer.analysis import analyze, report_to_dict
 from explorer.layout import parse_layout
 
@@ -15,32 +15,23 @@ LAYOUT = {"name": "c", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "ru
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
+def cache(tmp_path, monkeypatch, cleared):
     monkeypatch.setenv(trace_cache.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(abstract, "_registry", {})
-    monkeypatch.setattr(under_layout, "_memory", {})
     return tmp_path
-
-
-def forget_memory(monkeypatch):
-    """What a new process sees: no model in memory."""
-    monkeypatch.setattr(abstract, "_registry", {})
-    monkeypatch.setattr(tracing, "_stages", {})
-    monkeypatch.setattr(under_layout, "_memory", {})
 
 
 def test_a_second_run_reads_the_disk_and_does_not_trace(cache, monkeypatch):
     first = report_to_dict(analyze(parse_layout(LAYOUT)))
     assert len(list(cache.glob("traces/*.json"))) == 1
-    forget_memory(monkeypatch)
-    monkeypatch.setattr(tracing, "traced", lambda *a: pytest.fail("traced although the disk had it"))
-    monkeypatch.setattr(tracing, "state_stage", lambda *a: pytest.fail("traced although the disk had it"))
+    caches.clear()  # what a new process sees: nothing in memory
+    for step in ("traced", "state", "received_by_forward"):
+        monkeypatch.setattr(tracing, step, lambda *a, **k: pytest.fail("traced although the disk had it"))
     assert report_to_dict(analyze(parse_layout(LAYOUT))) == first
 
 
-def test_the_state_tree_is_traced_again_on_demand_after_a_disk_hit(cache, monkeypatch):
+def test_the_state_tree_is_traced_again_on_demand_after_a_disk_hit(cache):
     analyze(parse_layout(LAYOUT))
-    forget_memory(monkeypatch)
+    caches.clear()  # what a new process sees: nothing in memory
     model = abstract.abstract_model(parse_layout(LAYOUT).model, frozenset({"batch", "hidden"}), ("data", "model"))
     import jax
 
@@ -48,18 +39,18 @@ def test_the_state_tree_is_traced_again_on_demand_after_a_disk_hit(cache, monkey
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"format": 1, "entries": [{"names": [], "model": {}}]}', "\x00\xff"])
-def test_a_corrupt_file_is_traced_again(cache, monkeypatch, content):
+def test_a_corrupt_file_is_traced_again(cache, content):
     expected = report_to_dict(analyze(parse_layout(LAYOUT)))
     (path,) = cache.glob("traces/*.json")
     path.write_bytes(content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content)
-    forget_memory(monkeypatch)
+    caches.clear()  # what a new process sees: nothing in memory
     assert report_to_dict(analyze(parse_layout(LAYOUT))) == expected
     assert json.loads(path.read_text())["format"] == trace_cache.FORMAT  # rewritten whole
 
 
 def test_other_versions_use_another_file(cache, monkeypatch):
     analyze(parse_layout(LAYOUT))
-    forget_memory(monkeypatch)
+    caches.clear()  # what a new process sees: nothing in memory
     monkeypatch.setattr(trace_cache, "_versions", lambda: ["0.0.0"])
     analyze(parse_layout(LAYOUT))
     assert len(list(cache.glob("traces/*.json"))) == 2

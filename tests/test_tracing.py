@@ -4,8 +4,7 @@ the new rules only."""
 
 import pytest
 
-from explorer import reading as abstract
-from explorer.reading import constraints as program, trace as tracing, under_layout
+from explorer.reading import constraints as program, trace as tracing
 from explorer.analysis import analyze, jax_mesh
 from explorer.layout import parse_layout
 from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL_FACTORIES
@@ -22,11 +21,9 @@ def layout(rules, name="t"):
 
 
 @pytest.fixture
-def fresh(monkeypatch):
+def fresh(monkeypatch, cleared):
     """Nothing traced yet, in memory or on disk."""
     monkeypatch.setenv("EXPLORER_CACHE_DIR", "off")
-    monkeypatch.setattr(abstract, "_registry", {})
-    monkeypatch.setattr(tracing, "_stages", {})
 
 
 @pytest.fixture
@@ -34,7 +31,7 @@ def traces(fresh, monkeypatch):
     """Each trace, as "init" (a Linen init), "forward" (the forward pass under the probe or the tagged layout) or
     "layout" (the forward pass under the layout's mesh and rules alone)."""
     calls = []
-    real_init, real_read, real_layout = tracing._linen_state, program.constraints, under_layout._trace
+    real_init, real_read, real_layout = tracing._linen_state, program.constraints, tracing.received_by_forward
     in_layout = []
 
     def init(*args):
@@ -56,8 +53,7 @@ def traces(fresh, monkeypatch):
 
     monkeypatch.setattr(tracing, "_linen_state", init)
     monkeypatch.setattr(program, "constraints", read)
-    monkeypatch.setattr(under_layout, "_trace", layout_trace)
-    monkeypatch.setattr(under_layout, "_memory", {})
+    monkeypatch.setattr(tracing, "received_by_forward", layout_trace)
     return calls
 
 
@@ -95,8 +91,8 @@ def test_the_tagged_layout_receives_what_the_layout_alone_receives(name, fresh, 
     spec = parse_layout({"name": name, "mesh": case["mesh"], "rules": case["rules"], "model": case["model"]})
     key, axes = spec.model.key(), tuple(case["mesh"]["axes"])
     mesh, rules = jax_mesh(tuple(case["mesh"]["shape"]), axes), spec.rules_for_flax()
-    model, from_init = tracing.traced(key, frozenset(), axes, (mesh, rules))
-    from_forward = tracing.received_by_forward(tracing.state_stage(key, axes), model.model, mesh, rules)
+    reading = tracing.traced(key, frozenset(), axes, (mesh, rules))
+    from_init, from_forward = reading.received, tracing.received_by_forward(reading.stage, mesh, rules)
 
     def rows(found):
         return [(a.path, a.shape, a.logical_axes, a.runs_per_step, a.module) for a in found.activations + (found.output,)]
@@ -113,9 +109,8 @@ def test_no_parameter_read_or_initialiser_is_an_activation(traces):
                for a in one.arrays if a.kind == "activation" for p in one.arrays if p.kind == "param")
 
 
-def test_a_rules_edit_reads_the_new_rules_not_a_cached_program(fresh, monkeypatch):
+def test_a_rules_edit_reads_the_new_rules_not_a_cached_program(fresh):
     """JAX caches a traced function by identity and mesh, not by Flax's rules: the edit must be traced anew."""
-    monkeypatch.setattr(under_layout, "_memory", {})
     first = analyze(layout(EVERY_NAME))  # init under these rules
     unsharded = analyze(layout([[name, None if name == "vocab" else axes] for name, axes in EVERY_NAME]))  # forward
     sharded = analyze(layout(EVERY_NAME[::-1]))  # the forward pass again, same mesh, other rules

@@ -150,11 +150,22 @@ def test_a_model_written_for_explicit_axes_on_an_auto_mesh_says_so():
 
 def test_a_mixed_mesh_is_refused_for_nnx_before_tracing(monkeypatch):
     calls = []
-    monkeypatch.setattr(typed.trace, "_remember", lambda *a: calls.append(a))
+    monkeypatch.setattr(typed, "_nnx_state", lambda *a: calls.append(a))
     mixed = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"), types=["auto", "explicit"])
     with pytest.raises(ExplorerError, match=re.escape("Mesh must have all axes as Explicit or all axes as Auto")) as caught:
         analyze(mixed)
     assert caught.value.field == "mesh.axis_types" and not calls
+
+
+def test_two_meshes_of_one_shape_with_other_axis_names_are_read_apart():
+    """The typed reading is cached per model, mesh shape, axis names, types and rules: renaming an axis re-reads."""
+    from explorer.analysis import model_of
+
+    rules = [("hidden", "model"), ("embed", None), ("batch", None)]  # no rule names the first axis
+    first = layout(f"{CLASSES}:make_ruled_only", (2, 4), ("data", "model"), rules)
+    renamed = layout(f"{CLASSES}:make_ruled_only", (2, 4), ("rows", "model"), rules)
+    assert analyze(first).array("kernel").spec == (None, "model") == analyze(renamed).array("kernel").spec
+    assert model_of(first).mesh_axes == ("data", "model") and model_of(renamed).mesh_axes == ("rows", "model")
 
 
 def test_the_values_view_holds_every_value_with_its_type():

@@ -1,17 +1,24 @@
 """How a model is read: a model configuration and mesh axis names in, the abstract model out.
 
-One door: ``abstract_model(model_spec, logical_names, mesh_axes)`` gives the
-``AbstractModel`` (every array of the train state and the step, as plain data) and
-``live(model)`` the objects a compile needs (the built model, the optimizer, the
-state's shapes in the framework's own tree). Behind it:
+Four doors, each the same three steps: look in the caches (``memory.py``, then ``disk.py``),
+else run the pipeline (pure functions that trace and read, keeping nothing), then keep what it gave.
 
-- ``arrays.py``: the plain data (no Flax);
-- ``disk.py``: the cache on disk, so a later process reads a model without importing Flax;
-- ``trace.py``: tracing with Flax (imported on first need);
-- ``constraints.py``: every live sharding constraint of a traced program, from its jaxpr;
-- ``under_layout.py``: the activations as JAX receives them under one layout's mesh and rules
-  (``received(model, mesh, rules)``), which the analysis shows where they differ from the rules
-  applied to the probe's names.
+- ``abstract_model(model_spec, logical_names, mesh_axes)``: the ``AbstractModel`` (every array of
+  the train state and the step, as plain data). Pipeline: ``trace.traced``, which traces the
+  init (the state), then the forward pass under the probe or the layout tagged with the names,
+  reads its constraints (``constraints.py``) and resolves them.
+- ``received(model, mesh, rules)``: the activations as JAX receives them under one layout's mesh
+  and rules, which the analysis shows where they differ from the rules applied to the probe's
+  names. Pipeline: ``trace.received_by_forward`` on the model's state (``live``).
+- ``typed_model(model_spec, mesh, rules)``: the model read under a mesh with Explicit axes, every
+  sharding from its value's type. Pipeline: ``typed.read``.
+- ``live(model)``: the objects a compile needs (the built model, the optimizer, the state's
+  shapes in the framework's own tree). Pipeline: ``trace.state`` (``typed.state`` for a typed model).
+
+Behind them: ``arrays.py``, the plain data (no Flax); ``memory.py``, what this process keeps;
+``disk.py``, what a later process reads without importing Flax; ``trace.py`` and ``typed.py``,
+tracing with Flax (imported on first need); ``constraints.py``, the sharding constraints of a
+traced program, from its jaxpr.
 
 The trace depends on the model configuration and on the names it must tell apart (the
 rules' logical names and the mesh's axis names), never on which mesh axes the rules
@@ -20,20 +27,15 @@ pick: editing a rule's mesh axes or their order does not re-trace.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from explorer.reading import disk
+from explorer.reading import disk, memory
 from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, TypedValue, names_of
 
 __all__ = [
     "AbstractArray", "AbstractModel", "AxisName", "Kind", "Resolved", "TypedValue", "abstract_model", "live", "names_of",
     "received", "typed_model",
 ]
-
-REGISTRY_SIZE = 32
-_registry: dict[tuple, list[Traced]] = {}
-_registry_lock = threading.Lock()
 
 
 def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = (),
@@ -49,54 +51,75 @@ def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh
     them, which gives that layout's activations (``received``) at no extra cost.
     """
     key, mesh_axes, wanted = model_spec.key(), tuple(mesh_axes), frozenset(logical_names)
-    with _registry_lock:
-        if (key, mesh_axes) not in _registry:
-            _registry[(key, mesh_axes)] = [Traced(model, names) for names, model in disk.load(key, mesh_axes)]
-        entries = _registry[(key, mesh_axes)]
-        for traced in entries:
-            if wanted <= traced.traced_names:
-                return traced.model
-        known = frozenset().union(*(t.traced_names for t in entries))
-    traced, found = _trace().traced(key, wanted | known, mesh_axes, (mesh, rules) if mesh is not None else None)
-    if found is not None:
-        from explorer.reading import under_layout
-
-        under_layout.remember(traced.model, mesh, rules, found)
-    with _registry_lock:
-        entries = _registry.setdefault((key, mesh_axes), [])
-        entries.insert(0, traced)
-        del entries[2:]
-        while len(_registry) > REGISTRY_SIZE:
-            del _registry[next(iter(_registry))]
+    entries = _traced_models(key, mesh_axes)
+    for traced in entries:
+        if wanted <= traced.traced_names:
+            return traced.model
+    known = frozenset().union(*(t.traced_names for t in entries))
+    layout = (mesh, rules) if mesh is not None else None
+    reading = _trace().traced(key, wanted | known, mesh_axes, layout, memory.stages.get((key, mesh_axes)))
+    memory.stages.keep_first((key, mesh_axes), reading.stage)
+    if reading.received is not None:
+        _keep_received(memory.received_key(key, mesh, rules), reading.received)
+    entries = memory.models.update((key, mesh_axes), lambda kept: (reading.traced, *(kept or ()))[:2])
     disk.store(key, mesh_axes, [(t.traced_names, t.model) for t in entries])
-    return traced.model
+    return reading.traced.model
+
+
+def received(model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
+    """The activations as JAX receives them when ``model``'s forward pass runs under ``mesh`` (a JAX Mesh or
+    AbstractMesh) and ``rules``: kept per model, mesh and rules, in memory and on disk."""
+    key = memory.received_key(model.key, mesh, rules)
+    found = memory.received.get(key)
+    if found is not None:
+        return found
+    found = disk.load_resolved(model.key, key[1:])
+    if found is not None:
+        return memory.received.put(key, found)
+    found = _trace().received_by_forward(live(model), mesh, rules)
+    _keep_received(key, found)
+    return found
 
 
 def typed_model(model_spec, mesh: Any, rules: tuple) -> AbstractModel:
-    """The abstract model read under a mesh with Explicit axes: every sharding from its value's type (``typed.py``)."""
-    return _typed().typed_model(model_spec, mesh, rules)
+    """The abstract model read under a mesh with Explicit axes: every sharding from its value's type (``typed.py``).
 
-
-def _typed():
-    from explorer.reading import collector
-
-    with collector.paused():
-        from explorer.reading import typed
-
-    return typed
+    Kept in memory per model, mesh shape, axis types and rules (``typed.key_of``).
+    """
+    typed = _typed()
+    key, mesh, rules = typed.key_of(model_spec, mesh, rules)
+    found = memory.typed.get(key)
+    if found is not None:
+        return found
+    model, stage = typed.read(key, mesh, rules)
+    memory.stages.keep_first((key, model.mesh_axes), stage)
+    return memory.typed.put(key, model)
 
 
 def live(model: AbstractModel) -> Any:
     """The model built and its train state traced (``built``, ``optimizer``, ``state``: the state's
     ShapeDtypeStructs in the framework's tree, ``graphdefs`` for NNX), traced again if the arrays came from disk."""
-    return _trace().state_stage(model.key, model.mesh_axes)
+    key = (model.key, model.mesh_axes)
+    found = memory.stages.get(key)
+    if found is not None:
+        return found
+    stage = _typed().state(model.key, model.mesh_axes) if model.typed else _trace().state(model.key)
+    return memory.stages.keep_first(key, stage)
 
 
-def received(model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
-    """The activations as JAX receives them when the forward pass runs under ``mesh`` and ``rules`` (``under_layout.py``)."""
-    from explorer.reading import under_layout
+def _traced_models(key: tuple, mesh_axes: tuple[str, ...]) -> tuple[Traced, ...]:
+    """The models traced for ``key`` (newest first), from memory, else from the disk (then kept in memory)."""
+    found = memory.models.get((key, mesh_axes))
+    if found is not None:
+        return found
+    return memory.models.put((key, mesh_axes), tuple(Traced(model, names) for names, model in disk.load(key, mesh_axes)))
 
-    return under_layout.received(model, mesh, rules)
+
+def _keep_received(key: tuple, found: Resolved) -> None:
+    """Keep what a trace under a layout gave (a refusal only in memory: the next process says it again)."""
+    if not found.error:
+        disk.store_resolved(key[0], key[1:], found)
+    memory.received.put(key, found)
 
 
 def _trace():
@@ -107,3 +130,12 @@ def _trace():
         from explorer.reading import trace
 
     return trace
+
+
+def _typed():
+    from explorer.reading import collector
+
+    with collector.paused():
+        from explorer.reading import typed
+
+    return typed

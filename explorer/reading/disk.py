@@ -11,7 +11,8 @@ or does not parse is ignored and traced again. Set ``EXPLORER_CACHE_DIR=off`` to
 switch the disk cache off.
 
 Beside them, ``resolved/`` keeps a model's activations as JAX received them under one
-layout's mesh and rules (``under_layout.py``).
+layout's mesh and rules (``explorer.reading.received``). ``clear()`` removes every file the
+explorer keeps here (``compiles/`` too), never the folder itself.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +33,7 @@ from explorer.reading.arrays import AbstractArray, AbstractModel, Resolved
 
 CACHE_ENV = "EXPLORER_CACHE_DIR"
 FORMAT = 2
+FOLDERS = ("traces", "resolved", "compiles")  # compiles/: explorer/target_compile.py's results for TPU targets
 _TRACING_SOURCES = ("reading", "models")  # folders of explorer/ whose code decides what a trace gives
 
 
@@ -89,6 +92,14 @@ def store_resolved(key: tuple, layout: tuple, resolved) -> None:
         _write_json(path, {"format": FORMAT, "key": list(key), "layout": json.dumps(layout),
                            "activations": [_array_to(a) for a in resolved.activations],
                            "output": _array_to(resolved.output)})
+
+
+def clear() -> None:
+    """Remove the traces, the received activations and the compiles kept on disk (the folders the explorer writes)."""
+    folder = cache_dir()
+    if folder is not None:
+        for name in FOLDERS:
+            shutil.rmtree(folder / name, ignore_errors=True)
 
 
 def _write_json(path: Path, data: Any) -> None:

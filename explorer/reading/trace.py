@@ -21,6 +21,17 @@ fixed to mesh axes by hand alike, each with its module, the rule semantics of th
 that made it, in program order, a scanned body once with how many times it runs per
 step. Constraints on weights (parameter reads, casts and transposes of weights) are
 counted, not listed.
+
+What JAX receives under a layout can differ from the rules applied to the names the probe
+read: a model may resolve names with code of its own (MaxText's ``maybe_shard_with_logical``
+drops mesh axes of size 1 and shards on the mesh the model holds), pass rules of its own, or
+refuse the probe altogether. ``received_by_forward`` traces the forward pass in the layout's
+own context, its mesh (this process's devices, or an ``AbstractMesh`` of the same shape) and
+``nn.logical_axis_rules``, and reads every live activation constraint as JAX received it; a
+first ``traced`` under a layout gives the same at no extra cost (the tagged layout).
+
+Every function here traces and returns values: nothing is kept. The doors in
+``explorer/reading/__init__.py`` keep what they return (``memory.py``, ``disk.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +40,6 @@ import contextlib
 import dataclasses
 import json
 import sys
-import threading
 from typing import Any
 
 import flax.linen as nn
@@ -77,7 +87,7 @@ def _boxed_with_axes(params, params_axes) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class _State:
+class State:
     """The model built and its train state traced: everything but the activations."""
 
     built: BuiltModel
@@ -91,43 +101,57 @@ class _State:
     graphdefs: Any = None  # NNX: the model's and the optimizer's
 
 
-def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...], layout: tuple | None = None
-           ) -> tuple[Traced, Resolved | None]:
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What one ``traced`` gives: the model with the names its probe told apart, the layout's activations
+    (None where they were not read), and the state the forward pass ran on."""
+
+    traced: Traced
+    received: Resolved | None
+    stage: State
+
+
+def state(key: tuple, layout: tuple | None = None) -> State:
+    """The model of ``key`` built and its train state traced (Linen: the guide's ``init``, evaluated without a mesh,
+    or under ``layout``'s mesh and rules where its init needs one; NNX: ``nnx.eval_shape``)."""
+    built = _built(key)
+    with _tracing(key):
+        return _linen_state(built, layout) if built.framework == "linen" else _nnx_state(built)
+
+
+def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...], layout: tuple | None = None,
+           stage: State | None = None) -> Reading:
     """The model of ``key`` traced, with its activations' names read under a probe telling ``names`` apart.
 
     A model seen for the first time is traced twice, as a user of Flax's recipe does: the
-    state (Linen: the guide's ``init``, evaluated without a mesh as Flax's guide does; NNX:
-    ``nnx.eval_shape``), then the forward pass. With ``layout``, a ``(mesh, rules)`` pair,
+    state (``state``), then the forward pass. With ``layout``, a ``(mesh, rules)`` pair,
     that forward pass runs under the layout tagged with a size-1 probe axis per name
     (``constraints.tagged_mesh``/``tagged_rules``): each constraint then says both the mesh
     axes JAX receives under the layout and the names they came from, so the layout's
     activations (``Resolved``) come at no extra cost. Without a layout, or where the tagged
     trace is refused, the forward pass runs under the probe alone and the layout's
     activations are left to ``received_by_forward`` (None is returned for them).
-    A model whose state is known re-traces only the forward pass.
+    Given the ``stage`` of an earlier trace, only the forward pass is traced.
     """
-    stage = _stages.get((key, mesh_axes))
-    built = stage.built if stage is not None else _built(key)
+    if stage is None:
+        stage = state(key, layout)
     with _tracing(key):
-        if stage is None:
-            stage = _linen_state(built, layout) if built.framework == "linen" else _nnx_state(built)
-            _remember(key, mesh_axes, stage)
-        names = names | _input_names(built) | names_of(stage.state_arrays)
+        names = frozenset(names | _input_names(stage.built) | names_of(stage.state_arrays))
         if layout is not None:
             found = _tagged_forward(key, mesh_axes, stage, names, *layout)
             if found is not None:
                 named, received = found
-                return Traced(named, frozenset(names)), received
+                return Reading(Traced(named, names), received, stage)
         try:
             with _probe(names, mesh_axes):
                 closed = forward_program(stage)
         except Exception as error:  # the model's own code refuses the probe: names are not recoverable
-            return Traced(_unprobed(key, mesh_axes, stage, error_text(error)), frozenset(names)), None
+            return Reading(Traced(_unprobed(key, mesh_axes, stage, error_text(error)), names), None, stage)
         found = program.constraints(closed, **_forward_positions(stage))
-    return Traced(_model(key, mesh_axes, stage, found, closed), frozenset(names)), None
+    return Reading(Traced(_model(key, mesh_axes, stage, found, closed), names), None, stage)
 
 
-def _tagged_forward(key: tuple, mesh_axes: tuple[str, ...], stage: "_State", names: frozenset[str], mesh: Any, rules: tuple
+def _tagged_forward(key: tuple, mesh_axes: tuple[str, ...], stage: State, names: frozenset[str], mesh: Any, rules: tuple
                     ) -> tuple[AbstractModel, Resolved | None] | None:
     """The forward pass under the layout tagged with the names: the model with its names, and the layout's activations.
 
@@ -154,24 +178,24 @@ def _tagged_forward(key: tuple, mesh_axes: tuple[str, ...], stage: "_State", nam
     return model, _received(on_mesh, closed, stage, model.framework)
 
 
-def _forward_positions(stage: "_State") -> dict:
+def _forward_positions(stage: State) -> dict:
     """Where a forward program's model inputs and parameters sit among its inputs."""
     n_variables = len(jax.tree_util.tree_leaves(stage.variables))
     n_inputs = len(stage.built.inputs)
     return {"input_invars": range(n_variables, n_variables + n_inputs), "parameter_invars": range(n_variables)}
 
 
-def received_by_forward(stage: "_State", model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
+def received_by_forward(stage: State, mesh: Any, rules: tuple) -> Resolved:
     """A layout's activations as JAX receives them: the forward pass traced under its mesh and rules."""
     try:
         with collector.paused(), _layout_context(mesh, rules):
             closed = forward_program(stage)
     except Exception as error:  # a layout JAX refuses (an axis used twice, ...): the analysis says so
         return Resolved(error=error_text(error))
-    return _received(program.constraints(closed, **_forward_positions(stage)), closed, stage, model.framework)
+    return _received(program.constraints(closed, **_forward_positions(stage)), closed, stage, stage.framework)
 
 
-def _received(found: list, closed, stage: "_State", framework: str) -> Resolved:
+def _received(found: list, closed, stage: State, framework: str) -> Resolved:
     return Resolved(activation_arrays(found, stage.root), _output_array(closed, found, framework))
 
 
@@ -190,7 +214,7 @@ def _flax_rules(rules: tuple) -> tuple:
     return tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in rules)
 
 
-def forward_program(stage: "_State"):
+def forward_program(stage: State):
     """The forward pass on the state's variables, traced in the current mesh and rules context.
 
     A new function each time: JAX caches a traced function by its identity and the mesh, and
@@ -214,37 +238,6 @@ def _probe(names: frozenset[str], mesh_axes: tuple[str, ...]):
     with jax.sharding.use_abstract_mesh(program.probe_mesh(names, mesh_axes)), \
             nn.logical_axis_rules(program.probe_rules(names)):
         yield
-
-
-def _remember(key: tuple, mesh_axes: tuple[str, ...], stage: _State) -> None:
-    with _stages_lock:
-        _stages.setdefault((key, mesh_axes), stage)
-        while len(_stages) > STAGES_SIZE:
-            del _stages[next(iter(_stages))]
-
-
-def state_stage(key: tuple, mesh_axes: tuple[str, ...]) -> _State:
-    """The model of ``key`` built and its train state traced, once per model and mesh axes (by whichever trace is first).
-
-    A compile needs it after the arrays came from the disk cache: the state alone is traced then.
-    """
-    if len(key) > 2 and key[2] == "explicit":  # read under an Explicit mesh: its state is typed (typed.py)
-        from explorer.reading import typed
-
-        return typed.stage(key, mesh_axes)
-    stage = _stages.get((key, mesh_axes))
-    if stage is None:
-        built = _built(key)
-        with _tracing(key):
-            stage = _linen_state(built) if built.framework == "linen" else _nnx_state(built)
-        _remember(key, mesh_axes, stage)
-        stage = _stages[(key, mesh_axes)]
-    return stage
-
-
-STAGES_SIZE = 32
-_stages: dict[tuple, "_State"] = {}
-_stages_lock = threading.Lock()
 
 
 def _built(key: tuple) -> BuiltModel:
@@ -313,7 +306,7 @@ def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
 
 # --- Linen ---------------------------------------------------------------------------------
 
-def _linen_state(built: BuiltModel, layout: tuple | None = None) -> _State:
+def _linen_state(built: BuiltModel, layout: tuple | None = None) -> State:
     """The state: the guide's ``init_fn``, evaluated without a mesh as Flax's guide evaluates shapes.
 
     A model whose init needs a mesh (a ``PartitionSpec`` constraint written by hand) is
@@ -341,7 +334,7 @@ def _linen_state(built: BuiltModel, layout: tuple | None = None) -> _State:
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 
-    return _State(built, "linen", optimizer, state, _linen_state_arrays(state, optimizer, params_axes), forward,
+    return State(built, "linen", optimizer, state, _linen_state_arrays(state, optimizer, params_axes), forward,
                   state.params, root=type(module).__name__)
 
 
@@ -400,7 +393,7 @@ def path_to_str(path) -> str:
 
 # --- NNX -----------------------------------------------------------------------------------
 
-def _nnx_state(built: BuiltModel) -> _State:
+def _nnx_state(built: BuiltModel) -> State:
     from flax import nnx
 
     optimizer = make_optimizer()
@@ -417,7 +410,7 @@ def _nnx_state(built: BuiltModel) -> _State:
     def forward(variables, *xs):
         return nnx.merge(model_def, variables)(*built.model_args(xs))
 
-    return _State(built, "nnx", optimizer, (model_state, opt_state), state_arrays, forward, model_state,
+    return State(built, "nnx", optimizer, (model_state, opt_state), state_arrays, forward, model_state,
                   root=type(model).__name__, graphdefs=(model_def, opt_def))
 
 
@@ -449,7 +442,7 @@ def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
 
 # --- activations ---------------------------------------------------------------------------
 
-def _model(key: tuple, mesh_axes: tuple[str, ...], stage: _State, found: list[program.Constraint], closed) -> AbstractModel:
+def _model(key: tuple, mesh_axes: tuple[str, ...], stage: State, found: list[program.Constraint], closed) -> AbstractModel:
     return AbstractModel(
         key=key,
         mesh_axes=mesh_axes,
@@ -463,7 +456,7 @@ def _model(key: tuple, mesh_axes: tuple[str, ...], stage: _State, found: list[pr
     )
 
 
-def _unprobed(key: tuple, mesh_axes: tuple[str, ...], stage: _State, probe_error: str) -> AbstractModel:
+def _unprobed(key: tuple, mesh_axes: tuple[str, ...], stage: State, probe_error: str) -> AbstractModel:
     """The state alone: the model's code refused the probe, so its activations come from the resolved trace only."""
     output = jax.eval_shape(stage.forward, stage.variables, *_abstract_inputs(stage.built))
     leaf = jax.tree_util.tree_leaves(output)[0]

@@ -28,7 +28,6 @@ import dataclasses
 import json
 import linecache
 import os
-import threading
 import traceback
 from typing import Any
 
@@ -45,57 +44,56 @@ from explorer.rules import resolve, spec_entry
 # Equations whose params carry a sharding the program asked for (an ``out_sharding=``, ``reshard``'s destination,
 # ``jnp.zeros(..., out_sharding=)`` as ``broadcast_in_dim``'s ``sharding``), by param name.
 _SETTING_PARAMS = ("out_sharding", "dst_sharding", "sharding")
-MEMORY_SIZE = 16
-_memory: dict[tuple, AbstractModel] = {}
-_memory_lock = threading.Lock()
 
 
-def typed_model(model_spec, mesh: Any, rules: tuple) -> AbstractModel:
-    """The abstract model of ``model_spec`` read under ``mesh`` (a Mesh or AbstractMesh with some Explicit axis) and
-    ``rules``: the state's and every forward value's sharding from their types.
+def key_of(model_spec, mesh: Any, rules: tuple) -> tuple[tuple, AbstractMesh, tuple]:
+    """The reading's key for ``model_spec`` under ``mesh`` (a Mesh or AbstractMesh with some Explicit axis) and
+    ``rules``, with the mesh and rules as ``read`` takes them (the mesh abstract, the rules as Flax reads them).
 
-    Cached in memory by (model, mesh shape, axis names and types, rules): on an Explicit mesh the
-    types depend on all of them (a rule edit re-traces, as it changes what Flax builds).
+    On an Explicit mesh the types depend on all of the key: the model, the mesh's shape, axis names
+    and types, and the rules (a rule edit re-traces, as it changes what Flax builds).
     """
     abstract = mesh if isinstance(mesh, AbstractMesh) else mesh.abstract_mesh
-    types = tuple("explicit" if t == AxisType.Explicit else "auto" for t in abstract.axis_types)
     rules = trace._flax_rules(rules)
-    key = (*model_spec.key(), "explicit", tuple(abstract.axis_sizes), types, json.dumps(rules))
-    with _memory_lock:
-        if key in _memory:
-            return _memory[key]
-    model = _read(key, abstract, rules)
-    with _memory_lock:
-        _memory[key] = model
-        while len(_memory) > MEMORY_SIZE:
-            del _memory[next(iter(_memory))]
-    return model
+    key = (*model_spec.key(), "explicit", tuple(abstract.axis_sizes), tuple(abstract.axis_names), _type_names(abstract),
+           json.dumps(rules))
+    return key, abstract, rules
 
 
-def stage(key: tuple, mesh_axes: tuple[str, ...]) -> "trace._State":
-    """The built model and typed state of a typed model's ``key`` (read again if the tracing cache let it go)."""
-    found = trace._stages.get((key, mesh_axes))
-    if found is None:
-        sizes, types, rules = key[3], key[4], tuple(tuple(r) for r in json.loads(key[5]))
-        mesh = AbstractMesh(tuple(sizes), tuple(mesh_axes),
-                            axis_types=tuple(AxisType.Explicit if t == "explicit" else AxisType.Auto for t in types))
-        _read(key, mesh, trace._flax_rules(rules))
-        found = trace._stages[(key, mesh_axes)]
-    return found
+def read(key: tuple, mesh: AbstractMesh, rules: tuple) -> tuple[AbstractModel, "trace.State"]:
+    """The abstract model of ``key`` (``key_of``) read under ``mesh`` and ``rules``: the state's and every forward
+    value's sharding from their types; and the state it was read from."""
+    stage, closed, inputs = _traced(key, mesh, rules)
+    values = program_values(closed, stage.framework)
+    rows = tuple(v for v in values if v.sets_sharding)
+    model = AbstractModel(
+        key=key,
+        mesh_axes=tuple(mesh.axis_names),
+        framework=stage.framework,
+        state_arrays=stage.state_arrays,
+        inputs=tuple(dataclasses.replace(a, type_spec=_spec_of(x)) for a, x in zip(trace._input_arrays(stage.built), inputs)),
+        activations=_activation_rows(rows),
+        output=_output(closed, values, stage.framework),
+        values=values,
+        axis_types=_type_names(mesh),
+    )
+    return model, stage
 
 
-def clear() -> None:
-    with _memory_lock:
-        _memory.clear()
+def state(key: tuple, mesh_axes: tuple[str, ...]) -> "trace.State":
+    """The built model and typed state of a typed model's ``key``, read again (``explorer.reading.live``)."""
+    sizes, names, types, rules = key[3], key[4], key[5], tuple(tuple(r) for r in json.loads(key[6]))
+    mesh = AbstractMesh(tuple(sizes), tuple(names),
+                        axis_types=tuple(AxisType.Explicit if t == "explicit" else AxisType.Auto for t in types))
+    return _traced(key, mesh, trace._flax_rules(rules))[0]
 
 
-def _read(key: tuple, mesh: AbstractMesh, rules: tuple) -> AbstractModel:
+def _traced(key: tuple, mesh: AbstractMesh, rules: tuple) -> tuple["trace.State", Any, tuple]:
+    """The state and the forward program traced under the layout, and the step's typed inputs."""
     built = trace._built(key)
-    mesh_axes = tuple(mesh.axis_names)
     if built.framework == "nnx" and len(set(mesh.axis_types)) > 1:
-        types = ["explicit" if t == AxisType.Explicit else "auto" for t in mesh.axis_types]
         raise ExplorerError(
-            "mesh.axis_types", types,
+            "mesh.axis_types", list(_type_names(mesh)),
             "mixes Auto and Explicit axes, which Flax NNX's eager sharding refuses (\"Mesh must have all axes as "
             "Explicit or all axes as Auto\"): make every axis explicit, or every axis auto",
         )
@@ -111,20 +109,12 @@ def _read(key: tuple, mesh: AbstractMesh, rules: tuple) -> AbstractModel:
             raise
         except Exception as error:
             raise refusal(key[0], error) from None
-    trace._remember(key, mesh_axes, stage)
-    values = program_values(closed, stage.framework)
-    rows = tuple(v for v in values if v.sets_sharding)
-    return AbstractModel(
-        key=key,
-        mesh_axes=mesh_axes,
-        framework=stage.framework,
-        state_arrays=stage.state_arrays,
-        inputs=tuple(dataclasses.replace(a, type_spec=_spec_of(x)) for a, x in zip(trace._input_arrays(built), inputs)),
-        activations=_activation_rows(rows),
-        output=_output(closed, values, stage.framework),
-        values=values,
-        axis_types=tuple("explicit" if t == AxisType.Explicit else "auto" for t in mesh.axis_types),
-    )
+    return stage, closed, inputs
+
+
+def _type_names(mesh: AbstractMesh) -> tuple[str, ...]:
+    """The mesh's axis types as a layout spells them (``"explicit"``/``"auto"``)."""
+    return tuple("explicit" if t == AxisType.Explicit else "auto" for t in mesh.axis_types)
 
 
 @contextlib.contextmanager
@@ -143,7 +133,7 @@ def _under(mesh: AbstractMesh, rules: tuple, framework: str):
             yield
 
 
-def _nnx_state(built) -> "trace._State":
+def _nnx_state(built) -> "trace.State":
     from flax import nnx
 
     optimizer = trace.make_optimizer()
@@ -160,12 +150,12 @@ def _nnx_state(built) -> "trace._State":
     def forward(variables, *xs):
         return nnx.merge(model_def, variables)(*built.model_args(xs))
 
-    stage = trace._State(built, "nnx", optimizer, (model_state, opt_state), arrays, forward, model_state,
+    stage = trace.State(built, "nnx", optimizer, (model_state, opt_state), arrays, forward, model_state,
                          root=type(model).__name__, graphdefs=(model_def, opt_def))
     return dataclasses.replace(stage, state_arrays=_typed(arrays, leaves))
 
 
-def _linen_state(built, rng) -> "trace._State":
+def _linen_state(built, rng) -> "trace.State":
     from flax.training import train_state
 
     optimizer = trace.make_optimizer()
@@ -183,7 +173,7 @@ def _linen_state(built, rng) -> "trace._State":
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 
-    stage = trace._State(built, "linen", optimizer, state, arrays, forward, state.params, root=type(module).__name__)
+    stage = trace.State(built, "linen", optimizer, state, arrays, forward, state.params, root=type(module).__name__)
     return dataclasses.replace(stage, state_arrays=_typed(arrays, leaves))
 
 
