@@ -47,7 +47,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from explorer.layout import parse_layout
 from explorer.analysis import analyze
 from explorer.reading import abstract_model, live
-from explorer.compiled import _make_train_step, _with_sharding
+from explorer.train_step import make_train_step, with_sharding
 
 layout = parse_layout(json.load(open(sys.argv[1])))
 report, model = analyze(layout), abstract_model(layout.model)
@@ -57,10 +57,10 @@ shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*
                                    is_leaf=lambda x: isinstance(x, nn.Partitioned))
 ins = tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in report.arrays if a.kind == "input")
 args = tuple(jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(live(model).built.inputs, ins))
-state = jax.tree_util.tree_map(_with_sharding, shardings, live(model).state)
+state = jax.tree_util.tree_map(with_sharding, shardings, live(model).state)
 start = time.perf_counter()
 with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
-    compiled = jax.jit(_make_train_step(model), in_shardings=(shardings, *ins), out_shardings=shardings,
+    compiled = jax.jit(make_train_step(model), in_shardings=(shardings, *ins), out_shardings=shardings,
                        donate_argnums=0).lower(state, *args).compile({"xla_tpu_no_crash_on_oom": True})
 stats = compiled.memory_analysis()
 print(json.dumps({"compile_s": time.perf_counter() - start, "peak_bytes": stats.peak_memory_in_bytes}))

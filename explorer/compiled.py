@@ -1,7 +1,7 @@
 """Compiling the layout's train step on this process's devices, and reading what XLA built.
 
-The step is the Flax guide's: ``jax.jit(init_fn, out_shardings=...)`` builds the
-TrainState, and ``train_step`` (grad of the model's loss, ``apply_gradients``) is
+The step is the Flax guide's (``explorer.train_step``, which the target compile uses too):
+``jax.jit(init, out_shardings=...)`` builds the state, and the train step is
 jitted with in and out shardings, traced under ``jax.set_mesh`` and
 ``nn.logical_axis_rules``. Shardings come from the analysis. Compiled steps are kept
 in a bounded cache keyed by the layout without its name. The readers turn
@@ -12,8 +12,6 @@ compiled with every module output tells which shardings XLA chose for activation
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import os
 import time
 from typing import Any
@@ -24,8 +22,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from explorer import caches, reading
-from explorer.reading import AbstractModel
-from explorer.reading.trace import init_fn
+from explorer.train_step import make_init, make_train_step, with_sharding
 from explorer.analysis import Report, analyze, indivisible_error, layout_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
@@ -148,87 +145,23 @@ def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
 
 # --- compiling ------------------------------------------------------------------------------
 
-def layout_key(layout: Layout) -> str:
-    """Identity of what gets compiled: everything but the layout's name and planned target."""
-    data = layout.to_dict()
-    data.pop("name")
-    data.pop("target", None)
-    return json.dumps(data, sort_keys=True)
-
-
-def _make_train_step(model: AbstractModel):
-    """The guides' train step: Linen's ``apply_gradients`` on a TrainState, NNX's ``nnx.Optimizer.update``."""
-    built = reading.live(model).built
-    if model.framework == "nnx":
-        return _nnx_train_step(model)
-
-    def train_step(state, *inputs):
-        def loss_fn(params):
-            return built.loss(built.module.apply({"params": params}, *built.model_args(inputs)), *inputs)
-
-        grads = jax.grad(loss_fn)(state.params)
-        return state.apply_gradients(grads=grads)
-
-    return train_step
-
-
-def _nnx_train_step(model: AbstractModel):
-    from flax import nnx
-
-    live = reading.live(model)
-    built = live.built
-    model_def, opt_def = live.graphdefs
-
-    def train_step(state, *inputs):
-        network = nnx.merge(model_def, state[0])
-        optimizer = nnx.merge(opt_def, state[1])
-        grads = nnx.grad(lambda m: built.loss(m(*built.model_args(inputs)), *inputs))(network)
-        optimizer.update(network, grads)
-        return nnx.state(network), nnx.state(optimizer)
-
-    return train_step
-
-
-def _make_init(model: AbstractModel):
-    """``init(key, *inputs) -> state``: Linen's ``init_fn``; for NNX the builder and ``nnx.Optimizer``
-    (variables created under the mesh with Flax's eager sharding, as the NNX guide does)."""
-    live = reading.live(model)
-    if model.framework == "linen":
-        built = live.built
-        return lambda key, *inputs: init_fn(key, *built.model_args(inputs), model=built.module, optimizer=live.optimizer)
-    from flax import nnx
-
-    build = live.built.nnx_builder()
-
-    def init(key, *inputs):
-        network = build()
-        optimizer = nnx.Optimizer(network, live.optimizer, wrt=nnx.Param)
-        return nnx.state(network), nnx.state(optimizer)
-
-    return init
-
-
 def compile_step(layout: Layout, report: Report | None = None) -> tuple[CompiledStep, bool]:
-    """The compiled init and step for ``layout``, and whether it came from the bounded cache.
+    """The compiled init and step for ``layout`` (analysed as ``report``), and whether it came from the bounded cache.
 
-    Both gates run: the estimate before compiling, XLA's compiled peak after (on a
-    cached step too, since the memory available changes).
+    Kept per ``Layout.key`` (a renamed layout is the same program). Both gates run: the estimate
+    before compiling, XLA's compiled peak after (on a cached step too, since the memory available changes).
     """
     report = report or analyze(layout)
     check_timeable(report)
-    hits = _compiled.cache_info().hits
-    compiled = _compiled(layout_key(layout))
+    compiled = _steps.get(layout.key)
+    cached = compiled is not None
+    if not cached:
+        compiled = _steps.put(layout.key, _compile(layout, report))
     check_compiled_memory(compiled, report)
-    return compiled, _compiled.cache_info().hits > hits
+    return compiled, cached
 
 
-@caches.register
-@functools.lru_cache(maxsize=CACHE_SIZE)
-def _compiled(key: str) -> CompiledStep:
-    from explorer.layout import parse_layout
-
-    layout = parse_layout({"name": "compiled", **json.loads(key)})
-    return _compile(layout, analyze(layout))
+_steps: caches.Registry[CompiledStep] = caches.Registry(CACHE_SIZE, "compiled.steps")
 
 
 def _input_shardings(report: Report, mesh) -> tuple[NamedSharding, ...]:
@@ -243,7 +176,7 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
     abstract_inputs = tuple(
         jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(reading.live(model).built.inputs, inputs_sharding)
     )
-    init = _make_init(model)
+    init = make_init(model)
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
         # the state as init really builds it under this mesh (NNX variables carry their eager-sharding flag in the tree)
@@ -253,9 +186,9 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
         init_compiled = jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(
             jax.random.key(0), *abstract_inputs
         ).compile()
-        abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, template)
+        abstract_state = jax.tree_util.tree_map(with_sharding, shardings, template)
         step_compiled = jax.jit(
-            _make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings
+            make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings
         ).lower(abstract_state, *abstract_inputs).compile()
         compile_s = time.perf_counter() - start
         activations = (
@@ -263,11 +196,6 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
             if model.framework == "linen" else ()
         )
     return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations)
-
-
-def _with_sharding(sharding: NamedSharding, leaf: Any) -> Any:
-    """A ShapeDtypeStruct carrying its sharding (mapped over leaves, so boxes and NNX Variables stay)."""
-    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
 
 
 def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs, param_shardings) -> tuple[ActivationCheck, ...]:

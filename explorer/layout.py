@@ -242,6 +242,15 @@ class Layout(_Frozen):
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
+    @property
+    def key(self) -> str:
+        """Identity of what gets compiled and timed: everything but the layout's name and its planned target
+        (the compile and timing caches, the pages' stored results)."""
+        data = self.to_dict()
+        data.pop("name")
+        data.pop("target", None)
+        return json.dumps(data, sort_keys=True)
+
 
 def _rule_from_pair(index: int, pair: Any) -> Any:
     if isinstance(pair, Rule):

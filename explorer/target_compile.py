@@ -68,7 +68,7 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
 
     from explorer import reading
     from explorer.analysis import analyze, model_of
-    from explorer.compiled import _make_train_step, _with_sharding
+    from explorer.train_step import make_train_step, with_sharding
 
     stage = on_stage or (lambda _: None)
     check_mesh_fits(target, _mesh_size(layout))
@@ -88,12 +88,12 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
     abstract_inputs = tuple(
         jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(reading.live(model).built.inputs, input_shardings)
     )
-    abstract_state = jax.tree_util.tree_map(_with_sharding, shardings, reading.live(model).state)
+    abstract_state = jax.tree_util.tree_map(with_sharding, shardings, reading.live(model).state)
     start = time.perf_counter()
     stage("lower")
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
         lowered = jax.jit(
-            _make_train_step(model), in_shardings=(shardings, *input_shardings), out_shardings=shardings, donate_argnums=0,
+            make_train_step(model), in_shardings=(shardings, *input_shardings), out_shardings=shardings, donate_argnums=0,
         ).lower(abstract_state, *abstract_inputs)
     stage("compile")
     dump = tempfile.mkdtemp(prefix="explorer-xla-dump-")
@@ -380,10 +380,8 @@ def versions() -> dict[str, str]:
 
 
 def cache_key(layout: Layout, target: Target) -> str:
-    from explorer.compiled import layout_key
-
     identity = json.dumps(
-        {"layout": layout_key(layout), "topology": target.topology, "versions": versions(), "format": CACHE_FORMAT},
+        {"layout": layout.key, "topology": target.topology, "versions": versions(), "format": CACHE_FORMAT},
         sort_keys=True,
     )
     return hashlib.sha256(identity.encode()).hexdigest()

@@ -216,7 +216,6 @@ def test_a_library_name_too_long_is_refused_with_the_librarys_own_limit(app, tmp
 
 
 def test_after_a_timing_xlas_peak_is_the_memory_headline(app, seed_dict):
-    from explorer.compiled import layout_key
     from explorer.layout import parse_layout
     from explorer.text import human_bytes
     from explorer.timing import time_layout
@@ -224,7 +223,7 @@ def test_after_a_timing_xlas_peak_is_the_memory_headline(app, seed_dict):
 
     seed = parse_layout(seed_dict)
     result = time_layout(seed, steps=1, warmup=0)
-    app.session_state[TIMING_RESULTS] = {layout_key(seed): result}
+    app.session_state[TIMING_RESULTS] = {seed.key: result}
     app.run()
     assert not app.exception
     metrics = {m.label: m.value for m in app.metric}

@@ -35,7 +35,7 @@ def traces(monkeypatch, cleared):
 
 def sizes() -> dict[str, int]:
     """How many entries each cache holds: the reading's registries and every registered ``lru_cache``."""
-    found = {f"reading.memory.{name}": len(registry) for name, registry in memory.REGISTRIES.items()}
+    found = {registry.name: len(registry) for registry in caches.registries()}
     found.update({f"{f.__module__}.{f.__name__}": f.cache_info().currsize for f in caches.registered()})
     return found
 
@@ -48,9 +48,10 @@ def test_clear_empties_every_cache(seed_dict, monkeypatch, cleared):
     compiled.compile_step(parse_layout(seed_dict))
     every = {"reading.memory.models", "reading.memory.received", "reading.memory.stages", "reading.memory.typed",
              "explorer.analysis.jax_mesh", "explorer.analysis._mesh_info_cached", "explorer.plots._mesh_figure",
-             "explorer.compiled._compiled"}
+             "compiled.steps"}
     assert {name for name, size in sizes().items() if size} >= every
-    assert {analysis.jax_mesh, plots._sharding_grid, plots._binned_colorscale, compiled._compiled} <= set(caches.registered())
+    assert {analysis.jax_mesh, plots._sharding_grid, plots._binned_colorscale} <= set(caches.registered())
+    assert set(memory.REGISTRIES.values()) | {compiled._steps} <= set(caches.registries())
 
     caches.clear()
 

@@ -184,7 +184,6 @@ def test_saved_file_is_the_layout_file_format(shelf, seed_dict):
 
 def test_the_target_travels_in_links_and_files_and_is_not_compiled():
     """Issue 18 item 6: a teammate opening the link or the file gets the plan's target too."""
-    from explorer.compiled import layout_key
     from explorer.layout import load_layout_json, parse_layout, seed_layout
     from explorer.share import layout_from_link, layout_to_query
 
@@ -192,7 +191,7 @@ def test_the_target_travels_in_links_and_files_and_is_not_compiled():
     assert layout_to_query(planned).endswith("&target=v5litepod-8")
     assert layout_from_link(layout_to_query(planned)) == planned
     assert load_layout_json(planned.to_json()) == planned
-    assert layout_key(planned) == layout_key(seed_layout())  # the same program: the caches are shared
+    assert planned.key == seed_layout().key  # the same program: the caches are shared
     assert "target" not in seed_layout().to_dict()  # files without a target stay as they were
 
 

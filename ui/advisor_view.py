@@ -12,7 +12,6 @@ from explorer.layout import Layout
 from explorer.share import layout_to_query
 from explorer.targets import Target
 from explorer.text import markdown_literal
-from explorer.compiled import layout_key
 from ui import race_view, state
 from ui.turnstile import TURNSTILE
 
@@ -170,7 +169,7 @@ def race_section(search: advisor.Search) -> None:
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
     rounds = left.number_input("Rounds", 1, 50, value=3, key="advisor_race_rounds")
     steps = middle.number_input("Steps per round", 1, 500, value=5, key="advisor_race_steps")
-    racing = [layout_key(layout) for layout in layouts]
+    racing = [layout.key for layout in layouts]
     if right.button("Race the top three", key="advisor_race_button", type="primary"):
         race_view.race_now(labels, layouts, racing, int(rounds), int(steps), key=RACE, stop_key="advisor_race_stop")
     stored = st.session_state.get(RACE)

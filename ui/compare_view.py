@@ -11,7 +11,7 @@ import streamlit as st
 from explorer import library, plots
 from explorer.analysis import Report
 from explorer.compare import spec_differences
-from explorer.compiled import check_timeable, layout_key
+from explorer.compiled import check_timeable
 from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
@@ -114,9 +114,9 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
     raced = raced_medians()
     rows = []
     for label, layout in zip(labels, layouts):
-        result = results.get(layout_key(layout))
+        result = results.get(layout.key)
         if result is None:
-            median = raced.get(layout_key(layout))
+            median = raced.get(layout.key)
             if median is None:
                 rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
             else:
@@ -144,7 +144,7 @@ def race_section(labels: list[str], layouts: list[Layout], reports: list[Report]
             timeable.append((label, layout))
         except ExplorerError as error:
             st.warning(markdown_literal(f"{label} cannot race: {error}"))
-    racing = [layout_key(layout) for _, layout in timeable]
+    racing = [layout.key for _, layout in timeable]
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
     st.session_state.setdefault("race_rounds", 5)  # not value=: the values are carried across pages
     st.session_state.setdefault("race_steps", 10)

@@ -14,7 +14,6 @@ import streamlit as st
 
 from explorer import plots
 from explorer.analysis import Report, analyze, indivisible_error
-from explorer.compiled import layout_key
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target
@@ -92,7 +91,7 @@ WALL = "target_wall_s"  # (layout, target) -> seconds from the click to the resu
 
 
 def _wall_key(layout: Layout, target: Target) -> str:
-    return f"{target.topology}|{layout_key(layout)}"
+    return f"{target.topology}|{layout.key}"
 
 
 def refused(report: Report) -> ExplorerError | None:

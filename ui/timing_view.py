@@ -11,7 +11,7 @@ import streamlit as st
 
 from explorer import plots
 from explorer.analysis import Report
-from explorer.compiled import check_timeable, host_footprint_bytes, layout_key
+from explorer.compiled import check_timeable, host_footprint_bytes
 from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import Layout
@@ -84,7 +84,7 @@ def host_note(report: Report) -> None:
 def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
     """Time the layout under a Stop button; the result is kept under its layout key."""
     live_timing.time_with_stop(
-        RESULTS, layout_key(layout), "stop_button", "Stops after the current step; the steps so far are kept",
+        RESULTS, layout.key, "stop_button", "Stops after the current step; the steps so far are kept",
         lambda: run_timing(layout, steps, warmup, processes),
     )
 
@@ -92,7 +92,7 @@ def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
 def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> TimingResult | None:
     """Compile and time the train step in this process (or ``processes`` local ones), its steps drawn as they come."""
     samples: list[float] = []
-    st.session_state[PARTIAL] = {"key": layout_key(layout), "samples": samples, "steps": steps}
+    st.session_state[PARTIAL] = {"key": layout.key, "samples": samples, "steps": steps}
 
     def time_it(live: live_timing.Live) -> TimingResult:
         def on_phase(phase: str) -> None:

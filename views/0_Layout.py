@@ -5,7 +5,6 @@ Pick a mesh, rules and a model in the sidebar; see how every array is sharded.
 
 import streamlit as st
 
-from explorer.compiled import layout_key
 from ui import report_view, target_view
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS, edited_since_loaded
@@ -14,7 +13,7 @@ st.set_page_config(page_title="Partition Explorer", page_icon="🧩")  # layout 
 st.title("Partition Explorer")
 current = current_layout("layout")
 result = target_view.render(current.layout, current.target, current.report)
-timed = st.session_state.get(TIMING_RESULTS, {}).get(layout_key(current.layout))
+timed = st.session_state.get(TIMING_RESULTS, {}).get(current.layout.key)
 if result:  # XLA's peak is the headline wherever a compiled program exists: the target's, else the Timing page's
     peak = (result["target"]["name"], result["memory"]["peak_bytes"])
 elif timed is not None and "peak_bytes" in timed.memory:

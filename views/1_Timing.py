@@ -5,7 +5,6 @@ Thin: reads the widgets, calls ``explorer.timing`` (through ``ui.timing_view``),
 
 import streamlit as st
 
-from explorer.compiled import layout_key
 from ui import timing_view
 from ui.current import current_layout
 
@@ -19,4 +18,4 @@ if can_time:
     timing_view.host_note(current.report)
     if start:
         timing_view.time_now(current.layout, steps, warmup, processes)
-    timing_view.show_last(layout_key(current.layout))
+    timing_view.show_last(current.layout.key)

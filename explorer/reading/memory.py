@@ -14,52 +14,15 @@ clears them with every other cache of the explorer).
 from __future__ import annotations
 
 import json
-import threading
-from typing import Any, Callable, Generic, Hashable, TypeVar
+from typing import Any
 
-Value = TypeVar("Value")
-
-
-class Registry(Generic[Value]):
-    """A dict that keeps at most ``size`` entries (the oldest first out), safe across threads."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._entries: dict[Hashable, Value] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Value | None:
-        with self._lock:
-            return self._entries.get(key)
-
-    def put(self, key: Hashable, value: Value) -> Value:
-        """Keep ``value`` for ``key`` (replacing what was there) and give it back."""
-        return self.update(key, lambda _: value)
-
-    def keep_first(self, key: Hashable, value: Value) -> Value:
-        """Keep ``value`` unless ``key`` has one already; give back the one kept."""
-        return self.update(key, lambda kept: value if kept is None else kept)
-
-    def update(self, key: Hashable, change: Callable[[Value | None], Value]) -> Value:
-        """Keep ``change(what key has, or None)`` for ``key``, in one step, and give it back."""
-        with self._lock:
-            value = self._entries[key] = change(self._entries.get(key))
-            while len(self._entries) > self.size:
-                del self._entries[next(iter(self._entries))]
-            return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
+from explorer.caches import Registry
 
 
-models: Registry[tuple] = Registry(32)
-received: Registry[Any] = Registry(64)
-stages: Registry[Any] = Registry(32)
-typed: Registry[Any] = Registry(16)
+models: Registry[tuple] = Registry(32, "reading.memory.models")
+received: Registry[Any] = Registry(64, "reading.memory.received")
+stages: Registry[Any] = Registry(32, "reading.memory.stages")
+typed: Registry[Any] = Registry(16, "reading.memory.typed")
 REGISTRIES = {"models": models, "received": received, "stages": stages, "typed": typed}
 
 

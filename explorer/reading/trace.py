@@ -51,25 +51,12 @@ from flax.linen import partitioning as nn_partitioning
 from flax.training import train_state
 
 from explorer.reading import collector, constraints as program
+from explorer.train_step import make_optimizer
 from explorer.reading.arrays import (
     AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, activation_arrays, names_of, semantics_of,
 )
 from explorer.errors import ExplorerError, NeedsExplicitAxes
 from explorer.models import BuiltModel, build_model
-
-LEARNING_RATE = 1e-3
-
-
-def make_optimizer() -> optax.GradientTransformation:
-    """The guides' optimizer: Adam with learning rate 1e-3."""
-    return optax.adam(LEARNING_RATE)
-
-
-def init_fn(key, *inputs, model: nn.Module, optimizer: optax.GradientTransformation):
-    """The Flax guide's init_fn: initialise the variables and wrap their parameters in a TrainState."""
-    variables = model.init(key, *inputs)
-    return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=optimizer)
-
 
 def _boxed_with_axes(params, params_axes) -> Any:
     """``param_with_axes`` parameters boxed with their ``params_axes`` names (for reading names, never traced)."""

@@ -37,6 +37,7 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
 from explorer.errors import ExplorerError
 from explorer.reading import collector, trace
+from explorer.train_step import make_optimizer
 from explorer.reading.arrays import AbstractArray, AbstractModel, TypedValue
 from explorer.reading.constraints import library_file, user_frame
 from explorer.rules import resolve, spec_entry
@@ -136,7 +137,7 @@ def _under(mesh: AbstractMesh, rules: tuple, framework: str):
 def _nnx_state(built) -> "trace.State":
     from flax import nnx
 
-    optimizer = trace.make_optimizer()
+    optimizer = make_optimizer()
     model = nnx.eval_shape(built.nnx_builder())
     if not isinstance(model, nnx.Module):
         raise ExplorerError("model", type(model).__name__, "is what the NNX builder returned, not an nnx.Module")
@@ -158,7 +159,7 @@ def _nnx_state(built) -> "trace.State":
 def _linen_state(built, rng) -> "trace.State":
     from flax.training import train_state
 
-    optimizer = trace.make_optimizer()
+    optimizer = make_optimizer()
     module = built.module
 
     def init(rng, *xs):

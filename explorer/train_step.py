@@ -1,0 +1,91 @@
+"""The train step, one home for both compiles (this process's devices, and a target's in ``target_compile``).
+
+The Flax guides' recipe: Adam with learning rate 1e-3; Linen's ``init_fn`` (``model.init``
+then ``TrainState.create``) and ``apply_gradients`` on the gradient of the model's loss; NNX's
+builder and ``nnx.Optimizer`` (variables created under the mesh with Flax's eager sharding)
+and ``optimizer.update``. ``make_init`` and ``make_train_step`` take the abstract model and
+build from ``explorer.reading.live``; ``with_sharding`` types the state's leaves for lowering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import optax
+from jax.sharding import NamedSharding
+from flax.training import train_state
+
+from explorer import reading
+from explorer.reading import AbstractModel
+
+LEARNING_RATE = 1e-3
+
+
+def make_optimizer() -> optax.GradientTransformation:
+    """The guides' optimizer: Adam with learning rate 1e-3."""
+    return optax.adam(LEARNING_RATE)
+
+
+def init_fn(key, *inputs, model: nn.Module, optimizer: optax.GradientTransformation):
+    """The Flax guide's init_fn: initialise the variables and wrap their parameters in a TrainState."""
+    variables = model.init(key, *inputs)
+    return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=optimizer)
+
+
+def make_train_step(model: AbstractModel):
+    """The guides' train step: Linen's ``apply_gradients`` on a TrainState, NNX's ``nnx.Optimizer.update``."""
+    built = reading.live(model).built
+    if model.framework == "nnx":
+        return _nnx_train_step(model)
+
+    def train_step(state, *inputs):
+        def loss_fn(params):
+            return built.loss(built.module.apply({"params": params}, *built.model_args(inputs)), *inputs)
+
+        grads = jax.grad(loss_fn)(state.params)
+        return state.apply_gradients(grads=grads)
+
+    return train_step
+
+
+def _nnx_train_step(model: AbstractModel):
+    from flax import nnx
+
+    live = reading.live(model)
+    built = live.built
+    model_def, opt_def = live.graphdefs
+
+    def train_step(state, *inputs):
+        network = nnx.merge(model_def, state[0])
+        optimizer = nnx.merge(opt_def, state[1])
+        grads = nnx.grad(lambda m: built.loss(m(*built.model_args(inputs)), *inputs))(network)
+        optimizer.update(network, grads)
+        return nnx.state(network), nnx.state(optimizer)
+
+    return train_step
+
+
+def make_init(model: AbstractModel):
+    """``init(key, *inputs) -> state``: Linen's ``init_fn``; for NNX the builder and ``nnx.Optimizer``
+    (variables created under the mesh with Flax's eager sharding, as the NNX guide does)."""
+    live = reading.live(model)
+    if model.framework == "linen":
+        built = live.built
+        return lambda key, *inputs: init_fn(key, *built.model_args(inputs), model=built.module, optimizer=live.optimizer)
+    from flax import nnx
+
+    build = live.built.nnx_builder()
+
+    def init(key, *inputs):
+        network = build()
+        optimizer = nnx.Optimizer(network, live.optimizer, wrt=nnx.Param)
+        return nnx.state(network), nnx.state(optimizer)
+
+    return init
+
+
+def with_sharding(sharding: NamedSharding, leaf: Any) -> Any:
+    """A ShapeDtypeStruct carrying its sharding (mapped over leaves, so boxes and NNX Variables stay)."""
+    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
