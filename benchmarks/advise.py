@@ -90,7 +90,7 @@ def main() -> None:
     devices.configure(8)
     from explorer import advisor
     from explorer.layout import parse_layout
-    from explorer.text import human_bytes
+    from explorer.text import human_bytes, plain_table
 
     own = parse_layout(layout("t5x-own-rules" if CASE == "t5" else "expert-fsdp16-tensor4"))
     start = time.perf_counter()
@@ -112,8 +112,8 @@ def main() -> None:
     if search.depth is not None:
         print("depth shortcut:", "used, options " + ", ".join(search.depth.options) if search.depth.usable else f"not used: {search.depth.why}")
     print(advisor.verdict_text(search))
-    print(advisor._table(advisor.table_rows(search)[:12], ("rank", "layout", "mesh", "rules", "state / device", "XLA peak / device", "fits",
-                                                            "step ≥", "bound", "MFU ceiling", "largest collective", "extrapolated figures")))
+    print(plain_table(advisor.table_rows(search)[:12], ("rank", "layout", "mesh", "rules", "state / device", "XLA peak / device", "fits",
+                                                       "step ≥", "bound", "MFU ceiling", "largest collective", "extrapolated figures")))
     print("\nstage 1's estimate beside XLA's roofline, for the compiled candidates (ratio = estimate / XLA):")
     rows = []
     for c in search.ranked():
@@ -126,7 +126,7 @@ def main() -> None:
                      "XLA c/m/k ms": f"{x['compute_s'] * 1e3:.3g} / {x['memory_s'] * 1e3:.3g} / {x['collective_s'] * 1e3:.3g}",
                      "step est / XLA": f"{e.step_s * 1e3:.3g} / {x['step_s'] * 1e3:.3g} ms = {e.step_s / x['step_s']:.2f}",
                      "ratios c/m/k": f"{ratio(e.compute_s, x['compute_s'])} / {ratio(e.memory_s, x['memory_s'])} / {ratio(e.collective_s, x['collective_s'])}"})
-    print(advisor._table(rows, ("layout", "estimate c/m/k ms", "XLA c/m/k ms", "step est / XLA", "ratios c/m/k")))
+    print(plain_table(rows, ("layout", "estimate c/m/k ms", "XLA c/m/k ms", "step est / XLA", "ratios c/m/k")))
     print("calibration after the search (XLA / stage 1 per term):", {k: round(v, 2) for k, v in search.calibration.items()})
     for c in search.ranked():
         if c.extrapolation_error:
@@ -149,7 +149,7 @@ def main() -> None:
             "step ≥": f"{estimate.get('step_s', float('nan')) * 1e3:.4g} ms", "bound": estimate.get("bound", "-"),
             "MFU ceiling": f"{estimate.get('mfu_ceiling', 0):.0%}", "compile": f"{time.perf_counter() - began:.0f} s" + (" (cached)" if result["cached"] else ""),
         })
-    print(advisor._table(rows, ("layout", "XLA peak / device", "fits", "step ≥", "bound", "MFU ceiling", "compile")))
+    print(plain_table(rows, ("layout", "XLA peak / device", "fits", "step ≥", "bound", "MFU ceiling", "compile")))
 
 
 if __name__ == "__main__":

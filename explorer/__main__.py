@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compile":
             return _compile(args)
         if args.command == "advise":
-            from explorer.advisor import main as advise_main  # imported only for this command
-
-            return advise_main(args)
+            return _advise(args)
         if args.command == "url":
             return _url(args)
         if args.command == "op":
@@ -300,6 +298,42 @@ def _op(args: argparse.Namespace) -> int:
         print()
     else:
         print(op_text(analysis, timing))
+    return 0
+
+
+def _advise(args: argparse.Namespace) -> int:
+    """Progress on stderr, the verdict and the ranked table (or ``--json``) on stdout."""
+    from explorer.advisor import advise, depth_of, search_text, search_to_dict
+    from explorer.errors import ExplorerError
+    from explorer.layout import load_layout_file
+    from explorer.targets import parse_target
+
+    if args.compiles < 0:
+        raise ExplorerError("--compiles", args.compiles, "is not a whole number of compiles (0 or more)")
+    roles = {}
+    for item in args.role:
+        name, sep, role = item.partition("=")
+        if not sep or not name:
+            raise ExplorerError("--role", item, "is not NAME=ROLE, e.g. hidden=tensor")
+        roles[name] = role
+    layout, target = load_layout_file(args.layout), parse_target(args.target)
+    shown = [None]
+
+    def progress(stage: str, elapsed: float) -> None:
+        if stage != shown[0] and not args.json:
+            print(f"{stage} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+            shown[0] = stage
+
+    shortcut = {"auto": None, "on": True, "off": False}[args.depth_shortcut]
+    if args.depth_option is not None:
+        depth_of(layout, args.depth_option)  # a bad name is refused before any work
+    search = advise(layout, target, compiles=args.compiles, roles=roles, on_progress=progress, shortcut=shortcut,
+                    depth_option=args.depth_option)
+    if args.json:
+        json.dump(search_to_dict(search), sys.stdout, indent=2)
+        print()
+    else:
+        print(search_text(search))
     return 0
 
 

@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from explorer.errors import ExplorerError, shown
-from explorer.rules import MeshAxes, spec_axes, spec_entry
+from explorer.specs import MeshAxes, spec_axes, spec_entry
 
 MAX_DEVICES = 65_536
 MAX_MESH_AXES = 16  # MaxText's mesh has 12 axes, most of size 1

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, json_value, layout_errors, parse_layout
-from explorer.rules import spec_entry
+from explorer.specs import spec_entry
 
 PARAMS = ("name", "mesh", "axes", "types", "rules", "model", "options", "target")
 _SAFE = "_-."

@@ -1,18 +1,18 @@
-"""Text for people: the command line's tables (via pandas), device grids drawn with box characters,
-byte sizes, and names made safe for Markdown.
+"""Text for people: the command line's tables (via pandas, or ``plain_table`` for plain rows), device grids
+drawn with box characters, byte sizes, and names made safe for Markdown.
 
-pandas is imported only by the functions that build tables, so ``analyze --json`` never loads it.
+pandas is imported only by the functions that build tables with it, so ``analyze --json`` never loads it.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report, tiled_arrays
-from explorer.rules import SpecEntry
+from explorer.specs import SpecEntry
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
 if TYPE_CHECKING:
@@ -112,6 +112,22 @@ def share(fraction: float) -> str:
         return f"{fraction:.0%}"
     percent = fraction * 100
     return "under 0.0001%" if abs(percent) < 1e-4 else f"{percent:.2g}%"
+
+
+def plain_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """Rows as an aligned plain-text table: the column names, a rule of dashes, a line per row (no pandas).
+
+    >>> print(plain_table([{"rank": 1, "layout": "fsdp8"}, {"rank": 10, "layout": "data8"}], ("rank", "layout")))
+    rank  layout
+    ----  ------
+    1     fsdp8
+    10    data8
+    """
+    cells = [[str(c) for c in columns]] + [[str(r[c]) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def arrays_frame(report: Report) -> "pd.DataFrame":

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from explorer.errors import ExplorerError
-from explorer.rules import SpecEntry, spec_axes
+from explorer.specs import SpecEntry, spec_axes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -109,6 +109,18 @@ def test_a_model_that_fits_no_layout_says_so_with_the_smallest_state(seed_dict):
     assert advisor.verdict_text(search).startswith(f"No layout fits {TARGET}: the smallest state per device found is 24.0 GiB")
 
 
+def test_the_text_report_is_the_verdict_the_counts_and_the_ranked_table(seed_dict):
+    """What ``python -m explorer advise`` prints (``search_text``), its table drawn by ``text.plain_table``."""
+    search = advisor.stage1(small(seed_dict), TARGET)
+    lines = advisor.search_text(search).splitlines()
+    assert lines[0] == advisor.verdict_text(search)
+    assert lines[1].startswith(f"searched {search.searched} candidate(s), 0 refused by the analysis, 0 compiled (0 from the disk cache)")
+    header, rule, rows = lines[2], lines[3], lines[4:-1]
+    assert header.startswith("rank  layout") and "extrapolated figures" not in header and set(rule) == {"-", " "}
+    assert [row.split()[1] for row in rows] == [c.layout.name for c in search.ranked()]
+    assert lines[-1] == f"step ≥: XLA's roofline lower bound where verified; else an estimate ({advisor.STAGE1_NOTE})."
+
+
 def test_the_ranking_is_deterministic(seed_dict):
     search = advisor.stage1(small(seed_dict), TARGET)
     order = [c.layout.name for c in search.ranked()]

@@ -20,7 +20,8 @@ from explorer.models import MODELS, allowed_factories, is_factory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.presets import fit_preset, model_preset
-from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules, spec_axes, spec_entry
+from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules
+from explorer.specs import spec_axes, spec_entry
 from explorer.text import markdown_literal
 from ui import share_panel, state
 

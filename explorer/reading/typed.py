@@ -40,7 +40,8 @@ from explorer.reading import collector, trace
 from explorer.train_step import make_optimizer
 from explorer.reading.arrays import AbstractArray, AbstractModel, TypedValue
 from explorer.reading.constraints import library_file, user_frame
-from explorer.rules import resolve, spec_entry
+from explorer.rules import resolve
+from explorer.specs import spec_entry
 
 # Equations whose params carry a sharding the program asked for (an ``out_sharding=``, ``reshard``'s destination,
 # ``jnp.zeros(..., out_sharding=)`` as ``broadcast_in_dim``'s ``sharding``), by param name.

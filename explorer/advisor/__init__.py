@@ -1,0 +1,85 @@
+"""The layout advisor: given a model and a TPU slice, which mesh and which rules?
+
+Two stages, as a person would do it, but over every candidate: stage 1 analyses every candidate
+without a compile (exact state per device, an estimated step), stage 2 compiles the shortlist for
+the target and ranks by XLA's figures. One job a module:
+
+- ``space``: the search space (roles of the logical names, mesh axes, factorizations, rules, candidates);
+- ``estimate``: stage 1's roofline of one analysed layout (compute, HBM traffic, collectives);
+- ``search``: ``Search`` and ``Candidate``, stage 1, the shortlist and ranking, stage 2 and its
+  calibration, ``advise`` (both stages) and the race of the top three;
+- ``depth``: the depth shortcut (compile at two small depths, extrapolate to the model's);
+- ``output``: JSON, the verdict, the table's rows and the text ``python -m explorer advise`` prints.
+
+Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``.
+"""
+
+from __future__ import annotations
+
+from explorer.advisor.depth import (
+    DEPTH_OPTIONS,
+    MEMORY_FIELDS,
+    SHORTCUT_DEPTHS,
+    Depth,
+    at_depth,
+    depth_of,
+    extrapolate,
+    extrapolation_error,
+)
+from explorer.advisor.estimate import (
+    KV_NAMES,
+    STACK_NAMES,
+    STAGE1_NOTE,
+    Projection,
+    estimate_candidate,
+    stage1_estimate,
+    tokens_per_step,
+)
+from explorer.advisor.output import (
+    TABLE_COLUMNS,
+    candidate_to_dict,
+    extrapolation_text,
+    rules_text,
+    search_text,
+    search_to_dict,
+    table_rows,
+    verdict_text,
+)
+from explorer.advisor.search import (
+    RACE_COUNT,
+    Candidate,
+    Search,
+    advise,
+    calibrated,
+    calibration,
+    next_to_compile,
+    race_candidates,
+    race_refusal,
+    race_top,
+    rank,
+    shortlist,
+    stage1,
+    stage2,
+    verified,
+)
+from explorer.advisor.space import (
+    AXIS_ORDER,
+    ROLE_NAMES,
+    ROLES,
+    candidate_layouts,
+    check_roles,
+    default_roles,
+    factorizations,
+    mesh_axes_for,
+    rules_for,
+)
+
+__all__ = [
+    "AXIS_ORDER", "DEPTH_OPTIONS", "KV_NAMES", "MEMORY_FIELDS", "RACE_COUNT", "ROLES", "ROLE_NAMES", "SHORTCUT_DEPTHS",
+    "STACK_NAMES", "STAGE1_NOTE", "TABLE_COLUMNS", "Candidate", "Depth", "Projection", "Search", "advise", "at_depth",
+    "calibrated", "calibration", "candidate_layouts", "candidate_to_dict", "check_roles", "default_roles", "depth_of",
+    "estimate_candidate", "extrapolate", "extrapolation_error", "extrapolation_text", "factorizations", "mesh_axes_for",
+    "next_to_compile", "race_candidates", "race_refusal", "race_top", "rank", "rules_for", "rules_text", "search_text",
+    "search_to_dict", "shortlist", "stage1", "stage1_estimate", "stage2", "table_rows", "tokens_per_step", "verdict_text",
+    "verified",
+]

@@ -1,0 +1,140 @@
+"""The depth shortcut: compile a model at two small depths and extrapolate its figures to its own depth.
+
+A model whose layers are not scanned compiles in time that grows with its depth; its figures
+(XLA's memory, flops, bytes accessed, each collective) grow linearly with it. ``stage2(shortcut=True)``
+compiles each candidate at ``SHORTCUT_DEPTHS`` (``at_depth``), extrapolates linearly in depth
+(``extrapolate``, labelled ``extrapolated``), then compiles the best in full and reports how close
+the extrapolation was (``extrapolation_error``). ``depth_of`` finds the option(s) that set the depth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from explorer import roofline
+from explorer.errors import ExplorerError
+from explorer.layout import Layout, parse_layout
+from explorer.targets import Target
+
+DEPTH_OPTIONS = ("layers", "num_layers", "n_layers", "n_layer", "num_hidden_layers", "num_decoder_layers", "num_encoder_layers",
+                 "decoder_layers", "encoder_layers", "base_num_decoder_layers")
+SHORTCUT_DEPTHS = (2, 4)  # the two small depths compiled; both scanned loops, so XLA's loop handling is the full model's
+MEMORY_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Depth:
+    """How a model's depth is set: the option(s) (all at ``full``), or why there is no shortcut (``why``)."""
+
+    options: tuple[str, ...] = ()
+    full: int = 0
+    why: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.options)
+
+
+def depth_of(layout: Layout, option: str | None = None, depths: Sequence[int] = SHORTCUT_DEPTHS) -> Depth:
+    """The model option(s) that set its depth: ``option`` when given, else every option with a known depth name
+    (``DEPTH_OPTIONS``: this project's ``layers``, ``num_layers``, T5X's ``num_encoder_layers``/``num_decoder_layers``...).
+
+    >>> from explorer.layout import seed_layout
+    >>> depth_of(seed_layout()).why
+    'layers=4 is no deeper than the small depths 2, 4: compiled in full'
+    """
+    options = dict(layout.model.options)
+    if option is not None:
+        if option not in options:
+            raise ExplorerError("--depth-option", option,
+                                f"is not an option of this layout's model; its options: {', '.join(sorted(options)) or 'none'}")
+        names = (option,)
+    else:
+        names = tuple(n for n in DEPTH_OPTIONS if n in options)
+        if not names:
+            return Depth(why=f"no depth option found among the model's options ({', '.join(sorted(options)) or 'none'}); "
+                             "name one with --depth-option")
+    values = {options[n] for n in names}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ExplorerError("--depth-option", names[0], f"is not a whole number of layers ({options[names[0]]!r})")
+    if len(values) != 1:
+        return Depth(why=f"the depth options {', '.join(f'{n}={options[n]}' for n in names)} differ: one line in depth cannot reach them")
+    full = values.pop()
+    if full <= max(depths):
+        return Depth(why=f"{names[0]}={full} is no deeper than the small depths {', '.join(map(str, depths))}: compiled in full")
+    return Depth(names, full)
+
+
+def at_depth(layout: Layout, depth: Depth, layers: int) -> Layout:
+    """The same layout with the model ``layers`` deep (every depth option), named so."""
+    data = layout.to_dict()
+    data["name"] = f"{layout.name}@{layers}"
+    data["model"]["options"].update({n: layers for n in depth.options})
+    return parse_layout(data)
+
+
+def extrapolate(low: dict, high: dict, depths: Sequence[int], full: int, target: Target) -> dict:
+    """A compile result at depth ``full`` extrapolated linearly from results at ``depths`` (two depths).
+
+    Every figure that grows with depth (XLA's memory, flops, bytes accessed, each collective's count
+    and bytes, matched by op, mesh axes and group) is ``f(full) = f(d1) + (f(d2) - f(d1)) x (full - d1)
+    / (d2 - d1)``; the roofline is recomputed from them. Labelled ``extrapolated`` with the depths.
+
+    >>> r = lambda peak, flops: {"memory": {"peak_bytes": peak}, "flops": flops, "bytes_accessed": 10.0, "collectives": [],
+    ...                          "compiled": True, "mesh": {}}
+    >>> from explorer.targets import parse_target
+    >>> out = extrapolate(r(100, 1e9), r(160, 2e9), (2, 4), 32, parse_target("v5litepod-8"))
+    >>> out["memory"]["peak_bytes"], out["flops"]
+    (1000, 16000000000.0)
+    """
+    d1, d2 = depths
+    t = (full - d1) / (d2 - d1)
+
+    def line(a, b):
+        return None if a is None or b is None else a + (b - a) * t
+
+    memory = {}
+    for key in MEMORY_FIELDS:
+        value = line(low["memory"].get(key), high["memory"].get(key))
+        memory[key] = None if value is None else max(int(round(value)), 0)
+    flops, accessed = line(low["flops"], high["flops"]), line(low["bytes_accessed"], high["bytes_accessed"])
+    collectives = []
+    by_key = lambda c: (c["op"], tuple(c["mesh_axes"]), c["group_size"], c["ici_axes"])
+    lows = {by_key(c): c for c in low["collectives"]}
+    highs = {by_key(c): c for c in high["collectives"]}
+    for key in sorted(set(lows) | set(highs)):
+        a, b = lows.get(key, {"count": 0, "bytes": 0}), highs.get(key, {"count": 0, "bytes": 0})
+        c = roofline.Collective(key[0], max(int(round(line(a["count"], b["count"]))), 0), max(int(round(line(a["bytes"], b["bytes"]))), 0),
+                                key[1], key[2], key[3])
+        if c.bytes:
+            collectives.append(c)
+    hbm = target.chip.device_hbm_bytes
+    peak = memory["peak_bytes"]
+    estimate = roofline.estimate(flops, accessed, collectives, target.chip) if flops is not None and accessed is not None else None
+    return {
+        "target": target.to_dict(), "mesh": dict(high.get("mesh", {})), "compiled": bool(low["compiled"]) and bool(high["compiled"]),
+        "compile_s": (low.get("compile_s") or 0.0) + (high.get("compile_s") or 0.0),
+        "memory": memory, "fits": peak is not None and peak <= hbm and bool(low["compiled"]) and bool(high["compiled"]),
+        "headroom_bytes": hbm - (peak or 0), "flops": flops, "bytes_accessed": accessed,
+        "collectives": [{"op": c.op, "count": c.count, "bytes": c.bytes, "mesh_axes": list(c.mesh_axes), "group_size": c.group_size,
+                         "ici_axes": c.ici_axes, "seconds": roofline.collective_seconds(c, target.chip)} for c in collectives],
+        "estimate": estimate.to_dict() if estimate else None,
+        "extrapolated": {"depths": list(depths), "depth": full},
+    }
+
+
+def extrapolation_error(extrapolated: dict, full: dict) -> dict[str, float | None]:
+    """Extrapolated over compiled, per figure (1.0: exact): peak, flops, bytes accessed, collective bytes, step."""
+    def ratio(a, b):
+        return None if a is None or not b else a / b
+
+    collective = lambda r: sum(c["bytes"] for c in r["collectives"])
+    step = lambda r: (r.get("estimate") or {}).get("step_s")
+    return {
+        "peak_bytes": ratio(extrapolated["memory"]["peak_bytes"], full["memory"]["peak_bytes"]),
+        "flops": ratio(extrapolated["flops"], full["flops"]),
+        "bytes_accessed": ratio(extrapolated["bytes_accessed"], full["bytes_accessed"]),
+        "collective_bytes": ratio(collective(extrapolated), collective(full)),
+        "step_s": ratio(step(extrapolated), step(full)),
+    }

@@ -1,0 +1,146 @@
+"""A search for people and programs: the JSON object (``search_to_dict``), the verdict, the ranked table's rows, the text report.
+
+The page and the command line draw the same rows (``table_rows``); ``search_text`` is what
+``python -m explorer advise`` prints, its table through ``text.plain_table``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from explorer.advisor.depth import SHORTCUT_DEPTHS
+from explorer.advisor.estimate import STAGE1_NOTE
+from explorer.advisor.search import Candidate, Search
+from explorer.layout import Layout
+from explorer.text import human_bytes, plain_table, share
+
+TABLE_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device", "state / device", "bound", "MFU ceiling",
+                 "largest collective", "rules")  # the command line's table (the page shows every column)
+
+
+def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
+    """One candidate as JSON (``advise --json``'s ``candidates``): its layout, figures and where each came from."""
+    compiled = c.compiled or {}
+    return {
+        "rank": rank_, "layout": c.layout.to_dict(), "own": c.own,
+        "mesh": {"shape": list(c.layout.mesh.shape), "axes": list(c.layout.mesh.axes),
+                 "placement": compiled.get("mesh", {}).get("placement"),
+                 "placement_method": compiled.get("mesh", {}).get("placement_method")},
+        "state_bytes": c.state_bytes, "verified": c.verified, "extrapolated": c.extrapolated,
+        "fits": bool(c.fits), "peak_bytes": c.peak_bytes, "headroom_bytes": c.headroom_bytes,
+        "step_s": c.step_s, "bound": c.bound, "mfu_ceiling": c.mfu_ceiling,
+        "step_source": ("xla_extrapolated" if c.extrapolated else "xla_roofline") if c.verified else "stage1_estimate",
+        "extrapolation": (_extrapolation_dict(c.compiled if c.extrapolated else c.extrapolation)
+                          if c.extrapolated or c.extrapolation else None),
+        "extrapolation_error": c.extrapolation_error,
+        "estimate": {"compute_s": c.estimate.compute_s, "memory_s": c.estimate.memory_s, "collective_s": c.estimate.collective_s,
+                     "step_s": c.estimate.step_s, "bound": c.estimate.bound, "note": STAGE1_NOTE},
+        "largest_collective": c.largest_collective,
+    }
+
+
+def _extrapolation_dict(result: dict) -> dict[str, Any]:
+    """An extrapolated result's figures: from which depths, to which, and what they gave."""
+    estimate = result.get("estimate") or {}
+    return {**result["extrapolated"], "peak_bytes": result["memory"]["peak_bytes"], "fits": result["fits"], "flops": result["flops"],
+            "bytes_accessed": result["bytes_accessed"], "collective_bytes": sum(c["bytes"] for c in result["collectives"]),
+            "step_s": estimate.get("step_s"), "bound": estimate.get("bound")}
+
+
+def search_to_dict(search: Search) -> dict[str, Any]:
+    """The whole search as one JSON object (``advise --json``), candidates in rank order."""
+    ranked = search.ranked()
+    smallest = search.smallest_state()
+    hbm = search.target.chip.device_hbm_bytes
+    out = {
+        "target": search.target.to_dict(),
+        "searched": search.searched, "refused": search.refused, "refused_examples": search.refused_examples,
+        "compiles": search.compiles, "cached_compiles": search.cached_compiles, "full_compiles": search.full_compiles,
+        "calibration": search.calibration or None,
+        "depth_shortcut": None if search.depth is None else {
+            "used": search.depth.usable, "options": list(search.depth.options), "depth": search.depth.full or None,
+            "depths": list(SHORTCUT_DEPTHS) if search.depth.usable else None, "why_not": search.depth.why or None},
+        "stage1_s": search.stage1_s, "elapsed_s": search.elapsed_s, "stopped": search.stopped, "failures": search.failures,
+        "candidates": [candidate_to_dict(i, c) for i, c in enumerate(ranked, 1)],
+        "fits_none": not any(c.fits for c in ranked),
+        "smallest_state": None if smallest is None else {"bytes": smallest.state_bytes, "layout": smallest.layout.name, "hbm_bytes": hbm},
+    }
+    return out
+
+
+def verdict_text(search: Search) -> str:
+    """One sentence: the advice, or that nothing fits and the smallest state found."""
+    ranked = search.ranked()
+    hbm = search.target.chip.device_hbm_bytes
+    if not ranked:
+        return f"No candidate could be analysed for {search.target.name} ({search.refused} refused)."
+    best = ranked[0]
+    if not best.fits:
+        smallest = search.smallest_state()
+        return (f"No layout fits {search.target.name}: the smallest state per device found is {human_bytes(smallest.state_bytes)} "
+                f"({smallest.layout.name}), against {human_bytes(hbm)} of HBM per device.")
+    how = "XLA-verified" if best.verified else "estimated only (not compiled)"
+    return (f"Advice for {search.target.name}: {best.layout.name} — step ≥ {best.step_s * 1e3:.3g} ms ({best.bound}-bound, "
+            f"{how}), peak {human_bytes(best.peak_bytes) if best.peak_bytes is not None else 'not compiled'} of {human_bytes(hbm)}.")
+
+
+def rules_text(layout: Layout) -> str:
+    """The rules on one line: ``batch:data; embed:-; hidden:tensor``."""
+    return "; ".join(f"{r.logical}:{'-' if r.mesh is None else ','.join(r.mesh_axes)}" for r in layout.rules)
+
+
+def table_rows(search: Search) -> list[dict[str, Any]]:
+    """The ranked table as plain rows (the page and the command line draw it)."""
+    rows = []
+    for i, c in enumerate(search.ranked(), 1):
+        label = " (extrapolated)" if c.extrapolated else ""
+        rows.append({
+            "rank": i, "layout": c.layout.name + (" (yours)" if c.own else ""),
+            "fits": ("yes" if c.fits else "NO") + (label if c.verified else " (state only)"),
+            "step ≥": f"{c.step_s * 1e3:.3g} ms" + (label if c.verified else " (estimate)"),
+            "XLA peak / device": human_bytes(c.peak_bytes) + label if c.peak_bytes is not None else "not compiled",
+            "state / device": human_bytes(c.state_bytes),
+            "bound": c.bound, "MFU ceiling": share(c.mfu_ceiling),
+            "verified": ("XLA, extrapolated in depth" if c.extrapolated else "XLA") if c.verified else "estimate",
+            "extrapolated figures": extrapolation_text(c),
+            "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
+            "rules": rules_text(c.layout),
+            "largest collective": c.largest_collective,
+        })
+    return rows
+
+
+def extrapolation_text(c: Candidate) -> str:
+    """The extrapolated figures beside the full compile's (their ratio), for a candidate compiled both ways."""
+    if c.extrapolated:
+        depths = c.compiled["extrapolated"]["depths"]
+        return f"extrapolated from depths {depths[0]} and {depths[1]}"
+    error = c.extrapolation_error
+    if not error:
+        return ""
+    figures = _extrapolation_dict(c.extrapolation)
+    step = figures["step_s"]
+    return (f"extrapolated: peak {human_bytes(figures['peak_bytes'])} ({error['peak_bytes']:.4f}x the full compile's), "
+            f"step ≥ {step * 1e3:.3g} ms ({error['step_s']:.4f}x)" if step and error["step_s"] else
+            f"extrapolated: peak {human_bytes(figures['peak_bytes'])} ({error['peak_bytes']:.4f}x the full compile's)")
+
+
+def search_text(search: Search) -> str:
+    """What ``python -m explorer advise`` prints: the verdict, what was searched and compiled, the ranked table."""
+    lines = [
+        verdict_text(search),
+        f"searched {search.searched} candidate(s), {search.refused} refused by the analysis, {search.compiles} compiled "
+        f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s",
+    ]
+    if search.depth is not None:
+        lines.append(
+            f"depth shortcut: each candidate compiled at depths {' and '.join(map(str, SHORTCUT_DEPTHS))} of "
+            f"{', '.join(search.depth.options)} and extrapolated to {search.depth.full}; the best then compiled in full "
+            f"({search.full_compiles} full compile(s))" if search.depth.usable else f"depth shortcut not used: {search.depth.why}"
+        )
+    lines += [f"compile failed: {failure}" for failure in search.failures]
+    rows = table_rows(search)
+    columns = TABLE_COLUMNS + (("extrapolated figures",) if any(row["extrapolated figures"] for row in rows) else ())
+    lines.append(plain_table(rows, columns))
+    lines.append("step ≥: XLA's roofline lower bound where verified; else an estimate (" + STAGE1_NOTE + ").")
+    return "\n".join(lines)

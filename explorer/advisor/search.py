@@ -1,0 +1,422 @@
+"""The search: stage 1 over every candidate, the shortlist and the ranking, stage 2 and its calibration, the race.
+
+Two stages, as a person would do it, but over every candidate:
+
+1. **Stage 1, no compile** (``stage1``). Every candidate (the model's own layout, and one per
+   factorization of the slice's devices over the named axes, with rules written from the model's
+   logical names by role: ``explorer.advisor.space``) is analysed: the state per device is exact
+   (the analysis), layouts JAX would refuse are dropped and counted, and an analytic roofline
+   estimates the step (``explorer.advisor.estimate``). The shortlist is the candidates whose
+   state fits the device's HBM, best estimate first.
+2. **Stage 2, XLA-verified** (``stage2``). Up to ``compiles`` shortlisted candidates (and the
+   model's own layout) are compiled for the target through ``target_compile.compile_target`` (its
+   child process, disk cache and Stop): XLA's peak per device and the fits verdict, flops,
+   collectives and the roofline from the compiled program. The first is stage 1's best; each next
+   one is the best by stage 1's terms scaled by XLA's over stage 1's on what was compiled so far
+   (``calibration``), so one compile corrects the estimate's blind spots for this model.
+   Candidates XLA says fit are ranked by that step bound (``rank``); the ones that do not fit are
+   reported with by how much. The depth shortcut (``stage2(shortcut=True)``,
+   ``explorer.advisor.depth``) compiles each at two small depths and extrapolates linearly in depth.
+
+A ``Search`` is the record both stages write as they go; the best three can then be raced on this
+process's own devices (``race_top``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import jax
+
+from explorer.advisor.depth import SHORTCUT_DEPTHS, Depth, at_depth, depth_of, extrapolate, extrapolation_error
+from explorer.advisor.estimate import stage1_estimate
+from explorer.advisor.space import candidate_layouts
+from explorer.analysis import ERROR_CODES, Finding, Report, analyze, model_for_layouts
+from explorer.errors import ExplorerError
+from explorer.layout import Layout
+from explorer.roofline import Estimate
+from explorer.target_compile import Stopped, compile_target
+from explorer.targets import Target, parse_target
+
+if TYPE_CHECKING:
+    from explorer.compare import RaceResult
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One layout's figures. Stage 1 fills the estimate; stage 2 (``verified``) XLA's figures.
+
+    ``state_bytes`` is exact (parameters, optimizer state, inputs per device, from the analysis).
+    ``step_s``, ``bound`` and ``mfu_ceiling`` are stage 1's estimate until ``verified``, then the
+    compiled program's roofline (a lower bound). ``peak_bytes`` is XLA's, only when verified.
+    """
+
+    layout: Layout
+    state_bytes: int
+    estimate: Estimate
+    largest_collective: str
+    own: bool = False  # the layout the user brought
+    verified: bool = False
+    extrapolated: bool = False
+    fits: bool | None = None  # stage 1: the state fits HBM; stage 2: XLA's verdict
+    peak_bytes: int | None = None
+    headroom_bytes: int | None = None
+    compiled: dict | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
+    extrapolation: dict | None = None  # the extrapolated result, kept when the candidate was then compiled in full
+    collective_by_axis: dict[str, float] = dataclasses.field(default_factory=dict)  # stage 1's collective seconds per mesh axis
+
+    @property
+    def extrapolation_error(self) -> dict[str, float | None] | None:
+        """Extrapolated over compiled in full, per figure, when both were made (1.0: exact)."""
+        return extrapolation_error(self.extrapolation, self.compiled) if self.extrapolation and self.compiled else None
+
+    @property
+    def step_s(self) -> float:
+        return self.compiled["estimate"]["step_s"] if self.verified and self.compiled["estimate"] else self.estimate.step_s
+
+    @property
+    def bound(self) -> str:
+        return self.compiled["estimate"]["bound"] if self.verified and self.compiled["estimate"] else self.estimate.bound
+
+    @property
+    def mfu_ceiling(self) -> float:
+        return self.compiled["estimate"]["mfu_ceiling"] if self.verified and self.compiled["estimate"] else self.estimate.mfu_ceiling
+
+
+@dataclasses.dataclass
+class Search:
+    """A search's state: a mutable record that ``stage1`` and ``stage2`` fill as they run.
+
+    Deliberately not frozen: the Advisor page keeps it in its session while the search runs and
+    draws it after every step, so a search that is stopped still shows what was compiled.
+    ``stage1`` counts the candidates (``searched``, ``refused``) and appends them; ``stage2`` sets
+    ``depth``, sets ``stage`` before each compile, replaces each compiled candidate in ``candidates``
+    by its verified copy (``Candidate`` itself is frozen), counts the compiles (``compiles``,
+    ``cached_compiles``, ``full_compiles``) and the ``failures``, and updates ``calibration`` and
+    ``elapsed_s`` after each; ``stopped`` is set on Stop (by ``stage2``, or by the page when the run
+    before was cut short). Read it through ``ranked()`` and ``smallest_state()``; nothing else writes it.
+    """
+
+    target: Target
+    stage: str = "stage 1"
+    searched: int = 0
+    refused: int = 0
+    refused_examples: list[str] = dataclasses.field(default_factory=list)
+    candidates: list[Candidate] = dataclasses.field(default_factory=list)
+    compiles: int = 0
+    cached_compiles: int = 0
+    stage1_s: float = 0.0
+    elapsed_s: float = 0.0
+    stopped: bool = False
+    failures: list[str] = dataclasses.field(default_factory=list)
+    depth: Depth | None = None  # the depth shortcut's option(s), or why it was not used; None: not asked
+    full_compiles: int = 0  # extrapolated candidates then compiled in full
+    calibration: dict[str, float] = dataclasses.field(default_factory=dict)  # XLA's over stage 1's terms (``calibration``)
+
+    def ranked(self) -> list[Candidate]:
+        """The candidates best first (``rank``)."""
+        return rank(self.candidates, self.target.chip.device_hbm_bytes)
+
+    def smallest_state(self) -> Candidate | None:
+        """The candidate with the least state per device (the verdict when nothing fits)."""
+        return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
+
+
+def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None) -> Search:
+    """Analyse every candidate: exact state per device, refusals counted, an estimated step each.
+
+    The model is traced once for every candidate (``analysis.model_for_layouts``) and each generated
+    candidate is read from it without a forward trace under its own mesh and rules
+    (``analyze(..., received=False)``): their rules are the advisor's, applied to the names the
+    probe read. The user's own layout gets the full analysis (its rules may be resolved by the
+    model's own code), as does every candidate of a model whose code refused the probe.
+    """
+    target = parse_target(target) if isinstance(target, str) else target
+    search = search or Search(target)
+    start = time.perf_counter()
+    layouts = candidate_layouts(layout, target, roles)
+    try:  # Explicit axes: each candidate is read under its own mesh (the types depend on the sizes)
+        shared = model_for_layouts(layouts[1:]) if len(layouts) > 1 and not layout.mesh.explicit else None
+    except ExplorerError:  # the model's code refuses some of the names: each candidate is read (and refused) on its own
+        shared = None
+    if shared is not None and shared.probe_error:
+        shared = None
+    for index, candidate in enumerate(layouts):
+        own = index == 0
+        if candidate.mesh.size != target.devices:
+            search.refused += 1
+            search.refused_examples.append(f"{candidate.name}: its mesh has {candidate.mesh.size} devices, the target {target.devices}")
+            continue
+        search.searched += 1
+        try:  # a model that names mesh axes by hand (the NNX guide's P('data', 'model')) refuses other axis names
+            report = analyze(candidate) if own or shared is None else analyze(candidate, model=shared, received=False)
+        except ExplorerError as error:
+            search.refused += 1
+            if len(search.refused_examples) < 5:
+                search.refused_examples.append(f"{candidate.name}: {error}")
+            continue
+        errors = _errors(report)
+        if errors:
+            search.refused += 1
+            if len(search.refused_examples) < 5:
+                search.refused_examples.append(f"{candidate.name}: {errors[0].message}")
+            continue
+        estimate, largest, by_axis = stage1_estimate(report, target, roles)
+        state = report.totals.state_bytes
+        search.candidates.append(Candidate(
+            candidate, state, estimate, largest, own=own, fits=state <= target.chip.device_hbm_bytes, collective_by_axis=by_axis,
+        ))
+    search.stage1_s = time.perf_counter() - start
+    search.elapsed_s = search.stage1_s
+    return search
+
+
+def _errors(report: Report) -> list[Finding]:
+    """The findings that mean JAX would refuse the layout."""
+    return [w for w in report.warnings if w.code in ERROR_CODES]
+
+
+def shortlist(search: Search) -> list[Candidate]:
+    """The candidates whose state fits the device's HBM, best estimated step first (deterministic)."""
+    fitting = [c for c in search.candidates if c.state_bytes <= search.target.chip.device_hbm_bytes]
+    return sorted(fitting, key=_estimate_key)
+
+
+def _estimate_key(c: Candidate) -> tuple:
+    """Stage 1's order: the estimated step; where that ties (every candidate compute-bound), less
+    estimated communication first (it must hide behind the compute), then less state, then the name."""
+    return (c.estimate.step_s, c.estimate.collective_s, c.state_bytes, c.layout.name)
+
+
+def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
+    """Best first: XLA-verified and fitting by step bound; then stage-1 estimates whose state fits, by
+    estimated step; then everything that does not fit, by how much (XLA's peak, else the state, over
+    ``hbm_bytes``; least first). Ties by state, then name."""
+    def key(c: Candidate):
+        if c.verified and c.fits:
+            return (0, c.step_s, c.state_bytes, c.layout.name)
+        if not c.verified and c.fits:
+            return (1,) + _estimate_key(c)
+        over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
+        return (2, over, c.state_bytes, c.layout.name)
+
+    return sorted(candidates, key=key)
+
+
+# --- stage 2 ---------------------------------------------------------------------------------------
+
+def stage2(
+    search: Search,
+    compiles: int = 4,
+    on_progress: Callable[[str, float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    shortcut: bool | None = None,
+    depth_option: str | None = None,
+    full_compiles: int = 2,
+) -> Search:
+    """Compile up to ``compiles`` shortlisted candidates and the user's own layout; XLA's figures replace the estimate.
+
+    The first is stage 1's best; each next one the best by the estimate calibrated on what XLA said
+    so far (``next_to_compile``); then the user's own layout, where the shortlist's turns did not reach it.
+
+    ``shortcut`` (the depth shortcut): compile each at two small depths (``SHORTCUT_DEPTHS``) and
+    extrapolate to the model's depth (``extrapolate``, labelled ``extrapolated``), then compile the
+    best-ranked in full (up to ``full_compiles`` times, while the top row is extrapolated) and keep
+    both figures and their ratio. None: on where it saves time, for a model with a depth option
+    whose layers are not scanned (a scanned model compiles in about the same time at any depth,
+    measured in the README). ``depth_option`` names the model's depth option when no known name is.
+    Stop (``should_stop()`` True) kills the running compile and keeps what was compiled.
+    """
+    start = time.perf_counter() - search.elapsed_s
+    budget = max(compiles, 0)
+    own = next((c for c in search.candidates if c.own), None)
+    total = min(budget, len(shortlist(search))) + int(own is not None and budget > 0)  # at most: the own layout may be among the picks
+    first = next(iter(shortlist(search)), own)
+    progress = on_progress or (lambda *_: None)
+    depth = None
+    if first is not None and budget > 0 and (shortcut or shortcut is None):
+        depth = depth_of(first.layout, depth_option)
+        if shortcut is None and depth.usable and first.layout.model.options.get("scan") is True:
+            depth = Depth(why="the model's layers are scanned: a compile takes about as long at any depth, "
+                              "so each candidate is compiled in full")
+        search.depth = depth
+    use = depth is not None and depth.usable
+    tried: set[str] = set()
+    try:
+        for number in range(1, budget + 2 if budget else 1):
+            if number <= budget:
+                candidate = next_to_compile(search, tried)
+            else:  # the user's own layout, where the shortlist's turn did not reach it
+                candidate = next((c for c in search.candidates if c.own and c.layout.name not in tried), None)
+            if candidate is None:
+                continue
+            tried.add(candidate.layout.name)
+            search.stage = f"stage 2: compiling {number} of at most {total} ({candidate.layout.name})"
+            if use:
+                found = []
+                for layers in SHORTCUT_DEPTHS:
+                    search.stage = f"stage 2: compiling {number} of at most {total} ({candidate.layout.name}) at depth {layers}"
+                    found.append(_compile(search, at_depth(candidate.layout, depth, layers), progress, should_stop))
+                if None in found:
+                    continue
+                result = extrapolate(found[0], found[1], SHORTCUT_DEPTHS, depth.full, search.target)
+                result["extrapolated"]["options"] = list(depth.options)
+                _replace(search, candidate, verified(candidate, result, extrapolated=True))
+            else:
+                result = _compile(search, candidate.layout, progress, should_stop)
+                if result is not None:
+                    _replace(search, candidate, verified(candidate, result))
+            search.calibration = calibration(search)
+            search.elapsed_s = time.perf_counter() - start
+        for number in range(1, full_compiles + 1 if use else 1):
+            top = next(iter(search.ranked()), None)
+            if top is None or not top.extrapolated:
+                break
+            search.stage = (f"stage 2: compiling the best extrapolated candidate in full ({top.layout.name}, "
+                            f"{number} of at most {full_compiles})")
+            result = _compile(search, top.layout, progress, should_stop)
+            if result is None:
+                break
+            search.full_compiles += 1
+            _replace(search, top, dataclasses.replace(verified(top, result), extrapolation=top.compiled))
+            search.elapsed_s = time.perf_counter() - start
+    except Stopped:
+        search.stopped = True
+    search.stage = "stopped" if search.stopped else "done"
+    search.elapsed_s = time.perf_counter() - start
+    return search
+
+
+def calibration(search: Search) -> dict[str, float]:
+    """Per roofline term, XLA's over stage 1's for the candidates compiled so far: the smallest ratio seen (1 before any).
+
+    Stage 1's terms are coarse in different ways for different models (measured in the README: on
+    Llama-2-7B shapes XLA's bytes accessed were 3-13x the estimate's HBM traffic, on T5 4-22x), but
+    the error of one term varies much less between layouts of one model than between terms. Scaling
+    each term by what the compiled candidates showed ranks the rest by an estimate corrected on this
+    model. The smallest ratio, not a mean: the calibrated estimate stays optimistic (a lower bound,
+    as the roofline is), so one layout that XLA handles badly (T5 with its length sharded: 22x) does
+    not condemn the others; XLA ranks whatever is compiled. Collectives are also calibrated per mesh
+    axis (``collective_s:AXIS``): XLA's collectives over the axis (one over several axes shared
+    between them in proportion to stage 1's estimates for them) over stage 1's. An *estimate*
+    still, used to choose what to compile next, never shown as XLA's.
+    """
+    ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}
+    for c in search.candidates:
+        if not c.verified or not c.compiled or not c.compiled.get("estimate"):
+            continue
+        for term in ("compute_s", "memory_s", "collective_s"):
+            stage1, xla = getattr(c.estimate, term), c.compiled["estimate"][term]
+            if stage1 > 0 and xla > 0:
+                ratios[term].append(xla / stage1)
+        # XLA's collectives per mesh axis; one over several axes shared between them as stage 1's estimates for them are.
+        xla_by_axis: dict[str, float] = {}
+        for k in c.compiled["collectives"]:
+            axes = list(k["mesh_axes"] or ())
+            weights = [c.collective_by_axis.get(axis, 0.0) for axis in axes]
+            weights = weights if sum(weights) > 0 else [1.0] * len(axes)
+            for axis, weight in zip(axes, weights):
+                xla_by_axis[axis] = xla_by_axis.get(axis, 0.0) + k["seconds"] * weight / sum(weights)
+        for axis, stage1 in c.collective_by_axis.items():
+            if stage1 > 0:
+                ratios.setdefault(f"collective_s:{axis}", []).append(xla_by_axis.get(axis, 0.0) / stage1)
+    return {term: min(found) if found else 1.0 for term, found in ratios.items()}
+
+
+def calibrated(c: Candidate, factors: dict[str, float]) -> Estimate:
+    """Stage 1's estimate with each term scaled by ``calibration``'s factor (collectives per mesh axis where one was measured)."""
+    if c.collective_by_axis:
+        collective = sum(s * factors.get(f"collective_s:{axis}", factors["collective_s"]) for axis, s in c.collective_by_axis.items())
+    else:
+        collective = c.estimate.collective_s * factors["collective_s"]
+    return Estimate(c.estimate.compute_s * factors["compute_s"], c.estimate.memory_s * factors["memory_s"], collective)
+
+
+def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate | None:
+    """The shortlisted candidate to compile next: the best by the estimate calibrated on what was compiled so far."""
+    factors = calibration(search)
+    pool = [c for c in shortlist(search) if not c.verified and not c.own and c.layout.name not in tried]  # the own layout has its own turn
+    return min(pool, key=lambda c: (calibrated(c, factors).step_s,) + _estimate_key(c), default=None)
+
+
+def _compile(
+    search: Search, layout: Layout, progress: Callable[[str, float], None], should_stop: Callable[[], bool] | None,
+) -> dict | None:
+    """One compile for the search's target (its child process, cache and Stop); None when XLA refused it (noted)."""
+    try:
+        result, cached = compile_target(
+            layout, search.target, on_stage=lambda stage, elapsed: progress(f"{search.stage}: {stage}", elapsed), should_stop=should_stop,
+        )
+    except ExplorerError as error:
+        search.failures.append(f"{layout.name}: {error}")
+        return None
+    search.compiles += 1
+    search.cached_compiles += int(cached)
+    return result
+
+
+def _replace(search: Search, old: Candidate, new: Candidate) -> None:
+    """Put ``new`` in ``old``'s place among the search's candidates (``Candidate`` is frozen)."""
+    search.candidates[search.candidates.index(old)] = new
+
+
+def verified(candidate: Candidate, result: dict, extrapolated: bool = False) -> Candidate:
+    """The candidate with XLA's figures from a ``compile_target`` result (or one ``extrapolate`` made)."""
+    largest = max(result["collectives"], key=lambda c: (c["seconds"], c["op"]), default=None)
+    text = (f"{largest['op']} over {'x'.join(largest['mesh_axes']) or '-'}: {largest['count']}x, "
+            f"≥ {largest['seconds'] * 1e3:.3g} ms") if largest and largest["seconds"] else "none"
+    return dataclasses.replace(
+        candidate, verified=True, extrapolated=extrapolated, fits=bool(result["fits"]), peak_bytes=int(result["memory"]["peak_bytes"]),
+        headroom_bytes=int(result["headroom_bytes"]), compiled=result,
+        largest_collective=text + (" (extrapolated)" if extrapolated else ""),
+    )
+
+
+def advise(
+    layout: Layout,
+    target: Target | str,
+    compiles: int = 4,
+    roles: dict[str, str] | None = None,
+    on_progress: Callable[[str, float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    shortcut: bool | None = None,
+    depth_option: str | None = None,
+) -> Search:
+    """Both stages. Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``."""
+    search = stage1(layout, target, roles)
+    if on_progress:
+        on_progress(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused", search.stage1_s)
+    return stage2(search, compiles, on_progress, should_stop, shortcut=shortcut, depth_option=depth_option)
+
+
+# --- the race of the top three ---------------------------------------------------------------------
+
+RACE_COUNT = 3
+
+
+def race_refusal(search: Search) -> str | None:
+    """None when the top candidates can be raced on this process's own devices (as many as the target has), else why not."""
+    here, kind = jax.device_count(), jax.devices()[0].device_kind
+    if here != search.target.devices:
+        return (f"This process has {here} device(s) ({kind}) and {search.target.name} has {search.target.devices}: a race runs "
+                "the candidates on this process's own devices, so it needs as many as the target.")
+    if len(race_candidates(search)) < 2:
+        return "Fewer than two candidates fit the target: nothing to race."
+    return None
+
+
+def race_candidates(search: Search, count: int = RACE_COUNT) -> list[Candidate]:
+    """The best ``count`` candidates that fit (rank order), for ``compare.race`` on this process's devices."""
+    return [c for c in search.ranked() if c.fits][:count]
+
+
+def race_top(search: Search, rounds: int = 3, steps: int = 5, **kwargs) -> RaceResult:
+    """Race the top three on this process's devices with ``compare.race`` (A B C A B C ...); its ``RaceResult``."""
+    from explorer.compare import race  # imports the timing module and Flax: only when a race is run
+
+    why = race_refusal(search)
+    if why:
+        raise ExplorerError("race", search.target.name, why)
+    return race([c.layout for c in race_candidates(search)], rounds=rounds, steps=steps, **kwargs)
