@@ -6,7 +6,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,8 @@ from explorer import timing as timing_lib
 from explorer.timing import time_layout
 from ui.turnstile import Turnstile
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}
 
 

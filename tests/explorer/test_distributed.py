@@ -27,8 +27,8 @@ from explorer.layout import parse_layout
 from explorer.timing import TimingResult, timed_run, time_layout
 from explorer.distributed import state_arrays
 from explorer.workers import time_local_processes, what_it_said
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}
 SLACK_S = 20  # for a loaded machine, on top of the launcher's stated bound
 

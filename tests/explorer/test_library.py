@@ -11,6 +11,7 @@ import pytest
 from explorer import library
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, parse_layout
+from tests.paths import APP
 
 PROCESSES = 4
 ROUNDS = 45  # 15 races of each operation
@@ -162,13 +163,11 @@ def test_a_bad_library_folder_is_one_message(tmp_path, monkeypatch, make_bad):
 
 @pytest.mark.parametrize("page", ["views/0_Layout.py", "views/2_Compare.py"])
 def test_a_bad_library_folder_is_a_message_in_the_library_section_only(tmp_path, monkeypatch, page):
-    from pathlib import Path
-
     from streamlit.testing.v1 import AppTest
 
     (tmp_path / "a-file").write_text("not a folder")
     monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "a-file"))
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=300)
     at.switch_page(page)
     at.run()
     assert not at.exception
@@ -180,13 +179,11 @@ def test_a_bad_library_folder_is_a_message_in_the_library_section_only(tmp_path,
 
 
 def test_skipped_entries_are_reported_under_the_library(shelf):
-    from pathlib import Path
-
     from streamlit.testing.v1 import AppTest
 
     library.save("real", seed())
     (shelf / "folder.json").mkdir()
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=300)
     at.run()
     assert not at.exception
     assert any("folder.json" in w.value and "it is a folder" in w.value for w in at.sidebar.warning)

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -14,8 +13,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from explorer.analysis import mesh_info
 from explorer.layout import MeshSpec
 from explorer.text import sharding_text
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 MESH = MeshSpec(shape=(4, 2), axes=("a", "b"))
 
 

@@ -21,6 +21,7 @@ from explorer.errors import ExplorerError
 from explorer.expr import parse_expr
 from explorer.ops import PRESETS, analyse_op, check_op_timeable, parse_op, time_op
 from explorer.specs import normal_spec, spec_text
+from tests.paths import ROOT
 
 SMALL = 256
 
@@ -242,9 +243,8 @@ def test_integer_inputs_are_small_and_time(monkeypatch):
 
 def test_the_ops_folder_holds_the_presets():
     import json
-    from pathlib import Path
 
-    folder = Path(__file__).resolve().parent.parent / "ops"
+    folder = ROOT / "ops"
     found = {json.dumps(json.loads(path.read_text()), sort_keys=True) for path in folder.glob("*.json")}
     assert found == {json.dumps(data, sort_keys=True) for _, data in PRESETS.values()}
 

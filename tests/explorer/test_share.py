@@ -5,7 +5,6 @@ import json
 import string
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -17,8 +16,8 @@ from explorer.layout import load_layout_json, parse_layout
 from explorer.models import MODELS
 from explorer.rules import PRESETS, preset_rules
 from explorer.share import layout_from_link, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def every_layout(seed):
