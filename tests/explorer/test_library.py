@@ -1,4 +1,5 @@
-"""The team library under races and oddities: one winner per race, no lost update, odd entries left alone."""
+"""The team library: names, saves, renames, deletes; under races and oddities, one winner per race, no lost update, odd entries
+left alone."""
 
 import json
 import multiprocessing
@@ -25,6 +26,46 @@ def shelf(tmp_path, monkeypatch):
 
 def seed(name="seed"):
     return parse_layout({**SEED_LAYOUT, "name": name})
+
+
+# --- saving, renaming, deleting ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/b", "..", ".hidden", "", "x" * 65, "a\\b", "trailing "])
+def test_names_that_try_to_escape_the_library_are_refused(shelf, seed_dict, name):
+    with pytest.raises(ExplorerError, match="library name"):
+        library.save(name, parse_layout(seed_dict))
+    assert not list(shelf.parent.glob("**/*.json"))
+
+
+def test_two_saves_under_one_name_never_overwrite(shelf, seed_dict):
+    first = library.save("team plan", parse_layout(seed_dict))
+    seed_dict["rules"] = [["batch", "data"]]
+    with pytest.raises(ExplorerError, match="already exists"):
+        library.save("team plan", parse_layout(seed_dict))
+    assert library.load("team plan").layout.rules_for_flax() == (("batch", "data"), ("hidden", "model"))
+    replaced = library.save("team plan", parse_layout(seed_dict), replaces=first.version)
+    with pytest.raises(ExplorerError, match="changed by someone else"):
+        library.save("team plan", parse_layout({**seed_dict, "name": "stale"}), replaces=first.version)
+    assert library.load("team plan").version == replaced.version
+    assert sorted(p.name for p in shelf.iterdir()) == [".lock", "team plan.json"]  # no temporary files left behind
+
+
+def test_rename_and_delete(shelf, seed_dict):
+    library.save("a", parse_layout(seed_dict))
+    library.save("b", parse_layout(seed_dict))
+    with pytest.raises(ExplorerError, match="already exists"):
+        library.rename("a", "b")
+    library.rename("a", "c")
+    assert library.names() == ["b", "c"]
+    library.delete("b")
+    assert library.names() == ["c"]
+    with pytest.raises(ExplorerError, match="not in the library"):
+        library.delete("b")
+
+
+def test_saved_file_is_the_layout_file_format(shelf, seed_dict):
+    library.save("seed", parse_layout(seed_dict))
+    assert json.loads((shelf / "seed.json").read_text()) == parse_layout(seed_dict).to_dict()
 
 
 # --- races between processes ---------------------------------------------------------------------
