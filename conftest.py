@@ -3,6 +3,8 @@
 import os
 import tempfile
 
+import pytest
+
 os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
 # The traced-model disk cache goes to a fresh folder per test session, never the user's ~/.cache.
 os.environ["EXPLORER_CACHE_DIR"] = tempfile.mkdtemp(prefix="explorer-trace-cache-")
@@ -11,6 +13,6 @@ from explorer import devices  # noqa: E402
 
 devices.configure(8)
 
-# The browser tests' fixtures. Loaded as a plugin, after the devices are configured above,
-# so that pytest rewrites the asserts of its helpers (a plain import would not).
-pytest_plugins = ["tests.browser"]
+# The browser tests' helpers (tests/browser/__init__.py; their fixtures are in tests/browser/conftest.py):
+# registered before anything imports them, so that pytest rewrites their asserts (a plain import would not).
+pytest.register_assert_rewrite("tests.browser")

@@ -16,6 +16,7 @@ from explorer.__main__ import main
 from explorer.errors import ExplorerError
 from explorer.layout import MAX_FILE_BYTES, SEED_LAYOUT, load_layout_bytes, parse_layout
 from explorer.share import MAX_PARAM_LENGTH, layout_to_query, params_to_dict, params_to_layout
+from tests.paths import APP
 
 SEED_TEXT = json.dumps(SEED_LAYOUT)
 
@@ -131,11 +132,9 @@ def test_url_refuses_a_layout_whose_link_the_decoder_would_refuse(seed_dict, tmp
 
 
 def test_hostile_sidebar_input_is_a_message_next_to_the_field():
-    from pathlib import Path
-
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=300)
     at.run()
     at.text_input(key="mesh_shape_text").input("9" * 5000 + ", 4").run()
     assert not at.exception

@@ -11,9 +11,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
 
 # Every built-in model, in every form that builds different Flax code (scan, NNX's logical variant), small.
 MODELS = [

@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from flax.core import spmd as core_spmd
@@ -16,8 +15,8 @@ from explorer.layout import parse_layout
 from explorer.rules import resolve
 from explorer.timing import time_layout
 from tests.class_models import ALL as CLASS_FACTORIES
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 MESH = {"shape": [2, 4], "axes": ["data", "model"]}
 GUIDE_RULES = [["batch", "data"], ["hidden", "model"], ["embed", None]]
 

@@ -2,7 +2,6 @@
 
 import ast
 import copy
-from pathlib import Path
 from urllib.parse import parse_qsl
 
 import yaml
@@ -12,8 +11,8 @@ from explorer import library
 from explorer.layout import SEED_LAYOUT, load_layout_bytes, parse_layout
 from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from explorer.text import markdown_literal
+from tests.paths import APP
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 NAME = "x\nimport os; os.system('id')\n# ![t](http://127.0.0.1:9/x.png) [Click to re-authenticate](http://127.0.0.1:9/)"
 RULE = "batch\r\nimport os\n![r](http://127.0.0.1:9/r.png)"
 RAW_MARKDOWN = ("![t](", "![r](", "[Click to re-authenticate](")

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 TOOLS = ("bash", "dirname", "cat", "rm")  # what scripts/setup.sh runs before it has a Python
 
 

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,8 @@ from explorer.analysis import analyze as analyze_layout
 from explorer.analysis import report_to_dict
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, parse_layout
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SEED_FILE = ROOT / "layouts" / "seed-2x4.json"
 W2 = "params/LogicalDotReluDot_0/W2"
 

@@ -7,6 +7,7 @@ import pytest
 from explorer.reading import constraints as program, trace as tracing
 from explorer.analysis import analyze, jax_mesh
 from explorer.layout import parse_layout
+from tests.paths import ROOT
 from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL_FACTORIES
 
 TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 4, "kv_heads": 4, "head_dim": 8,
@@ -161,7 +162,6 @@ def test_importing_the_tracing_code_runs_the_collector_once_and_leaves_it_on():
     times; paused, once, when it comes back on (the collection that fell due meanwhile)."""
     import subprocess
     import sys
-    from pathlib import Path
 
     code = ("import gc, sys\n"
             "from explorer import reading\n"
@@ -172,6 +172,6 @@ def test_importing_the_tracing_code_runs_the_collector_once_and_leaves_it_on():
             "assert 'flax' in sys.modules and 'optax' in sys.modules\n"
             "print(len(runs), gc.isenabled())\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(Path(__file__).resolve().parents[1]))
+                         cwd=ROOT)
     collections, enabled = out.stdout.split()
     assert int(collections) <= 1 and enabled == "True"

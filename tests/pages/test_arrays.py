@@ -1,14 +1,11 @@
 """AppTest of the Arrays page: the guide's matmul preset, the other presets, a bad expression, a planned mesh, a timing."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer.ops import PRESETS
-from tests.test_app import plain
-
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+from tests.pages.test_app import plain
+from tests.paths import APP
 
 
 @pytest.fixture

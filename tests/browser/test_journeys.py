@@ -11,7 +11,6 @@ The server gets its own library folder and compile cache, so nothing is shared w
 from __future__ import annotations
 
 import json
-import os
 import re
 from urllib.parse import parse_qsl, urlsplit
 
@@ -27,6 +26,7 @@ from tests.browser import (
     RUN_TIMEOUT_MS,
     SIDEBAR,
     assert_no_exception,
+    checked_server,
     choose,
     click_button,
     expect_rule_rows,
@@ -34,11 +34,9 @@ from tests.browser import (
     new_page,
     open_app,
     screenshot,
-    server_log,
     set_text,
     shown_layout,
     sidebar_errors,
-    streamlit_server,
     wait_for_rerun,
 )
 
@@ -59,19 +57,9 @@ TEAM_ROWS = [["0", "batch", "fsdp"], ["1", "hidden", "tensor"]]
 @pytest.fixture(scope="module")
 def journey_server(tmp_path_factory):
     folders = {"EXPLORER_LIBRARY": tmp_path_factory.mktemp("library"), "EXPLORER_CACHE_DIR": tmp_path_factory.mktemp("cache")}
-    previous = {key: os.environ.get(key) for key in folders}
-    os.environ.update({key: str(value) for key, value in folders.items()})
-    try:
-        library.save("team-fsdp", parse_layout(TEAM))
-        with streamlit_server() as url:
-            yield url
-            assert "Traceback" not in server_log(url)
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with checked_server(**{key: str(value) for key, value in folders.items()}) as url:
+        library.save("team-fsdp", parse_layout(TEAM))  # in the server's library folder, before any test opens a page
+        yield url
 
 
 def address(page: Page) -> dict[str, str]:

@@ -1,24 +1,22 @@
-"""Sharing: link and file round trips for every preset and model, mangled links, the team library."""
+"""Sharing: link and file round trips for every preset and model, mangled links, code to copy, the target in links.
+
+The team library is tested in ``test_library.py``, op links in ``test_share_op_links.py``."""
 
 import copy
-import json
 import string
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from explorer import library
 from explorer.errors import ExplorerError
 from explorer.layout import load_layout_json, parse_layout
 from explorer.models import MODELS
 from explorer.rules import PRESETS, preset_rules
 from explorer.share import layout_from_link, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
 
 
 def every_layout(seed):
@@ -136,50 +134,6 @@ def test_url_command_prints_the_query():
     result = subprocess.run([sys.executable, "-m", "explorer", "url", str(ROOT / "layouts" / "seed-2x4.json")],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.startswith("?name=seed-2x4&mesh=2x4&")
-
-
-@pytest.fixture
-def shelf(tmp_path, monkeypatch):
-    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
-    return tmp_path / "library"
-
-
-@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/b", "..", ".hidden", "", "x" * 65, "a\\b", "trailing "])
-def test_names_that_try_to_escape_the_library_are_refused(shelf, seed_dict, name):
-    with pytest.raises(ExplorerError, match="library name"):
-        library.save(name, parse_layout(seed_dict))
-    assert not list(shelf.parent.glob("**/*.json"))
-
-
-def test_two_saves_under_one_name_never_overwrite(shelf, seed_dict):
-    first = library.save("team plan", parse_layout(seed_dict))
-    seed_dict["rules"] = [["batch", "data"]]
-    with pytest.raises(ExplorerError, match="already exists"):
-        library.save("team plan", parse_layout(seed_dict))
-    assert library.load("team plan").layout.rules_for_flax() == (("batch", "data"), ("hidden", "model"))
-    replaced = library.save("team plan", parse_layout(seed_dict), replaces=first.version)
-    with pytest.raises(ExplorerError, match="changed by someone else"):
-        library.save("team plan", parse_layout({**seed_dict, "name": "stale"}), replaces=first.version)
-    assert library.load("team plan").version == replaced.version
-    assert sorted(p.name for p in shelf.iterdir()) == [".lock", "team plan.json"]  # no temporary files left behind
-
-
-def test_rename_and_delete(shelf, seed_dict):
-    library.save("a", parse_layout(seed_dict))
-    library.save("b", parse_layout(seed_dict))
-    with pytest.raises(ExplorerError, match="already exists"):
-        library.rename("a", "b")
-    library.rename("a", "c")
-    assert library.names() == ["b", "c"]
-    library.delete("b")
-    assert library.names() == ["c"]
-    with pytest.raises(ExplorerError, match="not in the library"):
-        library.delete("b")
-
-
-def test_saved_file_is_the_layout_file_format(shelf, seed_dict):
-    library.save("seed", parse_layout(seed_dict))
-    assert json.loads((shelf / "seed.json").read_text()) == parse_layout(seed_dict).to_dict()
 
 
 def test_the_target_travels_in_links_and_files_and_is_not_compiled():

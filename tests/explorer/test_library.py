@@ -1,4 +1,5 @@
-"""The team library under races and oddities: one winner per race, no lost update, odd entries left alone."""
+"""The team library: names, saves, renames, deletes; under races and oddities, one winner per race, no lost update, odd entries
+left alone."""
 
 import json
 import multiprocessing
@@ -11,6 +12,7 @@ import pytest
 from explorer import library
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, parse_layout
+from tests.paths import APP
 
 PROCESSES = 4
 ROUNDS = 45  # 15 races of each operation
@@ -24,6 +26,46 @@ def shelf(tmp_path, monkeypatch):
 
 def seed(name="seed"):
     return parse_layout({**SEED_LAYOUT, "name": name})
+
+
+# --- saving, renaming, deleting ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/b", "..", ".hidden", "", "x" * 65, "a\\b", "trailing "])
+def test_names_that_try_to_escape_the_library_are_refused(shelf, seed_dict, name):
+    with pytest.raises(ExplorerError, match="library name"):
+        library.save(name, parse_layout(seed_dict))
+    assert not list(shelf.parent.glob("**/*.json"))
+
+
+def test_two_saves_under_one_name_never_overwrite(shelf, seed_dict):
+    first = library.save("team plan", parse_layout(seed_dict))
+    seed_dict["rules"] = [["batch", "data"]]
+    with pytest.raises(ExplorerError, match="already exists"):
+        library.save("team plan", parse_layout(seed_dict))
+    assert library.load("team plan").layout.rules_for_flax() == (("batch", "data"), ("hidden", "model"))
+    replaced = library.save("team plan", parse_layout(seed_dict), replaces=first.version)
+    with pytest.raises(ExplorerError, match="changed by someone else"):
+        library.save("team plan", parse_layout({**seed_dict, "name": "stale"}), replaces=first.version)
+    assert library.load("team plan").version == replaced.version
+    assert sorted(p.name for p in shelf.iterdir()) == [".lock", "team plan.json"]  # no temporary files left behind
+
+
+def test_rename_and_delete(shelf, seed_dict):
+    library.save("a", parse_layout(seed_dict))
+    library.save("b", parse_layout(seed_dict))
+    with pytest.raises(ExplorerError, match="already exists"):
+        library.rename("a", "b")
+    library.rename("a", "c")
+    assert library.names() == ["b", "c"]
+    library.delete("b")
+    assert library.names() == ["c"]
+    with pytest.raises(ExplorerError, match="not in the library"):
+        library.delete("b")
+
+
+def test_saved_file_is_the_layout_file_format(shelf, seed_dict):
+    library.save("seed", parse_layout(seed_dict))
+    assert json.loads((shelf / "seed.json").read_text()) == parse_layout(seed_dict).to_dict()
 
 
 # --- races between processes ---------------------------------------------------------------------
@@ -162,13 +204,11 @@ def test_a_bad_library_folder_is_one_message(tmp_path, monkeypatch, make_bad):
 
 @pytest.mark.parametrize("page", ["views/0_Layout.py", "views/2_Compare.py"])
 def test_a_bad_library_folder_is_a_message_in_the_library_section_only(tmp_path, monkeypatch, page):
-    from pathlib import Path
-
     from streamlit.testing.v1 import AppTest
 
     (tmp_path / "a-file").write_text("not a folder")
     monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "a-file"))
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=300)
     at.switch_page(page)
     at.run()
     assert not at.exception
@@ -180,13 +220,11 @@ def test_a_bad_library_folder_is_a_message_in_the_library_section_only(tmp_path,
 
 
 def test_skipped_entries_are_reported_under_the_library(shelf):
-    from pathlib import Path
-
     from streamlit.testing.v1 import AppTest
 
     library.save("real", seed())
     (shelf / "folder.json").mkdir()
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=300)
     at.run()
     assert not at.exception
     assert any("folder.json" in w.value and "it is a folder" in w.value for w in at.sidebar.warning)

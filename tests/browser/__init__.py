@@ -1,8 +1,9 @@
 """Support for the real-browser tests: a Streamlit server, Chromium, reruns, screenshots, the rules editor.
 
-A pytest plugin (``pytest_plugins`` in the top-level ``conftest.py``, so pytest rewrites its
-asserts) giving the fixtures ``app_url``, ``browser``, ``blank_page`` and ``page``;
-also used directly by ``scripts/screenshots.py``.
+The tests in this folder import what they need from here (``from tests.browser import ...``), as
+``scripts/screenshots.py`` does; their fixtures (``app_url``, ``browser``, ``blank_page``, ``page``)
+are in ``conftest.py`` beside them. The top-level ``conftest.py`` registers this package for
+pytest's assert rewriting.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Playwright, expect
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
+REPO = ROOT
 SCREENSHOTS = REPO / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -124,6 +127,23 @@ def server_log(url: str) -> str:
     log.flush()
     log.seek(0)
     return log.read()
+
+
+@contextmanager
+def checked_server(**environ: str) -> Iterator[str]:
+    """``streamlit_server`` started with ``environ`` set (in this process too, until it stops); at the end its log
+    must show no traceback.
+
+    With no ``environ`` it is the shared ``app_url`` server; a module that needs what that server must not
+    share (its own compile cache, library folder, allow-listed factories) starts one of its own with them.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environ.items():
+            patch.setenv(name, value)
+        with streamlit_server() as url:
+            yield url
+            log = server_log(url)
+            assert "Traceback" not in log, f"the server printed a traceback during the browser tests:\n{log}"
 
 
 def _wait_healthy(url: str, process: subprocess.Popen, log) -> None:
@@ -447,41 +467,3 @@ def edit_rule_axes(page: Page, row: int, axes: list[str]) -> None:
     expect(editor).to_have_count(0)
     wait_for_rerun(page)
 
-
-# --- pytest fixtures ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def app_url() -> Iterator[str]:
-    """The app's server, shared by the browser tests; at the end, its log must show no traceback."""
-    with streamlit_server() as url:
-        yield url
-        log = server_log(url)
-        assert "Traceback" not in log, f"the server printed a traceback during the browser tests:\n{log}"
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@pytest.fixture
-def blank_page(browser: Browser) -> Iterator[Page]:
-    """A page in a fresh browser context that has loaded nothing yet."""
-    page = new_page(browser)
-    try:
-        yield page
-    finally:
-        page.context.close()
-
-
-@pytest.fixture
-def page(blank_page: Page, app_url: str) -> Page:
-    """The Layout page, loaded in a fresh session, with its device grid drawn."""
-    open_app(blank_page, app_url)
-    return blank_page

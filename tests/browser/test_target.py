@@ -4,7 +4,6 @@ The server gets its own empty compile cache, so the compile really runs (the gui
 MLP on an 8-chip v5e slice: a few seconds in a child process).
 """
 
-import os
 import re
 
 import pytest
@@ -13,13 +12,12 @@ from playwright.sync_api import expect
 from tests.browser import (
     MAIN,
     assert_no_exception,
+    checked_server,
     choose,
     key_selector,
     new_page,
     open_app,
     screenshot,
-    server_log,
-    streamlit_server,
     wait_for_rerun,
 )
 
@@ -30,17 +28,8 @@ COMPILE_TIMEOUT_MS = 240_000
 
 @pytest.fixture(scope="module")
 def target_app_url(tmp_path_factory):
-    previous = os.environ.get("EXPLORER_CACHE_DIR")
-    os.environ["EXPLORER_CACHE_DIR"] = str(tmp_path_factory.mktemp("compile-cache"))
-    try:
-        with streamlit_server() as url:
-            yield url
-            assert "Traceback" not in server_log(url)
-    finally:
-        if previous is None:
-            os.environ.pop("EXPLORER_CACHE_DIR")
-        else:
-            os.environ["EXPLORER_CACHE_DIR"] = previous
+    with checked_server(EXPLORER_CACHE_DIR=str(tmp_path_factory.mktemp("compile-cache"))) as url:
+        yield url
 
 
 def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(browser, target_app_url):

@@ -1,12 +1,12 @@
 """AppTest of the Layout page (app.py runs it by default): renders, reacts to rule edits, shows errors next to widgets."""
 
 import re
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+from tests.paths import APP
+
 KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"
 
 

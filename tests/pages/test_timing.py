@@ -1,11 +1,10 @@
 """AppTest of the Timing page: a small layout timed to completion, and the planned-mesh refusal."""
 
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+from tests.paths import APP
 
 
 @pytest.fixture

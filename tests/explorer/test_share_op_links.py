@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from explorer.errors import ExplorerError
 from explorer.ops import PRESETS, parse_op
 from explorer.share import OP_PARAMS, is_op_link, op_to_query, params_to_op
-from tests.test_ops import random_ops
+from tests.explorer.test_ops import random_ops
 
 
 def from_query(query):

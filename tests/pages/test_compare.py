@@ -1,7 +1,6 @@
 """AppTest of the Compare page, and of links restoring a layout on every page."""
 
 import copy
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -11,8 +10,8 @@ from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from explorer.share import layout_to_params
 from explorer.text import human_bytes
+from tests.paths import APP
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 LAYERS = 4
 
 

@@ -4,7 +4,6 @@ The server gets its own empty compile cache, so stage 2 really compiles (the gui
 8-chip v5e slice: the best estimate and the user's own layout, seconds each in child processes).
 """
 
-import os
 import re
 
 import pytest
@@ -18,15 +17,14 @@ from tests.browser import (
     RUN_TIMEOUT_MS,
     SIDEBAR,
     assert_no_exception,
+    checked_server,
     choose,
     go_to_page,
     key_selector,
     new_page,
     open_app,
     screenshot,
-    server_log,
     shown_layout,
-    streamlit_server,
     wait_for_rerun,
 )
 
@@ -35,17 +33,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def advisor_app_url(tmp_path_factory):
-    previous = os.environ.get("EXPLORER_CACHE_DIR")
-    os.environ["EXPLORER_CACHE_DIR"] = str(tmp_path_factory.mktemp("advisor-cache"))
-    try:
-        with streamlit_server() as url:
-            yield url
-            assert "Traceback" not in server_log(url)
-    finally:
-        if previous is None:
-            os.environ.pop("EXPLORER_CACHE_DIR")
-        else:
-            os.environ["EXPLORER_CACHE_DIR"] = previous
+    with checked_server(EXPLORER_CACHE_DIR=str(tmp_path_factory.mktemp("advisor-cache"))) as url:
+        yield url
 
 
 def test_run_the_advisor_watch_its_stages_and_open_the_winner(browser, advisor_app_url):

@@ -4,9 +4,6 @@ import copy
 import json
 import subprocess
 import sys
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
@@ -15,12 +12,10 @@ from explorer.analysis import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.compiled import compile_step
-from explorer.hlo import collectives
 from explorer import timing as timing_lib
 from explorer.timing import time_layout
-from ui.turnstile import Turnstile
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}
 
 
@@ -41,25 +36,6 @@ def test_reported_flops_and_memory_grow_with_the_model_as_xla_counts_them(seed_d
     grown = 3 * 2 * 2 * (512**2 - 256**2) * 4
     assert wide.memory["output_bytes"] - small.memory["output_bytes"] == grown
     assert wide.memory["argument_bytes"] - small.memory["argument_bytes"] == grown + 8 * (512 - 256) // 2 * 4
-
-
-def test_host_memory_estimate_bounds_what_xla_allocates(seed_dict):
-    """The Timing page's host-memory figure (and the refusal built on it) is an upper bound of XLA's buffers."""
-    transformer = {"name": "transformer", "options": {
-        "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8, "mlp_dim": 64, "vocab": 128,
-    }}
-    for rules, model in [
-        ([["batch", "data"], ["hidden", "model"]], SMALL_MLP),
-        ([["batch", "data"]], SMALL_MLP),
-        ([["batch", "data"], ["hidden", "model"]], {"name": "mlp", "options": {"batch": 64, "layers": 2, "depth": 64}}),
-        ([["batch", "data"], ["heads", "model"], ["mlp", "model"]], transformer),
-    ]:
-        seed = layout(seed_dict, rules=rules, model=model)
-        report = analyze(seed)
-        memory = compiled_lib.memory_of(compile_step(seed, report)[0].step)
-        per_device = memory["argument_bytes"] + memory["output_bytes"] + memory["temp_bytes"] - memory["alias_bytes"]
-        estimate = compiled_lib.host_footprint_bytes(report)
-        assert per_device * report.mesh.size <= estimate <= 4 * per_device * report.mesh.size, (rules, model)
 
 
 def test_reported_memory_is_memory_analysis_of_the_same_compiled_step(seed_dict):
@@ -113,69 +89,6 @@ def test_one_device_needs_no_collectives(seed_dict):
     assert all(c["count"] == 0 for c in result.collectives.values())
 
 
-def test_collectives_parser_counts_async_pairs_once_and_adds_tuple_parts():
-    hlo = "\n".join([
-        "%ag-start = (f32[4,8]{1,0}, f32[16,8]{1,0}) all-gather-start(%p), dimensions={0}",
-        "%ag-done = f32[16,8]{1,0} all-gather-done(%ag-start)",
-        "%ar = (f32[256]{0}, bf16[2,2]{1,0}) all-reduce(%a, %b), to_apply=%add",
-        "ROOT %cp = s32[10]{0} collective-permute(%c), source_target_pairs={{0,1}}",
-        "%fusion = f32[4]{0} fusion(%all-reduce.3), kind=kLoop",
-    ])
-    counted = collectives(hlo).ops
-    assert counted["all-gather"] == {"count": 1, "bytes": 16 * 8 * 4}
-    assert counted["all-reduce"] == {"count": 1, "bytes": 256 * 4 + 4 * 2}
-    assert counted["collective-permute"] == {"count": 1, "bytes": 40}
-    assert counted["reduce-scatter"]["count"] == 0
-
-
-LOOP_MODULE = """HloModule loops
-
-%add (x: f32[], y: f32[]) -> f32[] {
-  ROOT %sum = f32[] add(%x, %y)
-}
-
-%inner_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
-  %ar = f32[8]{0} all-reduce(%v), replica_groups={{0,1}}, to_apply=%add
-  ROOT %t = (s32[], f32[8]) tuple(%i, %ar)
-}
-
-%inner_cond (p: (s32[], f32[8])) -> pred[] {
-  ROOT %lt = pred[] compare(%i, %n), direction=LT
-}
-
-%outer_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
-  %w = (s32[], f32[8]) while(%p), condition=%inner_cond, body=%inner_body, backend_config={"known_trip_count":{"n":"3"}}
-  %ag-start = (f32[8]{0}, f32[16]{0}) all-gather-start(%v), dimensions={0}
-  %ag-done = f32[16]{0} all-gather-done(%ag-start)
-  ROOT %t = (s32[], f32[8]) tuple(%i, %v)
-}
-
-%outer_cond (p: (s32[], f32[8])) -> pred[] {
-  ROOT %lt = pred[] compare(%i, %n), direction=LT
-}
-
-%dynamic_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
-  %cp = f32[8]{0} collective-permute(%v), source_target_pairs={{0,1}}
-  ROOT %t = (s32[], f32[8]) tuple(%i, %cp)
-}
-
-ENTRY %main (a: f32[8]) -> f32[8] {
-  %w1 = (s32[], f32[8]) while(%init), condition=%outer_cond, body=%outer_body, backend_config={"known_trip_count":{"n":"4"}}
-  %w2 = (s32[], f32[8]) while(%init), condition=%outer_cond, body=%dynamic_body
-  %ar.top = f32[8]{0} all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
-  ROOT %r = f32[8]{0} copy(%ar.top)
-}
-"""
-
-
-def test_collectives_in_loop_bodies_count_once_per_iteration():
-    program = collectives(LOOP_MODULE)
-    assert program.ops["all-reduce"] == {"count": 4 * 3 + 1, "bytes": (4 * 3 + 1) * 8 * 4}
-    assert program.ops["all-gather"] == {"count": 4, "bytes": 4 * 16 * 4}
-    assert program.ops["collective-permute"] == {"count": 1, "bytes": 8 * 4}  # the unbounded loop: once
-    assert program.loops_without_trip_count == 1
-
-
 def test_declared_activation_shardings_are_what_xla_chose_for_the_guide(seed_dict):
     result = time_layout(layout(seed_dict), steps=1, warmup=0)
     declared = [a for a in result.activations if a.declared is not None]
@@ -225,42 +138,6 @@ def test_returning_to_a_timed_layout_does_not_recompile(seed_dict, monkeypatch):
     monkeypatch.setattr(compiled_lib, "_compile", lambda *a: pytest.fail("recompiled a cached layout"))
     again = time_layout(parse_layout({**seed.to_dict(), "name": "renamed"}), steps=1, warmup=0)
     assert again.cached and again.compile_s == first.compile_s
-
-
-def test_compile_cache_is_bounded(seed_dict):
-    for depth in (64, 128, 192, 320, 384, 448):
-        compile_step(layout(seed_dict, model={"name": "mlp", "options": {"batch": 8, "layers": 1, "depth": depth}}))
-    assert len(compiled_lib._steps) == compiled_lib.CACHE_SIZE  # six layouts compiled, the oldest dropped
-
-
-def test_turnstile_serves_one_at_a_time_in_arrival_order():
-    gate = Turnstile()
-    order, running, peak = [], [0], [0]
-
-    def worker(name):
-        gate.enter()
-        try:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
-            order.append(name)
-            time.sleep(0.05)
-            running[0] -= 1
-        finally:
-            gate.leave()
-
-    gate.enter()  # hold the turnstile while the workers queue up in a known order
-    threads = []
-    for name in range(4):
-        thread = threading.Thread(target=worker, args=(name,))
-        thread.start()
-        threads.append(thread)
-        while gate.queue_length() < name + 2:
-            time.sleep(0.01)
-    assert gate.queue_length() == 5
-    gate.leave()
-    for thread in threads:
-        thread.join()
-    assert order == [0, 1, 2, 3] and peak[0] == 1
 
 
 def test_time_command_prints_the_documented_json():

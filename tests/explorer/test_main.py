@@ -3,12 +3,12 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 SEED = ROOT / "layouts" / "seed-2x4.json"
 
 

@@ -15,7 +15,7 @@ EXPLICIT = {"name": "explicit", "mesh": {"shape": [2, 4], "axes": ["data", "mode
 
 @pytest.fixture
 def traces(monkeypatch, cleared):
-    """Each trace of a Linen model, as tests/test_tracing.py counts them: "init" (the state) and "forward" (the forward
+    """Each trace of a Linen model, as tests/explorer/reading/test_trace.py counts them: "init" (the state) and "forward" (the forward
     pass whose constraints are read)."""
     calls = []
     real_init, real_read = tracing._linen_state, program.constraints

@@ -6,7 +6,11 @@ holds. The guide's examples run at 256 x 256 (its 8192 x 8192 only in the preset
 """
 
 import copy
+import json
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +25,7 @@ from explorer.errors import ExplorerError
 from explorer.expr import parse_expr
 from explorer.ops import PRESETS, analyse_op, check_op_timeable, parse_op, time_op
 from explorer.specs import normal_spec, spec_text
+from tests.paths import ROOT
 
 SMALL = 256
 
@@ -241,10 +246,7 @@ def test_integer_inputs_are_small_and_time(monkeypatch):
 
 
 def test_the_ops_folder_holds_the_presets():
-    import json
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parent.parent / "ops"
+    folder = ROOT / "ops"
     found = {json.dumps(json.loads(path.read_text()), sort_keys=True) for path in folder.glob("*.json")}
     assert found == {json.dumps(data, sort_keys=True) for _, data in PRESETS.values()}
 
@@ -305,3 +307,51 @@ def test_op_links_carry_the_axis_types():
     query = op_to_query(op)
     assert "types=explicit,explicit" in query
     assert params_to_op(dict(parse_qsl(query[1:]))) == op
+
+
+# --- the op command, end to end ---------------------------------------------------------------------
+
+def run(*args, devices="8"):
+    env = {**os.environ, "EXPLORER_CPU_DEVICES": devices}
+    return subprocess.run([sys.executable, "-m", "explorer", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+
+
+def op_file(tmp_path, mesh, size=64, out_spec=None):
+    path = tmp_path / "op.json"
+    path.write_text(json.dumps({
+        "mesh": {"shape": mesh, "axes": ["a", "b"]},
+        "arrays": {"y": {"shape": [size, size], "spec": ["a", None]}, "z": {"shape": [size, size], "spec": [None, "b"]}},
+        "expr": "jnp.dot(y, z)", "out_spec": out_spec,
+    }))
+    return str(path)
+
+
+def test_op_command_json_with_timing(tmp_path):
+    result = run("op", op_file(tmp_path, [4, 2]), "--json", "--time", "2")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["output"]["spec"] == ["a", "b"] and report["output"]["spec_text"] == "P('a', 'b')"
+    assert report["output_spec_source"] == "compiled executable (XLA)" and report["collectives"] == {}
+    assert [t["devices"] for t in report["inputs"]["y"]["tiles"]] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    timing = report["timing"]
+    assert len(timing["sharded_s"]["samples"]) == len(timing["single_device_s"]["samples"]) == 2
+    assert timing["speedup"] == pytest.approx(timing["single_device_s"]["median"] / timing["sharded_s"]["median"])
+
+
+def test_op_command_text_draws_every_array(tmp_path):
+    result = run("op", op_file(tmp_path, [4, 2], out_spec=[]))
+    assert result.returncode == 0, result.stderr
+    assert "output: float32[64, 64] spec P(None, None)" in result.stdout
+    assert "│ CPU 0,1 │" in result.stdout and "│ CPU 0,2,4,6 │ CPU 1,3,5,7 │" in result.stdout
+    assert "collectives: all-gather" in result.stdout
+
+
+def test_op_command_planned_mesh_is_analysed_and_not_timed(tmp_path):
+    spec = op_file(tmp_path, [16, 16], size=256)
+    result = run("op", spec)
+    assert result.returncode == 0, result.stderr
+    assert "256 devices (planned)" in result.stdout and "type-level propagation" in result.stdout
+    assert "output: float32[256, 256] spec P('a', 'b')" in result.stdout
+    timed = run("op", spec, "--time", "2")
+    assert timed.returncode == 2 and "error: mesh.shape: [16, 16] needs 256 devices" in timed.stderr
+    assert "Traceback" not in timed.stderr

@@ -3,7 +3,7 @@
 Streamlit ties a widget's identity to the page that draws it, so the sidebar's widgets
 are new widgets on every page; the app carries their values (and the rules editor's
 edits) over. Opening a page by its address restores the layout from the link instead:
-that is tested in test_browser_share.py.
+that is tested in test_share.py.
 """
 
 import pytest

@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +10,8 @@ import pytest
 
 from explorer.errors import ExplorerError
 from explorer.expr import FUNCTIONS, parse_expr
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 A = jnp.arange(12.0).reshape(3, 4) / 7
 B = jnp.arange(12.0).reshape(4, 3) / 5
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "app.py")
+from tests.paths import APP
 
 
 @pytest.fixture(autouse=True)

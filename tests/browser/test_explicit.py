@@ -5,7 +5,6 @@ shardings in its values' types, so on an Auto mesh the sidebar says it needs Exp
 a button; after it the Layout page lists every value with its type, and the link carries the types.
 """
 
-import os
 import re
 from urllib.parse import parse_qsl, urlsplit
 
@@ -17,14 +16,13 @@ from tests.browser import (
     MAIN,
     RERUN_TIMEOUT_MS,
     assert_no_exception,
+    checked_server,
     click_button,
     key_selector,
     new_page,
     open_app,
     screenshot,
-    server_log,
     sidebar_errors,
-    streamlit_server,
     toggle_expander,
     wait_for_rerun,
 )
@@ -42,17 +40,8 @@ SIZES = ((1024, 768), (1440, 900))
 @pytest.fixture(scope="module")
 def explicit_app_url():
     """A server of its own: the shared one does not allow-list Gemma's factory."""
-    previous = os.environ.get("EXPLORER_ALLOWED_FACTORIES")
-    os.environ["EXPLORER_ALLOWED_FACTORIES"] = FACTORY
-    try:
-        with streamlit_server() as url:
-            yield url
-            assert "Traceback" not in server_log(url)
-    finally:
-        if previous is None:
-            os.environ.pop("EXPLORER_ALLOWED_FACTORIES")
-        else:
-            os.environ["EXPLORER_ALLOWED_FACTORIES"] = previous
+    with checked_server(EXPLORER_ALLOWED_FACTORIES=FACTORY) as url:
+        yield url
 
 
 def values_count(page: Page) -> tuple[int, int]:

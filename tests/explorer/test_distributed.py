@@ -1,0 +1,118 @@
+"""Two local processes under jax.distributed: the same program as one process; joining a multi-host run.
+
+The ground truth is the single-process run of the same layout in this test process
+(8 simulated devices): XLA's per-device memory, the collectives, and the parameters
+after three steps must be the same when the mesh's devices are split over two
+processes (4 each) that talk through gloo.
+"""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+from explorer import workers
+from explorer.layout import parse_layout
+from explorer.timing import timed_run, time_layout
+from explorer.distributed import state_arrays
+from explorer.workers import time_local_processes
+from tests.paths import ROOT
+
+SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}
+
+
+def small_layout(seed_dict, **changes):
+    data = copy.deepcopy(seed_dict)
+    data["model"] = SMALL_MLP
+    data.update(changes)
+    return parse_layout(data)
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """The guide's layout (2x4 mesh, batch over data, hidden over model) timed for 3 steps in 2 processes."""
+    from explorer.layout import SEED_LAYOUT
+
+    layout = small_layout(SEED_LAYOUT)
+    state_file = tmp_path_factory.mktemp("state") / "state.npz"
+    result = time_local_processes(layout, 2, steps=3, warmup=0, state_file=str(state_file))
+    with np.load(state_file) as saved:
+        state = dict(saved)
+    return layout, result, state
+
+
+def test_two_processes_report_the_single_process_memory_and_collectives(two_processes):
+    layout, result, _ = two_processes
+    single = time_layout(layout, steps=1, warmup=0)
+    assert (result.processes, result.devices_per_process, result.devices) == (2, 4, 8)
+    assert (single.processes, single.devices_per_process) == (1, 8)
+    assert result.memory == single.memory
+    assert result.collectives == single.collectives
+    assert result.collectives["all-reduce"]["count"] > 0
+    assert result.activations == single.activations
+
+
+def test_parameters_after_three_steps_match_the_single_process_run(two_processes):
+    """Parameters, and Adam's moments: its first steps move each parameter by about the
+    learning rate times the gradient's sign, so the moments are what reflect the gradients' values."""
+    layout, _, saved = two_processes
+    expected = {name: np.asarray(value) for name, value in state_arrays(timed_run(layout, steps=3, warmup=0).state).items()}
+    assert set(saved) == set(expected)
+    assert len([name for name in expected if name.startswith("params/")]) == 4
+    assert len([name for name in expected if "/mu/" in name]) == len([name for name in expected if "/nu/" in name]) == 4
+    for name, value in expected.items():
+        # gloo and one process sum the gradients in different orders: float32 rounding, scaled to the array
+        np.testing.assert_allclose(saved[name], value, rtol=1e-5, atol=1e-6 * float(np.abs(value).max()), err_msg=name)
+    # three steps moved every parameter: the comparison is not of initial values
+    initial = state_arrays(timed_run(layout, steps=1, warmup=0).state)
+    assert not np.allclose(np.asarray(initial["params/LogicalDotReluDot_0/W2"]), saved["params/LogicalDotReluDot_0/W2"])
+
+
+
+@pytest.fixture
+def small_layout_file(seed_dict, tmp_path):
+    path = tmp_path / "small-2x4.json"
+    path.write_text(json.dumps(small_layout(seed_dict).to_dict()))
+    return path
+
+
+def test_joining_a_run_from_the_command_line_prints_once(small_layout_file):
+    """What every host of a multi-host run does, here with two processes on loopback."""
+    port = workers.free_port()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    hosts = [
+        subprocess.Popen(
+            [sys.executable, "-m", "explorer", "--devices", "4", "time", str(small_layout_file), "--steps", "2", "--json",
+             "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for i in range(2)
+    ]
+    (out0, err0), (out1, err1) = [host.communicate(timeout=300) for host in hosts]
+    assert [host.returncode for host in hosts] == [0, 0], err0 + err1
+    result = json.loads(out0)
+    assert (result["processes"], result["devices_per_process"], result["devices"]) == (2, 4, 8)
+    assert len(result["step_s"]["samples"]) == 2 and out1 == ""
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--processes", "3"], "error: --processes: 3 does not divide the mesh's 8 devices evenly"),
+        (["--num-processes", "2"], "error: --num-processes: 2 joins a multi-host run: give --coordinator HOST:PORT too"),
+        (["--coordinator", "10.0.0.1"], "error: --coordinator: '10.0.0.1' needs --num-processes and --process-id too"),
+        (["--coordinator", "nowhere", "--num-processes", "2", "--process-id", "0"], "error: --coordinator: 'nowhere' is not HOST:PORT"),
+        (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"], "error: --process-id: 2 must be between 0 and 1"),
+        (["--processes", "2", "--coordinator", "127.0.0.1:1"], "error: --coordinator: '127.0.0.1:1' needs --num-processes"),
+    ],
+)
+def test_distributed_arguments_are_checked_before_anything_starts(small_layout_file, capsys, args, message):
+    from explorer.__main__ import main
+
+    assert main(["time", str(small_layout_file), *args]) == 2
+    assert capsys.readouterr().err.startswith(message)

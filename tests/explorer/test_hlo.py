@@ -1,0 +1,133 @@
+"""Reading XLA's compiled program as text: collectives and their bytes, replica groups in every syntax, loop trip counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer import hlo
+
+
+@pytest.mark.parametrize(
+    "text, groups",
+    [
+        ("replica_groups={{0,1},{2,3}}", ((0, 1), (2, 3))),
+        ("replica_groups={}", ((0, 1, 2, 3),)),
+        ("replica_groups=[2,2]<=[4]", ((0, 1), (2, 3))),
+        ("replica_groups=[2,2]<=[2,2]T(1,0)", ((0, 2), (1, 3))),
+        ("replica_groups=[1,4]<=[4]", ((0, 1, 2, 3),)),
+        ("replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_1'}", ((0, 1), (2, 3))),
+        ("replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0'}", ((0, 2), (1, 3))),
+        ("replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_0','axis_1'}", ((0, 1, 2, 3),)),
+    ],
+)
+def test_replica_groups_in_every_syntax(text, groups):
+    assert hlo.replica_groups(f"%ar = f32[8]{{0}} all-reduce(%x), {text}, to_apply=%add", 4) == groups
+
+
+LOOP = """HloModule m, entry_computation_layout={(f32[8,16]{1,0})->f32[8,16]{1,0}}
+
+%cond (p: (s32[], f32[8,16], f32[16,16])) -> pred[] {
+  %limit = s32[]{:T(128)} constant(24)
+  %p = (s32[], f32[8,16], f32[16,16]) parameter(0)
+  %i = s32[]{:T(128)} get-tuple-element(%p), index=0
+  ROOT %lt = pred[]{:T(512)} compare(%i, %limit), direction=LT
+}
+
+%body (q: (s32[], f32[8,16], f32[16,16])) -> (s32[], f32[8,16], f32[16,16]) {
+  %q = (s32[], f32[8,16], f32[16,16]) parameter(0)
+  %x = f32[8,16]{1,0} get-tuple-element(%q), index=1
+  %w = f32[16,16]{1,0} get-tuple-element(%q), index=2
+  %y = f32[8,16]{1,0} convolution(%x, %w), dim_labels=bf_io->bf
+  %s = f32[8,16]{1,0} all-reduce(%y), replica_groups=[2,2]<=[4], to_apply=%add
+  ROOT %t = (s32[], f32[8,16], f32[16,16]) tuple(%i, %s, %w)
+}
+
+ENTRY %main (a: f32[8,16]) -> f32[8,16] {
+  %zero = s32[]{:T(128)} constant(0)
+  %start = s32[]{:T(128)} copy(%zero)
+  %a = f32[8,16]{1,0} parameter(0)
+  %w0 = f32[16,16]{1,0} constant({...})
+  %init = (s32[], f32[8,16], f32[16,16]) tuple(%start, %a, %w0)
+  %loop = (s32[], f32[8,16], f32[16,16]) while(%init), condition=%cond, body=%body
+  ROOT %out = f32[8,16]{1,0} get-tuple-element(%loop), index=1
+}
+"""
+
+
+def test_a_loop_without_known_trip_count_is_read_from_its_condition():
+    program = hlo.collectives(LOOP)
+    assert program.loops_without_trip_count == 0
+    assert program.ops["all-reduce"] == {"count": 24, "bytes": 24 * 8 * 16 * 4}
+    [op] = hlo.collective_ops(LOOP, 4)
+    assert (op.runs, op.groups) == (24, ((0, 1), (2, 3)))
+    work = hlo.loop_work(LOOP)
+    assert work.flops == 23 * 2 * 8 * 16 * 16  # cost_analysis() counted the first iteration
+    assert work.bytes == 23 * (8 * 16 + 16 * 16 + 8 * 16) * 4
+
+
+def test_a_loop_whose_counter_does_not_start_from_a_constant_is_unbounded():
+    text = LOOP.replace("%start = s32[]{:T(128)} copy(%zero)", "%start = s32[]{:T(128)} parameter(1)")
+    assert hlo.collectives(text).loops_without_trip_count == 1
+
+
+def test_collectives_parser_counts_async_pairs_once_and_adds_tuple_parts():
+    text = "\n".join([
+        "%ag-start = (f32[4,8]{1,0}, f32[16,8]{1,0}) all-gather-start(%p), dimensions={0}",
+        "%ag-done = f32[16,8]{1,0} all-gather-done(%ag-start)",
+        "%ar = (f32[256]{0}, bf16[2,2]{1,0}) all-reduce(%a, %b), to_apply=%add",
+        "ROOT %cp = s32[10]{0} collective-permute(%c), source_target_pairs={{0,1}}",
+        "%fusion = f32[4]{0} fusion(%all-reduce.3), kind=kLoop",
+    ])
+    counted = hlo.collectives(text).ops
+    assert counted["all-gather"] == {"count": 1, "bytes": 16 * 8 * 4}
+    assert counted["all-reduce"] == {"count": 1, "bytes": 256 * 4 + 4 * 2}
+    assert counted["collective-permute"] == {"count": 1, "bytes": 40}
+    assert counted["reduce-scatter"]["count"] == 0
+
+
+LOOP_MODULE = """HloModule loops
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+%inner_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %ar = f32[8]{0} all-reduce(%v), replica_groups={{0,1}}, to_apply=%add
+  ROOT %t = (s32[], f32[8]) tuple(%i, %ar)
+}
+
+%inner_cond (p: (s32[], f32[8])) -> pred[] {
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%outer_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %w = (s32[], f32[8]) while(%p), condition=%inner_cond, body=%inner_body, backend_config={"known_trip_count":{"n":"3"}}
+  %ag-start = (f32[8]{0}, f32[16]{0}) all-gather-start(%v), dimensions={0}
+  %ag-done = f32[16]{0} all-gather-done(%ag-start)
+  ROOT %t = (s32[], f32[8]) tuple(%i, %v)
+}
+
+%outer_cond (p: (s32[], f32[8])) -> pred[] {
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%dynamic_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %cp = f32[8]{0} collective-permute(%v), source_target_pairs={{0,1}}
+  ROOT %t = (s32[], f32[8]) tuple(%i, %cp)
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %w1 = (s32[], f32[8]) while(%init), condition=%outer_cond, body=%outer_body, backend_config={"known_trip_count":{"n":"4"}}
+  %w2 = (s32[], f32[8]) while(%init), condition=%outer_cond, body=%dynamic_body
+  %ar.top = f32[8]{0} all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+  ROOT %r = f32[8]{0} copy(%ar.top)
+}
+"""
+
+
+def test_collectives_in_loop_bodies_count_once_per_iteration():
+    program = hlo.collectives(LOOP_MODULE)
+    assert program.ops["all-reduce"] == {"count": 4 * 3 + 1, "bytes": (4 * 3 + 1) * 8 * 4}
+    assert program.ops["all-gather"] == {"count": 4, "bytes": 4 * 16 * 4}
+    assert program.ops["collective-permute"] == {"count": 1, "bytes": 8 * 4}  # the unbounded loop: once
+    assert program.loops_without_trip_count == 1

@@ -1,0 +1,48 @@
+"""Box-drawing grids against jax.debug.visualize_array_sharding (the ``op`` command that prints them: ``test_ops.py``)."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from explorer.analysis import mesh_info
+from explorer.layout import MeshSpec
+from explorer.text import sharding_text
+
+MESH = MeshSpec(shape=(4, 2), axes=("a", "b"))
+
+
+def cells(text):
+    """The grid's cell labels, row by row (JAX pads tall cells with blank lines)."""
+    rows = [[c.strip() for c in line.strip("│").split("│")] for line in text.splitlines() if line.startswith("│")]
+    return [row for row in rows if any(row)]
+
+
+@pytest.mark.parametrize("shape,spec", [
+    ((8, 8), ("a", "b")), ((8, 8), ("b", "a")), ((8, 8), ("a", None)), ((8, 8), (None, "b")), ((8, 8), (None, "a")),
+    ((8, 8), (("a", "b"), None)), ((8, 16), (None, ("b", "a"))), ((8,), (("a", "b"),)), ((8,), ("a",)), ((8,), ("b",)),
+    ((8, 8), ()), ((8,), ()),
+])
+def test_grids_are_what_jax_draws(shape, spec, capsys):
+    mesh = jax.make_mesh(MESH.shape, MESH.axes, axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    array = jax.device_put(jnp.zeros(shape), NamedSharding(mesh, PartitionSpec(*spec)))
+    capsys.readouterr()
+    jax.debug.visualize_array_sharding(array, use_color=False)
+    expected = cells(capsys.readouterr().out)
+    assert cells(sharding_text(shape, spec, mesh_info(MESH))) == expected
+
+
+def test_higher_ranks_draw_the_most_cut_dimensions_slice_by_slice():
+    text = sharding_text((4, 6, 8), ("b", None, "a"), mesh_info(MESH))
+    assert text.splitlines()[0] == "rows: dim 0 (4, 2 block(s)) · columns: dim 2 (8, 4 block(s))"
+    assert "slice dim 1 block 0 of 1 (0:6)" in text
+    assert cells(text) == [["CPU 0", "CPU 2", "CPU 4", "CPU 6"], ["CPU 1", "CPU 3", "CPU 5", "CPU 7"]]
+    cube = mesh_info(MeshSpec(shape=(2, 2, 2), axes=("a", "b", "c")))
+    sliced = sharding_text((4, 6, 8), ("a", "b", "c"), cube)
+    assert "slice dim 0 block 0 of 2 (0:2)" in sliced and "slice dim 0 block 1 of 2 (2:4)" in sliced
+    assert cells(sliced) == [["CPU 0", "CPU 1"], ["CPU 2", "CPU 3"], ["CPU 4", "CPU 5"], ["CPU 6", "CPU 7"]]
+
+
+def test_more_than_eight_replicas_are_abbreviated():
+    planned = mesh_info(MeshSpec(shape=(4, 4, 512), axes=("a", "b", "c")))
+    assert cells(sharding_text((8, 8), ("a",), planned, "dev")) == [[f"dev {4 * 512 * i},{4 * 512 * i + 1}…{4 * 512 * (i + 1) - 1} (2048)"] for i in range(4)]

@@ -1,0 +1,1 @@
+"""Tests of the page helpers in ``ui/``: ``ui/<module>.py`` is tested in ``tests/ui/test_<module>.py``."""
