@@ -9,6 +9,7 @@ build from ``explorer.reading.live``; ``with_sharding`` types the state's leaves
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import flax.linen as nn
@@ -40,14 +41,44 @@ def make_train_step(model: AbstractModel):
     if model.framework == "nnx":
         return _nnx_train_step(model)
 
-    def train_step(state, *inputs):
-        def loss_fn(params):
-            return built.loss(built.module.apply({"params": params}, *built.model_args(inputs)), *inputs)
+    microbatches = microbatches_of(model)
 
-        grads = jax.grad(loss_fn)(state.params)
+    def loss_fn(params, inputs):
+        return built.loss(built.module.apply({"params": params}, *built.model_args(inputs)), *inputs)
+
+    def train_step(state, *inputs):
+        if microbatches == 1:
+            grads = jax.grad(loss_fn)(state.params, inputs)
+        else:
+            grads = accumulated_grads(loss_fn, state.params, inputs, microbatches)
         return state.apply_gradients(grads=grads)
 
     return train_step
+
+
+def microbatches_of(model: AbstractModel) -> int:
+    """The model's ``microbatches`` option (gradient accumulation steps), 1 when it has none."""
+    try:
+        options = json.loads(model.key[1])
+    except (IndexError, TypeError, ValueError):
+        return 1
+    value = options.get("microbatches", 1) if isinstance(options, dict) else 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def accumulated_grads(loss_fn, params, inputs: tuple, microbatches: int):
+    """Gradient accumulation: the mean of ``loss_fn``'s gradients over ``microbatches`` equal slices of every input's
+    leading (batch) dimension, one slice at a time (``lax.scan``: one slice's activations alive at once). For a
+    loss that is a mean over the batch, the same gradient as the whole batch's."""
+    sliced = tuple(x.reshape((microbatches, x.shape[0] // microbatches) + x.shape[1:]) for x in inputs)
+
+    def one(total, batch):
+        grads = jax.grad(loss_fn)(params, batch)
+        return jax.tree_util.tree_map(jax.numpy.add, total, grads), None
+
+    zeros = jax.tree_util.tree_map(jax.numpy.zeros_like, params)
+    total, _ = jax.lax.scan(one, zeros, sliced)
+    return jax.tree_util.tree_map(lambda g: g / microbatches, total)
 
 
 def _nnx_train_step(model: AbstractModel):

@@ -36,7 +36,8 @@ from explorer.specs import SpecEntry, spec_axes
 from explorer.targets import Target
 
 KV_NAMES = ("kv_heads", "activation_kv_heads")
-STAGE1_NOTE = "stage 1, no compile: 6·N·tokens compute, state and projection traffic, the book's collectives"
+STAGE1_NOTE = ("stage 1, no compile: 6·N·tokens compute (N: the active parameters), state and projection traffic, "
+               "the book's collectives")
 
 
 def _collective(op: str, bytes_: float, axes: tuple[str, ...], group: int) -> Collective:
@@ -45,7 +46,7 @@ def _collective(op: str, bytes_: float, axes: tuple[str, ...], group: int) -> Co
 
 
 def estimate_candidate(
-    report: Report, target: Target, tokens: int, param_count: int, roles: dict[str, str],
+    report: Report, target: Target, tokens: int, param_count: int, roles: dict[str, str], remat: str = "none", microbatches: int = 1,
 ) -> tuple[Estimate, str, dict[str, float]]:
     """Stage 1's analytic roofline of one analysed layout (see the module docstring); its largest collective; and
     the collective time per mesh axis.
@@ -64,10 +65,12 @@ def estimate_candidate(
     tensor_like = {axis for rule in report.layout.rules if roles.get(rule.logical) in ("tensor", "expert") for axis in rule.mesh_axes}
     input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
     splitting = math.prod(size for axis, size in mesh.items() if axis in input_axes or axis in tensor_like)
-    compute_s = 6.0 * param_count * tokens / splitting / chip.device_peak_flops
+    moe = moe_profile(report, roles, tokens)
+    active = param_count if moe is None else active_params(report, roles, tokens)
+    compute_s = 6.0 * active * tokens * REMAT_COMPUTE.get(remat, 1.0) / splitting / chip.device_peak_flops
     # Tokens each device holds: the token grid split over the axes that split the inputs.
     tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in input_axes)
-    projections = _projections(report, roles, tensor_like, mesh)
+    projections = _projections(report, roles, tensor_like, mesh, moe)
     width = _activation_itemsize(report)
     # The book's matmul accounting (https://jax-ml.github.io/scaling-book/transformers/, "Transformer Accounting"):
     # Y = XW reads X and writes Y; the backward pass reads dY twice (dX = dY Wᵀ, dW = Xᵀ dY), reads X and
@@ -88,11 +91,17 @@ def estimate_candidate(
             if moved:
                 collectives.append((f"all-reduce x2 of activations over {axis}", _collective("all-reduce", moved, (axis,), size)))
         else:
-            gathered = sum(a.bytes_per_device * size for a in params if axis in _axes_of(a.spec))
+            # Gradient accumulation gathers the parameters and reduce-scatters the gradients once per microbatch.
+            gathered = sum(a.bytes_per_device * size for a in params if axis in _axes_of(a.spec)) * microbatches
             if gathered:
                 collectives.append((f"all-gather x2 of parameters over {axis}", _collective("all-gather", 2 * gathered, (axis,), size)))
                 collectives.append(
                     (f"reduce-scatter of gradients over {axis}", _collective("reduce-scatter", gathered / size, (axis,), size)))
+        if moe is not None and axis in moe.axes:
+            # Expert parallelism: the routed tokens (top-k x capacity of each token's embedding) are sent to their experts'
+            # devices and back (dispatch and combine all-to-alls), forward and backward.
+            moved = 4 * tokens_here * moe.slots_per_token * moe.embed * width
+            collectives.append((f"all-to-all x4 of routed tokens over {axis}", _collective("all-to-all", moved, (axis,), size)))
         # The batch is split over this axis but a parameter is not: its gradient is all-reduced over it.
         if axis in input_axes:
             reduced = sum(a.bytes_per_device for a in params if axis not in _axes_of(a.spec))
@@ -127,7 +136,8 @@ class Projection:
     row_parallel: bool  # the residual side is the output (trailing dimensions): its output is a partial sum over ``axes``
 
 
-def _projections(report: Report, roles: dict[str, str], tensor_like: set[str], mesh: dict[str, int]) -> list[Projection]:
+def _projections(report: Report, roles: dict[str, str], tensor_like: set[str], mesh: dict[str, int],
+                 moe: "Moe | None" = None) -> list[Projection]:
     """Every parameter with an embed-role dimension and a tensor-role one (the Flax convention: a kernel's input
     dimensions first, so a kernel whose embed dimensions come last writes the residual stream: row-parallel)."""
     found = []
@@ -136,6 +146,7 @@ def _projections(report: Report, roles: dict[str, str], tensor_like: set[str], m
             continue
         names = [n if isinstance(n, str) else None for n in a.logical_axes]
         role = [roles.get(n, "none") if n else "none" for n in names]
+        role = ["embed" if r == "embed_no_expert" else r for r in role]
         if "embed" not in role or "tensor" not in role and "expert" not in role or "sequence" in role:
             continue
         runs, embed, other, axes = 1, 1, 1.0, set()
@@ -145,6 +156,9 @@ def _projections(report: Report, roles: dict[str, str], tensor_like: set[str], m
                 runs *= size
             elif kind == "embed":
                 embed *= size
+            elif kind == "expert" and moe is not None:
+                # An expert's projection sees only its routed tokens: all experts together, top-k x capacity per token.
+                other *= moe.slots_per_token / math.prod(mesh[axis] for axis in split)
             else:
                 other *= size / math.prod(mesh[axis] for axis in split)
                 axes.update(split)
@@ -178,9 +192,129 @@ def tokens_per_step(report: Report, roles: dict[str, str]) -> int:
     return best
 
 
-def stage1_estimate(report: Report, target: Target, roles: dict[str, str] | None = None) -> tuple[Estimate, str, dict[str, float]]:
-    """Stage 1's estimate of one analysed layout, its largest collective and its collective time per mesh axis
-    (roles by convention, then ``roles``)."""
+def report_roles(report: Report, roles: dict[str, str] | None = None) -> dict[str, str]:
+    """Every logical name the report's arrays carry with its role: by convention, then ``roles``."""
     chosen = default_roles(sorted({n for a in report.arrays for n in (a.logical_axes or ()) if isinstance(n, str)}))
     chosen.update(roles or {})
-    return estimate_candidate(report, target, tokens_per_step(report, chosen), report.totals.param_count, chosen)
+    return chosen
+
+
+def stage1_estimate(
+    report: Report, target: Target, roles: dict[str, str] | None = None, remat: str = "none", microbatches: int = 1,
+) -> tuple[Estimate, str, dict[str, float]]:
+    """Stage 1's estimate of one analysed layout, its largest collective and its collective time per mesh axis
+    (roles by convention, then ``roles``; the step under ``remat`` and ``microbatches``)."""
+    chosen = report_roles(report, roles)
+    return estimate_candidate(report, target, tokens_per_step(report, chosen), report.totals.param_count, chosen, remat, microbatches)
+
+
+# --- mixture of experts: what runs ------------------------------------------------------------------
+
+TOP_K_OPTIONS = ("num_selected_experts", "num_experts_per_tok", "experts_per_token", "top_k", "moe_top_k", "num_experts_per_token")
+CAPACITY_OPTIONS = ("capacity_factor", "train_capacity_factor")
+
+
+@dataclasses.dataclass(frozen=True)
+class Moe:
+    """A mixture of experts as it runs: its expert parameters, the experts, the routed slots per token (top-k x capacity
+    factor: read from the trace's dispatched activations, else from the model's options) and the routed embedding."""
+
+    expert_params: int  # parameters with an expert-role dimension (every layer's)
+    experts: int
+    slots_per_token: float  # expert slots computed per token, all experts together (top-k x capacity factor)
+    embed: int  # the routed tokens' width
+    axes: frozenset[str]  # the mesh axes the experts are split over (the all-to-alls run over them)
+
+
+def moe_profile(report: Report, roles: dict[str, str], tokens: int) -> Moe | None:
+    """The model's experts (None when no parameter has an expert-role dimension).
+
+    The slots each expert computes come from the trace: an activation with an expert-role dimension and an embed- or
+    tensor-role one (the dispatched tokens, or an expert's hidden layer) holds, per expert, its capacity (every
+    dimension that is neither the expert's, the width's nor a stacked layer's). Without one, the model's options:
+    top-k (``num_selected_experts``, MaxText's ``num_experts_per_tok``...) x ``capacity_factor`` (1 when dropless).
+    """
+    expert_params, experts, embed, axes = 0, 0, 1, set()
+    for a in report.arrays:
+        if a.kind != "param" or not a.logical_axes:
+            continue
+        kinds = [roles.get(n, "none") if isinstance(n, str) else "none" for n in a.logical_axes]
+        if "expert" not in kinds:
+            continue
+        expert_params += math.prod(a.shape)
+        for size, kind, entry in zip(a.shape, kinds, a.spec):
+            if kind == "expert":
+                experts = max(experts, size)
+                axes.update(_axes_of((entry,)))
+        widths = [size for size, kind in zip(a.shape, kinds) if kind in ("embed", "embed_no_expert")]
+        embed = max(embed, math.prod(widths) if widths else 1)
+    if not expert_params or experts <= 1:
+        return None
+    slots = 0.0
+    for a in report.arrays:
+        if a.kind != "activation" or not a.logical_axes:
+            continue
+        names = [n if isinstance(n, str) else None for n in a.logical_axes]
+        kinds = [roles.get(n, "none") if n else ("expert" if i == 0 and _is_expert_axis(a, i, axes) else "none")
+                 for i, n in enumerate(names)]
+        if "expert" not in kinds or not {"embed", "embed_no_expert", "tensor"} & set(kinds):
+            continue
+        here = math.prod(size for size, kind, n in zip(a.shape, kinds, names)
+                         if kind not in ("expert", "embed", "embed_no_expert", "tensor") and n not in STACK_NAMES)
+        slots = max(slots, float(here))
+    if slots:
+        per_token = slots * experts / tokens
+    else:
+        options = dict(report.layout.model.options)
+        top_k = next((options[n] for n in TOP_K_OPTIONS if isinstance(options.get(n), (int, float))), 1)
+        capacity = next((options[n] for n in CAPACITY_OPTIONS if isinstance(options.get(n), (int, float)) and options[n] > 0), 1.0)
+        per_token = top_k * capacity
+    return Moe(expert_params, experts, per_token, embed, frozenset(axes))
+
+
+def _is_expert_axis(a, index: int, axes: set[str]) -> bool:
+    """A dimension the model fixed to the experts' mesh axes by hand (flaxformer's vmap over ``expert``)."""
+    entry = a.logical_axes[index]
+    return isinstance(entry, tuple) and bool(entry) and set(entry) <= axes | {"expert"}
+
+
+def active_params(report: Report, roles: dict[str, str], tokens: int | None = None) -> int:
+    """The parameters each token runs through: every dense one, and of the experts' the top-k x capacity factor
+    share (``moe_profile``); all parameters for a dense model."""
+    tokens = tokens or tokens_per_step(report, roles)
+    moe = moe_profile(report, roles, tokens)
+    total = report.totals.param_count
+    if moe is None:
+        return total
+    return int(round(total - moe.expert_params + moe.expert_params * min(moe.slots_per_token, moe.experts) / moe.experts))
+
+
+# --- activations kept for the backward pass, per remat policy ------------------------------------------
+
+REMAT_POLICIES = ("none", "dots_saveable", "dots_with_no_batch_dims_saveable", "full")  # most kept first
+# Compute per policy over no remat: full recomputes the forward pass (8 flops per parameter per token, not 6); the
+# dots policies recompute only what is not a matmul (and, without batch dims, the attention's own dots).
+REMAT_COMPUTE = {"none": 1.0, "dots_saveable": 1.0, "dots_with_no_batch_dims_saveable": 1.05, "full": 4.0 / 3.0}
+# Activations kept, as a share of every declared activation (the dots policies keep the projections' outputs and
+# drop the elementwise ones; full keeps each block's input only: ``activation_bytes``).
+REMAT_KEPT = {"none": 1.0, "dots_saveable": 0.75, "dots_with_no_batch_dims_saveable": 0.6}
+
+
+def activation_bytes(report: Report, roles: dict[str, str], remat: str = "none", microbatches: int = 1) -> int:
+    """Stage 1's estimate of the activations kept for the backward pass per device: every declared activation
+    (bytes per device x runs per step) for no remat, a share of them for the dots policies, and for ``full`` each
+    repeated declaration's largest residual-stream array (batch, sequence and embed dimensions only) once per run;
+    divided over the microbatches (one microbatch's activations are alive at a time). An estimate: XLA decides."""
+    acts = [a for a in report.arrays if a.kind == "activation" and not a.path.endswith("/output")]
+    total = sum(a.bytes_per_device * a.runs_per_step for a in acts)
+    if remat == "full":
+        residual = [a for a in acts if a.logical_axes and all(
+            isinstance(n, str) and roles.get(n, "none") in ("batch", "batch_no_expert", "sequence", "embed", "embed_no_expert")
+            for n in a.logical_axes)]
+        by_runs: dict[int, int] = {}
+        for a in residual:
+            by_runs[a.runs_per_step] = max(by_runs.get(a.runs_per_step, 0), a.bytes_per_device)
+        kept = sum(runs * size for runs, size in by_runs.items()) if by_runs else total * 0.1
+    else:
+        kept = total * REMAT_KEPT.get(remat, 1.0)
+    return int(kept / max(microbatches, 1))

@@ -15,7 +15,7 @@ from explorer.layout import Layout
 from explorer.text import human_bytes, plain_table, share
 
 TABLE_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device", "state / device", "bound", "MFU ceiling",
-                 "largest collective", "rules")  # the command line's table (the page shows every column)
+                 "remat", "microbatches", "active params", "largest collective", "rules")  # the command line's table (the page shows every column)
 
 
 def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
@@ -36,6 +36,8 @@ def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
         "estimate": {"compute_s": c.estimate.compute_s, "memory_s": c.estimate.memory_s, "collective_s": c.estimate.collective_s,
                      "step_s": c.estimate.step_s, "bound": c.estimate.bound, "note": STAGE1_NOTE},
         "largest_collective": c.largest_collective,
+        "active_params": c.active_params, "remat": c.remat, "microbatches": c.microbatches,
+        "activation_bytes_estimate": c.activation_bytes, "xla_refused": c.refused,
     }
 
 
@@ -64,6 +66,8 @@ def search_to_dict(search: Search) -> dict[str, Any]:
         "candidates": [candidate_to_dict(i, c) for i, c in enumerate(ranked, 1)],
         "fits_none": not any(c.fits for c in ranked),
         "smallest_state": None if smallest is None else {"bytes": smallest.state_bytes, "layout": smallest.layout.name, "hbm_bytes": hbm},
+        "roles": dict(search.roles), "guessed_roles": dict(search.guessed_roles), "scanned": search.scanned,
+        "refused_by_xla": sum(c.refused for c in ranked),
     }
     return out
 
@@ -106,8 +110,18 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
             "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
             "rules": rules_text(c.layout),
             "largest collective": c.largest_collective,
+            "remat": c.remat or "-", "microbatches": str(c.microbatches),
+            "active params": _count(c.active_params) if c.active_params else "-",
         })
     return rows
+
+
+def _count(n: int) -> str:
+    """A parameter count, short: 6.74B, 125M, 24.7K."""
+    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
 
 
 def extrapolation_text(c: Candidate) -> str:
@@ -139,6 +153,9 @@ def search_text(search: Search) -> str:
             f"({search.full_compiles} full compile(s))" if search.depth.usable else f"depth shortcut not used: {search.depth.why}"
         )
     lines += [f"compile failed: {failure}" for failure in search.failures]
+    if search.guessed_roles:
+        lines.append("roles guessed for names no convention knows (change with --role NAME=ROLE): "
+                     + ", ".join(f"{name}: {role}" for name, role in sorted(search.guessed_roles.items())))
     rows = table_rows(search)
     columns = TABLE_COLUMNS + (("extrapolated figures",) if any(row["extrapolated figures"] for row in rows) else ())
     lines.append(plain_table(rows, columns))

@@ -31,11 +31,19 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import jax
 
 from explorer.advisor.depth import SHORTCUT_DEPTHS, Depth, at_depth, depth_of, extrapolate, extrapolation_error
-from explorer.advisor.estimate import stage1_estimate
-from explorer.advisor.space import candidate_layouts
+from explorer.advisor.estimate import (
+    REMAT_POLICIES,
+    STACK_NAMES,
+    activation_bytes,
+    active_params,
+    report_roles,
+    stage1_estimate,
+)
+from explorer.advisor.space import candidate_layouts, chosen_roles, guessed_roles
 from explorer.analysis import ERROR_CODES, Finding, Report, analyze, model_for_layouts
 from explorer.errors import ExplorerError
-from explorer.layout import Layout
+from explorer.layout import Layout, parse_layout
+from explorer.specs import spec_axes
 from explorer.roofline import Estimate
 from explorer.target_compile import Stopped, compile_target
 from explorer.targets import Target, parse_target
@@ -66,6 +74,15 @@ class Candidate:
     compiled: dict | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
     extrapolation: dict | None = None  # the extrapolated result, kept when the candidate was then compiled in full
     collective_by_axis: dict[str, float] = dataclasses.field(default_factory=dict)  # stage 1's collective seconds per mesh axis
+    active_params: int = 0  # the parameters each token runs through (a mixture of experts: top-k x capacity of the experts)
+    remat: str | None = None  # the model's remat policy in this candidate (None: the model has no such option)
+    microbatches: int = 1  # gradient accumulation steps
+    activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
+
+    @property
+    def refused(self) -> bool:
+        """XLA refused the program (E1000: it does not fit): its figures are not a step's and never calibrate."""
+        return self.verified and self.compiled is not None and self.compiled.get("compiled") is False
 
     @property
     def extrapolation_error(self) -> dict[str, float | None] | None:
@@ -114,6 +131,9 @@ class Search:
     depth: Depth | None = None  # the depth shortcut's option(s), or why it was not used; None: not asked
     full_compiles: int = 0  # extrapolated candidates then compiled in full
     calibration: dict[str, float] = dataclasses.field(default_factory=dict)  # XLA's over stage 1's terms (``calibration``)
+    roles: dict[str, str] = dataclasses.field(default_factory=dict)  # every logical name's role in the generated rules
+    guessed_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the names no convention knows, with the role chosen
+    scanned: bool = False  # the trace shows a scan over the layer stack (``scanned``)
 
     def ranked(self) -> list[Candidate]:
         """The candidates best first (``rank``)."""
@@ -137,6 +157,9 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
     search = search or Search(target)
     start = time.perf_counter()
     layouts = candidate_layouts(layout, target, roles)
+    if not layout.mesh.explicit:
+        search.roles = chosen_roles(layout, roles)
+        search.guessed_roles = {n: search.roles[n] for n in guessed_roles(sorted(search.roles)) if n not in (roles or {})}
     try:  # Explicit axes: each candidate is read under its own mesh (the types depend on the sizes)
         shared = model_for_layouts(layouts[1:]) if len(layouts) > 1 and not layout.mesh.explicit else None
     except ExplorerError:  # the model's code refuses some of the names: each candidate is read (and refused) on its own
@@ -163,14 +186,88 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
             if len(search.refused_examples) < 5:
                 search.refused_examples.append(f"{candidate.name}: {errors[0].message}")
             continue
-        estimate, largest, by_axis = stage1_estimate(report, target, roles)
+        search.scanned = search.scanned or scanned(report)
         state = report.totals.state_bytes
-        search.candidates.append(Candidate(
-            candidate, state, estimate, largest, own=own, fits=state <= target.chip.device_hbm_bytes, collective_by_axis=by_axis,
-        ))
+        chosen = report_roles(report, roles)
+        active = active_params(report, chosen)
+        for variant, remat, microbatches in memory_variants(candidate, report, chosen, target, own):
+            estimate, largest, by_axis = stage1_estimate(report, target, roles, remat or "none", microbatches)
+            search.candidates.append(Candidate(
+                variant, state, estimate, largest, own=own, fits=state <= target.chip.device_hbm_bytes, collective_by_axis=by_axis,
+                active_params=active, remat=remat, microbatches=microbatches,
+                activation_bytes=activation_bytes(report, chosen, remat or "none", microbatches),
+            ))
     search.stage1_s = time.perf_counter() - start
     search.elapsed_s = search.stage1_s
     return search
+
+
+def scanned(report: Report) -> bool:
+    """Whether the trace shows a scan over the layer stack: an activation declared once and run more than once per
+    step (a loop body), or a parameter with a stacked-layer dimension (``STACK_NAMES``). Read from the trace, not from
+    an option's name (MaxText's ``scan_layers``, T5X's ``scan_layers``, this project's ``scan``)."""
+    for a in report.arrays:
+        if a.kind == "activation" and a.runs_per_step > 1:
+            return True
+        if a.kind == "param" and a.logical_axes and any(isinstance(n, str) and n in STACK_NAMES for n in a.logical_axes):
+            return True
+    return False
+
+
+REMAT_OPTIONS = ("remat",)  # the model's remat policy option (values: estimate.REMAT_POLICIES)
+MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.train_step reads it)
+MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
+FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of HBM is not taken as fitting
+
+
+def memory_variants(layout: Layout, report: Report, roles: dict[str, str], target: Target, own: bool) -> list[tuple[Layout, str | None, int]]:
+    """Memory as a search dimension: the layout with the cheapest remat policy and microbatch count whose estimated
+    peak (exact state plus stage 1's activations, ``activation_bytes``) fits, in the order no remat, the dots
+    policies, full remat, then full remat with 2, 4, 8, 16 microbatches (each costs compute or collectives; the
+    first that fits is the fastest that fits). Where nothing fits, or the model exposes no such option, or this
+    is the user's own layout: the layout as it is."""
+    options = dict(layout.model.options)
+    remat_option = next((n for n in REMAT_OPTIONS if n in options), None)
+    micro_option = next((n for n in MICROBATCH_OPTIONS if n in options), None)
+    here_remat = options.get(remat_option) if remat_option else None
+    here_micro = int(options.get(micro_option, 1)) if micro_option else 1
+    plain = [(layout, here_remat, here_micro)]
+    if own or (remat_option is None and micro_option is None):
+        return plain
+    hbm = target.chip.device_hbm_bytes * FITS_MARGIN
+    state = report.totals.state_bytes
+    batch = _batch_split(report, roles)
+    ladder = [(r, 1) for r in (REMAT_POLICIES if remat_option else (None,))]
+    if micro_option:
+        ladder += [(ladder[-1][0], m) for m in MICROBATCH_CHOICES[1:] if batch[0] % (m * batch[1]) == 0]
+    for remat, micro in ladder:
+        if state + activation_bytes(report, roles, remat or "none", micro) <= hbm:
+            if (remat, micro) == (here_remat or ("none" if remat_option else None), here_micro) or (remat in (None, "none") and micro == 1):
+                return plain
+            data = layout.to_dict()
+            data["name"] = layout.name + (f"+remat_{remat}" if remat not in (None, "none") else "") + (f"+mb{micro}" if micro > 1 else "")
+            if remat_option:
+                data["model"]["options"][remat_option] = remat
+            if micro_option:
+                data["model"]["options"][micro_option] = micro
+            return [(parse_layout(data), remat, micro)]
+    return plain
+
+
+def _batch_split(report: Report, roles: dict[str, str]) -> tuple[int, int]:
+    """The largest input's batch size and the number of shards its batch dimension(s) are split into."""
+    best = (1, 1)
+    mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
+    for a in report.arrays:
+        if a.kind != "input" or not a.logical_axes:
+            continue
+        for size, name, entry in zip(a.shape, a.logical_axes, a.spec):
+            if isinstance(name, str) and roles.get(name) in ("batch", "batch_no_expert"):
+                split = 1
+                for axis in spec_axes(entry):
+                    split *= mesh.get(axis, 1)
+                best = max(best, (size, split))
+    return best
 
 
 def _errors(report: Report) -> list[Finding]:
@@ -180,14 +277,24 @@ def _errors(report: Report) -> list[Finding]:
 
 def shortlist(search: Search) -> list[Candidate]:
     """The candidates whose state fits the device's HBM, best estimated step first (deterministic)."""
-    fitting = [c for c in search.candidates if c.state_bytes <= search.target.chip.device_hbm_bytes]
-    return sorted(fitting, key=_estimate_key)
+    return sorted((c for c in search.candidates if _may_fit(c, search.target.chip.device_hbm_bytes)), key=_estimate_key)
+
+
+CLEARLY_OVER = 2.0  # estimated activations this many times what is left beside the state: clearly does not fit
+
+
+def _may_fit(c: Candidate, hbm: int) -> bool:
+    """The exact state fits, and the estimated activations are not clearly over what is left (an estimate: XLA decides)."""
+    return c.state_bytes <= hbm and c.activation_bytes <= CLEARLY_OVER * (hbm - c.state_bytes)
 
 
 def _estimate_key(c: Candidate) -> tuple:
-    """Stage 1's order: the estimated step; where that ties (every candidate compute-bound), less
-    estimated communication first (it must hide behind the compute), then less state, then the name."""
-    return (c.estimate.step_s, c.estimate.collective_s, c.state_bytes, c.layout.name)
+    """Stage 1's order: the estimated step (to three significant figures: closer is a tie the estimate cannot tell);
+    where that ties (every candidate compute-bound at the same estimate), the terms XLA will add on top first:
+    HBM traffic and collectives together (the overlap is never perfect), then collectives alone, then less state,
+    then the name."""
+    return (float(f"{c.estimate.step_s:.3g}"), c.estimate.memory_s + c.estimate.collective_s, c.estimate.collective_s,
+            c.state_bytes, c.layout.name)
 
 
 def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
@@ -199,6 +306,7 @@ def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]
             return (0, c.step_s, c.state_bytes, c.layout.name)
         if not c.verified and c.fits:
             return (1,) + _estimate_key(c)
+        # Does not fit (XLA refused it, E1000, or its peak is over): by how much it misses, then what it needs.
         over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
         return (2, over, c.state_bytes, c.layout.name)
 
@@ -237,11 +345,7 @@ def stage2(
     progress = on_progress or (lambda *_: None)
     depth = None
     if first is not None and budget > 0 and (shortcut or shortcut is None):
-        depth = depth_of(first.layout, depth_option)
-        if shortcut is None and depth.usable and first.layout.model.options.get("scan") is True:
-            depth = Depth(why="the model's layers are scanned: a compile takes about as long at any depth, "
-                              "so each candidate is compiled in full")
-        search.depth = depth
+        depth = search.depth = depth_plan(search, first.layout, shortcut, depth_option)
     use = depth is not None and depth.usable
     tried: set[str] = set()
     try:
@@ -289,14 +393,25 @@ def stage2(
     return search
 
 
+def depth_plan(search: Search, layout: Layout, shortcut: bool | None = None, depth_option: str | None = None) -> Depth:
+    """The depth shortcut for ``layout``: its depth option(s), or why not. Automatic (``shortcut`` None): not for a
+    model the trace shows scanned over its layers (``search.scanned``, whatever its option is called)."""
+    depth = depth_of(layout, depth_option)
+    if shortcut is None and depth.usable and search.scanned:
+        return Depth(why="the model's layers are scanned (read from the trace): a compile takes about as long at any "
+                         "depth, so each candidate is compiled in full")
+    return depth
+
+
 def calibration(search: Search) -> dict[str, float]:
-    """Per roofline term, XLA's over stage 1's for the candidates compiled so far: the smallest ratio seen (1 before any).
+    """Per roofline term, XLA's over stage 1's for the candidates compiled so far: the lower median of the ratios,
+    clipped (``_robust``; 1 before any). A program XLA refused (E1000) never calibrates: its figures are not a step's.
 
     Stage 1's terms are coarse in different ways for different models (measured in the README: on
     Llama-2-7B shapes XLA's bytes accessed were 3-13x the estimate's HBM traffic, on T5 4-22x), but
     the error of one term varies much less between layouts of one model than between terms. Scaling
     each term by what the compiled candidates showed ranks the rest by an estimate corrected on this
-    model. The smallest ratio, not a mean: the calibrated estimate stays optimistic (a lower bound,
+    model. The lower median, not a mean: the calibrated estimate stays optimistic (a lower bound,
     as the roofline is), so one layout that XLA handles badly (T5 with its length sharded: 22x) does
     not condemn the others; XLA ranks whatever is compiled. Collectives are also calibrated per mesh
     axis (``collective_s:AXIS``): XLA's collectives over the axis (one over several axes shared
@@ -305,7 +420,7 @@ def calibration(search: Search) -> dict[str, float]:
     """
     ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}
     for c in search.candidates:
-        if not c.verified or not c.compiled or not c.compiled.get("estimate"):
+        if not c.verified or not c.compiled or not c.compiled.get("estimate") or c.refused:
             continue
         for term in ("compute_s", "memory_s", "collective_s"):
             stage1, xla = getattr(c.estimate, term), c.compiled["estimate"][term]
@@ -322,7 +437,19 @@ def calibration(search: Search) -> dict[str, float]:
         for axis, stage1 in c.collective_by_axis.items():
             if stage1 > 0:
                 ratios.setdefault(f"collective_s:{axis}", []).append(xla_by_axis.get(axis, 0.0) / stage1)
-    return {term: min(found) if found else 1.0 for term, found in ratios.items()}
+    return {term: _robust(found) for term, found in ratios.items()}
+
+
+CALIBRATION_CLIP = 32.0  # no factor beyond 32x either way: one compile's outlier cannot move an estimate by orders of magnitude
+
+
+def _robust(found: list[float]) -> float:
+    """The lower median of the ratios (1 before any; optimistic, as the roofline is: of two, the smaller), clipped
+    to [1/CALIBRATION_CLIP, CALIBRATION_CLIP]."""
+    if not found:
+        return 1.0
+    middle = sorted(found)[(len(found) - 1) // 2]
+    return min(max(middle, 1.0 / CALIBRATION_CLIP), CALIBRATION_CLIP)
 
 
 def calibrated(c: Candidate, factors: dict[str, float]) -> Estimate:

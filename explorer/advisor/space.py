@@ -11,10 +11,14 @@ its rules give every role the mesh axes it has:
     tensor    -> tensor                      heads, kv_heads, mlp, hidden, vocab
     sequence  -> sequence                    length (context parallelism)
     expert    -> expert
+    batch_no_expert -> (data, fsdp)          MaxText's activation_batch_no_exp (the expert axis is taken)
+    embed_no_expert -> (fsdp, sequence)      MaxText's embed_no_exp (expert kernels: FSDP within experts)
     layer, kv, unknown names -> None         replicated
 
-Roles come from the names' conventions (the Flax guides', MaxText's, T5X's: ``ROLE_NAMES``)
-and can be overridden (``roles={"hidden": "tensor"}``). With a 2^k device count and a axes
+Every logical name the model uses gets a rule, the activation-only names the trace reads
+included. Roles come from the names' conventions (the Flax guides', MaxText's, T5X's and
+flaxformer's: ``ROLE_NAMES``), else from the name's parts (``ROLE_PATTERNS``: the names guessed
+so are listed by ``guessed_roles`` and shown), and can be overridden (``roles={"hidden": "tensor"}``). With a 2^k device count and a axes
 there are C(k + a - 1, a - 1) meshes: 10 for the guide's MLP on 8 devices (data, fsdp,
 tensor), 84 for a transformer on 64 (data, fsdp, sequence, tensor).
 """
@@ -22,6 +26,7 @@ tensor), 84 for a transformer on 64 (data, fsdp, sequence, tensor).
 from __future__ import annotations
 
 import json
+import re
 from typing import Sequence
 
 from explorer.analysis import logical_names
@@ -29,30 +34,67 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
 from explorer.targets import Target
 
-ROLES = ("batch", "embed", "tensor", "sequence", "expert", "none")
-# Logical names by convention: the Flax guides' (batch, hidden, embed), this project's transformer,
-# MaxText's base.yml (activation_*, q_heads, joined_kv, exp...), T5X/flaxformer's (joined_kv, mlp, vocab).
+ROLES = ("batch", "embed", "tensor", "sequence", "expert", "batch_no_expert", "embed_no_expert", "none")
+# Logical names by convention, each by its role (activation-only names included: a name the parameters do not carry
+# still shards the activations that carry it). The Flax guides' (batch, hidden, embed), this project's transformer,
+# MaxText's base.yml (activation_*, *_no_exp, exp, q_lora, kv_lora, embed_and_logits...), T5X's and flaxformer's
+# (joined_kv, mlp, vocab, expert_mlp, expert_replicas, layers/stack), and the common spellings of other codebases.
 ROLE_NAMES: dict[str, tuple[str, ...]] = {
-    "batch": ("batch", "activation_batch", "data"),
-    "embed": ("embed", "emb", "embed_dim", "d_model", "model_dim"),
-    "tensor": ("hidden", "heads", "q_heads", "kv_heads", "mlp", "mlp_dim", "ff", "joined_kv", "vocab", "activation_heads",
-               "activation_kv_heads", "activation_mlp", "activation_vocab"),
-    "sequence": ("length", "seq", "sequence", "activation_length", "q_length", "kv_length"),
-    "expert": ("expert", "experts", "exp", "activation_exp"),
+    "batch": ("batch", "data", "activation_batch", "activation_embed_and_logits_batch", "activation_batch_attn",
+              "activation_kv_batch", "activation_batch_moe", "activation_prefill_kv_batch", "decode_batch", "cache_batch",
+              "expert_replicas", "activation_embed_and_logits_batch_sequence"),
+    "batch_no_expert": ("activation_batch_no_exp", "activation_kv_batch_no_exp", "activation_embed_and_logits_batch_no_exp"),
+    "embed": ("embed", "emb", "embed_dim", "d_model", "model_dim", "hidden_size", "embed_vocab", "q_lora", "kv_lora",
+              "embed_moe", "embed_tensor_transpose"),
+    "embed_no_expert": ("embed_no_exp", "embed_moe_no_exp"),
+    "tensor": ("hidden", "heads", "q_heads", "kv_heads", "mlp", "mlp_dim", "ff", "ffn", "joined_kv", "vocab", "mlp_moe", "expert_mlp",
+               "mlp_no_fsdp", "gdn_head", "cache_heads", "paged_kv_heads", "num_heads", "n_heads",
+               "activation_heads", "activation_kv_heads", "activation_mlp", "activation_vocab", "activation_embed",
+               "activation_mlp_moe", "activation_embed_moe", "activation_embed_attn", "activation_kv", "activation_kv_head_dim",
+               "norm", "engram_dim"),
+    "sequence": ("length", "seq", "sequence", "activation_length", "activation_length_no_exp", "activation_q_length",
+                 "activation_q_length_no_exp", "q_length", "activation_length_attn", "activation_length_moe",
+                 "activation_norm_length", "activation_norm_length_moe", "activation_input_length_attn", "decode_length",
+                 "prefill_activation_length", "seq_len"),
+    "expert": ("expert", "experts", "exp", "activation_exp", "num_experts"),
+    "none": ("layer", "layers", "stack", "blocks", "kv", "head_dim", "kv_head_dim", "qkv", "kv_length", "activation_kv_length",
+             "q_lora_up_proj", "kv_lora_up_proj", "unmodeled", "relpos_buckets", "abspos_buckets", "mlp_activations",
+             "circular_repeats", "dense_layers", "moe_layers", "local_layers", "cache_kv", "cache_sequence", "cache_batch_prefill",
+             "cache_heads_none", "activation_stage", "diloco", "mhc", "kv_lora_dim", "classes", "num_pages", "tokens_per_page",
+             "paged_kv_head_dim_size"),
 }
+# A name no table knows: its role from its parts, first match wins (MaxText's suffix "_no_exp" drops the expert axis).
+ROLE_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("batch.*_no_exp$", "batch_no_expert"), ("embed.*_no_exp$", "embed_no_expert"), ("_no_exp$", "none"),
+    ("(^|_)(exp|experts?)($|_)", "expert"), ("(^|_)batch($|_)", "batch"),
+    ("(^|_)(length|seq|sequence)($|_)", "sequence"),
+    ("(^|_)(heads?|mlp|ffn?|vocab|hidden|intermediate)($|_)", "tensor"),
+    ("^activation_embed", "tensor"), ("(^|_)(embed|emb|model_dim|d_model)($|_)", "embed"),
+)
 AXIS_ORDER = ("data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, outermost first (tensor innermost)
 
 
 def default_roles(names: Sequence[str]) -> dict[str, str]:
-    """Each logical name's role by convention ("none": replicated).
+    """Each logical name's role by convention (``ROLE_NAMES``), else from its parts (``ROLE_PATTERNS``); "none": replicated.
 
-    >>> default_roles(["batch", "embed", "hidden", "layer"])
-    {'batch': 'batch', 'embed': 'embed', 'hidden': 'tensor', 'layer': 'none'}
+    >>> default_roles(["batch", "embed", "hidden", "layer", "activation_batch_no_exp", "my_heads_dim", "zzz"])
+    {'batch': 'batch', 'embed': 'embed', 'hidden': 'tensor', 'layer': 'none', 'activation_batch_no_exp': 'batch_no_expert', 'my_heads_dim': 'tensor', 'zzz': 'none'}
     """
-    found = {}
-    for name in names:
-        found[name] = next((role for role, known in ROLE_NAMES.items() if name in known), "none")
-    return found
+    return {name: role_of(name)[0] for name in names}
+
+
+def role_of(name: str) -> tuple[str, bool]:
+    """A name's role and whether a convention table knows it (False: guessed from its parts, or none matched)."""
+    known = next((role for role, names in ROLE_NAMES.items() if name in names), None)
+    if known is not None:
+        return known, True
+    lowered = name.lower()
+    return next((role for pattern, role in ROLE_PATTERNS if re.search(pattern, lowered)), "none"), False
+
+
+def guessed_roles(names: Sequence[str]) -> dict[str, str]:
+    """The names no convention table knows, with the role chosen for each (shown, and changed with ``roles=``)."""
+    return {name: role for name in names for role, known in [role_of(name)] if not known}
 
 
 def check_roles(roles: dict[str, str], names: Sequence[str]) -> None:
@@ -96,6 +138,7 @@ def rules_for(roles: dict[str, str], mesh_axes: Sequence[str]) -> list[list]:
     by_role = {
         "batch": axes("data", "fsdp", "expert"), "embed": axes("fsdp", "sequence", "expert"), "tensor": axes("tensor"),
         "sequence": axes("sequence"), "expert": axes("expert"), "none": None,
+        "batch_no_expert": axes("data", "fsdp"), "embed_no_expert": axes("fsdp", "sequence"),
     }
     return [[name, by_role[roles[name]]] for name in sorted(roles)]
 
@@ -113,11 +156,7 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
             raise ExplorerError("roles", sorted(roles), "apply to the advisor's own rules; a layout with Explicit axes keeps "
                                                        "its own mesh axes and rules, and only their sizes are searched")
         return _explicit_candidates(layout, target)
-    names = logical_names(layout.model, tuple(layout.mesh.axes))
-    chosen = default_roles(names)
-    if roles:
-        check_roles(roles, names)
-        chosen.update(roles)
+    chosen = chosen_roles(layout, roles)
     axes = mesh_axes_for(chosen)
     out, seen = [layout], {_identity(layout)}
     for sizes in factorizations(target.devices, len(axes)):
@@ -132,6 +171,17 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
             seen.add(_identity(candidate))
             out.append(candidate)
     return out
+
+
+def chosen_roles(layout: Layout, roles: dict[str, str] | None = None) -> dict[str, str]:
+    """Every logical name the model uses (its parameters', inputs' and activations', as the trace reads them:
+    ``analysis.logical_names``) with its role: by convention, then ``roles``."""
+    names = logical_names(layout.model, tuple(layout.mesh.axes))
+    chosen = default_roles(names)
+    if roles:
+        check_roles(roles, names)
+        chosen.update(roles)
+    return chosen
 
 
 def _explicit_candidates(layout: Layout, target: Target) -> list[Layout]:

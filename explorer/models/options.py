@@ -41,6 +41,19 @@ class TransformerOptions(BaseModel):
     learned_positions: StrictBool = Field(True, description="a learned position table, as GPT-2")
     scan: StrictBool = Field(False, description="stack blocks with nn.scan (adds the 'layer' axis)")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter and activation dtype")
+    remat: Literal["none", "dots_saveable", "dots_with_no_batch_dims_saveable", "full"] = Field(
+        "none", description="recompute each decoder block's activations in the backward pass (nn.remat with this "
+                            "jax.checkpoint_policies policy; full: save nothing but the block's input)")
+    microbatches: StrictInt = Field(1, ge=1, le=1 << 12, description="gradient accumulation: the batch in this many slices "
+                                                                     "per step (must divide batch)")
+
+    @field_validator("microbatches")
+    @classmethod
+    def _slices_batch(cls, microbatches: int, info: ValidationInfo) -> int:
+        batch = info.data.get("batch")
+        if batch is not None and batch % microbatches:
+            raise ValueError(f"must divide batch ({batch}) evenly: each microbatch is an equal slice of the batch")
+        return microbatches
 
     @field_validator("kv_heads")
     @classmethod

@@ -12,6 +12,10 @@ carry logical names:
     vocab                the vocabulary
     layer                the stacked-layer axis when ``scan`` is on
 
+``remat`` recomputes each block's activations in the backward pass (``nn.remat`` with a
+``jax.checkpoint_policies`` policy); ``microbatches`` is read by the train step
+(``explorer.train_step``: gradient accumulation over that many slices of the batch).
+
 Rotary position embeddings have no parameters and do not change any sharding, so
 the Llama presets leave them out; GPT-2 keeps its learned positions.
 """
@@ -112,17 +116,33 @@ class Transformer(nn.Module):
             positions = self.param("positions", _init(("length", "embed")), (o.seq_len, o.d_model), o.dtype)
             x = x + positions[None, : tokens.shape[1]]
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+        block = _remat(DecoderBlock, o.remat)
         if o.scan:
             x, _ = nn.scan(
-                DecoderBlock, length=o.layers, variable_axes={"params": 0}, split_rngs={"params": True},
+                block, length=o.layers, variable_axes={"params": 0}, split_rngs={"params": True},
                 metadata_params={nn.PARTITION_NAME: "layer"},
             )(o, name="blocks")(x, None)
         else:
             for i in range(o.layers):
-                x, _ = DecoderBlock(o, name=f"block_{i}")(x)
+                x, _ = block(o, name=f"block_{i}")(x)
         x = RMSNorm(o.dtype, name="final_norm")(x)
         logits = nn.Dense(o.vocab, kernel_init=_init(("embed", "vocab")), use_bias=False, dtype=o.dtype, param_dtype=o.dtype, name="lm_head")(x)
         return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+
+
+REMAT_POLICIES = {
+    "dots_saveable": "dots_saveable",
+    "dots_with_no_batch_dims_saveable": "dots_with_no_batch_dims_saveable",
+    "full": None,  # nothing saveable: the block's input only
+}
+
+
+def _remat(block, policy: str):
+    """The decoder block under ``nn.remat`` with a ``jax.checkpoint_policies`` policy ("none": as it is)."""
+    if policy == "none":
+        return block
+    name = REMAT_POLICIES[policy]
+    return nn.remat(block, policy=getattr(jax.checkpoint_policies, name) if name else None, prevent_cse=False)
 
 
 def next_token_loss(logits, tokens):
