@@ -416,9 +416,29 @@ def library_file(path: str) -> bool:
     return path.startswith("<") or (path.startswith(_LIBRARY_DIRS) and not path.startswith(_MODELS_DIR))
 
 
-def user_frame(source_info):
-    """The innermost frame of an equation's traceback outside JAX, Flax, optax and the explorer, or None."""
-    return next((frame for frame in _frames(source_info) if not library_file(frame.file_name)), None)
+@dataclasses.dataclass(frozen=True)
+class SourceLine:
+    """Where a frame is: file, line and qualified function name (as ``jax``'s traceback frames say it)."""
+
+    file_name: str
+    line_num: int
+    function_name: str
+
+
+def user_frame(source_info) -> SourceLine | None:
+    """The innermost frame of an equation's traceback outside JAX, Flax, optax and the explorer, or None.
+
+    Read from the traceback's raw code objects, so only the one frame found is turned into a line
+    (building every frame of every equation is most of a big program's reading time).
+    """
+    traceback = getattr(source_info, "traceback", None)
+    if traceback is None:
+        return None
+    codes, lastis = traceback.raw_frames()
+    for code, lasti in zip(codes, lastis):
+        if not library_file(code.co_filename):
+            return SourceLine(code.co_filename, type(traceback).code_addr2line(code, lasti), code.co_qualname)
+    return None
 
 
 def _user_function(source_info) -> str:

@@ -64,9 +64,11 @@ def key_of(model_spec, mesh: Any, rules: tuple) -> tuple[tuple, AbstractMesh, tu
 
 def read(key: tuple, mesh: AbstractMesh, rules: tuple) -> tuple[AbstractModel, "trace.State"]:
     """The abstract model of ``key`` (``key_of``) read under ``mesh`` and ``rules``: the state's and every forward
-    value's sharding from their types; and the state it was read from."""
-    stage, closed, inputs = _traced(key, mesh, rules)
-    values = program_values(closed, stage.framework)
+    value's sharding from their types; and the state it was read from. Python's cyclic garbage collector is
+    paused throughout, the model's import included (``collector.py``): it only finds nothing to collect."""
+    with collector.paused():
+        stage, closed, inputs = _traced(key, mesh, rules)
+        values = program_values(closed, stage.framework)
     rows = tuple(v for v in values if v.sets_sharding)
     model = AbstractModel(
         key=key,
@@ -92,7 +94,8 @@ def state(key: tuple, mesh_axes: tuple[str, ...]) -> "trace.State":
 
 def _traced(key: tuple, mesh: AbstractMesh, rules: tuple) -> tuple["trace.State", Any, tuple]:
     """The state and the forward program traced under the layout, and the step's typed inputs."""
-    built = trace._built(key)
+    with collector.paused():  # the model's own modules are imported here on first use
+        built = trace._built(key)
     if built.framework == "nnx" and len(set(mesh.axis_types)) > 1:
         raise ExplorerError(
             "mesh.axis_types", list(_type_names(mesh)),
@@ -139,10 +142,16 @@ def _nnx_state(built) -> "trace.State":
     from flax import nnx
 
     optimizer = make_optimizer()
-    model = nnx.eval_shape(built.nnx_builder())
-    if not isinstance(model, nnx.Module):
-        raise ExplorerError("model", type(model).__name__, "is what the NNX builder returned, not an nnx.Module")
-    opt = nnx.eval_shape(lambda: nnx.Optimizer(model, optimizer, wrt=nnx.Param))
+    build = built.nnx_builder()
+
+    def model_and_optimizer():
+        model = build()
+        if not isinstance(model, nnx.Module):
+            raise ExplorerError("model", type(model).__name__, "is what the NNX builder returned, not an nnx.Module")
+        return model, nnx.Optimizer(model, optimizer, wrt=nnx.Param)
+
+    # one trace for both, as the NNX guide creates them one after the other under the mesh
+    model, opt = nnx.eval_shape(model_and_optimizer)
     model_def, model_state = nnx.split(model)
     opt_def, opt_state = nnx.split(opt)
     with nnx.logical_axis_rules(()):  # the metadata's own names: get_partition_spec resolves them under the rules
