@@ -11,4 +11,6 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 # Lint first (pyflakes and syntax errors, configured in pyproject.toml): a finding stops the run with its file:line.
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+# Two workers, one test file each at a time (pytest-xdist's loadfile: a file's module fixtures, such as a
+# browser test's server, stay in one process); the machine has two cores.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
