@@ -61,9 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     timing.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
     timing.add_argument("--json", action="store_true", help="print the result as JSON")
     _distributed_arguments(timing)
-    compile_ = commands.add_parser("compile", help="compile the train step for a TPU slice (no TPU needed): memory, collectives, roofline")
+    compile_ = commands.add_parser(
+        "compile", help="compile the train step for a TPU slice or an NVIDIA GPU cluster (neither needed): memory, collectives, roofline")
     compile_.add_argument("layout", help="a layout JSON file")
-    compile_.add_argument("--target", required=True, help="a Cloud TPU type (v5p-128, v5litepod-16) or libtpu topology (v5p:4x4x4)")
+    compile_.add_argument(
+        "--target", required=True,
+        help="a Cloud TPU type (v5p-128, v5litepod-16), a libtpu topology (v5p:4x4x4), or a GPU cluster GPU:HOSTSxGPUS of "
+        'a100, h100, h200, b200 (h100:1x8, h100:8x8; needs pip install "partition-explorer[gpu]")')
     compile_.add_argument("--json", action="store_true", help="print the result as JSON")
     compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
     advise = commands.add_parser("advise", help="rank meshes and rules for a TPU slice: stage 1 estimates, stage 2 XLA compiles")

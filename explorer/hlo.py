@@ -338,13 +338,18 @@ def loop_work(hlo_text: str) -> LoopWork:
 
 
 _MATMUL = re.compile(r"=\s*(?P<shape>\S+)\s+(?P<op>dot|convolution)\(%?(?P<lhs>[\w.\-]+),\s*%?(?P<rhs>[\w.\-]+)\)")
+_GEMM_CALL = re.compile(
+    r"=\s*(?P<shape>\(.*?\)|\S+)\s+custom-call\((?:[^%,)]*\s)?%?(?P<lhs>[\w.\-]+),\s*(?:[^%,)]*\s)?%?(?P<rhs>[\w.\-]+)[,)]"
+    r".*custom_call_target=\"__cublas\$(?:lt\$matmul|gemm)"
+)
 
 
 def _matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float] | None:
-    """(flops, bytes) of a dot or convolution line: 2 x output elements x contracted size."""
+    """(flops, bytes) of a dot or convolution line, or of a cuBLAS gemm custom call (the GPU compiler's
+    dots it hands to cuBLAS): 2 x output elements x contracted size."""
     match = _MATMUL.search(line)
     if not match:
-        return None
+        return _gemm_call_work(line, symbols)
     out_dims = _dims(match["shape"])
     lhs_shape = _result_shape(symbols.get(match["lhs"], ""))
     rhs_shape = _result_shape(symbols.get(match["rhs"], ""))
@@ -360,6 +365,26 @@ def _matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float] | No
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     flops = 2.0 * math.prod(out_dims) * contracted
     return flops, float(_shape_bytes(match["shape"]) + _shape_bytes(lhs_shape) + _shape_bytes(rhs_shape))
+
+
+def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float] | None:
+    """A cuBLAS gemm custom call: its result is the first array of its shape (a workspace may follow), its
+    contracted dimensions are in ``backend_config``'s ``dot_dimension_numbers``."""
+    if "__cublas$" not in line:
+        return None
+    match = _GEMM_CALL.search(line)
+    contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', line)
+    if not match or not contracting:
+        return None
+    out = _ARRAY_SHAPE.search(match["shape"])
+    lhs_shape, rhs_shape = _result_shape(symbols.get(match["lhs"], "")), _result_shape(symbols.get(match["rhs"], ""))
+    if out is None or lhs_shape is None or rhs_shape is None:
+        return None
+    lhs_dims = _dims(lhs_shape)
+    axes = [int(a) for a in re.findall(r"\d+", contracting[1])]
+    contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
+    out_dims = [int(d) for d in out["dims"].split(",") if d]
+    return 2.0 * math.prod(out_dims) * contracted, float(_shape_bytes(out[0]) + _shape_bytes(lhs_shape) + _shape_bytes(rhs_shape))
 
 
 def _dims(shape: str) -> list[int] | None:

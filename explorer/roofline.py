@@ -20,6 +20,26 @@ its compute, HBM bandwidth and links: ``targets.Chip.device_*``),
       CollectivePermute          T = bytes / W    (one hop to a neighbour; XLA's decomposed rings send
                                                    both ways at once, so both directions count)
 
+On an NVIDIA GPU cluster (``targets.Gpu``) the collective term has two levels, after the
+book's chapter on GPUs (https://jax-ml.github.io/scaling-book/gpus/): a group
+of N GPUs on h hosts, g = N / h of them per host, with W_nvlink the one-way NVLink bandwidth of
+one GPU (NVSwitch: every GPU of a host reaches every other at that rate) and W_net the one-way
+network bandwidth of one GPU (one NIC per GPU), V as above:
+
+    AllGather, ReduceScatter   T = V * max((N - 1) / N / W_nvlink  [g > 1],
+                                           (h - 1) / h / (g * W_net))
+    AllReduce                  T = 2 * AllGather (a reduce-scatter then an all-gather)
+    AllToAll                   T = B * max((g - 1) / N / W_nvlink, (N - g) / N / W_net)
+                                   (B: this GPU's bytes; it keeps 1/N, sends (g-1)/N within its host
+                                   and (N-g)/N to other hosts)
+    CollectivePermute          T = bytes / W_nvlink, or bytes / W_net when the pairs cross hosts
+
+A group inside one host (h = 1) rides NVLink only. One that spans hosts also crosses the network:
+a ring (NCCL's) enters each host once, and the host's g GPUs in the group bring g NICs, so only
+V (h - 1) / h crosses into each host, split over them; the two levels overlap (the ring is
+pipelined), so the slower one counts. Latency, NCCL's protocol overheads, SHARP/NVLS in-network
+reductions and rail-optimised switch topologies are left out.
+
 The step takes at least the largest of the three (perfect overlap), so that is the
 estimate; it is a lower bound, not a measurement: latency, imperfect overlap,
 missing wraparound links (where a ring cannot use both directions) and everything
@@ -31,7 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from explorer.targets import Chip
+from explorer.targets import Chip, Gpu
 
 BOOK = "https://jax-ml.github.io/scaling-book/sharding/"
 
@@ -45,14 +65,17 @@ class Collective:
     bytes: int
     mesh_axes: tuple[str, ...]
     group_size: int
-    ici_axes: int  # torus axes the group's chips span (at least 1 when it moves data)
+    ici_axes: int  # torus axes the group's chips span (at least 1 when it moves data); on GPUs: of (host, GPU)
+    hosts: int = 1  # GPU clusters: the hosts one group spans (1: inside a host, over NVLink)
 
 
-def collective_seconds(c: Collective, chip: Chip) -> float:
+def collective_seconds(c: Collective, chip: Chip | Gpu) -> float:
     """The book's time for ``c`` (see the module docstring); 0 for a group of one."""
     n = c.group_size
     if n <= 1 or c.bytes == 0:
         return 0.0
+    if isinstance(chip, Gpu):
+        return _gpu_seconds(c, chip)
     bandwidth = chip.ici_bidirectional_bandwidth * max(c.ici_axes, 1)
     share = (n - 1) / n
     if c.op == "all-gather":
@@ -65,6 +88,32 @@ def collective_seconds(c: Collective, chip: Chip) -> float:
         return c.bytes * n / bandwidth * share / 4
     if c.op == "collective-permute":
         return c.bytes / chip.ici_bidirectional_bandwidth
+    raise ValueError(c.op)
+
+
+def link(c: Collective, chip: Chip | Gpu) -> str:
+    """What ``c``'s data rides: ``ici`` on a TPU slice; ``nvlink`` inside a GPU host, ``network`` across hosts."""
+    if not isinstance(chip, Gpu):
+        return "ici"
+    return "network" if c.hosts > 1 else "nvlink"
+
+
+def _gpu_seconds(c: Collective, gpu: Gpu) -> float:
+    """The two-level time of the module docstring: the NVLink hops and the network crossings, the slower one."""
+    n, h = c.group_size, max(min(c.hosts, c.group_size), 1)
+    g = n / h
+    nvlink = (n - 1) / n / gpu.nvlink_bandwidth if g > 1 else 0.0
+    network = (h - 1) / h / (g * gpu.network_bandwidth)
+    if c.op == "all-gather":
+        return c.bytes * max(nvlink, network)
+    if c.op == "reduce-scatter":  # the result is one shard: the full array is N of them
+        return c.bytes * n * max(nvlink, network)
+    if c.op == "all-reduce":
+        return 2 * c.bytes * max(nvlink, network)
+    if c.op == "all-to-all":
+        return c.bytes * max((g - 1) / n / gpu.nvlink_bandwidth, (n - g) / n / gpu.network_bandwidth)
+    if c.op == "collective-permute":
+        return c.bytes / (gpu.network_bandwidth if h > 1 else gpu.nvlink_bandwidth)
     raise ValueError(c.op)
 
 
@@ -94,7 +143,7 @@ class Estimate:
         }
 
 
-def estimate(flops: float, bytes_accessed: float, collectives: list[Collective], chip: Chip) -> Estimate:
+def estimate(flops: float, bytes_accessed: float, collectives: list[Collective], chip: Chip | Gpu) -> Estimate:
     """The roofline terms for one step on one device."""
     return Estimate(
         compute_s=flops / chip.device_peak_flops,

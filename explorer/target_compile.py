@@ -18,6 +18,33 @@ total of XLA's report), the collectives and the dot/convolution flops of the opt
 (``cost_analysis()`` needs a compiled executable, so ``flops_source`` says which), with
 ``fits: false`` and E1000's own figures under ``oom``.
 
+An NVIDIA GPU cluster (``h100:2x8``) takes the same path with JAX's CUDA plugin in place of
+libtpu, and no GPU: ``get_topology_desc(platform="cuda", target_config=..., topology="1x2x8")``
+describes the cluster from XLA's own GPU target config (``explorer/gpu_targets/``), and the
+program is compiled for it as for a TPU slice. What differs:
+
+- XLA's GPU compiler never refuses a program for memory: it plans buffers against the target
+  config's memory (its rematerialization pass tries to bring the program under about 80% of it and
+  logs ``Can't reduce memory use below ...`` when it cannot), and ``memory_analysis()`` then gives the
+  figures. The verdict compares XLA's peak per GPU with what JAX lets one process use, 75% of the
+  GPU's memory unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise (``memory_limit`` says which
+  figure); ``fits_device`` compares it with the whole memory. What XLA logs about it (its
+  rematerialization giving up, arguments and outputs exceeding the memory it schedules for) is kept
+  under ``xla_messages``.
+- ``cost_analysis()`` is empty: flops are the dots of the optimized program (Triton gemm fusions
+  and cuBLAS calls included), each counted as often as its computation runs, a loop body once per
+  iteration (``hlo.matmul_work``); the memory term reads the same dots' operands and results, a
+  lower bound on the bytes the step moves (``flops_source``/``bytes_source``: ``hlo_matmuls``).
+- Devices are host-major (host 0's GPUs first); ``mesh.placement`` says, per mesh axis, how many
+  hosts and GPUs per host one group of it spans and whether its collectives ride NVLink or the
+  network, and the roofline costs each collective on that level (``roofline``).
+- GPU programs compile with ``--xla_gpu_experimental_use_collective_kernels=`` (NCCL for every
+  collective, as a real cluster without XLA's experimental kernels runs them): without it a Triton
+  all-reduce kernel was reported to fail to compile for 1x8x8 (the programs the tests and the
+  benchmark compile build either way). The child process gets it in ``XLA_FLAGS``, and every GPU
+  compile as a compiler option (``GPU_COMPILER_OPTIONS``, the same debug option).
+- Autotuning needs a GPU: kernels are XLA's defaults for the target, not the autotuned ones.
+
 Compiles run in a child process (``python -m explorer compile ... --json``): the
 one loading libtpu must be the only one in this process tree to have done so
 (libtpu's lock file), a compile can take minutes and must be stoppable, and the
@@ -44,11 +71,19 @@ from typing import Any, Callable
 
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.targets import Target, check_mesh_fits, parse_target
+from explorer.targets import (
+    GPU_INSTALL, JAX_MEMORY_FRACTION, MEMORY_FRACTION_ENV, Target, check_mesh_fits, memory_fraction, parse_target,
+)
 
-CACHE_FORMAT = 2  # bump when the result's shape or meaning changes
+CACHE_FORMAT = 3  # bump when the result's shape or meaning changes
 STAGE_PREFIX = "stage: "
 COMPILER_OPTIONS: dict[str, Any] = {}  # no xla_tpu_no_crash_on_oom: libtpu >= 0.0.47.1 refuses its programs
+GPU_FLAG = "--xla_gpu_experimental_use_collective_kernels="  # NCCL for every collective (see the module docstring)
+GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_experimental_use_collective_kernels": ""}  # the same, for in-process compiles
+GPU_PLUGINS = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
+# What XLA's GPU compiler logs when a program does not fit: its rematerialization giving up, and the arguments and
+# outputs alone exceeding the memory it schedules for (80% of the GPU's).
+_XLA_MEMORY = re.compile(r"Can't reduce memory use below .*|The byte size of input/output arguments .*")
 _E1000 = re.compile(
     r"E1000: CompileTimeHbmOom:.*?\((?P<required>[\d.]+)(?P<unit>[KMGT]?)\) exceeds available HBM \((?P<available>[\d.]+)(?P<unit2>[KMGT]?)\)",
     re.S,
@@ -72,14 +107,12 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
 
     stage = on_stage or (lambda _: None)
     check_mesh_fits(target, _mesh_size(layout))
+    if target.is_gpu:
+        require_gpu_plugin(target)
     stage("trace")
     report = analyze(layout)
     model = model_of(layout)
-    kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
-    try:
-        topology = topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
-    except Exception as error:  # libtpu missing or refusing the name
-        raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
+    topology = _topology(target, topologies)
     mesh, method = place_mesh(list(topology.devices), tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.types)
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
     shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), reading.live(model).state)
@@ -96,6 +129,8 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
             make_train_step(model), in_shardings=(shardings, *input_shardings), out_shardings=shardings, donate_argnums=0,
         ).lower(abstract_state, *abstract_inputs)
     stage("compile")
+    if target.is_gpu:
+        return _compile_for_gpu(lowered, target, mesh, method, start, stage)
     dump = tempfile.mkdtemp(prefix="explorer-xla-dump-")
     try:
         try:
@@ -117,6 +152,74 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
         return result
     finally:
         shutil.rmtree(dump, ignore_errors=True)
+
+
+def _topology(target: Target, topologies):
+    """The target's devices: libtpu's topology for a TPU slice, the CUDA plugin's from XLA's target config for GPUs."""
+    if target.is_gpu:
+        try:
+            return topologies.get_topology_desc(platform="cuda", target_config=target.chip.target_config, topology=target.gpu_topology)
+        except Exception as error:  # the plugin refusing the config or the topology
+            raise ExplorerError("target", target.name, f"the CUDA plugin cannot describe {target.gpu_topology}: {_first_line(error)}") from None
+    kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
+    try:
+        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
+    except Exception as error:  # libtpu missing or refusing the name
+        raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
+
+
+def gpu_plugin() -> str | None:
+    """The JAX CUDA plugin this environment has (``jax_plugins.xla_cuda13``), or None; imports nothing heavy."""
+    import importlib.util
+
+    for name in GPU_PLUGINS:
+        with contextlib.suppress(ImportError, ValueError):
+            if importlib.util.find_spec(name) is not None:
+                return name
+    return None
+
+
+def require_gpu_plugin(target: Target) -> None:
+    """One line saying how to install the plugin, where a GPU target is asked for without it."""
+    if target.is_gpu and gpu_plugin() is None:
+        raise ExplorerError(
+            "target", target.name,
+            f"compiling for NVIDIA GPUs needs JAX's CUDA plugin (a compile-only install: no GPU, no CUDA libraries): {GPU_INSTALL}",
+        )
+
+
+def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, stage) -> dict[str, Any]:
+    """Compile for the GPU cluster, keeping what XLA logs about memory; XLA's GPU compiler does not refuse for memory."""
+    logged: list[str] = []
+    try:
+        with _xla_log(logged):
+            compiled = lowered.compile(GPU_COMPILER_OPTIONS)
+    except Exception as error:
+        raise ExplorerError("target", target.name, f"XLA could not compile the step: {_first_line(error)}") from None
+    compile_s = time.perf_counter() - start
+    stage("analyse")
+    result = analyse(compiled, target, mesh, compile_s)
+    result["mesh"]["placement_method"] = method
+    result["xla_messages"] = [found[0] for found in map(_XLA_MEMORY.search, logged) if found]
+    return result
+
+
+@contextlib.contextmanager
+def _xla_log(lines: list[str]):
+    """XLA's log lines (C++ writes them to file descriptor 2) while the block runs: into ``lines``, then on to stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode(errors="replace")
+            lines.extend(text.splitlines())
+            sys.stderr.write(text)
 
 
 PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order")
@@ -244,51 +347,98 @@ def analyse(compiled, target: Target, mesh, compile_s: float) -> dict[str, Any]:
     cost = compiled.cost_analysis() or {}
     text = compiled.as_text()
     extra = hlo.loop_work(text)
-    flops = float(cost.get("flops", 0.0)) + extra.flops
-    bytes_accessed = float(cost.get("bytes accessed", 0.0)) + extra.bytes
+    if target.is_gpu:  # no cost_analysis(): the optimized program's dots, loops counted per iteration
+        work = hlo.matmul_work(text)
+        flops, bytes_accessed, source = work.flops, work.bytes, "hlo_matmuls"
+    else:
+        flops = float(cost.get("flops", 0.0)) + extra.flops
+        bytes_accessed = float(cost.get("bytes accessed", 0.0)) + extra.bytes
+        source = "cost_analysis"
     if not memory["peak_bytes"]:
         memory["peak_bytes"] = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"] + memory["temp_bytes"]
-    result = _result(target, mesh, compile_s, memory, flops, bytes_accessed, _mesh_collectives(text, mesh), text, None)
+    result = _result(target, mesh, compile_s, memory, flops, bytes_accessed, _mesh_collectives(text, mesh, target), text, None, source)
     result["loop_work"] = {"flops": extra.flops, "bytes": extra.bytes}
     return result
 
 
-def _mesh_collectives(text: str, mesh) -> list:
+def _mesh_collectives(text: str, mesh, target: Target | None = None) -> list:
     import numpy as np
 
     from explorer import hlo
 
     coords = np.array([_coords(d) for d in mesh.devices.flat])
-    return _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords)
+    hosts = np.array([_host(d, target) for d in mesh.devices.flat]) if target is not None and target.is_gpu else None
+    return _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts)
 
 
-def _result(target: Target, mesh, compile_s: float, memory: dict, flops, bytes_accessed, collectives: list, text: str, oom) -> dict[str, Any]:
+def memory_limit(target: Target) -> dict[str, Any]:
+    """The figure the verdict compares XLA's peak with, and what it is.
+
+    A TPU chip's HBM (XLA itself refuses a program that exceeds it); on a GPU, what JAX's
+    GPU client lets one process use: ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the memory the
+    GPU's target config gives, 75% by default (https://docs.jax.dev/en/latest/gpu_memory_allocation.html).
+    """
+    from explorer.text import human_bytes
+
+    device = target.chip.device_hbm_bytes
+    if not target.is_gpu:
+        return {"bytes": device, "device_bytes": device, "fraction": 1.0, "what": f"the device's {human_bytes(device)} of HBM"}
+    fraction = memory_fraction()
+    chosen = os.environ.get(MEMORY_FRACTION_ENV, "").strip()
+    how = f"with {MEMORY_FRACTION_ENV}={chosen}" if chosen and fraction != JAX_MEMORY_FRACTION else f"by default ({MEMORY_FRACTION_ENV}, 0.75)"
+    return {
+        "bytes": int(device * fraction), "device_bytes": device, "fraction": fraction,
+        "what": f"{fraction:.0%} of the GPU's {human_bytes(device)} (its memory in XLA's target config): what JAX lets one process use {how}",
+    }
+
+
+def with_verdict(result: dict[str, Any], target: Target) -> dict[str, Any]:
+    """``result`` with its target's figures, memory limit and verdict for this environment (a cached result was
+    judged where it was compiled; the GPU memory fraction may differ here)."""
+    peak = result["memory"]["peak_bytes"]
+    limit = memory_limit(target)
+    result["target"] = target.to_dict()
+    result["memory_limit"] = limit
+    compiled = result.get("compiled", True)
+    result["fits"] = bool(compiled and peak <= limit["bytes"])
+    result["fits_device"] = bool(compiled and peak <= limit["device_bytes"])
+    result["headroom_bytes"] = limit["bytes"] - peak
+    return result
+
+
+def _result(target: Target, mesh, compile_s: float, memory: dict, flops, bytes_accessed, collectives: list, text: str, oom,
+            source: str | None = None) -> dict[str, Any]:
     """The documented JSON form. ``oom`` is E1000's figures when XLA refused the program for HBM, else None."""
     from explorer import hlo, roofline
 
     memory = {k: memory.get(k) for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes", "generated_code_bytes")}
     peak = memory["peak_bytes"]
-    hbm = target.chip.device_hbm_bytes
+    limit = memory_limit(target)
     known = flops is not None
     estimate = roofline.estimate(flops, bytes_accessed, collectives, target.chip) if known else None
+    source = source or ("cost_analysis" if oom is None else ("hlo_matmuls" if known else None))
     return {
         "target": target.to_dict(),
-        "mesh": {"shape": list(mesh.devices.shape), "axes": list(mesh.axis_names), "placement": placement(mesh)},
+        "mesh": {"shape": list(mesh.devices.shape), "axes": list(mesh.axis_names), "placement": placement(mesh, target)},
         "compile_s": compile_s,
         "compiled": oom is None,
         "memory": memory,
         "memory_source": "memory_analysis" if oom is None else ("xla_dump" if memory["argument_bytes"] is not None else "e1000"),
-        "fits": oom is None and peak <= hbm,
-        "headroom_bytes": hbm - peak,
+        "memory_limit": limit,
+        "fits": oom is None and peak <= limit["bytes"],
+        "fits_device": oom is None and peak <= limit["device_bytes"],
+        "headroom_bytes": limit["bytes"] - peak,
         "oom": oom,
+        "xla_messages": [],
         "flops": flops,
         "bytes_accessed": bytes_accessed,
-        "flops_source": "cost_analysis" if oom is None else ("hlo_matmuls" if known else None),
+        "flops_source": source,
+        "bytes_source": source,
         "loop_work": {"flops": 0.0, "bytes": 0.0},
         "padding": _padding(hlo.entry_parameters(text)) if text else None,
         "collectives": [
-            {"op": c.op, "count": c.count, "bytes": c.bytes, "mesh_axes": list(c.mesh_axes),
-             "group_size": c.group_size, "ici_axes": c.ici_axes, "seconds": roofline.collective_seconds(c, target.chip)}
+            {"op": c.op, "count": c.count, "bytes": c.bytes, "mesh_axes": list(c.mesh_axes), "group_size": c.group_size,
+             "ici_axes": c.ici_axes, "hosts": c.hosts, "link": roofline.link(c, target.chip), "seconds": roofline.collective_seconds(c, target.chip)}
             for c in collectives
         ],
         "estimate": estimate.to_dict() if estimate else None,
@@ -296,7 +446,45 @@ def _result(target: Target, mesh, compile_s: float, memory: dict, flops, bytes_a
     }
 
 
-def placement(mesh) -> list[dict[str, Any]]:
+def _host(device, target: Target) -> int:
+    """The host of a GPU device: the CUDA plugin's coordinates are (partition, host, GPU); else host-major ids."""
+    coords = getattr(device, "coords", None)
+    return int(coords[1]) if coords is not None and len(coords) == 3 else device.id // target.gpus_per_host
+
+
+def placement(mesh, target: Target | None = None) -> list[dict[str, Any]]:
+    """How each logical mesh axis lies on the torus, or on a GPU cluster's hosts (``gpu_placement``)."""
+    if target is not None and target.is_gpu:
+        return gpu_placement(mesh, target)
+    return torus_placement(mesh)
+
+
+def gpu_placement(mesh, target: Target) -> list[dict[str, Any]]:
+    """How each mesh axis falls on the hosts and GPUs (devices are host-major): per axis, one group's spread.
+
+    ``hosts``: the hosts one group of the axis (the devices that differ only along it) spans;
+    ``gpus_per_host``: its GPUs in each of them; ``link``: ``nvlink`` when a group stays in one
+    host, ``network`` when it spans hosts; ``torus_axes`` names the levels it moves along (``host``,
+    ``gpu``), as a TPU axis names its torus axes.
+    """
+    import numpy as np
+
+    hosts = np.array([_host(d, target) for d in mesh.devices.flat]).reshape(mesh.devices.shape)
+    out = []
+    for axis, name in enumerate(mesh.axis_names):
+        size = int(mesh.devices.shape[axis])
+        groups = np.moveaxis(hosts, axis, -1).reshape(-1, size)
+        spanned = max(len(set(g.tolist())) for g in groups)
+        per_host = size // spanned
+        levels = (["host"] if spanned > 1 else []) + (["gpu"] if per_host > 1 else [])
+        where = (f"{per_host} GPU{'s' if per_host > 1 else ''} of one host, over NVLink" if spanned == 1 else
+                 f"{per_host} GPU{'s' if per_host > 1 else ''} in each of {spanned} hosts, over the network")
+        out.append({"axis": name, "size": size, "torus_axes": levels, "hosts": spanned, "gpus_per_host": per_host,
+                    "link": "nvlink" if spanned == 1 else "network", "text": f"{name} ({size}): {where}"})
+    return out
+
+
+def torus_placement(mesh) -> list[dict[str, Any]]:
     """How each logical mesh axis lies on the torus: for each, the torus axes its steps move along.
 
     ``torus_axes`` lists the physical axes (x, y, z, or ``core`` for the two devices of a TPU7x
@@ -330,22 +518,28 @@ def _coords(device) -> tuple[int, ...]:
     return tuple(getattr(device, "coords", None) or (device.id,))
 
 
-def _collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords) -> list:
-    """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned)."""
+def _collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None) -> list:
+    """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned, hosts spanned).
+
+    ``hosts``, for a GPU cluster, holds each mesh position's host: a group's collective crosses
+    the network when its members sit on more than one.
+    """
     from explorer.roofline import Collective
 
     totals: dict[tuple, list[int]] = {}
     for op in ops:
-        spanned, torus = _spanned(op.groups, mesh_shape, mesh_axes, coords)
-        key = (op.op, spanned, op.group_size, torus)
+        spanned, torus, across = _spanned(op.groups, mesh_shape, mesh_axes, coords, hosts)
+        key = (op.op, spanned, op.group_size, torus, across)
         entry = totals.setdefault(key, [0, 0])
         entry[0] += op.runs
         entry[1] += op.runs * op.bytes
-    return [Collective(op, count, size, axes, group, torus) for (op, axes, group, torus), (count, size) in sorted(totals.items())]
+    return [Collective(op, count, size, axes, group, torus, across)
+            for (op, axes, group, torus, across), (count, size) in sorted(totals.items())]
 
 
-def _spanned(groups, mesh_shape, mesh_axes, coords) -> tuple[tuple[str, ...], int]:
-    """Which mesh axes the groups' members differ along, and how many torus axes their chips span.
+def _spanned(groups, mesh_shape, mesh_axes, coords, hosts=None) -> tuple[tuple[str, ...], int, int]:
+    """Which mesh axes the groups' members differ along, how many torus axes their chips span, and how many
+    hosts the largest group spans (1 without ``hosts``).
 
     Ids in the groups are positions in the mesh's devices in mesh order (the program's
     device assignment); ``coords`` holds each position's chip coordinates.
@@ -353,9 +547,10 @@ def _spanned(groups, mesh_shape, mesh_axes, coords) -> tuple[tuple[str, ...], in
     import numpy as np
 
     if not groups:
-        return (("?",) if groups is None else ()), 0
+        return (("?",) if groups is None else ()), 0, 1
     axes: set[int] = set()
     torus: set[int] = set()
+    across = 1
     for group in groups:
         members = [i for i in group if i < int(np.prod(mesh_shape))]
         if len(members) < 2:
@@ -364,14 +559,16 @@ def _spanned(groups, mesh_shape, mesh_axes, coords) -> tuple[tuple[str, ...], in
         axes.update(int(a) for a in np.nonzero(positions.min(0) != positions.max(0))[0])
         chip = coords[members]
         torus.update(int(a) for a in np.nonzero(chip.min(0) != chip.max(0))[0])
-    return tuple(mesh_axes[a] for a in sorted(axes)), len(torus)
+        if hosts is not None:
+            across = max(across, len(set(hosts[members].tolist())))
+    return tuple(mesh_axes[a] for a in sorted(axes)), len(torus), across
 
 
 # --- in the parent: a child process, live stages, stop, the disk cache ---------------------------
 
 def versions() -> dict[str, str]:
     found = {}
-    for package in ("jax", "jaxlib", "libtpu", "flax", "optax"):
+    for package in ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "flax", "optax"):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -411,8 +608,7 @@ def cached(layout: Layout, target: Target) -> dict[str, Any] | None:
         with contextlib.suppress(OSError):
             os.remove(path)
         return None
-    result["target"]["name"] = target.name
-    return result
+    return with_verdict(result, target)
 
 
 def _store(layout: Layout, target: Target, result: dict[str, Any]) -> None:
@@ -432,11 +628,21 @@ def _store(layout: Layout, target: Target, result: dict[str, Any]) -> None:
         raise
 
 
-def child_environment() -> dict[str, str]:
-    """CPU as JAX's backend (libtpu is only asked for a topology), and libtpu's lock not held against us."""
+def child_environment(target: Target | None = None) -> dict[str, str]:
+    """CPU as JAX's backend (libtpu or the CUDA plugin is only asked for a topology), and libtpu's lock not held against us.
+
+    For a GPU target, ``XLA_FLAGS`` gains ``--xla_gpu_experimental_use_collective_kernels=`` (see the
+    module docstring), and XLA's warnings are logged (``TF_CPP_MIN_LOG_LEVEL=1`` unless the user chose):
+    its rematerialization lines say when a program does not fit the GPU.
+    """
     env = dict(os.environ)
     env["JAX_PLATFORMS"] = "cpu"
     env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+    if target is not None and target.is_gpu:
+        flags = env.get("XLA_FLAGS", "")
+        if "xla_gpu_experimental_use_collective_kernels" not in flags:
+            env["XLA_FLAGS"] = f"{flags} {GPU_FLAG}".strip()
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     return env
 
@@ -462,6 +668,7 @@ def compile_target(
     """
     target = parse_target(target) if isinstance(target, str) else target
     check_mesh_fits(target, _mesh_size(layout))
+    require_gpu_plugin(target)
     hit = cached(layout, target)
     if hit is not None:
         return hit, True
@@ -470,10 +677,11 @@ def compile_target(
         path = os.path.join(folder, "layout.json")
         with open(path, "w") as handle:
             json.dump(layout.to_dict(), handle)
-        # One CPU device: the child only needs the CPU backend for tracing; the target's devices come from libtpu.
+        # One CPU device: the child only needs the CPU backend for tracing; the target's devices come from libtpu
+        # (or the CUDA plugin).
         command = [sys.executable, "-m", "explorer", "--devices", "1", "compile", path, "--target", target.topology, "--json", "--in-process"]
         child = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(),
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(target),
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), start_new_session=True,
         )
         if on_start:
@@ -497,8 +705,7 @@ def compile_target(
         reader.join(timeout=5)
     if child.returncode != 0:
         raise ExplorerError("target", target.name, f"compile failed: {child_error(errors, child.returncode)}")
-    result = json.loads(output)
-    result["target"]["name"] = target.name
+    result = with_verdict(json.loads(output), target)
     _store(layout, target, result)
     return result, False
 

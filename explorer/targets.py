@@ -7,9 +7,8 @@ two per chip) or as libtpu names a topology (``v5e:4x4``, ``v5p:4x4x4``,
 ``chip_config_name='megacore'`` so that one device is one chip), which
 ``jax.experimental.topologies.get_topology_desc`` turns into a slice's devices.
 
-The registry is keyed by generation; a GPU generation would be one more ``Chip``
-with its own ``platform`` and a compile path that builds its devices from a target
-config instead of a libtpu topology.
+The registry is keyed by generation (``CHIPS``); NVIDIA GPUs are ``Gpu`` entries in ``GPUS``,
+named ``h100:2x8`` (hosts x GPUs per host) and compiled from XLA's GPU target config (below).
 
 HBM sizes: Cloud TPU's pages write "GB" for what the devices report in GiB (the
 v5p page's own table says "HBM capacity per chip (GiB) 95"), so they are taken as
@@ -30,13 +29,42 @@ here (it is ordered through GKE): name its slices as libtpu does, ``tpu7x:2x2x1`
 
 Single-chip and two-chip slices (``v5e:1x1``, ``v6e:1x1``, ``v5p:1x1x1``, ``v4:1x1x1``,
 ``tpu7x:1x1x1``, ``v5e:1x2``) are accepted as topologies: libtpu 0.0.50 describes them.
+
+NVIDIA GPU clusters: ``a100:HxG``, ``h100:HxG``, ``h200:HxG``, ``b200:HxG`` are H hosts of G GPUs
+each (G 1 to 8, H 1 to 128; ``h100:8x8`` is 64 H100s, eight DGX/HGX hosts). JAX's CUDA plugin
+(``jax-cuda13-plugin``, a compile-only install: no GPU, no CUDA libraries) describes such a cluster
+from XLA's GPU target config, a text proto per GPU that XLA itself ships (vendored unchanged in
+``explorer/gpu_targets/``, see its SOURCE.md), and the topology ``1xHxG`` (partitions x hosts x GPUs
+per host). JAX numbers the devices host-major: host 0's GPUs are devices 0..G-1, host 1's the next G.
+A GPU's memory is the target config's ``device_memory_size`` (what CUDA reports for the card: 79.1 GiB
+on an "80 GB" H100). Its other figures, per GPU, from NVIDIA's data sheets (dense bf16: the sheets
+quote bf16 "with sparsity", twice the dense rate):
+
+====  ==========  ========  ===============  ======================  =======================================
+GPU   bf16 dense  HBM B/W   NVLink (1 way)   network per GPU (1 way) sources
+====  ==========  ========  ===============  ======================  =======================================
+A100  312 TF/s    2039 GB/s 300 GB/s (600    25 GB/s (200 Gb/s HDR   nvidia.com/en-us/data-center/a100/,
+      (80GB SXM)            both ways)       InfiniBand per GPU)     .../dgx-a100/
+H100  989 TF/s    3350 GB/s 450 GB/s (900)   50 GB/s (400 Gb/s       .../h100/, .../dgx-h100/
+      (SXM)                                  ConnectX-7 per GPU)
+H200  989 TF/s    4800 GB/s 450 GB/s (900)   50 GB/s (400 Gb/s)      .../h200/, .../dgx-h200/
+B200  2250 TF/s   8000 GB/s 900 GB/s (1800)  50 GB/s (400 Gb/s)      .../hgx/ (HGX B200: 36 PF bf16 sparse
+                                                                     for 8), .../dgx-b200/
+====  ==========  ========  ===============  ======================  =======================================
+
+The network figure is one NIC per GPU, as in NVIDIA's DGX/HGX reference designs (8 ConnectX
+ports per 8-GPU host); the two-level model of collectives that uses them is ``roofline``'s and
+follows the GPU chapter of "How to Scale Your Model" (https://jax-ml.github.io/scaling-book/gpus/).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import os
 import re
+from importlib import resources
 
 from explorer.errors import ExplorerError
 
@@ -121,18 +149,135 @@ CHIPS: dict[str, Chip] = {
 BY_CLOUD_PREFIX = {chip.cloud_prefix: chip for chip in CHIPS.values() if chip.cloud_prefix}
 MAX_CHIPS = {"v4": 4096, "v5e": 256, "v5p": 8192, "v6e": 256, "tpu7x": 9216}
 
+# --- NVIDIA GPUs -------------------------------------------------------------------------------
+
+JAX_MEMORY_FRACTION = 0.75  # what JAX's GPU client takes of a GPU's memory by default
+MEMORY_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+JAX_GPU_MEMORY = "https://docs.jax.dev/en/latest/gpu_memory_allocation.html"
+SCALING_BOOK_GPUS = "https://jax-ml.github.io/scaling-book/gpus/"
+MAX_GPUS_PER_HOST = 8
+MAX_HOSTS = 128
+GPU_INSTALL = 'pip install "partition-explorer[gpu]"'
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """One NVIDIA GPU, per GPU (a JAX device is one GPU).
+
+    Bandwidths are one way, bytes/s: ``nvlink_bandwidth`` what one GPU sends (and, at the same
+    time, receives) to the other GPUs of its host through NVSwitch; ``network_bandwidth`` what
+    it sends to other hosts through its own NIC. ``hbm_bytes`` is read from ``config_file``,
+    XLA's target config for the GPU (``device_memory_size``), the memory XLA compiles for.
+    """
+
+    generation: str  # the target name's prefix: a100, h100, h200, b200
+    config_file: str  # XLA's GPU target config, in explorer/gpu_targets/
+    peak_flops: float  # dense bf16 FLOP/s
+    hbm_bandwidth: float  # bytes/s
+    nvlink_bandwidth: float  # one way, bytes/s per GPU, within a host
+    network_bandwidth: float  # one way, bytes/s per GPU, between hosts
+    sources: tuple[str, ...]
+    platform: str = "cuda"
+    devices_per_chip: int = 1
+    chip_config_name: str | None = None
+
+    @property
+    def target_config(self) -> str:
+        """XLA's GpuTargetConfig text proto for this GPU (``get_topology_desc(target_config=...)``)."""
+        return _config_text(self.config_file)
+
+    @property
+    def device_kind(self) -> str:
+        """What JAX reports as the device's kind (the target config's ``device_description_str``)."""
+        return _config_field(self.config_file, "device_description_str")
+
+    @property
+    def hbm_bytes(self) -> int:
+        return int(_config_field(self.config_file, "device_memory_size"))
+
+    @property
+    def device_hbm_bytes(self) -> int:
+        return self.hbm_bytes
+
+    @property
+    def device_peak_flops(self) -> float:
+        return self.peak_flops
+
+    @property
+    def device_hbm_bandwidth(self) -> float:
+        return self.hbm_bandwidth
+
+    @property
+    def usable_bytes(self) -> int:
+        """What a JAX process may use of the GPU's memory: ``memory_fraction()`` of it (75% unless the user chose)."""
+        return int(self.hbm_bytes * memory_fraction())
+
+
+def memory_fraction() -> float:
+    """JAX's share of a GPU's memory: ``XLA_PYTHON_CLIENT_MEM_FRACTION`` if set (and sane), else 0.75."""
+    raw = os.environ.get(MEMORY_FRACTION_ENV)
+    try:
+        value = float(raw) if raw else JAX_MEMORY_FRACTION
+    except ValueError:
+        return JAX_MEMORY_FRACTION
+    return value if 0 < value <= 1 else JAX_MEMORY_FRACTION
+
+
+@functools.cache
+def _config_text(name: str) -> str:
+    return resources.files("explorer.gpu_targets").joinpath(name).read_text()
+
+
+def _config_field(name: str, field: str) -> str:
+    found = re.search(rf"^\s*{field}:\s*\"?([^\"\n]*)\"?\s*$", _config_text(name), re.M)
+    if found is None:
+        raise ExplorerError("GPU target config", name, f"has no {field}")
+    return found[1]
+
+
+NVIDIA = "https://www.nvidia.com/en-us/data-center/"
+GPUS: dict[str, Gpu] = {
+    gpu.generation: gpu
+    for gpu in (
+        Gpu("a100", "a100_sxm_80.txtpb", 312e12, 2039e9, 300e9, 25e9, (NVIDIA + "a100/", NVIDIA + "dgx-a100/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY)),
+        Gpu("h100", "h100_sxm.txtpb", 989e12, 3350e9, 450e9, 50e9, (NVIDIA + "h100/", NVIDIA + "dgx-h100/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY)),
+        Gpu("h200", "h200.txtpb", 989e12, 4800e9, 450e9, 50e9, (NVIDIA + "h200/", NVIDIA + "dgx-h200/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY)),
+        Gpu("b200", "b200.txtpb", 2250e12, 8000e9, 900e9, 50e9, (NVIDIA + "hgx/", NVIDIA + "dgx-b200/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY)),
+    )
+}
+GPU_CLUSTERS = ((1, 1), (1, 8), (2, 8), (4, 8), (8, 8), (16, 8), (32, 8))  # (hosts, GPUs per host) the app lists
+
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A slice of ``chip``: its name as given, its libtpu topology and chip count."""
+    """A slice of ``chip`` (its libtpu topology), or a GPU cluster: ``chip`` a ``Gpu``, ``shape`` (hosts, GPUs per host)."""
 
     name: str
-    chip: Chip
+    chip: Chip | Gpu
     shape: tuple[int, ...]
 
     @property
+    def is_gpu(self) -> bool:
+        return isinstance(self.chip, Gpu)
+
+    @property
+    def hosts(self) -> int:
+        """Hosts of a GPU cluster (1 for a TPU slice: its hosts are not modelled)."""
+        return self.shape[0] if self.is_gpu else 1
+
+    @property
+    def gpus_per_host(self) -> int:
+        return self.shape[1] if self.is_gpu else 0
+
+    @property
     def topology(self) -> str:
+        """libtpu's topology (``v5p:4x4x4``), or the GPU cluster's own name (``h100:2x8``): what parse_target reads back."""
         return f"{self.chip.generation}:{'x'.join(str(s) for s in self.shape)}"
+
+    @property
+    def gpu_topology(self) -> str:
+        """The CUDA plugin's topology, partitions x hosts x GPUs per host (``1x2x8``)."""
+        return f"1x{self.shape[0]}x{self.shape[1]}"
 
     @property
     def chips(self) -> int:
@@ -146,13 +291,24 @@ class Target:
     @property
     def cloud_name(self) -> str:
         """Cloud TPU's type name, or the topology where the generation has none here (TPU7x)."""
-        if not self.chip.cloud_prefix or self.chips < self.chip.cloud_min_chips:
+        if self.is_gpu or not self.chip.cloud_prefix or self.chips < self.chip.cloud_min_chips:
             return self.topology
         return f"{self.chip.cloud_prefix}-{self.chips * self.chip.cores_per_chip}"
 
     def to_dict(self) -> dict:
         """Per-device figures (a device is a chip on every generation but TPU7x, where it is half of one)."""
         chip = self.chip
+        if isinstance(chip, Gpu):
+            return {
+                "name": self.name, "topology": self.topology, "platform": "cuda", "chips": self.chips, "devices": self.devices,
+                "hosts": self.hosts, "gpus_per_host": self.gpus_per_host, "devices_per_chip": 1, "device_kind": chip.device_kind,
+                "hbm_bytes": chip.hbm_bytes, "usable_bytes": chip.usable_bytes, "memory_fraction": memory_fraction(),
+                "peak_flops": chip.peak_flops, "hbm_bandwidth": chip.hbm_bandwidth,
+                "nvlink_bandwidth": chip.nvlink_bandwidth, "network_bandwidth": chip.network_bandwidth,
+                "ici_bandwidth": None, "ici_links": None,
+                "chip_hbm_bytes": chip.hbm_bytes, "chip_peak_flops": chip.peak_flops, "chip_hbm_bandwidth": chip.hbm_bandwidth,
+                "target_config": f"explorer/gpu_targets/{chip.config_file}", "sources": list(chip.sources),
+            }
         return {
             "name": self.name, "topology": self.topology, "chips": self.chips, "devices": self.devices,
             "devices_per_chip": chip.devices_per_chip, "device_kind": chip.device_kind,
@@ -193,27 +349,96 @@ def slices(chip: Chip) -> list[int]:
 
 _CLOUD_NAME = re.compile(r"(?P<prefix>[a-z0-9]+)-(?P<count>\d+)")
 _TOPOLOGY = re.compile(r"(?P<generation>[a-z0-9]+):(?P<shape>\d+(?:x\d+)+)")
+GPU_FORM = (f"a GPU cluster GPU:HOSTSxGPUS of {', '.join(GPUS)} (e.g. h100:1x8, h100:8x8: "
+            f"1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} GPUs)")
 
 
-def valid_names() -> list[str]:
-    """Examples of every accepted form, for error messages and the app's choices."""
+def tpu_names() -> list[str]:
+    """The TPU slices the app lists (Cloud TPU type names, TPU7x topologies)."""
     names = []
     for chip in CHIPS.values():
         names += [Target("", chip, slice_shape(chip, n)).cloud_name for n in slices(chip)]
     return names
 
 
+def gpu_names() -> list[str]:
+    """The GPU clusters the app lists (any HOSTSxGPUS within the limits is accepted)."""
+    return [f"{gpu}:{hosts}x{per_host}" for gpu in GPUS for hosts, per_host in GPU_CLUSTERS]
+
+
+def valid_names() -> list[str]:
+    """Examples of every accepted form, for the app's choices: the TPU slices, then the GPU clusters."""
+    return tpu_names() + gpu_names()
+
+
+def gpu_cluster(gpu: Gpu, devices: int) -> Target | None:
+    """The usual cluster of ``devices`` GPUs: one host of up to 8, else hosts as full as possible (None if there is none).
+
+    >>> [gpu_cluster(GPUS["h100"], n).topology for n in (4, 64, 12)]
+    ['h100:1x4', 'h100:8x8', 'h100:2x6']
+    """
+    for per_host in range(min(devices, MAX_GPUS_PER_HOST), 0, -1):
+        if devices % per_host == 0 and devices // per_host <= MAX_HOSTS:
+            return Target("", gpu, (devices // per_host, per_host))
+    return None
+
+
+def hosts_per_axis(target: Target, mesh_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The hosts one group of each mesh axis spans on a GPU cluster (1 per axis on a TPU slice), without compiling.
+
+    JAX numbers a cluster's GPUs host-major and ``topologies.make_mesh`` lays them over the mesh in
+    that order, so the leading axes span hosts: what ``target_compile.gpu_placement`` reads from the
+    compiled mesh, for planners that have no devices (a group over 1 host rides NVLink, else the network).
+
+    >>> hosts_per_axis(parse_target("h100:8x8"), (8, 8)), hosts_per_axis(parse_target("h100:2x8"), (4, 4))
+    ((8, 1), (2, 1))
+    """
+    import numpy as np
+
+    if not target.is_gpu:
+        return (1,) * len(mesh_shape)
+    hosts = (np.arange(math.prod(mesh_shape)) // target.gpus_per_host).reshape(mesh_shape)
+    return tuple(max(len(set(group.tolist())) for group in np.moveaxis(hosts, axis, -1).reshape(-1, size))
+                 for axis, size in enumerate(mesh_shape))
+
+
+def _parse_gpu(name: str, text: str, gpu: Gpu, shape: str) -> Target:
+    sizes = tuple(int(s) for s in shape.split("x"))
+    if len(sizes) != 2:
+        raise ExplorerError("target", name, f"names a GPU cluster as {gpu.generation}:HOSTSxGPUS, e.g. {gpu.generation}:2x8 (2 hosts of 8 GPUs)")
+    hosts, per_host = sizes
+    if not 1 <= per_host <= MAX_GPUS_PER_HOST or not 1 <= hosts <= MAX_HOSTS:
+        raise ExplorerError(
+            "target", name,
+            f"has {hosts} hosts of {per_host} GPUs; a cluster here has 1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} "
+            f"GPUs (one NVLink domain per host), e.g. {gpu.generation}:1x8, {gpu.generation}:8x8",
+        )
+    return Target(text, gpu, (hosts, per_host))
+
+
 def parse_target(name: str) -> Target:
-    """A target from a Cloud TPU type name or a libtpu topology string.
+    """A target from a Cloud TPU type name, a libtpu topology string or a GPU cluster (``h100:2x8``).
 
     Example::
 
         >>> target = parse_target("v5p-128")
         >>> target.topology, target.chips
         ('v5p:4x4x4', 64)
+        >>> cluster = parse_target("h100:2x8")
+        >>> cluster.hosts, cluster.gpus_per_host, cluster.devices, cluster.gpu_topology
+        (2, 8, 16, '1x2x8')
     """
     text = str(name).strip().lower()
     cloud, topology = _CLOUD_NAME.fullmatch(text), _TOPOLOGY.fullmatch(text)
+    if topology and topology["generation"] in GPUS:
+        return _parse_gpu(name, text, GPUS[topology["generation"]], topology["shape"])
+    if cloud and cloud["prefix"] in GPUS:  # h100-8: a GPU count written as a Cloud TPU type
+        cluster = gpu_cluster(GPUS[cloud["prefix"]], int(cloud["count"]))
+        raise ExplorerError(
+            "target", name,
+            "names GPUs as a TPU type would; a GPU cluster is GPU:HOSTSxGPUS" + (f", e.g. {cluster.topology}" if cluster else "")
+            + f" ({MAX_GPUS_PER_HOST} GPUs per host at most)",
+        )
     if cloud and cloud["prefix"] in BY_CLOUD_PREFIX:
         chip = BY_CLOUD_PREFIX[cloud["prefix"]]
         count = int(cloud["count"])
@@ -234,13 +459,13 @@ def parse_target(name: str) -> Target:
         return Target(text, chip, shape)
     raise ExplorerError(
         "target", name,
-        f"is not a TPU slice name; valid Cloud TPU types: {', '.join(valid_names())}; or a libtpu topology "
-        f"GENERATION:AxB[xC] of {', '.join(CHIPS)} (e.g. v5e:4x4, v5p:4x4x4, v4:2x2x2, tpu7x:2x2x1, v5e:1x1)",
+        f"is not a TPU slice name or a GPU cluster; valid Cloud TPU types: {', '.join(tpu_names())}; or a libtpu topology "
+        f"GENERATION:AxB[xC] of {', '.join(CHIPS)} (e.g. v5e:4x4, v5p:4x4x4, v4:2x2x2, tpu7x:2x2x1, v5e:1x1); or {GPU_FORM}",
     )
 
 
 def check_mesh_fits(target: Target, mesh_size: int) -> None:
-    """Refuse a mesh whose device count is not the slice's device count, naming both and the slices that would fit."""
+    """Refuse a mesh whose device count is not the target's device count, naming both and the targets that would fit."""
     if mesh_size == target.devices:
         return
     fitting = []
@@ -249,8 +474,17 @@ def check_mesh_fits(target: Target, mesh_size: int) -> None:
         if shape:
             slice_ = Target("", chip, shape)
             fitting.append(slice_.topology if slice_.cloud_name == slice_.topology else f"{slice_.cloud_name} ({slice_.topology})")
-    advice = f"slices of {mesh_size} devices: {', '.join(fitting)}" if fitting else f"no slice this tool knows has {mesh_size} devices"
-    has = f"{target.chips} chips" + (f" ({target.devices} devices)" if target.devices != target.chips else "")
+    clusters = [c.topology for c in (gpu_cluster(gpu, mesh_size) for gpu in GPUS.values()) if c]
+    if target.is_gpu:  # the same GPU first
+        clusters.sort(key=lambda name: not name.startswith(target.chip.generation + ":"))
+    gpu_advice = [f"GPU clusters of {mesh_size} GPUs: {', '.join(clusters)}"] if clusters else []
+    tpu_advice = [f"slices of {mesh_size} devices: {', '.join(fitting)}" if fitting else f"no slice this tool knows has {mesh_size} devices"]
+    if target.is_gpu:
+        advice = "; ".join(gpu_advice + tpu_advice if clusters else tpu_advice)
+        has = f"{target.devices} GPUs ({target.hosts} host{'s' if target.hosts > 1 else ''} of {target.gpus_per_host})"
+    else:
+        advice = "; ".join(tpu_advice + gpu_advice)
+        has = f"{target.chips} chips" + (f" ({target.devices} devices)" if target.devices != target.chips else "")
     raise ExplorerError(
         "target", target.name,
         f"has {has} but the mesh needs {mesh_size} devices; {advice}",

@@ -194,9 +194,20 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
 
 def test_the_command_line_refuses_a_bad_target_with_the_valid_names():
     completed = subprocess.run(
-        [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "h100-8"],
+        [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "v9-8"],
         capture_output=True, text=True, timeout=120,
     )
     assert completed.returncode == 2
-    assert completed.stderr.startswith("error: target: 'h100-8' is not a TPU slice name")
+    assert completed.stderr.startswith("error: target: 'v9-8' is not a TPU slice name or a GPU cluster")
     assert "v5litepod-16" in completed.stderr and "v5p-128" in completed.stderr and "Traceback" not in completed.stderr
+    assert "GPU:HOSTSxGPUS of a100, h100, h200, b200" in completed.stderr
+
+
+def test_the_command_line_says_how_to_name_a_gpu_cluster():
+    completed = subprocess.run(
+        [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "h100-8"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 2 and completed.stderr.count("\n") == 1
+    assert completed.stderr == (
+        "error: target: 'h100-8' names GPUs as a TPU type would; a GPU cluster is GPU:HOSTSxGPUS, e.g. h100:1x8 (8 GPUs per host at most)\n")
