@@ -402,7 +402,9 @@ def target_text(result: dict, cached: bool = False) -> str:
         f"compile {result['compile_s']:.2f} s" + (" (from the disk cache)" if cached else "") + "; train state donated",
         "memory per device (XLA" + (", read from its dump: it refused the program" if result.get("oom") else "") + "): "
         + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.items() if v is not None),
-        f"peak {human_bytes(memory['peak_bytes'])} {verdict} in {human_bytes(target['hbm_bytes'])}: "
+        f"peak {human_bytes(memory['peak_bytes'])} {verdict} in "
+        + (f"{human_bytes(result['memory_limit']['bytes'])} ({result['memory_limit']['what']}): "
+           if target.get("platform") == "cuda" and result.get("memory_limit") else f"{human_bytes(target['hbm_bytes'])}: ")
         + (f"{human_bytes(result['headroom_bytes'])} to spare" if result["fits"] else f"{human_bytes(-result['headroom_bytes'])} too much"),
     ]
     if result.get("oom"):

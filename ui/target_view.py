@@ -174,11 +174,21 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> d
 
 
 def verdict(result: dict) -> str:
-    memory, target = result["memory"], result["target"]
-    peak, hbm = human_bytes(memory["peak_bytes"]), human_bytes(target["hbm_bytes"])
+    """The headline: XLA's peak against the figure the verdict used (a chip's HBM; on a GPU, JAX's share of it)."""
+    peak, room = human_bytes(result["memory"]["peak_bytes"]), memory_room(result)
     if result["fits"]:
-        return f"Fits: XLA's peak is {peak} of the {hbm} HBM per chip ({human_bytes(result['headroom_bytes'])} to spare)."
-    return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result['headroom_bytes'])} more than the {hbm} HBM per chip."
+        return f"Fits: XLA's peak is {peak} of {room}, {human_bytes(result['headroom_bytes'])} to spare."
+    return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result['headroom_bytes'])} more than {room}."
+
+
+def memory_room(result: dict) -> str:
+    """What the verdict compares the peak with, in words: "the 16.0 GiB HBM per chip", or on a GPU "the 59.3 GiB JAX
+    lets one process use per GPU (75% of its 79.1 GiB)"."""
+    limit = result.get("memory_limit") or {}
+    if result["target"].get("platform") != "cuda" or not limit:
+        return f"the {human_bytes(result['target']['hbm_bytes'])} HBM per chip"
+    return (f"the {human_bytes(limit['bytes'])} JAX lets one process use per GPU ({limit['fraction']:.0%} of its "
+            f"{human_bytes(limit['device_bytes'])})")
 
 
 def show(result: dict, wall_s: float | None = None) -> None:

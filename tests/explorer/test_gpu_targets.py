@@ -262,3 +262,19 @@ def test_the_ground_truth_imports_no_explorer_code():
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module] + [
         alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names]
     assert imported and not [m for m in imported if m == "explorer" or m.startswith("explorer.")]
+
+
+def test_the_verdict_line_names_the_figure_it_compares_with_on_a_gpu():
+    """On a GPU the headroom is measured against JAX's share of the memory: the CLI line and the page say that figure."""
+    from explorer.text import target_text
+    from ui.target_view import verdict
+
+    result = {
+        "target": {"name": "h100:1x8", "topology": "1x1x8", "chips": 8, "devices": 8, "device_kind": "NVIDIA H100 80GB HBM3",
+                   "hbm_bytes": 80 * 2**30, "platform": "cuda"},
+        "memory": {"peak_bytes": 50 * 2**30}, "compile_s": 1.0, "fits": True, "headroom_bytes": 10 * 2**30,
+        "memory_limit": {"bytes": 60 * 2**30, "device_bytes": 80 * 2**30, "fraction": 0.75, "what": "75% of the GPU's 80.0 GiB"},
+        "collectives": [], "estimate": None,
+    }
+    assert "fits in 60.0 GiB (75% of the GPU's 80.0 GiB): 10.0 GiB to spare" in target_text(result)
+    assert verdict(result) == "Fits: XLA's peak is 50.0 GiB of the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB), 10.0 GiB to spare."
