@@ -2,4 +2,5 @@
 # Install the app's requirements into .venv and start the dashboard on http://localhost:8501
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
-exec .venv/bin/streamlit run app.py "$@"
+# Bound to this machine only (127.0.0.1); pass --server.address to serve others.
+exec .venv/bin/streamlit run app.py --server.address 127.0.0.1 "$@"
