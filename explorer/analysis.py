@@ -21,7 +21,7 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionS
 
 from explorer import caches, tiles as tiles_lib
 from explorer import reading
-from explorer.reading import AbstractArray, AbstractModel, abstract_model
+from explorer.reading import AbstractArray, AbstractModel, abstract_model, collector
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, MeshSpec
 from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, format_rule, resolve
@@ -235,7 +235,11 @@ def analyze(layout: Layout, *, model: AbstractModel | None = None, received: boo
         >>> report.array("params/LogicalDotReluDot_0/Dense_0/kernel").spec
         (None, 'model')
     """
-    model = model if model is not None else model_of(layout)
+    with collector.paused():  # thousands of short-lived records: no collector passes over them (collector.py)
+        return _analyzed(layout, model if model is not None else model_of(layout), received)
+
+
+def _analyzed(layout: Layout, model: AbstractModel, received: bool) -> Report:
     mesh = mesh_info(layout.mesh)
     rules = layout.rules_for_flax()
     problems: list[Finding] = []

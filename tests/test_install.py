@@ -46,7 +46,7 @@ def test_the_package_ranges_accept_the_pinned_versions():
         assert requirement.name in pins, f"{requirement.name} is a dependency but requirements.txt does not pin it"
         assert requirement.specifier.contains(pins[requirement.name]), f"{text} excludes the pinned {pins[requirement.name]}"
     assert project["requires-python"] == ">=3.12"
-    assert project["scripts"]["partition-explorer"] == "explorer.__main__:main"
+    assert project["scripts"]["partition-explorer"] == "explorer.__main__:run"
 
 
 @pytest.fixture(scope="module")

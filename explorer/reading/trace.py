@@ -11,7 +11,7 @@
   without a partition name), and Adam's moments take their parameter's names from
   ``optimizer.init`` of the parameters boxed with those names.
 - NNX: ``nnx.eval_shape`` of the factory's builder and of ``nnx.Optimizer`` (Adam, on
-  ``nnx.Param``), names from ``out_sharding`` metadata via ``nnx.get_partition_spec``;
+  ``nnx.Param``), names from ``out_sharding`` metadata as ``nnx.get_partition_spec`` reads each Variable (``get_var_pspec``);
   the forward pass traced on that state.
 
 Activations are every live ``sharding_constraint`` of the forward pass on a value
@@ -407,11 +407,11 @@ def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
     def is_variable(x):
         return isinstance(x, nnx.Variable)
 
-    specs = nnx.get_partition_spec(state)
+    from flax.nnx.spmd import get_var_pspec  # nnx.get_partition_spec's own reading of one Variable
+
     variables = jax.tree_util.tree_flatten_with_path(state, is_leaf=is_variable)[0]
-    spec_leaves = jax.tree_util.tree_leaves(specs, is_leaf=is_variable)
     arrays = []
-    for (path, variable), spec in zip(variables, spec_leaves):
+    for path, variable in variables:
         text = path_to_str(path)
         if not is_variable(variable):  # a plain array a module holds as an attribute (bonsai's position ids)
             arrays.append(AbstractArray(text, kind, tuple(variable.shape), str(variable.dtype),
@@ -420,7 +420,7 @@ def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
             continue
         value = variable.get_value()
         annotated = variable.has_metadata("out_sharding") and variable.get_metadata("out_sharding")
-        names = _padded(tuple(spec.get_value()), value.ndim) if annotated else (() if value.ndim == 0 else None)
+        names = _padded(tuple(get_var_pspec(variable)), value.ndim) if annotated else (() if value.ndim == 0 else None)
         variable_type = type(variable).__name__
         note = "" if variable_type in ("Param", "OptVariable") else f"nnx.{variable_type}"
         arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, semantics="nnx"))

@@ -222,11 +222,11 @@ def program_values(closed, framework: str = "nnx") -> tuple[TypedValue, ...]:
     own scopes, such as an einsum's equation), so an NNX value is placed by its source line.
     """
     found: list[TypedValue] = []
-    _walk(closed.jaxpr, "", ("", ""), 1, found, framework == "linen")
+    _walk(closed.jaxpr, "", ("", ""), 1, found, framework == "linen", {})
     return tuple(found)
 
 
-def _walk(jaxpr, module: str, parent_source: tuple[str, str], runs: int, found: list, stacks: bool) -> None:
+def _walk(jaxpr, module: str, parent_source: tuple[str, str], runs: int, found: list, stacks: bool, types: dict) -> None:
     for eqn in jaxpr.eqns:
         stack = "/".join(p for p in (module, str(eqn.source_info.name_stack)) if p) if stacks else ""
         own = _source(eqn.source_info)  # None inside JAX's own helpers (jnp.where's jit): they inherit the caller's line
@@ -236,14 +236,31 @@ def _walk(jaxpr, module: str, parent_source: tuple[str, str], runs: int, found: 
             aval = getattr(var, "aval", None)
             if aval is None or not hasattr(aval, "shape"):
                 continue
+            shape, dtype, spec, unreduced, reduced, type_text = _type_fields(aval, types)
             found.append(TypedValue(
-                index=len(found), op=eqn.primitive.name, shape=tuple(aval.shape), dtype=str(aval.dtype),
-                spec=_spec_of(aval), unreduced=_axes_attr(aval, "unreduced"), reduced=_axes_attr(aval, "reduced"),
-                type_text=aval.str_short(short_dtypes=True), source=source[0], function=source[1], module=stack,
+                index=len(found), op=eqn.primitive.name, shape=shape, dtype=dtype, spec=spec, unreduced=unreduced,
+                reduced=reduced, type_text=type_text, source=source[0], function=source[1], module=stack,
                 runs=runs, sets_sharding=setting and own is not None, communication=_communication(eqn, var),
             ))
         for sub, times in _sub_programs(eqn):
-            _walk(sub, stack, source, runs * times, found, stacks)
+            _walk(sub, stack, source, runs * times, found, stacks, types)
+
+
+def _type_fields(aval, types: dict) -> tuple:
+    """A value's shape, dtype, spec, unreduced and reduced axes and printed type, read once per distinct type (a
+    program holds thousands of values of a few hundred types)."""
+    try:
+        fields = types.get(aval)
+    except TypeError:  # an unhashable abstract value (a reference's): read it on its own
+        return _read_type_fields(aval)
+    if fields is None:
+        fields = types[aval] = _read_type_fields(aval)
+    return fields
+
+
+def _read_type_fields(aval) -> tuple:
+    return (tuple(aval.shape), str(aval.dtype), _spec_of(aval), _axes_attr(aval, "unreduced"), _axes_attr(aval, "reduced"),
+            aval.str_short(short_dtypes=True))
 
 
 def _sub_programs(eqn) -> list[tuple[Any, int]]:

@@ -174,6 +174,9 @@ IMPORTS_PROBE = (
     "    models = sorted(m for m in sys.modules if m.startswith('explorer.models.') and m not in ('explorer.models.base', 'explorer.models.options'))\n"
     "    print('IMPORTED ' + json.dumps(heavy + models), file=sys.stderr)\n"
     "atexit.register(report)\n"
+    "import os\n"
+    "_exit = os._exit  # analyze ends its process with os._exit, past atexit: report there too\n"
+    "os._exit = lambda code: (report(), sys.stderr.flush(), _exit(code))\n"
     "sys.argv = ['explorer', *sys.argv[1:]]\n"
     "runpy.run_module('explorer', run_name='__main__', alter_sys=True)\n"
 )
@@ -234,3 +237,20 @@ def test_tiles_of_a_huge_mesh_need_a_path_filter(tmp_path, capsys):
     assert sum(len(t["devices"]) for t in arrays[[a["path"] for a in arrays].index(tiled[0])]["tiles"]) == 65536
     assert main(["analyze", str(path), "--tiles-for", "nothing*"]) == 2
     assert "matches no array" in capsys.readouterr().err
+
+
+def test_analyze_ends_its_process_with_every_byte_of_its_output_and_its_exit_status(tmp_path):
+    """``run`` ends an analyze with ``os._exit`` once its output is flushed (no interpreter teardown): the JSON
+    arrives whole through a pipe, and the status is main's (0; 2 for bad input, with its one line)."""
+    import os
+
+    env = {**os.environ, "EXPLORER_CPU_DEVICES": "8", "EXPLORER_CACHE_DIR": str(tmp_path)}
+    env.pop("PYTHONUNBUFFERED", None)  # a pipe is block-buffered, as a user's is
+    done = subprocess.run([sys.executable, "-m", "explorer", "analyze", str(SEED), "--json", "--tiles"], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("}\n")  # block-buffered into a pipe: its last bytes were flushed before the exit
+    assert json.loads(done.stdout)["layout"]["name"] == "seed-2x4"
+    refused = subprocess.run([sys.executable, "-m", "explorer", "analyze", str(tmp_path / "missing.json")], cwd=ROOT,
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: layout file:") and refused.stdout == ""

@@ -137,26 +137,6 @@ def test_the_garbage_collector_runs_again_after_a_trace_and_after_a_refused_one(
     assert gc.isenabled()
 
 
-def test_the_collector_pause_nests_and_leaves_the_collector_as_the_user_had_it():
-    import gc
-
-    from explorer.reading import collector
-
-    assert gc.isenabled()
-    with collector.paused():
-        with collector.paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()  # the outer section is still tracing
-    assert gc.isenabled()
-    gc.disable()  # a user who runs with the collector off keeps it off
-    try:
-        with collector.paused():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-
-
 def test_importing_the_tracing_code_runs_the_collector_once_and_leaves_it_on():
     """Importing Flax and optax makes tens of thousands of objects: with the collector on it runs about a hundred
     times; paused, once, when it comes back on (the collection that fell due meanwhile)."""
