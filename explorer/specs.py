@@ -57,13 +57,14 @@ def spec_json(spec: Sequence[SpecEntry]) -> list[Any]:
     return [entry_json(e) for e in spec]
 
 
-def spec_text(spec: Sequence[SpecEntry] | None) -> str:
-    """``P('x', None)``, ``P(('x', 'y'),)``, ``P()``, as JAX prints it; "—" for no spec."""
+def spec_text(spec: Sequence[SpecEntry] | None, *, unreduced: Sequence[str] = (), reduced: Sequence[str] = ()) -> str:
+    """``P('x', None)``, ``P(('x', 'y'),)``, ``P()``, ``P('x', unreduced={'y'})``, as JAX prints it; "—" for no spec."""
     from jax.sharding import PartitionSpec
 
     if spec is None:
         return "—"
-    return repr(PartitionSpec(*spec))
+    extra = {name: set(axes) for name, axes in (("unreduced", unreduced), ("reduced", reduced)) if axes}
+    return repr(PartitionSpec(*spec, **extra))
 
 
 def _unconstrained(entry: Any) -> bool:

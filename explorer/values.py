@@ -10,8 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from jax.sharding import PartitionSpec
-
+from explorer import specs
 from explorer.reading import TypedValue
 
 
@@ -33,15 +32,7 @@ class ValueGroup:
 
 def spec_text(value: TypedValue) -> str:
     """``P('data', None, unreduced={'model'})``: the type's spec as JAX prints it (reduced axes likewise)."""
-    extra = {}
-    if value.unreduced:
-        extra["unreduced"] = set(value.unreduced)
-    if value.reduced:
-        extra["reduced"] = set(value.reduced)
-    try:
-        return repr(PartitionSpec(*value.spec, **extra))
-    except TypeError:  # a JAX without reduced axes
-        return repr(PartitionSpec(*value.spec)) + "".join(f" {k}={sorted(v)}" for k, v in extra.items())
+    return specs.spec_text(value.spec, unreduced=value.unreduced, reduced=value.reduced)
 
 
 def matching(values: Sequence[TypedValue], query: str = "", *, communication_only: bool = False) -> tuple[TypedValue, ...]:

@@ -392,15 +392,19 @@ def _constraint(eqn, dependent: set, prefix: str, runs: int, unbounded: bool) ->
     )
 
 
-def _frames(source_info) -> list:
+def _raw_frames(source_info) -> tuple:
+    """An equation's traceback as its frames' code objects and last instructions, innermost first; none without one
+    (read raw: building every frame of every equation is most of a big program's reading time)."""
     traceback = getattr(source_info, "traceback", None)
-    return list(getattr(traceback, "frames", ()) or ())
+    if traceback is None:
+        return (), ()
+    return traceback.raw_frames()
 
 
 def _semantics(source_info) -> str:
     """Which Flax code resolved the constraint's names: the innermost resolving Flax frame, else a hand-written call."""
-    for frame in _frames(source_info):
-        semantics = _RESOLVERS.get(frame.file_name)
+    for code in _raw_frames(source_info)[0]:
+        semantics = _RESOLVERS.get(code.co_filename)
         if semantics:
             return semantics
     return "hand"
@@ -426,18 +430,12 @@ class SourceLine:
 
 
 def user_frame(source_info) -> SourceLine | None:
-    """The innermost frame of an equation's traceback outside JAX, Flax, optax and the explorer, or None.
-
-    Read from the traceback's raw code objects, so only the one frame found is turned into a line
-    (building every frame of every equation is most of a big program's reading time).
-    """
-    traceback = getattr(source_info, "traceback", None)
-    if traceback is None:
-        return None
-    codes, lastis = traceback.raw_frames()
+    """The innermost frame of an equation's traceback outside JAX, Flax, optax and the explorer, or None (only the
+    frame found is turned into a line)."""
+    codes, lastis = _raw_frames(source_info)
     for code, lasti in zip(codes, lastis):
         if not library_file(code.co_filename):
-            return SourceLine(code.co_filename, type(traceback).code_addr2line(code, lasti), code.co_qualname)
+            return SourceLine(code.co_filename, type(source_info.traceback).code_addr2line(code, lasti), code.co_qualname)
     return None
 
 

@@ -7,8 +7,8 @@
 - ``typed``: per model and Explicit-axis layout (``typed.key_of``), the model read from its values' types.
 
 The doors in ``explorer/reading/__init__.py`` look here first and store here what the pipeline
-returned; nothing here traces or imports Flax. ``clear()`` empties them all (``explorer.caches.clear``
-clears them with every other cache of the explorer).
+returned; nothing here traces or imports Flax. Each registry registers itself with ``explorer.caches``,
+whose ``clear()`` empties them with every other cache of the explorer.
 """
 
 from __future__ import annotations
@@ -24,12 +24,6 @@ received: Registry[Any] = Registry(64, "reading.memory.received")
 stages: Registry[Any] = Registry(32, "reading.memory.stages")
 typed: Registry[Any] = Registry(16, "reading.memory.typed")
 REGISTRIES = {"models": models, "received": received, "stages": stages, "typed": typed}
-
-
-def clear() -> None:
-    """Empty every registry: the next reading traces again, or reads the disk."""
-    for registry in REGISTRIES.values():
-        registry.clear()
 
 
 def received_key(model_key: tuple, mesh: Any, rules: tuple) -> tuple:

@@ -41,7 +41,7 @@ from explorer.train_step import make_optimizer
 from explorer.reading.arrays import AbstractArray, AbstractModel, TypedValue
 from explorer.reading.constraints import library_file, user_frame
 from explorer.rules import resolve
-from explorer.specs import spec_entry
+from explorer.specs import spec_axes, spec_entry
 
 # Equations whose params carry a sharding the program asked for (an ``out_sharding=``, ``reshard``'s destination,
 # ``jnp.zeros(..., out_sharding=)`` as ``broadcast_in_dim``'s ``sharding``), by param name.
@@ -309,7 +309,7 @@ def _axes_attr(aval, name: str) -> tuple[str, ...]:
 
 
 def _axes(entries) -> list[str]:
-    return [a for e in entries for a in ((e,) if isinstance(e, str) else e or ())]
+    return [axis for entry in entries for axis in spec_axes(entry)]
 
 
 def _communication(eqn, var) -> str:
@@ -358,23 +358,22 @@ def _activation_rows(rows: tuple[TypedValue, ...]) -> tuple[AbstractArray, ...]:
         runs = f"; runs {row.runs}x per step (loop body)" if row.runs > 1 else ""
         arrays.append(AbstractArray(
             f"activations/{where}/{ordinal}", "activation", row.shape, row.dtype,
-            tuple(spec_axes_or_none(e) for e in row.spec), note=how + runs, annotation="type",
+            _as_names(row.spec), note=how + runs, annotation="type",
             module=where, runs_per_step=row.runs, semantics="explicit", type_spec=row.spec, source=row.source,
         ))
     return tuple(arrays)
 
 
-def spec_axes_or_none(entry) -> tuple[str, ...] | None:
-    if entry is None:
-        return None
-    return (entry,) if isinstance(entry, str) else tuple(entry)
+def _as_names(spec: tuple) -> tuple:
+    """A type's spec entries as an array's names: None stays None (no name), an entry its mesh axes."""
+    return tuple(None if entry is None else spec_axes(entry) for entry in spec)
 
 
 def _output(closed, values: tuple[TypedValue, ...], framework: str) -> AbstractArray:
     aval = closed.jaxpr.outvars[0].aval
     spec = _spec_of(aval)
     return AbstractArray(
-        "activations/output", "activation", tuple(aval.shape), str(aval.dtype), tuple(spec_axes_or_none(e) for e in spec),
+        "activations/output", "activation", tuple(aval.shape), str(aval.dtype), _as_names(spec),
         note="model output; its sharding is its type's", annotation="type", module="output", semantics="explicit",
         type_spec=spec,
     )
