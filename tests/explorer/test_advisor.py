@@ -96,7 +96,8 @@ def test_stage_1_read_from_one_trace_equals_the_full_analysis_of_each_candidate(
         assert [(a.path, a.spec, a.bytes_per_device) for a in quick.arrays] == [(a.path, a.spec, a.bytes_per_device) for a in full.arrays]
         assert any(a.kind == "activation" for a in full.arrays)
         assert candidate.state_bytes == full.totals.state_bytes and quick.totals == full.totals, name
-        assert (candidate.estimate, candidate.largest_collective, candidate.collective_by_axis) == advisor.stage1_estimate(full, parse_target(TARGET)), name
+        assert ((candidate.estimate, candidate.largest_collective, candidate.collective_by_axis, candidate.collectives)
+                == advisor.stage1_estimate(full, parse_target(TARGET))), name
 
 
 def test_a_model_that_fits_no_layout_says_so_with_the_smallest_state(seed_dict):
@@ -114,8 +115,9 @@ def test_the_text_report_is_the_verdict_the_counts_and_the_ranked_table(seed_dic
     search = advisor.stage1(small(seed_dict), TARGET)
     lines = advisor.search_text(search).splitlines()
     assert lines[0] == advisor.verdict_text(search)
-    assert lines[1].startswith(f"searched {search.searched} candidate(s), 0 refused by the analysis, 0 compiled (0 from the disk cache)")
-    header, rule, rows = lines[2], lines[3], lines[4:-1]
+    assert lines[1] == advisor.target_text(search.target) and "wraparound links on no axis" in lines[1]
+    assert lines[2].startswith(f"searched {search.searched} candidate(s), 0 refused by the analysis, 0 compiled (0 from the disk cache)")
+    header, rule, rows = lines[3], lines[4], lines[5:-1]
     assert header.startswith("rank  layout") and "extrapolated figures" not in header and set(rule) == {"-", " "}
     assert [row.split()[1] for row in rows] == [c.layout.name for c in search.ranked()]
     assert lines[-1] == f"step ≥: XLA's roofline lower bound where verified; else an estimate ({advisor.STAGE1_NOTE})."

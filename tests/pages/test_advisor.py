@@ -23,7 +23,7 @@ def advisor_page() -> AppTest:
 def test_without_a_target_the_page_asks_for_one():
     at = advisor_page()
     assert not at.exception
-    assert any("Choose a TPU slice" in i.value for i in at.info)
+    assert any("Choose a **Target**" in i.value and "h100:8x8" in i.value for i in at.info)
 
 
 def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar():
