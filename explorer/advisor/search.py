@@ -3,11 +3,13 @@
 Two stages, as a person would do it, but over every candidate:
 
 1. **Stage 1, no compile** (``stage1``). Every candidate (the model's own layout, and one per
-   factorization of the slice's devices over the named axes, with rules written from the model's
+   factorization of the target's devices over the named axes, with rules written from the model's
    logical names by role: ``explorer.advisor.space``) is analysed: the state per device is exact
    (the analysis), layouts JAX would refuse are dropped and counted, and an analytic roofline
    estimates the step (``explorer.advisor.estimate``). The shortlist is the candidates whose
-   state fits the device's HBM, best estimate first.
+   state fits the device's memory (``limit_bytes``: a TPU device's HBM, JAX's share of a GPU's), best
+   estimate first. Each collective is costed on the links its mesh axis lies on (``explorer.placement``:
+   a TPU slice's torus rings and lines, a GPU cluster's NVLink and network).
 2. **Stage 2, XLA-verified** (``stage2``). Up to ``compiles`` shortlisted candidates (and the
    model's own layout) are compiled for the target through ``target_compile.compile_target`` (its
    child process, disk cache and Stop): XLA's peak per device and the fits verdict, flops,
@@ -69,7 +71,7 @@ class Candidate:
     own: bool = False  # the layout the user brought
     verified: bool = False
     extrapolated: bool = False
-    fits: bool | None = None  # stage 1: the state fits HBM; stage 2: XLA's verdict
+    fits: bool | None = None  # stage 1: the state fits the memory limit (``limit_bytes``); stage 2: XLA's verdict
     peak_bytes: int | None = None
     headroom_bytes: int | None = None
     compiled: dict | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
@@ -234,7 +236,7 @@ def scanned(report: Report) -> bool:
 REMAT_OPTIONS = ("remat",)  # the model's remat policy option (values: estimate.REMAT_POLICIES)
 MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.train_step reads it)
 MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
-FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of HBM is not taken as fitting
+FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of the memory limit is not taken as fitting
 
 
 def memory_variants(layout: Layout, report: Report, roles: dict[str, str], target: Target, own: bool) -> list[tuple[Layout, str | None, int]]:
@@ -293,7 +295,7 @@ def _errors(report: Report) -> list[Finding]:
 
 
 def shortlist(search: Search) -> list[Candidate]:
-    """The candidates whose state fits the device's HBM, best estimated step first (deterministic)."""
+    """The candidates whose state fits the device's memory limit, best estimated step first (deterministic)."""
     return sorted((c for c in search.candidates if _may_fit(c, search.limit_bytes)), key=_estimate_key)
 
 
@@ -308,7 +310,8 @@ def _may_fit(c: Candidate, hbm: int) -> bool:
 def _estimate_key(c: Candidate) -> tuple:
     """Stage 1's order: the estimated step (to three significant figures: closer is a tie the estimate cannot tell);
     where that ties (every candidate compute-bound at the same estimate), the terms XLA will add on top first:
-    HBM traffic and collectives together (the overlap is never perfect), then collectives alone, then less state,
+    HBM traffic and collectives together (the overlap is never perfect; collectives on the links each mesh axis lies
+    on: a torus axis run around as a ring costs half what one run along as a line does), then collectives alone, then less state,
     then the name."""
     return (float(f"{c.estimate.step_s:.3g}"), c.estimate.memory_s + c.estimate.collective_s, c.estimate.collective_s,
             c.state_bytes, c.layout.name)

@@ -256,7 +256,7 @@ def test_the_depth_shortcut_extrapolates_a_tiny_transformer_close_to_its_full_co
     """Compiled at depths 2 and 4 and extrapolated to 8, then compiled at 8: XLA's flops within 1 %, its peak within 5 %."""
     layout = small_transformer(scan=True, layers=8)
     search = advisor.stage1(layout, TARGET)
-    search.candidates = [c for c in search.candidates if not c.own]
+    search.candidates = [c for c in search.candidates if c.layout.name == "data4xtensor2"]  # the one measured (below)
     search = advisor.stage2(search, compiles=1, shortcut=True, full_compiles=1)
     assert search.compiles == 3 and search.full_compiles == 1 and not search.failures
     row = advisor.search_to_dict(search)["candidates"][0]
