@@ -11,6 +11,12 @@ cache is a fresh folder unless ``--cache`` names one.
 
     python benchmarks/advise.py [--compiles 2] [--cache DIR] [--target v5p-128]
     python benchmarks/advise.py --case t5 [--compiles 2]   # T5X's T5 (tests/external) on a v5litepod-8
+    python benchmarks/advise.py --target h100:8x8 [--compiles 2]   # the same Llama-2-7B shapes on 64 H100s (8 hosts of 8)
+
+``--target h100:8x8`` (or ``--case gpu``, the same): the Llama-2-7B shapes on an NVIDIA GPU cluster of 8
+hosts of 8 H100s (JAX's CUDA plugin, no GPU), against three layouts written for it: FSDP over all 64
+GPUs; FSDP 8 over the hosts x tensor 8 inside each (NVLink), the user's own layout; data 8 over the
+hosts x FSDP 8 inside each. A GPU's memory is judged as ``explorer compile`` judges it (JAX's 75%).
 
 ``--case t5``: T5X's T5 network from ``tests/external/t5x_t5`` (a production codebase's model,
 T5.1.1-style, 4+4 layers, d_model 512, 8 heads, MLP 1024, vocab 32128, batch 32 x 128 tokens) on
@@ -61,13 +67,25 @@ T5_EXPERTS = {
     "expert-data2-fsdp4": {"mesh": {"shape": [2, 4], "axes": ["data", "fsdp"]},
                            "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"]]},
 }
+GPU_TARGET = "h100:8x8"
+GPU_EXPERTS = {  # 8 hosts of 8 GPUs: the device order is host-major, so the first mesh axis spans the hosts
+    "expert-fsdp64": EXPERTS["expert-fsdp64"],
+    "expert-fsdp8-tensor8": {"mesh": {"shape": [8, 8], "axes": ["fsdp", "tensor"]},  # FSDP over hosts, tensor inside (NVLink)
+                             "rules": [["batch", "fsdp"], ["embed", "fsdp"], *TENSOR, ["layer", None]]},
+    "expert-data8-fsdp8": {"mesh": {"shape": [8, 8], "axes": ["data", "fsdp"]},  # data over hosts, FSDP inside
+                           "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"], ["layer", None]]},
+}
 CASE = "llama"
 
 
 def layout(name: str) -> dict:
     if CASE == "t5":
         return {"name": name, **T5_EXPERTS[name], "model": {"name": T5_FACTORY, "options": dict(T5_OPTIONS)}}
-    return {"name": name, **EXPERTS[name], "model": {"name": "transformer", "options": dict(OPTIONS)}}
+    return {"name": name, **experts()[name], "model": {"name": "transformer", "options": dict(OPTIONS)}}
+
+
+def experts() -> dict:
+    return T5_EXPERTS if CASE == "t5" else GPU_EXPERTS if CASE == "gpu" else EXPERTS
 
 
 def main() -> None:
@@ -75,12 +93,14 @@ def main() -> None:
     parser.add_argument("--compiles", type=int, default=2)
     parser.add_argument("--cache", default=None)
     parser.add_argument("--target", default=None)
-    parser.add_argument("--case", choices=("llama", "t5"), default="llama")
+    parser.add_argument("--case", choices=("llama", "t5", "gpu"), default="llama")
     parser.add_argument("--shortcut", choices=("auto", "on", "off"), default="auto", help="the depth shortcut (advise --depth-shortcut)")
     args = parser.parse_args()
     global CASE
-    CASE = args.case
-    args.target = args.target or ("v5litepod-8" if CASE == "t5" else "v5p-128")
+    from explorer.targets import parse_target
+
+    CASE = "gpu" if args.case == "gpu" or (args.case == "llama" and args.target and parse_target(args.target).is_gpu) else args.case
+    args.target = args.target or {"t5": "v5litepod-8", "gpu": GPU_TARGET}.get(CASE, "v5p-128")
     if CASE == "t5":
         os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5_FACTORY
     os.environ["EXPLORER_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="explorer-advise-bench-")
@@ -92,7 +112,7 @@ def main() -> None:
     from explorer.layout import parse_layout
     from explorer.text import human_bytes, plain_table
 
-    own = parse_layout(layout("t5x-own-rules" if CASE == "t5" else "expert-fsdp16-tensor4"))
+    own = parse_layout(layout({"t5": "t5x-own-rules", "gpu": "expert-fsdp8-tensor8"}.get(CASE, "expert-fsdp16-tensor4")))
     start = time.perf_counter()
     search = advisor.stage1(own, args.target)
     print(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused, in {search.stage1_s:.2f} s (goal < 10 s)")
@@ -111,9 +131,13 @@ def main() -> None:
           f"extrapolation) (goal < 900 s)")
     if search.depth is not None:
         print("depth shortcut:", "used, options " + ", ".join(search.depth.options) if search.depth.usable else f"not used: {search.depth.why}")
+    misses = [c.layout.name for c in search.candidates if c.verified and not c.fits]
+    print(f"compiles spent on layouts that did not fit: {len(misses)}" + (f" ({', '.join(misses)})" if misses else ""))
     print(advisor.verdict_text(search))
+    print(advisor.target_text(search.target))
     print(plain_table(advisor.table_rows(search)[:12], ("rank", "layout", "mesh", "rules", "state / device", "XLA peak / device", "fits",
-                                                       "step ≥", "bound", "MFU ceiling", "largest collective", "extrapolated figures")))
+                                                       "step ≥", "bound", "MFU ceiling", "placement", "largest collective",
+                                                       "extrapolated figures")))
     print("\nstage 1's estimate beside XLA's roofline, for the compiled candidates (ratio = estimate / XLA):")
     rows = []
     for c in search.ranked():
@@ -133,7 +157,7 @@ def main() -> None:
             print(f"extrapolation error for {c.layout.name} (extrapolated / full):", {k: round(v, 5) for k, v in c.extrapolation_error.items() if v})
     print("\nexpert layouts, each compiled with `python -m explorer compile`:")
     rows = []
-    for name in (T5_EXPERTS if CASE == "t5" else EXPERTS):
+    for name in experts():
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             json.dump(layout(name), handle)
         began = time.perf_counter()

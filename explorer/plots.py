@@ -488,8 +488,9 @@ ADVISOR_KINDS = {  # kind: (legend name, marker symbol), drawn in this order
 }
 
 
-def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int) -> go.Figure:
-    """Bytes per device against the step's lower bound, both on log axes, one trace per kind, with the HBM line.
+def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int, limit_label: str | None = None) -> go.Figure:
+    """Bytes per device against the step's lower bound, both on log axes, one trace per kind, with the HBM line
+    (``limit_label`` names it where it is not a device's HBM: a GPU's share JAX may use).
 
     Points keep their order within a kind (the Advisor passes them ranked).
     """
@@ -513,7 +514,7 @@ def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int) -> go.Figure:
     # and stretched the axis to 1e17): write it, and the axis range, in log10 units.
     shown = [hbm_gib] + [y for trace in figure.data for y in trace.y if y and y > 0]
     low, high = math.log10(min(shown)) - 0.5, math.log10(max(shown)) + 0.5
-    figure.add_annotation(x=1, xref="paper", y=math.log10(hbm_gib), yref="y", text=f"HBM {human_bytes(hbm_bytes)} per device",
+    figure.add_annotation(x=1, xref="paper", y=math.log10(hbm_gib), yref="y", text=limit_label or f"HBM {human_bytes(hbm_bytes)} per device",
                           showarrow=False, xanchor="right", yanchor="bottom")
     figure.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step lower bound (ms, log)",
                          yaxis_title="GiB per device (log)", plot_bgcolor="white", legend=dict(orientation="h", y=-0.25))

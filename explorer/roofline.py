@@ -65,7 +65,10 @@ class Collective:
     bytes: int
     mesh_axes: tuple[str, ...]
     group_size: int
-    ici_axes: int  # torus axes the group's chips span (at least 1 when it moves data); on GPUs: of (host, GPU)
+    # Torus axes the group's chips span (at least 1 when it moves data); on GPUs: of (host, GPU). The advisor's stage 1
+    # (``explorer.placement``) passes torus axes' worth of bandwidth instead: 1 per axis the group runs around as a ring
+    # (wraparound links, both directions), 0.5 per axis it runs along as a line (one direction).
+    ici_axes: float
     hosts: int = 1  # GPU clusters: the hosts one group spans (1: inside a host, over NVLink)
 
 
@@ -76,7 +79,7 @@ def collective_seconds(c: Collective, chip: Chip | Gpu) -> float:
         return 0.0
     if isinstance(chip, Gpu):
         return _gpu_seconds(c, chip)
-    bandwidth = chip.ici_bidirectional_bandwidth * max(c.ici_axes, 1)
+    bandwidth = chip.ici_bidirectional_bandwidth * (c.ici_axes if c.ici_axes > 0 else 1)
     share = (n - 1) / n
     if c.op == "all-gather":
         return c.bytes / bandwidth * share

@@ -275,6 +275,27 @@ class Target:
         return f"{self.chip.generation}:{'x'.join(str(s) for s in self.shape)}"
 
     @property
+    def wraparound(self) -> tuple[bool, ...]:
+        """Per torus axis of a TPU slice (x, y[, z]), whether it has wraparound links (a ring, both directions).
+
+        After "How to Scale Your Model" (part 2, https://jax-ml.github.io/scaling-book/tpus/): on the
+        3-D generations (v4, v5p; TPU7x assumed alike) the optical switches give every axis its
+        wraparound only in a slice made of whole 4x4x4 cubes (every dimension a multiple of 4: 4x4x4,
+        4x4x8; a 2x2x2 or a 2x4x4 has none); on v5e and v6e (2-D, no optical switches) an axis has
+        it when it is 16 chips long (a 16x16 pod, or the long axis of an 8x16). Without one, a
+        collective along the axis uses one direction only ("it typically doubles the time of most
+        communication"). Empty for a GPU cluster.
+
+        >>> parse_target("v5p-128").wraparound, parse_target("v5litepod-128").wraparound, parse_target("v5p-16").wraparound
+        ((True, True, True), (False, True), (False, False, False))
+        """
+        if self.is_gpu:
+            return ()
+        if self.chip.dims == 3:
+            return (all(s % 4 == 0 for s in self.shape),) * 3
+        return tuple(s == 16 for s in self.shape)
+
+    @property
     def gpu_topology(self) -> str:
         """The CUDA plugin's topology, partitions x hosts x GPUs per host (``1x2x8``)."""
         return f"1x{self.shape[0]}x{self.shape[1]}"

@@ -77,7 +77,8 @@ def last_search() -> advisor.Search | None:
 
 def figure(search: advisor.Search) -> go.Figure:
     """Peak memory per device against the step bound, with the HBM line: XLA's where verified, else stage 1's estimate and state."""
-    return plots.advisor_figure([_point(c) for c in search.ranked()], search.target.chip.device_hbm_bytes)
+    label = f"usable {advisor.limit_text(search.target)}" if search.target.is_gpu else None
+    return plots.advisor_figure([_point(c) for c in search.ranked()], search.limit_bytes, label)
 
 
 def _point(c: advisor.Candidate) -> plots.AdvisorPoint:
@@ -107,8 +108,10 @@ def show(search: advisor.Search) -> None:
         f"Searched {search.searched} candidate(s), of which {search.refused} refused (layouts JAX would refuse), {search.compiles} compiled "
         f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s. "
         "**step ≥** is a lower bound: the roofline of XLA's compiled program where *verified*, else an *estimate* "
-        f"({advisor.STAGE1_NOTE}). **fits** is XLA's verdict where verified, else whether the exact state fits."
+        f"({advisor.STAGE1_NOTE}). **fits** is XLA's verdict where verified, else whether the exact state fits "
+        f"({advisor.limit_text(search.target)})."
     )
+    st.caption(markdown_literal(advisor.target_text(search.target) + "."))
     if search.depth is not None:
         if search.depth.usable:
             st.caption(
@@ -141,12 +144,9 @@ def show(search: advisor.Search) -> None:
                   help="Adds its link to the Compare page's links")
     st.markdown("Share link")
     st.code("/?" + layout_to_query(chosen.layout)[1:], language=None)
-    if chosen.verified and chosen.compiled and chosen.compiled.get("mesh", {}).get("placement"):
-        mesh = chosen.compiled["mesh"]
-        st.caption(
-            f"Placed on the torus by {mesh.get('placement_method', 'mesh_utils')}: "
-            + "; ".join(f"{p['axis']} ({p['size']}) spans torus axes {', '.join(p['torus_axes']) or '—'}" for p in mesh["placement"])
-        )
+    if chosen.links:  # where its axes lie, as the compile places them (stage 1 costs its collectives on those links)
+        where = "Placed on the hosts and GPUs (host-major)" if search.target.is_gpu else "Placed on the torus"
+        st.caption(markdown_literal(f"{where}: " + "; ".join(link.text for link in chosen.links if link.size > 1) + "."))
     race_section(search)
 
 
@@ -164,7 +164,7 @@ def race_section(search: advisor.Search) -> None:
     st.caption(
         f"This process has {jax.device_count()} {jax.devices()[0].platform.upper()} device(s), as many as {search.target.name}: "
         "the race times each candidate's real train step on them in alternation (A B C A B C …), as the Compare page's race "
-        "does. The times are this machine's devices', not the TPU's."
+        "does. The times are this machine's devices', not the target's."
     )
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
     rounds = left.number_input("Rounds", 1, 50, value=3, key="advisor_race_rounds")

@@ -1,4 +1,4 @@
-"""The Advisor page: which mesh and rules for the sidebar's model on the sidebar's TPU target.
+"""The Advisor page: which mesh and rules for the sidebar's model on the sidebar's target (a TPU slice or a GPU cluster).
 
 Thin: reads the widgets, calls ``explorer.advisor`` (through ``ui.advisor_view``), renders.
 """
@@ -14,13 +14,16 @@ st.title("Layout advisor")
 current = current_layout("advisor")
 st.markdown(
     "Ranks meshes and rules for the sidebar's model on the sidebar's **Target**: every factorization of the slice's "
-    "devices over data, FSDP and tensor axes (plus sequence and expert where the model has such names), with rules "
-    "written from the model's logical names by role, and your own layout among them. **Stage 1** analyses every "
-    "candidate without compiling (exact state per device, an estimated step); **stage 2** compiles the best for the "
-    "target with XLA and ranks by its figures."
+    "(or the GPU cluster's) devices over data, FSDP and tensor axes (plus sequence and expert where the model has such "
+    "names), with rules written from the model's logical names by role, and your own layout among them. **Stage 1** "
+    "analyses every candidate without compiling (exact state per device, an estimated step whose collectives ride the "
+    "links each mesh axis lies on: the torus's rings and lines, or a GPU host's NVLink and the network between hosts; "
+    "on a GPU cluster the tensor axis stays inside a host); **stage 2** compiles the best for the target with XLA and "
+    "ranks by its figures."
 )
 if current.target is None:
-    st.info("Choose a TPU slice as the **Target** in the sidebar: the advisor plans for a slice (e.g. v5p-128).")
+    st.info("Choose a **Target** in the sidebar: the advisor plans for a TPU slice (e.g. v5p-128) or an NVIDIA GPU cluster "
+            "(e.g. h100:8x8).")
     st.stop()
 roles = advisor_view.roles_editor(logical_names(current.layout.model))
 compiles = st.number_input("Candidates to compile (stage 2)", min_value=0, max_value=16, value=3, step=1, key="advisor_compiles",

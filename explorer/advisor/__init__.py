@@ -1,4 +1,4 @@
-"""The layout advisor: given a model and a TPU slice, which mesh and which rules?
+"""The layout advisor: given a model and a TPU slice or an NVIDIA GPU cluster, which mesh and which rules?
 
 Two stages, as a person would do it, but over every candidate: stage 1 analyses every candidate
 without a compile (exact state per device, an estimated step), stage 2 compiles the shortlist for
@@ -11,7 +11,10 @@ the target and ranks by XLA's figures. One job a module:
 - ``depth``: the depth shortcut (compile at two small depths, extrapolate to the model's);
 - ``output``: JSON, the verdict, the table's rows and the text ``python -m explorer advise`` prints.
 
-Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``.
+Where each mesh axis lies on the target (a TPU slice's torus, a GPU cluster's hosts) and what its
+collectives ride is ``explorer.placement``'s.
+
+Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``, or ``"h100:2x8"``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from explorer.advisor.estimate import (
     STACK_NAMES,
     STAGE1_NOTE,
     Projection,
+    Stage1,
     estimate_candidate,
     stage1_estimate,
     tokens_per_step,
@@ -39,10 +43,12 @@ from explorer.advisor.output import (
     TABLE_COLUMNS,
     candidate_to_dict,
     extrapolation_text,
+    limit_text,
     rules_text,
     search_text,
     search_to_dict,
     table_rows,
+    target_text,
     verdict_text,
 )
 from explorer.advisor.search import (
@@ -52,6 +58,7 @@ from explorer.advisor.search import (
     advise,
     calibrated,
     calibration,
+    limit_bytes,
     next_to_compile,
     race_candidates,
     race_refusal,
@@ -71,15 +78,17 @@ from explorer.advisor.space import (
     default_roles,
     factorizations,
     mesh_axes_for,
+    nvlink_first,
     rules_for,
 )
 
 __all__ = [
-    "AXIS_ORDER", "DEPTH_OPTIONS", "KV_NAMES", "MEMORY_FIELDS", "RACE_COUNT", "ROLES", "ROLE_NAMES", "SHORTCUT_DEPTHS",
-    "STACK_NAMES", "STAGE1_NOTE", "TABLE_COLUMNS", "Candidate", "Depth", "Projection", "Search", "advise", "at_depth",
-    "calibrated", "calibration", "candidate_layouts", "candidate_to_dict", "check_roles", "default_roles", "depth_of",
-    "estimate_candidate", "extrapolate", "extrapolation_error", "extrapolation_text", "factorizations", "mesh_axes_for",
-    "next_to_compile", "race_candidates", "race_refusal", "race_top", "rank", "rules_for", "rules_text", "search_text",
-    "search_to_dict", "shortlist", "stage1", "stage1_estimate", "stage2", "table_rows", "tokens_per_step", "verdict_text",
-    "verified",
+    "AXIS_ORDER", "DEPTH_OPTIONS", "KV_NAMES", "MEMORY_FIELDS", "RACE_COUNT", "ROLES", "ROLE_NAMES",
+    "SHORTCUT_DEPTHS", "STACK_NAMES", "STAGE1_NOTE", "TABLE_COLUMNS", "Candidate", "Depth", "Projection", "Search",
+    "Stage1", "advise", "at_depth", "calibrated", "calibration", "candidate_layouts", "candidate_to_dict",
+    "check_roles", "default_roles", "depth_of", "estimate_candidate", "extrapolate", "extrapolation_error",
+    "extrapolation_text", "factorizations", "limit_bytes", "limit_text", "mesh_axes_for", "next_to_compile",
+    "nvlink_first", "race_candidates", "race_refusal", "race_top", "rank", "rules_for", "rules_text", "search_text",
+    "search_to_dict", "shortlist", "stage1", "stage1_estimate", "stage2", "table_rows", "target_text",
+    "tokens_per_step", "verdict_text", "verified",
 ]

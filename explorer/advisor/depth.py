@@ -15,6 +15,7 @@ from typing import Sequence
 from explorer import roofline
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
+from explorer.target_compile import memory_limit
 from explorer.targets import Target
 
 DEPTH_OPTIONS = ("layers", "num_layers", "n_layers", "n_layer", "num_hidden_layers", "num_decoder_layers", "num_encoder_layers",
@@ -109,7 +110,7 @@ def extrapolate(low: dict, high: dict, depths: Sequence[int], full: int, target:
                                 key[1], key[2], key[3])
         if c.bytes:
             collectives.append(c)
-    hbm = target.chip.device_hbm_bytes
+    hbm = memory_limit(target)["bytes"]  # a TPU device's HBM; on a GPU, JAX's share of it (as the compile's verdict)
     peak = memory["peak_bytes"]
     estimate = roofline.estimate(flops, accessed, collectives, target.chip) if flops is not None and accessed is not None else None
     return {

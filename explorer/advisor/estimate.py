@@ -18,19 +18,23 @@ Scale Your Model" (Austin et al., 2025), https://jax-ml.github.io/scaling-book/:
   the gradients; tensor (Megatron): each row-parallel projection's output, the residual stream
   (tokens per device x embed), all-reduced forward and its gradient backward; sequence: an
   AllGather (forward) and a ReduceScatter (backward) of the key/value
-  activations. Each axis is assumed to ride one torus axis (``ici_axes=1``).
+  activations. Each collective rides the links its mesh axis lies on (``explorer.placement``, as
+  the compile places the mesh): on a TPU slice the torus axes a group runs along, each a ring
+  (wraparound, both directions) or a line (one direction: half); on a GPU cluster NVLink inside a
+  host and the network per GPU between hosts (``roofline``'s two levels).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from explorer.advisor.space import default_roles
 from explorer.analysis import Report
+from explorer.placement import AxisLink, mesh_links
 from explorer.roofline import Collective, Estimate, collective_seconds
 from explorer.specs import SpecEntry, spec_axes
 from explorer.targets import Target
@@ -40,16 +44,29 @@ STAGE1_NOTE = ("stage 1, no compile: 6·N·tokens compute (N: the active paramet
                "the book's collectives")
 
 
-def _collective(op: str, bytes_: float, axes: tuple[str, ...], group: int) -> Collective:
-    """One collective over ``axes`` (a group of ``group`` devices), once, riding one torus axis."""
-    return Collective(op, 1, int(bytes_), axes, group, 1)
+def _collective(op: str, bytes_: float, axis: str, group: int, links: dict[str, AxisLink]) -> Collective:
+    """One collective over mesh axis ``axis`` (a group of ``group`` devices), once, on the links the axis lies on."""
+    link = links.get(axis)
+    return Collective(op, 1, int(bytes_), (axis,), group, link.ring_axes if link else 1, link.hosts if link else 1)
+
+
+class Stage1(NamedTuple):
+    """Stage 1's estimate of one layout: the roofline, its largest collective (a line of text), the collective
+    seconds per mesh axis, and every collective it counted with its label."""
+
+    estimate: Estimate
+    largest: str
+    by_axis: dict[str, float]
+    collectives: tuple[tuple[str, Collective], ...]
 
 
 def estimate_candidate(
     report: Report, target: Target, tokens: int, param_count: int, roles: dict[str, str], remat: str = "none", microbatches: int = 1,
-) -> tuple[Estimate, str, dict[str, float]]:
-    """Stage 1's analytic roofline of one analysed layout (see the module docstring); its largest collective; and
-    the collective time per mesh axis.
+    links: Sequence[AxisLink] | None = None,
+) -> Stage1:
+    """Stage 1's analytic roofline of one analysed layout (see the module docstring); its largest collective; the
+    collective time per mesh axis; the collectives. ``links``: where the mesh's axes lie on the target
+    (``placement.mesh_links``, read when not given).
 
     An axis is *tensor-like* when a rule gives it a tensor- or expert-role name: its parameters stay
     sharded (no gather) and the row-parallel outputs are all-reduced over it. Any other axis that
@@ -61,6 +78,9 @@ def estimate_candidate(
     """
     chip = target.chip
     mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
+    if links is None:
+        links = mesh_links(target, report.layout.mesh.shape, report.layout.mesh.axes)
+    by_link = {link.axis: link for link in links}
     totals = report.totals
     tensor_like = {axis for rule in report.layout.rules if roles.get(rule.logical) in ("tensor", "expert") for axis in rule.mesh_axes}
     input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
@@ -89,37 +109,37 @@ def estimate_candidate(
             # gradient backward.
             moved = sum(2 * p.runs * tokens_here * p.embed * width for p in projections if p.row_parallel and axis in p.axes)
             if moved:
-                collectives.append((f"all-reduce x2 of activations over {axis}", _collective("all-reduce", moved, (axis,), size)))
+                collectives.append((f"all-reduce x2 of activations over {axis}", _collective("all-reduce", moved, axis, size, by_link)))
         else:
             # Gradient accumulation gathers the parameters and reduce-scatters the gradients once per microbatch.
             gathered = sum(a.bytes_per_device * size for a in params if axis in _axes_of(a.spec)) * microbatches
             if gathered:
-                collectives.append((f"all-gather x2 of parameters over {axis}", _collective("all-gather", 2 * gathered, (axis,), size)))
+                collectives.append((f"all-gather x2 of parameters over {axis}", _collective("all-gather", 2 * gathered, axis, size, by_link)))
                 collectives.append(
-                    (f"reduce-scatter of gradients over {axis}", _collective("reduce-scatter", gathered / size, (axis,), size)))
+                    (f"reduce-scatter of gradients over {axis}", _collective("reduce-scatter", gathered / size, axis, size, by_link)))
         if moe is not None and axis in moe.axes:
             # Expert parallelism: the routed tokens (top-k x capacity of each token's embedding) are sent to their experts'
             # devices and back (dispatch and combine all-to-alls), forward and backward.
             moved = 4 * tokens_here * moe.slots_per_token * moe.embed * width
-            collectives.append((f"all-to-all x4 of routed tokens over {axis}", _collective("all-to-all", moved, (axis,), size)))
+            collectives.append((f"all-to-all x4 of routed tokens over {axis}", _collective("all-to-all", moved, axis, size, by_link)))
         # The batch is split over this axis but a parameter is not: its gradient is all-reduced over it.
         if axis in input_axes:
             reduced = sum(a.bytes_per_device for a in params if axis not in _axes_of(a.spec))
             if reduced:
-                collectives.append((f"all-reduce of gradients over {axis}", _collective("all-reduce", reduced, (axis,), size)))
+                collectives.append((f"all-reduce of gradients over {axis}", _collective("all-reduce", reduced, axis, size, by_link)))
         if roles and any(roles.get(r.logical) == "sequence" and axis in r.mesh_axes for r in report.layout.rules):
             kv = sum(a.bytes_per_device * size * a.runs_per_step for a in report.arrays
                      if a.kind == "activation" and a.logical_axes and any(n in KV_NAMES for n in a.logical_axes if isinstance(n, str)))
             if kv:
-                collectives.append((f"all-gather of keys/values over {axis}", _collective("all-gather", kv, (axis,), size)))
-                collectives.append((f"reduce-scatter of keys/values over {axis}", _collective("reduce-scatter", kv / size, (axis,), size)))
+                collectives.append((f"all-gather of keys/values over {axis}", _collective("all-gather", kv, axis, size, by_link)))
+                collectives.append((f"reduce-scatter of keys/values over {axis}", _collective("reduce-scatter", kv / size, axis, size, by_link)))
     timed = [(label, collective_seconds(c, chip)) for label, c in collectives]
     largest = max(timed, key=lambda t: (t[1], t[0]), default=("none", 0.0))
     estimate = Estimate(compute_s, memory_s, sum(t for _, t in timed))
     by_axis: dict[str, float] = {}
     for (_, c), (_, seconds) in zip(collectives, timed):
         by_axis[c.mesh_axes[0]] = by_axis.get(c.mesh_axes[0], 0.0) + seconds
-    return estimate, (f"{largest[0]}: ≥ {largest[1] * 1e3:.3g} ms (estimate)" if largest[1] else "none"), by_axis
+    return Stage1(estimate, f"{largest[0]}: ≥ {largest[1] * 1e3:.3g} ms (estimate)" if largest[1] else "none", by_axis, tuple(collectives))
 
 
 STACK_NAMES = ("layer", "layers", "stack", "blocks")  # a scanned model's stacked-layer dimension
@@ -201,11 +221,14 @@ def report_roles(report: Report, roles: dict[str, str] | None = None) -> dict[st
 
 def stage1_estimate(
     report: Report, target: Target, roles: dict[str, str] | None = None, remat: str = "none", microbatches: int = 1,
-) -> tuple[Estimate, str, dict[str, float]]:
-    """Stage 1's estimate of one analysed layout, its largest collective and its collective time per mesh axis
-    (roles by convention, then ``roles``; the step under ``remat`` and ``microbatches``)."""
+    links: Sequence[AxisLink] | None = None,
+) -> Stage1:
+    """Stage 1's estimate of one analysed layout, its largest collective, its collective time per mesh axis and its
+    collectives (roles by convention, then ``roles``; the step under ``remat`` and ``microbatches``; ``links``: where
+    the mesh's axes lie on the target, read when not given)."""
     chosen = report_roles(report, roles)
-    return estimate_candidate(report, target, tokens_per_step(report, chosen), report.totals.param_count, chosen, remat, microbatches)
+    return estimate_candidate(report, target, tokens_per_step(report, chosen), report.totals.param_count, chosen, remat, microbatches,
+                              links)
 
 
 # --- mixture of experts: what runs ------------------------------------------------------------------

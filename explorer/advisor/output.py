@@ -12,20 +12,25 @@ from explorer.advisor.depth import SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
 from explorer.advisor.search import Candidate, Search
 from explorer.layout import Layout
+from explorer.roofline import collective_seconds
+from explorer.target_compile import memory_limit
+from explorer.targets import Target
 from explorer.text import human_bytes, plain_table, share
 
 TABLE_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device", "state / device", "bound", "MFU ceiling",
-                 "remat", "microbatches", "active params", "largest collective", "rules")  # the command line's table (the page shows every column)
+                 "remat", "microbatches", "active params", "placement", "largest collective", "rules")  # the command line's table (the page shows every column)
 
 
-def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
-    """One candidate as JSON (``advise --json``'s ``candidates``): its layout, figures and where each came from."""
+def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) -> dict[str, Any]:
+    """One candidate as JSON (``advise --json``'s ``candidates``): its layout, figures and where each came from
+    (stage 1's collectives with their seconds on ``target``'s links, when it is given)."""
     compiled = c.compiled or {}
     return {
         "rank": rank_, "layout": c.layout.to_dict(), "own": c.own,
         "mesh": {"shape": list(c.layout.mesh.shape), "axes": list(c.layout.mesh.axes),
                  "placement": compiled.get("mesh", {}).get("placement"),
-                 "placement_method": compiled.get("mesh", {}).get("placement_method")},
+                 "placement_method": compiled.get("mesh", {}).get("placement_method"),
+                 "links": [link.to_dict() for link in c.links]},
         "state_bytes": c.state_bytes, "verified": c.verified, "extrapolated": c.extrapolated,
         "fits": bool(c.fits), "peak_bytes": c.peak_bytes, "headroom_bytes": c.headroom_bytes,
         "step_s": c.step_s, "bound": c.bound, "mfu_ceiling": c.mfu_ceiling,
@@ -34,11 +39,19 @@ def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
                           if c.extrapolated or c.extrapolation else None),
         "extrapolation_error": c.extrapolation_error,
         "estimate": {"compute_s": c.estimate.compute_s, "memory_s": c.estimate.memory_s, "collective_s": c.estimate.collective_s,
-                     "step_s": c.estimate.step_s, "bound": c.estimate.bound, "note": STAGE1_NOTE},
+                     "step_s": c.estimate.step_s, "bound": c.estimate.bound, "note": STAGE1_NOTE,
+                     "collectives": [{"what": label, "op": k.op, "bytes": k.bytes, "mesh_axes": list(k.mesh_axes), "group_size": k.group_size,
+                                      "ici_axes": k.ici_axes, "hosts": k.hosts, "seconds": seconds}
+                                     for (label, k), seconds in zip(c.collectives, _seconds(c, target))]},
         "largest_collective": c.largest_collective,
         "active_params": c.active_params, "remat": c.remat, "microbatches": c.microbatches,
         "activation_bytes_estimate": c.activation_bytes, "xla_refused": c.refused,
     }
+
+
+def _seconds(c: Candidate, target: Target | None) -> list[float | None]:
+    """Stage 1's seconds for each of ``c``'s collectives on ``target`` (``roofline.collective_seconds``), None without one."""
+    return [collective_seconds(k, target.chip) if target else None for _, k in c.collectives]
 
 
 def _extrapolation_dict(result: dict) -> dict[str, Any]:
@@ -53,9 +66,9 @@ def search_to_dict(search: Search) -> dict[str, Any]:
     """The whole search as one JSON object (``advise --json``), candidates in rank order."""
     ranked = search.ranked()
     smallest = search.smallest_state()
-    hbm = search.target.chip.device_hbm_bytes
+    hbm = search.limit_bytes
     out = {
-        "target": search.target.to_dict(),
+        "target": search.target.to_dict(), "memory_limit": memory_limit(search.target),
         "searched": search.searched, "refused": search.refused, "refused_examples": search.refused_examples,
         "compiles": search.compiles, "cached_compiles": search.cached_compiles, "full_compiles": search.full_compiles,
         "calibration": search.calibration or None,
@@ -63,7 +76,7 @@ def search_to_dict(search: Search) -> dict[str, Any]:
             "used": search.depth.usable, "options": list(search.depth.options), "depth": search.depth.full or None,
             "depths": list(SHORTCUT_DEPTHS) if search.depth.usable else None, "why_not": search.depth.why or None},
         "stage1_s": search.stage1_s, "elapsed_s": search.elapsed_s, "stopped": search.stopped, "failures": search.failures,
-        "candidates": [candidate_to_dict(i, c) for i, c in enumerate(ranked, 1)],
+        "candidates": [candidate_to_dict(i, c, search.target) for i, c in enumerate(ranked, 1)],
         "fits_none": not any(c.fits for c in ranked),
         "smallest_state": None if smallest is None else {"bytes": smallest.state_bytes, "layout": smallest.layout.name, "hbm_bytes": hbm},
         "roles": dict(search.roles), "guessed_roles": dict(search.guessed_roles), "scanned": search.scanned,
@@ -72,20 +85,43 @@ def search_to_dict(search: Search) -> dict[str, Any]:
     return out
 
 
+def limit_text(target: Target) -> str:
+    """The memory a device's peak is judged against, in words: ``95.0 GiB of HBM per device`` on a TPU slice;
+    on a GPU cluster ``59.3 GiB per GPU (JAX's 75% of the GPU's 79.1 GiB)``."""
+    limit = memory_limit(target)
+    if not target.is_gpu:
+        return f"{human_bytes(limit['bytes'])} of HBM per device"
+    return f"{human_bytes(limit['bytes'])} per GPU (JAX's {limit['fraction']:.0%} of the GPU's {human_bytes(limit['device_bytes'])})"
+
+
+def target_text(target: Target) -> str:
+    """What the target is, where it matters: a GPU cluster's hosts and the two levels its collectives ride."""
+    if not target.is_gpu:
+        wraps = [axis for axis, wrap in zip("xyz", target.wraparound) if wrap]
+        where = "every axis" if len(wraps) == len(target.wraparound) else ", ".join(wraps) if wraps else "no axis"
+        return (f"{target.name}: a TPU slice of {target.chips} {target.chip.device_kind} chips ({target.devices} devices), a "
+                f"{'x'.join(map(str, target.shape))} torus with wraparound links on {where} (a mesh axis around a whole axis with them "
+                "moves data both ways, else one way)")
+    gpu = target.chip
+    return (f"{target.name}: a GPU cluster of {target.hosts} host{'s' if target.hosts > 1 else ''} x {target.gpus_per_host} "
+            f"{gpu.device_kind} ({target.devices} GPUs); a mesh axis inside a host rides NVLink ({gpu.nvlink_bandwidth / 1e9:.0f} GB/s "
+            f"one way per GPU), one that spans hosts the network ({gpu.network_bandwidth / 1e9:.0f} GB/s per GPU); tensor is placed "
+            "inside a host")
+
+
 def verdict_text(search: Search) -> str:
     """One sentence: the advice, or that nothing fits and the smallest state found."""
     ranked = search.ranked()
-    hbm = search.target.chip.device_hbm_bytes
     if not ranked:
         return f"No candidate could be analysed for {search.target.name} ({search.refused} refused)."
     best = ranked[0]
     if not best.fits:
         smallest = search.smallest_state()
         return (f"No layout fits {search.target.name}: the smallest state per device found is {human_bytes(smallest.state_bytes)} "
-                f"({smallest.layout.name}), against {human_bytes(hbm)} of HBM per device.")
+                f"({smallest.layout.name}), against {limit_text(search.target)}.")
     how = "XLA-verified" if best.verified else "estimated only (not compiled)"
     return (f"Advice for {search.target.name}: {best.layout.name} — step ≥ {best.step_s * 1e3:.3g} ms ({best.bound}-bound, "
-            f"{how}), peak {human_bytes(best.peak_bytes) if best.peak_bytes is not None else 'not compiled'} of {human_bytes(hbm)}.")
+            f"{how}), peak {human_bytes(best.peak_bytes) if best.peak_bytes is not None else 'not compiled'} of {limit_text(search.target)}.")
 
 
 def rules_text(layout: Layout) -> str:
@@ -112,6 +148,7 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
             "largest collective": c.largest_collective,
             "remat": c.remat or "-", "microbatches": str(c.microbatches),
             "active params": _count(c.active_params) if c.active_params else "-",
+            "placement": "; ".join(link.short for link in c.links if link.size > 1) or "-",
         })
     return rows
 
@@ -143,6 +180,7 @@ def search_text(search: Search) -> str:
     """What ``python -m explorer advise`` prints: the verdict, what was searched and compiled, the ranked table."""
     lines = [
         verdict_text(search),
+        target_text(search.target),
         f"searched {search.searched} candidate(s), {search.refused} refused by the analysis, {search.compiles} compiled "
         f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s",
     ]

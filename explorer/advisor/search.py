@@ -3,11 +3,13 @@
 Two stages, as a person would do it, but over every candidate:
 
 1. **Stage 1, no compile** (``stage1``). Every candidate (the model's own layout, and one per
-   factorization of the slice's devices over the named axes, with rules written from the model's
+   factorization of the target's devices over the named axes, with rules written from the model's
    logical names by role: ``explorer.advisor.space``) is analysed: the state per device is exact
    (the analysis), layouts JAX would refuse are dropped and counted, and an analytic roofline
    estimates the step (``explorer.advisor.estimate``). The shortlist is the candidates whose
-   state fits the device's HBM, best estimate first.
+   state fits the device's memory (``limit_bytes``: a TPU device's HBM, JAX's share of a GPU's), best
+   estimate first. Each collective is costed on the links its mesh axis lies on (``explorer.placement``:
+   a TPU slice's torus rings and lines, a GPU cluster's NVLink and network).
 2. **Stage 2, XLA-verified** (``stage2``). Up to ``compiles`` shortlisted candidates (and the
    model's own layout) are compiled for the target through ``target_compile.compile_target`` (its
    child process, disk cache and Stop): XLA's peak per device and the fits verdict, flops,
@@ -43,9 +45,10 @@ from explorer.advisor.space import candidate_layouts, chosen_roles, guessed_role
 from explorer.analysis import ERROR_CODES, Finding, Report, analyze, model_for_layouts
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
+from explorer.placement import AxisLink, mesh_links, prefetch
 from explorer.specs import spec_axes
-from explorer.roofline import Estimate
-from explorer.target_compile import Stopped, compile_target
+from explorer.roofline import Collective, Estimate
+from explorer.target_compile import Stopped, compile_target, memory_limit
 from explorer.targets import Target, parse_target
 
 if TYPE_CHECKING:
@@ -68,7 +71,7 @@ class Candidate:
     own: bool = False  # the layout the user brought
     verified: bool = False
     extrapolated: bool = False
-    fits: bool | None = None  # stage 1: the state fits HBM; stage 2: XLA's verdict
+    fits: bool | None = None  # stage 1: the state fits the memory limit (``limit_bytes``); stage 2: XLA's verdict
     peak_bytes: int | None = None
     headroom_bytes: int | None = None
     compiled: dict | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
@@ -78,6 +81,8 @@ class Candidate:
     remat: str | None = None  # the model's remat policy in this candidate (None: the model has no such option)
     microbatches: int = 1  # gradient accumulation steps
     activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
+    links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.placement``)
+    collectives: tuple[tuple[str, Collective], ...] = ()  # stage 1's collectives, each with its label
 
     @property
     def refused(self) -> bool:
@@ -135,13 +140,24 @@ class Search:
     guessed_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the names no convention knows, with the role chosen
     scanned: bool = False  # the trace shows a scan over the layer stack (``scanned``)
 
+    @property
+    def limit_bytes(self) -> int:
+        """What a device's peak is judged against: a TPU device's HBM; on a GPU, what JAX lets one process use of it
+        (``target_compile.memory_limit``: 75% of the GPU's memory unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise)."""
+        return limit_bytes(self.target)
+
     def ranked(self) -> list[Candidate]:
         """The candidates best first (``rank``)."""
-        return rank(self.candidates, self.target.chip.device_hbm_bytes)
+        return rank(self.candidates, self.limit_bytes)
 
     def smallest_state(self) -> Candidate | None:
         """The candidate with the least state per device (the verdict when nothing fits)."""
         return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
+
+
+def limit_bytes(target: Target) -> int:
+    """The memory per device a layout must fit in on ``target``: the figure XLA's verdict uses (``memory_limit``)."""
+    return int(memory_limit(target)["bytes"])
 
 
 def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None) -> Search:
@@ -166,6 +182,8 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
         shared = None
     if shared is not None and shared.probe_error:
         shared = None
+    prefetch(target, [c.mesh.shape for c in layouts if c.mesh.size == target.devices])  # one child places every mesh (TPU)
+    limit = limit_bytes(target)
     for index, candidate in enumerate(layouts):
         own = index == 0
         if candidate.mesh.size != target.devices:
@@ -190,12 +208,13 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
         state = report.totals.state_bytes
         chosen = report_roles(report, roles)
         active = active_params(report, chosen)
+        links = mesh_links(target, candidate.mesh.shape, candidate.mesh.axes)
         for variant, remat, microbatches in memory_variants(candidate, report, chosen, target, own):
-            estimate, largest, by_axis = stage1_estimate(report, target, roles, remat or "none", microbatches)
+            estimate, largest, by_axis, collectives = stage1_estimate(report, target, roles, remat or "none", microbatches, links)
             search.candidates.append(Candidate(
-                variant, state, estimate, largest, own=own, fits=state <= target.chip.device_hbm_bytes, collective_by_axis=by_axis,
+                variant, state, estimate, largest, own=own, fits=state <= limit, collective_by_axis=by_axis,
                 active_params=active, remat=remat, microbatches=microbatches,
-                activation_bytes=activation_bytes(report, chosen, remat or "none", microbatches),
+                activation_bytes=activation_bytes(report, chosen, remat or "none", microbatches), links=links, collectives=collectives,
             ))
     search.stage1_s = time.perf_counter() - start
     search.elapsed_s = search.stage1_s
@@ -217,7 +236,7 @@ def scanned(report: Report) -> bool:
 REMAT_OPTIONS = ("remat",)  # the model's remat policy option (values: estimate.REMAT_POLICIES)
 MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.train_step reads it)
 MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
-FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of HBM is not taken as fitting
+FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of the memory limit is not taken as fitting
 
 
 def memory_variants(layout: Layout, report: Report, roles: dict[str, str], target: Target, own: bool) -> list[tuple[Layout, str | None, int]]:
@@ -234,7 +253,7 @@ def memory_variants(layout: Layout, report: Report, roles: dict[str, str], targe
     plain = [(layout, here_remat, here_micro)]
     if own or (remat_option is None and micro_option is None):
         return plain
-    hbm = target.chip.device_hbm_bytes * FITS_MARGIN
+    hbm = limit_bytes(target) * FITS_MARGIN
     state = report.totals.state_bytes
     batch = _batch_split(report, roles)
     ladder = [(r, 1) for r in (REMAT_POLICIES if remat_option else (None,))]
@@ -276,8 +295,8 @@ def _errors(report: Report) -> list[Finding]:
 
 
 def shortlist(search: Search) -> list[Candidate]:
-    """The candidates whose state fits the device's HBM, best estimated step first (deterministic)."""
-    return sorted((c for c in search.candidates if _may_fit(c, search.target.chip.device_hbm_bytes)), key=_estimate_key)
+    """The candidates whose state fits the device's memory limit, best estimated step first (deterministic)."""
+    return sorted((c for c in search.candidates if _may_fit(c, search.limit_bytes)), key=_estimate_key)
 
 
 CLEARLY_OVER = 2.0  # estimated activations this many times what is left beside the state: clearly does not fit
@@ -291,7 +310,8 @@ def _may_fit(c: Candidate, hbm: int) -> bool:
 def _estimate_key(c: Candidate) -> tuple:
     """Stage 1's order: the estimated step (to three significant figures: closer is a tie the estimate cannot tell);
     where that ties (every candidate compute-bound at the same estimate), the terms XLA will add on top first:
-    HBM traffic and collectives together (the overlap is never perfect), then collectives alone, then less state,
+    HBM traffic and collectives together (the overlap is never perfect; collectives on the links each mesh axis lies
+    on: a torus axis run around as a ring costs half what one run along as a line does), then collectives alone, then less state,
     then the name."""
     return (float(f"{c.estimate.step_s:.3g}"), c.estimate.memory_s + c.estimate.collective_s, c.estimate.collective_s,
             c.state_bytes, c.layout.name)

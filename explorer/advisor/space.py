@@ -21,6 +21,11 @@ flaxformer's: ``ROLE_NAMES``), else from the name's parts (``ROLE_PATTERNS``: th
 so are listed by ``guessed_roles`` and shown), and can be overridden (``roles={"hidden": "tensor"}``). With a 2^k device count and a axes
 there are C(k + a - 1, a - 1) meshes: 10 for the guide's MLP on 8 devices (data, fsdp,
 tensor), 84 for a transformer on 64 (data, fsdp, sequence, tensor).
+
+On a GPU cluster the axes are laid over the GPUs in that order, host-major (JAX numbers a cluster's
+GPUs host by host), so ``tensor``, innermost, lies on the GPUs of one host (NVLink) and the outer
+axes span hosts (the network); a mesh whose tensor axis would straddle two hosts though it fits in
+one (4 on hosts of 6 GPUs) is left out (``nvlink_first``).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Sequence
 from explorer.analysis import logical_names
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
-from explorer.targets import Target
+from explorer.targets import Target, hosts_per_axis
 
 ROLES = ("batch", "embed", "tensor", "sequence", "expert", "batch_no_expert", "embed_no_expert", "none")
 # Logical names by convention, each by its role (activation-only names included: a name the parameters do not carry
@@ -162,6 +167,8 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
     for sizes in factorizations(target.devices, len(axes)):
         kept = [(a, s) for a, s in zip(axes, sizes) if s > 1] or [(axes[0], 1)]
         mesh_axes = [a for a, _ in kept]
+        if not nvlink_first(target, kept):
+            continue
         name = "x".join(f"{a}{s}" for a, s in kept)
         candidate = parse_layout({
             "name": name, "mesh": {"shape": [s for _, s in kept], "axes": mesh_axes},
@@ -171,6 +178,22 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
             seen.add(_identity(candidate))
             out.append(candidate)
     return out
+
+
+def nvlink_first(target: Target, axes: Sequence[tuple[str, int]]) -> bool:
+    """On a GPU cluster, whether a mesh (axis, size pairs, outermost first) keeps its ``tensor`` axis inside one
+    host wherever it could be: tensor is the innermost axis, so it lies on consecutive GPUs (JAX numbers them
+    host-major), and a tensor axis no larger than a host must not straddle two (4 on hosts of 6 would; 2, 3 and 6
+    do not). A larger one spans hosts of necessity and is kept (the network then costs it). True on a TPU slice.
+
+    >>> from explorer.targets import parse_target
+    >>> [nvlink_first(parse_target("h100:2x6"), [("fsdp", 12 // t), ("tensor", t)]) for t in (2, 3, 4, 6, 12)]
+    [True, True, False, True, True]
+    """
+    if not target.is_gpu:
+        return True
+    spans = hosts_per_axis(target, tuple(size for _, size in axes))
+    return all(hosts == 1 for (name, size), hosts in zip(axes, spans) if name == "tensor" and size <= target.gpus_per_host)
 
 
 def chosen_roles(layout: Layout, roles: dict[str, str] | None = None) -> dict[str, str]:

@@ -13,13 +13,17 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from explorer import advisor
 from explorer.analysis import analyze, model_for_layouts
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
+from explorer.roofline import collective_seconds
+from explorer.target_compile import gpu_plugin
 from explorer.targets import parse_target
+from tests import ground_truth_torus
 
 TARGET = "v5litepod-8"
 
@@ -96,7 +100,8 @@ def test_stage_1_read_from_one_trace_equals_the_full_analysis_of_each_candidate(
         assert [(a.path, a.spec, a.bytes_per_device) for a in quick.arrays] == [(a.path, a.spec, a.bytes_per_device) for a in full.arrays]
         assert any(a.kind == "activation" for a in full.arrays)
         assert candidate.state_bytes == full.totals.state_bytes and quick.totals == full.totals, name
-        assert (candidate.estimate, candidate.largest_collective, candidate.collective_by_axis) == advisor.stage1_estimate(full, parse_target(TARGET)), name
+        assert ((candidate.estimate, candidate.largest_collective, candidate.collective_by_axis, candidate.collectives)
+                == advisor.stage1_estimate(full, parse_target(TARGET))), name
 
 
 def test_a_model_that_fits_no_layout_says_so_with_the_smallest_state(seed_dict):
@@ -114,8 +119,9 @@ def test_the_text_report_is_the_verdict_the_counts_and_the_ranked_table(seed_dic
     search = advisor.stage1(small(seed_dict), TARGET)
     lines = advisor.search_text(search).splitlines()
     assert lines[0] == advisor.verdict_text(search)
-    assert lines[1].startswith(f"searched {search.searched} candidate(s), 0 refused by the analysis, 0 compiled (0 from the disk cache)")
-    header, rule, rows = lines[2], lines[3], lines[4:-1]
+    assert lines[1] == advisor.target_text(search.target) and "wraparound links on no axis" in lines[1]
+    assert lines[2].startswith(f"searched {search.searched} candidate(s), 0 refused by the analysis, 0 compiled (0 from the disk cache)")
+    header, rule, rows = lines[3], lines[4], lines[5:-1]
     assert header.startswith("rank  layout") and "extrapolated figures" not in header and set(rule) == {"-", " "}
     assert [row.split()[1] for row in rows] == [c.layout.name for c in search.ranked()]
     assert lines[-1] == f"step ≥: XLA's roofline lower bound where verified; else an estimate ({advisor.STAGE1_NOTE})."
@@ -250,7 +256,7 @@ def test_the_depth_shortcut_extrapolates_a_tiny_transformer_close_to_its_full_co
     """Compiled at depths 2 and 4 and extrapolated to 8, then compiled at 8: XLA's flops within 1 %, its peak within 5 %."""
     layout = small_transformer(scan=True, layers=8)
     search = advisor.stage1(layout, TARGET)
-    search.candidates = [c for c in search.candidates if not c.own]
+    search.candidates = [c for c in search.candidates if c.layout.name == "data4xtensor2"]  # the one measured (below)
     search = advisor.stage2(search, compiles=1, shortcut=True, full_compiles=1)
     assert search.compiles == 3 and search.full_compiles == 1 and not search.failures
     row = advisor.search_to_dict(search)["candidates"][0]
@@ -317,3 +323,122 @@ def test_a_layout_with_explicit_axes_searches_the_sizes_of_its_own_axes(monkeypa
     assert "does not divide evenly" in search.refused_examples[0]
     with pytest.raises(ExplorerError, match="Explicit axes keeps its own mesh axes"):
         advisor.candidate_layouts(layout, parse_target("v5e:2x4"), {"embed": "tensor"})
+
+
+# --- where the mesh lies: a GPU cluster's hosts, a TPU slice's torus ----------------------------------
+
+def _host_spans(target, shape, axis: int) -> int:
+    """The hosts one group of mesh axis ``axis`` spans: JAX numbers a cluster's GPUs host by host (the CUDA plugin's
+    order, which ``tests/explorer/test_gpu_targets.py`` checks against a compile)."""
+    hosts = (np.arange(target.devices) // target.gpus_per_host).reshape(shape)
+    return max(len(set(g.tolist())) for g in np.moveaxis(hosts, axis, -1).reshape(-1, shape[axis]))
+
+
+def test_on_a_gpu_cluster_every_candidate_keeps_its_tensor_axis_inside_a_host(seed_dict):
+    """Tensor is the innermost axis, so it lies on consecutive GPUs: inside one host wherever it fits in one. On hosts of
+    6 GPUs a tensor axis of 4 would straddle two (GPUs 4-7), so those meshes are no candidates; the others all are."""
+    for cluster in ("h100:2x4", "h100:2x6"):
+        target = parse_target(cluster)
+        layouts = advisor.candidate_layouts(parse_layout(seed_dict), target)[1:]
+        for layout in layouts:
+            axes, shape = list(layout.mesh.axes), tuple(layout.mesh.shape)
+            if "tensor" in axes and shape[axes.index("tensor")] <= target.gpus_per_host:
+                assert axes[-1] == "tensor" and _host_spans(target, shape, axes.index("tensor")) == 1, (cluster, layout.name)
+        # Every ordered factorization over (data, fsdp, tensor), less those whose tensor axis straddles hosts.
+        n, g = target.devices, target.gpus_per_host
+        expected = {(d, f, n // (d * f)) for d in range(1, n + 1) for f in range(1, n + 1) if n % (d * f) == 0}
+        expected = {s for s in expected if not (s[2] <= g and g % s[2])}
+        assert sorted(tuple(dict(zip(l.mesh.axes, l.mesh.shape)).get(a, 1) for a in ("data", "fsdp", "tensor")) for l in layouts) == sorted(expected)
+    assert len(layouts) == 16 and "fsdp3xtensor4" not in {l.name for l in layouts} and "fsdp2xtensor6" in {l.name for l in layouts}
+
+
+def _book_seconds(op: str, bytes_: float, n: int, hosts: int, nvlink: float, network: float) -> float:
+    """The GPU chapter's two-level time (https://jax-ml.github.io/scaling-book/gpus/), from the target's own figures:
+    g = n / hosts GPUs of the group per host; NVLink inside a host, one NIC per GPU between hosts, the slower counts."""
+    g = n / hosts
+    per_byte = max((n - 1) / n / nvlink if g > 1 else 0.0, (hosts - 1) / hosts / (g * network))
+    return {"all-gather": bytes_ * per_byte, "reduce-scatter": bytes_ * n * per_byte, "all-reduce": 2 * bytes_ * per_byte,
+            "all-to-all": bytes_ * max((g - 1) / n / nvlink, (n - g) / n / network)}[op]
+
+
+def test_stage_1_costs_an_axis_that_spans_hosts_at_the_network_bandwidth_per_gpu():
+    """Every stage-1 collective on h100:2x4 (two hosts of 4) and h100:1x8 against the book's two-level time computed here
+    from the H100's NVLink and network figures and the hosts each axis spans. The same mesh moves the same bytes on
+    both: an FSDP axis of 2 that spans the two hosts (one GPU in each) takes NVLink / network = 9x as long as inside one."""
+    searches = {cluster: advisor.stage1(small_transformer(), cluster) for cluster in ("h100:2x4", "h100:1x8")}
+    spanning = 0
+    for cluster, search in searches.items():
+        target = search.target
+        for c in search.candidates:
+            shape, axes = tuple(c.layout.mesh.shape), list(c.layout.mesh.axes)
+            by_axis: dict[str, float] = {}
+            for _, k in c.collectives:
+                [axis] = k.mesh_axes
+                hosts = _host_spans(target, shape, axes.index(axis))
+                spanning += hosts > 1
+                expected = _book_seconds(k.op, k.bytes, k.group_size, hosts, target.chip.nvlink_bandwidth, target.chip.network_bandwidth)
+                by_axis[axis] = by_axis.get(axis, 0.0) + expected
+            assert c.collective_by_axis == pytest.approx(by_axis, rel=1e-9), (cluster, c.layout.name)
+            assert c.estimate.collective_s == pytest.approx(sum(by_axis.values()), rel=1e-9)
+    assert spanning > 0
+    two, one = ({c.layout.name: c for c in searches[cluster].candidates} for cluster in ("h100:2x4", "h100:1x8"))
+    h100 = parse_target("h100:1x8").chip
+    assert two["fsdp2xtensor4"].collective_by_axis["fsdp"] / one["fsdp2xtensor4"].collective_by_axis["fsdp"] == pytest.approx(
+        h100.nvlink_bandwidth / h100.network_bandwidth)
+    assert two["fsdp2xtensor4"].collective_by_axis["tensor"] == pytest.approx(one["fsdp2xtensor4"].collective_by_axis["tensor"])
+
+
+@pytest.mark.skipif(gpu_plugin() is None, reason='needs JAX\'s CUDA plugin: pip install "partition-explorer[gpu]"')
+def test_an_advise_run_on_a_gpu_cluster_ranks_by_the_gpu_compile(seed_dict, tmp_path):
+    """Stage 2 on h100:2x4 compiles through the CUDA plugin: the advice's figures are `explorer compile --target h100:2x4`'s,
+    judged against JAX's 75% of the GPU's memory, and stage 1's placement (hosts per axis) is the compiled mesh's.
+    (The guide's MLP: a small transformer's GPU compile takes about three times as long.)"""
+    search = advisor.stage1(small(seed_dict), "h100:2x4")
+    search.candidates = [c for c in search.candidates if not c.own]  # one compile in the search (the own layout has its own turn)
+    search = advisor.stage2(search, compiles=1)
+    assert search.compiles == 1 and not search.failures
+    [top] = [c for c in search.candidates if c.verified and not c.own]
+    assert search.ranked()[0].verified and search.ranked()[0].fits
+    path = tmp_path / "top.json"
+    path.write_text(json.dumps(top.layout.to_dict()))
+    completed = subprocess.run(
+        [sys.executable, "-m", "explorer", "compile", str(path), "--target", "h100:2x4", "--json"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, EXPLORER_CACHE_DIR=str(tmp_path / "fresh")),
+    )
+    assert completed.returncode == 0, completed.stderr
+    compiled = json.loads(completed.stdout)
+    assert compiled["cached"] is False and compiled["target"]["platform"] == "cuda"
+    result = advisor.search_to_dict(search)
+    row = next(r for r in result["candidates"] if r["layout"]["name"] == top.layout.name)
+    assert (row["peak_bytes"], row["fits"], row["step_s"], row["bound"]) == (
+        compiled["memory"]["peak_bytes"], compiled["fits"], compiled["estimate"]["step_s"], compiled["estimate"]["bound"])
+    assert [link["hosts"] for link in row["mesh"]["links"]] == [p["hosts"] for p in compiled["mesh"]["placement"]]
+    assert [link["text"] for link in row["mesh"]["links"]] == [p["text"] for p in compiled["mesh"]["placement"]]
+    limit = compiled["memory_limit"]["bytes"]  # what the compile's verdict judges: JAX's share of the GPU
+    assert search.limit_bytes == result["memory_limit"]["bytes"] == result["smallest_state"]["hbm_bytes"] == limit < compiled["target"]["hbm_bytes"]
+    assert "per GPU (JAX's 75% of the GPU's 79.1 GiB)" in advisor.verdict_text(search)
+    assert advisor.search_text(search).splitlines()[1].startswith("h100:2x4: a GPU cluster of 2 hosts x 4 NVIDIA H100")
+
+
+def test_stage_1_costs_a_tpu_collective_on_the_rings_and_lines_its_axis_lies_on():
+    """v5p:4x4x4 is a whole cube (wraparound on every axis): a mesh axis that runs around a whole torus axis moves data
+    both ways (the book's bidirectional W_ici), one along part of an axis only one way. Every stage-1 collective of a
+    tiny transformer's candidates against the book's time, with the rings and lines of JAX's own placement
+    (``tests/ground_truth_torus.py``) and v5p's link bandwidth. So where candidates tie on the step (compute-bound), the
+    tie-break's collective term knows the torus."""
+    target = parse_target("v5p:4x4x4")
+    search = advisor.stage1(small_transformer(batch=64), target)
+    chosen = [c for c in search.candidates if not c.own and c.collectives][::6]
+    truth = ground_truth_torus.placements({"v5p:4x4x4": sorted({tuple(c.layout.mesh.shape) for c in chosen})})["v5p:4x4x4"]
+    bidirectional = 2 * target.chip.ici_link_bandwidth
+    ring_factors = set()
+    for c in chosen:
+        axes = list(c.layout.mesh.axes)
+        for label, k in c.collectives:
+            rings = ground_truth_torus.ring_axes("v5p:4x4x4", truth[tuple(c.layout.mesh.shape)][axes.index(k.mesh_axes[0])])
+            ring_factors.add(rings)
+            n, per = k.group_size, k.bytes / (bidirectional * rings) * (k.group_size - 1) / k.group_size  # the book's AllGather
+            expected = {"all-gather": per, "reduce-scatter": per * n, "all-reduce": 2 * per}[k.op]
+            assert collective_seconds(k, target.chip) == pytest.approx(expected, rel=1e-9), (c.layout.name, label)
+        assert c.estimate.collective_s == pytest.approx(sum(collective_seconds(k, target.chip) for _, k in c.collectives), rel=1e-9)
+    assert len(chosen) >= 8 and any(r % 1 for r in ring_factors) and any(r % 1 == 0 for r in ring_factors)  # lines and rings both

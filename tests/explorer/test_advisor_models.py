@@ -115,7 +115,7 @@ def test_the_moe_compute_estimate_is_xlas_flops_of_the_compiled_step_within_10_p
     assert active < 0.6 * report.totals.param_count  # capacity 2 slots per token of 4 experts: about half the experts run
     moe = estimate.moe_profile(report, roles, estimate.tokens_per_step(report, roles))
     assert moe.experts == 4 and moe.axes == {"expert"}
-    _, _, by_axis = advisor.stage1_estimate(report, target)
+    by_axis = advisor.stage1_estimate(report, target).by_axis
     assert by_axis.get("expert", 0) > 0  # the dispatch/combine all-to-alls over the expert axis
 
 

@@ -167,3 +167,15 @@ def test_gpu_collectives_ride_nvlink_inside_a_host_and_the_network_across_hosts(
     assert collective_seconds(Collective("collective-permute", 1, v, ("stage",), 2, 1, 1), gpu) == pytest.approx(v / 450e9)
     terms = estimate(gpu.peak_flops, gpu.hbm_bandwidth / 2, [inside], gpu)
     assert (terms.compute_s, terms.memory_s, terms.bound) == (1.0, 0.5, "compute")
+
+
+@pytest.mark.parametrize("name,wraps", [
+    ("v5p-128", (True, True, True)), ("v5p:4x4x8", (True, True, True)),  # whole 4x4x4 cubes: the optical switches wrap every axis
+    ("v5p-16", (False, False, False)), ("v5p:2x4x4", (False, False, False)), ("v4-32", (False, False, False)),  # less than a cube
+    ("v5litepod-256", (True, True)), ("v5litepod-128", (False, True)), ("v5litepod-16", (False, False)),  # v5e: a 16-long axis
+    ("v6e-64", (False, False)), ("h100:8x8", ()),
+])
+def test_wraparound_links_follow_the_scaling_book(name, wraps):
+    """"Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds"; "a 2x2x4 won't"; "A TPU v5e 8x16 will
+    have a wraparound on the longer axis" (How to Scale Your Model, part 2)."""
+    assert parse_target(name).wraparound == wraps

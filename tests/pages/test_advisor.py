@@ -23,7 +23,7 @@ def advisor_page() -> AppTest:
 def test_without_a_target_the_page_asks_for_one():
     at = advisor_page()
     assert not at.exception
-    assert any("Choose a TPU slice" in i.value for i in at.info)
+    assert any("Choose a **Target**" in i.value and "h100:8x8" in i.value for i in at.info)
 
 
 def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar():
@@ -46,6 +46,24 @@ def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar
     expected = [[part.split(":")[0], [] if part.split(":")[1] == "-" else part.split(":")[1].split(",")] for part in top["rules"].split("; ")]
     assert at.session_state["rules_base"] == expected
     assert at.session_state["last_valid_layout"]["rules"] == [[l, a[0] if len(a) == 1 else (a or None)] for l, a in expected]
+
+
+def test_on_a_gpu_cluster_the_page_says_so_with_each_axis_placement_and_jaxs_share_of_the_memory():
+    at = advisor_page()
+    at.selectbox(key="target_choice").set_value("h100:2x8").run()
+    at.number_input(key="advisor_compiles").set_value(0).run()
+    at.button(key="advisor_run").click().run()
+    assert not at.exception and not at.error
+    plain = lambda text: text.replace("\\", "")  # Markdown escapes (``markdown_literal``)
+    captions = [plain(c.value) for c in at.caption]
+    assert any(c.startswith("h100:2x8: a GPU cluster of 2 hosts x 8 NVIDIA H100") and "NVLink" in c for c in captions)
+    assert any(plain(s.value).startswith("Advice for h100:2x8") and "per GPU (JAX's 75% of the GPU's 79.1 GiB)" in plain(s.value)
+               for s in at.success)
+    table = next(d.value for d in at.dataframe if "step ≥" in d.value.columns)
+    inside = table[table["mesh"].str.contains("tensor") & ~table["mesh"].str.contains("tensor 16")]
+    assert len(inside) and inside["placement"].str.contains("tensor: NVLink").all()  # up to 8: inside a host
+    assert (table[table["mesh"] == "tensor 16"]["placement"] == "tensor: 2 hosts").all()  # larger than a host: spans both
+    assert any(c.startswith("Placed on the hosts and GPUs (host-major): ") for c in captions)
 
 
 def test_the_top_three_race_on_this_process_devices_runs_the_compare_race():

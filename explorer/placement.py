@@ -1,0 +1,172 @@
+"""Where a mesh's axes fall on a target before anything is compiled, and what links each axis' collectives ride.
+
+The advisor's stage 1 costs each mesh axis' collectives with ``roofline.collective_seconds``; what it
+needs from the target is how the axis lies on it, read here the way the compile will lay it:
+
+- **A TPU slice.** The compile's own placement (``target_compile.place_mesh`` over libtpu's devices,
+  then ``target_compile.torus_placement``), computed in a child process (the parent never loads
+  libtpu; ``target_compile.child_environment``), once per slice and mesh shape in this process
+  (``prefetch`` asks for every shape of a search at once: one child, about a second). One group of
+  the axis (the devices that differ only along it) runs along some torus axes: along a whole axis
+  that has wraparound links (``Target.wraparound``) it is a *ring* and moves data both ways (the book's
+  bidirectional W_ici); along part of an axis, or one without wraparound, it is a *line* and uses
+  one direction ("How to Scale Your Model", part 2: "it typically doubles the time of most
+  communication"). An axis over several torus axes gets each one's bandwidth (the book's n_axes):
+  ``ring_axes`` counts 1 per ring and 0.5 per line (the two devices of a TPU7x chip: 1), and is
+  the ``ici_axes`` the roofline reads.
+- **A GPU cluster.** JAX numbers the GPUs host-major and lays the mesh over them in that order
+  (``targets.hosts_per_axis``): an axis whose groups stay inside one host rides NVLink, one that
+  spans hosts the network; described as the compile describes it (``target_compile.gpu_placement``).
+
+Example: ``mesh_links(parse_target("h100:2x8"), (4, 4), ("fsdp", "tensor"))`` says fsdp spans 2
+hosts (the network) and tensor stays in one (NVLink).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import Any, Iterable, Sequence
+
+from explorer.errors import ExplorerError
+from explorer.targets import Target, hosts_per_axis
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINE = 0.5  # a torus axis run along as a line (no wraparound, or part of the axis): one direction of its links
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisLink:
+    """How one mesh axis lies on the target and what its collectives ride."""
+
+    axis: str
+    size: int
+    torus_axes: tuple[str, ...]  # TPU: x, y, z, core; GPU: host, gpu (as ``target_compile.placement`` names them)
+    rings: tuple[bool, ...]  # TPU: per torus axis, whether a group runs around it as a ring (else a line)
+    ring_axes: float  # TPU: torus axes' worth of bidirectional bandwidth (roofline's ``ici_axes``); 1 on a GPU
+    hosts: int  # GPU: hosts one group spans (1: NVLink only); 1 on a TPU slice
+    link: str  # "ici", "nvlink" or "network"
+    text: str
+
+    @property
+    def short(self) -> str:
+        """One table cell: ``fsdp: x ring, y line``, ``tensor: NVLink``, ``fsdp: 8 hosts``."""
+        if self.size <= 1:
+            return f"{self.axis}: -"
+        if self.link == "ici":
+            return f"{self.axis}: " + ", ".join(f"{t} {'ring' if r else 'line'}" for t, r in zip(self.torus_axes, self.rings))
+        return f"{self.axis}: NVLink" if self.hosts == 1 else f"{self.axis}: {self.hosts} hosts"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"axis": self.axis, "size": self.size, "torus_axes": list(self.torus_axes), "rings": list(self.rings),
+                "ring_axes": self.ring_axes, "hosts": self.hosts, "link": self.link, "text": self.text}
+
+
+_torus: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}  # (topology, mesh shape) -> the child's placement
+_lock = threading.Lock()
+
+
+def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str]) -> tuple[AxisLink, ...]:
+    """Each mesh axis' placement on ``target`` and the links it rides (see the module docstring)."""
+    shape = tuple(int(s) for s in shape)
+    if target.is_gpu:
+        return _gpu_links(target, shape, tuple(axes))
+    prefetch(target, [shape])
+    placed = _torus[(target.topology, shape)]
+    wraps = target.wraparound
+    links = []
+    for name, entry in zip(axes, placed["axes"]):
+        rings = tuple(t == "core" or (whole and _dim(t) < len(wraps) and wraps[_dim(t)])
+                      for t, whole in zip(entry["torus_axes"], entry["whole"]))
+        ring_axes = sum(1.0 if ring else LINE for ring in rings)
+        parts = ", ".join(f"{t} ({'on chip' if t == 'core' else 'a ring, both ways' if r else 'a line, one way'})"
+                          for t, r in zip(entry["torus_axes"], rings))
+        text = f"{name} ({entry['size']}): " + (f"along torus axis{'es' if len(rings) > 1 else ''} {parts}" if parts else "one device")
+        links.append(AxisLink(name, entry["size"], tuple(entry["torus_axes"]), rings, ring_axes, 1, "ici", text))
+    return tuple(links)
+
+
+def prefetch(target: Target, shapes: Iterable[Sequence[int]]) -> None:
+    """Place every shape not yet placed for this TPU slice, in one child process (nothing for a GPU cluster)."""
+    if target.is_gpu:
+        return
+    with _lock:
+        missing = sorted({tuple(int(s) for s in shape) for shape in shapes} - {shape for topology, shape in _torus if topology == target.topology})
+        if not missing:
+            return
+        from explorer.target_compile import child_environment
+
+        done = subprocess.run(
+            [sys.executable, "-c", "from explorer.placement import _child; _child()", target.topology, json.dumps(missing)],
+            capture_output=True, text=True, env=child_environment(target), cwd=ROOT, timeout=600,
+        )
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            raise ExplorerError("target", target.name, f"cannot place meshes on its torus: {lines[-1] if lines else done.returncode}")
+        for shape, placed in zip(missing, json.loads(done.stdout.strip().splitlines()[-1])):
+            _torus[(target.topology, shape)] = placed
+
+
+def _dim(name: str) -> int:
+    return "xyz".index(name) if name in ("x", "y", "z") else 99
+
+
+@dataclasses.dataclass(frozen=True)
+class _DeviceId:
+    """A GPU as the cluster numbers it (host-major): all ``gpu_placement`` reads of a device without coordinates."""
+
+    id: int
+
+
+_Mesh = collections.namedtuple("_Mesh", "devices axis_names")  # what ``gpu_placement`` reads of a mesh
+
+
+def _gpu_links(target: Target, shape: tuple[int, ...], axes: tuple[str, ...]) -> tuple[AxisLink, ...]:
+    """The compile's description of a GPU mesh (``gpu_placement``), over the device ids in JAX's host-major order."""
+    import numpy as np
+
+    from explorer.target_compile import gpu_placement
+
+    devices = np.empty(target.devices, dtype=object)
+    devices[:] = [_DeviceId(i) for i in range(target.devices)]
+    mesh = _Mesh(devices.reshape(shape), axes)
+    spans = hosts_per_axis(target, shape)
+    out = []
+    for entry, hosts in zip(gpu_placement(mesh, target), spans):
+        if entry["hosts"] != hosts:  # the two descriptions of JAX's host-major order disagree: a bug here, not the user's
+            raise ExplorerError("mesh.shape", list(shape), f"placed on {entry['hosts']} and {hosts} hosts at once")
+        out.append(AxisLink(entry["axis"], entry["size"], tuple(entry["torus_axes"]), (), 1.0, hosts, entry["link"], entry["text"]))
+    return tuple(out)
+
+
+def _child() -> None:
+    """In the child: each shape laid over the slice's devices as the compile lays it; per mesh axis the torus axes
+    a group runs along and whether it covers each whole. Prints one JSON line."""
+    import numpy as np
+    from jax.experimental import topologies
+
+    from explorer.target_compile import _coords, _topology, place_mesh, torus_placement
+    from explorer.targets import parse_target
+
+    target = parse_target(sys.argv[1])
+    devices = list(_topology(target, topologies).devices)
+    out = []
+    for shape in json.loads(sys.argv[2]):
+        axes = tuple(f"axis{i}" for i in range(len(shape)))
+        mesh, method = place_mesh(devices, tuple(shape), axes)
+        coords = np.array([_coords(d) + (getattr(d, "core_on_chip", 0) or 0,) for d in mesh.devices.flat])
+        names = ["x", "y", "z"][: coords.shape[-1] - 1] + ["core"]
+        extent = [len(set(coords[:, d].tolist())) for d in range(coords.shape[-1])]
+        grid = coords.reshape(tuple(shape) + (-1,))
+        entries = []
+        for axis, placed in enumerate(torus_placement(mesh)):
+            groups = np.moveaxis(grid, axis, -2).reshape(-1, shape[axis], coords.shape[-1])
+            whole = [all(len(set(g[:, names.index(t)].tolist())) == extent[names.index(t)] for g in groups) for t in placed["torus_axes"]]
+            entries.append({"size": placed["size"], "torus_axes": placed["torus_axes"], "whole": whole})
+        out.append({"method": method, "axes": entries})
+    print(json.dumps(out))
