@@ -521,15 +521,27 @@ from .maxtext import common_types as maxtext_common  # noqa: E402
 from .maxtext import decoder as maxtext_decoder  # noqa: E402
 
 MAXTEXT_MESH_SHAPE = "1x1x1x4x1x1x1x1x2x1x1x1"  # diloco, data, stage, fsdp=4, ..., tensor=2, ... (8 devices)
+MAXTEXT_CONTEXT_MESH = "context"  # mesh_shape: the layers take the mesh they are traced under
 
 
-def _maxtext_mesh(mesh_shape: str):
+def _maxtext_mesh(mesh_shape: str | None):
+    """base.yml's 12-axis mesh of ``mesh_shape`` on this process's first devices, or, where it has fewer (a compile for
+    a TPU slice this machine does not have: ``explorer compile --target v5p-64``), an ``AbstractMesh`` of that shape:
+    the layers' constraints then bind to the mesh the step is traced under. ``"context"`` (or None): no mesh of its own,
+    the layers take the mesh they are traced under (any axes: a layout's, the advisor's candidates')."""
+    if mesh_shape in (None, MAXTEXT_CONTEXT_MESH):
+        return None
     shape = tuple(int(n) for n in mesh_shape.split("x"))
     axes = tuple(maxtext_base.MESH_AXES)
+    if len(shape) != len(axes):
+        raise ValueError(f"mesh_shape must give {len(axes)} sizes ({', '.join(axes)}), not {mesh_shape!r}")
     size = 1
     for n in shape:
         size *= n
-    return jax.make_mesh(shape, axes, axis_types=(jax.sharding.AxisType.Auto,) * len(axes), devices=jax.devices()[:size])
+    types = (jax.sharding.AxisType.Auto,) * len(axes)
+    if size > len(jax.devices()):
+        return jax.sharding.AbstractMesh(shape, axes, axis_types=types)
+    return jax.make_mesh(shape, axes, axis_types=types, devices=jax.devices()[:size])
 
 
 def make_maxtext_decoder(
@@ -542,12 +554,13 @@ def make_maxtext_decoder(
     head_dim: int = 16,
     batch: int = 8,
     length: int = 16,
-    mesh_shape: str = MAXTEXT_MESH_SHAPE,
+    mesh_shape: str | None = MAXTEXT_MESH_SHAPE,
     dtype: str = "bfloat16",
     remat_policy: str = "none",
 ):
     """MaxText's layers under a decoder written after decoders.py (see maxtext/decoder.py). The layers hold the mesh
-    (MaxText passes it to every layer), built here from ``mesh_shape`` with base.yml's ``mesh_axes``. ``remat_policy``
+    (MaxText passes it to every layer), built here from ``mesh_shape`` with base.yml's ``mesh_axes`` (``"context"``: the
+    mesh the model is traced under, so that any layout's mesh is the layers' own). ``remat_policy``
     is MaxText's (``MAXTEXT_REMAT_POLICIES``; ``"none"``: no ``nn.remat``)."""
     config = maxtext_decoder.small_config(
         emb_dim=emb_dim, mlp_dim=mlp_dim, num_query_heads=num_heads, num_kv_heads=num_heads, head_dim=head_dim,
@@ -588,7 +601,7 @@ def make_maxtext_moe(
     head_dim: int = 16,
     batch: int = 8,
     length: int = 16,
-    mesh_shape: str = MAXTEXT_MESH_SHAPE,
+    mesh_shape: str | None = MAXTEXT_MESH_SHAPE,
     dtype: str = "bfloat16",
     remat_policy: str = "none",
 ):

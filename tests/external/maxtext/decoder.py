@@ -27,7 +27,7 @@ from flax import nnx
 from flax.linen import partitioning as nn_partitioning
 from jax.ad_checkpoint import checkpoint_name
 
-from . import mixtral, sharding
+from . import base_config, mixtral, sharding
 from ._shims import max_logging, maxtext_utils
 from .common_types import DecoderBlockType, ShardMode
 from .linears import dense_general, mlp_block
@@ -135,7 +135,7 @@ class Decoder(nn.Module):
   or called in a Python loop."""
 
   config: types.SimpleNamespace
-  mesh: jax.sharding.Mesh
+  mesh: jax.sharding.Mesh | None  # None: the mesh the model is traced under (jax.sharding.get_abstract_mesh())
   block: str = "llama2"  # or "simple_mlp" (simple_layer.SimpleMlpDecoderLayerToLinen), "mixtral" (mixtral.py)
   quant: None = None
 
@@ -278,6 +278,12 @@ class Decoder(nn.Module):
 
   def _layers(self, y):
     cfg = self.config
+    # MaxText builds the mesh from its config and hands it to every layer; without one, the mesh of the trace, and
+    # outside any (shapes evaluated without a mesh) base.yml's axes on one device: every constraint replicates
+    mesh = self.mesh if self.mesh is not None else jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+      axes = tuple(base_config.MESH_AXES)
+      mesh = jax.sharding.AbstractMesh((1,) * len(axes), axes, axis_types=(jax.sharding.AxisType.Auto,) * len(axes))
     layer = {"llama2": DecoderLayer, "simple_mlp": SimpleMlpDecoderLayerToLinen,
              "mixtral": mixtral.MixtralDecoderLayerToLinen}[self.block]
     policy = self.get_remat_policy()
@@ -286,11 +292,11 @@ class Decoder(nn.Module):
     # previous_chunk it appends; simple_layer's order is (positions, segmentation, ...), both None here
     broadcast_args = (None, None, True, "train", None)
     if cfg.scan_layers:
-      y, _ = self.scan_decoder_layers(cfg, layer, cfg.num_decoder_layers, "layers", self.mesh,
+      y, _ = self.scan_decoder_layers(cfg, layer, cfg.num_decoder_layers, "layers", mesh,
                                       (nn.broadcast,) * len(broadcast_args), model_mode="train")(y, *broadcast_args)
     else:
       for i in range(cfg.num_decoder_layers):
-        y = layer(config=cfg, mesh=self.mesh, name=f"layers_{i}", quant=self.quant, model_mode="train")(y, *broadcast_args)
+        y = layer(config=cfg, mesh=mesh, name=f"layers_{i}", quant=self.quant, model_mode="train")(y, *broadcast_args)
         if isinstance(y, tuple):  # the NNX blocks return (output, kv_cache)
           y = y[0]
     return y
