@@ -23,6 +23,8 @@ TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8
                "mlp_dim": 64, "vocab": 128, "gated_mlp": True}
 MOE_MESH = {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]}  # T5X's MoE mesh: expert=2, model=2
 MAXTEXT_MESH = {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
+MAXTEXT_MOE_SHAPE = "1x1x1x2x1x1x1x1x2x1x2x1"  # fsdp=2, tensor=2, expert=2: the expert kernels split over 'expert'
+MAXTEXT_MOE_MESH = {"shape": [int(n) for n in MAXTEXT_MOE_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
 LTX_AXES = list(external.AUTHORS_MESH_AXES["maxdiffusion_ltx"])  # maxdiffusion ltx_video.yml mesh_axes
 FSDP_TP = [["batch", "data"], ["hidden", "model"], ["mlp", "model"], ["heads", "model"], ["kv_heads", "model"],
            ["vocab", "model"], ["embed", "data"], ["layer", None]]
@@ -102,6 +104,12 @@ CASES = {
                                 {"scan_layers": False}),
     "maxtext-simple-mlp-scan": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder",
                                     {"block": "simple_mlp"}),
+    # MaxText's Mixtral layer (moe.RoutedMoE, dense dispatch/combine at capacity 1.25) under base.yml's rules
+    "maxtext-moe-scan": case(MAXTEXT_MOE_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_moe",
+                             {"mesh_shape": MAXTEXT_MOE_SHAPE}),
+    "maxtext-moe-loop-top1-remat": case(MAXTEXT_MOE_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_moe",
+                                        {"mesh_shape": MAXTEXT_MOE_SHAPE, "scan_layers": False, "num_experts_per_tok": 1,
+                                         "remat_policy": "minimal"}),
     "t5x-1d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5"], f"{EXTERNAL}:make_t5x_t5"),
     "t5x-2d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5_2d"], f"{EXTERNAL}:make_t5x_t5"),
     "t5x-2x2x2": case({"shape": [2, 2, 2], "axes": ["data", "replica", "model"]}, external.AUTHORS_RULES["t5x_t5_2d"],
@@ -127,7 +135,7 @@ CASES = {
 EXTERNAL_FACTORIES = ",".join(
     f"{EXTERNAL}:{name}" for name in ("make_t5x_t5", "make_flax_lm1b", "make_mu_transformer", "make_big_vision_vit",
                                       "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma",
-                                      "make_maxtext_decoder", "make_flaxformer_moe", "make_maxdiffusion_ltx")
+                                      "make_maxtext_decoder", "make_maxtext_moe", "make_flaxformer_moe", "make_maxdiffusion_ltx")
 )
 
 
@@ -226,7 +234,7 @@ def test_each_activation_names_the_module_jax_names(name, allow_factories):
     assert not wrong, "\n".join(f"#{i}: report module {m!r}, JAX name stack {s!r}" for i, m, s in wrong[:10])
 
 
-LOOP_FREE = ["flaxformer-moe-masked", "flaxformer-moe-scatter", "flaxformer-moe-experts-choose", "maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
+LOOP_FREE = ["maxtext-moe-loop-top1-remat", "flaxformer-moe-masked", "flaxformer-moe-scatter", "flaxformer-moe-experts-choose", "maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
              "i17-7-maxtext-style-moe", "i17-7-vmap-moe", "i17-7-nnx-moe", "guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
              "bridged", "dead-in-call", "nnx-resolved-activation", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
 

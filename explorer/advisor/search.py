@@ -41,8 +41,9 @@ from explorer.advisor.estimate import (
     report_roles,
     stage1_estimate,
 )
-from explorer.advisor.space import candidate_layouts, chosen_roles, guessed_roles
+from explorer.advisor.space import REMAT_ALIASES, candidate_layouts, chosen_roles, guessed_roles
 from explorer.analysis import ERROR_CODES, Finding, Report, analyze, model_for_layouts
+from explorer.reading import names_of
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
 from explorer.placement import AxisLink, mesh_links, prefetch
@@ -167,7 +168,8 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
     candidate is read from it without a forward trace under its own mesh and rules
     (``analyze(..., received=False)``): their rules are the advisor's, applied to the names the
     probe read. The user's own layout gets the full analysis (its rules may be resolved by the
-    model's own code), as does every candidate of a model whose code refused the probe.
+    model's own code), as does every candidate of a model whose code refused the probe or resolved
+    names the probe could not tell apart (``AbstractModel.asked_names``).
     """
     target = parse_target(target) if isinstance(target, str) else target
     search = search or Search(target)
@@ -184,6 +186,9 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
         shared = None
     prefetch(target, [c.mesh.shape for c in layouts if c.mesh.size == target.devices])  # one child places every mesh (TPU)
     limit = limit_bytes(target)
+    # Names the model's code resolved itself (MaxText's maybe_shard_with_logical) reach no constraint under the probe:
+    # each candidate's activations are then read under its own mesh and rules
+    unnamed = shared is not None and bool(shared.asked_names - names_of(shared.arrays))
     for index, candidate in enumerate(layouts):
         own = index == 0
         if candidate.mesh.size != target.devices:
@@ -192,7 +197,7 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
             continue
         search.searched += 1
         try:  # a model that names mesh axes by hand (the NNX guide's P('data', 'model')) refuses other axis names
-            report = analyze(candidate) if own or shared is None else analyze(candidate, model=shared, received=False)
+            report = analyze(candidate) if own or shared is None else analyze(candidate, model=shared, received=unnamed)
         except ExplorerError as error:
             search.refused += 1
             if len(search.refused_examples) < 5:
@@ -210,11 +215,12 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
         active = active_params(report, chosen)
         links = mesh_links(target, candidate.mesh.shape, candidate.mesh.axes)
         for variant, remat, microbatches in memory_variants(candidate, report, chosen, target, own):
-            estimate, largest, by_axis, collectives = stage1_estimate(report, target, roles, remat or "none", microbatches, links)
+            estimate, largest, by_axis, collectives = stage1_estimate(report, target, roles, remat_cost(remat), microbatches, links)
             search.candidates.append(Candidate(
                 variant, state, estimate, largest, own=own, fits=state <= limit, collective_by_axis=by_axis,
                 active_params=active, remat=remat, microbatches=microbatches,
-                activation_bytes=activation_bytes(report, chosen, remat or "none", microbatches), links=links, collectives=collectives,
+                activation_bytes=activation_bytes(report, chosen, remat_cost(remat), microbatches), links=links,
+                collectives=collectives,
             ))
     search.stage1_s = time.perf_counter() - start
     search.elapsed_s = search.stage1_s
@@ -233,7 +239,12 @@ def scanned(report: Report) -> bool:
     return False
 
 
-REMAT_OPTIONS = ("remat",)  # the model's remat policy option (values: estimate.REMAT_POLICIES)
+REMAT_OPTIONS = {"remat": dict(zip(REMAT_POLICIES, REMAT_POLICIES)), **REMAT_ALIASES}  # option -> {value tried: policy costed}
+
+
+def remat_cost(value: str | None) -> str:
+    """The policy stage 1 costs a remat option's value as (``estimate.REMAT_POLICIES``; an unknown one as none)."""
+    return next((table[value] for table in REMAT_OPTIONS.values() if value in table), "none")
 MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.train_step reads it)
 MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
 FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of the memory limit is not taken as fitting
@@ -256,11 +267,11 @@ def memory_variants(layout: Layout, report: Report, roles: dict[str, str], targe
     hbm = limit_bytes(target) * FITS_MARGIN
     state = report.totals.state_bytes
     batch = _batch_split(report, roles)
-    ladder = [(r, 1) for r in (REMAT_POLICIES if remat_option else (None,))]
+    ladder = [(r, 1) for r in (REMAT_OPTIONS[remat_option] if remat_option else (None,))]
     if micro_option:
         ladder += [(ladder[-1][0], m) for m in MICROBATCH_CHOICES[1:] if batch[0] % (m * batch[1]) == 0]
     for remat, micro in ladder:
-        if state + activation_bytes(report, roles, remat or "none", micro) <= hbm:
+        if state + activation_bytes(report, roles, remat_cost(remat), micro) <= hbm:
             if (remat, micro) == (here_remat or ("none" if remat_option else None), here_micro) or (remat in (None, "none") and micro == 1):
                 return plain
             data = layout.to_dict()

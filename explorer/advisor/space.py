@@ -46,12 +46,14 @@ ROLES = ("batch", "embed", "tensor", "sequence", "expert", "batch_no_expert", "e
 # (joined_kv, mlp, vocab, expert_mlp, expert_replicas, layers/stack), and the common spellings of other codebases.
 ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "batch": ("batch", "data", "activation_batch", "activation_embed_and_logits_batch", "activation_batch_attn",
-              "activation_kv_batch", "activation_batch_moe", "activation_prefill_kv_batch", "decode_batch", "cache_batch",
+              "activation_kv_batch", "activation_prefill_kv_batch", "decode_batch", "cache_batch",
               "expert_replicas", "activation_embed_and_logits_batch_sequence"),
-    "batch_no_expert": ("activation_batch_no_exp", "activation_kv_batch_no_exp", "activation_embed_and_logits_batch_no_exp"),
+    # MaxText's MoE batch: its dispatched tokens are (activation_exp, activation_batch_moe, ...), the expert axis is exp's
+    "batch_no_expert": ("activation_batch_no_exp", "activation_kv_batch_no_exp", "activation_embed_and_logits_batch_no_exp",
+                        "activation_batch_moe"),
     "embed": ("embed", "emb", "embed_dim", "d_model", "model_dim", "hidden_size", "embed_vocab", "q_lora", "kv_lora",
-              "embed_moe", "embed_tensor_transpose"),
-    "embed_no_expert": ("embed_no_exp", "embed_moe_no_exp"),
+              "embed_tensor_transpose"),
+    "embed_no_expert": ("embed_no_exp", "embed_moe_no_exp", "embed_moe"),  # MaxText's expert kernels (exp, embed_moe, mlp_moe)
     "tensor": ("hidden", "heads", "q_heads", "kv_heads", "mlp", "mlp_dim", "ff", "ffn", "joined_kv", "vocab", "mlp_moe", "expert_mlp",
                "mlp_no_fsdp", "gdn_head", "cache_heads", "paged_kv_heads", "num_heads", "n_heads",
                "activation_heads", "activation_kv_heads", "activation_mlp", "activation_vocab", "activation_embed",
@@ -77,6 +79,14 @@ ROLE_PATTERNS: tuple[tuple[str, str], ...] = (
     ("^activation_embed", "tensor"), ("(^|_)(embed|emb|model_dim|d_model)($|_)", "embed"),
 )
 AXIS_ORDER = ("data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, outermost first (tensor innermost)
+# Remat options other than this project's transformer's ``remat`` (whose values are estimate.REMAT_POLICIES): the option's
+# name, and the values the search tries, most kept first, each with the policy stage 1 costs it as. MaxText's
+# ``remat_policy`` (decoders.py get_remat_policy): minimal saves every projection's output, save_dot_except_mlp only the
+# attention's, full only each layer's input; "none" (no nn.remat) is the vendored factories' own value.
+REMAT_ALIASES: dict[str, dict[str, str]] = {
+    "remat_policy": {"none": "none", "minimal": "dots_saveable", "save_dot_except_mlp": "dots_with_no_batch_dims_saveable",
+                     "full": "full"},
+}
 
 
 def default_roles(names: Sequence[str]) -> dict[str, str]:

@@ -104,6 +104,9 @@ class AbstractModel:
     probe_error: str = ""  # why the model's code refused the probe: its activations' logical names are unknown
     values: tuple[TypedValue, ...] = ()  # Explicit axes: every forward value with its type's sharding
     axis_types: tuple[str, ...] = ()  # Explicit axes: the mesh's axis types it was read under ("auto"/"explicit")
+    # Every logical name the forward pass had Flax's Linen rules resolve: a model that resolves names with code of its own
+    # (MaxText's maybe_shard_with_logical drops mesh axes of size 1, the probe's too) shows its activations' names only here
+    asked_names: frozenset[str] = frozenset()
 
     @property
     def typed(self) -> bool:
@@ -116,7 +119,8 @@ class AbstractModel:
 
     @property
     def logical_names(self) -> frozenset[str]:
-        return names_of(self.arrays)
+        """Every logical name the model uses: its arrays' and the ones its code had Flax resolve (``asked_names``)."""
+        return names_of(self.arrays) | self.asked_names
 
 
 @dataclasses.dataclass(frozen=True)

@@ -184,6 +184,7 @@ def _model_to(model) -> dict:
         "loops_without_length": model.loops_without_length,
         "weight_constraints": model.weight_constraints,
         "probe_error": model.probe_error,
+        "asked_names": sorted(model.asked_names),
     }
 
 
@@ -197,4 +198,5 @@ def _model_from(data: dict, key: tuple, mesh_axes: tuple[str, ...]):
         loops_without_length=int(data["loops_without_length"]),
         weight_constraints=int(data["weight_constraints"]),
         probe_error=str(data["probe_error"]),
+        asked_names=frozenset(str(n) for n in data["asked_names"]),
     )

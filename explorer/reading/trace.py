@@ -40,6 +40,7 @@ import contextlib
 import dataclasses
 import json
 import sys
+import threading
 from typing import Any
 
 import flax.linen as nn
@@ -125,17 +126,61 @@ def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...], layout
     with _tracing(key):
         names = frozenset(names | _input_names(stage.built) | names_of(stage.state_arrays))
         if layout is not None:
-            found = _tagged_forward(key, mesh_axes, stage, names, *layout)
+            with _names_asked() as asked:
+                found = _tagged_forward(key, mesh_axes, stage, names, *layout)
             if found is not None:
                 named, received = found
-                return Reading(Traced(named, names), received, stage)
+                return Reading(Traced(dataclasses.replace(named, asked_names=frozenset(asked)), names), received, stage)
         try:
-            with _probe(names, mesh_axes):
+            with _names_asked() as asked, _probe(names, mesh_axes):
                 closed = forward_program(stage)
         except Exception as error:  # the model's own code refuses the probe: names are not recoverable
             return Reading(Traced(_unprobed(key, mesh_axes, stage, error_text(error)), names), None, stage)
         found = program.constraints(closed, **_forward_positions(stage))
-    return Reading(Traced(_model(key, mesh_axes, stage, found, closed), names), None, stage)
+    model = dataclasses.replace(_model(key, mesh_axes, stage, found, closed), asked_names=frozenset(asked))
+    return Reading(Traced(model, names), None, stage)
+
+
+_asking = threading.local()  # the names one thread's trace is recording (``_names_asked``)
+_hook_lock = threading.Lock()
+_hook: dict[str, Any] = {"sections": 0, "original": None}
+
+
+@contextlib.contextmanager
+def _names_asked():
+    """Every logical name the code traced in the block asks Flax's Linen rules to resolve (``flax.linen.spmd``'s
+    ``_logical_to_mesh_axes``, behind ``with_logical_constraint``, ``logical_to_mesh_axes`` and
+    ``logical_to_mesh_sharding``), recorded in the set it yields. Names a model resolves with code of its own never
+    reach a constraint as a probe axis (MaxText's ``maybe_shard_with_logical`` drops mesh axes of size 1): they are
+    read here. Flax's function is wrapped while any thread records (counted), and records only for the thread that
+    asked."""
+    from flax.linen import spmd
+
+    asked: set[str] = set()
+    with _hook_lock:
+        if _hook["sections"] == 0:
+            original = _hook["original"] = spmd._logical_to_mesh_axes
+
+            def recording(array_dim_names, rules=None):
+                found = getattr(_asking, "names", None)
+                if found is not None and array_dim_names is not None:
+                    found.update(n for n in array_dim_names if isinstance(n, str))
+                return original(array_dim_names, rules)
+
+            spmd._logical_to_mesh_axes = recording
+        _hook["sections"] += 1
+    outer = getattr(_asking, "names", None)
+    _asking.names = asked
+    try:
+        yield asked
+    finally:
+        _asking.names = outer
+        if outer is not None:
+            outer.update(asked)
+        with _hook_lock:
+            _hook["sections"] -= 1
+            if _hook["sections"] == 0:
+                spmd._logical_to_mesh_axes = _hook["original"]
 
 
 def _tagged_forward(key: tuple, mesh_axes: tuple[str, ...], stage: State, names: frozenset[str], mesh: Any, rules: tuple

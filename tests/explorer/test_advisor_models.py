@@ -21,19 +21,29 @@ from tests.external import factories as external
 TARGET = "v5litepod-8"
 MAXTEXT = "tests.external.factories:make_maxtext_decoder"
 MOE = "tests.external.factories:make_flaxformer_moe"
+MAXTEXT_MOE = "tests.external.factories:make_maxtext_moe"
 MAXTEXT_MESH = {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
+MOE_SHAPE = "1x1x1x2x1x1x1x1x2x1x2x1"  # base.yml's 12 axes: fsdp 2, tensor 2, expert 2
 
 
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", f"{MAXTEXT},{MOE}")
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", f"{MAXTEXT},{MOE},{MAXTEXT_MOE}")
 
 
 def maxtext(**options):
     return parse_layout({"name": "maxtext", "mesh": MAXTEXT_MESH, "rules": external.maxtext_rules(),
                          "model": {"name": MAXTEXT, "options": options}})
+
+
+def maxtext_moe(shape=MOE_SHAPE, **options):
+    """MaxText's Mixtral layer (moe.RoutedMoE, dense dispatch/combine) with base.yml's rules on its 12-axis mesh; the
+    layers take the mesh they are traced under (``mesh_shape="context"``), so a candidate's mesh is theirs too."""
+    return parse_layout({"name": "maxtext-moe", "rules": external.maxtext_rules(),
+                         "mesh": {"shape": [int(n) for n in shape.split("x")], "axes": list(external.maxtext_base.MESH_AXES)},
+                         "model": {"name": MAXTEXT_MOE, "options": {"mesh_shape": external.MAXTEXT_CONTEXT_MESH, **options}}})
 
 
 # --- 1. every name ruled, by role ----------------------------------------------------------------------
@@ -77,6 +87,29 @@ def test_maxtext_t5x_and_flaxformer_names_have_their_roles_and_unknown_names_are
     assert space.guessed_roles(["my_batch_thing", "attn_heads_x", "zz", "embed"]) == {"my_batch_thing": "batch", "attn_heads_x": "tensor", "zz": "none"}
 
 
+def test_every_name_maxtexts_moe_uses_is_ruled_in_every_candidate_and_its_experts_split_over_expert_then_fsdp():
+    """MaxText's MoE resolves its activations' names itself (``maybe_shard_with_logical``): ``activation_exp``,
+    ``activation_batch_moe``, ``activation_embed_moe``... reach JAX with no name, and before they had no rule in any
+    candidate (the dispatched tokens replicated over the expert axis). Now the trace reads them and each is ruled by its
+    role; the expert kernels ``(exp, embed_moe, mlp_moe)`` are split over the expert axis, and FSDP within an expert
+    (base.yml's ``embed_moe`` leaves the expert axis to ``exp``)."""
+    layout = maxtext_moe("1x1x1x2x1x1x1x1x1x1x2x1")  # fsdp 2 x expert 2
+    names = set(logical_names(layout.model, tuple(layout.mesh.axes)))
+    activation_only = {"activation_exp", "activation_batch_moe", "activation_embed_moe", "activation_mlp", "activation_length_moe",
+                       "activation_norm_length_moe", "activation_heads", "activation_kv_batch"}
+    assert activation_only <= names and {"exp", "embed_moe", "mlp_moe"} <= names
+    search = advisor.stage1(layout, "v5litepod-4")  # 4 chips: 15 candidates, each read under its own mesh and rules
+    assert search.guessed_roles == {}  # every name is a known convention
+    generated = [c for c in search.candidates if not c.own]
+    assert len(generated) > 10 and all({r.logical for r in c.layout.rules} == names for c in generated)
+    fsdp_expert = next(c for c in generated if c.layout.name == "fsdp2xexpert2")
+    report = analyze(fsdp_expert.layout)  # the whole analysis: the activations as JAX receives them under its rules
+    assert report.array("params/layers/MoeBlock_0/wi_0").spec == ("expert", None, "fsdp", None)
+    assert report.array("params/layers/MoeBlock_0/wo").spec == ("expert", None, None, "fsdp")
+    (dispatched, *_) = [a for a in report.arrays if a.kind == "activation" and a.module.endswith("dispatch")]
+    assert dispatched.spec[0] == "expert", dispatched.spec  # (experts, batch, capacity, embed): each expert's tokens on its devices
+
+
 # --- 2. scanned read from the trace ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("scan_layers", [True, False])
@@ -117,6 +150,31 @@ def test_the_moe_compute_estimate_is_xlas_flops_of_the_compiled_step_within_10_p
     assert moe.experts == 4 and moe.axes == {"expert"}
     by_axis = advisor.stage1_estimate(report, target).by_axis
     assert by_axis.get("expert", 0) > 0  # the dispatch/combine all-to-alls over the expert axis
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_maxtexts_moe_compute_estimate_is_xlas_flops_of_the_step_within_10_percent(top_k):
+    """MaxText's Mixtral layer (8 experts, capacity factor 1.25, one layer unscanned: JAX's cost analysis counts a loop
+    body once): stage 1's compute over the whole slice (active parameters: top-k x capacity of the experts) within 10%
+    of XLA's flops for the step's program, the factory's model as its authors build it under base.yml's rules (no
+    explorer code); counting every expert is over 2x."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    options = dict(num_experts_per_tok=top_k, capacity_factor=1.25, emb_dim=512, mlp_dim=2048, num_heads=8, num_kv_heads=8,
+                   head_dim=64, batch=16, length=64, scan_layers=False, num_decoder_layers=1)
+    report = analyze(maxtext_moe(**options))
+    target = parse_target(TARGET)
+    estimated = advisor.stage1_estimate(report, target)[0].compute_s * target.chip.device_peak_flops * target.devices
+    module, inputs, loss = external.make_maxtext_moe(mesh_shape=MOE_SHAPE, **options)
+    (x,) = [jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype)) for i in inputs]
+    rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in external.maxtext_rules()]
+    with jax.set_mesh(module.mesh), nn.logical_axis_rules(rules):
+        variables = jax.eval_shape(module.init, jax.random.key(0), x)
+        step = jax.jit(lambda v, x: jax.value_and_grad(lambda v: loss(module.apply(v, x), x))(v))
+        xla = step.lower(variables, x).cost_analysis()["flops"]
+    assert xla == pytest.approx(estimated, rel=0.10)
+    assert 6 * report.totals.param_count * 16 * 64 > 2 * xla
 
 
 # --- 4. stage 1's ranking and a robust calibration ---------------------------------------------------------
@@ -236,3 +294,28 @@ def test_remat_and_microbatch_candidates_memory_against_explorer_compile_on_a_tp
     assert temps[1] < temps[0] and est[1] < est[0]
     ratio = (temps[0] / temps[1]) / (est[0] / est[1])
     assert 0.25 < ratio < 4, (temps, est)
+
+
+def test_maxtexts_remat_policy_lowers_xlas_temporaries_and_is_the_advisors_remat_dimension():
+    """MaxText's ``remat_policy`` (decoders.py's nn.remat policies, on the vendored decoder): full remat compiles to fewer
+    temporaries than none for a v5e slice. The advisor searches it as it searches the transformer's ``remat``, with
+    MaxText's own values (none, minimal, save_dot_except_mlp, full), each costed as the policy it is like."""
+    from explorer.target_compile import compile_target
+
+    results = [compile_target(maxtext_moe(external.MAXTEXT_MESH_SHAPE, length=64, remat_policy=p), TARGET)[0]
+               for p in ("none", "full")]
+    assert all(r["compiled"] and r["fits"] for r in results)
+    assert results[1]["memory"]["temp_bytes"] < results[0]["memory"]["temp_bytes"]
+    assert list(space.REMAT_ALIASES["remat_policy"]) == ["none", "minimal", "save_dot_except_mlp", "full"]
+    assert search_module.remat_cost("save_dot_except_mlp") == "dots_with_no_batch_dims_saveable"
+    # activations over HBM without remat (stage 1's estimate): the candidate takes MaxText's first policy that fits
+    big = maxtext_moe(remat_policy="none", batch=64, length=4096, emb_dim=1024, mlp_dim=4096, num_heads=8, num_kv_heads=8,
+                      head_dim=128, num_decoder_layers=8)
+    target = parse_target(TARGET)
+    fsdp8 = next(c for c in space.candidate_layouts(big, target) if c.name == "fsdp8")
+    report = analyze(fsdp8)
+    roles = estimate.report_roles(report)
+    (variant, remat, micro), = search_module.memory_variants(fsdp8, report, roles, target, own=False)
+    assert remat in ("minimal", "save_dot_except_mlp", "full") and micro == 1
+    assert variant.model.options["remat_policy"] == remat and variant.name == f"fsdp8+remat_{remat}"
+    assert report.totals.state_bytes + estimate.activation_bytes(report, roles) > target.chip.device_hbm_bytes

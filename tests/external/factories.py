@@ -517,18 +517,31 @@ AUTHORS_INPUT_SPECS: dict[str, dict[str, tuple]] = {
 # maybe_shard_with_logical (which drops size-1 mesh axes); base.yml's 76 rules (70 names) and 12-axis mesh.
 
 from .maxtext import base_config as maxtext_base  # noqa: E402
+from .maxtext import common_types as maxtext_common  # noqa: E402
 from .maxtext import decoder as maxtext_decoder  # noqa: E402
 
 MAXTEXT_MESH_SHAPE = "1x1x1x4x1x1x1x1x2x1x1x1"  # diloco, data, stage, fsdp=4, ..., tensor=2, ... (8 devices)
+MAXTEXT_CONTEXT_MESH = "context"  # mesh_shape: the layers take the mesh they are traced under
 
 
-def _maxtext_mesh(mesh_shape: str):
+def _maxtext_mesh(mesh_shape: str | None):
+    """base.yml's 12-axis mesh of ``mesh_shape`` on this process's first devices, or, where it has fewer (a compile for
+    a TPU slice this machine does not have: ``explorer compile --target v5p-64``), an ``AbstractMesh`` of that shape:
+    the layers' constraints then bind to the mesh the step is traced under. ``"context"`` (or None): no mesh of its own,
+    the layers take the mesh they are traced under (any axes: a layout's, the advisor's candidates')."""
+    if mesh_shape in (None, MAXTEXT_CONTEXT_MESH):
+        return None
     shape = tuple(int(n) for n in mesh_shape.split("x"))
     axes = tuple(maxtext_base.MESH_AXES)
+    if len(shape) != len(axes):
+        raise ValueError(f"mesh_shape must give {len(axes)} sizes ({', '.join(axes)}), not {mesh_shape!r}")
     size = 1
     for n in shape:
         size *= n
-    return jax.make_mesh(shape, axes, axis_types=(jax.sharding.AxisType.Auto,) * len(axes), devices=jax.devices()[:size])
+    types = (jax.sharding.AxisType.Auto,) * len(axes)
+    if size > len(jax.devices()):
+        return jax.sharding.AbstractMesh(shape, axes, axis_types=types)
+    return jax.make_mesh(shape, axes, axis_types=types, devices=jax.devices()[:size])
 
 
 def make_maxtext_decoder(
@@ -541,14 +554,18 @@ def make_maxtext_decoder(
     head_dim: int = 16,
     batch: int = 8,
     length: int = 16,
-    mesh_shape: str = MAXTEXT_MESH_SHAPE,
+    mesh_shape: str | None = MAXTEXT_MESH_SHAPE,
     dtype: str = "bfloat16",
+    remat_policy: str = "none",
 ):
     """MaxText's layers under a decoder written after decoders.py (see maxtext/decoder.py). The layers hold the mesh
-    (MaxText passes it to every layer), built here from ``mesh_shape`` with base.yml's ``mesh_axes``."""
+    (MaxText passes it to every layer), built here from ``mesh_shape`` with base.yml's ``mesh_axes`` (``"context"``: the
+    mesh the model is traced under, so that any layout's mesh is the layers' own). ``remat_policy``
+    is MaxText's (``MAXTEXT_REMAT_POLICIES``; ``"none"``: no ``nn.remat``)."""
     config = maxtext_decoder.small_config(
         emb_dim=emb_dim, mlp_dim=mlp_dim, num_query_heads=num_heads, num_kv_heads=num_heads, head_dim=head_dim,
         num_decoder_layers=num_decoder_layers, scan_layers=scan_layers, dtype=jnp.dtype(dtype),
+        remat_policy=_maxtext_remat_policy(remat_policy), max_target_length=length, micro_batch_size_to_train_on=batch,
     )
     mesh = _maxtext_mesh(mesh_shape)
     inputs = [InputSpec("embedded", (batch, length, emb_dim), dtype,
@@ -558,6 +575,63 @@ def make_maxtext_decoder(
         return jnp.mean(y.astype(jnp.float32) ** 2)
 
     return maxtext_decoder.Decoder(config, mesh, block), inputs, loss
+
+
+# decoders.py get_remat_policy's policies (the host-offloading ones aside), most kept first, and "none" (no nn.remat)
+MAXTEXT_REMAT_POLICIES = ("none", "minimal_with_context", "minimal", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
+                          "save_dot_except_mlp", "save_qkv_proj", "save_out_proj", "full")
+
+
+def _maxtext_remat_policy(remat_policy: str) -> str:
+    if remat_policy not in MAXTEXT_REMAT_POLICIES:
+        raise ValueError(f"remat_policy must be one of {', '.join(MAXTEXT_REMAT_POLICIES)}, not {remat_policy!r}")
+    return remat_policy
+
+
+def make_maxtext_moe(
+    num_experts: int = 8,
+    num_experts_per_tok: int = 2,
+    capacity_factor: float = 1.25,
+    scan_layers: bool = True,
+    num_decoder_layers: int = 2,
+    emb_dim: int = 64,
+    mlp_dim: int = 128,
+    num_heads: int = 4,
+    num_kv_heads: int = 4,
+    head_dim: int = 16,
+    batch: int = 8,
+    length: int = 16,
+    mesh_shape: str | None = MAXTEXT_MESH_SHAPE,
+    dtype: str = "bfloat16",
+    remat_policy: str = "none",
+):
+    """MaxText's Mixtral decoder layer (``mixtral.py``: ``moe.RoutedMoE`` after a reduced attention) under the decoder
+    of maxtext/decoder.py, configured like ``configs/models/mixtral-8x7b.yml`` scaled down: ``num_experts`` experts,
+    top-``num_experts_per_tok``, SwiGLU experts of width ``mlp_dim``. The dense path (``sparse_matmul=False``) with
+    token dropping at ``capacity_factor`` (> 0): einsum dispatch/combine over MaxText's ``activation_exp`` /
+    ``activation_batch_moe`` / ``activation_embed_moe`` ... names, expert kernels ``("exp", "embed_moe", "mlp_moe")``.
+    ``remat_policy`` as for ``make_maxtext_decoder``."""
+    if capacity_factor <= 0:
+        raise ValueError(f"capacity_factor must be > 0 (the dense path with token dropping), not {capacity_factor!r}")
+    if not 1 <= num_experts_per_tok <= num_experts:
+        raise ValueError(f"num_experts_per_tok must be between 1 and num_experts ({num_experts}), not {num_experts_per_tok!r}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads must divide num_heads ({num_heads}), not {num_kv_heads!r}")
+    config = maxtext_decoder.small_config(
+        emb_dim=emb_dim, mlp_dim=mlp_dim, moe_mlp_dim=mlp_dim, num_query_heads=num_heads, num_kv_heads=num_kv_heads,
+        head_dim=head_dim, num_decoder_layers=num_decoder_layers, scan_layers=scan_layers, dtype=jnp.dtype(dtype),
+        decoder_block=maxtext_common.DecoderBlockType.MIXTRAL, num_experts=num_experts,
+        num_experts_per_tok=num_experts_per_tok, capacity_factor=float(capacity_factor), sparse_matmul=False,
+        remat_policy=_maxtext_remat_policy(remat_policy), max_target_length=length, micro_batch_size_to_train_on=batch,
+    )
+    mesh = _maxtext_mesh(mesh_shape)
+    inputs = [InputSpec("embedded", (batch, length, emb_dim), dtype,
+                        ("activation_embed_and_logits_batch", "activation_length", "activation_embed"))]
+
+    def loss(y, x):
+        return jnp.mean(y.astype(jnp.float32) ** 2)
+
+    return maxtext_decoder.Decoder(config, mesh, "mixtral"), inputs, loss
 
 
 def maxtext_rules() -> list[list]:

@@ -8,7 +8,7 @@ from explorer.reading import constraints as program, trace as tracing
 from explorer.analysis import analyze, jax_mesh
 from explorer.layout import parse_layout
 from tests.paths import ROOT
-from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL_FACTORIES
+from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL, EXTERNAL_FACTORIES
 
 TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 4, "kv_heads": 4, "head_dim": 8,
                "mlp_dim": 64, "vocab": 128}
@@ -120,6 +120,39 @@ def test_a_rules_edit_reads_the_new_rules_not_a_cached_program(fresh):
         return report.array("activations/output").spec
 
     assert logits(first)[-1] == "model" and logits(unsharded)[-1] is None and logits(sharded)[-1] == "model"
+
+
+def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_none(fresh, monkeypatch, tmp_path):
+    """MaxText's ``maybe_shard_with_logical`` resolves names itself and drops mesh axes of size 1, the probe's among
+    them: its activations reach JAX with no name. The names it asked Flax's rules about are read all the same (the MoE's
+    dispatch over ``activation_exp``/``activation_batch_moe``/``activation_embed_moe``), from a trace under the probe and
+    from one under the layout, and kept on disk; Flax's function is as it was after each trace."""
+    from flax.linen import spmd
+
+    from explorer.analysis import logical_names
+    from explorer.reading import abstract_model, disk, memory
+    from tests.external import factories as external
+
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", EXTERNAL_FACTORIES)
+    original = spmd._logical_to_mesh_axes
+    spec = parse_layout({"name": "moe", "mesh": {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")],
+                                                 "axes": list(external.maxtext_base.MESH_AXES)},
+                         "rules": external.maxtext_rules(), "model": {"name": f"{EXTERNAL}:make_maxtext_moe", "options": {}}})
+    moe_names = {"activation_exp", "activation_batch_moe", "activation_embed_moe", "activation_mlp", "activation_norm_length_moe"}
+    dispatch = [a for a in analyze(spec).arrays if a.kind == "activation" and "dispatch" in a.module]
+    assert dispatch and all(n is None or isinstance(n, tuple) for a in dispatch for n in a.logical_axes)  # no name reaches JAX
+    names = set(logical_names(spec.model, tuple(spec.mesh.axes)))
+    assert moe_names <= names and {"exp", "embed_moe", "mlp_moe"} <= names
+    assert spmd._logical_to_mesh_axes is original
+    reading = tracing.traced(spec.model.key(), frozenset(), tuple(spec.mesh.axes))  # under the probe alone
+    assert moe_names <= reading.traced.model.asked_names
+    memory.clear()
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
+    disk.store(spec.model.key(), tuple(spec.mesh.axes), [(frozenset(), reading.traced.model)])
+    (_, loaded), = disk.load(spec.model.key(), tuple(spec.mesh.axes))
+    assert loaded.asked_names == reading.traced.model.asked_names
+    assert abstract_model(spec.model, frozenset(), tuple(spec.mesh.axes)).asked_names >= moe_names
+    assert spmd._logical_to_mesh_axes is original
 
 
 def test_the_garbage_collector_runs_again_after_a_trace_and_after_a_refused_one(fresh):

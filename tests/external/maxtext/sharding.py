@@ -339,6 +339,21 @@ def remove_mesh_axes_from_sharding(sharding_tree, axes_to_remove):
   return jax.tree.map(_peel, sharding_tree)
 
 
+def remove_expert_from_partition_spec(pspec, dims_to_peel):
+  """Return `pspec` with the 'expert' mesh axis removed from the given dim indices.
+
+  Used by the MoE dispatch/MLP sharding: the expert dim is already sharded over the
+  'expert' mesh axis via the `activation_exp` rule, so the batch dim must not also map
+  to 'expert' (that double-maps two tensor dims onto one mesh axis and makes GSPMD fall
+  back to FSDP-style AllGather+ReduceScatter instead of expert-parallel AllToAll). Only
+  the dims listed in `dims_to_peel` (the batch dim) are modified; the expert dim is left
+  untouched. Avoids needing a separate `activation_batch_no_exp` logical rule that every
+  `custom_mesh_and_rule` set would have to redefine.
+  """
+  return remove_mesh_axes_from_partition_spec(pspec, ("expert",), dims=dims_to_peel)
+
+
+
 def get_physical_spec_without_axes(full_logical, mesh, axes_to_remove, logical_axis_rules=None):
   """Resolve `full_logical` to a physical sharding with `axes_to_remove` peeled off.
 
