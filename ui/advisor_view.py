@@ -141,11 +141,11 @@ def show(search: advisor.Search) -> None:
                   help="Adds its link to the Compare page's links")
     st.markdown("Share link")
     st.code("/?" + layout_to_query(chosen.layout)[1:], language=None)
-    if chosen.verified and chosen.compiled and chosen.compiled.get("mesh", {}).get("placement"):
-        mesh = chosen.compiled["mesh"]
+    if chosen.verified and chosen.compiled and chosen.compiled.mesh.placement:
+        mesh = chosen.compiled.mesh
         st.caption(
-            f"Placed on the torus by {mesh.get('placement_method', 'mesh_utils')}: "
-            + "; ".join(f"{p['axis']} ({p['size']}) spans torus axes {', '.join(p['torus_axes']) or '—'}" for p in mesh["placement"])
+            f"Placed on the torus by {mesh.placement_method}: "
+            + "; ".join(f"{p.axis} ({p.size}) spans torus axes {', '.join(p.torus_axes) or '—'}" for p in mesh.placement)
         )
     race_section(search)
 

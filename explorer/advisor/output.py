@@ -11,6 +11,7 @@ from typing import Any
 from explorer.advisor.depth import SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
 from explorer.advisor.search import Candidate, Search
+from explorer.compile_result import TargetCompile
 from explorer.layout import Layout
 from explorer.text import human_bytes, plain_table, share
 
@@ -20,12 +21,12 @@ TABLE_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device", "sta
 
 def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
     """One candidate as JSON (``advise --json``'s ``candidates``): its layout, figures and where each came from."""
-    compiled = c.compiled or {}
+    mesh = c.compiled.mesh if c.compiled else None
     return {
         "rank": rank_, "layout": c.layout.to_dict(), "own": c.own,
         "mesh": {"shape": list(c.layout.mesh.shape), "axes": list(c.layout.mesh.axes),
-                 "placement": compiled.get("mesh", {}).get("placement"),
-                 "placement_method": compiled.get("mesh", {}).get("placement_method")},
+                 "placement": [p.to_json() for p in mesh.placement] if mesh else None,
+                 "placement_method": mesh.placement_method if mesh else None},
         "state_bytes": c.state_bytes, "verified": c.verified, "extrapolated": c.extrapolated,
         "fits": bool(c.fits), "peak_bytes": c.peak_bytes, "headroom_bytes": c.headroom_bytes,
         "step_s": c.step_s, "bound": c.bound, "mfu_ceiling": c.mfu_ceiling,
@@ -41,12 +42,12 @@ def candidate_to_dict(rank_: int, c: Candidate) -> dict[str, Any]:
     }
 
 
-def _extrapolation_dict(result: dict) -> dict[str, Any]:
+def _extrapolation_dict(result: TargetCompile) -> dict[str, Any]:
     """An extrapolated result's figures: from which depths, to which, and what they gave."""
-    estimate = result.get("estimate") or {}
-    return {**result["extrapolated"], "peak_bytes": result["memory"]["peak_bytes"], "fits": result["fits"], "flops": result["flops"],
-            "bytes_accessed": result["bytes_accessed"], "collective_bytes": sum(c["bytes"] for c in result["collectives"]),
-            "step_s": estimate.get("step_s"), "bound": estimate.get("bound")}
+    estimate = result.estimate
+    return {**result.extrapolated.to_json(), "peak_bytes": result.memory.peak_bytes, "fits": result.fits, "flops": result.flops,
+            "bytes_accessed": result.bytes_accessed, "collective_bytes": sum(c.bytes for c in result.collectives),
+            "step_s": estimate.step_s if estimate else None, "bound": estimate.bound if estimate else None}
 
 
 def search_to_dict(search: Search) -> dict[str, Any]:
@@ -127,7 +128,7 @@ def _count(n: int) -> str:
 def extrapolation_text(c: Candidate) -> str:
     """The extrapolated figures beside the full compile's (their ratio), for a candidate compiled both ways."""
     if c.extrapolated:
-        depths = c.compiled["extrapolated"]["depths"]
+        depths = c.compiled.extrapolated.depths
         return f"extrapolated from depths {depths[0]} and {depths[1]}"
     error = c.extrapolation_error
     if not error:
