@@ -95,7 +95,7 @@ def main() -> None:
     own = parse_layout(layout("t5x-own-rules" if CASE == "t5" else "expert-fsdp16-tensor4"))
     start = time.perf_counter()
     search = advisor.stage1(own, args.target)
-    print(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused, in {search.stage1_s:.2f} s (goal < 10 s)")
+    print(f"stage 1: {len(search.candidates)} candidates analyzed, {search.refused} refused, in {search.stage1_s:.2f} s (goal < 10 s)")
     again = advisor.stage1(own, args.target)
     print(f"stage 1 again (model traced, in memory): {again.stage1_s:.2f} s")
     shown = [None]

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file, or - for standard input")
     op = commands.add_parser("op", help="arrays on a mesh and an expression: the shardings XLA chooses, collectives, timing")
-    op.add_argument("spec", help="an op spec JSON file (mesh, arrays, expr, out_spec)")
+    op.add_argument("spec", help="an op spec JSON file (mesh, arrays, expr, out_spec; examples/ops/ holds the guide's examples)")
     op.add_argument("--json", action="store_true", help="print the result as JSON")
     op.add_argument("--time", type=int, default=None, metavar="STEPS", help="also time STEPS calls, sharded and on one device")
     op.add_argument("--warmup", type=int, default=1, help="untimed warm-up calls of each before timing (default 1)")

@@ -208,7 +208,7 @@ def model_for_layouts(layouts: Sequence[Layout]) -> AbstractModel:
     """One abstract model that tells apart every rule name and mesh axis of ``layouts`` (one model config).
 
     ``analyze(layout, model=..., received=False)`` reads any of them from it without a trace of
-    its own: the advisor's search analyses dozens of layouts of one model this way.
+    its own: the advisor's search analyzes dozens of layouts of one model this way.
     """
     specs = {layout.model.key() for layout in layouts}
     if len(specs) != 1:

@@ -93,7 +93,7 @@ def check_timeable(report: Report) -> None:
         raise ExplorerError(
             "mesh.shape", list(report.mesh.shape),
             f"needs {report.mesh.size:,} devices and this process has {jax.device_count()}: "
-            "it can be analysed as a planned mesh but not timed",
+            "it can be analyzed as a planned mesh but not timed",
         )
     refused = [w for w in report.warnings if w.code in ("unknown-mesh-axis", "mesh-axis-twice")]
     if refused:
@@ -145,7 +145,7 @@ def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
 # --- compiling ------------------------------------------------------------------------------
 
 def compile_step(layout: Layout, report: Report | None = None) -> tuple[CompiledStep, bool]:
-    """The compiled init and step for ``layout`` (analysed as ``report``), and whether it came from the bounded cache.
+    """The compiled init and step for ``layout`` (analyzed as ``report``), and whether it came from the bounded cache.
 
     Kept per ``Layout.key`` (a renamed layout is the same program). Both gates run: the estimate
     before compiling, XLA's compiled peak after (on a cached step too, since the memory available changes).

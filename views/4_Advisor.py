@@ -15,7 +15,7 @@ current = current_layout("advisor")
 st.markdown(
     "Ranks meshes and rules for the sidebar's model on the sidebar's **Target**: every factorization of the slice's "
     "devices over data, FSDP and tensor axes (plus sequence and expert where the model has such names), with rules "
-    "written from the model's logical names by role, and your own layout among them. **Stage 1** analyses every "
+    "written from the model's logical names by role, and your own layout among them. **Stage 1** analyzes every "
     "candidate without compiling (exact state per device, an estimated step); **stage 2** compiles the best for the "
     "target with XLA and ranks by its figures."
 )

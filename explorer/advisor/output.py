@@ -78,7 +78,7 @@ def verdict_text(search: Search) -> str:
     ranked = search.ranked()
     hbm = search.target.chip.device_hbm_bytes
     if not ranked:
-        return f"No candidate could be analysed for {search.target.name} ({search.refused} refused)."
+        return f"No candidate could be analyzed for {search.target.name} ({search.refused} refused)."
     best = ranked[0]
     if not best.fits:
         smallest = search.smallest_state()
