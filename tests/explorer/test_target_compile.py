@@ -126,6 +126,23 @@ def test_a_layout_far_too_large_for_the_chip_reports_that_it_does_not_fit(seed_d
     assert result.flops_source == "hlo_matmuls" and result.flops > 0 and result.estimate.step_s > 0
 
 
+def test_a_refused_scanned_transformer_counts_its_dots_once_per_layer():
+    """Issue 30: XLA refuses a scanned transformer for HBM (E1000); its flops, read from the dump, count the scanned body
+    once per layer: within 2% of the model's own dots, the train step's three times the forward's (per device, T tokens:
+    2 T x each weight matrix, 2 x 2 T^2 per head for the scores and the weighted values, and the head's 2 T x d x vocab)."""
+    options = {"batch": 8, "seq_len": 128, "layers": 4, "d_model": 4096, "heads": 32, "kv_heads": 32, "head_dim": 128,
+               "mlp_dim": 16384, "vocab": 256, "gated_mlp": True, "scan": True, "dtype": "float32"}
+    layout = parse_layout({"name": "scanned-too-big", "mesh": {"shape": [8], "axes": ["data"]}, "rules": [["batch", "data"]],
+                           "model": {"name": "transformer", "options": options}})
+    result, _ = compile_target(layout, TARGET)
+    assert result.compiled is False and result.oom is not None and result.flops_source == "hlo_matmuls"
+    tokens, d, heads, kv_heads, head_dim = 128, 4096, 32, 32, 128  # batch 8 over 8 devices: one sequence of 128 each
+    weights = d * head_dim * (2 * heads + 2 * kv_heads) + 3 * d * options["mlp_dim"]  # q, o, k, v; gated MLP in, gate, out
+    layer = 2 * tokens * weights + 2 * 2 * tokens**2 * heads * head_dim
+    expected = 3 * (options["layers"] * layer + 2 * tokens * d * options["vocab"])
+    assert result.flops == pytest.approx(expected, rel=0.02)
+
+
 def test_the_route_for_a_program_that_does_not_fit_agrees_with_xla_on_one_that_fits(seed_dict):
     """The same dump read for a program that fits: memory_analysis() to the byte, peak and temporaries within 16 MiB."""
     layout = mlp_layout(seed_dict, rules=[["batch", "data"]], layers=4, depth=2048)
