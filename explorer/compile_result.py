@@ -49,8 +49,19 @@ class Memory:
         return cls(**{k: data.get(k) for k in MEMORY_FIELDS})
 
 
+class _Flat:
+    """A dataclass of plain fields: its JSON is its fields by name."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]):
+        return cls(**data)
+
+
 @dataclasses.dataclass(frozen=True)
-class MemoryLimit:
+class MemoryLimit(_Flat):
     """The figure the verdict compares XLA's peak with (``bytes``), the device's whole memory, and what it is, in words."""
 
     bytes: int
@@ -58,28 +69,14 @@ class MemoryLimit:
     fraction: float
     what: str
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> MemoryLimit:
-        return cls(**data)
-
 
 @dataclasses.dataclass(frozen=True)
-class Oom:
+class Oom(_Flat):
     """XLA's refusal of a program for HBM (E1000): its figures, in bytes as XLA rounds them, and its first line."""
 
     required_bytes: int
     available_bytes: int
     message: str
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> Oom | None:
-        return None if data is None else cls(**data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +288,7 @@ class TargetCompile:
             fits=data["fits"],
             fits_device=data["fits_device"],
             headroom_bytes=data["headroom_bytes"],
-            oom=Oom.from_json(data["oom"]),
+            oom=None if data["oom"] is None else Oom.from_json(data["oom"]),
             xla_messages=tuple(data["xla_messages"]),
             flops=data["flops"],
             bytes_accessed=data["bytes_accessed"],
