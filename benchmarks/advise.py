@@ -146,7 +146,7 @@ def main() -> None:
                               .get(CASE, "expert-fsdp16-tensor4")))
     start = time.perf_counter()
     search = advisor.stage1(own, args.target)
-    print(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused, in {search.stage1_s:.2f} s (goal < 10 s)")
+    print(f"stage 1: {len(search.candidates)} candidates analyzed, {search.refused} refused, in {search.stage1_s:.2f} s (goal < 10 s)")
     again = advisor.stage1(own, args.target)
     print(f"stage 1 again (model traced, in memory): {again.stage1_s:.2f} s (not counted in the whole search below)")
     shown = [None]
@@ -172,15 +172,15 @@ def main() -> None:
     print("\nstage 1's estimate beside XLA's roofline, for the compiled candidates (ratio = estimate / XLA):")
     rows = []
     for c in search.ranked():
-        if not c.verified or not c.compiled.get("estimate"):
+        if not c.verified or not c.compiled.estimate:
             continue
-        x, e = c.compiled["estimate"], c.estimate
+        x, e = c.compiled.estimate, c.estimate
         ratio = lambda a, b: f"{a / b:.2f}" if b else "-"
         rows.append({"layout": c.layout.name + (" (extrapolated)" if c.extrapolated else ""),
                      "estimate c/m/k ms": f"{e.compute_s * 1e3:.3g} / {e.memory_s * 1e3:.3g} / {e.collective_s * 1e3:.3g}",
-                     "XLA c/m/k ms": f"{x['compute_s'] * 1e3:.3g} / {x['memory_s'] * 1e3:.3g} / {x['collective_s'] * 1e3:.3g}",
-                     "step est / XLA": f"{e.step_s * 1e3:.3g} / {x['step_s'] * 1e3:.3g} ms = {e.step_s / x['step_s']:.2f}",
-                     "ratios c/m/k": f"{ratio(e.compute_s, x['compute_s'])} / {ratio(e.memory_s, x['memory_s'])} / {ratio(e.collective_s, x['collective_s'])}"})
+                     "XLA c/m/k ms": f"{x.compute_s * 1e3:.3g} / {x.memory_s * 1e3:.3g} / {x.collective_s * 1e3:.3g}",
+                     "step est / XLA": f"{e.step_s * 1e3:.3g} / {x.step_s * 1e3:.3g} ms = {e.step_s / x.step_s:.2f}",
+                     "ratios c/m/k": f"{ratio(e.compute_s, x.compute_s)} / {ratio(e.memory_s, x.memory_s)} / {ratio(e.collective_s, x.collective_s)}"})
     print(plain_table(rows, ("layout", "estimate c/m/k ms", "XLA c/m/k ms", "step est / XLA", "ratios c/m/k")))
     print("calibration after the search (XLA / stage 1 per term):", {k: round(v, 2) for k, v in search.calibration.items()})
     for c in search.ranked():

@@ -439,7 +439,7 @@ def _llama_in_process(rounds: int, explorer_cold: list[float]) -> None:
         bare_warm.append(_timed(bare_recipe))
         rules = LLAMA_7B["rules"]
         # a set of rules not seen before each round, for 12 rounds: the first analysis's order (shift 0) is
-        # cached, and so is any set an earlier round analysed (a 7 ms hit, not a re-analysis)
+        # cached, and so is any set an earlier round analyzed (a 7 ms hit, not a re-analysis)
         shift = (round_index // 2) % (len(rules) - 1) + 1
         edited = rules[shift:] + rules[:shift]
         if round_index % 2:

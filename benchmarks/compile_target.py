@@ -28,9 +28,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from explorer.compile_result import TargetCompile
 
 TARGET = "v5p-128"  # 64 chips, v5p:4x4x4
 LLAMA_7B = {
@@ -91,7 +95,7 @@ print(json.dumps({"compile_s": time.perf_counter() - start, "peak_bytes": stats.
 """
 
 
-def run_tool(layout, target: str) -> tuple[float, dict]:
+def run_tool(layout, target: str) -> tuple[float, TargetCompile]:
     from explorer.target_compile import compile_target
 
     with tempfile.TemporaryDirectory() as cache:
@@ -117,7 +121,7 @@ def run_bare(path: str, target: str) -> tuple[float, dict]:
     return elapsed, json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def compare(data: dict, target: str, rounds: int) -> tuple[dict, list[float], list[float], list[float]]:
+def compare(data: dict, target: str, rounds: int) -> tuple[TargetCompile, list[float], list[float], list[float]]:
     """Explorer and bare, ``rounds`` times in alternation: the last result and the times."""
     from explorer.layout import parse_layout
 
@@ -137,32 +141,31 @@ def compare(data: dict, target: str, rounds: int) -> tuple[dict, list[float], li
             tool_s.append(t)
             bare_s.append(b)
             ratios.append(t / b)
-            print(f"  round {round_ + 1}: explorer {t:.1f} s (compile_s {result['compile_s']:.1f}), "
+            print(f"  round {round_ + 1}: explorer {t:.1f} s (compile_s {result.compile_s:.1f}), "
                   f"bare {b:.1f} s (compile_s {bare['compile_s']:.1f}), ratio {t / b:.3f}; peak explorer "
-                  f"{result['memory']['peak_bytes']:,} B, bare {bare['peak_bytes']:,} B", flush=True)
+                  f"{result.memory.peak_bytes:,} B, bare {bare['peak_bytes']:,} B", flush=True)
     return result, tool_s, bare_s, ratios
 
 
-def report(result: dict, tool_s: list[float], bare_s: list[float], ratios: list[float]) -> None:
+def report(result: TargetCompile, tool_s: list[float], bare_s: list[float], ratios: list[float]) -> None:
     gib = 2**30
-    memory, estimate, device = result["memory"], result["estimate"], "GPU" if result["target"].get("platform") == "cuda" else "chip"
+    memory, estimate, device = result.memory, result.estimate, "GPU" if result.target.is_gpu else "chip"
     print(f"  explorer median {statistics.median(tool_s):.1f} s, bare median {statistics.median(bare_s):.1f} s, "
           f"ratio median {statistics.median(ratios):.3f} (goal <= 1.1)")
-    print(f"  per {device}: " + ", ".join(f"{k.removesuffix('_bytes')} {v / gib:.2f} GiB" for k, v in memory.items() if v is not None))
-    limit = result.get("memory_limit") or {"bytes": result["target"]["hbm_bytes"], "what": "the HBM"}
-    print(f"  fits: {result['fits']} (against {limit['what']}), headroom {result['headroom_bytes'] / gib:.2f} GiB")
-    for message in result.get("xla_messages") or []:
+    print(f"  per {device}: " + ", ".join(f"{k.removesuffix('_bytes')} {v / gib:.2f} GiB" for k, v in memory.figures().items()))
+    print(f"  fits: {result.fits} (against {result.memory_limit.what}), headroom {result.headroom_bytes / gib:.2f} GiB")
+    for message in result.xla_messages:
         print(f"  XLA: {message}")
-    print(f"  {result['flops'] / 1e12:.2f} TFLOP ({result['flops_source']}), {result['bytes_accessed'] / gib:.2f} GiB accessed per {device} per step")
-    print(f"  roofline lower bound: compute {estimate['compute_s'] * 1e3:.1f} ms, memory {estimate['memory_s'] * 1e3:.1f} ms, "
-          f"collectives {estimate['collective_s'] * 1e3:.1f} ms -> {estimate['step_s'] * 1e3:.1f} ms, {estimate['bound']}-bound, "
-          f"MFU <= {estimate['mfu_ceiling']:.0%}")
-    for placed in result["mesh"]["placement"]:
-        if "text" in placed:
-            print(f"    {placed['text']}")
-    for c in result["collectives"]:
-        print(f"    {c['op']} x{c['count']} over {'x'.join(c['mesh_axes']) or '-'} ({c.get('link', 'ici')}): "
-              f"{c['bytes'] / gib:.3f} GiB, >= {c['seconds'] * 1e3:.1f} ms")
+    print(f"  {result.flops / 1e12:.2f} TFLOP ({result.flops_source}), {result.bytes_accessed / gib:.2f} GiB accessed per {device} per step")
+    print(f"  roofline lower bound: compute {estimate.compute_s * 1e3:.1f} ms, memory {estimate.memory_s * 1e3:.1f} ms, "
+          f"collectives {estimate.collective_s * 1e3:.1f} ms -> {estimate.step_s * 1e3:.1f} ms, {estimate.bound}-bound, "
+          f"MFU <= {estimate.mfu_ceiling:.0%}")
+    for placed in result.mesh.placement:
+        if placed.text is not None:
+            print(f"    {placed.text}")
+    for c in result.collectives:
+        print(f"    {c.op} x{c.count} over {'x'.join(c.mesh_axes) or '-'} ({c.link}): "
+              f"{c.bytes / gib:.3f} GiB, >= {c.seconds * 1e3:.1f} ms")
 
 
 def main() -> None:

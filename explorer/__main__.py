@@ -1,4 +1,4 @@
-"""``python -m explorer`` (installed: ``partition-explorer``): analyse a layout file from the command line.
+"""``python -m explorer`` (installed: ``partition-explorer``): analyze a layout file from the command line.
 
     python -m explorer analyze LAYOUT.json [--json] [--tiles | --tiles-for GLOB] [--strict] [--array PATH [--dims R,C] [--block DIM=K]]
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file, or - for standard input")
     op = commands.add_parser("op", help="arrays on a mesh and an expression: the shardings XLA chooses, collectives, timing")
-    op.add_argument("spec", help="an op spec JSON file (mesh, arrays, expr, out_spec)")
+    op.add_argument("spec", help="an op spec JSON file (mesh, arrays, expr, out_spec; examples/ops/ holds the guide's examples)")
     op.add_argument("--json", action="store_true", help="print the result as JSON")
     op.add_argument("--time", type=int, default=None, metavar="STEPS", help="also time STEPS calls, sharded and on one device")
     op.add_argument("--warmup", type=int, default=1, help="untimed warm-up calls of each before timing (default 1)")
@@ -292,11 +292,11 @@ def _time_joined(args: argparse.Namespace, progress):
     return result if lead else None
 
 def _op(args: argparse.Namespace) -> int:
-    from explorer.ops import analyse_op, load_op_file, time_op
+    from explorer.ops import analyze_op, load_op_file, time_op
     from explorer.text import op_text
 
     spec = load_op_file(args.spec)
-    analysis = analyse_op(spec)
+    analysis = analyze_op(spec)
     timing = None
     if args.time is not None:
         progress = None if args.json else (lambda phase: print(f"{phase}...", file=sys.stderr))
@@ -346,28 +346,25 @@ def _advise(args: argparse.Namespace) -> int:
 
 
 def _compile(args: argparse.Namespace) -> int:
+    if args.in_process:  # the child process compile_target starts
+        from explorer.target_compile import child_main
+
+        return child_main(args.layout, args.target)
     from explorer.layout import load_layout_file
+    from explorer.target_compile import compile_target
     from explorer.targets import parse_target
 
     layout, target = load_layout_file(args.layout), parse_target(args.target)
-    if args.in_process:
-        from explorer.target_compile import STAGE_PREFIX, compile_for_target
+    shown = [None]
 
-        result = compile_for_target(layout, target, on_stage=lambda stage: print(STAGE_PREFIX + stage, file=sys.stderr, flush=True))
-        cached = False
-    else:
-        from explorer.target_compile import compile_target
+    def progress(stage: str, elapsed: float) -> None:
+        if stage != shown[0] and not args.json:
+            print(f"{stage}... ({elapsed:.1f} s)", file=sys.stderr)
+            shown[0] = stage
 
-        shown = [None]
-
-        def progress(stage: str, elapsed: float) -> None:
-            if stage != shown[0] and not args.json:
-                print(f"{stage}... ({elapsed:.1f} s)", file=sys.stderr)
-                shown[0] = stage
-
-        result, cached = compile_target(layout, target, on_stage=progress)
+    result, cached = compile_target(layout, target, on_stage=progress)
     if args.json:
-        json.dump(result | {"cached": cached}, sys.stdout, indent=2)
+        json.dump(result.to_json() | {"cached": cached}, sys.stdout, indent=2)
         print()
     else:
         from explorer.text import target_text

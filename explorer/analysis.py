@@ -208,7 +208,7 @@ def model_for_layouts(layouts: Sequence[Layout]) -> AbstractModel:
     """One abstract model that tells apart every rule name and mesh axis of ``layouts`` (one model config).
 
     ``analyze(layout, model=..., received=False)`` reads any of them from it without a trace of
-    its own: the advisor's search analyses dozens of layouts of one model this way.
+    its own: the advisor's search analyzes dozens of layouts of one model this way.
     """
     specs = {layout.model.key() for layout in layouts}
     if len(specs) != 1:
@@ -593,16 +593,21 @@ def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3)
     ]
 
 
-def state_shardings(report: Report, model: AbstractModel, template: Any = None) -> Any:
-    """The train state's shardings in its own tree (boxes or NNX Variables kept), from the report's specs.
+def state_shardings(report: Report, model: AbstractModel, mesh: Mesh, template: Any = None) -> Any:
+    """The train state's shardings on ``mesh`` in its own tree (boxes or NNX Variables kept), from the report's specs.
 
-    ``template`` is the state tree to follow (default: the abstract model's); its leaves
-    must be the state's arrays in the same order.
+    The mesh is the caller's, as Flax's ``logical_to_mesh_sharding`` takes it: this process's
+    devices (``layout_mesh``) or a target's. ``template`` is the state tree to follow (default: the
+    abstract model's); its leaves must be the state's arrays in the same order.
     """
-    mesh = layout_mesh(report.layout.mesh)
     specs = iter(report.array(a.path).spec for a in model.state_arrays)
     tree = reading.live(model).state if template is None else template
     return jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), tree)
+
+
+def input_shardings(report: Report, mesh: Mesh) -> tuple[NamedSharding, ...]:
+    """The model inputs' shardings on ``mesh``, in the model's order, from the report's specs."""
+    return tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in report.arrays if a.kind == "input")
 
 
 def _trace_json(dim: DimTrace, rules: Sequence[RulePair]) -> dict[str, Any]:

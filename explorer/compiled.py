@@ -18,12 +18,11 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from explorer import caches, reading
-from explorer.train_step import make_init, make_train_step, with_sharding
-from explorer.analysis import Report, analyze, indivisible_error, layout_mesh, model_of, state_shardings
+from explorer.train_step import abstract_inputs, make_init, make_train_step, with_sharding
+from explorer.analysis import Report, analyze, indivisible_error, input_shardings, layout_mesh, model_of, state_shardings
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.specs import normal_spec
@@ -94,7 +93,7 @@ def check_timeable(report: Report) -> None:
         raise ExplorerError(
             "mesh.shape", list(report.mesh.shape),
             f"needs {report.mesh.size:,} devices and this process has {jax.device_count()}: "
-            "it can be analysed as a planned mesh but not timed",
+            "it can be analyzed as a planned mesh but not timed",
         )
     refused = [w for w in report.warnings if w.code in ("unknown-mesh-axis", "mesh-axis-twice")]
     if refused:
@@ -146,7 +145,7 @@ def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
 # --- compiling ------------------------------------------------------------------------------
 
 def compile_step(layout: Layout, report: Report | None = None) -> tuple[CompiledStep, bool]:
-    """The compiled init and step for ``layout`` (analysed as ``report``), and whether it came from the bounded cache.
+    """The compiled init and step for ``layout`` (analyzed as ``report``), and whether it came from the bounded cache.
 
     Kept per ``Layout.key`` (a renamed layout is the same program). Both gates run: the estimate
     before compiling, XLA's compiled peak after (on a cached step too, since the memory available changes).
@@ -164,35 +163,29 @@ def compile_step(layout: Layout, report: Report | None = None) -> tuple[Compiled
 _steps: caches.Registry[CompiledStep] = caches.Registry(CACHE_SIZE, "compiled.steps")
 
 
-def _input_shardings(report: Report, mesh) -> tuple[NamedSharding, ...]:
-    return tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in report.arrays if a.kind == "input")
-
-
 def _compile(layout: Layout, report: Report) -> CompiledStep:
     """Lower and compile the layout's init and step; ``compile_step`` has run the gates."""
     model = model_of(layout)
     mesh = layout_mesh(layout.mesh)
-    inputs_sharding = _input_shardings(report, mesh)
-    abstract_inputs = tuple(
-        jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(reading.live(model).built.inputs, inputs_sharding)
-    )
+    inputs_sharding = input_shardings(report, mesh)
+    inputs = abstract_inputs(model, inputs_sharding)
     init = make_init(model)
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
         # the state as init really builds it under this mesh (NNX variables carry their eager-sharding flag in the tree)
-        template = jax.eval_shape(init, jax.random.key(0), *abstract_inputs)
-        shardings = state_shardings(report, model, template)
+        template = jax.eval_shape(init, jax.random.key(0), *inputs)
+        shardings = state_shardings(report, model, mesh, template)
         replicated = NamedSharding(mesh, PartitionSpec())
         init_compiled = jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(
-            jax.random.key(0), *abstract_inputs
+            jax.random.key(0), *inputs
         ).compile()
         abstract_state = jax.tree_util.tree_map(with_sharding, shardings, template)
         step_compiled = jax.jit(
             make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings
-        ).lower(abstract_state, *abstract_inputs).compile()
+        ).lower(abstract_state, *inputs).compile()
         compile_s = time.perf_counter() - start
         activations = (
-            _chosen_activation_shardings(model, report, abstract_state.params, abstract_inputs, shardings.params)
+            _chosen_activation_shardings(model, report, abstract_state.params, inputs, shardings.params)
             if model.framework == "linen" else ()
         )
     return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations)

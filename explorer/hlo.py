@@ -140,7 +140,9 @@ def _trip_count(line: str, lines: list[str], computations: dict[str | None, list
 
     The TPU compiler drops ``known_trip_count``; the loops ``scan`` makes then keep a
     condition ``counter < N`` on a tuple element whose start is a constant in the
-    caller (followed through copies), giving ``N - start`` iterations.
+    caller (followed through copies), giving ``N - start`` iterations. The element is a
+    ``get-tuple-element`` or, in the text XLA dumps for a program it refused
+    (``xla_dump_to``), written inline as ``%param#0``.
     """
     known = _TRIP_COUNT.search(line)
     if known:
@@ -151,14 +153,15 @@ def _trip_count(line: str, lines: list[str], computations: dict[str | None, list
         return None
     symbols = _instructions(computations[condition[1]])
     root = next((l for l in computations[condition[1]] if l.lstrip().startswith("ROOT ")), "")
-    compare = re.search(r"compare\(%?([\w.\-]+), %?([\w.\-]+)\), direction=LT", root)
+    compare = re.search(r"compare\(%?([\w.\-]+)(?:#(\d+))?, %?([\w.\-]+)\), direction=LT", root)
     if not compare:
         return None
-    element = re.search(r"get-tuple-element\(%?[\w.\-]+\), index=(\d+)", symbols.get(compare[1], ""))
-    limit = _constant(symbols, compare[2])
+    gte = re.search(r"get-tuple-element\(%?[\w.\-]+\), index=(\d+)", symbols.get(compare[1], ""))
+    element = compare[2] or (gte[1] if gte else None)
+    limit = _constant(symbols, compare[3])
     if element is None or limit is None:
         return None
-    start = _tuple_element_constant(_instructions(lines), operand[1], int(element[1]))
+    start = _tuple_element_constant(_instructions(lines), operand[1], int(element))
     return max(limit - start, 0) if start is not None else None
 
 
@@ -191,7 +194,7 @@ def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> i
     args = re.search(r"\stuple\((.*?)\)(?:,|$)", line)
     if not args:
         return None
-    parts = [p.strip().lstrip("%") for p in args[1].split(",")]
+    parts = [re.sub(r"/\*.*?\*/", "", p).strip().lstrip("%") for p in args[1].split(",")]  # /*index=5*/ marks every fifth
     return _constant(symbols, parts[index]) if index < len(parts) else None
 
 

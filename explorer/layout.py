@@ -184,7 +184,7 @@ class ModelSpec(_Frozen):
 
 
 class Layout(_Frozen):
-    """Everything needed to analyse one partition layout."""
+    """Everything needed to analyze one partition layout."""
 
     name: StrictStr = Field(default="untitled", min_length=1, max_length=120)
     mesh: MeshSpec

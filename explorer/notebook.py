@@ -46,7 +46,7 @@ def analyze(layout: str | os.PathLike | Mapping[str, Any] | Layout) -> NotebookR
 
     ``layout`` is a layout file's path, a dict in the layout file format (see the README)
     or an ``explorer.layout.Layout``. Bad input raises ``ExplorerError`` naming the field
-    and the value. Meshes with more devices than this process has are analysed as planned
+    and the value. Meshes with more devices than this process has are analyzed as planned
     meshes (exact shard shapes and bytes, hypothetical device ids); call
     ``explorer.devices.configure(8)`` before JAX starts for 8 simulated CPU devices.
 

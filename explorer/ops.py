@@ -8,7 +8,7 @@ An op spec (the ``op`` command's file, the page's widgets, a link)::
      "expr": "jnp.dot(a, b)",
      "out_spec": null}
 
-``analyse_op`` jits the expression with the inputs' shardings (``out_spec``, when given,
+``analyze_op`` jits the expression with the inputs' shardings (``out_spec``, when given,
 wraps the result in ``jax.lax.with_sharding_constraint``), compiles it for abstract
 inputs, and reads the output sharding XLA chose from the compiled executable and the
 collectives from its HLO. On a planned mesh (more devices than this process has)
@@ -306,7 +306,7 @@ def _first_line(error: Exception) -> str:
     return text[0] if text else type(error).__name__
 
 
-def analyse_op(op: OpSpec) -> OpAnalysis:
+def analyze_op(op: OpSpec) -> OpAnalysis:
     """Compile the op on this process's devices (or reason about it on a planned mesh) and describe every array."""
     info = mesh_info(op.mesh)
     mesh = layout_mesh(op.mesh)
@@ -424,7 +424,7 @@ def check_op_timeable(op: OpSpec) -> None:
     if size > jax.device_count():
         raise ExplorerError(
             "mesh.shape", list(op.mesh.shape),
-            f"needs {size:,} devices and this process has {jax.device_count()}: a planned mesh is analysed but cannot be timed",
+            f"needs {size:,} devices and this process has {jax.device_count()}: a planned mesh is analyzed but cannot be timed",
         )
     needed, available = host_bytes_to_time(op), available_memory_bytes()
     if needed > MEMORY_FRACTION * available:

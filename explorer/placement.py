@@ -138,9 +138,9 @@ def _gpu_links(target: Target, shape: tuple[int, ...], axes: tuple[str, ...]) ->
     spans = hosts_per_axis(target, shape)
     out = []
     for entry, hosts in zip(gpu_placement(mesh, target), spans):
-        if entry["hosts"] != hosts:  # the two descriptions of JAX's host-major order disagree: a bug here, not the user's
-            raise ExplorerError("mesh.shape", list(shape), f"placed on {entry['hosts']} and {hosts} hosts at once")
-        out.append(AxisLink(entry["axis"], entry["size"], tuple(entry["torus_axes"]), (), 1.0, hosts, entry["link"], entry["text"]))
+        if entry.hosts != hosts:  # the two descriptions of JAX's host-major order disagree: a bug here, not the user's
+            raise ExplorerError("mesh.shape", list(shape), f"placed on {entry.hosts} and {hosts} hosts at once")
+        out.append(AxisLink(entry.axis, entry.size, tuple(entry.torus_axes), (), 1.0, hosts, entry.link, entry.text))
     return tuple(out)
 
 
@@ -166,7 +166,7 @@ def _child() -> None:
         entries = []
         for axis, placed in enumerate(torus_placement(mesh)):
             groups = np.moveaxis(grid, axis, -2).reshape(-1, shape[axis], coords.shape[-1])
-            whole = [all(len(set(g[:, names.index(t)].tolist())) == extent[names.index(t)] for g in groups) for t in placed["torus_axes"]]
-            entries.append({"size": placed["size"], "torus_axes": placed["torus_axes"], "whole": whole})
+            whole = [all(len(set(g[:, names.index(t)].tolist())) == extent[names.index(t)] for g in groups) for t in placed.torus_axes]
+            entries.append({"size": placed.size, "torus_axes": list(placed.torus_axes), "whole": whole})
         out.append({"method": method, "axes": entries})
     print(json.dumps(out))

@@ -21,6 +21,8 @@ import plotly.graph_objects as go
 
 from explorer import caches
 from explorer.analysis import KIND_LABELS, Totals
+from explorer.compile_result import Memory
+from explorer.roofline import Estimate
 from explorer.text import human_bytes
 from explorer.tiles import GridView, MeshInfo, Tile, devices_label
 
@@ -414,10 +416,10 @@ def op_times_figure(samples: dict[str, Sequence[float]], labels: dict[str, str],
 ROOFLINE_COLORS = {"compute": "#4C78A8", "memory": "#54A24B", "collective": "#E45756"}
 
 
-def roofline_figure(estimate: dict, title: str = "") -> go.Figure:
+def roofline_figure(estimate: Estimate, title: str = "") -> go.Figure:
     """The roofline's three terms side by side (ms per step, lower bounds), the one that bounds the step outlined."""
-    terms = [("compute", estimate["compute_s"]), ("memory", estimate["memory_s"]), ("collective", estimate["collective_s"])]
-    bound = estimate["bound"]
+    terms = [("compute", estimate.compute_s), ("memory", estimate.memory_s), ("collective", estimate.collective_s)]
+    bound = estimate.bound
     figure = go.Figure(go.Bar(
         x=[f"{name}{' (bound)' if name == bound else ''}" for name, _ in terms],
         y=[seconds * 1e3 for _, seconds in terms],
@@ -427,7 +429,7 @@ def roofline_figure(estimate: dict, title: str = "") -> go.Figure:
         hovertemplate="%{x}: %{text} per step (lower bound)<extra></extra>",
     ))
     figure.update_layout(
-        title=title or f"Step ≥ {_ms(estimate['step_s'])}<br>{bound}-bound",
+        title=title or f"Step ≥ {_ms(estimate.step_s)}<br>{bound}-bound",
         height=300, margin=dict(l=50, r=40, t=50, b=40), yaxis_title="ms per step (lower bound)",
         plot_bgcolor="white", showlegend=False, modebar=dict(orientation="v"),  # not over the title
     )
@@ -439,7 +441,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
-def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
+def target_memory_figure(memory: Memory, hbm_bytes: int) -> go.Figure:
     """XLA's per-chip figures (``memory_analysis()``) as they are, one bar each, against the chip's HBM.
 
     Not stacked: XLA's peak is the most bytes live at one moment, while arguments, outputs and
@@ -447,13 +449,13 @@ def target_memory_figure(memory: dict, hbm_bytes: int) -> go.Figure:
     would run past the peak it is meant to explain.
     """
     parts = [
-        (name, memory.get(key), color) for name, key, color in (
+        (name, getattr(memory, key), color) for name, key, color in (
             ("peak", "peak_bytes", "#E45756"),
             ("arguments", "argument_bytes", "#4C78A8"),
             ("outputs", "output_bytes", "#F58518"),
             ("aliased", "alias_bytes", "#72B7B2"),
             ("temporaries", "temp_bytes", "#B279A2"),
-        ) if memory.get(key) is not None  # None: a figure XLA did not give (a program it refused as too large)
+        ) if getattr(memory, key) is not None  # None: a figure XLA did not give (a program it refused as too large)
     ]
     divisor, unit = byte_unit(max([hbm_bytes] + [value for _, value, _ in parts]))
     figure = go.Figure()

@@ -3,7 +3,7 @@
 ``explorer.rules.preset_rules`` writes a preset for a mesh's axes and a model's logical
 names. A preset written that way can still give a layout JAX refuses: GPT-2's vocabulary
 (50257) over a tensor axis of 2, or under NNX semantics two dimensions of one array on
-the same mesh axis. ``fit_preset`` analyses the layout the preset gives and leaves each
+the same mesh axis. ``fit_preset`` analyzes the layout the preset gives and leaves each
 such logical name unsharded (``[name, null]``), saying why in a note, until nothing is
 refused. Under NNX a model's name that is itself a mesh axis passes through, as NNX does.
 

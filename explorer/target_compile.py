@@ -45,16 +45,22 @@ program is compiled for it as for a TPU slice. What differs:
   compile as a compiler option (``GPU_COMPILER_OPTIONS``, the same debug option).
 - Autotuning needs a GPU: kernels are XLA's defaults for the target, not the autotuned ones.
 
-Compiles run in a child process (``python -m explorer compile ... --json``): the
-one loading libtpu must be the only one in this process tree to have done so
-(libtpu's lock file), a compile can take minutes and must be stoppable, and the
-child's memory goes back when it ends. The parent never loads libtpu. Results are
-cached on disk by (layout, target, versions).
+The result is a ``compile_result.TargetCompile``, built once per compile; its ``to_json()`` is the
+documented JSON form.
+
+Compiles run in a child process (``python -m explorer compile ... --in-process``, started by
+``compile_target``): the one loading libtpu must be the only one in this process tree to have done
+so (libtpu's lock file), a compile can take minutes and must be stoppable, and the child's memory
+goes back when it ends. The parent never loads libtpu. Parent and child talk through one protocol
+(``child_command``, ``child_main``, ``report_stage``, ``_read_stages``, ``_read_result``): the child
+writes a ``STAGE_PREFIX`` line on stderr as it enters each of ``STAGES`` and the result's JSON on
+stdout. Results are cached on disk by (layout, target, versions).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -69,14 +75,17 @@ import threading
 import time
 from typing import Any, Callable
 
+from explorer.compile_result import (
+    AxisPlacement, CollectiveCost, CrossCheck, Memory, MemoryLimit, Oom, Padding, TargetCompile, TargetMesh,
+)
 from explorer.errors import ExplorerError
+from explorer.hlo import LoopWork
 from explorer.layout import Layout
 from explorer.targets import (
     GPU_INSTALL, JAX_MEMORY_FRACTION, MEMORY_FRACTION_ENV, Target, check_mesh_fits, memory_fraction, parse_target,
 )
 
-CACHE_FORMAT = 3  # bump when the result's shape or meaning changes
-STAGE_PREFIX = "stage: "
+CACHE_FORMAT = 4  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json)
 COMPILER_OPTIONS: dict[str, Any] = {}  # no xla_tpu_no_crash_on_oom: libtpu >= 0.0.47.1 refuses its programs
 GPU_FLAG = "--xla_gpu_experimental_use_collective_kernels="  # NCCL for every collective (see the module docstring)
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_experimental_use_collective_kernels": ""}  # the same, for in-process compiles
@@ -88,22 +97,20 @@ _E1000 = re.compile(
     r"E1000: CompileTimeHbmOom:.*?\((?P<required>[\d.]+)(?P<unit>[KMGT]?)\) exceeds available HBM \((?P<available>[\d.]+)(?P<unit2>[KMGT]?)\)",
     re.S,
 )
-STAGES = ("trace", "lower", "compile", "analyse")
+STAGES = ("trace", "lower", "compile", "analyze")
 
 
 # --- in the child: the compile itself ----------------------------------------------------------
 
-def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Compile ``layout``'s train step for ``target`` in this process; the result in the documented JSON form."""
+def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str], None] | None = None) -> TargetCompile:
+    """Compile ``layout``'s train step for ``target`` in this process (the child's work: ``child_main``)."""
     import flax.linen as nn
     import jax
-    import jax.numpy as jnp
     from jax.experimental import topologies
-    from jax.sharding import NamedSharding, PartitionSpec
 
     from explorer import reading
-    from explorer.analysis import analyze, model_of
-    from explorer.train_step import make_train_step, with_sharding
+    from explorer.analysis import analyze, input_shardings, model_of, state_shardings
+    from explorer.train_step import abstract_inputs, make_train_step, with_sharding
 
     stage = on_stage or (lambda _: None)
     check_mesh_fits(target, _mesh_size(layout))
@@ -114,20 +121,16 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
     model = model_of(layout)
     topology = _topology(target, topologies)
     mesh, method = place_mesh(list(topology.devices), tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.types)
-    specs = iter(report.array(a.path).spec for a in model.state_arrays)
-    shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, PartitionSpec(*next(specs))), reading.live(model).state)
-    inputs = [a for a in report.arrays if a.kind == "input"]
-    input_shardings = tuple(NamedSharding(mesh, PartitionSpec(*a.spec)) for a in inputs)
-    abstract_inputs = tuple(
-        jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=s) for i, s in zip(reading.live(model).built.inputs, input_shardings)
-    )
+    shardings = state_shardings(report, model, mesh)
+    inputs_sharding = input_shardings(report, mesh)
+    inputs = abstract_inputs(model, inputs_sharding)
     abstract_state = jax.tree_util.tree_map(with_sharding, shardings, reading.live(model).state)
     start = time.perf_counter()
     stage("lower")
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
         lowered = jax.jit(
-            make_train_step(model), in_shardings=(shardings, *input_shardings), out_shardings=shardings, donate_argnums=0,
-        ).lower(abstract_state, *abstract_inputs)
+            make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings, donate_argnums=0,
+        ).lower(abstract_state, *inputs)
     stage("compile")
     if target.is_gpu:
         return _compile_for_gpu(lowered, target, mesh, method, start, stage)
@@ -140,16 +143,11 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
             if oom is None:
                 raise ExplorerError("target", target.name, f"XLA could not compile the step: {_first_line(error)}") from None
             compile_s = time.perf_counter() - start
-            stage("analyse")
-            result = analyse_dump(dump, oom, target, mesh, compile_s)
-            result["mesh"]["placement_method"] = method
-            return result
+            stage("analyze")
+            return analyze_dump(dump, oom, target, mesh, method, compile_s)
         compile_s = time.perf_counter() - start
-        stage("analyse")
-        result = analyse(compiled, target, mesh, compile_s)
-        result["mesh"]["placement_method"] = method
-        result["cross_check"] = _cross_check(dump, result)
-        return result
+        stage("analyze")
+        return analyze_compiled(compiled, target, mesh, method, compile_s, cross_check=_cross_check(dump))
     finally:
         shutil.rmtree(dump, ignore_errors=True)
 
@@ -188,7 +186,7 @@ def require_gpu_plugin(target: Target) -> None:
         )
 
 
-def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, stage) -> dict[str, Any]:
+def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, stage) -> TargetCompile:
     """Compile for the GPU cluster, keeping what XLA logs about memory; XLA's GPU compiler does not refuse for memory."""
     logged: list[str] = []
     try:
@@ -197,11 +195,9 @@ def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, s
     except Exception as error:
         raise ExplorerError("target", target.name, f"XLA could not compile the step: {_first_line(error)}") from None
     compile_s = time.perf_counter() - start
-    stage("analyse")
-    result = analyse(compiled, target, mesh, compile_s)
-    result["mesh"]["placement_method"] = method
-    result["xla_messages"] = [found[0] for found in map(_XLA_MEMORY.search, logged) if found]
-    return result
+    stage("analyze")
+    messages = tuple(found[0] for found in map(_XLA_MEMORY.search, logged) if found)
+    return analyze_compiled(compiled, target, mesh, method, compile_s, xla_messages=messages)
 
 
 @contextlib.contextmanager
@@ -254,7 +250,7 @@ def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], typ
     raise ExplorerError("mesh.shape", list(shape), f"cannot be laid over {len(devices)} devices")
 
 
-def _cross_check(folder: str, result: dict[str, Any]) -> dict[str, Any] | None:
+def _cross_check(folder: str) -> CrossCheck | None:
     """What the route for a program that does not fit would have read, for a program that fits.
 
     The tests compare these with ``memory_analysis()`` and ``cost_analysis()``, which is what
@@ -269,7 +265,7 @@ def _cross_check(folder: str, result: dict[str, Any]) -> dict[str, Any] | None:
         work = hlo.matmul_work(_dumped(folder, "after_optimizations.txt"))
     except (OSError, ValueError):
         return None
-    return {"memory": memory, "matmul_flops": work.flops}
+    return CrossCheck(Memory(**memory), work.flops)
 
 
 def _first_line(error: BaseException) -> str:
@@ -280,21 +276,21 @@ def _first_line(error: BaseException) -> str:
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-def parse_oom(message: str) -> dict[str, Any] | None:
+def parse_oom(message: str) -> Oom | None:
     """E1000's figures (bytes, as XLA rounds them: two decimals of its unit), or None for another error.
 
     >>> parse_oom("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total memory "
-    ...           "required for HLO temporaries (25.00G) exceeds available HBM (15.75G). HLO module: jit_train_step.")["available_bytes"]
+    ...           "required for HLO temporaries (25.00G) exceeds available HBM (15.75G). HLO module: jit_train_step.").available_bytes
     16911433728
     """
     found = _E1000.search(message)
     if found is None:
         return None
-    return {
-        "required_bytes": round(float(found["required"]) * _UNITS[found["unit"]]),
-        "available_bytes": round(float(found["available"]) * _UNITS[found["unit2"]]),
-        "message": _first_line(Exception(message)),
-    }
+    return Oom(
+        required_bytes=round(float(found["required"]) * _UNITS[found["unit"]]),
+        available_bytes=round(float(found["available"]) * _UNITS[found["unit2"]]),
+        message=_first_line(Exception(message)),
+    )
 
 
 def _dumped(folder: str, suffix: str) -> str:
@@ -307,8 +303,8 @@ def _dumped(folder: str, suffix: str) -> str:
         return handle.read()
 
 
-def analyse_dump(folder: str, oom: dict[str, Any], target: Target, mesh, compile_s: float) -> dict[str, Any]:
-    """The documented result for a program XLA refused for HBM, read from its dump (see the module docstring)."""
+def analyze_dump(folder: str, oom: Oom, target: Target, mesh, method: str, compile_s: float) -> TargetCompile:
+    """The result for a program XLA refused for HBM, read from its dump (see the module docstring)."""
     from explorer import hlo
 
     try:
@@ -317,10 +313,9 @@ def analyse_dump(folder: str, oom: dict[str, Any], target: Target, mesh, compile
         )
         text = _dumped(folder, "after_optimizations.txt")
     except (OSError, ValueError):  # no dump: E1000's own figures only
-        return _result(target, mesh, compile_s, {"peak_bytes": oom["required_bytes"]}, None, None, [], "", oom)
-    memory["generated_code_bytes"] = None
+        return _result(target, mesh, method, compile_s, Memory(peak_bytes=oom.required_bytes), None, None, [], "", oom)
     work = hlo.matmul_work(text)
-    return _result(target, mesh, compile_s, memory, work.flops, work.bytes, _mesh_collectives(text, mesh), text, oom)
+    return _result(target, mesh, method, compile_s, Memory(**memory), work.flops, work.bytes, _mesh_collectives(text, mesh), text, oom)
 
 
 def _mesh_size(layout: Layout) -> int:
@@ -330,20 +325,21 @@ def _mesh_size(layout: Layout) -> int:
     return size
 
 
-def analyse(compiled, target: Target, mesh, compile_s: float) -> dict[str, Any]:
-    """The documented result from a compiled program for ``target`` on ``mesh``."""
-
+def analyze_compiled(
+    compiled, target: Target, mesh, method: str, compile_s: float, *,
+    xla_messages: tuple[str, ...] = (), cross_check: CrossCheck | None = None,
+) -> TargetCompile:
+    """The result from a program XLA compiled for ``target`` on ``mesh`` (laid out by ``method``)."""
     from explorer import hlo
 
     stats = compiled.memory_analysis()
-    memory: dict[str, Any] = {
-        "argument_bytes": int(stats.argument_size_in_bytes),
-        "output_bytes": int(stats.output_size_in_bytes),
-        "alias_bytes": int(stats.alias_size_in_bytes),
-        "temp_bytes": int(stats.temp_size_in_bytes),
-        "peak_bytes": int(stats.peak_memory_in_bytes),
-        "generated_code_bytes": int(stats.generated_code_size_in_bytes),
-    }
+    arguments, outputs, aliased, temporaries = (int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes),
+                                                int(stats.alias_size_in_bytes), int(stats.temp_size_in_bytes))
+    memory = Memory(
+        argument_bytes=arguments, output_bytes=outputs, alias_bytes=aliased, temp_bytes=temporaries,
+        peak_bytes=int(stats.peak_memory_in_bytes) or arguments + outputs - aliased + temporaries,
+        generated_code_bytes=int(stats.generated_code_size_in_bytes),
+    )
     cost = compiled.cost_analysis() or {}
     text = compiled.as_text()
     extra = hlo.loop_work(text)
@@ -354,11 +350,8 @@ def analyse(compiled, target: Target, mesh, compile_s: float) -> dict[str, Any]:
         flops = float(cost.get("flops", 0.0)) + extra.flops
         bytes_accessed = float(cost.get("bytes accessed", 0.0)) + extra.bytes
         source = "cost_analysis"
-    if not memory["peak_bytes"]:
-        memory["peak_bytes"] = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"] + memory["temp_bytes"]
-    result = _result(target, mesh, compile_s, memory, flops, bytes_accessed, _mesh_collectives(text, mesh, target), text, None, source)
-    result["loop_work"] = {"flops": extra.flops, "bytes": extra.bytes}
-    return result
+    return _result(target, mesh, method, compile_s, memory, flops, bytes_accessed, _mesh_collectives(text, mesh, target), text, None,
+                   source=source, loop_work=extra, xla_messages=xla_messages, cross_check=cross_check)
 
 
 def _mesh_collectives(text: str, mesh, target: Target | None = None) -> list:
@@ -371,7 +364,7 @@ def _mesh_collectives(text: str, mesh, target: Target | None = None) -> list:
     return _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts)
 
 
-def memory_limit(target: Target) -> dict[str, Any]:
+def memory_limit(target: Target) -> MemoryLimit:
     """The figure the verdict compares XLA's peak with, and what it is.
 
     A TPU chip's HBM (XLA itself refuses a program that exceeds it); on a GPU, what JAX's
@@ -382,68 +375,60 @@ def memory_limit(target: Target) -> dict[str, Any]:
 
     device = target.chip.device_hbm_bytes
     if not target.is_gpu:
-        return {"bytes": device, "device_bytes": device, "fraction": 1.0, "what": f"the device's {human_bytes(device)} of HBM"}
+        return MemoryLimit(device, device, 1.0, f"the device's {human_bytes(device)} of HBM")
     fraction = memory_fraction()
     chosen = os.environ.get(MEMORY_FRACTION_ENV, "").strip()
     how = f"with {MEMORY_FRACTION_ENV}={chosen}" if chosen and fraction != JAX_MEMORY_FRACTION else f"by default ({MEMORY_FRACTION_ENV}, 0.75)"
-    return {
-        "bytes": int(device * fraction), "device_bytes": device, "fraction": fraction,
-        "what": f"{fraction:.0%} of the GPU's {human_bytes(device)} (its memory in XLA's target config): what JAX lets one process use {how}",
-    }
+    return MemoryLimit(
+        int(device * fraction), device, fraction,
+        f"{fraction:.0%} of the GPU's {human_bytes(device)} (its memory in XLA's target config): what JAX lets one process use {how}",
+    )
 
 
-def with_verdict(result: dict[str, Any], target: Target) -> dict[str, Any]:
+def with_verdict(result: TargetCompile, target: Target) -> TargetCompile:
     """``result`` with its target's figures, memory limit and verdict for this environment (a cached result was
     judged where it was compiled; the GPU memory fraction may differ here)."""
-    peak = result["memory"]["peak_bytes"]
-    limit = memory_limit(target)
-    result["target"] = target.to_dict()
-    result["memory_limit"] = limit
-    compiled = result.get("compiled", True)
-    result["fits"] = bool(compiled and peak <= limit["bytes"])
-    result["fits_device"] = bool(compiled and peak <= limit["device_bytes"])
-    result["headroom_bytes"] = limit["bytes"] - peak
-    return result
+    peak, limit = result.memory.peak_bytes, memory_limit(target)
+    return dataclasses.replace(
+        result, target=target, memory_limit=limit, fits=bool(result.compiled and peak <= limit.bytes),
+        fits_device=bool(result.compiled and peak <= limit.device_bytes), headroom_bytes=limit.bytes - peak,
+    )
 
 
-def _result(target: Target, mesh, compile_s: float, memory: dict, flops, bytes_accessed, collectives: list, text: str, oom,
-            source: str | None = None) -> dict[str, Any]:
-    """The documented JSON form. ``oom`` is E1000's figures when XLA refused the program for HBM, else None."""
+def _result(
+    target: Target, mesh, method: str, compile_s: float, memory: Memory, flops, bytes_accessed, collectives: list, text: str,
+    oom: Oom | None, *, source: str | None = None, loop_work: LoopWork = LoopWork(0.0, 0.0), xla_messages: tuple[str, ...] = (),
+    cross_check: CrossCheck | None = None,
+) -> TargetCompile:
+    """The result, built once. ``oom`` is E1000's figures when XLA refused the program for HBM, else None."""
     from explorer import hlo, roofline
 
-    memory = {k: memory.get(k) for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes", "generated_code_bytes")}
-    peak = memory["peak_bytes"]
     limit = memory_limit(target)
     known = flops is not None
-    estimate = roofline.estimate(flops, bytes_accessed, collectives, target.chip) if known else None
     source = source or ("cost_analysis" if oom is None else ("hlo_matmuls" if known else None))
-    return {
-        "target": target.to_dict(),
-        "mesh": {"shape": list(mesh.devices.shape), "axes": list(mesh.axis_names), "placement": placement(mesh, target)},
-        "compile_s": compile_s,
-        "compiled": oom is None,
-        "memory": memory,
-        "memory_source": "memory_analysis" if oom is None else ("xla_dump" if memory["argument_bytes"] is not None else "e1000"),
-        "memory_limit": limit,
-        "fits": oom is None and peak <= limit["bytes"],
-        "fits_device": oom is None and peak <= limit["device_bytes"],
-        "headroom_bytes": limit["bytes"] - peak,
-        "oom": oom,
-        "xla_messages": [],
-        "flops": flops,
-        "bytes_accessed": bytes_accessed,
-        "flops_source": source,
-        "bytes_source": source,
-        "loop_work": {"flops": 0.0, "bytes": 0.0},
-        "padding": _padding(hlo.entry_parameters(text)) if text else None,
-        "collectives": [
-            {"op": c.op, "count": c.count, "bytes": c.bytes, "mesh_axes": list(c.mesh_axes), "group_size": c.group_size,
-             "ici_axes": c.ici_axes, "hosts": c.hosts, "link": roofline.link(c, target.chip), "seconds": roofline.collective_seconds(c, target.chip)}
-            for c in collectives
-        ],
-        "estimate": estimate.to_dict() if estimate else None,
-        "donated": True,
-    }
+    return TargetCompile(
+        target=target,
+        mesh=TargetMesh(tuple(mesh.devices.shape), tuple(mesh.axis_names), placement(mesh, target), method),
+        compile_s=compile_s,
+        compiled=oom is None,
+        memory=memory,
+        memory_source="memory_analysis" if oom is None else ("xla_dump" if memory.argument_bytes is not None else "e1000"),
+        memory_limit=limit,
+        fits=oom is None and memory.peak_bytes <= limit.bytes,
+        fits_device=oom is None and memory.peak_bytes <= limit.device_bytes,
+        headroom_bytes=limit.bytes - memory.peak_bytes,
+        oom=oom,
+        xla_messages=xla_messages,
+        flops=flops,
+        bytes_accessed=bytes_accessed,
+        flops_source=source,
+        bytes_source=source,
+        loop_work=loop_work,
+        padding=_padding(hlo.entry_parameters(text)) if text else None,
+        collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
+        estimate=roofline.estimate(flops, bytes_accessed, collectives, target.chip) if known else None,
+        cross_check=cross_check,
+    )
 
 
 def _host(device, target: Target) -> int:
@@ -452,14 +437,14 @@ def _host(device, target: Target) -> int:
     return int(coords[1]) if coords is not None and len(coords) == 3 else device.id // target.gpus_per_host
 
 
-def placement(mesh, target: Target | None = None) -> list[dict[str, Any]]:
+def placement(mesh, target: Target | None = None) -> tuple[AxisPlacement, ...]:
     """How each logical mesh axis lies on the torus, or on a GPU cluster's hosts (``gpu_placement``)."""
     if target is not None and target.is_gpu:
         return gpu_placement(mesh, target)
     return torus_placement(mesh)
 
 
-def gpu_placement(mesh, target: Target) -> list[dict[str, Any]]:
+def gpu_placement(mesh, target: Target) -> tuple[AxisPlacement, ...]:
     """How each mesh axis falls on the hosts and GPUs (devices are host-major): per axis, one group's spread.
 
     ``hosts``: the hosts one group of the axis (the devices that differ only along it) spans;
@@ -479,12 +464,12 @@ def gpu_placement(mesh, target: Target) -> list[dict[str, Any]]:
         levels = (["host"] if spanned > 1 else []) + (["gpu"] if per_host > 1 else [])
         where = (f"{per_host} GPU{'s' if per_host > 1 else ''} of one host, over NVLink" if spanned == 1 else
                  f"{per_host} GPU{'s' if per_host > 1 else ''} in each of {spanned} hosts, over the network")
-        out.append({"axis": name, "size": size, "torus_axes": levels, "hosts": spanned, "gpus_per_host": per_host,
-                    "link": "nvlink" if spanned == 1 else "network", "text": f"{name} ({size}): {where}"})
-    return out
+        out.append(AxisPlacement(name, size, tuple(levels), spanned, per_host, "nvlink" if spanned == 1 else "network",
+                                 f"{name} ({size}): {where}"))
+    return tuple(out)
 
 
-def torus_placement(mesh) -> list[dict[str, Any]]:
+def torus_placement(mesh) -> tuple[AxisPlacement, ...]:
     """How each logical mesh axis lies on the torus: for each, the torus axes its steps move along.
 
     ``torus_axes`` lists the physical axes (x, y, z, or ``core`` for the two devices of a TPU7x
@@ -501,17 +486,17 @@ def torus_placement(mesh) -> list[dict[str, Any]]:
         size = devices.shape[axis]
         moved = coords.take(range(size), axis=axis)
         spans = np.nonzero((moved.max(axis=axis) != moved.min(axis=axis)).reshape(-1, coords.shape[-1]).any(0))[0]
-        out.append({"axis": name, "size": int(size), "torus_axes": [names[int(a)] for a in spans]})
-    return out
+        out.append(AxisPlacement(name, int(size), tuple(names[int(a)] for a in spans)))
+    return tuple(out)
 
 
-def _padding(parameters) -> dict[str, Any]:
+def _padding(parameters) -> Padding:
     """How the arguments' tiled layout pads them: the totals and every parameter that grows."""
-    return {
-        "bytes": sum(p.bytes for p in parameters),
-        "padded_bytes": sum(p.padded_bytes for p in parameters),
-        "padded": [{"shape": p.shape, "bytes": p.bytes, "padded_bytes": p.padded_bytes} for p in parameters if p.padded_bytes != p.bytes],
-    }
+    return Padding(
+        bytes=sum(p.bytes for p in parameters),
+        padded_bytes=sum(p.padded_bytes for p in parameters),
+        padded=tuple(p for p in parameters if p.padded_bytes != p.bytes),
+    )
 
 
 def _coords(device) -> tuple[int, ...]:
@@ -564,6 +549,49 @@ def _spanned(groups, mesh_shape, mesh_axes, coords, hosts=None) -> tuple[tuple[s
     return tuple(mesh_axes[a] for a in sorted(axes)), len(torus), across
 
 
+# --- the protocol between parent and child: how the child is started, reports its stages and sends its result --
+
+STAGE_PREFIX = "stage: "  # the child's stderr line as it enters one of STAGES; every other line is kept for its error
+
+
+def child_command(layout_path: str, target: Target) -> list[str]:
+    """The child's command line. One CPU device: the child only needs the CPU backend for tracing; the target's
+    devices come from libtpu (or the CUDA plugin)."""
+    return [sys.executable, "-m", "explorer", "--devices", "1", "compile", layout_path, "--target", target.topology, "--in-process"]
+
+
+def child_main(layout_path: str, target_name: str) -> int:
+    """The child (``python -m explorer compile LAYOUT --target NAME --in-process``): compile in this process,
+    reporting each stage (``report_stage``), then write the result's JSON on stdout."""
+    from explorer.layout import load_layout_file
+
+    result = compile_for_target(load_layout_file(layout_path), parse_target(target_name), on_stage=report_stage)
+    json.dump(result.to_json(), sys.stdout)
+    print()
+    return 0
+
+
+def report_stage(stage: str) -> None:
+    """In the child: tell the parent that ``stage`` begins."""
+    print(STAGE_PREFIX + stage, file=sys.stderr, flush=True)
+
+
+def _read_stages(stream, stages: list[str], errors: list[str]) -> None:
+    """In the parent: the child's stderr, its stages into ``stages``, the last 50 other lines into ``errors``."""
+    for line in stream:
+        line = line.rstrip("\n")
+        if line.startswith(STAGE_PREFIX):
+            stages.append(line[len(STAGE_PREFIX):])
+        elif line.strip():
+            errors.append(line)
+            del errors[:-50]
+
+
+def _read_result(output: str) -> TargetCompile:
+    """In the parent: the result the child wrote on stdout."""
+    return TargetCompile.from_json(json.loads(output))
+
+
 # --- in the parent: a child process, live stages, stop, the disk cache ---------------------------
 
 def versions() -> dict[str, str]:
@@ -592,26 +620,24 @@ def _cache_path(key: str) -> str | None:
     return None if folder is None else os.path.join(folder, "compiles", key + ".json")
 
 
-def cached(layout: Layout, target: Target) -> dict[str, Any] | None:
+def cached(layout: Layout, target: Target) -> TargetCompile | None:
     """The cached result for (layout, target, versions), or None; a corrupt entry is dropped."""
     path = _cache_path(cache_key(layout, target))
     if path is None:
         return None
     try:
         with open(path) as handle:
-            result = json.load(handle)
-        if not isinstance(result, dict) or "memory" not in result:
-            raise ValueError("not a result")
+            result = TargetCompile.from_json(json.load(handle))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # not a result (a writer that died half-way)
         with contextlib.suppress(OSError):
             os.remove(path)
         return None
     return with_verdict(result, target)
 
 
-def _store(layout: Layout, target: Target, result: dict[str, Any]) -> None:
+def _store(layout: Layout, target: Target, result: TargetCompile) -> None:
     """Write atomically: a temporary file in the same folder, then ``os.replace``; concurrent writers both win."""
     path = _cache_path(cache_key(layout, target))
     if path is None:
@@ -620,7 +646,7 @@ def _store(layout: Layout, target: Target, result: dict[str, Any]) -> None:
     handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
     try:
         with os.fdopen(handle, "w") as out:
-            json.dump(result, out)
+            json.dump(result.to_json(), out)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -658,7 +684,7 @@ def compile_target(
     should_stop: Callable[[], bool] | None = None,
     poll_s: float = 0.2,
     on_start: Callable[[int], None] | None = None,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[TargetCompile, bool]:
     """The result for (layout, target) and whether it came from the disk cache.
 
     Otherwise compiles in a child process, calling ``on_stage(stage, elapsed_s)`` as
@@ -677,11 +703,8 @@ def compile_target(
         path = os.path.join(folder, "layout.json")
         with open(path, "w") as handle:
             json.dump(layout.to_dict(), handle)
-        # One CPU device: the child only needs the CPU backend for tracing; the target's devices come from libtpu
-        # (or the CUDA plugin).
-        command = [sys.executable, "-m", "explorer", "--devices", "1", "compile", path, "--target", target.topology, "--json", "--in-process"]
         child = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(target),
+            child_command(path, target), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(target),
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), start_new_session=True,
         )
         if on_start:
@@ -705,7 +728,7 @@ def compile_target(
         reader.join(timeout=5)
     if child.returncode != 0:
         raise ExplorerError("target", target.name, f"compile failed: {child_error(errors, child.returncode)}")
-    result = with_verdict(json.loads(output), target)
+    result = with_verdict(_read_result(output), target)
     _store(layout, target, result)
     return result, False
 
@@ -736,16 +759,6 @@ def child_error(lines: list[str], returncode: int) -> str:
             return " ".join(text)
     useful = [line for line in lines if not line.startswith(_JAX_PREFACE)]
     return useful[-1] if useful else f"exit status {returncode}"
-
-
-def _read_stages(stream, stages: list[str], errors: list[str]) -> None:
-    for line in stream:
-        line = line.rstrip("\n")
-        if line.startswith(STAGE_PREFIX):
-            stages.append(line[len(STAGE_PREFIX):])
-        elif line.strip():
-            errors.append(line)
-            del errors[:-50]
 
 
 def stop(child: subprocess.Popen) -> None:

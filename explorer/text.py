@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report, tiled_arrays
+from explorer.compile_result import TargetCompile
 from explorer.specs import SpecEntry
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
@@ -391,34 +392,34 @@ def jax_platform_label() -> str:
     return jax.devices()[0].platform.upper()
 
 
-def target_text(result: dict, cached: bool = False) -> str:
+def target_text(result: TargetCompile, cached: bool = False) -> str:
     """A readable summary of a compile for a target (``target_compile``'s result)."""
-    target, memory, estimate = result["target"], result["memory"], result["estimate"]
-    verdict = "fits" if result["fits"] else "does NOT fit"
+    target, memory, estimate = result.target, result.memory, result.estimate
+    hbm = target.chip.device_hbm_bytes
+    verdict = "fits" if result.fits else "does NOT fit"
     lines = [
-        f"target {target['name']} ({target['topology']}, {target['chips']} x {target['device_kind']}"
-        + (f", {target['devices']} devices" if target.get("devices", target["chips"]) != target["chips"] else "")
-        + f", {human_bytes(target['hbm_bytes'])} HBM per device)",
-        f"compile {result['compile_s']:.2f} s" + (" (from the disk cache)" if cached else "") + "; train state donated",
-        "memory per device (XLA" + (", read from its dump: it refused the program" if result.get("oom") else "") + "): "
-        + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.items() if v is not None),
-        f"peak {human_bytes(memory['peak_bytes'])} {verdict} in "
-        + (f"{human_bytes(result['memory_limit']['bytes'])} ({result['memory_limit']['what']}): "
-           if target.get("platform") == "cuda" and result.get("memory_limit") else f"{human_bytes(target['hbm_bytes'])}: ")
-        + (f"{human_bytes(result['headroom_bytes'])} to spare" if result["fits"] else f"{human_bytes(-result['headroom_bytes'])} too much"),
+        f"target {target.name} ({target.topology}, {target.chips} x {target.chip.device_kind}"
+        + (f", {target.devices} devices" if target.devices != target.chips else "")
+        + f", {human_bytes(hbm)} HBM per device)",
+        f"compile {result.compile_s:.2f} s" + (" (from the disk cache)" if cached else "") + "; train state donated",
+        "memory per device (XLA" + (", read from its dump: it refused the program" if result.oom else "") + "): "
+        + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.figures().items()),
+        f"peak {human_bytes(memory.peak_bytes)} {verdict} in "
+        + (f"{human_bytes(result.memory_limit.bytes)} ({result.memory_limit.what}): " if target.is_gpu else f"{human_bytes(hbm)}: ")
+        + (f"{human_bytes(result.headroom_bytes)} to spare" if result.fits else f"{human_bytes(-result.headroom_bytes)} too much"),
     ]
-    if result.get("oom"):
-        lines.append(f"XLA: {result['oom']['message']}")
-    if result.get("flops") is not None:
-        source = " (dots and convolutions of the optimized program only: a lower bound)" if result.get("flops_source") == "hlo_matmuls" else ""
-        lines.append(f"per device per step: {result['flops'] / 1e12:.4f} TFLOP, {human_bytes(int(result['bytes_accessed']))} accessed{source}")
+    if result.oom:
+        lines.append(f"XLA: {result.oom.message}")
+    if result.flops is not None:
+        source = " (dots and convolutions of the optimized program only: a lower bound)" if result.flops_source == "hlo_matmuls" else ""
+        lines.append(f"per device per step: {result.flops / 1e12:.4f} TFLOP, {human_bytes(int(result.bytes_accessed))} accessed{source}")
     lines.append("collectives: " + ("; ".join(
-        f"{c['op']} x{c['count']} over {'x'.join(c['mesh_axes']) or '-'} ({human_bytes(c['bytes'])})" for c in result["collectives"]
+        f"{c.op} x{c.count} over {'x'.join(c.mesh_axes) or '-'} ({human_bytes(c.bytes)})" for c in result.collectives
     ) or "none"))
     if estimate:
         lines.append(
-            f"roofline lower bound (not a measurement): compute {estimate['compute_s'] * 1e3:.3f} ms, memory "
-            f"{estimate['memory_s'] * 1e3:.3f} ms, collectives {estimate['collective_s'] * 1e3:.3f} ms -> step >= "
-            f"{estimate['step_s'] * 1e3:.3f} ms, {estimate['bound']}-bound, MFU at most {share(estimate['mfu_ceiling'])}"
+            f"roofline lower bound (not a measurement): compute {estimate.compute_s * 1e3:.3f} ms, memory "
+            f"{estimate.memory_s * 1e3:.3f} ms, collectives {estimate.collective_s * 1e3:.3f} ms -> step >= "
+            f"{estimate.step_s * 1e3:.3f} ms, {estimate.bound}-bound, MFU at most {share(estimate.mfu_ceiling)}"
         )
     return "\n".join(lines)

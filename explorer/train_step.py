@@ -4,7 +4,8 @@ The Flax guides' recipe: Adam with learning rate 1e-3; Linen's ``init_fn`` (``mo
 then ``TrainState.create``) and ``apply_gradients`` on the gradient of the model's loss; NNX's
 builder and ``nnx.Optimizer`` (variables created under the mesh with Flax's eager sharding)
 and ``optimizer.update``. ``make_init`` and ``make_train_step`` take the abstract model and
-build from ``explorer.reading.live``; ``with_sharding`` types the state's leaves for lowering.
+build from ``explorer.reading.live``; ``abstract_inputs`` and ``with_sharding`` type the inputs and the state's
+leaves for lowering.
 """
 
 from __future__ import annotations
@@ -115,6 +116,13 @@ def make_init(model: AbstractModel):
         return nnx.state(network), nnx.state(optimizer)
 
     return init
+
+
+def abstract_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...]) -> tuple[jax.ShapeDtypeStruct, ...]:
+    """The model's example inputs as abstract arrays carrying ``shardings``, for lowering."""
+    return tuple(
+        jax.ShapeDtypeStruct(i.shape, jax.numpy.dtype(i.dtype), sharding=s) for i, s in zip(reading.live(model).built.inputs, shardings)
+    )
 
 
 def with_sharding(sharding: NamedSharding, leaf: Any) -> Any:

@@ -94,7 +94,7 @@ def test_the_declared_dependencies_are_satisfied(installed):
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_the_console_script_analyses_a_layout_file(installed):
+def test_the_console_script_analyzes_a_layout_file(installed):
     script = installed["venv"] / "bin" / "partition-explorer"
     result = _run(installed, script, "analyze", "my-layout.json", "--json")
     assert result.returncode == 0, result.stderr
@@ -106,7 +106,7 @@ def test_the_console_script_analyses_a_layout_file(installed):
     assert usage.stdout.startswith("usage: partition-explorer") and "analyze" in usage.stdout
 
 
-def test_import_explorer_comes_from_the_environment_and_analyses(installed):
+def test_import_explorer_comes_from_the_environment_and_analyzes(installed):
     probe = (
         "import json, explorer\n"
         "from explorer import devices\n"

@@ -42,7 +42,7 @@ def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str], sh
     """Stage 1, then stage 2 in the server-wide queue, showing the stage and elapsed time; Stop keeps what was compiled."""
     stop_slot = st.empty()
     stop_slot.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
-    status = st.status("Stage 1: analysing every candidate…", expanded=True)
+    status = st.status("Stage 1: analyzing every candidate…", expanded=True)
     line = status.empty()
     try:
         if depth_option:
@@ -54,7 +54,7 @@ def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str], sh
         return
     st.session_state[SEARCH] = search
     st.session_state[RUNNING] = True
-    line.write(f"**stage 1** · {len(search.candidates)} candidates analysed, {search.refused} refused · {search.stage1_s:.1f} s")
+    line.write(f"**stage 1** · {len(search.candidates)} candidates analyzed, {search.refused} refused · {search.stage1_s:.1f} s")
     status.update(label="Waiting for a turn…")
     TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
     try:

@@ -1,6 +1,6 @@
 """The Arrays page's steps: the op's widgets, its analysis (or the arrays valid alone), the grids, Share, the timing.
 
-The op itself is ``explorer.ops`` (``parse_op``, ``analyse_op``, ``time_op``); its widgets' keys are
+The op itself is ``explorer.ops`` (``parse_op``, ``analyze_op``, ``time_op``); its widgets' keys are
 ``ui.op_state``'s; the timing runs through ``ui.live_timing``.
 """
 
@@ -15,7 +15,7 @@ from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import seed_layout
 from explorer.ops import (
-    DTYPES, MATMUL_PRESET, PRESETS, ArrayView, OpAnalysis, OpSpec, OpTiming, analyse_op, check_op_timeable,
+    DTYPES, MATMUL_PRESET, PRESETS, ArrayView, OpAnalysis, OpSpec, OpTiming, analyze_op, check_op_timeable,
     host_bytes_to_time, op_key, parse_op, time_op,
 )
 from explorer.specs import spec_axes, spec_text
@@ -96,11 +96,11 @@ def op_inputs() -> None:
     out_column.text_input("Output spec", key=op_state.OUT_SPEC, disabled=not st.session_state[op_state.CONSTRAIN], help="empty = replicated, P()")
 
 
-def analysed_op() -> tuple[OpSpec, OpAnalysis]:
+def analyzed_op() -> tuple[OpSpec, OpAnalysis]:
     """The op the widgets hold and its analysis; where it is invalid, the error and the arrays valid alone, then the page stops."""
     try:
         op = parse_op(op_state.draft())
-        return op, analyse_op(op)
+        return op, analyze_op(op)
     except ExplorerError as error:
         st.container(key="arrays_messages").error(markdown_literal(str(error)))
     alone = valid_alone()
@@ -114,12 +114,12 @@ def analysed_op() -> tuple[OpSpec, OpAnalysis]:
 
 
 def valid_alone() -> list[OpAnalysis]:
-    """After an error, each array the widgets hold that is valid on its own, analysed alone (so its grid still shows)."""
+    """After an error, each array the widgets hold that is valid on its own, analyzed alone (so its grid still shows)."""
     found = []
     for index in range(int(st.session_state[op_state.COUNT])):
         try:
             draft = op_state.draft_of_array(index)
-            found.append(analyse_op(parse_op(draft)))
+            found.append(analyze_op(parse_op(draft)))
         except ExplorerError:
             continue
     return found

@@ -81,8 +81,8 @@ def current_layout(page: str) -> Current:
 
 
 def _last_valid() -> tuple[Layout, Report]:
-    """The last layout that analysed, or the seed layout when that one no longer does (a link loaded a model
-    whose own code refuses it before anything analysed)."""
+    """The last layout that analyzed, or the seed layout when that one no longer does (a link loaded a model
+    whose own code refuses it before anything analyzed)."""
     try:
         layout = parse_layout(st.session_state[state.LAST_VALID])
         return layout, analyze(layout)

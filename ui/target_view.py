@@ -14,6 +14,7 @@ import streamlit as st
 
 from explorer import plots
 from explorer.analysis import Report, analyze, indivisible_error
+from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target
@@ -59,7 +60,7 @@ def choose() -> Target | None:
     return target
 
 
-def render(layout: Layout, target: Target | None, report: Report) -> dict | None:
+def render(layout: Layout, target: Target | None, report: Report) -> TargetCompile | None:
     """The compile section of a page for ``target``; returns the result when one exists.
 
     ``report`` is ``layout``'s analysis: a layout JAX refuses is not compiled (the Timing
@@ -126,7 +127,7 @@ def layout_size(layout: Layout) -> int:
     return size
 
 
-def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> dict | None:
+def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> TargetCompile | None:
     start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button", disabled=disabled)
     st.caption(
         "Compiles the Timing page's train step (state donated, as training loops do) for this slice in a child "
@@ -173,46 +174,46 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> d
     return result
 
 
-def verdict(result: dict) -> str:
+def verdict(result: TargetCompile) -> str:
     """The headline: XLA's peak against the figure the verdict used (a chip's HBM; on a GPU, JAX's share of it)."""
-    peak, room = human_bytes(result["memory"]["peak_bytes"]), memory_room(result)
-    if result["fits"]:
-        return f"Fits: XLA's peak is {peak} of {room}, {human_bytes(result['headroom_bytes'])} to spare."
-    return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result['headroom_bytes'])} more than {room}."
+    peak, room = human_bytes(result.memory.peak_bytes), memory_room(result)
+    if result.fits:
+        return f"Fits: XLA's peak is {peak} of {room}, {human_bytes(result.headroom_bytes)} to spare."
+    return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result.headroom_bytes)} more than {room}."
 
 
-def memory_room(result: dict) -> str:
+def memory_room(result: TargetCompile) -> str:
     """What the verdict compares the peak with, in words: "the 16.0 GiB HBM per chip", or on a GPU "the 59.3 GiB JAX
     lets one process use per GPU (75% of its 79.1 GiB)"."""
-    limit = result.get("memory_limit") or {}
-    if result["target"].get("platform") != "cuda" or not limit:
-        return f"the {human_bytes(result['target']['hbm_bytes'])} HBM per chip"
-    return (f"the {human_bytes(limit['bytes'])} JAX lets one process use per GPU ({limit['fraction']:.0%} of its "
-            f"{human_bytes(limit['device_bytes'])})")
+    limit = result.memory_limit
+    if not result.target.is_gpu:
+        return f"the {human_bytes(result.target.chip.device_hbm_bytes)} HBM per chip"
+    return f"the {human_bytes(limit.bytes)} JAX lets one process use per GPU ({limit.fraction:.0%} of its {human_bytes(limit.device_bytes)})"
 
 
-def show(result: dict, wall_s: float | None = None) -> None:
-    memory, target, estimate = result["memory"], result["target"], result["estimate"]
+def show(result: TargetCompile, wall_s: float | None = None) -> None:
+    memory, target, estimate = result.memory, result.target, result.estimate
     with st.container(key="target_verdict"):
-        (st.success if result["fits"] else st.error)(verdict(result))
+        (st.success if result.fits else st.error)(verdict(result))
     # One above the other: side by side at 1024 px the bar labels and the table's last column were cut.
     memory_column, roofline_column = st.container(), st.container()
     with memory_column:
         st.markdown("**Memory per chip** (XLA's memory_analysis, as it gives them)")
-        st.plotly_chart(plots.target_memory_figure(memory, target["hbm_bytes"]), key="target_memory")
-        st.caption(memory_relation(memory))
+        st.plotly_chart(plots.target_memory_figure(memory, target.chip.device_hbm_bytes), key="target_memory")
+        st.caption(memory_relation(memory.to_json()))
         st.dataframe(
-            pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "size": human_bytes(v), "bytes (exact)": v} for k, v in memory.items() if v is not None]),
+            pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "size": human_bytes(v), "bytes (exact)": v}
+                          for k, v in memory.figures().items()]),
             hide_index=True, width="stretch", key="target_memory_table",
         )
-        padded = result.get("padding", {}).get("padded", [])
+        padded = result.padding.padded if result.padding else ()
         if padded:
             st.caption(
-                f"Arguments include {sum(p['padded_bytes'] - p['bytes'] for p in padded):,} B of TPU tile padding "
+                f"Arguments include {sum(p.padded_bytes - p.bytes for p in padded):,} B of TPU tile padding "
                 f"({len(padded)} small array(s), e.g. a scalar occupies 512 B)."
             )
-    if result.get("oom"):
-        st.caption("XLA refused this program for HBM (" + result["oom"]["message"][:200] + "); the figures are read from its "
+    if result.oom:
+        st.caption("XLA refused this program for HBM (" + result.oom.message[:200] + "); the figures are read from its "
                    "buffer assignment, and flops count the optimized program's dots and convolutions only.")
     if estimate is None:
         return
@@ -221,20 +222,20 @@ def show(result: dict, wall_s: float | None = None) -> None:
         with st.container(key="target_roofline"):
             st.plotly_chart(plots.roofline_figure(estimate), key="roofline")
         st.caption(
-            f"{human_flops(result['flops'])} and {human_bytes(int(result['bytes_accessed']))} per chip per step "
-            f"(loop bodies times their trip count) against {target['peak_flops'] / 1e12:,.0f} TFLOP/s and "
-            f"{target['hbm_bandwidth'] / 1e9:,.0f} GB/s; collectives by the formulas of “How to Scale Your Model”. "
-            f"MFU at most {share(estimate['mfu_ceiling'])}. Lowering and compiling took {result['compile_s']:.1f} s"
+            f"{human_flops(result.flops)} and {human_bytes(int(result.bytes_accessed))} per chip per step "
+            f"(loop bodies times their trip count) against {target.chip.device_peak_flops / 1e12:,.0f} TFLOP/s and "
+            f"{target.chip.device_hbm_bandwidth / 1e9:,.0f} GB/s; collectives by the formulas of “How to Scale Your Model”. "
+            f"MFU at most {share(estimate.mfu_ceiling)}. Lowering and compiling took {result.compile_s:.1f} s"
             + (f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
                if wall_s else " (read from the compile cache; tracing and starting the compile process not included).")
         )
     st.markdown("**Collectives per mesh axis** (per chip per step)")
-    if result["collectives"]:
+    if result.collectives:
         st.dataframe(
             pd.DataFrame([
-                {"op": c["op"], "mesh axes": " × ".join(c["mesh_axes"]) or "—", "count": c["count"], "bytes": human_bytes(c["bytes"]),
-                 "group": c["group_size"], "time ≥": f"{c['seconds'] * 1e3:.3g} ms"}
-                for c in result["collectives"]
+                {"op": c.op, "mesh axes": " × ".join(c.mesh_axes) or "—", "count": c.count, "bytes": human_bytes(c.bytes),
+                 "group": c.group_size, "time ≥": f"{c.seconds * 1e3:.3g} ms"}
+                for c in result.collectives
             ]),
             hide_index=True, width="stretch",
         )
@@ -242,20 +243,21 @@ def show(result: dict, wall_s: float | None = None) -> None:
         st.caption("None: every chip computes on its own data.")
 
 
-def summary_row(label: str, result: dict | None) -> dict:
+def summary_row(label: str, result: TargetCompile | None) -> dict:
     """One Compare-page row for a layout's result on the chosen target."""
     if result is None:
         return {"layout": label, "fits": "not compiled", "XLA peak / chip": "—", "headroom": "—", "step ≥ (lower bound)": "—", "bound": "—",
                 "collective time ≥": "—"}
-    estimate = result["estimate"] or {"step_s": float("nan"), "bound": "—", "collective_s": float("nan")}
+    estimate = result.estimate
+    step_s, bound, collective_s = (estimate.step_s, estimate.bound, estimate.collective_s) if estimate else (float("nan"), "—", float("nan"))
     return {
         "layout": label,
-        "fits": "yes" if result["fits"] else "NO",
-        "XLA peak / chip": human_bytes(result["memory"]["peak_bytes"]),
-        "headroom": human_bytes(result["headroom_bytes"]),
-        "step ≥ (lower bound)": f"{estimate['step_s'] * 1e3:.3g} ms",
-        "bound": estimate["bound"],
-        "collective time ≥": f"{estimate['collective_s'] * 1e3:.3g} ms",
+        "fits": "yes" if result.fits else "NO",
+        "XLA peak / chip": human_bytes(result.memory.peak_bytes),
+        "headroom": human_bytes(result.headroom_bytes),
+        "step ≥ (lower bound)": f"{step_s * 1e3:.3g} ms",
+        "bound": bound,
+        "collective time ≥": f"{collective_s * 1e3:.3g} ms",
     }
 
 
@@ -302,10 +304,10 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
         for column, (label, result) in zip(st.columns(len(shown)), shown):
             with column:
                 st.markdown(f"**{markdown_literal(label)}**")
-                st.plotly_chart(plots.roofline_figure(result["estimate"], title=f"≥ {result['estimate']['step_s'] * 1e3:.3g} ms, {result['estimate']['bound']}-bound"),
+                st.plotly_chart(plots.roofline_figure(result.estimate, title=f"≥ {result.estimate.step_s * 1e3:.3g} ms, {result.estimate.bound}-bound"),
                                 key=f"compare_roofline_{labels.index(label)}")
                 per_axis = {}
-                for c in result["collectives"]:
-                    per_axis[" × ".join(c["mesh_axes"]) or "—"] = per_axis.get(" × ".join(c["mesh_axes"]) or "—", 0) + c["bytes"]
+                for c in result.collectives:
+                    per_axis[" × ".join(c.mesh_axes) or "—"] = per_axis.get(" × ".join(c.mesh_axes) or "—", 0) + c.bytes
                 st.caption("Collectives per mesh axis: " + (", ".join(f"{a} {human_bytes(b)}" for a, b in per_axis.items()) or "none"))
     st.caption("Lower bounds from each compiled program and the chip's table, not measurements.")

@@ -15,7 +15,7 @@ current = current_layout("layout")
 result = target_view.render(current.layout, current.target, current.report)
 timed = st.session_state.get(TIMING_RESULTS, {}).get(current.layout.key)
 if result:  # XLA's peak is the headline wherever a compiled program exists: the target's, else the Timing page's
-    peak = (result["target"]["name"], result["memory"]["peak_bytes"])
+    peak = (result.target.name, result.memory.peak_bytes)
 elif timed is not None and "peak_bytes" in timed.memory:
     peak = (f"this process's {timed.devices} {timed.platform} devices (Timing page)", timed.memory["peak_bytes"])
 else:

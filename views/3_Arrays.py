@@ -16,7 +16,7 @@ st.title("Arrays: computation follows sharding")
 arrays_view.open_session()
 share_slot = arrays_view.sidebar_inputs()
 arrays_view.op_inputs()
-op, analysis = arrays_view.analysed_op()  # where the op is invalid: the error and the arrays valid alone, then the page stops
+op, analysis = arrays_view.analyzed_op()  # where the op is invalid: the error and the arrays valid alone, then the page stops
 arrays_view.share_section(share_slot, op)
 arrays_view.show_inputs(op, analysis)
 arrays_view.show_output(analysis)

@@ -16,7 +16,7 @@ st.markdown(
     "Ranks meshes and rules for the sidebar's model on the sidebar's **Target**: every factorization of the slice's "
     "(or the GPU cluster's) devices over data, FSDP and tensor axes (plus sequence and expert where the model has such "
     "names), with rules written from the model's logical names by role, and your own layout among them. **Stage 1** "
-    "analyses every candidate without compiling (exact state per device, an estimated step whose collectives ride the "
+    "analyzes every candidate without compiling (exact state per device, an estimated step whose collectives ride the "
     "links each mesh axis lies on: the torus's rings and lines, or a GPU host's NVLink and the network between hosts; "
     "on a GPU cluster the tensor axis stays inside a host); **stage 2** compiles the best for the target with XLA and "
     "ranks by its figures."

@@ -1,11 +1,11 @@
 """The layout advisor: given a model and a TPU slice or an NVIDIA GPU cluster, which mesh and which rules?
 
-Two stages, as a person would do it, but over every candidate: stage 1 analyses every candidate
+Two stages, as a person would do it, but over every candidate: stage 1 analyzes every candidate
 without a compile (exact state per device, an estimated step), stage 2 compiles the shortlist for
 the target and ranks by XLA's figures. One job a module:
 
 - ``space``: the search space (roles of the logical names, mesh axes, factorizations, rules, candidates);
-- ``estimate``: stage 1's roofline of one analysed layout (compute, HBM traffic, collectives);
+- ``estimate``: stage 1's roofline of one analyzed layout (compute, HBM traffic, collectives);
 - ``search``: ``Search`` and ``Candidate``, stage 1, the shortlist and ranking, stage 2 and its
   calibration, ``advise`` (both stages) and the race of the top three;
 - ``depth``: the depth shortcut (compile at two small depths, extrapolate to the model's);

@@ -13,7 +13,9 @@ import dataclasses
 from typing import Sequence
 
 from explorer import roofline
+from explorer.compile_result import CollectiveCost, Extrapolated, Memory, TargetCompile
 from explorer.errors import ExplorerError
+from explorer.hlo import LoopWork
 from explorer.layout import Layout, parse_layout
 from explorer.target_compile import memory_limit
 from explorer.targets import Target
@@ -75,19 +77,17 @@ def at_depth(layout: Layout, depth: Depth, layers: int) -> Layout:
     return parse_layout(data)
 
 
-def extrapolate(low: dict, high: dict, depths: Sequence[int], full: int, target: Target) -> dict:
+def extrapolate(
+    low: TargetCompile, high: TargetCompile, depths: Sequence[int], full: int, target: Target, options: Sequence[str] = (),
+) -> TargetCompile:
     """A compile result at depth ``full`` extrapolated linearly from results at ``depths`` (two depths).
 
-    Every figure that grows with depth (XLA's memory, flops, bytes accessed, each collective's count
-    and bytes, matched by op, mesh axes and group) is ``f(full) = f(d1) + (f(d2) - f(d1)) x (full - d1)
-    / (d2 - d1)``; the roofline is recomputed from them. Labelled ``extrapolated`` with the depths.
-
-    >>> r = lambda peak, flops: {"memory": {"peak_bytes": peak}, "flops": flops, "bytes_accessed": 10.0, "collectives": [],
-    ...                          "compiled": True, "mesh": {}}
-    >>> from explorer.targets import parse_target
-    >>> out = extrapolate(r(100, 1e9), r(160, 2e9), (2, 4), 32, parse_target("v5litepod-8"))
-    >>> out["memory"]["peak_bytes"], out["flops"]
-    (1000, 16000000000.0)
+    Every figure that grows with depth (XLA's memory, flops, bytes accessed, the loops' extra work,
+    each collective's count and bytes, matched by op, mesh axes and group) is ``f(full) = f(d1) +
+    (f(d2) - f(d1)) x (full - d1) / (d2 - d1)``; the roofline is recomputed from them and the peak
+    judged against the device's HBM. Labelled ``extrapolated`` with the depths and the depth
+    ``options``; what describes one program only (XLA's refusal, padding, messages, the dump's
+    cross-check) is left empty, the rest (mesh, memory limit, sources) is the deeper compile's.
     """
     d1, d2 = depths
     t = (full - d1) / (d2 - d1)
@@ -97,45 +97,46 @@ def extrapolate(low: dict, high: dict, depths: Sequence[int], full: int, target:
 
     memory = {}
     for key in MEMORY_FIELDS:
-        value = line(low["memory"].get(key), high["memory"].get(key))
+        value = line(getattr(low.memory, key), getattr(high.memory, key))
         memory[key] = None if value is None else max(int(round(value)), 0)
-    flops, accessed = line(low["flops"], high["flops"]), line(low["bytes_accessed"], high["bytes_accessed"])
+    flops, accessed = line(low.flops, high.flops), line(low.bytes_accessed, high.bytes_accessed)
     collectives = []
-    by_key = lambda c: (c["op"], tuple(c["mesh_axes"]), c["group_size"], c["ici_axes"])
-    lows = {by_key(c): c for c in low["collectives"]}
-    highs = {by_key(c): c for c in high["collectives"]}
+    by_key = lambda c: (c.op, tuple(c.mesh_axes), c.group_size, c.ici_axes)
+    lows = {by_key(c): c for c in low.collectives}
+    highs = {by_key(c): c for c in high.collectives}
+    absent = roofline.Collective("", 0, 0, (), 0, 0)
     for key in sorted(set(lows) | set(highs)):
-        a, b = lows.get(key, {"count": 0, "bytes": 0}), highs.get(key, {"count": 0, "bytes": 0})
-        c = roofline.Collective(key[0], max(int(round(line(a["count"], b["count"]))), 0), max(int(round(line(a["bytes"], b["bytes"]))), 0),
+        a, b = lows.get(key, absent), highs.get(key, absent)
+        c = roofline.Collective(key[0], max(int(round(line(a.count, b.count))), 0), max(int(round(line(a.bytes, b.bytes))), 0),
                                 key[1], key[2], key[3])
         if c.bytes:
             collectives.append(c)
-    hbm = memory_limit(target)["bytes"]  # a TPU device's HBM; on a GPU, JAX's share of it (as the compile's verdict)
+    hbm = memory_limit(target).bytes  # a TPU device's HBM; on a GPU, JAX's share of it (as the compile's verdict)
     peak = memory["peak_bytes"]
-    estimate = roofline.estimate(flops, accessed, collectives, target.chip) if flops is not None and accessed is not None else None
-    return {
-        "target": target.to_dict(), "mesh": dict(high.get("mesh", {})), "compiled": bool(low["compiled"]) and bool(high["compiled"]),
-        "compile_s": (low.get("compile_s") or 0.0) + (high.get("compile_s") or 0.0),
-        "memory": memory, "fits": peak is not None and peak <= hbm and bool(low["compiled"]) and bool(high["compiled"]),
-        "headroom_bytes": hbm - (peak or 0), "flops": flops, "bytes_accessed": accessed,
-        "collectives": [{"op": c.op, "count": c.count, "bytes": c.bytes, "mesh_axes": list(c.mesh_axes), "group_size": c.group_size,
-                         "ici_axes": c.ici_axes, "seconds": roofline.collective_seconds(c, target.chip)} for c in collectives],
-        "estimate": estimate.to_dict() if estimate else None,
-        "extrapolated": {"depths": list(depths), "depth": full},
-    }
+    compiled = bool(low.compiled) and bool(high.compiled)
+    fits = peak is not None and peak <= hbm and compiled
+    return dataclasses.replace(
+        high, target=target, compiled=compiled, compile_s=(low.compile_s or 0.0) + (high.compile_s or 0.0),
+        memory=Memory(**memory), fits=fits, fits_device=fits, headroom_bytes=hbm - (peak or 0), oom=None, xla_messages=(),
+        flops=flops, bytes_accessed=accessed,
+        loop_work=LoopWork(line(low.loop_work.flops, high.loop_work.flops), line(low.loop_work.bytes, high.loop_work.bytes)),
+        padding=None, collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
+        estimate=roofline.estimate(flops, accessed, collectives, target.chip) if flops is not None and accessed is not None else None,
+        cross_check=None, extrapolated=Extrapolated(tuple(depths), full, tuple(options)),
+    )
 
 
-def extrapolation_error(extrapolated: dict, full: dict) -> dict[str, float | None]:
+def extrapolation_error(extrapolated: TargetCompile, full: TargetCompile) -> dict[str, float | None]:
     """Extrapolated over compiled, per figure (1.0: exact): peak, flops, bytes accessed, collective bytes, step."""
     def ratio(a, b):
         return None if a is None or not b else a / b
 
-    collective = lambda r: sum(c["bytes"] for c in r["collectives"])
-    step = lambda r: (r.get("estimate") or {}).get("step_s")
+    collective = lambda r: sum(c.bytes for c in r.collectives)
+    step = lambda r: r.estimate.step_s if r.estimate else None
     return {
-        "peak_bytes": ratio(extrapolated["memory"]["peak_bytes"], full["memory"]["peak_bytes"]),
-        "flops": ratio(extrapolated["flops"], full["flops"]),
-        "bytes_accessed": ratio(extrapolated["bytes_accessed"], full["bytes_accessed"]),
+        "peak_bytes": ratio(extrapolated.memory.peak_bytes, full.memory.peak_bytes),
+        "flops": ratio(extrapolated.flops, full.flops),
+        "bytes_accessed": ratio(extrapolated.bytes_accessed, full.bytes_accessed),
         "collective_bytes": ratio(collective(extrapolated), collective(full)),
         "step_s": ratio(step(extrapolated), step(full)),
     }

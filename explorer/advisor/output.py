@@ -11,6 +11,7 @@ from typing import Any
 from explorer.advisor.depth import SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
 from explorer.advisor.search import Candidate, Search
+from explorer.compile_result import TargetCompile
 from explorer.layout import Layout
 from explorer.roofline import collective_seconds
 from explorer.target_compile import memory_limit
@@ -24,12 +25,12 @@ TABLE_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device", "sta
 def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) -> dict[str, Any]:
     """One candidate as JSON (``advise --json``'s ``candidates``): its layout, figures and where each came from
     (stage 1's collectives with their seconds on ``target``'s links, when it is given)."""
-    compiled = c.compiled or {}
+    mesh = c.compiled.mesh if c.compiled else None
     return {
         "rank": rank_, "layout": c.layout.to_dict(), "own": c.own,
         "mesh": {"shape": list(c.layout.mesh.shape), "axes": list(c.layout.mesh.axes),
-                 "placement": compiled.get("mesh", {}).get("placement"),
-                 "placement_method": compiled.get("mesh", {}).get("placement_method"),
+                 "placement": [p.to_json() for p in mesh.placement] if mesh else None,
+                 "placement_method": mesh.placement_method if mesh else None,
                  "links": [link.to_dict() for link in c.links]},
         "state_bytes": c.state_bytes, "verified": c.verified, "extrapolated": c.extrapolated,
         "fits": bool(c.fits), "peak_bytes": c.peak_bytes, "headroom_bytes": c.headroom_bytes,
@@ -54,12 +55,12 @@ def _seconds(c: Candidate, target: Target | None) -> list[float | None]:
     return [collective_seconds(k, target.chip) if target else None for _, k in c.collectives]
 
 
-def _extrapolation_dict(result: dict) -> dict[str, Any]:
+def _extrapolation_dict(result: TargetCompile) -> dict[str, Any]:
     """An extrapolated result's figures: from which depths, to which, and what they gave."""
-    estimate = result.get("estimate") or {}
-    return {**result["extrapolated"], "peak_bytes": result["memory"]["peak_bytes"], "fits": result["fits"], "flops": result["flops"],
-            "bytes_accessed": result["bytes_accessed"], "collective_bytes": sum(c["bytes"] for c in result["collectives"]),
-            "step_s": estimate.get("step_s"), "bound": estimate.get("bound")}
+    estimate = result.estimate
+    return {**result.extrapolated.to_json(), "peak_bytes": result.memory.peak_bytes, "fits": result.fits, "flops": result.flops,
+            "bytes_accessed": result.bytes_accessed, "collective_bytes": sum(c.bytes for c in result.collectives),
+            "step_s": estimate.step_s if estimate else None, "bound": estimate.bound if estimate else None}
 
 
 def search_to_dict(search: Search) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def search_to_dict(search: Search) -> dict[str, Any]:
     smallest = search.smallest_state()
     hbm = search.limit_bytes
     out = {
-        "target": search.target.to_dict(), "memory_limit": memory_limit(search.target),
+        "target": search.target.to_dict(), "memory_limit": memory_limit(search.target).to_json(),
         "searched": search.searched, "refused": search.refused, "refused_examples": search.refused_examples,
         "compiles": search.compiles, "cached_compiles": search.cached_compiles, "full_compiles": search.full_compiles,
         "calibration": search.calibration or None,
@@ -90,8 +91,8 @@ def limit_text(target: Target) -> str:
     on a GPU cluster ``59.3 GiB per GPU (JAX's 75% of the GPU's 79.1 GiB)``."""
     limit = memory_limit(target)
     if not target.is_gpu:
-        return f"{human_bytes(limit['bytes'])} of HBM per device"
-    return f"{human_bytes(limit['bytes'])} per GPU (JAX's {limit['fraction']:.0%} of the GPU's {human_bytes(limit['device_bytes'])})"
+        return f"{human_bytes(limit.bytes)} of HBM per device"
+    return f"{human_bytes(limit.bytes)} per GPU (JAX's {limit.fraction:.0%} of the GPU's {human_bytes(limit.device_bytes)})"
 
 
 def target_text(target: Target) -> str:
@@ -113,7 +114,7 @@ def verdict_text(search: Search) -> str:
     """One sentence: the advice, or that nothing fits and the smallest state found."""
     ranked = search.ranked()
     if not ranked:
-        return f"No candidate could be analysed for {search.target.name} ({search.refused} refused)."
+        return f"No candidate could be analyzed for {search.target.name} ({search.refused} refused)."
     best = ranked[0]
     if not best.fits:
         smallest = search.smallest_state()
@@ -164,7 +165,7 @@ def _count(n: int) -> str:
 def extrapolation_text(c: Candidate) -> str:
     """The extrapolated figures beside the full compile's (their ratio), for a candidate compiled both ways."""
     if c.extrapolated:
-        depths = c.compiled["extrapolated"]["depths"]
+        depths = c.compiled.extrapolated.depths
         return f"extrapolated from depths {depths[0]} and {depths[1]}"
     error = c.extrapolation_error
     if not error:

@@ -49,6 +49,7 @@ from explorer.layout import Layout, parse_layout
 from explorer.placement import AxisLink, mesh_links, prefetch
 from explorer.specs import spec_axes
 from explorer.roofline import Collective, Estimate
+from explorer.compile_result import TargetCompile
 from explorer.target_compile import Stopped, compile_target, memory_limit
 from explorer.targets import Target, parse_target
 
@@ -75,8 +76,8 @@ class Candidate:
     fits: bool | None = None  # stage 1: the state fits the memory limit (``limit_bytes``); stage 2: XLA's verdict
     peak_bytes: int | None = None
     headroom_bytes: int | None = None
-    compiled: dict | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
-    extrapolation: dict | None = None  # the extrapolated result, kept when the candidate was then compiled in full
+    compiled: TargetCompile | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
+    extrapolation: TargetCompile | None = None  # the extrapolated result, kept when the candidate was then compiled in full
     collective_by_axis: dict[str, float] = dataclasses.field(default_factory=dict)  # stage 1's collective seconds per mesh axis
     active_params: int = 0  # the parameters each token runs through (a mixture of experts: top-k x capacity of the experts)
     remat: str | None = None  # the model's remat policy in this candidate (None: the model has no such option)
@@ -88,7 +89,7 @@ class Candidate:
     @property
     def refused(self) -> bool:
         """XLA refused the program (E1000: it does not fit): its figures are not a step's and never calibrate."""
-        return self.verified and self.compiled is not None and self.compiled.get("compiled") is False
+        return self.verified and self.compiled is not None and self.compiled.compiled is False
 
     @property
     def extrapolation_error(self) -> dict[str, float | None] | None:
@@ -97,15 +98,15 @@ class Candidate:
 
     @property
     def step_s(self) -> float:
-        return self.compiled["estimate"]["step_s"] if self.verified and self.compiled["estimate"] else self.estimate.step_s
+        return self.compiled.estimate.step_s if self.verified and self.compiled.estimate else self.estimate.step_s
 
     @property
     def bound(self) -> str:
-        return self.compiled["estimate"]["bound"] if self.verified and self.compiled["estimate"] else self.estimate.bound
+        return self.compiled.estimate.bound if self.verified and self.compiled.estimate else self.estimate.bound
 
     @property
     def mfu_ceiling(self) -> float:
-        return self.compiled["estimate"]["mfu_ceiling"] if self.verified and self.compiled["estimate"] else self.estimate.mfu_ceiling
+        return self.compiled.estimate.mfu_ceiling if self.verified and self.compiled.estimate else self.estimate.mfu_ceiling
 
 
 @dataclasses.dataclass
@@ -158,7 +159,7 @@ class Search:
 
 def limit_bytes(target: Target) -> int:
     """The memory per device a layout must fit in on ``target``: the figure XLA's verdict uses (``memory_limit``)."""
-    return int(memory_limit(target)["bytes"])
+    return memory_limit(target).bytes
 
 
 def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None) -> Search:
@@ -396,8 +397,7 @@ def stage2(
                     found.append(_compile(search, at_depth(candidate.layout, depth, layers), progress, should_stop))
                 if None in found:
                     continue
-                result = extrapolate(found[0], found[1], SHORTCUT_DEPTHS, depth.full, search.target)
-                result["extrapolated"]["options"] = list(depth.options)
+                result = extrapolate(found[0], found[1], SHORTCUT_DEPTHS, depth.full, search.target, depth.options)
                 _replace(search, candidate, verified(candidate, result, extrapolated=True))
             else:
                 result = _compile(search, candidate.layout, progress, should_stop)
@@ -451,20 +451,20 @@ def calibration(search: Search) -> dict[str, float]:
     """
     ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}
     for c in search.candidates:
-        if not c.verified or not c.compiled or not c.compiled.get("estimate") or c.refused:
+        if not c.verified or not c.compiled or not c.compiled.estimate or c.refused:
             continue
         for term in ("compute_s", "memory_s", "collective_s"):
-            stage1, xla = getattr(c.estimate, term), c.compiled["estimate"][term]
+            stage1, xla = getattr(c.estimate, term), getattr(c.compiled.estimate, term)
             if stage1 > 0 and xla > 0:
                 ratios[term].append(xla / stage1)
         # XLA's collectives per mesh axis; one over several axes shared between them as stage 1's estimates for them are.
         xla_by_axis: dict[str, float] = {}
-        for k in c.compiled["collectives"]:
-            axes = list(k["mesh_axes"] or ())
+        for k in c.compiled.collectives:
+            axes = list(k.mesh_axes or ())
             weights = [c.collective_by_axis.get(axis, 0.0) for axis in axes]
             weights = weights if sum(weights) > 0 else [1.0] * len(axes)
             for axis, weight in zip(axes, weights):
-                xla_by_axis[axis] = xla_by_axis.get(axis, 0.0) + k["seconds"] * weight / sum(weights)
+                xla_by_axis[axis] = xla_by_axis.get(axis, 0.0) + k.seconds * weight / sum(weights)
         for axis, stage1 in c.collective_by_axis.items():
             if stage1 > 0:
                 ratios.setdefault(f"collective_s:{axis}", []).append(xla_by_axis.get(axis, 0.0) / stage1)
@@ -501,7 +501,7 @@ def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate 
 
 def _compile(
     search: Search, layout: Layout, progress: Callable[[str, float], None], should_stop: Callable[[], bool] | None,
-) -> dict | None:
+) -> TargetCompile | None:
     """One compile for the search's target (its child process, cache and Stop); None when XLA refused it (noted)."""
     try:
         result, cached = compile_target(
@@ -520,14 +520,14 @@ def _replace(search: Search, old: Candidate, new: Candidate) -> None:
     search.candidates[search.candidates.index(old)] = new
 
 
-def verified(candidate: Candidate, result: dict, extrapolated: bool = False) -> Candidate:
+def verified(candidate: Candidate, result: TargetCompile, extrapolated: bool = False) -> Candidate:
     """The candidate with XLA's figures from a ``compile_target`` result (or one ``extrapolate`` made)."""
-    largest = max(result["collectives"], key=lambda c: (c["seconds"], c["op"]), default=None)
-    text = (f"{largest['op']} over {'x'.join(largest['mesh_axes']) or '-'}: {largest['count']}x, "
-            f"≥ {largest['seconds'] * 1e3:.3g} ms") if largest and largest["seconds"] else "none"
+    largest = max(result.collectives, key=lambda c: (c.seconds, c.op), default=None)
+    text = (f"{largest.op} over {'x'.join(largest.mesh_axes) or '-'}: {largest.count}x, "
+            f"≥ {largest.seconds * 1e3:.3g} ms") if largest and largest.seconds else "none"
     return dataclasses.replace(
-        candidate, verified=True, extrapolated=extrapolated, fits=bool(result["fits"]), peak_bytes=int(result["memory"]["peak_bytes"]),
-        headroom_bytes=int(result["headroom_bytes"]), compiled=result,
+        candidate, verified=True, extrapolated=extrapolated, fits=bool(result.fits), peak_bytes=int(result.memory.peak_bytes),
+        headroom_bytes=int(result.headroom_bytes), compiled=result,
         largest_collective=text + (" (extrapolated)" if extrapolated else ""),
     )
 

@@ -18,12 +18,14 @@ import pytest
 
 from explorer import advisor
 from explorer.analysis import analyze, model_for_layouts
+from explorer.compile_result import CollectiveCost, Extrapolated, Memory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
-from explorer.roofline import collective_seconds
+from explorer.roofline import Estimate, collective_seconds
 from explorer.target_compile import gpu_plugin
 from explorer.targets import parse_target
 from tests import ground_truth_torus
+from tests.explorer import compile_result
 
 TARGET = "v5litepod-8"
 
@@ -207,11 +209,10 @@ def test_the_command_line_prints_the_json_contract_and_refuses_bad_input(seed_di
 # --- the depth shortcut ----------------------------------------------------------------------------
 
 def _result(peak, flops, accessed, collectives, compiled=True):
-    return {"memory": {"argument_bytes": peak // 2, "output_bytes": peak // 2, "alias_bytes": peak // 2, "temp_bytes": peak // 2,
-                       "peak_bytes": peak},
-            "flops": flops, "bytes_accessed": accessed, "compiled": compiled, "mesh": {"shape": [8], "axes": ["fsdp"]},
-            "collectives": [{"op": op, "count": n, "bytes": b, "mesh_axes": list(axes), "group_size": g, "ici_axes": 1, "seconds": 0.0}
-                            for op, n, b, axes, g in collectives], "compile_s": 1.0}
+    return compile_result(
+        TARGET, memory=Memory(peak // 2, peak // 2, peak // 2, peak // 2, peak), flops=flops, bytes_accessed=accessed, compiled=compiled,
+        collectives=tuple(CollectiveCost(op, n, b, axes, g, 1, 1, "ici", 0.0) for op, n, b, axes, g in collectives),
+    )
 
 
 def test_extrapolation_is_linear_in_depth_per_figure_and_per_collective():
@@ -223,16 +224,16 @@ def test_extrapolation_is_linear_in_depth_per_figure_and_per_collective():
                                       ("reduce-scatter", 2, 40, ("fsdp",), 8)])
     out = advisor.extrapolate(low, high, (2, 4), 32, target)
     # f(32) = f(2) + (f(4) - f(2)) * (32 - 2) / (4 - 2) = f(2) + 15 (f(4) - f(2))
-    assert out["memory"]["peak_bytes"] == 1_000 + 15 * 600 and out["memory"]["temp_bytes"] == 500 + 15 * 300
-    assert out["flops"] == 2e9 + 15 * 1e9 and out["bytes_accessed"] == 4e8 + 15 * 2e8
-    got = {(c["op"], c["count"], c["bytes"]) for c in out["collectives"]}
+    assert out.memory.peak_bytes == 1_000 + 15 * 600 and out.memory.temp_bytes == 500 + 15 * 300
+    assert out.flops == 2e9 + 15 * 1e9 and out.bytes_accessed == 4e8 + 15 * 2e8
+    got = {(c.op, c.count, c.bytes) for c in out.collectives}
     assert got == {("all-gather", 2 + 15 * 2, 100 + 15 * 200), ("all-reduce", 1, 50), ("reduce-scatter", 30, 600)}
-    collectives = [roofline.Collective(c["op"], c["count"], c["bytes"], tuple(c["mesh_axes"]), c["group_size"], 1) for c in out["collectives"]]
-    assert out["estimate"] == roofline.estimate(out["flops"], out["bytes_accessed"], collectives, target.chip).to_dict()
-    assert out["fits"] is True and out["extrapolated"] == {"depths": [2, 4], "depth": 32}
+    collectives = [roofline.Collective(c.op, c.count, c.bytes, c.mesh_axes, c.group_size, 1) for c in out.collectives]
+    assert out.estimate == roofline.estimate(out.flops, out.bytes_accessed, collectives, target.chip)
+    assert out.fits is True and out.extrapolated == Extrapolated((2, 4), 32)
     too_big = advisor.extrapolate(low, _result(10 * 2**30, 3e9, 6e8, []), (2, 4), 32, target)
-    assert too_big["fits"] is False and too_big["headroom_bytes"] < 0
-    error = advisor.extrapolation_error(out, {**out, "memory": {**out["memory"], "peak_bytes": out["memory"]["peak_bytes"] * 2}})
+    assert too_big.fits is False and too_big.headroom_bytes < 0
+    error = advisor.extrapolation_error(out, dataclasses.replace(out, memory=Memory(peak_bytes=out.memory.peak_bytes * 2)))
     assert error["peak_bytes"] == 0.5 and error["flops"] == 1.0 and error["step_s"] == 1.0
 
 
@@ -274,8 +275,6 @@ def test_the_depth_shortcut_extrapolates_a_tiny_transformer_close_to_its_full_co
 def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_far(seed_dict):
     """Stage 1 ranks x, y, z; XLA then says x's memory term is 4x the estimate's and its collectives half of it:
     scaled so, z (little memory traffic) goes before y, which stage 1 ranked second."""
-    from explorer.roofline import Estimate
-
     def candidate(name, memory, collective):
         layout = parse_layout({**seed_dict, "name": name})
         return advisor.Candidate(layout, 1, Estimate(1e-3, memory * 1e-3, collective * 1e-3), "none", fits=True)
@@ -283,14 +282,13 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
     search = advisor.Search(parse_target(TARGET), candidates=[candidate("x", 1, 2), candidate("y", 1.5, 2.2), candidate("z", 0.8, 2.4)])
     assert [c.layout.name for c in advisor.shortlist(search)] == ["x", "y", "z"]
     assert advisor.next_to_compile(search).layout.name == "x"
-    xla = {"fits": True, "memory": {"peak_bytes": 1}, "headroom_bytes": 1, "collectives": [],
-           "estimate": {"compute_s": 1e-3, "memory_s": 4e-3, "collective_s": 1e-3, "step_s": 4e-3, "bound": "memory", "mfu_ceiling": 0.25}}
+    xla = compile_result(TARGET, estimate=Estimate(1e-3, 4e-3, 1e-3))
     search.candidates[0] = advisor.verified(search.candidates[0], xla)
     assert advisor.calibration(search) == pytest.approx({"compute_s": 1.0, "memory_s": 4.0, "collective_s": 0.5})
     assert advisor.next_to_compile(search).layout.name == "z"
     assert advisor.next_to_compile(search, tried={"z"}).layout.name == "y"
     # Optimistic: one layout XLA handles far worse than estimated (y: memory 20x) does not move the factor.
-    search.candidates[1] = advisor.verified(search.candidates[1], {**xla, "estimate": {**xla["estimate"], "memory_s": 30e-3}})
+    search.candidates[1] = advisor.verified(search.candidates[1], dataclasses.replace(xla, estimate=Estimate(1e-3, 30e-3, 1e-3)))
     assert advisor.calibration(search)["memory_s"] == pytest.approx(4.0)
     # Per mesh axis: XLA's sequence collectives were 5x the estimate's, so a candidate whose estimate is all sequence
     # collectives is pushed behind one whose estimate is all tensor collectives (measured 1x).
@@ -298,9 +296,11 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
         dataclasses.replace(candidate("s1", 0.1, 2), collective_by_axis={"sequence": 1e-3, "tensor": 1e-3}),
         dataclasses.replace(candidate("s2", 0.1, 2.1), collective_by_axis={"sequence": 2.1e-3}),
         dataclasses.replace(candidate("t", 0.1, 3), collective_by_axis={"tensor": 3e-3})])
-    per_axis.candidates[0] = advisor.verified(per_axis.candidates[0], {**xla, "estimate": {**xla["estimate"], "memory_s": 1e-4, "collective_s": 6e-3},
-        "collectives": [{"op": "all-gather", "mesh_axes": ["sequence"], "seconds": 5e-3, "count": 1}, {"op": "all-reduce", "mesh_axes": ["tensor"], "seconds": 1e-3, "count": 1},
-                        {"op": "all-gather", "mesh_axes": ["sequence", "tensor"], "seconds": 4e-3, "count": 1}]})  # shared 1:1 as estimated
+    collective = lambda op, axes, seconds: CollectiveCost(op, 1, 1, axes, 2, 1, 1, "ici", seconds)
+    per_axis.candidates[0] = advisor.verified(per_axis.candidates[0], dataclasses.replace(
+        xla, estimate=Estimate(1e-3, 1e-4, 6e-3),
+        collectives=(collective("all-gather", ("sequence",), 5e-3), collective("all-reduce", ("tensor",), 1e-3),
+                     collective("all-gather", ("sequence", "tensor"), 4e-3))))  # shared 1:1 as estimated
     assert advisor.calibration(per_axis)["collective_s:sequence"] == pytest.approx(7.0)
     assert advisor.calibration(per_axis)["collective_s:tensor"] == pytest.approx(3.0)
     assert advisor.next_to_compile(per_axis).layout.name == "t"  # stage 1 alone would say s2

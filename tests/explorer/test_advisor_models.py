@@ -16,6 +16,7 @@ from explorer.analysis import analyze, logical_names
 from explorer.layout import parse_layout
 from explorer.roofline import Estimate
 from explorer.targets import parse_target
+from tests.explorer import compile_result
 from tests.external import factories as external
 
 TARGET = "v5litepod-8"
@@ -193,10 +194,9 @@ def test_a_tie_at_the_same_compute_bound_estimate_is_broken_by_hbm_traffic_and_c
 
 
 def test_one_outlier_compile_cannot_move_a_factor_by_orders_of_magnitude_and_a_refused_program_never_calibrates(seed_dict):
-    xla = lambda memory, compiled=True: {
-        "fits": compiled, "compiled": compiled, "memory": {"peak_bytes": 1}, "headroom_bytes": 1 if compiled else -1, "collectives": [],
-        "estimate": {"compute_s": 1e-3 if compiled else 1e-5, "memory_s": memory * 1e-3, "collective_s": 1e-3, "step_s": 1e-3,
-                     "bound": "memory", "mfu_ceiling": 0.5}}
+    xla = lambda memory, compiled=True: compile_result(
+        TARGET, fits=compiled, compiled=compiled, headroom_bytes=1 if compiled else -1,
+        estimate=Estimate(1e-3 if compiled else 1e-5, memory * 1e-3, 1e-3))
     search = advisor.Search(parse_target(TARGET), candidates=[candidate(seed_dict, n, 1, 1, 1) for n in "abcd"])
     search.candidates[0] = advisor.verified(search.candidates[0], xla(2))
     search.candidates[1] = advisor.verified(search.candidates[1], xla(84_000))  # one outlier
@@ -289,8 +289,8 @@ def test_remat_and_microbatch_candidates_memory_against_explorer_compile_on_a_tp
     roles = estimate.report_roles(report)
     est = estimate.activation_bytes(report, roles), estimate.activation_bytes(report, roles, "full", 2)
     xla = [compile_target(layout, TARGET)[0] for layout in (plain, light)]
-    temps = [r["memory"]["temp_bytes"] for r in xla]
-    assert all(r["compiled"] and r["fits"] for r in xla)
+    temps = [r.memory.temp_bytes for r in xla]
+    assert all(r.compiled and r.fits for r in xla)
     assert temps[1] < temps[0] and est[1] < est[0]
     ratio = (temps[0] / temps[1]) / (est[0] / est[1])
     assert 0.25 < ratio < 4, (temps, est)

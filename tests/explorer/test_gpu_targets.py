@@ -24,6 +24,7 @@ import sys
 
 import pytest
 
+from explorer.compile_result import Memory, MemoryLimit, TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.models import build_model
@@ -31,6 +32,7 @@ from explorer.roofline import Collective, collective_seconds
 from explorer.target_compile import compile_target, gpu_plugin
 from explorer.targets import GPUS, hosts_per_axis, parse_target
 from tests import ground_truth_gpu
+from tests.explorer import compile_result
 
 pytestmark = pytest.mark.skipif(gpu_plugin() is None, reason='needs JAX\'s CUDA plugin: pip install "partition-explorer[gpu]"')
 
@@ -86,7 +88,7 @@ def bare_results():
     return get
 
 
-def explorer(results, name: str) -> dict:
+def explorer(results, name: str) -> TargetCompile:
     result, cached = results[name].result()
     assert not cached
     return result
@@ -95,98 +97,98 @@ def explorer(results, name: str) -> dict:
 @pytest.mark.parametrize("name", NAMES)
 def test_memory_per_gpu_is_the_bare_recipes(explorer_results, bare_results, name):
     result, bare = explorer(explorer_results, name), bare_results(name)
-    assert result["target"]["device_kind"] == bare["device_kind"] and result["target"]["devices"] == bare["devices"]
-    assert result["memory"]["argument_bytes"] == bare["memory"]["argument_bytes"]
+    assert result.target.chip.device_kind == bare["device_kind"] and result.target.devices == bare["devices"]
+    assert result.memory.argument_bytes == bare["memory"]["argument_bytes"]
     for key in ("output_bytes", "alias_bytes", "temp_bytes", "peak_bytes"):
-        assert result["memory"][key] == pytest.approx(bare["memory"][key], rel=0.10), key
-    assert result["memory_source"] == "memory_analysis" and bare["cost_analysis"] in (None, {})
+        assert getattr(result.memory, key) == pytest.approx(bare["memory"][key], rel=0.10), key
+    assert result.memory_source == "memory_analysis" and bare["cost_analysis"] in (None, {})
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_flops_are_the_gpu_programs_dots_with_loop_trip_counts(explorer_results, bare_results, name):
     result, bare = explorer(explorer_results, name), bare_results(name)
-    assert result["flops_source"] == "hlo_matmuls"
-    assert bare["dot_flops"] > 0 and result["flops"] == pytest.approx(bare["dot_flops"], rel=0.05)
+    assert result.flops_source == "hlo_matmuls"
+    assert bare["dot_flops"] > 0 and result.flops == pytest.approx(bare["dot_flops"], rel=0.05)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_collectives_are_the_bare_programs(explorer_results, bare_results, name):
     result, bare = explorer(explorer_results, name), bare_results(name)
     found: dict[str, dict[str, int]] = {}
-    for c in result["collectives"]:
-        entry = found.setdefault(c["op"], {"count": 0, "bytes": 0})
-        entry["count"] += c["count"]
-        entry["bytes"] += c["bytes"]
+    for c in result.collectives:
+        entry = found.setdefault(c.op, {"count": 0, "bytes": 0})
+        entry["count"] += c.count
+        entry["bytes"] += c.bytes
     assert found == bare["collectives"]
-    assert all(c["mesh_axes"] and "?" not in c["mesh_axes"] for c in result["collectives"] if c["group_size"] > 1)
+    assert all(c.mesh_axes and "?" not in c.mesh_axes for c in result.collectives if c.group_size > 1)
 
 
 def test_the_dots_agree_with_a_tpu_slices_cost_analysis(explorer_results, bare_results):
     """The same scanned step for v5litepod-8: XLA's TPU cost_analysis() (elementwise work included, the loop
     body times its trip count) and the GPU program's dots agree within 2% where matmuls dominate."""
     tpu, gpu = explorer(explorer_results, "tpu"), bare_results("b200:1x8")
-    assert tpu["flops_source"] == "cost_analysis" and tpu["loop_work"]["flops"] > 0
-    assert gpu["dot_flops"] == pytest.approx(tpu["flops"], rel=0.02)
+    assert tpu.flops_source == "cost_analysis" and tpu.loop_work.flops > 0
+    assert gpu["dot_flops"] == pytest.approx(tpu.flops, rel=0.02)
 
 
 def test_a_layout_that_fits_an_h100_is_judged_against_the_75_percent_jax_takes(explorer_results):
     result = explorer(explorer_results, "h100:1x8")
-    limit, peak, device = result["memory_limit"], result["memory"]["peak_bytes"], GPUS["h100"].hbm_bytes
+    limit, peak, device = result.memory_limit, result.memory.peak_bytes, GPUS["h100"].hbm_bytes
     assert device == 84942979072  # the target config's device_memory_size: what CUDA reports for an "80 GB" H100
-    assert limit == {"bytes": int(0.75 * device), "device_bytes": device, "fraction": 0.75, "what": limit["what"]}
-    assert "75% of the GPU's 79.1 GiB" in limit["what"] and "XLA_PYTHON_CLIENT_MEM_FRACTION" in limit["what"]
-    assert result["fits"] and result["fits_device"] and result["headroom_bytes"] == int(0.75 * device) - peak
-    assert result["xla_messages"] == []
-    assert {p["axis"]: p["link"] for p in result["mesh"]["placement"]} == {"data": "nvlink", "model": "nvlink"}
-    assert {c["link"] for c in result["collectives"]} == {"nvlink"}
-    assert {c["op"] for c in result["collectives"]} >= {"all-gather", "reduce-scatter", "all-reduce"}
-    estimate = result["estimate"]
-    assert estimate["compute_s"] == pytest.approx(result["flops"] / 989e12)
-    assert estimate["memory_s"] == pytest.approx(result["bytes_accessed"] / 3350e9)
-    assert estimate["collective_s"] == pytest.approx(sum(c["seconds"] for c in result["collectives"]))
+    assert (limit.bytes, limit.device_bytes, limit.fraction) == (int(0.75 * device), device, 0.75)
+    assert "75% of the GPU's 79.1 GiB" in limit.what and "XLA_PYTHON_CLIENT_MEM_FRACTION" in limit.what
+    assert result.fits and result.fits_device and result.headroom_bytes == int(0.75 * device) - peak
+    assert result.xla_messages == ()
+    assert {p.axis: p.link for p in result.mesh.placement} == {"data": "nvlink", "model": "nvlink"}
+    assert {c.link for c in result.collectives} == {"nvlink"}
+    assert {c.op for c in result.collectives} >= {"all-gather", "reduce-scatter", "all-reduce"}
+    estimate = result.estimate
+    assert estimate.compute_s == pytest.approx(result.flops / 989e12)
+    assert estimate.memory_s == pytest.approx(result.bytes_accessed / 3350e9)
+    assert estimate.collective_s == pytest.approx(sum(c.seconds for c in result.collectives))
 
 
 def test_a_layout_too_large_for_an_a100_does_not_fit_and_xla_says_so(explorer_results, bare_results):
     result, bare = explorer(explorer_results, "a100:1x8"), bare_results("a100:1x8")
     device = GPUS["a100"].hbm_bytes  # 79.26 GiB
-    assert result["compiled"] and not result["fits"] and not result["fits_device"]
-    assert result["memory"]["argument_bytes"] > device and result["memory"]["peak_bytes"] > device
-    assert result["headroom_bytes"] == int(0.75 * device) - result["memory"]["peak_bytes"] < 0
+    assert result.compiled and not result.fits and not result.fits_device
+    assert result.memory.argument_bytes > device and result.memory.peak_bytes > device
+    assert result.headroom_bytes == int(0.75 * device) - result.memory.peak_bytes < 0
     # XLA's GPU compiler does not refuse the program: it logs that its arguments and outputs alone exceed the memory it
     # schedules for (80% of the GPU's) and that rematerialization could not bring the rest under its limit.
-    messages = " ".join(result["xla_messages"])
+    messages = " ".join(result.xla_messages)
     assert f"exceeds the base limit ({device * 80 // 100})" in messages and "Can't reduce memory use below" in messages
-    assert result["flops"] == pytest.approx(bare["dot_flops"], rel=0.05) and result["estimate"]["step_s"] > 0
+    assert result.flops == pytest.approx(bare["dot_flops"], rel=0.05) and result.estimate.step_s > 0
 
 
 def test_a_4x4_mesh_on_two_hosts_puts_its_first_axis_across_them(explorer_results):
     """Devices are host-major: a 4x4 mesh over 2 hosts of 8 has 'data' groups of 2 GPUs in each of 2 hosts
     (the network) and 'model' groups of 4 GPUs in one host (NVLink); each collective is costed on its level."""
     result = explorer(explorer_results, "h200:2x8")
-    placement = {p["axis"]: p for p in result["mesh"]["placement"]}
-    assert (placement["data"]["hosts"], placement["data"]["gpus_per_host"], placement["data"]["link"]) == (2, 2, "network")
-    assert (placement["model"]["hosts"], placement["model"]["gpus_per_host"], placement["model"]["link"]) == (1, 4, "nvlink")
-    assert placement["data"]["text"] == "data (4): 2 GPUs in each of 2 hosts, over the network"
-    assert hosts_per_axis(parse_target("h200:2x8"), (4, 4)) == (placement["data"]["hosts"], placement["model"]["hosts"])
+    placement = {p.axis: p for p in result.mesh.placement}
+    assert (placement["data"].hosts, placement["data"].gpus_per_host, placement["data"].link) == (2, 2, "network")
+    assert (placement["model"].hosts, placement["model"].gpus_per_host, placement["model"].link) == (1, 4, "nvlink")
+    assert placement["data"].text == "data (4): 2 GPUs in each of 2 hosts, over the network"
+    assert hosts_per_axis(parse_target("h200:2x8"), (4, 4)) == (placement["data"].hosts, placement["model"].hosts)
     gpu = GPUS["h200"]
-    links = {tuple(c["mesh_axes"]): (c["link"], c["hosts"]) for c in result["collectives"]}
+    links = {c.mesh_axes: (c.link, c.hosts) for c in result.collectives}
     assert links == {("data",): ("network", 2), ("model",): ("nvlink", 1)}
     # Over 'data' (4 GPUs, 2 in each of 2 hosts) half the gathered array crosses into each host over its 2 NICs,
     # slower than the NVLink hops (3/4 of it at 450 GB/s); over 'model' (4 GPUs of one host) NVLink alone.
     full = {"all-gather": 1, "reduce-scatter": 4, "all-reduce": 2}  # the gathered array V in result bytes
-    over_data = [c for c in result["collectives"] if c["mesh_axes"] == ["data"]]
-    assert {c["op"] for c in over_data} >= {"all-gather", "reduce-scatter"}
-    for c in result["collectives"]:
-        collective = Collective(c["op"], c["count"], c["bytes"], tuple(c["mesh_axes"]), c["group_size"], c["ici_axes"], c["hosts"])
-        assert c["seconds"] == pytest.approx(collective_seconds(collective, gpu))
-        level = (1 / 2) / (2 * gpu.network_bandwidth) if c["mesh_axes"] == ["data"] else (3 / 4) / gpu.nvlink_bandwidth
-        assert c["seconds"] == pytest.approx(full[c["op"]] * c["bytes"] * level), c
+    over_data = [c for c in result.collectives if c.mesh_axes == ("data",)]
+    assert {c.op for c in over_data} >= {"all-gather", "reduce-scatter"}
+    for c in result.collectives:
+        collective = Collective(c.op, c.count, c.bytes, c.mesh_axes, c.group_size, c.ici_axes, c.hosts)
+        assert c.seconds == pytest.approx(collective_seconds(collective, gpu))
+        level = (1 / 2) / (2 * gpu.network_bandwidth) if c.mesh_axes == ("data",) else (3 / 4) / gpu.nvlink_bandwidth
+        assert c.seconds == pytest.approx(full[c.op] * c.bytes * level), c
 
 
 def test_a_scanned_model_counts_its_loop_per_iteration(explorer_results):
     result = explorer(explorer_results, "b200:1x8")
-    assert result["loop_work"]["flops"] > 0
-    assert [c["count"] for c in result["collectives"] if c["op"] == "all-reduce" and c["mesh_axes"] == ["model"]] == [24]
+    assert result.loop_work.flops > 0
+    assert [c.count for c in result.collectives if c.op == "all-reduce" and c.mesh_axes == ("model",)] == [24]
 
 
 def test_without_the_cuda_plugin_a_gpu_target_says_how_to_install_it(seed_dict, monkeypatch):
@@ -219,15 +221,15 @@ def test_a_cached_result_is_judged_with_this_processs_memory_fraction(seed_dict,
 
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     layout, target = parse_layout(seed_dict), parse_target("h100:1x8")
-    result = with_verdict({"memory": {"peak_bytes": 70 * 2**30}, "compiled": True}, target)
-    assert not result["fits"] and result["fits_device"]
+    result = with_verdict(compile_result("h100:1x8", memory=Memory(peak_bytes=70 * 2**30)), target)
+    assert not result.fits and result.fits_device
     from explorer.target_compile import _store
 
     _store(layout, target, result)
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".95")
     again = cached(layout, target)
-    assert again["fits"] and again["memory_limit"]["fraction"] == 0.95
-    assert "with XLA_PYTHON_CLIENT_MEM_FRACTION=.95" in again["memory_limit"]["what"]
+    assert again.fits and again.memory_limit.fraction == 0.95
+    assert "with XLA_PYTHON_CLIENT_MEM_FRACTION=.95" in again.memory_limit.what
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -269,12 +271,9 @@ def test_the_verdict_line_names_the_figure_it_compares_with_on_a_gpu():
     from explorer.text import target_text
     from ui.target_view import verdict
 
-    result = {
-        "target": {"name": "h100:1x8", "topology": "1x1x8", "chips": 8, "devices": 8, "device_kind": "NVIDIA H100 80GB HBM3",
-                   "hbm_bytes": 80 * 2**30, "platform": "cuda"},
-        "memory": {"peak_bytes": 50 * 2**30}, "compile_s": 1.0, "fits": True, "headroom_bytes": 10 * 2**30,
-        "memory_limit": {"bytes": 60 * 2**30, "device_bytes": 80 * 2**30, "fraction": 0.75, "what": "75% of the GPU's 80.0 GiB"},
-        "collectives": [], "estimate": None,
-    }
+    result = compile_result(
+        "h100:1x8", memory=Memory(peak_bytes=50 * 2**30), headroom_bytes=10 * 2**30,
+        memory_limit=MemoryLimit(60 * 2**30, 80 * 2**30, 0.75, "75% of the GPU's 80.0 GiB"),
+    )
     assert "fits in 60.0 GiB (75% of the GPU's 80.0 GiB): 10.0 GiB to spare" in target_text(result)
     assert verdict(result) == "Fits: XLA's peak is 50.0 GiB of the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB), 10.0 GiB to spare."

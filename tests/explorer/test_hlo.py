@@ -65,6 +65,14 @@ def test_a_loop_without_known_trip_count_is_read_from_its_condition():
     assert work.bytes == 23 * (8 * 16 + 16 * 16 + 8 * 16) * 4
 
 
+def test_a_loop_condition_as_xla_dumps_it_reads_its_counter_inline():
+    """The text XLA dumps for a program it refused for HBM writes the counter as ``%p#0`` and marks tuple elements
+    with ``/*index=N*/``: the trip count is still read (else a scanned model's flops count one layer)."""
+    dumped = LOOP.replace("compare(%i, %limit)", "compare(%p#0, %limit)").replace("tuple(%start, %a, %w0)", "tuple(/*index=0*/%start, %a, %w0)")
+    assert dumped != LOOP and hlo.collectives(dumped).loops_without_trip_count == 0
+    assert hlo.matmul_work(dumped).flops == 24 * 2 * 8 * 16 * 16
+
+
 def test_a_loop_whose_counter_does_not_start_from_a_constant_is_unbounded():
     text = LOOP.replace("%start = s32[]{:T(128)} copy(%zero)", "%start = s32[]{:T(128)} parameter(1)")
     assert hlo.collectives(text).loops_without_trip_count == 1

@@ -89,7 +89,7 @@ def refusing_build(options):
 
 
 def test_model_too_large_is_refused_before_any_trace(seed_dict, monkeypatch):
-    """What a page does with a draft: validate, then analyse. A refused model is never built or traced."""
+    """What a page does with a draft: validate, then analyze. A refused model is never built or traced."""
     monkeypatch.setitem(models.MODELS, "mlp", dataclasses.replace(models.MODELS["mlp"], builder=f"{__name__}:refusing_build"))
     with pytest.raises(AssertionError, match="built a model"):  # the stand-in is what analysis would build
         analyze(parse_layout({**seed_dict, "model": {"name": "mlp", "options": {"layers": 5, "depth": 48}}}))

@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from explorer import ops
 from explorer.errors import ExplorerError
 from explorer.expr import parse_expr
-from explorer.ops import PRESETS, analyse_op, check_op_timeable, parse_op, time_op
+from explorer.ops import PRESETS, analyze_op, check_op_timeable, parse_op, time_op
 from explorer.specs import normal_spec, spec_text
 from tests.paths import ROOT
 
@@ -71,7 +71,7 @@ def jax_tiles(sharding, shape):
 
 
 def assert_matches_jax(op):
-    analysis = analyse_op(op)
+    analysis = analyze_op(op)
     inputs, result = actual_output(op)
     for view, array in zip(analysis.inputs, inputs):
         assert tiles_by_device(view) == jax_tiles(array.sharding, array.shape), view.name
@@ -98,16 +98,16 @@ def test_guide_examples_match_jax_and_the_guide(preset):
 
 def test_guide_grids_are_the_guides():
     """The blocks the guide's visualize_array_sharding prints: 4x2 for sin, 2x4 after the constraint, one replica set."""
-    sin = analyse_op(parse_op(shrunk(PRESETS["sin of a 4x2-sharded array"][1])))
+    sin = analyze_op(parse_op(shrunk(PRESETS["sin of a 4x2-sharded array"][1])))
     assert [t.devices for t in sin.output.tiles] == [(d,) for d in range(8)]
     assert [t.block for t in sin.output.tiles][:3] == [(0, 0), (0, 1), (1, 0)]
-    dot = analyse_op(parse_op(shrunk(PRESETS["dot of row- and column-sharded"][1])))
+    dot = analyze_op(parse_op(shrunk(PRESETS["dot of row- and column-sharded"][1])))
     assert [t.devices for t in dot.inputs[0].tiles] == [(0, 1), (2, 3), (4, 5), (6, 7)]
     assert [t.devices for t in dot.inputs[1].tiles] == [(0, 2, 4, 6), (1, 3, 5, 7)]
     assert ops.hlo.used(dot.collectives) == {}  # "without needing communication"
-    transposed = analyse_op(parse_op(shrunk(PRESETS["constrain to a 2x4 spec"][1])))
+    transposed = analyze_op(parse_op(shrunk(PRESETS["constrain to a 2x4 spec"][1])))
     assert transposed.output.shard_shape == (SMALL // 2, SMALL // 4)
-    replicated = analyse_op(parse_op(shrunk(PRESETS["constrain to replicated"][1])))
+    replicated = analyze_op(parse_op(shrunk(PRESETS["constrain to replicated"][1])))
     assert [t.devices for t in replicated.output.tiles] == [tuple(range(8))]
     assert "all-gather" in ops.hlo.used(replicated.collectives)
 
@@ -115,7 +115,7 @@ def test_guide_grids_are_the_guides():
 def test_presets_keep_the_guides_full_size_and_compile_without_allocating():
     op = parse_op(PRESETS["dot of row- and column-sharded"][1])
     assert [a.shape for a in op.arrays.values()] == [(8192, 8192), (8192, 8192)]
-    analysis = analyse_op(op)  # abstract inputs: nothing of 256 MiB is made
+    analysis = analyze_op(op)  # abstract inputs: nothing of 256 MiB is made
     assert analysis.output.spec == ("a", "b") and analysis.output.shard_shape == (2048, 4096)
 
 
@@ -169,13 +169,13 @@ def test_random_specs_and_expressions_match_jax(data):
 def test_planned_mesh_uses_jax_type_level_propagation_and_agrees_with_xla_on_the_guides_examples():
     for preset in ("sin of a 4x2-sharded array", "dot of row- and column-sharded"):
         op = parse_op(shrunk(PRESETS[preset][1]))
-        xla = analyse_op(op).output.spec
+        xla = analyze_op(op).output.spec
         planned, note = ops._planned_output_spec(op, 2)
         assert planned == xla, preset
         assert "type-level" in note
     bigger = shrunk(PRESETS["dot of row- and column-sharded"][1])
     bigger["mesh"]["shape"] = [16, 16]
-    analysis = analyse_op(parse_op(bigger))
+    analysis = analyze_op(parse_op(bigger))
     assert analysis.planned and analysis.collectives is None and analysis.output.spec == ("a", "b")
     assert analysis.output.shard_shape == (SMALL // 16, SMALL // 16)
     with pytest.raises(ExplorerError, match=r"mesh.shape.*cannot be timed"):
@@ -214,7 +214,7 @@ def test_bad_specs_name_the_field_and_value(data, field):
 def test_a_shape_error_in_the_expression_names_the_expression():
     data = {"mesh": {"shape": [4, 2], "axes": ["x", "y"]}, "arrays": {"a": {"shape": [4, 3]}, "b": {"shape": [4, 3]}}, "expr": "a @ b"}
     with pytest.raises(ExplorerError, match=r"^expr: 'a @ b' does not apply to these arrays"):
-        analyse_op(parse_op(data))
+        analyze_op(parse_op(data))
 
 
 @pytest.mark.parametrize("text,spec", [
@@ -245,8 +245,8 @@ def test_integer_inputs_are_small_and_time(monkeypatch):
     assert np.isfinite(timing.sharded.median)
 
 
-def test_the_ops_folder_holds_the_presets():
-    folder = ROOT / "ops"
+def test_the_example_ops_folder_holds_the_presets():
+    folder = ROOT / "examples" / "ops"
     found = {json.dumps(json.loads(path.read_text()), sort_keys=True) for path in folder.glob("*.json")}
     assert found == {json.dumps(data, sort_keys=True) for _, data in PRESETS.values()}
 
@@ -257,7 +257,7 @@ def test_a_planned_mesh_where_jax_cannot_decide_says_why():
         "arrays": {"y": {"shape": [64, 64], "spec": [None, "a"]}, "z": {"shape": [64, 64], "spec": ["a", None]}},
         "expr": "jnp.dot(y, z)",
     }
-    analysis = analyse_op(parse_op(data))
+    analysis = analyze_op(parse_op(data))
     assert analysis.output.spec is None and analysis.output.tiles == () and analysis.output.shard_shape is None
     assert "cannot decide the output sharding here" in analysis.note and "out_sharding" in analysis.note
     assert analysis.to_dict()["output"]["spec_text"] == "—"
@@ -279,7 +279,7 @@ def test_on_explicit_axes_the_result_type_is_shown_beside_what_xla_compiled():
     import jax
     from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-    analysis = analyse_op(_explicit_op(["x", None], [None, "y"]))
+    analysis = analyze_op(_explicit_op(["x", None], [None, "y"]))
     mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2, devices=jax.devices()[:8])
     with jax.set_mesh(mesh):  # the truth from JAX alone: the type of jnp.dot's result on these arrays
         a = jax.ShapeDtypeStruct((64, 32), "float32", sharding=NamedSharding(mesh, P("x", None)))
@@ -287,15 +287,15 @@ def test_on_explicit_axes_the_result_type_is_shown_beside_what_xla_compiled():
         expected = jax.eval_shape(lambda a, b: a @ b, a, b).sharding.spec
     assert analysis.typed_spec == tuple(expected) == ("x", "y")
     assert analysis.output.spec == ("x", "y") and "the compiled program agrees" in analysis.note
-    constrained = analyse_op(_explicit_op(["x", None], [None, "y"], [None, None]))  # reshard, not an assert
+    constrained = analyze_op(_explicit_op(["x", None], [None, "y"], [None, None]))  # reshard, not an assert
     assert constrained.typed_spec == (None, None) == constrained.output.spec
-    assert analyse_op(parse_op({**_explicit_op(["x", None], [None, "y"]).to_dict(),
+    assert analyze_op(parse_op({**_explicit_op(["x", None], [None, "y"]).to_dict(),
                                 "mesh": {"shape": [4, 2], "axes": ["x", "y"]}})).typed_spec is None
 
 
 def test_an_ambiguous_contraction_on_explicit_axes_is_one_message_on_the_expression():
     with pytest.raises(ExplorerError) as caught:
-        analyse_op(_explicit_op([None, "y"], ["y", None]))
+        analyze_op(_explicit_op([None, "y"], ["y", None]))
     assert caught.value.field == "expr" and "Contracting dimensions are sharded" in str(caught.value)
 
 
@@ -346,7 +346,7 @@ def test_op_command_text_draws_every_array(tmp_path):
     assert "collectives: all-gather" in result.stdout
 
 
-def test_op_command_planned_mesh_is_analysed_and_not_timed(tmp_path):
+def test_op_command_planned_mesh_is_analyzed_and_not_timed(tmp_path):
     spec = op_file(tmp_path, [16, 16], size=256)
     result = run("op", spec)
     assert result.returncode == 0, result.stderr

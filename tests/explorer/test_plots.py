@@ -4,6 +4,7 @@ import pytest
 
 from explorer import plots
 from explorer.analysis import analyze
+from explorer.compile_result import Memory
 from explorer.layout import parse_layout
 from explorer.tiles import grid_view
 
@@ -153,8 +154,8 @@ def test_memory_axes_use_a_unit_that_fits_the_numbers():
 
 def test_xlas_memory_figures_are_drawn_as_they_are_not_stacked_past_the_peak():
     """Issue 18 item 4: temporaries larger than the peak (Llama-2-7B on v5litepod-256) are two bars, not a stack."""
-    memory = {"argument_bytes": 2 * 2**30, "output_bytes": 2 * 2**30, "alias_bytes": 2 * 2**30,
-              "temp_bytes": int(11.9 * 2**30), "peak_bytes": int(11.8 * 2**30), "generated_code_bytes": 0}
+    memory = Memory(argument_bytes=2 * 2**30, output_bytes=2 * 2**30, alias_bytes=2 * 2**30,
+                    temp_bytes=int(11.9 * 2**30), peak_bytes=int(11.8 * 2**30), generated_code_bytes=0)
     figure = plots.target_memory_figure(memory, 16 * 2**30)
     assert figure.layout.barmode != "stack" and len(figure.data) == 1
     bars = dict(zip(figure.data[0].y, figure.data[0].x))

@@ -52,7 +52,7 @@ def test_a_refused_expression_is_a_message_not_a_traceback(page):
     ]
 
 
-def test_a_planned_mesh_is_analysed_and_cannot_be_timed(page):
+def test_a_planned_mesh_is_analyzed_and_cannot_be_timed(page):
     page.text_input(key="op_mesh_shape").input("16, 16").run()
     assert not page.exception and not page.error
     assert "JAX's type-level propagation chose `P('a', 'b')`" in output_line(page)

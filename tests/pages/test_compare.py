@@ -158,8 +158,8 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
         result, cached = compile_target(library.load(name).layout, "v5litepod-8")
         assert cached  # the page's compile, from the disk cache
         row = table.loc[f"library: {name}"]
-        assert row["fits"] == "yes" and row["bound"] == result["estimate"]["bound"]
-        assert row["XLA peak / chip"] == human_bytes(result["memory"]["peak_bytes"])
+        assert row["fits"] == "yes" and row["bound"] == result.estimate.bound
+        assert row["XLA peak / chip"] == human_bytes(result.memory.peak_bytes)
     assert len([c for c in at.get("plotly_chart")]) >= 3  # memory per device, and a roofline per layout
 
 

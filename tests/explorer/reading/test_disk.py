@@ -56,7 +56,7 @@ def test_other_versions_use_another_file(cache, monkeypatch):
     assert len(list(cache.glob("traces/*.json"))) == 2
 
 
-def _analyse_in_child(folder: str) -> int:
+def _analyze_in_child(folder: str) -> int:
     import os
 
     os.environ[trace_cache.CACHE_ENV] = folder
@@ -69,7 +69,7 @@ def _analyse_in_child(folder: str) -> int:
 def test_concurrent_writers_leave_one_whole_file(cache):
     context = multiprocessing.get_context("spawn")
     with context.Pool(3) as pool:
-        counts = pool.map(_analyse_in_child, [str(cache)] * 3)
+        counts = pool.map(_analyze_in_child, [str(cache)] * 3)
     assert len(set(counts)) == 1
     (path,) = cache.glob("traces/*.json")
     assert json.loads(path.read_text())["entries"]
