@@ -304,8 +304,8 @@ def test_maxtexts_remat_policy_lowers_xlas_temporaries_and_is_the_advisors_remat
 
     results = [compile_target(maxtext_moe(external.MAXTEXT_MESH_SHAPE, length=64, remat_policy=p), TARGET)[0]
                for p in ("none", "full")]
-    assert all(r["compiled"] and r["fits"] for r in results)
-    assert results[1]["memory"]["temp_bytes"] < results[0]["memory"]["temp_bytes"]
+    assert all(r.compiled and r.fits for r in results)
+    assert results[1].memory.temp_bytes < results[0].memory.temp_bytes
     assert list(space.REMAT_ALIASES["remat_policy"]) == ["none", "minimal", "save_dot_except_mlp", "full"]
     assert search_module.remat_cost("save_dot_except_mlp") == "dots_with_no_batch_dims_saveable"
     # activations over HBM without remat (stage 1's estimate): the candidate takes MaxText's first policy that fits

@@ -130,7 +130,8 @@ def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_
     from flax.linen import spmd
 
     from explorer.analysis import logical_names
-    from explorer.reading import abstract_model, disk, memory
+    from explorer import caches
+    from explorer.reading import abstract_model, disk
     from tests.external import factories as external
 
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", EXTERNAL_FACTORIES)
@@ -146,7 +147,7 @@ def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_
     assert spmd._logical_to_mesh_axes is original
     reading = tracing.traced(spec.model.key(), frozenset(), tuple(spec.mesh.axes))  # under the probe alone
     assert moe_names <= reading.traced.model.asked_names
-    memory.clear()
+    caches.clear()
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     disk.store(spec.model.key(), tuple(spec.mesh.axes), [(frozenset(), reading.traced.model)])
     (_, loaded), = disk.load(spec.model.key(), tuple(spec.mesh.axes))
