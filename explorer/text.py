@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report, tiled_arrays
-from explorer.compile_result import TargetCompile
+from explorer.compile_result import MemoryLimit, TargetCompile
 from explorer.specs import SpecEntry
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
 if TYPE_CHECKING:
+    from explorer.targets import Target
     import pandas as pd
 
 # Every mark that can make a link, an image, HTML, emphasis, code, math, a table or a
@@ -392,6 +393,14 @@ def jax_platform_label() -> str:
     return jax.devices()[0].platform.upper()
 
 
+def memory_room(target: Target, limit: MemoryLimit) -> str:
+    """What a device's peak is judged against, in words (the compile's verdict, the CLI, the advisor): "the 16.0 GiB
+    HBM per chip", or on a GPU "the 59.3 GiB JAX lets one process use per GPU (75% of its 79.1 GiB)"."""
+    if not target.is_gpu:
+        return f"the {human_bytes(limit.bytes)} HBM per chip"
+    return f"the {human_bytes(limit.bytes)} JAX lets one process use per GPU ({limit.fraction:.0%} of its {human_bytes(limit.device_bytes)})"
+
+
 def target_text(result: TargetCompile, cached: bool = False) -> str:
     """A readable summary of a compile for a target (``target_compile``'s result)."""
     target, memory, estimate = result.target, result.memory, result.estimate
@@ -404,8 +413,7 @@ def target_text(result: TargetCompile, cached: bool = False) -> str:
         f"compile {result.compile_s:.2f} s" + (" (from the disk cache)" if cached else "") + "; train state donated",
         "memory per device (XLA" + (", read from its dump: it refused the program" if result.oom else "") + "): "
         + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.figures().items()),
-        f"peak {human_bytes(memory.peak_bytes)} {verdict} in "
-        + (f"{human_bytes(result.memory_limit.bytes)} ({result.memory_limit.what}): " if target.is_gpu else f"{human_bytes(hbm)}: ")
+        f"peak {human_bytes(memory.peak_bytes)} {verdict} in {memory_room(target, result.memory_limit)}: "
         + (f"{human_bytes(result.headroom_bytes)} to spare" if result.fits else f"{human_bytes(-result.headroom_bytes)} too much"),
     ]
     if result.oom:

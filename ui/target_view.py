@@ -19,7 +19,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
-from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, share
+from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
 from ui import state
 from ui.turnstile import TURNSTILE
 
@@ -176,19 +176,10 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> T
 
 def verdict(result: TargetCompile) -> str:
     """The headline: XLA's peak against the figure the verdict used (a chip's HBM; on a GPU, JAX's share of it)."""
-    peak, room = human_bytes(result.memory.peak_bytes), memory_room(result)
+    peak, room = human_bytes(result.memory.peak_bytes), memory_room(result.target, result.memory_limit)
     if result.fits:
         return f"Fits: XLA's peak is {peak} of {room}, {human_bytes(result.headroom_bytes)} to spare."
     return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result.headroom_bytes)} more than {room}."
-
-
-def memory_room(result: TargetCompile) -> str:
-    """What the verdict compares the peak with, in words: "the 16.0 GiB HBM per chip", or on a GPU "the 59.3 GiB JAX
-    lets one process use per GPU (75% of its 79.1 GiB)"."""
-    limit = result.memory_limit
-    if not result.target.is_gpu:
-        return f"the {human_bytes(result.target.chip.device_hbm_bytes)} HBM per chip"
-    return f"the {human_bytes(limit.bytes)} JAX lets one process use per GPU ({limit.fraction:.0%} of its {human_bytes(limit.device_bytes)})"
 
 
 def show(result: TargetCompile, wall_s: float | None = None) -> None:

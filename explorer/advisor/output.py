@@ -16,7 +16,7 @@ from explorer.layout import Layout
 from explorer.roofline import collective_seconds
 from explorer.target_compile import memory_limit
 from explorer.targets import Target
-from explorer.text import human_bytes, plain_table, share
+from explorer.text import human_bytes, memory_room, plain_table, share
 
 TABLE_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device", "state / device", "bound", "MFU ceiling",
                  "remat", "microbatches", "active params", "placement", "largest collective", "rules")  # the command line's table (the page shows every column)
@@ -87,12 +87,8 @@ def search_to_dict(search: Search) -> dict[str, Any]:
 
 
 def limit_text(target: Target) -> str:
-    """The memory a device's peak is judged against, in words: ``95.0 GiB of HBM per device`` on a TPU slice;
-    on a GPU cluster ``59.3 GiB per GPU (JAX's 75% of the GPU's 79.1 GiB)``."""
-    limit = memory_limit(target)
-    if not target.is_gpu:
-        return f"{human_bytes(limit.bytes)} of HBM per device"
-    return f"{human_bytes(limit.bytes)} per GPU (JAX's {limit.fraction:.0%} of the GPU's {human_bytes(limit.device_bytes)})"
+    """The memory a device's peak is judged against, in words, as the compile's verdict says it (``text.memory_room``)."""
+    return memory_room(target, memory_limit(target))
 
 
 def target_text(target: Target) -> str:

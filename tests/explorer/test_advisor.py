@@ -416,7 +416,7 @@ def test_an_advise_run_on_a_gpu_cluster_ranks_by_the_gpu_compile(seed_dict, tmp_
     assert [link["text"] for link in row["mesh"]["links"]] == [p["text"] for p in compiled["mesh"]["placement"]]
     limit = compiled["memory_limit"]["bytes"]  # what the compile's verdict judges: JAX's share of the GPU
     assert search.limit_bytes == result["memory_limit"]["bytes"] == result["smallest_state"]["hbm_bytes"] == limit < compiled["target"]["hbm_bytes"]
-    assert "per GPU (JAX's 75% of the GPU's 79.1 GiB)" in advisor.verdict_text(search)
+    assert "JAX lets one process use per GPU (75% of its 79.1 GiB)" in advisor.verdict_text(search)
     assert advisor.search_text(search).splitlines()[1].startswith("h100:2x4: a GPU cluster of 2 hosts x 4 NVIDIA H100")
 
 

@@ -275,5 +275,5 @@ def test_the_verdict_line_names_the_figure_it_compares_with_on_a_gpu():
         "h100:1x8", memory=Memory(peak_bytes=50 * 2**30), headroom_bytes=10 * 2**30,
         memory_limit=MemoryLimit(60 * 2**30, 80 * 2**30, 0.75, "75% of the GPU's 80.0 GiB"),
     )
-    assert "fits in 60.0 GiB (75% of the GPU's 80.0 GiB): 10.0 GiB to spare" in target_text(result)
+    assert "fits in the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB): 10.0 GiB to spare" in target_text(result)
     assert verdict(result) == "Fits: XLA's peak is 50.0 GiB of the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB), 10.0 GiB to spare."

@@ -57,7 +57,7 @@ def test_on_a_gpu_cluster_the_page_says_so_with_each_axis_placement_and_jaxs_sha
     plain = lambda text: text.replace("\\", "")  # Markdown escapes (``markdown_literal``)
     captions = [plain(c.value) for c in at.caption]
     assert any(c.startswith("h100:2x8: a GPU cluster of 2 hosts x 8 NVIDIA H100") and "NVLink" in c for c in captions)
-    assert any(plain(s.value).startswith("Advice for h100:2x8") and "per GPU (JAX's 75% of the GPU's 79.1 GiB)" in plain(s.value)
+    assert any(plain(s.value).startswith("Advice for h100:2x8") and "JAX lets one process use per GPU (75% of its 79.1 GiB)" in plain(s.value)
                for s in at.success)
     table = next(d.value for d in at.dataframe if "step ≥" in d.value.columns)
     inside = table[table["mesh"].str.contains("tensor") & ~table["mesh"].str.contains("tensor 16")]
