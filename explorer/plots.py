@@ -437,12 +437,44 @@ def roofline_figure(estimate: Estimate, title: str = "") -> go.Figure:
     return figure
 
 
+def compare_roofline_figure(labels: list[str], estimates: list[Estimate]) -> go.Figure:
+    """Several layouts' rooflines on one axis: the three terms, one bar per layout in each, the bound one outlined.
+
+    One chart with a shared scale (side by side, one chart per layout, each had its own scale and
+    its labels were cut at 1024 px); the legend names each layout with its step's bound.
+    """
+    figure = go.Figure()
+    terms = ("compute", "memory", "collective")
+    top = max([e.step_s for e in estimates] + [0.0])
+    for index, (label, estimate) in enumerate(zip(labels, estimates)):
+        seconds = [getattr(estimate, f"{term}_s") for term in terms]
+        figure.add_bar(
+            name=f"{label}: ≥ {_ms(estimate.step_s)}, {estimate.bound}-bound", x=list(terms), y=[s * 1e3 for s in seconds],
+            marker_color=plotly.colors.qualitative.Safe[index % len(plotly.colors.qualitative.Safe)],
+            marker_line=dict(color=["#222" if term == estimate.bound else "rgba(0,0,0,0)" for term in terms], width=3),
+            # Bars too short to see are not labelled (neighbours' labels ran together there); the hover has every value.
+            text=[_ms(s) if s >= 0.03 * top else "" for s in seconds], customdata=[_ms(s) for s in seconds],
+            textposition="outside", cliponaxis=False,
+            hovertemplate=f"{label}<br>%{{x}}: %{{customdata}} per step (lower bound)<extra></extra>",
+        )
+    figure.update_layout(
+        barmode="group", height=320 + 22 * len(labels), margin=dict(l=50, r=20, t=30, b=40),
+        yaxis_title="ms per step (lower bound)", plot_bgcolor="white", modebar=dict(orientation="v"),
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.15, yanchor="top"),
+    )
+    figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
+    return figure
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
-def target_memory_figure(memory: Memory, hbm_bytes: int) -> go.Figure:
-    """XLA's per-chip figures (``memory_analysis()``) as they are, one bar each, against the chip's HBM.
+def target_memory_figure(memory: Memory, hbm_bytes: int, per: str = "chip", usable: tuple[int, str] | None = None) -> go.Figure:
+    """XLA's per-device figures (``memory_analysis()``) as they are, one bar each, against the device's HBM.
+
+    ``per`` names a device on the x axis (a chip, a GPU); ``usable`` is (bytes, label) of a second
+    line where the verdict compares the peak with less than the whole memory (on a GPU, JAX's share).
 
     Not stacked: XLA's peak is the most bytes live at one moment, while arguments, outputs and
     temporaries are allocation sizes that are not all live at that moment, so a stack of them
@@ -464,10 +496,15 @@ def target_memory_figure(memory: Memory, hbm_bytes: int) -> go.Figure:
         marker_color=[color for _, _, color in parts], text=[human_bytes(value) for _, value, _ in parts],
         textposition="outside", cliponaxis=False, hovertemplate="%{y}: %{text}<extra></extra>", showlegend=False,
     )
+    # With a second line the two labels stand one above the other: side by side they ran together at 1024 px.
+    lift = 0 if usable is None else 16
     figure.add_vline(x=hbm_bytes / divisor, line_color="#222", line_dash="dash", annotation_text=f"HBM {human_bytes(hbm_bytes)}",
-                     annotation_position="top left")
+                     annotation_position="top left", annotation_yshift=lift)
+    if usable is not None:
+        figure.add_vline(x=usable[0] / divisor, line_color="#E45756", line_dash="dot", annotation_text=usable[1],
+                         annotation_position="top left", annotation_font_color="#E45756")
     figure.update_layout(
-        height=260, margin=dict(l=10, r=70, t=30, b=40), xaxis_title=f"{unit} per chip", plot_bgcolor="white",
+        height=260 + lift, margin=dict(l=10, r=70, t=30 + lift, b=40), xaxis_title=f"{unit} per {per}", plot_bgcolor="white",
         modebar=dict(orientation="v"),
     )
     figure.update_yaxes(autorange="reversed", automargin=True)

@@ -35,7 +35,7 @@ PRESET_NOTES = "preset_notes"  # what the last preset left unsharded and why, sh
 TARGET_CHOICE = "target_choice"  # the sidebar's Target selectbox
 TARGET_OTHER = "target_other"  # the slice typed when the choice is TARGET_TYPE_OWN
 TARGET_HERE = "this process's devices"
-TARGET_TYPE_OWN = "another slice (type its name)"
+TARGET_TYPE_OWN = "another slice or GPU cluster (type its name)"
 
 # Values of widgets that must survive a page switch: the layout in the sidebar, and the
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name

@@ -38,14 +38,16 @@ def choose() -> Target | None:
         st.session_state[CHOICE] = HERE
     choice = st.selectbox(
         "Plan for", options, key=CHOICE,
-        help="A TPU slice to compile the train step for, without owning it (libtpu's compiler runs on this machine). "
-        "Cloud TPU names: v5litepod-N and v6e-N count chips, v5p-N and v4-N TensorCores (2 per chip).",
+        help="A TPU slice or an NVIDIA GPU cluster to compile the train step for, without owning it (libtpu's or JAX's CUDA "
+        "plugin's compiler runs on this machine). Cloud TPU names: v5litepod-N and v6e-N count chips, v5p-N and v4-N TensorCores "
+        "(2 per chip). GPU clusters: a100, h100, h200 or b200:HOSTSxGPUS (h100:8x8 is 8 hosts of 8 H100s).",
     )
     if choice == HERE:
         return None
     if choice == TYPE_OWN:
         st.session_state.setdefault(OTHER, "v5p:4x4x4")
-        name = st.text_input("Slice", key=OTHER, help="A Cloud TPU type (v5p-128) or a libtpu topology (v5p:4x4x4, v5e:16x16)")
+        name = st.text_input("Slice or GPU cluster", key=OTHER,
+                             help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16) or a GPU cluster (h100:2x8)")
     else:
         name = choice
     try:
@@ -53,11 +55,24 @@ def choose() -> Target | None:
     except ExplorerError as error:
         st.error(markdown_literal(str(error)))
         return None
+    if target.is_gpu:
+        gpu = target.chip
+        st.caption(
+            f"{target.topology}: {target.hosts} host{'s' if target.hosts > 1 else ''} × {target.gpus_per_host} {gpu.device_kind}, "
+            f"{human_bytes(gpu.hbm_bytes)} and {gpu.peak_flops / 1e12:,.0f} bf16 TFLOP/s per GPU; NVLink {gpu.nvlink_bandwidth / 1e9:,.0f} GB/s "
+            f"inside a host, the network {gpu.network_bandwidth / 1e9:,.0f} GB/s per GPU between hosts"
+        )
+        return target
     st.caption(
         f"{target.topology}: {target.chips} × {target.chip.device_kind}, {human_bytes(target.chip.hbm_bytes)} HBM, "
         f"{target.chip.peak_flops / 1e12:,.0f} bf16 TFLOP/s per chip"
     )
     return target
+
+
+def device_word(target: Target) -> str:
+    """What one device of ``target`` is called on the page: a GPU, or a TPU chip."""
+    return "GPU" if target.is_gpu else "chip"
 
 
 def render(layout: Layout, target: Target | None, report: Report) -> TargetCompile | None:
@@ -105,17 +120,17 @@ def refused(report: Report) -> ExplorerError | None:
 
 def _state_verdict(report: Report, target: Target) -> None:
     """What is certain before compiling: the exact state per chip against the chip's HBM."""
-    state_bytes, hbm = report.totals.state_bytes, target.chip.hbm_bytes
+    state_bytes, hbm, per = report.totals.state_bytes, target.chip.hbm_bytes, device_word(target)
     with st.container(key="target_state_verdict"):
         if state_bytes > hbm:
             st.error(
-                f"Does not fit: the state alone (parameters, optimizer state, inputs) is {human_bytes(state_bytes)} per chip, "
+                f"Does not fit: the state alone (parameters, optimizer state, inputs) is {human_bytes(state_bytes)} per {per}, "
                 f"{human_bytes(state_bytes - hbm)} more than the {human_bytes(hbm)} HBM. This is exact, before any compile."
             )
         else:
             st.info(
                 f"The state alone (parameters, optimizer state, inputs; exact) takes {human_bytes(state_bytes)} of the "
-                f"{human_bytes(hbm)} HBM per chip ({share(state_bytes / hbm)}). XLA's peak adds gradients, the optimizer's "
+                f"{human_bytes(hbm)} HBM per {per} ({share(state_bytes / hbm)}). XLA's peak adds gradients, the optimizer's "
                 "update and activations: compile for it."
             )
 
@@ -129,9 +144,10 @@ def layout_size(layout: Layout) -> int:
 
 def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> TargetCompile | None:
     start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button", disabled=disabled)
+    where, per = ("GPU cluster", "GPU") if target.is_gpu else ("slice", "chip")
     st.caption(
-        "Compiles the Timing page's train step (state donated, as training loops do) for this slice in a child "
-        "process: XLA's memory per chip, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
+        f"Compiles the Timing page's train step (state donated, as training loops do) for this {where} in a child "
+        f"process: XLA's memory per {per}, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
     )
     if st.session_state.pop(STOPPED, None):
         st.info("The last compile was stopped.")
@@ -184,13 +200,18 @@ def verdict(result: TargetCompile) -> str:
 
 def show(result: TargetCompile, wall_s: float | None = None) -> None:
     memory, target, estimate = result.memory, result.target, result.estimate
+    per = device_word(target)
     with st.container(key="target_verdict"):
         (st.success if result.fits else st.error)(verdict(result))
+    with st.container(key="target_placement"):
+        st.caption(markdown_literal(placement_text(result)))
     # One above the other: side by side at 1024 px the bar labels and the table's last column were cut.
     memory_column, roofline_column = st.container(), st.container()
     with memory_column:
-        st.markdown("**Memory per chip** (XLA's memory_analysis, as it gives them)")
-        st.plotly_chart(plots.target_memory_figure(memory, target.chip.device_hbm_bytes), key="target_memory")
+        st.markdown(f"**Memory per {per}** (XLA's memory_analysis, as it gives them)")
+        limit = result.memory_limit
+        usable = (limit.bytes, f"JAX's {limit.fraction:.0%}: {human_bytes(limit.bytes)}") if target.is_gpu else None
+        st.plotly_chart(plots.target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable), key="target_memory")
         st.caption(memory_relation(memory.to_json()))
         st.dataframe(
             pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "size": human_bytes(v), "bytes (exact)": v}
@@ -212,26 +233,39 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
         st.markdown("**Roofline** — a lower bound on the step, not a measurement")
         with st.container(key="target_roofline"):
             st.plotly_chart(plots.roofline_figure(estimate), key="roofline")
+        links = (f"; collectives at NVLink's {target.chip.nvlink_bandwidth / 1e9:,.0f} GB/s inside a host and the network's "
+                 f"{target.chip.network_bandwidth / 1e9:,.0f} GB/s per GPU between hosts" if target.is_gpu else "")
         st.caption(
-            f"{human_flops(result.flops)} and {human_bytes(int(result.bytes_accessed))} per chip per step "
+            f"{human_flops(result.flops)} and {human_bytes(int(result.bytes_accessed))} per {per} per step "
             f"(loop bodies times their trip count) against {target.chip.device_peak_flops / 1e12:,.0f} TFLOP/s and "
-            f"{target.chip.device_hbm_bandwidth / 1e9:,.0f} GB/s; collectives by the formulas of “How to Scale Your Model”. "
+            f"{target.chip.device_hbm_bandwidth / 1e9:,.0f} GB/s{links}; collectives by the formulas of “How to Scale Your Model”. "
             f"MFU at most {share(estimate.mfu_ceiling)}. Lowering and compiling took {result.compile_s:.1f} s"
             + (f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
                if wall_s else " (read from the compile cache; tracing and starting the compile process not included).")
         )
-    st.markdown("**Collectives per mesh axis** (per chip per step)")
+    st.markdown(f"**Collectives per mesh axis** (per {per} per step)")
     if result.collectives:
         st.dataframe(
             pd.DataFrame([
                 {"op": c.op, "mesh axes": " × ".join(c.mesh_axes) or "—", "count": c.count, "bytes": human_bytes(c.bytes),
-                 "group": c.group_size, "time ≥": f"{c.seconds * 1e3:.3g} ms"}
+                 "group": c.group_size} | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
+                | {"time ≥": f"{c.seconds * 1e3:.3g} ms"}
                 for c in result.collectives
             ]),
             hide_index=True, width="stretch",
         )
     else:
-        st.caption("None: every chip computes on its own data.")
+        st.caption(f"None: every {per} computes on its own data.")
+
+
+def placement_text(result: TargetCompile) -> str:
+    """Where the layout's mesh axes fall on the target, from the compile: on a GPU cluster the hosts and GPUs of one group and
+    what it rides; on a TPU slice the torus axes it moves along."""
+    axes = [p for p in result.mesh.placement if p.size > 1]
+    if result.target.is_gpu:
+        return "Placed on the hosts and GPUs (host-major): " + ("; ".join(p.text for p in axes) or "no axis larger than 1") + "."
+    return "Placed on the torus: " + ("; ".join(f"{p.axis} ({p.size}) along {' and '.join(p.torus_axes)}" for p in axes)
+                                      or "no axis larger than 1") + "."
 
 
 def summary_row(label: str, result: TargetCompile | None) -> dict:
@@ -255,7 +289,8 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
 def compare_section(labels: list[str], layouts: list[Layout], target: Target | None) -> None:
     """The Compare page's view of every layout on the sidebar's target: verdict, peak, roofline, collectives."""
     if target is None:
-        st.caption("Choose a TPU target in the sidebar to compare these layouts on a slice: XLA's memory per chip and a roofline.")
+        st.caption("Choose a target in the sidebar (a TPU slice or an NVIDIA GPU cluster) to compare these layouts on it: "
+                   "XLA's memory per device, its verdict and a roofline.")
         return
     st.subheader(f"On {markdown_literal(target.name)} ({target.topology})")
     results, missing = [], []
@@ -289,16 +324,21 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
         finally:
             TURNSTILE.leave()
         status.update(label="Compiled", state="complete", expanded=False)
-    st.dataframe(pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]), hide_index=True, width="stretch", key="compare_targets")
+    with st.container(key="compare_targets_table"):
+        st.dataframe(pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]), hide_index=True, width="stretch", key="compare_targets")
     shown = [(l, r) for l, r in zip(labels, results) if r is not None]
     if shown:
+        st.markdown("**Roofline** — lower bounds on the step, not measurements; the term that bounds each layout's step outlined")
+        with st.container(key="compare_roofline"):
+            st.plotly_chart(plots.compare_roofline_figure([l for l, _ in shown], [r.estimate for _, r in shown]), key="compare_roofline_chart")
         for column, (label, result) in zip(st.columns(len(shown)), shown):
             with column:
                 st.markdown(f"**{markdown_literal(label)}**")
-                st.plotly_chart(plots.roofline_figure(result.estimate, title=f"≥ {result.estimate.step_s * 1e3:.3g} ms, {result.estimate.bound}-bound"),
-                                key=f"compare_roofline_{labels.index(label)}")
                 per_axis = {}
                 for c in result.collectives:
                     per_axis[" × ".join(c.mesh_axes) or "—"] = per_axis.get(" × ".join(c.mesh_axes) or "—", 0) + c.bytes
                 st.caption("Collectives per mesh axis: " + (", ".join(f"{a} {human_bytes(b)}" for a, b in per_axis.items()) or "none"))
-    st.caption("Lower bounds from each compiled program and the chip's table, not measurements.")
+                with st.container(key=f"compare_verdict_{labels.index(label)}"):
+                    st.caption(markdown_literal(verdict(result)))
+                st.caption(markdown_literal(placement_text(result)))
+    st.caption(f"Lower bounds from each compiled program and the {device_word(target)}'s figures, not measurements.")

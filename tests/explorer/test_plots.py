@@ -163,6 +163,29 @@ def test_xlas_memory_figures_are_drawn_as_they_are_not_stacked_past_the_peak():
     assert figure.layout.xaxis.title.text == "GiB per chip"
 
 
+def test_on_a_gpu_the_memory_figure_draws_the_share_the_verdict_uses_beside_the_whole_memory():
+    """A GPU's verdict compares the peak with JAX's 75% of its memory: the chart draws that line too, per GPU."""
+    memory = Memory(argument_bytes=2**30, output_bytes=2**30, alias_bytes=2**30, temp_bytes=3 * 2**30, peak_bytes=4 * 2**30)
+    figure = plots.target_memory_figure(memory, 80 * 2**30, "GPU", (60 * 2**30, "JAX's 75%: 60.0 GiB"))
+    assert sorted(shape.x0 for shape in figure.layout.shapes) == [60, 80]
+    assert [a.text for a in figure.layout.annotations] == ["HBM 80.0 GiB", "JAX's 75%: 60.0 GiB"]
+    assert figure.layout.xaxis.title.text == "GiB per GPU"
+
+
+def test_compared_rooflines_share_one_axis_one_bar_per_layout_and_term_the_bound_outlined():
+    """Compare drew one roofline per layout in columns, each on its own scale, cut at 1024 px: now one grouped chart."""
+    from explorer.roofline import Estimate
+
+    figure = plots.compare_roofline_figure(["a", "b"], [Estimate(1e-3, 2e-3, 4e-3), Estimate(3e-3, 1e-3, 0.0)])
+    assert figure.layout.barmode == "group" and len(figure.data) == 2
+    assert [list(bar.x) for bar in figure.data] == [["compute", "memory", "collective"]] * 2
+    assert [list(bar.y) for bar in figure.data] == [pytest.approx([1, 2, 4]), pytest.approx([3, 1, 0])]
+    assert [bar.name for bar in figure.data] == ["a: ≥ 4 ms, collective-bound", "b: ≥ 3 ms, compute-bound"]
+    outlined = [[term for term, color in zip(bar.x, bar.marker.line.color) if color == "#222"] for bar in figure.data]
+    assert outlined == [["collective"], ["compute"]]
+    assert [list(bar.text) for bar in figure.data] == [["1 ms", "2 ms", "4 ms"], ["3 ms", "1 ms", ""]]  # no label on a bar of 0
+
+
 def test_sixteen_column_labels_do_not_crowd():
     """Issue 18 item 9: "10:12" "12:14" ... for 16 columns overlapped; at most 8 such labels are drawn."""
     ticks = plots._ticks([(2 * i, 2 * i + 2) for i in range(16)])
