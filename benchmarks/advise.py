@@ -48,48 +48,113 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 OPTIONS = {
-    "batch": 64, "seq_len": 2048, "layers": 32, "d_model": 4096, "heads": 32, "kv_heads": 32, "head_dim": 128,
-    "mlp_dim": 11008, "vocab": 32000, "gated_mlp": True, "learned_positions": False, "scan": True, "dtype": "bfloat16",
+    "batch": 64,
+    "seq_len": 2048,
+    "layers": 32,
+    "d_model": 4096,
+    "heads": 32,
+    "kv_heads": 32,
+    "head_dim": 128,
+    "mlp_dim": 11008,
+    "vocab": 32000,
+    "gated_mlp": True,
+    "learned_positions": False,
+    "scan": True,
+    "dtype": "bfloat16",
 }
 TENSOR = [["mlp", "tensor"], ["heads", "tensor"], ["kv_heads", "tensor"], ["vocab", "tensor"]]
 EXPERTS = {
-    "expert-fsdp64": {"mesh": {"shape": [64], "axes": ["fsdp"]},
-                      "rules": [["batch", "fsdp"], ["embed", "fsdp"], ["layer", None]]},
-    "expert-fsdp16-tensor4": {"mesh": {"shape": [16, 4], "axes": ["fsdp", "tensor"]},
-                              "rules": [["batch", "fsdp"], ["embed", "fsdp"], *TENSOR, ["layer", None]]},
-    "expert-data4-fsdp16": {"mesh": {"shape": [4, 16], "axes": ["data", "fsdp"]},
-                            "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"], ["layer", None]]},
+    "expert-fsdp64": {"mesh": {"shape": [64], "axes": ["fsdp"]}, "rules": [["batch", "fsdp"], ["embed", "fsdp"], ["layer", None]]},
+    "expert-fsdp16-tensor4": {
+        "mesh": {"shape": [16, 4], "axes": ["fsdp", "tensor"]},
+        "rules": [["batch", "fsdp"], ["embed", "fsdp"], *TENSOR, ["layer", None]],
+    },
+    "expert-data4-fsdp16": {
+        "mesh": {"shape": [4, 16], "axes": ["data", "fsdp"]},
+        "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"], ["layer", None]],
+    },
 }
 
 
 T5_FACTORY = "tests.external.factories:make_t5x_t5"
-T5_OPTIONS = {"num_encoder_layers": 4, "num_decoder_layers": 4, "emb_dim": 512, "num_heads": 8, "head_dim": 64, "mlp_dim": 1024,
-              "vocab_size": 32128, "batch": 32, "encoder_length": 128, "decoder_length": 128}
+T5_OPTIONS = {
+    "num_encoder_layers": 4,
+    "num_decoder_layers": 4,
+    "emb_dim": 512,
+    "num_heads": 8,
+    "head_dim": 64,
+    "mlp_dim": 1024,
+    "vocab_size": 32128,
+    "batch": 32,
+    "encoder_length": 128,
+    "decoder_length": 128,
+}
 T5_TENSOR = [["mlp", "tensor"], ["heads", "tensor"], ["joined_kv", "tensor"], ["vocab", "tensor"]]
 T5_EXPERTS = {
-    "t5x-own-rules": {"mesh": {"shape": [4, 2], "axes": ["data", "model"]},  # T5X's standard_logical_axis_rules
-                      "rules": [["batch", "data"], ["vocab", "model"], ["mlp", "model"], ["heads", "model"], ["joined_kv", "model"],
-                                ["kv", None], ["embed", None], ["length", None]]},
+    "t5x-own-rules": {
+        "mesh": {"shape": [4, 2], "axes": ["data", "model"]},  # T5X's standard_logical_axis_rules
+        "rules": [
+            ["batch", "data"],
+            ["vocab", "model"],
+            ["mlp", "model"],
+            ["heads", "model"],
+            ["joined_kv", "model"],
+            ["kv", None],
+            ["embed", None],
+            ["length", None],
+        ],
+    },
     "expert-fsdp8": {"mesh": {"shape": [8], "axes": ["fsdp"]}, "rules": [["batch", "fsdp"], ["embed", "fsdp"]]},
-    "expert-fsdp4-tensor2": {"mesh": {"shape": [4, 2], "axes": ["fsdp", "tensor"]},
-                             "rules": [["batch", "fsdp"], ["embed", "fsdp"], *T5_TENSOR]},
-    "expert-data2-fsdp4": {"mesh": {"shape": [2, 4], "axes": ["data", "fsdp"]},
-                           "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"]]},
+    "expert-fsdp4-tensor2": {
+        "mesh": {"shape": [4, 2], "axes": ["fsdp", "tensor"]},
+        "rules": [["batch", "fsdp"], ["embed", "fsdp"], *T5_TENSOR],
+    },
+    "expert-data2-fsdp4": {"mesh": {"shape": [2, 4], "axes": ["data", "fsdp"]}, "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"]]},
 }
 GPU_TARGET = "h100:8x8"
 GPU_EXPERTS = {  # 8 hosts of 8 GPUs: the device order is host-major, so the first mesh axis spans the hosts
     "expert-fsdp64": EXPERTS["expert-fsdp64"],
-    "expert-fsdp8-tensor8": {"mesh": {"shape": [8, 8], "axes": ["fsdp", "tensor"]},  # FSDP over hosts, tensor inside (NVLink)
-                             "rules": [["batch", "fsdp"], ["embed", "fsdp"], *TENSOR, ["layer", None]]},
-    "expert-data8-fsdp8": {"mesh": {"shape": [8, 8], "axes": ["data", "fsdp"]},  # data over hosts, FSDP inside
-                           "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"], ["layer", None]]},
+    "expert-fsdp8-tensor8": {
+        "mesh": {"shape": [8, 8], "axes": ["fsdp", "tensor"]},  # FSDP over hosts, tensor inside (NVLink)
+        "rules": [["batch", "fsdp"], ["embed", "fsdp"], *TENSOR, ["layer", None]],
+    },
+    "expert-data8-fsdp8": {
+        "mesh": {"shape": [8, 8], "axes": ["data", "fsdp"]},  # data over hosts, FSDP inside
+        "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"], ["layer", None]],
+    },
 }
 MOE_FACTORY = "tests.external.factories:make_maxtext_moe"
-MOE_OPTIONS = {"num_experts": 32, "num_experts_per_tok": 2, "capacity_factor": 1.25, "scan_layers": True, "num_decoder_layers": 8,
-               "emb_dim": 2048, "mlp_dim": 4096, "num_heads": 16, "num_kv_heads": 8, "head_dim": 128, "batch": 256, "length": 256,
-               "dtype": "bfloat16", "remat_policy": "none", "mesh_shape": "context"}
-MAXTEXT_AXES = ["diloco", "data", "stage", "fsdp", "fsdp_transpose", "context", "context_usp_ulysses", "context_autoregressive",
-                "tensor", "tensor_sequence", "expert", "autoregressive"]  # base.yml's mesh_axes
+MOE_OPTIONS = {
+    "num_experts": 32,
+    "num_experts_per_tok": 2,
+    "capacity_factor": 1.25,
+    "scan_layers": True,
+    "num_decoder_layers": 8,
+    "emb_dim": 2048,
+    "mlp_dim": 4096,
+    "num_heads": 16,
+    "num_kv_heads": 8,
+    "head_dim": 128,
+    "batch": 256,
+    "length": 256,
+    "dtype": "bfloat16",
+    "remat_policy": "none",
+    "mesh_shape": "context",
+}
+MAXTEXT_AXES = [
+    "diloco",
+    "data",
+    "stage",
+    "fsdp",
+    "fsdp_transpose",
+    "context",
+    "context_usp_ulysses",
+    "context_autoregressive",
+    "tensor",
+    "tensor_sequence",
+    "expert",
+    "autoregressive",
+]  # base.yml's mesh_axes
 
 
 def maxtext_mesh(**sizes: int) -> dict:
@@ -142,8 +207,9 @@ def main() -> None:
     from explorer.layout import parse_layout
     from explorer.text import human_bytes, plain_table
 
-    own = parse_layout(layout({"t5": "t5x-own-rules", "gpu": "expert-fsdp8-tensor8", "maxtext-moe": "maxtext-fsdp32"}
-                              .get(CASE, "expert-fsdp16-tensor4")))
+    own = parse_layout(
+        layout({"t5": "t5x-own-rules", "gpu": "expert-fsdp8-tensor8", "maxtext-moe": "maxtext-fsdp32"}.get(CASE, "expert-fsdp16-tensor4"))
+    )
     start = time.perf_counter()
     search = advisor.stage1(own, args.target)
     print(f"stage 1: {len(search.candidates)} candidates analyzed, {search.refused} refused, in {search.stage1_s:.2f} s (goal < 10 s)")
@@ -158,17 +224,39 @@ def main() -> None:
 
     advisor.stage2(search, args.compiles, on_progress=progress, shortcut={"auto": None, "on": True, "off": False}[args.shortcut])
     whole = time.perf_counter() - start - again.stage1_s
-    print(f"whole search: {whole:.0f} s, {search.compiles} compiles ({search.cached_compiles} cached, {search.full_compiles} full after "
-          f"extrapolation) (goal < 900 s)")
+    print(
+        f"whole search: {whole:.0f} s, {search.compiles} compiles ({search.cached_compiles} cached, {search.full_compiles} full after "
+        f"extrapolation) (goal < 900 s)"
+    )
     unfit = [c.layout.name for c in search.candidates if c.verified and not c.extrapolated and c.fits is False]
     print(f"compiles spent on layouts that did not fit: {len(unfit)}" + (f" ({', '.join(unfit)})" if unfit else ""))
     if search.depth is not None:
-        print("depth shortcut:", "used, options " + ", ".join(search.depth.options) if search.depth.usable else f"not used: {search.depth.why}")
+        print(
+            "depth shortcut:",
+            "used, options " + ", ".join(search.depth.options) if search.depth.usable else f"not used: {search.depth.why}",
+        )
     print(advisor.verdict_text(search))
     print(advisor.target_text(search.target))
-    print(plain_table(advisor.table_rows(search)[:12], ("rank", "layout", "mesh", "rules", "state / device", "XLA peak / device", "fits",
-                                                       "step ≥", "bound", "MFU ceiling", "placement", "largest collective",
-                                                       "extrapolated figures")))
+    print(
+        plain_table(
+            advisor.table_rows(search)[:12],
+            (
+                "rank",
+                "layout",
+                "mesh",
+                "rules",
+                "state / device",
+                "XLA peak / device",
+                "fits",
+                "step ≥",
+                "bound",
+                "MFU ceiling",
+                "placement",
+                "largest collective",
+                "extrapolated figures",
+            ),
+        )
+    )
     print("\nstage 1's estimate beside XLA's roofline, for the compiled candidates (ratio = estimate / XLA):")
     rows = []
     for c in search.ranked():
@@ -176,34 +264,52 @@ def main() -> None:
             continue
         x, e = c.compiled.estimate, c.estimate
         ratio = lambda a, b: f"{a / b:.2f}" if b else "-"
-        rows.append({"layout": c.layout.name + (" (extrapolated)" if c.extrapolated else ""),
-                     "estimate c/m/k ms": f"{e.compute_s * 1e3:.3g} / {e.memory_s * 1e3:.3g} / {e.collective_s * 1e3:.3g}",
-                     "XLA c/m/k ms": f"{x.compute_s * 1e3:.3g} / {x.memory_s * 1e3:.3g} / {x.collective_s * 1e3:.3g}",
-                     "step est / XLA": f"{e.step_s * 1e3:.3g} / {x.step_s * 1e3:.3g} ms = {e.step_s / x.step_s:.2f}",
-                     "ratios c/m/k": f"{ratio(e.compute_s, x.compute_s)} / {ratio(e.memory_s, x.memory_s)} / {ratio(e.collective_s, x.collective_s)}"})
+        rows.append(
+            {
+                "layout": c.layout.name + (" (extrapolated)" if c.extrapolated else ""),
+                "estimate c/m/k ms": f"{e.compute_s * 1e3:.3g} / {e.memory_s * 1e3:.3g} / {e.collective_s * 1e3:.3g}",
+                "XLA c/m/k ms": f"{x.compute_s * 1e3:.3g} / {x.memory_s * 1e3:.3g} / {x.collective_s * 1e3:.3g}",
+                "step est / XLA": f"{e.step_s * 1e3:.3g} / {x.step_s * 1e3:.3g} ms = {e.step_s / x.step_s:.2f}",
+                "ratios c/m/k": f"{ratio(e.compute_s, x.compute_s)} / {ratio(e.memory_s, x.memory_s)} / {ratio(e.collective_s, x.collective_s)}",
+            }
+        )
     print(plain_table(rows, ("layout", "estimate c/m/k ms", "XLA c/m/k ms", "step est / XLA", "ratios c/m/k")))
     print("calibration after the search (XLA / stage 1 per term):", {k: round(v, 2) for k, v in search.calibration.items()})
     for c in search.ranked():
         if c.extrapolation_error:
-            print(f"extrapolation error for {c.layout.name} (extrapolated / full):", {k: round(v, 5) for k, v in c.extrapolation_error.items() if v})
+            print(
+                f"extrapolation error for {c.layout.name} (extrapolated / full):",
+                {k: round(v, 5) for k, v in c.extrapolation_error.items() if v},
+            )
     print("\nexpert layouts, each compiled with `python -m explorer compile`:")
     rows = []
     for name in experts():
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             json.dump(layout(name), handle)
         began = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "explorer", "compile", handle.name, "--target", args.target, "--json"],
-                              capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
+        done = subprocess.run(
+            [sys.executable, "-m", "explorer", "compile", handle.name, "--target", args.target, "--json"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ),
+        )
         if done.returncode:
             print(f"  {name}: {done.stderr.strip().splitlines()[-1]}")
             continue
         result = json.loads(done.stdout)
         estimate = result["estimate"] or {}
-        rows.append({
-            "layout": name, "XLA peak / device": human_bytes(result["memory"]["peak_bytes"]), "fits": "yes" if result["fits"] else "NO",
-            "step ≥": f"{estimate.get('step_s', float('nan')) * 1e3:.4g} ms", "bound": estimate.get("bound", "-"),
-            "MFU ceiling": f"{estimate.get('mfu_ceiling', 0):.0%}", "compile": f"{time.perf_counter() - began:.0f} s" + (" (cached)" if result["cached"] else ""),
-        })
+        rows.append(
+            {
+                "layout": name,
+                "XLA peak / device": human_bytes(result["memory"]["peak_bytes"]),
+                "fits": "yes" if result["fits"] else "NO",
+                "step ≥": f"{estimate.get('step_s', float('nan')) * 1e3:.4g} ms",
+                "bound": estimate.get("bound", "-"),
+                "MFU ceiling": f"{estimate.get('mfu_ceiling', 0):.0%}",
+                "compile": f"{time.perf_counter() - began:.0f} s" + (" (cached)" if result["cached"] else ""),
+            }
+        )
     print(plain_table(rows, ("layout", "XLA peak / device", "fits", "step ≥", "bound", "MFU ceiling", "compile")))
 
 

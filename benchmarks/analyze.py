@@ -56,24 +56,64 @@ sys.path.insert(0, str(ROOT))
 LLAMA_7B = {
     "name": "llama2-7b-16x16",
     "mesh": {"shape": [16, 16], "axes": ["data", "model"]},
-    "rules": [["batch", "data"], ["mlp", "model"], ["heads", "model"], ["kv_heads", "model"], ["vocab", "model"], ["embed", "data"], ["layer", None]],
-    "model": {"name": "transformer", "options": {
-        "batch": 16, "seq_len": 4096, "layers": 32, "d_model": 4096, "heads": 32, "kv_heads": 32,
-        "head_dim": 128, "mlp_dim": 11008, "vocab": 32000, "gated_mlp": True, "learned_positions": False,
-    }},
+    "rules": [
+        ["batch", "data"],
+        ["mlp", "model"],
+        ["heads", "model"],
+        ["kv_heads", "model"],
+        ["vocab", "model"],
+        ["embed", "data"],
+        ["layer", None],
+    ],
+    "model": {
+        "name": "transformer",
+        "options": {
+            "batch": 16,
+            "seq_len": 4096,
+            "layers": 32,
+            "d_model": 4096,
+            "heads": 32,
+            "kv_heads": 32,
+            "head_dim": 128,
+            "mlp_dim": 11008,
+            "vocab": 32000,
+            "gated_mlp": True,
+            "learned_positions": False,
+        },
+    },
 }
 EVERY_NAME_RULES = LLAMA_7B["rules"] + [["kv", None]]
 T5X = "tests.external.factories:make_t5x_t5"
-T5X_OPTIONS = {"num_encoder_layers": 8, "num_decoder_layers": 8, "emb_dim": 512, "num_heads": 8, "head_dim": 64,
-               "mlp_dim": 2048, "vocab_size": 32128, "batch": 16, "encoder_length": 512, "decoder_length": 128}
+T5X_OPTIONS = {
+    "num_encoder_layers": 8,
+    "num_decoder_layers": 8,
+    "emb_dim": 512,
+    "num_heads": 8,
+    "head_dim": 64,
+    "mlp_dim": 2048,
+    "vocab_size": 32128,
+    "batch": 16,
+    "encoder_length": 512,
+    "decoder_length": 128,
+}
 
 
 GEMMA = "tests.external.factories:make_flax_gemma"
 # the example's TransformerConfig.gemma_7b (tests/external/flax_gemma/transformer_cfg.py; hidden_dim is the MLP
 # width); batch and length as the Llama line's
-GEMMA_7B_OPTIONS = {"num_layers": 28, "embed_dim": 3072, "hidden_dim": 24576, "num_heads": 16, "head_dim": 256,
-                    "num_kv_heads": 16, "num_embed": 256128, "batch": LLAMA_7B["model"]["options"]["batch"],
-                    "length": LLAMA_7B["model"]["options"]["seq_len"], "fsdp_axis": "data", "tensor_axis": "model"}
+GEMMA_7B_OPTIONS = {
+    "num_layers": 28,
+    "embed_dim": 3072,
+    "hidden_dim": 24576,
+    "num_heads": 16,
+    "head_dim": 256,
+    "num_kv_heads": 16,
+    "num_embed": 256128,
+    "batch": LLAMA_7B["model"]["options"]["batch"],
+    "length": LLAMA_7B["model"]["options"]["seq_len"],
+    "fsdp_axis": "data",
+    "tensor_axis": "model",
+}
 GEMMA_7B = {
     "name": "flax-gemma-7b-16x16-explicit",
     "mesh": {"shape": [16, 16], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
@@ -104,8 +144,7 @@ def bare_gemma() -> int:
                 leaf = variable.get_value()
                 leaves.append((path, leaf.sharding, leaf.sharding.shard_shape(leaf.shape)))
         graphdef, state = nnx.split(model)
-        xs = [jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=NamedSharding(mesh, PartitionSpec()))
-              for i in inputs]
+        xs = [jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype), sharding=NamedSharding(mesh, PartitionSpec())) for i in inputs]
         forward = jax.make_jaxpr(lambda s, *x: nnx.merge(graphdef, s)(*x))(state, *xs)
     return len(leaves) + len(_value_shardings(forward.jaxpr))
 
@@ -139,8 +178,12 @@ def command_line_gemma() -> None:
 def t5x_layout() -> dict:
     from tests.external.factories import AUTHORS_RULES
 
-    return {"name": "t5x-small-2x4", "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
-            "rules": AUTHORS_RULES["t5x_t5"], "model": {"name": T5X, "options": T5X_OPTIONS}}
+    return {
+        "name": "t5x-small-2x4",
+        "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+        "rules": AUTHORS_RULES["t5x_t5"],
+        "model": {"name": T5X, "options": T5X_OPTIONS},
+    }
 
 
 def bare_t5x() -> int:
@@ -165,16 +208,19 @@ def bare_t5x() -> int:
 
 
 MAXTEXT = "tests.external.factories:make_maxtext_decoder"
-MAXTEXT_OPTIONS = {"num_decoder_layers": 8, "emb_dim": 512, "mlp_dim": 1408, "num_heads": 8, "head_dim": 64, "batch": 8,
-                   "length": 256}
+MAXTEXT_OPTIONS = {"num_decoder_layers": 8, "emb_dim": 512, "mlp_dim": 1408, "num_heads": 8, "head_dim": 64, "batch": 8, "length": 256}
 
 
 def maxtext_layout() -> dict:
     from tests.external import factories
 
     shape = [int(n) for n in factories.MAXTEXT_MESH_SHAPE.split("x")]
-    return {"name": "maxtext-llama2", "mesh": {"shape": shape, "axes": list(factories.maxtext_base.MESH_AXES)},
-            "rules": factories.maxtext_rules(), "model": {"name": MAXTEXT, "options": MAXTEXT_OPTIONS}}
+    return {
+        "name": "maxtext-llama2",
+        "mesh": {"shape": shape, "axes": list(factories.maxtext_base.MESH_AXES)},
+        "rules": factories.maxtext_rules(),
+        "model": {"name": MAXTEXT, "options": MAXTEXT_OPTIONS},
+    }
 
 
 def bare_maxtext() -> int:
@@ -191,8 +237,11 @@ def bare_maxtext() -> int:
     layout = maxtext_layout()
     module, inputs, _ = factories.make_maxtext_decoder(**MAXTEXT_OPTIONS)
     xs = [jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype)) for i in inputs]
-    mesh = jax.make_mesh(tuple(layout["mesh"]["shape"]), tuple(layout["mesh"]["axes"]),
-                         axis_types=(jax.sharding.AxisType.Auto,) * len(layout["mesh"]["axes"]))
+    mesh = jax.make_mesh(
+        tuple(layout["mesh"]["shape"]),
+        tuple(layout["mesh"]["axes"]),
+        axis_types=(jax.sharding.AxisType.Auto,) * len(layout["mesh"]["axes"]),
+    )
     rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in layout["rules"])
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         abstract = jax.eval_shape(module.init, jax.random.key(0), *xs)
@@ -325,11 +374,28 @@ def _summary(name: str, samples: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--only", action="append", choices=["llama", "t5x", "maxtext", "explicit"],
-                        help="run only this line (repeatable); llama includes the in-process cases")
-    parser.add_argument("--child", choices=["bare", "explorer", "explorer-every-name", "cli", "bare-t5x",
-                                                "explorer-t5x", "bare-maxtext", "explorer-maxtext", "bare-gemma",
-                                                "explorer-gemma", "cli-gemma"])
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=["llama", "t5x", "maxtext", "explicit"],
+        help="run only this line (repeatable); llama includes the in-process cases",
+    )
+    parser.add_argument(
+        "--child",
+        choices=[
+            "bare",
+            "explorer",
+            "explorer-every-name",
+            "cli",
+            "bare-t5x",
+            "explorer-t5x",
+            "bare-maxtext",
+            "explorer-maxtext",
+            "bare-gemma",
+            "explorer-gemma",
+            "cli-gemma",
+        ],
+    )
     args = parser.parse_args()
     os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
     if args.child:
@@ -337,11 +403,19 @@ def main() -> None:
 
         devices.configure()
         os.environ["EXPLORER_ALLOWED_FACTORIES"] = f"{T5X},{MAXTEXT},{GEMMA}"
-        children = {"bare": bare_recipe, "explorer": explorer_analysis, "explorer-every-name": explorer_every_name,
-                    "cli": command_line_json,
-                    "bare-t5x": bare_t5x, "explorer-t5x": explorer_t5x,
-                    "bare-maxtext": bare_maxtext, "explorer-maxtext": explorer_maxtext,
-                    "bare-gemma": bare_gemma, "explorer-gemma": explorer_gemma, "cli-gemma": command_line_gemma}
+        children = {
+            "bare": bare_recipe,
+            "explorer": explorer_analysis,
+            "explorer-every-name": explorer_every_name,
+            "cli": command_line_json,
+            "bare-t5x": bare_t5x,
+            "explorer-t5x": explorer_t5x,
+            "bare-maxtext": bare_maxtext,
+            "explorer-maxtext": explorer_maxtext,
+            "bare-gemma": bare_gemma,
+            "explorer-gemma": explorer_gemma,
+            "cli-gemma": command_line_gemma,
+        }
         children[args.child]()
         return
 
@@ -359,8 +433,10 @@ def main() -> None:
 
 
 def _explicit(rounds: int) -> None:
-    print(f"Flax's Gemma example (tests/external) at Gemma-7B sizes (28 layers, d_model 3072) on a planned 16x16 mesh "
-          f"with Explicit axes, no rules, {rounds} rounds, A B C A B C ...")
+    print(
+        f"Flax's Gemma example (tests/external) at Gemma-7B sizes (28 layers, d_model 3072) on a planned 16x16 mesh "
+        f"with Explicit axes, no rules, {rounds} rounds, A B C A B C ..."
+    )
     bare, cold, cli = [], [], []
     for _ in range(rounds):
         bare.append(_fresh_process("bare-gemma", tempfile.mkdtemp()))
@@ -371,13 +447,14 @@ def _explicit(rounds: int) -> None:
     print(_summary("analyze --json --values, cold", cli))
     for label, samples in (("cold", cold), ("analyze --json --values cold", cli)):
         ratios = [e / b for e, b in zip(samples, bare)]
-        print(f"ratio explorer {label} / bare (Explicit, whole process): median {statistics.median(ratios):.2f}x  "
-              f"(goal <= 1.0x)")
+        print(f"ratio explorer {label} / bare (Explicit, whole process): median {statistics.median(ratios):.2f}x  (goal <= 1.0x)")
     cpu_bare = CPU_SECONDS["bare-gemma"][-rounds:]
     for label, which in (("cold", "explorer-gemma"), ("analyze --json --values cold", "cli-gemma")):
         ratios = [e / b for e, b in zip(CPU_SECONDS[which][-rounds:], cpu_bare)]
-        print(f"ratio explorer {label} / bare, CPU seconds (user + system): median {statistics.median(ratios):.2f}x  "
-              f"(bare median {statistics.median(cpu_bare):.3f} s)")
+        print(
+            f"ratio explorer {label} / bare, CPU seconds (user + system): median {statistics.median(ratios):.2f}x  "
+            f"(bare median {statistics.median(cpu_bare):.3f} s)"
+        )
 
 
 def _llama_whole_process(rounds: int) -> list[float]:
@@ -396,8 +473,12 @@ def _llama_whole_process(rounds: int) -> list[float]:
     print(_summary("explorer, every name ruled, cold", every_name_cold))
     print(_summary("explorer, whole process, warm", explorer_warm))
     print(_summary("analyze --json, whole process, cold", cli_cold))
-    for label, samples, goal in (("cold", explorer_cold, 1.0), ("cold, rules naming every parameter name", every_name_cold, 1.0),
-                                 ("warm", explorer_warm, 0.4), ("analyze --json cold", cli_cold, 1.0)):
+    for label, samples, goal in (
+        ("cold", explorer_cold, 1.0),
+        ("cold, rules naming every parameter name", every_name_cold, 1.0),
+        ("warm", explorer_warm, 0.4),
+        ("analyze --json cold", cli_cold, 1.0),
+    ):
         ratios = [e / b for e, b in zip(samples, bare_cold)]
         print(f"ratio explorer {label} / bare (whole process): median {statistics.median(ratios):.2f}x  (goal <= {goal}x)")
     return explorer_cold
@@ -416,8 +497,10 @@ def _t5x(rounds: int) -> None:
 
 
 def _maxtext(rounds: int) -> None:
-    print(f"MaxText's decoder (tests/external: NNX layers bridged into Linen, scanned, 8 layers, d_model 512) on its "
-          f"12-axis mesh with base.yml's rules, {rounds} rounds")
+    print(
+        f"MaxText's decoder (tests/external: NNX layers bridged into Linen, scanned, 8 layers, d_model 512) on its "
+        f"12-axis mesh with base.yml's rules, {rounds} rounds"
+    )
     bare_mt, explorer_mt = [], []
     for _ in range(rounds):
         bare_mt.append(_fresh_process("bare-maxtext", tempfile.mkdtemp()))

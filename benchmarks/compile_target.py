@@ -40,12 +40,33 @@ TARGET = "v5p-128"  # 64 chips, v5p:4x4x4
 LLAMA_7B = {
     "name": "llama2-7b-fsdp16-tensor4",
     "mesh": {"shape": [16, 4], "axes": ["fsdp", "tensor"]},
-    "rules": [["batch", "fsdp"], ["embed", "fsdp"], ["mlp", "tensor"], ["heads", "tensor"], ["kv_heads", "tensor"],
-              ["vocab", "tensor"], ["layer", None]],
-    "model": {"name": "transformer", "options": {
-        "batch": 16, "seq_len": 4096, "layers": 32, "d_model": 4096, "heads": 32, "kv_heads": 32, "head_dim": 128,
-        "mlp_dim": 11008, "vocab": 32000, "gated_mlp": True, "learned_positions": False, "scan": True, "dtype": "bfloat16",
-    }},
+    "rules": [
+        ["batch", "fsdp"],
+        ["embed", "fsdp"],
+        ["mlp", "tensor"],
+        ["heads", "tensor"],
+        ["kv_heads", "tensor"],
+        ["vocab", "tensor"],
+        ["layer", None],
+    ],
+    "model": {
+        "name": "transformer",
+        "options": {
+            "batch": 16,
+            "seq_len": 4096,
+            "layers": 32,
+            "d_model": 4096,
+            "heads": 32,
+            "kv_heads": 32,
+            "head_dim": 128,
+            "mlp_dim": 11008,
+            "vocab": 32000,
+            "gated_mlp": True,
+            "learned_positions": False,
+            "scan": True,
+            "dtype": "bfloat16",
+        },
+    },
 }
 
 GPU_TARGET = "h100:8x8"  # 8 hosts of 8 H100s
@@ -113,8 +134,9 @@ def run_bare(path: str, target: str) -> tuple[float, dict]:
     parsed = parse_target(target)
     where = ["tpu"] if not parsed.is_gpu else [str(ROOT / "explorer" / "gpu_targets" / parsed.chip.config_file), parsed.gpu_topology]
     start = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-c", BARE, path, *where], capture_output=True, text=True,
-                               env=child_environment(parsed), cwd=ROOT)
+    completed = subprocess.run(
+        [sys.executable, "-c", BARE, path, *where], capture_output=True, text=True, env=child_environment(parsed), cwd=ROOT
+    )
     elapsed = time.perf_counter() - start
     if completed.returncode:
         raise SystemExit(completed.stderr[-3000:])
@@ -141,31 +163,39 @@ def compare(data: dict, target: str, rounds: int) -> tuple[TargetCompile, list[f
             tool_s.append(t)
             bare_s.append(b)
             ratios.append(t / b)
-            print(f"  round {round_ + 1}: explorer {t:.1f} s (compile_s {result.compile_s:.1f}), "
-                  f"bare {b:.1f} s (compile_s {bare['compile_s']:.1f}), ratio {t / b:.3f}; peak explorer "
-                  f"{result.memory.peak_bytes:,} B, bare {bare['peak_bytes']:,} B", flush=True)
+            print(
+                f"  round {round_ + 1}: explorer {t:.1f} s (compile_s {result.compile_s:.1f}), "
+                f"bare {b:.1f} s (compile_s {bare['compile_s']:.1f}), ratio {t / b:.3f}; peak explorer "
+                f"{result.memory.peak_bytes:,} B, bare {bare['peak_bytes']:,} B",
+                flush=True,
+            )
     return result, tool_s, bare_s, ratios
 
 
 def report(result: TargetCompile, tool_s: list[float], bare_s: list[float], ratios: list[float]) -> None:
     gib = 2**30
     memory, estimate, device = result.memory, result.estimate, "GPU" if result.target.is_gpu else "chip"
-    print(f"  explorer median {statistics.median(tool_s):.1f} s, bare median {statistics.median(bare_s):.1f} s, "
-          f"ratio median {statistics.median(ratios):.3f} (goal <= 1.1)")
+    print(
+        f"  explorer median {statistics.median(tool_s):.1f} s, bare median {statistics.median(bare_s):.1f} s, "
+        f"ratio median {statistics.median(ratios):.3f} (goal <= 1.1)"
+    )
     print(f"  per {device}: " + ", ".join(f"{k.removesuffix('_bytes')} {v / gib:.2f} GiB" for k, v in memory.figures().items()))
     print(f"  fits: {result.fits} (against {result.memory_limit.what}), headroom {result.headroom_bytes / gib:.2f} GiB")
     for message in result.xla_messages:
         print(f"  XLA: {message}")
-    print(f"  {result.flops / 1e12:.2f} TFLOP ({result.flops_source}), {result.bytes_accessed / gib:.2f} GiB accessed per {device} per step")
-    print(f"  roofline lower bound: compute {estimate.compute_s * 1e3:.1f} ms, memory {estimate.memory_s * 1e3:.1f} ms, "
-          f"collectives {estimate.collective_s * 1e3:.1f} ms -> {estimate.step_s * 1e3:.1f} ms, {estimate.bound}-bound, "
-          f"MFU <= {estimate.mfu_ceiling:.0%}")
+    print(
+        f"  {result.flops / 1e12:.2f} TFLOP ({result.flops_source}), {result.bytes_accessed / gib:.2f} GiB accessed per {device} per step"
+    )
+    print(
+        f"  roofline lower bound: compute {estimate.compute_s * 1e3:.1f} ms, memory {estimate.memory_s * 1e3:.1f} ms, "
+        f"collectives {estimate.collective_s * 1e3:.1f} ms -> {estimate.step_s * 1e3:.1f} ms, {estimate.bound}-bound, "
+        f"MFU <= {estimate.mfu_ceiling:.0%}"
+    )
     for placed in result.mesh.placement:
         if placed.text is not None:
             print(f"    {placed.text}")
     for c in result.collectives:
-        print(f"    {c.op} x{c.count} over {'x'.join(c.mesh_axes) or '-'} ({c.link}): "
-              f"{c.bytes / gib:.3f} GiB, >= {c.seconds * 1e3:.1f} ms")
+        print(f"    {c.op} x{c.count} over {'x'.join(c.mesh_axes) or '-'} ({c.link}): {c.bytes / gib:.3f} GiB, >= {c.seconds * 1e3:.1f} ms")
 
 
 def main() -> None:
@@ -179,8 +209,11 @@ def main() -> None:
         report(*compare(LLAMA_7B, TARGET, args.rounds))
     if GPU_TARGET in targets:
         for scan in (True, False):
-            print(f"\nLlama-2-7B shapes ({'scanned' if scan else 'unrolled'}, bf16), FSDP 8 over hosts x tensor 8 inside on "
-                  f"{GPU_TARGET} (64 H100s, no GPU):", flush=True)
+            print(
+                f"\nLlama-2-7B shapes ({'scanned' if scan else 'unrolled'}, bf16), FSDP 8 over hosts x tensor 8 inside on "
+                f"{GPU_TARGET} (64 H100s, no GPU):",
+                flush=True,
+            )
             report(*compare(llama_gpu(scan), GPU_TARGET, args.rounds))
 
 

@@ -63,7 +63,9 @@ def main() -> None:
         at.session_state["rules_version"] = at.session_state["rules_version"] + 1
         edits.append(_timed_run(at))
     print(f"first run (cold caches)   {first:.2f} s")
-    print(f"rerun, nothing changed    median {statistics.median(reruns):.2f} s (min {min(reruns):.2f}, max {max(reruns):.2f}, n={len(reruns)})")
+    print(
+        f"rerun, nothing changed    median {statistics.median(reruns):.2f} s (min {min(reruns):.2f}, max {max(reruns):.2f}, n={len(reruns)})"
+    )
     print(f"rerun after a rule edit   median {statistics.median(edits):.2f} s (min {min(edits):.2f}, max {max(edits):.2f}, n={len(edits)})")
     print(f"goal: a rerun <= 3 s: {'met' if statistics.median(reruns) <= 3 else 'NOT met'}")
 

@@ -74,8 +74,10 @@ def main() -> None:
     m = {name: statistics.median(values) for name, values in rounds.items()}
     print(f"{args.size}x{args.size} matmul, {args.rounds} alternating rounds of {args.steps} calls each, median of medians:")
     for side in ("sharded", "single"):
-        print(f"  {side:8}: tool {m['tool ' + side] * 1e3:.2f} ms, guide's recipe {m['hand ' + side] * 1e3:.2f} ms, "
-              f"ratio {m['tool ' + side] / m['hand ' + side]:.3f}")
+        print(
+            f"  {side:8}: tool {m['tool ' + side] * 1e3:.2f} ms, guide's recipe {m['hand ' + side] * 1e3:.2f} ms, "
+            f"ratio {m['tool ' + side] / m['hand ' + side]:.3f}"
+        )
     print(f"  speedup: tool {m['tool single'] / m['tool sharded']:.2f}x, guide's recipe {m['hand single'] / m['hand sharded']:.2f}x")
 
 

@@ -50,8 +50,12 @@ def main() -> None:
         two.append(result.step_s.median)
     ratios = sorted(b / a for a, b in zip(one, two))
     print(f"guide MLP (depth {args.depth}) on 2x4, {args.rounds} rounds x {args.steps} steps, A B A B ...")
-    print(f"A 1 process x 8 devices    median of round medians {statistics.median(one) * 1e3:8.2f} ms  rounds: {[round(t * 1e3, 1) for t in one]}")
-    print(f"B 2 processes x 4 devices  median of round medians {statistics.median(two) * 1e3:8.2f} ms  rounds: {[round(t * 1e3, 1) for t in two]}")
+    print(
+        f"A 1 process x 8 devices    median of round medians {statistics.median(one) * 1e3:8.2f} ms  rounds: {[round(t * 1e3, 1) for t in one]}"
+    )
+    print(
+        f"B 2 processes x 4 devices  median of round medians {statistics.median(two) * 1e3:8.2f} ms  rounds: {[round(t * 1e3, 1) for t in two]}"
+    )
     print(f"ratio B / A: median {statistics.median(ratios):.2f} (min {ratios[0]:.2f}, max {ratios[-1]:.2f})")
 
 

@@ -71,7 +71,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    mlp = _measure("MLP 2x4, rule edit -> redraw", [[["batch", ["data"]], ["hidden", ["model"]]], [["batch", ["data"]], ["hidden", ["data"]]]], args.rounds)
+    mlp = _measure(
+        "MLP 2x4, rule edit -> redraw",
+        [[["batch", ["data"]], ["hidden", ["model"]]], [["batch", ["data"]], ["hidden", ["data"]]]],
+        args.rounds,
+    )
     llama_rules = [[[logical, [] if mesh is None else [mesh]] for logical, mesh in LLAMA_7B["rules"]]]
     llama_rules.append([["batch", ["data"]], ["embed", ["model"]], ["mlp", ["data"]], ["layer", []]])
     llama = _measure("Llama-2-7B 16x16 planned, rule edit", llama_rules, args.rounds, setup=_setup_llama)
@@ -82,8 +86,10 @@ def main() -> None:
         bare.append(time.perf_counter() - start)
     print(f"{'bare Flax recipe, Llama-2-7B':<36} median {statistics.median(bare):.3f} s")
     print(f"MLP redraw median {statistics.median(mlp):.3f} s (goal <= 1 s)")
-    print(f"Llama redraw median {statistics.median(llama):.3f} s (goal <= 2 s); "
-          f"ratio to the bare recipe's analysis alone: {statistics.median(llama) / statistics.median(bare):.2f}x")
+    print(
+        f"Llama redraw median {statistics.median(llama):.3f} s (goal <= 2 s); "
+        f"ratio to the bare recipe's analysis alone: {statistics.median(llama) / statistics.median(bare):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -67,7 +67,9 @@ def guide_loop(steps: int, warmup: int = 2):
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         abstract = jax.eval_shape(functools.partial(init_fn, model=model, optimizer=optimizer), jax.random.key(0), x)
         state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh, rules)
-        init = jax.jit(init_fn, static_argnums=(2, 3), in_shardings=(NamedSharding(mesh, PartitionSpec()), x_sharding), out_shardings=state_sharding)
+        init = jax.jit(
+            init_fn, static_argnums=(2, 3), in_shardings=(NamedSharding(mesh, PartitionSpec()), x_sharding), out_shardings=state_sharding
+        )
         step = jax.jit(train_step, in_shardings=(state_sharding, x_sharding), out_shardings=state_sharding)
 
     def run() -> float:
@@ -101,8 +103,12 @@ def main() -> None:
         hand.append(by_hand())
     ratios = sorted(t / h for t, h in zip(tool, hand))
     print(f"Flax guide MLP on 2x4, {args.rounds} rounds x {args.steps} steps, A B A B ...")
-    print(f"tool (time_layout)   median of round medians {statistics.median(tool) * 1e3:8.2f} ms  rounds: {[round(t * 1e3, 1) for t in tool]}")
-    print(f"hand-written loop    median of round medians {statistics.median(hand) * 1e3:8.2f} ms  rounds: {[round(h * 1e3, 1) for h in hand]}")
+    print(
+        f"tool (time_layout)   median of round medians {statistics.median(tool) * 1e3:8.2f} ms  rounds: {[round(t * 1e3, 1) for t in tool]}"
+    )
+    print(
+        f"hand-written loop    median of round medians {statistics.median(hand) * 1e3:8.2f} ms  rounds: {[round(h * 1e3, 1) for h in hand]}"
+    )
     print(f"ratio tool / hand: median {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, max {ratios[-1]:.3f}); goal 0.95 .. 1.05")
 
 

@@ -41,14 +41,20 @@ def main(argv: list[str] | None = None) -> int:
     analyze.add_argument("--json", action="store_true", help="print the report as JSON")
     analyze.add_argument("--tiles", action="store_true", help="include the block each device holds, for every array")
     analyze.add_argument(
-        "--tiles-for", metavar="GLOB", default=None,
+        "--tiles-for",
+        metavar="GLOB",
+        default=None,
         help="include the blocks only for arrays whose path matches GLOB (fnmatch, e.g. 'params/*kernel'); implies --tiles",
     )
     analyze.add_argument("--strict", action="store_true", help="exit with 1 when an error-level finding stands")
     analyze.add_argument(
-        "--values", nargs="?", const="", default=None, metavar="SEARCH",
+        "--values",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="SEARCH",
         help="Explicit axes: every forward value with the sharding in its type, grouped by source line "
-             "(only those matching SEARCH, e.g. 'attention reshard'); with --json, added as \"values\"",
+        "(only those matching SEARCH, e.g. 'attention reshard'); with --json, added as \"values\"",
     )
     analyze.add_argument("--array", metavar="PATH", help="draw one array's device grid (e.g. params/.../kernel)")
     analyze.add_argument("--dims", metavar="R,C", help="with --array: the dimensions drawn as rows and columns")
@@ -62,26 +68,35 @@ def main(argv: list[str] | None = None) -> int:
     timing.add_argument("--json", action="store_true", help="print the result as JSON")
     _distributed_arguments(timing)
     compile_ = commands.add_parser(
-        "compile", help="compile the train step for a TPU slice or an NVIDIA GPU cluster (neither needed): memory, collectives, roofline")
+        "compile", help="compile the train step for a TPU slice or an NVIDIA GPU cluster (neither needed): memory, collectives, roofline"
+    )
     compile_.add_argument("layout", help="a layout JSON file")
     compile_.add_argument(
-        "--target", required=True,
+        "--target",
+        required=True,
         help="a Cloud TPU type (v5p-128, v5litepod-16), a libtpu topology (v5p:4x4x4), or a GPU cluster GPU:HOSTSxGPUS of "
-        'a100, h100, h200, b200 (h100:1x8, h100:8x8; needs pip install "partition-explorer[gpu]")')
+        'a100, h100, h200, b200 (h100:1x8, h100:8x8; needs pip install "partition-explorer[gpu]")',
+    )
     compile_.add_argument("--json", action="store_true", help="print the result as JSON")
     compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
-    advise = commands.add_parser("advise", help="rank meshes and rules for a TPU slice or GPU cluster: stage 1 estimates, stage 2 XLA compiles")
+    advise = commands.add_parser(
+        "advise", help="rank meshes and rules for a TPU slice or GPU cluster: stage 1 estimates, stage 2 XLA compiles"
+    )
     advise.add_argument("layout", help="a layout JSON file: its model, and its mesh and rules as one candidate")
     advise.add_argument("--target", required=True, help="a Cloud TPU type (v5p-128), libtpu topology (v5p:4x4x4) or GPU cluster (h100:8x8)")
     advise.add_argument("--json", action="store_true", help="print the result as one JSON object")
     advise.add_argument("--compiles", type=int, default=4, help="shortlisted candidates to compile for the target (default 4)")
     advise.add_argument("--role", action="append", default=[], metavar="NAME=ROLE", help="a logical name's role (repeatable)")
     advise.add_argument(
-        "--depth-shortcut", choices=("auto", "on", "off"), default="auto",
+        "--depth-shortcut",
+        choices=("auto", "on", "off"),
+        default="auto",
         help="compile each candidate at depths 2 and 4, extrapolate to the model's depth, then compile the best in full "
-             "(auto: for models whose layers are not scanned, where it saves time)",
+        "(auto: for models whose layers are not scanned, where it saves time)",
     )
-    advise.add_argument("--depth-option", metavar="NAME", default=None, help="the model option that sets its depth (default: a known name, e.g. layers)")
+    advise.add_argument(
+        "--depth-option", metavar="NAME", default=None, help="the model option that sets its depth (default: a known name, e.g. layers)"
+    )
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file, or - for standard input")
     op = commands.add_parser("op", help="arrays on a mesh and an expression: the shardings XLA chooses, collectives, timing")
@@ -134,16 +149,28 @@ def _distributed_arguments(timing: argparse.ArgumentParser) -> None:
     from explorer.workers import STALL_TIMEOUT_S
 
     local = timing.add_argument_group("local processes")
-    local.add_argument("--processes", type=int, default=1,
-                       help="time across N local processes with jax.distributed, the mesh's devices split evenly (default 1)")
-    local.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S,
-                       help=f"end the run when no worker reports progress for this many seconds (default {STALL_TIMEOUT_S:.0f})")
+    local.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="time across N local processes with jax.distributed, the mesh's devices split evenly (default 1)",
+    )
+    local.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=STALL_TIMEOUT_S,
+        help=f"end the run when no worker reports progress for this many seconds (default {STALL_TIMEOUT_S:.0f})",
+    )
     hosts = timing.add_argument_group("joining a multi-host run (run the same command on every host)")
     hosts.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address and a free port, the same on every host")
     hosts.add_argument("--num-processes", type=int, help="processes in the run")
     hosts.add_argument("--process-id", type=int, help="this process's id, 0 .. N-1; process 0 prints the result")
-    hosts.add_argument("--join-timeout", type=int, default=JOIN_TIMEOUT_S,
-                       help=f"seconds to wait for every process to join, here or with --processes (default {JOIN_TIMEOUT_S})")
+    hosts.add_argument(
+        "--join-timeout",
+        type=int,
+        default=JOIN_TIMEOUT_S,
+        help=f"seconds to wait for every process to join, here or with --processes (default {JOIN_TIMEOUT_S})",
+    )
 
 
 def _load(path: str):
@@ -162,8 +189,11 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.values is not None and not report.typed:
         from explorer.errors import ExplorerError
 
-        raise ExplorerError("--values", args.values, "needs a mesh with Explicit axes (mesh.axis_types), where every "
-                                                     "value's type carries its sharding; this layout's axes are Auto")
+        raise ExplorerError(
+            "--values",
+            args.values,
+            "needs a mesh with Explicit axes (mesh.axis_types), where every value's type carries its sharding; this layout's axes are Auto",
+        )
     if args.values is not None and not args.json:
         from explorer.text import values_text
 
@@ -218,9 +248,7 @@ def _array_text(report, info, args: argparse.Namespace) -> str:
     for item in args.block:
         dim, _, block = item.partition("=")
         if not (dim.strip().isdigit() and block.strip().isdigit() and int(dim) < ndim and int(dim) not in dims):
-            raise ExplorerError(
-                "--block", item, f"is not DIM=K with DIM a dimension of the {ndim}-D array other than the drawn {dims}"
-            )
+            raise ExplorerError("--block", item, f"is not DIM=K with DIM a dimension of the {ndim}-D array other than the drawn {dims}")
         index[int(dim)] = int(block)
     header = (
         f"{info.path}: shape {tuple(info.shape)} {info.dtype}, spec {info.spec_text()}, "
@@ -258,8 +286,13 @@ def _time(args: argparse.Namespace) -> int:
         from explorer.workers import time_local_processes
 
         result = time_local_processes(
-            _load(args.layout), args.processes, steps=args.steps, warmup=args.warmup,
-            on_phase=progress, stall_timeout_s=args.stall_timeout, join_timeout_s=args.join_timeout,
+            _load(args.layout),
+            args.processes,
+            steps=args.steps,
+            warmup=args.warmup,
+            on_phase=progress,
+            stall_timeout_s=args.stall_timeout,
+            join_timeout_s=args.join_timeout,
         )
     else:
         from explorer.timing import time_layout
@@ -284,12 +317,18 @@ def _time_joined(args: argparse.Namespace, progress):
     host, port = parse_coordinator(args.coordinator)
     local = host in ("127.0.0.1", "localhost", "[::1]")
     reserve_stdout()
-    join(args.coordinator, args.num_processes, args.process_id, join_timeout_s=args.join_timeout,
-         bind_address=f"{host}:{port}" if local else None)
+    join(
+        args.coordinator,
+        args.num_processes,
+        args.process_id,
+        join_timeout_s=args.join_timeout,
+        bind_address=f"{host}:{port}" if local else None,
+    )
     lead = jax.process_index() == 0
     result = time_joined(layout, args.steps, args.warmup, on_phase=progress if lead else None)
     jax.distributed.shutdown()
     return result if lead else None
+
 
 def _op(args: argparse.Namespace) -> int:
     from explorer.ops import analyze_op, load_op_file, time_op
@@ -335,8 +374,9 @@ def _advise(args: argparse.Namespace) -> int:
     shortcut = {"auto": None, "on": True, "off": False}[args.depth_shortcut]
     if args.depth_option is not None:
         depth_of(layout, args.depth_option)  # a bad name is refused before any work
-    search = advise(layout, target, compiles=args.compiles, roles=roles, on_progress=progress, shortcut=shortcut,
-                    depth_option=args.depth_option)
+    search = advise(
+        layout, target, compiles=args.compiles, roles=roles, on_progress=progress, shortcut=shortcut, depth_option=args.depth_option
+    )
     if args.json:
         json.dump(search_to_dict(search), sys.stdout, indent=2)
         print()

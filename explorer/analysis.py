@@ -37,6 +37,7 @@ INFO_CODES = frozenset({"semantics-differ"})  # worth knowing, nothing wrong wit
 
 MAX_TILE_ENTRIES = 1_000_000  # (block, device) pairs the command line lists at most (about 10 MB of text)
 
+
 @dataclasses.dataclass(frozen=True)
 class ArrayInfo:
     """One array under one layout."""
@@ -63,8 +64,6 @@ class ArrayInfo:
     def spec_text(self) -> str:
         """``P(None, 'model')``, as JAX prints it."""
         return repr(PartitionSpec(*self.spec))
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +109,10 @@ class Totals:
     def by_kind(self) -> dict[str, int]:
         """Bytes per device keyed by array kind, in KINDS order."""
         return {
-            "param": self.param_bytes, "opt_state": self.opt_state_bytes,
-            "input": self.input_bytes, "activation": self.activation_bytes,
+            "param": self.param_bytes,
+            "opt_state": self.opt_state_bytes,
+            "input": self.input_bytes,
+            "activation": self.activation_bytes,
         }
 
     def as_dict(self) -> dict[str, int]:
@@ -254,11 +255,13 @@ def _analyzed(layout: Layout, model: AbstractModel, received: bool) -> Report:
         arrays, notes = _as_received(arrays, model, found, rules, mesh, problems)
     warnings = problems + notes + _warnings(arrays, rules, mesh) + _semantics_differ(model, rules, mesh)
     if model.loops_without_length:
-        warnings.append(Finding(
-            "loop-without-length",
-            f"{model.loops_without_length} declared activation(s) sit in a while loop with no static length: "
-            "they are listed once, though the loop may run them many times.",
-        ))
+        warnings.append(
+            Finding(
+                "loop-without-length",
+                f"{model.loops_without_length} declared activation(s) sit in a while loop with no static length: "
+                "they are listed once, though the loop may run them many times.",
+            )
+        )
     return Report(layout, mesh, arrays, _totals(arrays), tuple(warnings), model.framework, model.values)
 
 
@@ -275,11 +278,17 @@ def _as_typed(info: ArrayInfo, array: AbstractArray, mesh: MeshInfo) -> ArrayInf
     if spec == ruled:
         return info
     shard = tiles_lib.shard_shape(info.shape, spec, mesh)
-    note = (f"its type is sharded {PartitionSpec(*spec)} while its metadata and the rules give {PartitionSpec(*ruled)}: "
-            "Flax built it so under the mesh (e.g. an initializer given out_sharding=), and JAX uses the type")
+    note = (
+        f"its type is sharded {PartitionSpec(*spec)} while its metadata and the rules give {PartitionSpec(*ruled)}: "
+        "Flax built it so under the mesh (e.g. an initializer given out_sharding=), and JAX uses the type"
+    )
     return dataclasses.replace(
-        info, spec=spec, shard_shape=shard, bytes_per_device=math.prod(shard) * np.dtype(info.dtype).itemsize,
-        replication=tiles_lib.replication(spec, mesh), note=f"{info.note}; {note}" if info.note else note,
+        info,
+        spec=spec,
+        shard_shape=shard,
+        bytes_per_device=math.prod(shard) * np.dtype(info.dtype).itemsize,
+        replication=tiles_lib.replication(spec, mesh),
+        note=f"{info.note}; {note}" if info.note else note,
     )
 
 
@@ -298,8 +307,9 @@ def effective_axes(array: AbstractArray, mesh_axes: Sequence[str]) -> tuple | No
     return names
 
 
-def _array_info(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, problems: list,
-                placements: dict | None = None) -> ArrayInfo:
+def _array_info(
+    array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, problems: list, placements: dict | None = None
+) -> ArrayInfo:
     """``array`` under the rules; ``placements`` memoises what depends only on its names, shape and dtype
     (every layer of a model repeats the same few), across the arrays of one analysis."""
     key = (array.logical_axes, array.annotation, array.shape, array.dtype, array.semantics)
@@ -336,8 +346,9 @@ def _placement(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo) 
     return resolution, spec, tuple(refusals), shard, nbytes, tiles_lib.replication(spec, mesh)
 
 
-def _as_received(arrays: tuple[ArrayInfo, ...], model: AbstractModel, received: reading.Resolved, rules, mesh: MeshInfo,
-                 problems: list) -> tuple[tuple[ArrayInfo, ...], list[Finding]]:
+def _as_received(
+    arrays: tuple[ArrayInfo, ...], model: AbstractModel, received: reading.Resolved, rules, mesh: MeshInfo, problems: list
+) -> tuple[tuple[ArrayInfo, ...], list[Finding]]:
     """The activations with the specs JAX receives under this layout (``reading.received``).
 
     Where the probe's constraints line up with the layout's trace one for one, each keeps its
@@ -346,28 +357,37 @@ def _as_received(arrays: tuple[ArrayInfo, ...], model: AbstractModel, received: 
     refused the probe), the received activations are shown with their mesh axes only.
     """
     if received.error:
-        why = (f"the model's code refused the explorer's probe ({model.probe_error}), " if model.probe_error else "")
-        return arrays, [Finding(
-            "activations-unresolved",
-            f"The forward pass could not be traced under this layout's mesh and rules ({received.error}); "
-            + (f"{why}so no activation can be shown." if why else
-               "the activations' specs shown are the rules applied to their logical names, not what JAX received."),
-        )]
+        why = f"the model's code refused the explorer's probe ({model.probe_error}), " if model.probe_error else ""
+        return arrays, [
+            Finding(
+                "activations-unresolved",
+                f"The forward pass could not be traced under this layout's mesh and rules ({received.error}); "
+                + (
+                    f"{why}so no activation can be shown."
+                    if why
+                    else "the activations' specs shown are the rules applied to their logical names, not what JAX received."
+                ),
+            )
+        ]
     probed = [a for a in arrays if a.kind == "activation"]
     truth = list(received.activations) + [received.output]
     if len(probed) == len(truth) and all(p.path == t.path and p.shape == t.shape for p, t in zip(probed, truth)):
         by_path = {t.path: t for t in truth}
         return tuple(_with_received(a, by_path[a.path], mesh) if a.kind == "activation" else a for a in arrays), []
-    why = (f"the model's code refused the explorer's probe ({model.probe_error})" if model.probe_error
-           else "the probe's trace and the layout's trace list different constraints")
+    why = (
+        f"the model's code refused the explorer's probe ({model.probe_error})"
+        if model.probe_error
+        else "the probe's trace and the layout's trace list different constraints"
+    )
     note = f"logical names unknown ({why}); the spec JAX receives under this layout"
-    shown = tuple(_array_info(dataclasses.replace(t, note=f"{t.note}; {note}" if t.note else note), rules, mesh, problems)
-                  for t in truth)
-    return tuple(a for a in arrays if a.kind != "activation") + shown, [Finding(
-        "activation-names-unknown",
-        f"{len(truth)} activation(s) are shown with the mesh axes JAX receives under this layout; their logical names "
-        f"are unknown: {why}.",
-    )]
+    shown = tuple(_array_info(dataclasses.replace(t, note=f"{t.note}; {note}" if t.note else note), rules, mesh, problems) for t in truth)
+    return tuple(a for a in arrays if a.kind != "activation") + shown, [
+        Finding(
+            "activation-names-unknown",
+            f"{len(truth)} activation(s) are shown with the mesh axes JAX receives under this layout; their logical names "
+            f"are unknown: {why}.",
+        )
+    ]
 
 
 def _with_received(info: ArrayInfo, received: AbstractArray, mesh: MeshInfo) -> ArrayInfo:
@@ -376,11 +396,17 @@ def _with_received(info: ArrayInfo, received: AbstractArray, mesh: MeshInfo) -> 
     if spec == tuple(spec_entry(e) if isinstance(e, (tuple, list)) else e for e in info.spec):
         return info
     shard = tiles_lib.shard_shape(info.shape, spec, mesh)
-    note = (f"JAX receives {PartitionSpec(*spec)} under this layout: the model's own code changed what the rules give "
-            f"its names ({PartitionSpec(*info.spec)})")
+    note = (
+        f"JAX receives {PartitionSpec(*spec)} under this layout: the model's own code changed what the rules give "
+        f"its names ({PartitionSpec(*info.spec)})"
+    )
     return dataclasses.replace(
-        info, spec=spec, shard_shape=shard, bytes_per_device=math.prod(shard) * np.dtype(info.dtype).itemsize,
-        replication=tiles_lib.replication(spec, mesh), note=f"{info.note}; {note}" if info.note else note,
+        info,
+        spec=spec,
+        shard_shape=shard,
+        bytes_per_device=math.prod(shard) * np.dtype(info.dtype).itemsize,
+        replication=tiles_lib.replication(spec, mesh),
+        note=f"{info.note}; {note}" if info.note else note,
     )
 
 
@@ -400,18 +426,22 @@ def _checked_spec(resolution, rules, mesh: MeshInfo) -> tuple[tuple, list[tuple[
         source = resolution.dims[dim].decided_by(rules)
         trace = resolution.dims[dim]
         if unknown:
-            refusals.append((
-                "unknown-mesh-axis",
-                f"dim {dim} is sharded over mesh axis '{unknown[0]}' by {source}, but the mesh has only "
-                f"{list(mesh.axes)}; JAX refuses this sharding. Fix: add a rule for '{trace.logical}' or rename the axis.",
-            ))
+            refusals.append(
+                (
+                    "unknown-mesh-axis",
+                    f"dim {dim} is sharded over mesh axis '{unknown[0]}' by {source}, but the mesh has only "
+                    f"{list(mesh.axes)}; JAX refuses this sharding. Fix: add a rule for '{trace.logical}' or rename the axis.",
+                )
+            )
             spec.append(None)
         elif twice:
-            refusals.append((
-                "mesh-axis-twice",
-                f"mesh axis '{twice[0]}' shards dim {used[twice[0]]} and again dim {dim} (by {source}); "
-                "JAX refuses a mesh axis used twice. Fix: map one of these names elsewhere or to null.",
-            ))
+            refusals.append(
+                (
+                    "mesh-axis-twice",
+                    f"mesh axis '{twice[0]}' shards dim {used[twice[0]]} and again dim {dim} (by {source}); "
+                    "JAX refuses a mesh axis used twice. Fix: map one of these names elsewhere or to null.",
+                )
+            )
             spec.append(None)
         else:
             used.update({a: dim for a in axes})
@@ -440,15 +470,20 @@ def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: Mes
     label = {"linen": "Linen", "nnx": "NNX"}
     used = [axis for entry in theirs for axis in spec_axes(entry)]
     twice = sorted({axis for axis in used if used.count(axis) > 1})
-    there = (f"{label[other]} would put mesh axis {twice[0]!r} on two dimensions, a sharding JAX refuses" if twice
-             else f"{PartitionSpec(*theirs)} under {label[other]}")
-    return [Finding(
-        "semantics-differ",
-        f"{len(differing)} array(s) would be sharded differently under Flax {label[other]}'s rule semantics than under "
-        f"{label[semantics]}'s (the ones Flax applies to them here), e.g. {path}: {PartitionSpec(*mine)} here; "
-        f"{there}. {RESOLUTION_ORDERS[other]}.",
-        path,
-    )]
+    there = (
+        f"{label[other]} would put mesh axis {twice[0]!r} on two dimensions, a sharding JAX refuses"
+        if twice
+        else f"{PartitionSpec(*theirs)} under {label[other]}"
+    )
+    return [
+        Finding(
+            "semantics-differ",
+            f"{len(differing)} array(s) would be sharded differently under Flax {label[other]}'s rule semantics than under "
+            f"{label[semantics]}'s (the ones Flax applies to them here), e.g. {path}: {PartitionSpec(*mine)} here; "
+            f"{there}. {RESOLUTION_ORDERS[other]}.",
+            path,
+        )
+    ]
 
 
 def _compared(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, ruled: set) -> tuple | None:
@@ -526,19 +561,23 @@ def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Finding]:
                 what, remedy = f"dim {dim} (fixed by the model to {' x '.join(axes)})", "or change the mesh or the model"
             where = f"{info.path}: {what} has size {size}, which mesh axes {' x '.join(axes)} (product {product}) do not divide"
             if info.kind == "activation":  # a constraint inside the step: JAX accepts it and XLA pads the blocks
-                found.append(Finding(
-                    "indivisible-padded",
-                    f"{where}; JAX accepts this constraint and XLA pads each block to {padded // product} "
-                    f"({padded - size} of the {padded} padded entries are padding). To avoid the padding: make it a "
-                    f"multiple of {product}, {remedy}.",
-                    info.path,
-                ))
+                found.append(
+                    Finding(
+                        "indivisible-padded",
+                        f"{where}; JAX accepts this constraint and XLA pads each block to {padded // product} "
+                        f"({padded - size} of the {padded} padded entries are padding). To avoid the padding: make it a "
+                        f"multiple of {product}, {remedy}.",
+                        info.path,
+                    )
+                )
             else:  # an argument of the step: jit and device_put refuse a sharding the mesh does not divide
-                found.append(Finding(
-                    "indivisible",
-                    f"{where}; JAX refuses this sharding. Fix: make it a multiple of {product} (e.g. {padded}), {remedy}.",
-                    info.path,
-                ))
+                found.append(
+                    Finding(
+                        "indivisible",
+                        f"{where}; JAX refuses this sharding. Fix: make it a multiple of {product} (e.g. {padded}), {remedy}.",
+                        info.path,
+                    )
+                )
     return found
 
 
@@ -577,16 +616,12 @@ def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Finding]:
 def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3) -> list[Finding]:
     if mesh.size == 1:
         return []
-    replicated = [
-        a for a in arrays
-        if a.replication == mesh.size and a.global_bytes >= LARGE_REPLICATED_BYTES and _counted_in_totals(a)
-    ]
+    replicated = [a for a in arrays if a.replication == mesh.size and a.global_bytes >= LARGE_REPLICATED_BYTES and _counted_in_totals(a)]
     replicated.sort(key=lambda a: a.global_bytes, reverse=True)
     return [
         Finding(
             "replicated-large",
-            f"{a.path} ({a.global_bytes / 2**20:,.1f} MiB) is fully replicated: every one of the "
-            f"{mesh.size} devices holds all of it.",
+            f"{a.path} ({a.global_bytes / 2**20:,.1f} MiB) is fully replicated: every one of the {mesh.size} devices holds all of it.",
             a.path,
         )
         for a in replicated[:top]
@@ -634,7 +669,8 @@ def tiled_arrays(report: Report, pattern: str = "*") -> list[ArrayInfo]:
     entries = len(chosen) * report.mesh.size
     if entries > MAX_TILE_ENTRIES:
         raise ExplorerError(
-            "--tiles-for" if pattern != "*" else "--tiles", pattern,
+            "--tiles-for" if pattern != "*" else "--tiles",
+            pattern,
             f"would list {entries:,} (block, device) pairs ({len(chosen)} arrays x {report.mesh.size:,} devices); "
             f"the limit is {MAX_TILE_ENTRIES:,}: choose fewer arrays with --tiles-for GLOB, e.g. 'params/*kernel'",
         )
@@ -660,9 +696,7 @@ def array_to_dict(info: ArrayInfo, report: Report, include_tiles: bool) -> dict[
         "semantics": info.semantics,
     }
     if include_tiles:
-        data["tiles"] = [
-            {"index": [list(r) for r in tile.index], "devices": list(tile.devices)} for tile in report.tiles(info.path)
-        ]
+        data["tiles"] = [{"index": [list(r) for r in tile.index], "devices": list(tile.devices)} for tile in report.tiles(info.path)]
     return data
 
 

@@ -103,8 +103,15 @@ class AxisPlacement:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AxisPlacement:
-        return cls(data["axis"], data["size"], tuple(data["torus_axes"]),
-                   data.get("hosts"), data.get("gpus_per_host"), data.get("link"), data.get("text"))
+        return cls(
+            data["axis"],
+            data["size"],
+            tuple(data["torus_axes"]),
+            data.get("hosts"),
+            data.get("gpus_per_host"),
+            data.get("link"),
+            data.get("text"),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,13 +124,18 @@ class TargetMesh:
     placement_method: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "axes": list(self.axes), "placement": [p.to_json() for p in self.placement],
-                "placement_method": self.placement_method}
+        return {
+            "shape": list(self.shape),
+            "axes": list(self.axes),
+            "placement": [p.to_json() for p in self.placement],
+            "placement_method": self.placement_method,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TargetMesh:
-        return cls(tuple(data["shape"]), tuple(data["axes"]), tuple(map(AxisPlacement.from_json, data["placement"])),
-                   data["placement_method"])
+        return cls(
+            tuple(data["shape"]), tuple(data["axes"]), tuple(map(AxisPlacement.from_json, data["placement"])), data["placement_method"]
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,8 +155,17 @@ class CollectiveCost:
     @classmethod
     def of(cls, c: Collective, target: Target) -> CollectiveCost:
         """``c`` costed on ``target``'s chip (``roofline.collective_seconds``)."""
-        return cls(c.op, c.count, c.bytes, tuple(c.mesh_axes), c.group_size, c.ici_axes, c.hosts,
-                   link(c, target.chip), collective_seconds(c, target.chip))
+        return cls(
+            c.op,
+            c.count,
+            c.bytes,
+            tuple(c.mesh_axes),
+            c.group_size,
+            c.ici_axes,
+            c.hosts,
+            link(c, target.chip),
+            collective_seconds(c, target.chip),
+        )
 
     @property
     def collective(self) -> Collective:
@@ -300,6 +321,7 @@ class TargetCompile:
             estimate=None if estimate is None else Estimate(estimate["compute_s"], estimate["memory_s"], estimate["collective_s"]),
             donated=data["donated"],
             cross_check=CrossCheck.from_json(data.get("cross_check")),
-            extrapolated=None if extrapolated is None else Extrapolated(
-                tuple(extrapolated["depths"]), extrapolated["depth"], tuple(extrapolated.get("options", ()))),
+            extrapolated=None
+            if extrapolated is None
+            else Extrapolated(tuple(extrapolated["depths"]), extrapolated["depth"], tuple(extrapolated.get("options", ()))),
         )

@@ -58,6 +58,7 @@ class CompiledStep:
 
 # --- guard rails ---------------------------------------------------------------------------
 
+
 def available_memory_bytes() -> int:
     """MemAvailable from /proc/meminfo (Linux), else physical memory."""
     try:
@@ -91,20 +92,24 @@ def check_timeable(report: Report) -> None:
     """
     if report.mesh.abstract:
         raise ExplorerError(
-            "mesh.shape", list(report.mesh.shape),
+            "mesh.shape",
+            list(report.mesh.shape),
             f"needs {report.mesh.size:,} devices and this process has {jax.device_count()}: "
             "it can be analyzed as a planned mesh but not timed",
         )
     refused = [w for w in report.warnings if w.code in ("unknown-mesh-axis", "mesh-axis-twice")]
     if refused:
-        raise ExplorerError("rules", [list(r) for r in report.layout.rules_for_flax()], f"give a sharding JAX refuses: {refused[0].message}")
+        raise ExplorerError(
+            "rules", [list(r) for r in report.layout.rules_for_flax()], f"give a sharding JAX refuses: {refused[0].message}"
+        )
     indivisible = indivisible_error(report)
     if indivisible:
         raise indivisible
     needed, available = host_footprint_bytes(report), available_memory_bytes()
     if needed > MEMORY_FRACTION * available:
         raise ExplorerError(
-            "model", report.layout.model.name,
+            "model",
+            report.layout.model.name,
             f"would need about {needed / 2**30:,.1f} GiB on the host to time ({report.mesh.size} simulated devices); "
             f"{available / 2**30:,.1f} GiB are available and the limit is {MEMORY_FRACTION:.0%} of that",
         )
@@ -117,9 +122,7 @@ def compiled_peak_bytes(compiled) -> int:
     reuse their argument's buffer.
     """
     stats = compiled.memory_analysis()
-    return int(
-        stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
-    )
+    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
 
 
 def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
@@ -133,7 +136,8 @@ def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
     if needed > MEMORY_FRACTION * available:
         stats = step.step.memory_analysis()
         raise ExplorerError(
-            "model", report.layout.model.name,
+            "model",
+            report.layout.model.name,
             f"would need {needed / 2**30:,.2f} GiB on the host to time: XLA's compiled memory analysis gives "
             f"{per_device / 2**30:,.2f} GiB per device (arguments {stats.argument_size_in_bytes / 2**30:,.2f} + outputs "
             f"{stats.output_size_in_bytes / 2**30:,.2f} + temporaries {stats.temp_size_in_bytes / 2**30:,.2f} - aliased "
@@ -143,6 +147,7 @@ def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
 
 
 # --- compiling ------------------------------------------------------------------------------
+
 
 def compile_step(layout: Layout, report: Report | None = None) -> tuple[CompiledStep, bool]:
     """The compiled init and step for ``layout`` (analyzed as ``report``), and whether it came from the bounded cache.
@@ -176,17 +181,20 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
         template = jax.eval_shape(init, jax.random.key(0), *inputs)
         shardings = state_shardings(report, model, mesh, template)
         replicated = NamedSharding(mesh, PartitionSpec())
-        init_compiled = jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(
-            jax.random.key(0), *inputs
-        ).compile()
+        init_compiled = (
+            jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(jax.random.key(0), *inputs).compile()
+        )
         abstract_state = jax.tree_util.tree_map(with_sharding, shardings, template)
-        step_compiled = jax.jit(
-            make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings
-        ).lower(abstract_state, *inputs).compile()
+        step_compiled = (
+            jax.jit(make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings)
+            .lower(abstract_state, *inputs)
+            .compile()
+        )
         compile_s = time.perf_counter() - start
         activations = (
             _chosen_activation_shardings(model, report, abstract_state.params, inputs, shardings.params)
-            if model.framework == "linen" else ()
+            if model.framework == "linen"
+            else ()
         )
     return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations)
 
@@ -196,21 +204,19 @@ def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs
     built = reading.live(model).built
 
     def forward(params, *inputs):
-        return built.module.apply(
-            {"params": params}, *built.model_args(inputs), capture_intermediates=True, mutable=["intermediates"]
-        )
+        return built.module.apply({"params": params}, *built.model_args(inputs), capture_intermediates=True, mutable=["intermediates"])
 
-    compiled = jax.jit(forward, in_shardings=(param_shardings, *(a.sharding for a in abstract_inputs))).lower(
-        abstract_params, *abstract_inputs
-    ).compile()
+    compiled = (
+        jax.jit(forward, in_shardings=(param_shardings, *(a.sharding for a in abstract_inputs)))
+        .lower(abstract_params, *abstract_inputs)
+        .compile()
+    )
     shapes = jax.eval_shape(forward, abstract_params, *abstract_inputs)
     intermediates = shapes[1]["intermediates"]
     chosen = compiled.output_shardings[1]["intermediates"]
     declared = _declared_by_module(report, type(built.module).__name__)
     checks = []
-    for (path, leaf), sharding in zip(
-        jax.tree_util.tree_leaves_with_path(intermediates), jax.tree_util.tree_leaves(chosen)
-    ):
+    for (path, leaf), sharding in zip(jax.tree_util.tree_leaves_with_path(intermediates), jax.tree_util.tree_leaves(chosen)):
         module_path = _module_of(path) or type(built.module).__name__
         spec = normal_spec(getattr(sharding, "spec", ()), leaf.ndim)
         wanted = declared.get((module_path, tuple(leaf.shape)))
@@ -263,5 +269,3 @@ def flops_of(compiled) -> float:
     if isinstance(cost, list):  # older JAX returned one dict per program
         cost = cost[0] if cost else {}
     return float((cost or {}).get("flops", 0.0))
-
-

@@ -102,7 +102,8 @@ def time_joined(layout, steps: int, warmup: int, on_step=None, on_phase=None, st
     size = layout.mesh.size
     if size != jax.device_count():
         raise ExplorerError(
-            "mesh.shape", list(layout.mesh.shape),
+            "mesh.shape",
+            list(layout.mesh.shape),
             f"has {size} devices, and the {jax.process_count()} processes of this run have {jax.device_count()} "
             f"({jax.local_device_count()} each): a multi-process timing uses them all",
         )
@@ -133,6 +134,7 @@ def _save_state(state, path: str) -> None:
 
 
 # --- a local worker: python -m explorer.distributed ----------------------------------------------
+
 
 def _events() -> Callable[..., None]:
     """A writer of JSON lines on the real stdout; everything else written to stdout goes to stderr.
@@ -192,11 +194,19 @@ def main(argv: list[str] | None = None) -> int:
         # JAX's preemption service would swallow the launcher's SIGTERM; a timing has nothing to checkpoint.
         jax.config.update("jax_enable_preemption_service", False)
         layout = load_layout_file(args.layout)
-        join(args.coordinator, args.num_processes, args.process_id, bind_address=args.coordinator,
-             join_timeout_s=args.join_timeout, heartbeat_timeout_s=args.heartbeat_timeout)
+        join(
+            args.coordinator,
+            args.num_processes,
+            args.process_id,
+            bind_address=args.coordinator,
+            join_timeout_s=args.join_timeout,
+            heartbeat_timeout_s=args.heartbeat_timeout,
+        )
         emit("joined", devices=jax.local_device_count())
         result = time_joined(
-            layout, args.steps, args.warmup,
+            layout,
+            args.steps,
+            args.warmup,
             on_step=lambda index, seconds: emit("step", index=index, seconds=seconds),
             on_phase=lambda phase: emit("phase", phase=phase),
             state_file=args.save_state,

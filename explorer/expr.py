@@ -178,7 +178,7 @@ class _Reader:
                 raise self.refuse(argument, "*arguments are not allowed")
         if len(node.args) < signature.arrays:
             raise self.refuse(node, f"{name} takes {signature.arrays} array argument(s)")
-        positional = node.args[signature.arrays:]
+        positional = node.args[signature.arrays :]
         if len(positional) > len(signature.literals):
             raise self.refuse(positional[len(signature.literals)], f"{name} takes no further positional argument here")
         literals: dict[str, Any] = {}
@@ -232,4 +232,11 @@ class _Reader:
 
 def is_array_name(name: object) -> bool:
     """A name an array may take: a Python identifier, not a keyword, not ``jnp`` or ``jax``."""
-    return isinstance(name, str) and name.isidentifier() and name.isascii() and not keyword.iskeyword(name) and name not in RESERVED_NAMES and len(name) <= 32
+    return (
+        isinstance(name, str)
+        and name.isidentifier()
+        and name.isascii()
+        and not keyword.iskeyword(name)
+        and name not in RESERVED_NAMES
+        and len(name) <= 32
+    )

@@ -16,16 +16,39 @@ from explorer.errors import ExplorerError
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 DTYPE_BYTES = {
-    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
-    "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1,
-    "s4": 1, "u4": 1, "s2": 1, "u2": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e4m3b11fnuz": 1, "f8e4m3": 1,
-    "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1, "token": 0,
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+    "s4": 1,
+    "u4": 1,
+    "s2": 1,
+    "u2": 1,
+    "f8e4m3fnuz": 1,
+    "f8e5m2fnuz": 1,
+    "f8e4m3b11fnuz": 1,
+    "f8e4m3": 1,
+    "f8e3m4": 1,
+    "f8e8m0fnu": 1,
+    "f4e2m1fn": 1,
+    "token": 0,
 }
 
 
-_COLLECTIVE_LINE = re.compile(
-    r"=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<op>" + "|".join(COLLECTIVES) + r")(?P<phase>-start|-done)?\("
-)
+_COLLECTIVE_LINE = re.compile(r"=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<op>" + "|".join(COLLECTIVES) + r")(?P<phase>-start|-done)?\(")
 _ARRAY_SHAPE = re.compile(r"(?P<dtype>[a-z]+\d*[a-z0-9]*)\[(?P<dims>[\d,]*)\]")
 _COMPUTATION_HEADER = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*->.*\{\s*$")
 _CALLEE = re.compile(
@@ -99,7 +122,9 @@ def _split_computations(hlo_text: str) -> tuple[dict[str | None, list[str]], str
 
 
 def _times_each_computation_runs(
-    computations: dict[str | None, list[str]], entry: str | None, once: bool = False,
+    computations: dict[str | None, list[str]],
+    entry: str | None,
+    once: bool = False,
 ) -> tuple[dict[str | None, int], int]:
     """How many times each computation runs in one call of the entry, and how many loops have no known trip count.
 
@@ -208,14 +233,13 @@ def _shape_bytes(shape: str) -> int:
     return total
 
 
-
-
 def used(ops: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Only the collectives that occur at least once."""
     return {op: stats for op, stats in ops.items() if stats["count"]}
 
 
 # --- per instruction: who takes part, and the work loops repeat ----------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class CollectiveOp:

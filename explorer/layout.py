@@ -84,9 +84,7 @@ class MeshSpec(_Frozen):
     def _whole_sizes(cls, shape: Any) -> Any:
         for i, size in enumerate(shape if isinstance(shape, (list, tuple)) else ()):
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ExplorerError(
-                    f"mesh.shape[{i}]", size, "is not a positive whole number; a mesh shape is sizes like [2, 4]"
-                )
+                raise ExplorerError(f"mesh.shape[{i}]", size, "is not a positive whole number; a mesh shape is sizes like [2, 4]")
         return shape
 
     @field_validator("shape")
@@ -94,7 +92,8 @@ class MeshSpec(_Frozen):
     def _positive_sizes(cls, shape: tuple[int, ...]) -> tuple[int, ...]:
         if math.prod(shape) > MAX_DEVICES:
             raise ExplorerError(
-                "mesh.shape", list(shape),
+                "mesh.shape",
+                list(shape),
                 f"needs {math.prod(shape):,} devices; the explorer plans meshes of at most {MAX_DEVICES:,}",
             )
         return shape
@@ -105,7 +104,8 @@ class MeshSpec(_Frozen):
         for i, name in enumerate(axes):
             if not isinstance(name, str) or not AXIS_NAME.fullmatch(name):
                 raise ExplorerError(
-                    f"mesh.axes[{i}]", name,
+                    f"mesh.axes[{i}]",
+                    name,
                     "is not an axis name (letters, digits, '_' or '-', starting with a letter, at most 32)",
                 )
         for name in axes:
@@ -117,12 +117,14 @@ class MeshSpec(_Frozen):
     def _one_name_per_axis(self) -> "MeshSpec":
         if len(self.shape) != len(self.axes):
             raise ExplorerError(
-                "mesh.axes", list(self.axes),
+                "mesh.axes",
+                list(self.axes),
                 f"has {len(self.axes)} names but mesh.shape {list(self.shape)} has {len(self.shape)} axes",
             )
         if self.axis_types is not None and len(self.axis_types) != len(self.axes):
             raise ExplorerError(
-                "mesh.axis_types", list(self.axis_types),
+                "mesh.axis_types",
+                list(self.axis_types),
                 f"has {len(self.axis_types)} entries but the mesh has {len(self.axes)} axes {list(self.axes)}",
             )
         if self.axis_types is not None and "explicit" not in self.axis_types:
@@ -147,7 +149,8 @@ class MeshSpec(_Frozen):
     def as_dict(self) -> dict[str, Any]:
         """The mesh in the file format (``axis_types`` only where some axis is Explicit)."""
         return {"shape": list(self.shape), "axes": list(self.axes)} | (
-            {"axis_types": list(self.axis_types)} if self.axis_types is not None else {})
+            {"axis_types": list(self.axis_types)} if self.axis_types is not None else {}
+        )
 
     @property
     def size(self) -> int:
@@ -217,7 +220,8 @@ class Layout(_Frozen):
             for axis in rule.mesh_axes:
                 if axis not in self.mesh.axes:
                     raise ExplorerError(
-                        f"rules[{i}]", [rule.logical, rule.mesh],
+                        f"rules[{i}]",
+                        [rule.logical, rule.mesh],
                         f"names mesh axis {shown(axis)}, which the mesh {list(self.mesh.axes)} lacks",
                     )
             if len(set(rule.mesh_axes)) != len(rule.mesh_axes):
@@ -494,7 +498,8 @@ def decode_text(data: bytes, source: str) -> str:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as error:
         raise ExplorerError(
-            source, data[error.start : error.start + 4],
+            source,
+            data[error.start : error.start + 4],
             f"is not UTF-8 text (at byte {error.start:,}); save it as UTF-8",
         ) from None
 
@@ -513,7 +518,9 @@ def load_layout_bytes(data: bytes, source: str = "layout file") -> Layout:
 def load_layout_json(text: str, source: str = "layout file") -> Layout:
     """Parse a layout file's text."""
     if len(text) > MAX_FILE_BYTES:
-        raise ExplorerError(source, f"{len(text):,} characters", f"is longer than {MAX_FILE_BYTES:,} characters, the limit for a layout file")
+        raise ExplorerError(
+            source, f"{len(text):,} characters", f"is longer than {MAX_FILE_BYTES:,} characters, the limit for a layout file"
+        )
     return parse_layout(json_value(text, source))
 
 

@@ -77,7 +77,8 @@ def check_name(name: str) -> str:
     """A library name: letters, digits, space, '_', '.', '-'; no path, no leading dot, at most 64."""
     if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name or name.strip() != name:
         raise ExplorerError(
-            "library name", name,
+            "library name",
+            name,
             "is not allowed: use 1-64 letters, digits, spaces, '_', '.' or '-', starting with a letter or digit, no '..'",
         )
     return name

@@ -36,8 +36,17 @@ if TYPE_CHECKING:
 
 HTML_ARRAY_ROWS = 40  # arrays listed in the HTML summary; to_pandas() has them all
 FRAME_COLUMNS = (
-    "path", "kind", "shape", "dtype", "logical_axes", "spec", "shard_shape",
-    "bytes_per_device", "global_bytes", "replication", "runs_per_step",
+    "path",
+    "kind",
+    "shape",
+    "dtype",
+    "logical_axes",
+    "spec",
+    "shard_shape",
+    "bytes_per_device",
+    "global_bytes",
+    "replication",
+    "runs_per_step",
 )
 
 
@@ -96,9 +105,7 @@ class NotebookReport(Report):
 
         return pd.DataFrame([_row(info) for info in self.arrays], columns=list(FRAME_COLUMNS))
 
-    def device_grid(
-        self, path: str, dims: tuple[int, int] | None = None, blocks: Mapping[int, int] | None = None
-    ) -> go.Figure:
+    def device_grid(self, path: str, dims: tuple[int, int] | None = None, blocks: Mapping[int, int] | None = None) -> go.Figure:
         """The Plotly figure of which devices hold which block of the array at ``path``.
 
         Any rank: ``dims`` are the (row, column) dimensions drawn (by default the two cut
@@ -120,7 +127,9 @@ class NotebookReport(Report):
             _whole(d) and 0 <= d < ndim and d not in (row_dim, col_dim) and _whole(k) for d, k in cut.items()
         ):
             raise ExplorerError(
-                "blocks", blocks, f"is not {{dimension: block}} for dimensions of the {ndim}-D array {info.path!r} other than the drawn {(row_dim, col_dim)}"
+                "blocks",
+                blocks,
+                f"is not {{dimension: block}} for dimensions of the {ndim}-D array {info.path!r} other than the drawn {(row_dim, col_dim)}",
             )
         view = grid_view(info.shape, info.spec, self.mesh, row_dim, col_dim, {int(d): int(k) for d, k in cut.items()})
         itemsize = np.dtype(info.dtype).itemsize
@@ -145,7 +154,9 @@ class NotebookReport(Report):
             f"<p><b>{escape(self.layout.name)}</b>: model <code>{escape(self.layout.model.name)}</code>, "
             f"mesh {escape(' × '.join(f'{a}={s}' for a, s in zip(mesh.axes, mesh.shape)))} ({mesh.size} devices, {mesh_kind}); "
             f"rules {rules} ({escape(self.resolution_order)})</p>",
-            "<p>Per device: state (exact) " + escape(human_bytes(totals.state_bytes)) + " = "
+            "<p>Per device: state (exact) "
+            + escape(human_bytes(totals.state_bytes))
+            + " = "
             + " + ".join(f"{escape(KIND_LABELS[k])} {escape(human_bytes(v))}" for k, v in totals.by_kind().items() if k != "activation")
             + f"; declared activations {escape(human_bytes(totals.activation_bytes))} (listed, not added). "
             f"{totals.param_count:,} parameters.</p>",
@@ -154,12 +165,22 @@ class NotebookReport(Report):
             parts.append("<ul>" + "".join(f"<li><b>{escape(w.level)}</b> {escape(w.message)}</li>" for w in self.warnings) + "</ul>")
         header = ("path", "kind", "shape", "dtype", "spec", "shard shape", "per device", "replication")
         rows = [
-            (a.path, a.kind, str(tuple(a.shape)), a.dtype, a.spec_text(), str(tuple(a.shard_shape)),
-             human_bytes(a.bytes_per_device), str(a.replication))
+            (
+                a.path,
+                a.kind,
+                str(tuple(a.shape)),
+                a.dtype,
+                a.spec_text(),
+                str(tuple(a.shard_shape)),
+                human_bytes(a.bytes_per_device),
+                str(a.replication),
+            )
             for a in self.arrays[:HTML_ARRAY_ROWS]
         ]
         parts.append(
-            "<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>"
+            "<table><thead><tr>"
+            + "".join(f"<th>{h}</th>" for h in header)
+            + "</tr></thead><tbody>"
             + "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
             + "</tbody></table>"
         )
@@ -176,10 +197,17 @@ def _escape(text: object) -> str:
 
 def _row(info: ArrayInfo) -> dict[str, Any]:
     return {
-        "path": info.path, "kind": info.kind, "shape": tuple(info.shape), "dtype": info.dtype,
-        "logical_axes": None if info.logical_axes is None else tuple(info.logical_axes), "spec": info.spec_text(),
-        "shard_shape": tuple(info.shard_shape), "bytes_per_device": info.bytes_per_device,
-        "global_bytes": info.global_bytes, "replication": info.replication, "runs_per_step": info.runs_per_step,
+        "path": info.path,
+        "kind": info.kind,
+        "shape": tuple(info.shape),
+        "dtype": info.dtype,
+        "logical_axes": None if info.logical_axes is None else tuple(info.logical_axes),
+        "spec": info.spec_text(),
+        "shard_shape": tuple(info.shard_shape),
+        "bytes_per_device": info.bytes_per_device,
+        "global_bytes": info.global_bytes,
+        "replication": info.replication,
+        "runs_per_step": info.runs_per_step,
     }
 
 
@@ -188,10 +216,7 @@ def _whole(value: Any) -> bool:
 
 
 def _two_dims(dims: Any, ndim: int) -> bool:
-    return (
-        isinstance(dims, (tuple, list)) and len(dims) == 2
-        and all(_whole(d) and 0 <= d < ndim for d in dims) and dims[0] != dims[1]
-    )
+    return isinstance(dims, (tuple, list)) and len(dims) == 2 and all(_whole(d) and 0 <= d < ndim for d in dims) and dims[0] != dims[1]
 
 
 def _axes_text(axes: tuple[str, ...]) -> str:

@@ -106,18 +106,11 @@ class OpSpec(_Frozen):
         return {
             "mesh": self.mesh.as_dict(),
             "arrays": {
-                name: {"shape": list(a.shape), "dtype": a.dtype, "spec": [entry_json(e) for e in a.spec]}
-                for name, a in self.arrays.items()
+                name: {"shape": list(a.shape), "dtype": a.dtype, "spec": [entry_json(e) for e in a.spec]} for name, a in self.arrays.items()
             },
             "expr": self.expr,
             "out_spec": None if self.out_spec is None else [entry_json(e) for e in self.out_spec],
         }
-
-
-
-
-
-
 
 
 def check_spec(field: str, spec: tuple, rank: int | None, mesh: MeshSpec) -> None:
@@ -132,8 +125,6 @@ def check_spec(field: str, spec: tuple, rank: int | None, mesh: MeshSpec) -> Non
             if axis in seen:
                 raise ExplorerError(f"{field}[{dim}]", axis, "is used by two dimensions; a mesh axis can shard one dimension")
             seen.add(axis)
-
-
 
 
 def parse_op(data: Any) -> OpSpec:
@@ -206,7 +197,8 @@ class ArrayView:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "shape": list(self.shape), "dtype": self.dtype,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
             "spec": None if self.spec is None else [entry_json(e) for e in self.spec],
             "spec_text": spec_text(self.spec),
             "shard_shape": None if self.shard_shape is None else list(self.shard_shape),
@@ -245,15 +237,15 @@ class OpAnalysis:
             "mesh": {"shape": list(self.mesh.shape), "axes": list(self.mesh.axes), "devices": self.mesh.size, "planned": self.planned},
             "inputs": {view.name: view.to_dict() for view in self.inputs},
             "output": self.output.to_dict(),
-            "output_spec_source": "compiled executable (XLA)" if not self.planned else "JAX type-level propagation (AbstractMesh, Explicit axes)",
+            "output_spec_source": "compiled executable (XLA)"
+            if not self.planned
+            else "JAX type-level propagation (AbstractMesh, Explicit axes)",
             "collectives": None if self.collectives is None else hlo.used(self.collectives),
             "loops_without_trip_count": self.loops_without_trip_count,
             "memory": self.memory,
             "compile_s": self.compile_s,
             "note": self.note,
         }
-
-
 
 
 def _view(name: str, shape, dtype, spec: tuple | None, mesh: MeshInfo) -> ArrayView:
@@ -284,8 +276,7 @@ def _function(op: OpSpec, mesh, constrain: bool = True) -> Callable[..., Any]:
 
 def _abstract_inputs(op: OpSpec, mesh) -> tuple[jax.ShapeDtypeStruct, ...]:
     return tuple(
-        jax.ShapeDtypeStruct(a.shape, jnp.dtype(a.dtype), sharding=NamedSharding(mesh, PartitionSpec(*a.spec)))
-        for a in op.arrays.values()
+        jax.ShapeDtypeStruct(a.shape, jnp.dtype(a.dtype), sharding=NamedSharding(mesh, PartitionSpec(*a.spec))) for a in op.arrays.values()
     )
 
 
@@ -330,10 +321,10 @@ def analyze_op(op: OpSpec) -> OpAnalysis:
             typed_result = jax.eval_shape(_function(op, mesh), *_abstract_inputs(op, mesh))
         typed = normal_spec(typed_result.sharding.spec, result.ndim)
         agree = "agrees" if typed == output.spec else "differs"
-        note += (f" On these Explicit axes the result's type (jax.typeof) says {spec_text(typed)}; the compiled "
-                 f"program {agree}.")
-    return OpAnalysis(op, info, inputs, output, program.ops, program.loops_without_trip_count, memory_of(compiled), compile_s,
-                      False, note, typed)
+        note += f" On these Explicit axes the result's type (jax.typeof) says {spec_text(typed)}; the compiled program {agree}."
+    return OpAnalysis(
+        op, info, inputs, output, program.ops, program.loops_without_trip_count, memory_of(compiled), compile_s, False, note, typed
+    )
 
 
 def op_key(op: OpSpec) -> str:
@@ -405,9 +396,14 @@ class OpTiming:
             return {"median": t.median, "p10": t.p10, "p90": t.p90, "min": t.min, "max": t.max, "samples": list(t.samples)}
 
         return {
-            "devices": self.devices, "platform": self.platform, "warmup": self.warmup,
-            "sharded_s": times(self.sharded), "single_device_s": times(self.single),
-            "speedup": self.speedup, "max_abs_difference": self.max_abs_difference, "stopped": self.stopped,
+            "devices": self.devices,
+            "platform": self.platform,
+            "warmup": self.warmup,
+            "sharded_s": times(self.sharded),
+            "single_device_s": times(self.single),
+            "speedup": self.speedup,
+            "max_abs_difference": self.max_abs_difference,
+            "stopped": self.stopped,
         }
 
 
@@ -423,13 +419,15 @@ def check_op_timeable(op: OpSpec) -> None:
     size = math.prod(op.mesh.shape)
     if size > jax.device_count():
         raise ExplorerError(
-            "mesh.shape", list(op.mesh.shape),
+            "mesh.shape",
+            list(op.mesh.shape),
             f"needs {size:,} devices and this process has {jax.device_count()}: a planned mesh is analyzed but cannot be timed",
         )
     needed, available = host_bytes_to_time(op), available_memory_bytes()
     if needed > MEMORY_FRACTION * available:
         raise ExplorerError(
-            "arrays", ", ".join(op.arrays),
+            "arrays",
+            ", ".join(op.arrays),
             f"would need about {needed / 2**30:,.1f} GiB on the host to time; {available / 2**30:,.1f} GiB are available "
             f"and the limit is {MEMORY_FRACTION:.0%} of that",
         )
@@ -500,13 +498,18 @@ def time_op(
         if stopped:
             break
     if not stopped:
-        difference = float(jnp.max(jnp.abs(jax.device_put(compiled(*inputs), device).astype(jnp.float32) - single(*single_inputs).astype(jnp.float32))))
+        difference = float(
+            jnp.max(jnp.abs(jax.device_put(compiled(*inputs), device).astype(jnp.float32) - single(*single_inputs).astype(jnp.float32)))
+        )
     empty = StepTimes.of([float("nan")])
     return OpTiming(
-        devices=math.prod(op.mesh.shape), platform=device.platform, warmup=warmup,
+        devices=math.prod(op.mesh.shape),
+        platform=device.platform,
+        warmup=warmup,
         sharded=StepTimes.of(results["sharded"]) if results["sharded"] else empty,
         single=StepTimes.of(results["single"]) if results["single"] else empty,
-        max_abs_difference=difference, stopped=stopped,
+        max_abs_difference=difference,
+        stopped=stopped,
     )
 
 
@@ -552,7 +555,7 @@ def parse_spec_text(field: str, text: str) -> list[Any]:
     body = text.strip()
     for prefix in ("PartitionSpec(", "P("):
         if body.startswith(prefix) and body.endswith(")"):
-            body = body[len(prefix):-1]
+            body = body[len(prefix) : -1]
     body = body.replace("'", "").replace('"', "")
     parts, depth, current = [], 0, ""
     for char in body:
@@ -584,7 +587,9 @@ def parse_spec_text(field: str, text: str) -> list[Any]:
         else:
             axes = [a.strip() for a in part.split("*")]
         if not axes or any(not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", a) for a in axes):
-            raise ExplorerError(field, text, f"has {part!r}, which is not an axis name, None, or (axis, axis); e.g. 'x, None' or '(x, y), None'")
+            raise ExplorerError(
+                field, text, f"has {part!r}, which is not an axis name, None, or (axis, axis); e.g. 'x, None' or '(x, y), None'"
+            )
         entries.append(axes[0] if len(axes) == 1 else axes)
     return entries
 

@@ -63,8 +63,16 @@ class AxisLink:
         return f"{self.axis}: NVLink" if self.hosts == 1 else f"{self.axis}: {self.hosts} hosts"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"axis": self.axis, "size": self.size, "torus_axes": list(self.torus_axes), "rings": list(self.rings),
-                "ring_axes": self.ring_axes, "hosts": self.hosts, "link": self.link, "text": self.text}
+        return {
+            "axis": self.axis,
+            "size": self.size,
+            "torus_axes": list(self.torus_axes),
+            "rings": list(self.rings),
+            "ring_axes": self.ring_axes,
+            "hosts": self.hosts,
+            "link": self.link,
+            "text": self.text,
+        }
 
 
 _torus: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}  # (topology, mesh shape) -> the child's placement
@@ -81,11 +89,14 @@ def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str]) -> tup
     wraps = target.wraparound
     links = []
     for name, entry in zip(axes, placed["axes"]):
-        rings = tuple(t == "core" or (whole and _dim(t) < len(wraps) and wraps[_dim(t)])
-                      for t, whole in zip(entry["torus_axes"], entry["whole"]))
+        rings = tuple(
+            t == "core" or (whole and _dim(t) < len(wraps) and wraps[_dim(t)]) for t, whole in zip(entry["torus_axes"], entry["whole"])
+        )
         ring_axes = sum(1.0 if ring else LINE for ring in rings)
-        parts = ", ".join(f"{t} ({'on chip' if t == 'core' else 'a ring, both ways' if r else 'a line, one way'})"
-                          for t, r in zip(entry["torus_axes"], rings))
+        parts = ", ".join(
+            f"{t} ({'on chip' if t == 'core' else 'a ring, both ways' if r else 'a line, one way'})"
+            for t, r in zip(entry["torus_axes"], rings)
+        )
         text = f"{name} ({entry['size']}): " + (f"along torus axis{'es' if len(rings) > 1 else ''} {parts}" if parts else "one device")
         links.append(AxisLink(name, entry["size"], tuple(entry["torus_axes"]), rings, ring_axes, 1, "ici", text))
     return tuple(links)
@@ -96,14 +107,20 @@ def prefetch(target: Target, shapes: Iterable[Sequence[int]]) -> None:
     if target.is_gpu:
         return
     with _lock:
-        missing = sorted({tuple(int(s) for s in shape) for shape in shapes} - {shape for topology, shape in _torus if topology == target.topology})
+        missing = sorted(
+            {tuple(int(s) for s in shape) for shape in shapes} - {shape for topology, shape in _torus if topology == target.topology}
+        )
         if not missing:
             return
         from explorer.target_compile import child_environment
 
         done = subprocess.run(
             [sys.executable, "-c", "from explorer.placement import _child; _child()", target.topology, json.dumps(missing)],
-            capture_output=True, text=True, env=child_environment(target), cwd=ROOT, timeout=600,
+            capture_output=True,
+            text=True,
+            env=child_environment(target),
+            cwd=ROOT,
+            timeout=600,
         )
         if done.returncode != 0:
             lines = [line for line in done.stderr.splitlines() if line.strip()]

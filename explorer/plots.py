@@ -140,8 +140,11 @@ def _sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: tu
     if detailed:
         position = {int(d): c for d, c in zip(mesh.ids_array().reshape(-1), np.ndindex(*mesh.shape))} if replicas <= MAX_STRIPES else {}
         text = [
-            [_tile_hover(tile, tile.devices[s] if shown[r][0] else None, position.get(tile.devices[s]), mesh, itemsize)
-             for tile in row for s in range(stripes)]
+            [
+                _tile_hover(tile, tile.devices[s] if shown[r][0] else None, position.get(tile.devices[s]), mesh, itemsize)
+                for tile in row
+                for s in range(stripes)
+            ]
             for r, row in enumerate(view.cells)
         ]
         heatmap.update(text=text, hovertemplate="%{text}<extra></extra>")
@@ -167,9 +170,16 @@ def _sharding_grid(view: GridView, mesh: MeshInfo, itemsize: int, dim_labels: tu
     if rows * cols <= MAX_LABELLED_TILES:
         font = dict(size=_label_size(rows * cols), color="black")
         labels = [
-            dict(x=c + 0.5, y=r + 0.5, text=devices_label(view.cells[r][c].devices), showarrow=False, font=font,
-                 bgcolor="rgba(255,255,255,0.75)")
-            for r in range(rows) for c in range(cols)
+            dict(
+                x=c + 0.5,
+                y=r + 0.5,
+                text=devices_label(view.cells[r][c].devices),
+                showarrow=False,
+                font=font,
+                bgcolor="rgba(255,255,255,0.75)",
+            )
+            for r in range(rows)
+            for c in range(cols)
         ]
     figure.update_layout(shapes=[] if edges_as_gaps else _block_edges(rows, cols), annotations=labels)
     _grid_axes(figure, view, dim_labels, title)
@@ -189,7 +199,12 @@ def _tile_centres(view: GridView) -> go.Scatter:
             ys.append(r + 0.5)
             ids.append([r, c])
     return go.Scatter(
-        x=xs, y=ys, customdata=ids, mode="markers", hoverinfo="skip", showlegend=False,
+        x=xs,
+        y=ys,
+        customdata=ids,
+        mode="markers",
+        hoverinfo="skip",
+        showlegend=False,
         marker=dict(size=18, color="rgba(0,0,0,0)"),
     )
 
@@ -219,8 +234,12 @@ def _grid_axes(figure: go.Figure, view: GridView, dim_labels: Sequence[str], tit
     figure.update_yaxes(range=[len(view.rows), 0], title=row_title, showgrid=False, zeroline=False, **_ticks(view.rows))
     height = 180 if view.row_dim is None else min(620, max(300, 34 * len(view.rows) + 140))
     figure.update_layout(
-        title=dict(text=title, font=dict(size=14)), height=height, margin=dict(l=70, r=40, t=80 if title else 60, b=20),
-        plot_bgcolor="white", clickmode="event+select", dragmode="select",
+        title=dict(text=title, font=dict(size=14)),
+        height=height,
+        margin=dict(l=70, r=40, t=80 if title else 60, b=20),
+        plot_bgcolor="white",
+        clickmode="event+select",
+        dragmode="select",
         modebar=dict(orientation="v"),  # on the right edge: across the top it covered the column title at 1024 px
     )
 
@@ -246,28 +265,41 @@ def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
     column_labels = [_column_label(c, mesh) for c in range(columns)]
     heatmap = dict(x=list(range(columns)), y=list(range(rows)), showscale=False, **_colouring(grid, mesh.size, DIM, shown))
     if grid.size <= MAX_DETAILED_CELLS:
-        hover = [[f"<b>device {int(d)}</b><br>{_coords_text(c, mesh)}" for d, c in zip(row, _row_coordinates(mesh, r))]
-                 for r, row in enumerate(grid)]
+        hover = [
+            [f"<b>device {int(d)}</b><br>{_coords_text(c, mesh)}" for d, c in zip(row, _row_coordinates(mesh, r))]
+            for r, row in enumerate(grid)
+        ]
         heatmap.update(customdata=hover, hovertemplate="%{customdata}<extra></extra>", xgap=2, ygap=2)
     else:  # the id as a number; the coordinates are the axes' positions
         row_axis = f"{mesh.axes[0]}=%{{y}} · " if len(mesh.shape) > 1 else ""
         heatmap.update(
-            customdata=grid.astype(np.int32), x=column_labels,
+            customdata=grid.astype(np.int32),
+            x=column_labels,
             hovertemplate=f"<b>device %{{customdata}}</b><br>{row_axis}{' × '.join(column_axes)}=%{{x}}<extra></extra>",
         )
     if grid.size <= MAX_LABELLED_TILES:
         heatmap.update(text=grid.astype(str).tolist(), texttemplate="%{text}", textfont=dict(size=12 if grid.size <= 64 else 8))
     figure = go.Figure(go.Heatmap(**heatmap))
     figure.update_xaxes(
-        title=" × ".join(column_axes), side="top", showgrid=False, zeroline=False,
-        showticklabels=columns <= 32, **(dict(tickvals=list(range(columns)), ticktext=column_labels) if columns <= 32 else {}),
+        title=" × ".join(column_axes),
+        side="top",
+        showgrid=False,
+        zeroline=False,
+        showticklabels=columns <= 32,
+        **(dict(tickvals=list(range(columns)), ticktext=column_labels) if columns <= 32 else {}),
     )
     figure.update_yaxes(
-        title=mesh.axes[0] if len(mesh.shape) > 1 else "", autorange="reversed", showgrid=False, zeroline=False,
-        showticklabels=rows <= 32 and len(mesh.shape) > 1, **(dict(tickvals=list(range(rows))) if rows <= 32 else {}),
+        title=mesh.axes[0] if len(mesh.shape) > 1 else "",
+        autorange="reversed",
+        showgrid=False,
+        zeroline=False,
+        showticklabels=rows <= 32 and len(mesh.shape) > 1,
+        **(dict(tickvals=list(range(rows))) if rows <= 32 else {}),
     )
     figure.update_layout(
-        height=min(520, max(160, 26 * rows + 120)), margin=dict(l=60, r=40, t=60, b=10), plot_bgcolor="white",
+        height=min(520, max(160, 26 * rows + 120)),
+        margin=dict(l=60, r=40, t=60, b=10),
+        plot_bgcolor="white",
         modebar=dict(orientation="v"),
     )
     return figure
@@ -315,13 +347,22 @@ def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
     divisor, unit = byte_unit(max(totals.state_bytes, by_kind["activation"]))
     for kind, value in by_kind.items():
         figure.add_bar(
-            x=x, y=[value / divisor] * len(x), name=KIND_LABELS[kind], marker_color=KIND_COLORS[kind],
+            x=x,
+            y=[value / divisor] * len(x),
+            name=KIND_LABELS[kind],
+            marker_color=KIND_COLORS[kind],
             offsetgroup="activations" if kind == "activation" else "state",
             hovertemplate=f"device %{{x}}<br>{KIND_LABELS[kind]}: {human_bytes(value)}<extra></extra>",
         )
     figure.update_layout(
-        barmode="stack", height=260, margin=dict(l=50, r=10, t=30, b=40), yaxis_title=f"{unit} per device",
-        xaxis_title="device", xaxis_type="category", legend=LEGEND_ABOVE, plot_bgcolor="white",
+        barmode="stack",
+        height=260,
+        margin=dict(l=50, r=10, t=30, b=40),
+        yaxis_title=f"{unit} per device",
+        xaxis_title="device",
+        xaxis_type="category",
+        legend=LEGEND_ABOVE,
+        plot_bgcolor="white",
     )
     return figure
 
@@ -335,8 +376,12 @@ def step_times_figure(samples: Sequence[float], planned_steps: int | None = None
         median = statistics.median(ms)
         figure.add_hline(y=median, line_dash="dot", line_color="#888", annotation_text=f"median {median:.2f} ms")
     figure.update_layout(
-        height=280, margin=dict(l=50, r=10, t=20, b=40), xaxis_title="timed step", yaxis_title="ms",
-        plot_bgcolor="white", showlegend=False,
+        height=280,
+        margin=dict(l=50, r=10, t=20, b=40),
+        xaxis_title="timed step",
+        yaxis_title="ms",
+        plot_bgcolor="white",
+        showlegend=False,
     )
     count = max(planned_steps or 0, len(ms))
     figure.update_xaxes(range=[0.5, count + 0.5], gridcolor="#eee", **whole_number_ticks(count))
@@ -357,13 +402,21 @@ def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure
     for kind, name in KIND_LABELS.items():
         values = [t.by_kind()[kind] for t in totals]
         figure.add_bar(
-            x=list(labels), y=[v / divisor for v in values], name=name, marker_color=KIND_COLORS[kind],
-            text=[human_bytes(v) for v in values], textposition="inside",
+            x=list(labels),
+            y=[v / divisor for v in values],
+            name=name,
+            marker_color=KIND_COLORS[kind],
+            text=[human_bytes(v) for v in values],
+            textposition="inside",
             hovertemplate="%{x}<br>" + name + ": %{text}<extra></extra>",
         )
     figure.update_layout(
-        barmode="group", height=300, yaxis_title=f"{unit} per device", margin=dict(l=50, r=10, t=30, b=40),
-        legend=LEGEND_ABOVE, plot_bgcolor="white",
+        barmode="group",
+        height=300,
+        yaxis_title=f"{unit} per device",
+        margin=dict(l=50, r=10, t=30, b=40),
+        legend=LEGEND_ABOVE,
+        plot_bgcolor="white",
         # a label that does not fit inside its bar is left to the hover: outside, small bars' labels ran together
         uniformtext=dict(minsize=9, mode="hide"),
     )
@@ -376,7 +429,11 @@ def race_figure(labels: Sequence[str], round_medians: Sequence[Sequence[float]])
     for label, medians in zip(labels, round_medians):
         figure.add_scatter(x=list(range(1, len(medians) + 1)), y=[m * 1e3 for m in medians], mode="lines+markers", name=label)
     figure.update_layout(
-        height=280, xaxis_title="round", yaxis_title="median step (ms)", margin=dict(l=50, r=10, t=20, b=40), plot_bgcolor="white",
+        height=280,
+        xaxis_title="round",
+        yaxis_title="median step (ms)",
+        margin=dict(l=50, r=10, t=20, b=40),
+        plot_bgcolor="white",
     )
     figure.update_xaxes(**whole_number_ticks(max((len(m) for m in round_medians), default=1)))
     return figure
@@ -399,14 +456,22 @@ def op_times_figure(samples: dict[str, Sequence[float]], labels: dict[str, str],
         median = statistics.median(ms) if ms else None
         name = labels[which] + (f" · median {median:.2f} ms (dotted)" if ms else "")
         figure.add_scatter(
-            x=list(range(1, len(ms) + 1)), y=ms, mode="lines+markers", name=name, line_color=OP_COLORS[which],
+            x=list(range(1, len(ms) + 1)),
+            y=ms,
+            mode="lines+markers",
+            name=name,
+            line_color=OP_COLORS[which],
             hovertemplate=labels[which] + ", call %{x}: %{y:.2f} ms<extra></extra>",
         )
         if ms:
             figure.add_hline(y=median, line_dash="dot", line_color=OP_COLORS[which])
     figure.update_layout(
-        height=300, margin=dict(l=50, r=10, t=30, b=40), xaxis_title="timed call", yaxis_title="ms",
-        plot_bgcolor="white", legend=dict(orientation="h", y=1.12),
+        height=300,
+        margin=dict(l=50, r=10, t=30, b=40),
+        xaxis_title="timed call",
+        yaxis_title="ms",
+        plot_bgcolor="white",
+        legend=dict(orientation="h", y=1.12),
     )
     figure.update_xaxes(range=[0.5, max(count, 1) + 0.5], gridcolor="#eee", **whole_number_ticks(max(count, 1)))
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
@@ -420,18 +485,25 @@ def roofline_figure(estimate: Estimate, title: str = "") -> go.Figure:
     """The roofline's three terms side by side (ms per step, lower bounds), the one that bounds the step outlined."""
     terms = [("compute", estimate.compute_s), ("memory", estimate.memory_s), ("collective", estimate.collective_s)]
     bound = estimate.bound
-    figure = go.Figure(go.Bar(
-        x=[f"{name}{' (bound)' if name == bound else ''}" for name, _ in terms],
-        y=[seconds * 1e3 for _, seconds in terms],
-        marker_color=[ROOFLINE_COLORS[name] for name, _ in terms],
-        marker_line=dict(color=["#222" if name == bound else "rgba(0,0,0,0)" for name, _ in terms], width=3),
-        text=[_ms(seconds) for _, seconds in terms], textposition="outside",
-        hovertemplate="%{x}: %{text} per step (lower bound)<extra></extra>",
-    ))
+    figure = go.Figure(
+        go.Bar(
+            x=[f"{name}{' (bound)' if name == bound else ''}" for name, _ in terms],
+            y=[seconds * 1e3 for _, seconds in terms],
+            marker_color=[ROOFLINE_COLORS[name] for name, _ in terms],
+            marker_line=dict(color=["#222" if name == bound else "rgba(0,0,0,0)" for name, _ in terms], width=3),
+            text=[_ms(seconds) for _, seconds in terms],
+            textposition="outside",
+            hovertemplate="%{x}: %{text} per step (lower bound)<extra></extra>",
+        )
+    )
     figure.update_layout(
         title=title or f"Step ≥ {_ms(estimate.step_s)}<br>{bound}-bound",
-        height=300, margin=dict(l=50, r=40, t=50, b=40), yaxis_title="ms per step (lower bound)",
-        plot_bgcolor="white", showlegend=False, modebar=dict(orientation="v"),  # not over the title
+        height=300,
+        margin=dict(l=50, r=40, t=50, b=40),
+        yaxis_title="ms per step (lower bound)",
+        plot_bgcolor="white",
+        showlegend=False,
+        modebar=dict(orientation="v"),  # not over the title
     )
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
     return figure
@@ -449,17 +521,25 @@ def compare_roofline_figure(labels: list[str], estimates: list[Estimate]) -> go.
     for index, (label, estimate) in enumerate(zip(labels, estimates)):
         seconds = [getattr(estimate, f"{term}_s") for term in terms]
         figure.add_bar(
-            name=f"{label}: ≥ {_ms(estimate.step_s)}, {estimate.bound}-bound", x=list(terms), y=[s * 1e3 for s in seconds],
+            name=f"{label}: ≥ {_ms(estimate.step_s)}, {estimate.bound}-bound",
+            x=list(terms),
+            y=[s * 1e3 for s in seconds],
             marker_color=plotly.colors.qualitative.Safe[index % len(plotly.colors.qualitative.Safe)],
             marker_line=dict(color=["#222" if term == estimate.bound else "rgba(0,0,0,0)" for term in terms], width=3),
             # Bars too short to see are not labelled (neighbours' labels ran together there); the hover has every value.
-            text=[_ms(s) if s >= 0.03 * top else "" for s in seconds], customdata=[_ms(s) for s in seconds],
-            textposition="outside", cliponaxis=False,
+            text=[_ms(s) if s >= 0.03 * top else "" for s in seconds],
+            customdata=[_ms(s) for s in seconds],
+            textposition="outside",
+            cliponaxis=False,
             hovertemplate=f"{label}<br>%{{x}}: %{{customdata}} per step (lower bound)<extra></extra>",
         )
     figure.update_layout(
-        barmode="group", height=320 + 22 * len(labels), margin=dict(l=50, r=20, t=30, b=40),
-        yaxis_title="ms per step (lower bound)", plot_bgcolor="white", modebar=dict(orientation="v"),
+        barmode="group",
+        height=320 + 22 * len(labels),
+        margin=dict(l=50, r=20, t=30, b=40),
+        yaxis_title="ms per step (lower bound)",
+        plot_bgcolor="white",
+        modebar=dict(orientation="v"),
         legend=dict(orientation="h", x=0, xanchor="left", y=-0.15, yanchor="top"),
     )
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
@@ -481,30 +561,53 @@ def target_memory_figure(memory: Memory, hbm_bytes: int, per: str = "chip", usab
     would run past the peak it is meant to explain.
     """
     parts = [
-        (name, getattr(memory, key), color) for name, key, color in (
+        (name, getattr(memory, key), color)
+        for name, key, color in (
             ("peak", "peak_bytes", "#E45756"),
             ("arguments", "argument_bytes", "#4C78A8"),
             ("outputs", "output_bytes", "#F58518"),
             ("aliased", "alias_bytes", "#72B7B2"),
             ("temporaries", "temp_bytes", "#B279A2"),
-        ) if getattr(memory, key) is not None  # None: a figure XLA did not give (a program it refused as too large)
+        )
+        if getattr(memory, key) is not None  # None: a figure XLA did not give (a program it refused as too large)
     ]
     divisor, unit = byte_unit(max([hbm_bytes] + [value for _, value, _ in parts]))
     figure = go.Figure()
     figure.add_bar(
-        y=[name for name, _, _ in parts], x=[value / divisor for _, value, _ in parts], orientation="h",
-        marker_color=[color for _, _, color in parts], text=[human_bytes(value) for _, value, _ in parts],
-        textposition="outside", cliponaxis=False, hovertemplate="%{y}: %{text}<extra></extra>", showlegend=False,
+        y=[name for name, _, _ in parts],
+        x=[value / divisor for _, value, _ in parts],
+        orientation="h",
+        marker_color=[color for _, _, color in parts],
+        text=[human_bytes(value) for _, value, _ in parts],
+        textposition="outside",
+        cliponaxis=False,
+        hovertemplate="%{y}: %{text}<extra></extra>",
+        showlegend=False,
     )
     # With a second line the two labels stand one above the other: side by side they ran together at 1024 px.
     lift = 0 if usable is None else 16
-    figure.add_vline(x=hbm_bytes / divisor, line_color="#222", line_dash="dash", annotation_text=f"HBM {human_bytes(hbm_bytes)}",
-                     annotation_position="top left", annotation_yshift=lift)
+    figure.add_vline(
+        x=hbm_bytes / divisor,
+        line_color="#222",
+        line_dash="dash",
+        annotation_text=f"HBM {human_bytes(hbm_bytes)}",
+        annotation_position="top left",
+        annotation_yshift=lift,
+    )
     if usable is not None:
-        figure.add_vline(x=usable[0] / divisor, line_color="#E45756", line_dash="dot", annotation_text=usable[1],
-                         annotation_position="top left", annotation_font_color="#E45756")
+        figure.add_vline(
+            x=usable[0] / divisor,
+            line_color="#E45756",
+            line_dash="dot",
+            annotation_text=usable[1],
+            annotation_position="top left",
+            annotation_font_color="#E45756",
+        )
     figure.update_layout(
-        height=260 + lift, margin=dict(l=10, r=70, t=30 + lift, b=40), xaxis_title=f"{unit} per {per}", plot_bgcolor="white",
+        height=260 + lift,
+        margin=dict(l=10, r=70, t=30 + lift, b=40),
+        xaxis_title=f"{unit} per {per}",
+        plot_bgcolor="white",
         modebar=dict(orientation="v"),
     )
     figure.update_yaxes(autorange="reversed", automargin=True)
@@ -543,9 +646,13 @@ def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int, limit_label: 
         if not chosen:
             continue
         figure.add_scatter(
-            x=[p.step_s * 1e3 for p in chosen], y=[p.bytes_per_device / 2**30 for p in chosen],
-            mode="markers", name=name, marker=dict(symbol=symbol, size=11),
-            text=[p.name for p in chosen], hovertemplate="%{text}<br>step ≥ %{x:.3g} ms<br>%{y:.2f} GiB<extra></extra>",
+            x=[p.step_s * 1e3 for p in chosen],
+            y=[p.bytes_per_device / 2**30 for p in chosen],
+            mode="markers",
+            name=name,
+            marker=dict(symbol=symbol, size=11),
+            text=[p.name for p in chosen],
+            hovertemplate="%{text}<br>step ≥ %{x:.3g} ms<br>%{y:.2f} GiB<extra></extra>",
         )
     hbm_gib = hbm_bytes / 2**30
     figure.add_hline(y=hbm_gib, line_dash="dash", line_color="#222")
@@ -553,10 +660,24 @@ def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int, limit_label: 
     # and stretched the axis to 1e17): write it, and the axis range, in log10 units.
     shown = [hbm_gib] + [y for trace in figure.data for y in trace.y if y and y > 0]
     low, high = math.log10(min(shown)) - 0.5, math.log10(max(shown)) + 0.5
-    figure.add_annotation(x=1, xref="paper", y=math.log10(hbm_gib), yref="y", text=limit_label or f"HBM {human_bytes(hbm_bytes)} per device",
-                          showarrow=False, xanchor="right", yanchor="bottom")
-    figure.update_layout(height=360, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="step lower bound (ms, log)",
-                         yaxis_title="GiB per device (log)", plot_bgcolor="white", legend=dict(orientation="h", y=-0.25))
+    figure.add_annotation(
+        x=1,
+        xref="paper",
+        y=math.log10(hbm_gib),
+        yref="y",
+        text=limit_label or f"HBM {human_bytes(hbm_bytes)} per device",
+        showarrow=False,
+        xanchor="right",
+        yanchor="bottom",
+    )
+    figure.update_layout(
+        height=360,
+        margin=dict(l=10, r=10, t=30, b=10),
+        xaxis_title="step lower bound (ms, log)",
+        yaxis_title="GiB per device (log)",
+        plot_bgcolor="white",
+        legend=dict(orientation="h", y=-0.25),
+    )
     figure.update_xaxes(type="log", gridcolor="#eee", dtick=1)  # a tick per decade: both axes span orders of magnitude
     figure.update_yaxes(type="log", gridcolor="#eee", dtick=1, range=[low, high])
     return figure

@@ -94,10 +94,10 @@ def _refused_rules(report, sizes: dict[str, int]) -> dict[int, str]:
             size = info.shape[t.dim]
             twice = [a for a in t.mesh_axes if a in taken]
             if product > 1 and size % product:
-                bad.setdefault(t.rule, f"{info.path} dim {t.dim} has size {size}, which mesh axes "
-                                       f"{' x '.join(t.mesh_axes)} ({product}) do not divide.")
+                bad.setdefault(
+                    t.rule, f"{info.path} dim {t.dim} has size {size}, which mesh axes {' x '.join(t.mesh_axes)} ({product}) do not divide."
+                )
             elif twice:
                 bad.setdefault(t.rule, f"{info.path} would use mesh axis {twice[0]!r} for two dimensions.")
             taken.update(t.mesh_axes)
     return bad
-

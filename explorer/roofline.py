@@ -141,8 +141,12 @@ class Estimate:
 
     def to_dict(self) -> dict:
         return {
-            "compute_s": self.compute_s, "memory_s": self.memory_s, "collective_s": self.collective_s,
-            "step_s": self.step_s, "bound": self.bound, "mfu_ceiling": self.mfu_ceiling,
+            "compute_s": self.compute_s,
+            "memory_s": self.memory_s,
+            "collective_s": self.collective_s,
+            "step_s": self.step_s,
+            "bound": self.bound,
+            "mfu_ceiling": self.mfu_ceiling,
         }
 
 

@@ -34,7 +34,7 @@ AxisName = None | str | tuple[str, ...]
 
 RESOLUTION_ORDERS = {
     "linen": "Flax Linen: the first rule whose mesh axes are still free wins; later rules are fallbacks; "
-             "a name no rule matches is replicated",
+    "a name no rule matches is replicated",
     "nnx": "Flax NNX: the last rule for a name wins (a dict); a name no rule matches is used as a mesh axis name",
 }
 RESOLUTION_ORDER = RESOLUTION_ORDERS["linen"]
@@ -58,9 +58,7 @@ class DimTrace:
     mesh_axes: MeshAxes
     rule: int | None
     skipped: tuple[Skip, ...]
-    status: Literal[
-        "sharded", "replicated-by-rule", "all-skipped", "unmatched", "unnamed", "fixed", "passed-through"
-    ]
+    status: Literal["sharded", "replicated-by-rule", "all-skipped", "unmatched", "unnamed", "fixed", "passed-through"]
 
     def decided_by(self, rules: Sequence[RulePair]) -> str:
         """What decided this dimension's mesh axes, as the trace table and the findings say it ("" for nothing).
@@ -151,9 +149,7 @@ def _resolve_cached(logical_axes: tuple | None, rules: tuple, ndim: int | None, 
         dims = tuple(DimTrace(d, None, (), None, (), "unnamed") for d in range(ndim or 0))
         return Resolution((None,) * (ndim or 0), dims, frozenset())
     if ndim is not None and len(logical_axes) > ndim:
-        raise ExplorerError(
-            "logical axes", list(logical_axes), f"name {len(logical_axes)} dimensions but the array has {ndim}"
-        )
+        raise ExplorerError("logical axes", list(logical_axes), f"name {len(logical_axes)} dimensions but the array has {ndim}")
     logical_axes = logical_axes + (None,) * ((ndim or len(logical_axes)) - len(logical_axes))
     _reject_duplicate_names(logical_axes)
     if semantics == "nnx":
@@ -180,10 +176,7 @@ def _resolve_linen(logical_axes: tuple, rules: tuple) -> Resolution:
             continue
         decided[dim] = index
         assigned[dim] = mesh
-    dims = tuple(
-        _dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim], "linen")
-        for dim, name in enumerate(logical_axes)
-    )
+    dims = tuple(_dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim], "linen") for dim, name in enumerate(logical_axes))
     spec = tuple(spec_entry(a) for a in assigned)
     return Resolution(spec, dims, frozenset(d for d in decided if d is not None))
 
@@ -201,16 +194,14 @@ def _resolve_nnx(logical_axes: tuple, rules: tuple) -> Resolution:
             winner = last[name]
             assigned.append(rules[winner][1])
             decided.append(winner)
-            skipped.append([
-                Skip(i, "overridden", f"rule {winner} overrides it") for i, (n, _) in enumerate(rules) if n == name and i != winner
-            ])
+            skipped.append(
+                [Skip(i, "overridden", f"rule {winner} overrides it") for i, (n, _) in enumerate(rules) if n == name and i != winner]
+            )
         else:
             assigned.append(name)
             decided.append(None)
             skipped.append([])
-    dims = tuple(
-        _dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim], "nnx") for dim, name in enumerate(logical_axes)
-    )
+    dims = tuple(_dim_trace(dim, name, assigned[dim], decided[dim], skipped[dim], "nnx") for dim, name in enumerate(logical_axes))
     spec = tuple(spec_entry(a) for a in assigned)
     return Resolution(spec, dims, frozenset(d for d in decided if d is not None))
 

@@ -76,13 +76,27 @@ import time
 from typing import Any, Callable
 
 from explorer.compile_result import (
-    AxisPlacement, CollectiveCost, CrossCheck, Memory, MemoryLimit, Oom, Padding, TargetCompile, TargetMesh,
+    AxisPlacement,
+    CollectiveCost,
+    CrossCheck,
+    Memory,
+    MemoryLimit,
+    Oom,
+    Padding,
+    TargetCompile,
+    TargetMesh,
 )
 from explorer.errors import ExplorerError
 from explorer.hlo import LoopWork
 from explorer.layout import Layout
 from explorer.targets import (
-    GPU_INSTALL, JAX_MEMORY_FRACTION, MEMORY_FRACTION_ENV, Target, check_mesh_fits, memory_fraction, parse_target,
+    GPU_INSTALL,
+    JAX_MEMORY_FRACTION,
+    MEMORY_FRACTION_ENV,
+    Target,
+    check_mesh_fits,
+    memory_fraction,
+    parse_target,
 )
 
 CACHE_FORMAT = 4  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json)
@@ -101,6 +115,7 @@ STAGES = ("trace", "lower", "compile", "analyze")
 
 
 # --- in the child: the compile itself ----------------------------------------------------------
+
 
 def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str], None] | None = None) -> TargetCompile:
     """Compile ``layout``'s train step for ``target`` in this process (the child's work: ``child_main``)."""
@@ -129,7 +144,10 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
     stage("lower")
     with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
         lowered = jax.jit(
-            make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings, donate_argnums=0,
+            make_train_step(model),
+            in_shardings=(shardings, *inputs_sharding),
+            out_shardings=shardings,
+            donate_argnums=0,
         ).lower(abstract_state, *inputs)
     stage("compile")
     if target.is_gpu:
@@ -158,7 +176,9 @@ def _topology(target: Target, topologies):
         try:
             return topologies.get_topology_desc(platform="cuda", target_config=target.chip.target_config, topology=target.gpu_topology)
         except Exception as error:  # the plugin refusing the config or the topology
-            raise ExplorerError("target", target.name, f"the CUDA plugin cannot describe {target.gpu_topology}: {_first_line(error)}") from None
+            raise ExplorerError(
+                "target", target.name, f"the CUDA plugin cannot describe {target.gpu_topology}: {_first_line(error)}"
+            ) from None
     kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
     try:
         return topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
@@ -181,7 +201,8 @@ def require_gpu_plugin(target: Target) -> None:
     """One line saying how to install the plugin, where a GPU target is asked for without it."""
     if target.is_gpu and gpu_plugin() is None:
         raise ExplorerError(
-            "target", target.name,
+            "target",
+            target.name,
             f"compiling for NVIDIA GPUs needs JAX's CUDA plugin (a compile-only install: no GPU, no CUDA libraries): {GPU_INSTALL}",
         )
 
@@ -260,7 +281,8 @@ def _cross_check(folder: str) -> CrossCheck | None:
 
     try:
         memory = hlo.dumped_memory(
-            _dumped(folder, "after_optimizations-buffer-assignment.txt"), _dumped(folder, "after_optimizations-memory-usage-report.txt"),
+            _dumped(folder, "after_optimizations-buffer-assignment.txt"),
+            _dumped(folder, "after_optimizations-memory-usage-report.txt"),
         )
         work = hlo.matmul_work(_dumped(folder, "after_optimizations.txt"))
     except (OSError, ValueError):
@@ -309,7 +331,8 @@ def analyze_dump(folder: str, oom: Oom, target: Target, mesh, method: str, compi
 
     try:
         memory = hlo.dumped_memory(
-            _dumped(folder, "after_optimizations-buffer-assignment.txt"), _dumped(folder, "after_optimizations-memory-usage-report.txt"),
+            _dumped(folder, "after_optimizations-buffer-assignment.txt"),
+            _dumped(folder, "after_optimizations-memory-usage-report.txt"),
         )
         text = _dumped(folder, "after_optimizations.txt")
     except (OSError, ValueError):  # no dump: E1000's own figures only
@@ -326,17 +349,30 @@ def _mesh_size(layout: Layout) -> int:
 
 
 def analyze_compiled(
-    compiled, target: Target, mesh, method: str, compile_s: float, *,
-    xla_messages: tuple[str, ...] = (), cross_check: CrossCheck | None = None,
+    compiled,
+    target: Target,
+    mesh,
+    method: str,
+    compile_s: float,
+    *,
+    xla_messages: tuple[str, ...] = (),
+    cross_check: CrossCheck | None = None,
 ) -> TargetCompile:
     """The result from a program XLA compiled for ``target`` on ``mesh`` (laid out by ``method``)."""
     from explorer import hlo
 
     stats = compiled.memory_analysis()
-    arguments, outputs, aliased, temporaries = (int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes),
-                                                int(stats.alias_size_in_bytes), int(stats.temp_size_in_bytes))
+    arguments, outputs, aliased, temporaries = (
+        int(stats.argument_size_in_bytes),
+        int(stats.output_size_in_bytes),
+        int(stats.alias_size_in_bytes),
+        int(stats.temp_size_in_bytes),
+    )
     memory = Memory(
-        argument_bytes=arguments, output_bytes=outputs, alias_bytes=aliased, temp_bytes=temporaries,
+        argument_bytes=arguments,
+        output_bytes=outputs,
+        alias_bytes=aliased,
+        temp_bytes=temporaries,
         peak_bytes=int(stats.peak_memory_in_bytes) or arguments + outputs - aliased + temporaries,
         generated_code_bytes=int(stats.generated_code_size_in_bytes),
     )
@@ -350,8 +386,22 @@ def analyze_compiled(
         flops = float(cost.get("flops", 0.0)) + extra.flops
         bytes_accessed = float(cost.get("bytes accessed", 0.0)) + extra.bytes
         source = "cost_analysis"
-    return _result(target, mesh, method, compile_s, memory, flops, bytes_accessed, _mesh_collectives(text, mesh, target), text, None,
-                   source=source, loop_work=extra, xla_messages=xla_messages, cross_check=cross_check)
+    return _result(
+        target,
+        mesh,
+        method,
+        compile_s,
+        memory,
+        flops,
+        bytes_accessed,
+        _mesh_collectives(text, mesh, target),
+        text,
+        None,
+        source=source,
+        loop_work=extra,
+        xla_messages=xla_messages,
+        cross_check=cross_check,
+    )
 
 
 def _mesh_collectives(text: str, mesh, target: Target | None = None) -> list:
@@ -378,9 +428,15 @@ def memory_limit(target: Target) -> MemoryLimit:
         return MemoryLimit(device, device, 1.0, f"the device's {human_bytes(device)} of HBM")
     fraction = memory_fraction()
     chosen = os.environ.get(MEMORY_FRACTION_ENV, "").strip()
-    how = f"with {MEMORY_FRACTION_ENV}={chosen}" if chosen and fraction != JAX_MEMORY_FRACTION else f"by default ({MEMORY_FRACTION_ENV}, 0.75)"
+    how = (
+        f"with {MEMORY_FRACTION_ENV}={chosen}"
+        if chosen and fraction != JAX_MEMORY_FRACTION
+        else f"by default ({MEMORY_FRACTION_ENV}, 0.75)"
+    )
     return MemoryLimit(
-        int(device * fraction), device, fraction,
+        int(device * fraction),
+        device,
+        fraction,
         f"{fraction:.0%} of the GPU's {human_bytes(device)} (its memory in XLA's target config): what JAX lets one process use {how}",
     )
 
@@ -390,14 +446,30 @@ def with_verdict(result: TargetCompile, target: Target) -> TargetCompile:
     judged where it was compiled; the GPU memory fraction may differ here)."""
     peak, limit = result.memory.peak_bytes, memory_limit(target)
     return dataclasses.replace(
-        result, target=target, memory_limit=limit, fits=bool(result.compiled and peak <= limit.bytes),
-        fits_device=bool(result.compiled and peak <= limit.device_bytes), headroom_bytes=limit.bytes - peak,
+        result,
+        target=target,
+        memory_limit=limit,
+        fits=bool(result.compiled and peak <= limit.bytes),
+        fits_device=bool(result.compiled and peak <= limit.device_bytes),
+        headroom_bytes=limit.bytes - peak,
     )
 
 
 def _result(
-    target: Target, mesh, method: str, compile_s: float, memory: Memory, flops, bytes_accessed, collectives: list, text: str,
-    oom: Oom | None, *, source: str | None = None, loop_work: LoopWork = LoopWork(0.0, 0.0), xla_messages: tuple[str, ...] = (),
+    target: Target,
+    mesh,
+    method: str,
+    compile_s: float,
+    memory: Memory,
+    flops,
+    bytes_accessed,
+    collectives: list,
+    text: str,
+    oom: Oom | None,
+    *,
+    source: str | None = None,
+    loop_work: LoopWork = LoopWork(0.0, 0.0),
+    xla_messages: tuple[str, ...] = (),
     cross_check: CrossCheck | None = None,
 ) -> TargetCompile:
     """The result, built once. ``oom`` is E1000's figures when XLA refused the program for HBM, else None."""
@@ -462,10 +534,16 @@ def gpu_placement(mesh, target: Target) -> tuple[AxisPlacement, ...]:
         spanned = max(len(set(g.tolist())) for g in groups)
         per_host = size // spanned
         levels = (["host"] if spanned > 1 else []) + (["gpu"] if per_host > 1 else [])
-        where = (f"{per_host} GPU{'s' if per_host > 1 else ''} of one host, over NVLink" if spanned == 1 else
-                 f"{per_host} GPU{'s' if per_host > 1 else ''} in each of {spanned} hosts, over the network")
-        out.append(AxisPlacement(name, size, tuple(levels), spanned, per_host, "nvlink" if spanned == 1 else "network",
-                                 f"{name} ({size}): {where}"))
+        where = (
+            f"{per_host} GPU{'s' if per_host > 1 else ''} of one host, over NVLink"
+            if spanned == 1
+            else f"{per_host} GPU{'s' if per_host > 1 else ''} in each of {spanned} hosts, over the network"
+        )
+        out.append(
+            AxisPlacement(
+                name, size, tuple(levels), spanned, per_host, "nvlink" if spanned == 1 else "network", f"{name} ({size}): {where}"
+            )
+        )
     return tuple(out)
 
 
@@ -518,8 +596,10 @@ def _collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], c
         entry = totals.setdefault(key, [0, 0])
         entry[0] += op.runs
         entry[1] += op.runs * op.bytes
-    return [Collective(op, count, size, axes, group, torus, across)
-            for (op, axes, group, torus, across), (count, size) in sorted(totals.items())]
+    return [
+        Collective(op, count, size, axes, group, torus, across)
+        for (op, axes, group, torus, across), (count, size) in sorted(totals.items())
+    ]
 
 
 def _spanned(groups, mesh_shape, mesh_axes, coords, hosts=None) -> tuple[tuple[str, ...], int, int]:
@@ -581,7 +661,7 @@ def _read_stages(stream, stages: list[str], errors: list[str]) -> None:
     for line in stream:
         line = line.rstrip("\n")
         if line.startswith(STAGE_PREFIX):
-            stages.append(line[len(STAGE_PREFIX):])
+            stages.append(line[len(STAGE_PREFIX) :])
         elif line.strip():
             errors.append(line)
             del errors[:-50]
@@ -593,6 +673,7 @@ def _read_result(output: str) -> TargetCompile:
 
 
 # --- in the parent: a child process, live stages, stop, the disk cache ---------------------------
+
 
 def versions() -> dict[str, str]:
     found = {}
@@ -704,8 +785,13 @@ def compile_target(
         with open(path, "w") as handle:
             json.dump(layout.to_dict(), handle)
         child = subprocess.Popen(
-            child_command(path, target), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(target),
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), start_new_session=True,
+            child_command(path, target),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_environment(target),
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            start_new_session=True,
         )
         if on_start:
             on_start(child.pid)
@@ -748,11 +834,11 @@ def child_error(lines: list[str], returncode: int) -> str:
     """
     message = next((line for line in reversed(lines) if line.startswith("error: ")), None)
     if message:
-        return message[len("error: "):]
+        return message[len("error: ") :]
     for index in range(len(lines) - 1, -1, -1):
         if _EXCEPTION_LINE.match(lines[index]):
             text = [lines[index]]
-            for line in lines[index + 1:]:
+            for line in lines[index + 1 :]:
                 if line.startswith(_JAX_PREFACE) or line.startswith("Traceback") or line.startswith("The above exception"):
                     break
                 text.append(line.strip())

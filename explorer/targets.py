@@ -125,24 +125,85 @@ CHIPS: dict[str, Chip] = {
     chip.generation: chip
     for chip in (
         Chip(
-            "v4", "v4", "tpu", "TPU v4", 32 * GIB, 275e12, 1.2e12, 4.5e10, 6, 3, 2, "megacore",
+            "v4",
+            "v4",
+            "tpu",
+            "TPU v4",
+            32 * GIB,
+            275e12,
+            1.2e12,
+            4.5e10,
+            6,
+            3,
+            2,
+            "megacore",
             ("https://cloud.google.com/tpu/docs/v4", SCALING_BOOK_TPUS),
         ),
         Chip(
-            "v5e", "v5litepod", "tpu", "TPU v5 lite", 16 * GIB, 197e12, 819e9, 5e10, 4, 2, 1, None,
-            ("https://cloud.google.com/tpu/docs/v5e", SCALING_BOOK_TPUS), 1, 1,
+            "v5e",
+            "v5litepod",
+            "tpu",
+            "TPU v5 lite",
+            16 * GIB,
+            197e12,
+            819e9,
+            5e10,
+            4,
+            2,
+            1,
+            None,
+            ("https://cloud.google.com/tpu/docs/v5e", SCALING_BOOK_TPUS),
+            1,
+            1,
         ),
         Chip(
-            "v5p", "v5p", "tpu", "TPU v5", 95 * GIB, 459e12, 2765e9, 1e11, 6, 3, 2, None,
+            "v5p",
+            "v5p",
+            "tpu",
+            "TPU v5",
+            95 * GIB,
+            459e12,
+            2765e9,
+            1e11,
+            6,
+            3,
+            2,
+            None,
             ("https://cloud.google.com/tpu/docs/v5p", SCALING_BOOK_TPUS),
         ),
         Chip(
-            "v6e", "v6e", "tpu", "TPU v6 lite", 32 * GIB, 918e12, 1640e9, 1e11, 4, 2, 1, None,
-            ("https://cloud.google.com/tpu/docs/v6e", SCALING_BOOK_TPUS), 1, 1,
+            "v6e",
+            "v6e",
+            "tpu",
+            "TPU v6 lite",
+            32 * GIB,
+            918e12,
+            1640e9,
+            1e11,
+            4,
+            2,
+            1,
+            None,
+            ("https://cloud.google.com/tpu/docs/v6e", SCALING_BOOK_TPUS),
+            1,
+            1,
         ),
         Chip(
-            "tpu7x", "", "tpu", "TPU7x", 192 * GIB, 2307e12, 7380e9, 1e11, 6, 3, 2, "default",
-            ("https://cloud.google.com/tpu/docs/tpu7x", SCALING_BOOK_TPUS), 2, 4,
+            "tpu7x",
+            "",
+            "tpu",
+            "TPU7x",
+            192 * GIB,
+            2307e12,
+            7380e9,
+            1e11,
+            6,
+            3,
+            2,
+            "default",
+            ("https://cloud.google.com/tpu/docs/tpu7x", SCALING_BOOK_TPUS),
+            2,
+            4,
         ),
     )
 }
@@ -239,8 +300,24 @@ NVIDIA = "https://www.nvidia.com/en-us/data-center/"
 GPUS: dict[str, Gpu] = {
     gpu.generation: gpu
     for gpu in (
-        Gpu("a100", "a100_sxm_80.txtpb", 312e12, 2039e9, 300e9, 25e9, (NVIDIA + "a100/", NVIDIA + "dgx-a100/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY)),
-        Gpu("h100", "h100_sxm.txtpb", 989e12, 3350e9, 450e9, 50e9, (NVIDIA + "h100/", NVIDIA + "dgx-h100/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY)),
+        Gpu(
+            "a100",
+            "a100_sxm_80.txtpb",
+            312e12,
+            2039e9,
+            300e9,
+            25e9,
+            (NVIDIA + "a100/", NVIDIA + "dgx-a100/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY),
+        ),
+        Gpu(
+            "h100",
+            "h100_sxm.txtpb",
+            989e12,
+            3350e9,
+            450e9,
+            50e9,
+            (NVIDIA + "h100/", NVIDIA + "dgx-h100/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY),
+        ),
         Gpu("h200", "h200.txtpb", 989e12, 4800e9, 450e9, 50e9, (NVIDIA + "h200/", NVIDIA + "dgx-h200/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY)),
         Gpu("b200", "b200.txtpb", 2250e12, 8000e9, 900e9, 50e9, (NVIDIA + "hgx/", NVIDIA + "dgx-b200/", SCALING_BOOK_GPUS, JAX_GPU_MEMORY)),
     )
@@ -321,21 +398,45 @@ class Target:
         chip = self.chip
         if isinstance(chip, Gpu):
             return {
-                "name": self.name, "topology": self.topology, "platform": "cuda", "chips": self.chips, "devices": self.devices,
-                "hosts": self.hosts, "gpus_per_host": self.gpus_per_host, "devices_per_chip": 1, "device_kind": chip.device_kind,
-                "hbm_bytes": chip.hbm_bytes, "usable_bytes": chip.usable_bytes, "memory_fraction": memory_fraction(),
-                "peak_flops": chip.peak_flops, "hbm_bandwidth": chip.hbm_bandwidth,
-                "nvlink_bandwidth": chip.nvlink_bandwidth, "network_bandwidth": chip.network_bandwidth,
-                "ici_bandwidth": None, "ici_links": None,
-                "chip_hbm_bytes": chip.hbm_bytes, "chip_peak_flops": chip.peak_flops, "chip_hbm_bandwidth": chip.hbm_bandwidth,
-                "target_config": f"explorer/gpu_targets/{chip.config_file}", "sources": list(chip.sources),
+                "name": self.name,
+                "topology": self.topology,
+                "platform": "cuda",
+                "chips": self.chips,
+                "devices": self.devices,
+                "hosts": self.hosts,
+                "gpus_per_host": self.gpus_per_host,
+                "devices_per_chip": 1,
+                "device_kind": chip.device_kind,
+                "hbm_bytes": chip.hbm_bytes,
+                "usable_bytes": chip.usable_bytes,
+                "memory_fraction": memory_fraction(),
+                "peak_flops": chip.peak_flops,
+                "hbm_bandwidth": chip.hbm_bandwidth,
+                "nvlink_bandwidth": chip.nvlink_bandwidth,
+                "network_bandwidth": chip.network_bandwidth,
+                "ici_bandwidth": None,
+                "ici_links": None,
+                "chip_hbm_bytes": chip.hbm_bytes,
+                "chip_peak_flops": chip.peak_flops,
+                "chip_hbm_bandwidth": chip.hbm_bandwidth,
+                "target_config": f"explorer/gpu_targets/{chip.config_file}",
+                "sources": list(chip.sources),
             }
         return {
-            "name": self.name, "topology": self.topology, "chips": self.chips, "devices": self.devices,
-            "devices_per_chip": chip.devices_per_chip, "device_kind": chip.device_kind,
-            "hbm_bytes": chip.device_hbm_bytes, "peak_flops": chip.device_peak_flops, "hbm_bandwidth": chip.device_hbm_bandwidth,
-            "ici_bandwidth": chip.device_ici_link_bandwidth, "ici_links": chip.ici_links,
-            "chip_hbm_bytes": chip.hbm_bytes, "chip_peak_flops": chip.peak_flops, "chip_hbm_bandwidth": chip.hbm_bandwidth,
+            "name": self.name,
+            "topology": self.topology,
+            "chips": self.chips,
+            "devices": self.devices,
+            "devices_per_chip": chip.devices_per_chip,
+            "device_kind": chip.device_kind,
+            "hbm_bytes": chip.device_hbm_bytes,
+            "peak_flops": chip.device_peak_flops,
+            "hbm_bandwidth": chip.device_hbm_bandwidth,
+            "ici_bandwidth": chip.device_ici_link_bandwidth,
+            "ici_links": chip.ici_links,
+            "chip_hbm_bytes": chip.hbm_bytes,
+            "chip_peak_flops": chip.peak_flops,
+            "chip_hbm_bandwidth": chip.hbm_bandwidth,
             "sources": list(chip.sources),
         }
 
@@ -364,14 +465,16 @@ def slice_shape(chip: Chip, chips: int) -> tuple[int, ...] | None:
 
 def slices(chip: Chip) -> list[int]:
     """Chip counts of the slices this registry names for ``chip`` (from its smallest Cloud TPU type)."""
-    return [1 << n for n in range(0, MAX_CHIPS[chip.generation].bit_length())
-            if 1 << n >= chip.cloud_min_chips and slice_shape(chip, 1 << n)]
+    return [
+        1 << n for n in range(0, MAX_CHIPS[chip.generation].bit_length()) if 1 << n >= chip.cloud_min_chips and slice_shape(chip, 1 << n)
+    ]
 
 
 _CLOUD_NAME = re.compile(r"(?P<prefix>[a-z0-9]+)-(?P<count>\d+)")
 _TOPOLOGY = re.compile(r"(?P<generation>[a-z0-9]+):(?P<shape>\d+(?:x\d+)+)")
-GPU_FORM = (f"a GPU cluster GPU:HOSTSxGPUS of {', '.join(GPUS)} (e.g. h100:1x8, h100:8x8: "
-            f"1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} GPUs)")
+GPU_FORM = (
+    f"a GPU cluster GPU:HOSTSxGPUS of {', '.join(GPUS)} (e.g. h100:1x8, h100:8x8: 1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} GPUs)"
+)
 
 
 def tpu_names() -> list[str]:
@@ -419,18 +522,22 @@ def hosts_per_axis(target: Target, mesh_shape: tuple[int, ...]) -> tuple[int, ..
     if not target.is_gpu:
         return (1,) * len(mesh_shape)
     hosts = (np.arange(math.prod(mesh_shape)) // target.gpus_per_host).reshape(mesh_shape)
-    return tuple(max(len(set(group.tolist())) for group in np.moveaxis(hosts, axis, -1).reshape(-1, size))
-                 for axis, size in enumerate(mesh_shape))
+    return tuple(
+        max(len(set(group.tolist())) for group in np.moveaxis(hosts, axis, -1).reshape(-1, size)) for axis, size in enumerate(mesh_shape)
+    )
 
 
 def _parse_gpu(name: str, text: str, gpu: Gpu, shape: str) -> Target:
     sizes = tuple(int(s) for s in shape.split("x"))
     if len(sizes) != 2:
-        raise ExplorerError("target", name, f"names a GPU cluster as {gpu.generation}:HOSTSxGPUS, e.g. {gpu.generation}:2x8 (2 hosts of 8 GPUs)")
+        raise ExplorerError(
+            "target", name, f"names a GPU cluster as {gpu.generation}:HOSTSxGPUS, e.g. {gpu.generation}:2x8 (2 hosts of 8 GPUs)"
+        )
     hosts, per_host = sizes
     if not 1 <= per_host <= MAX_GPUS_PER_HOST or not 1 <= hosts <= MAX_HOSTS:
         raise ExplorerError(
-            "target", name,
+            "target",
+            name,
             f"has {hosts} hosts of {per_host} GPUs; a cluster here has 1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} "
             f"GPUs (one NVLink domain per host), e.g. {gpu.generation}:1x8, {gpu.generation}:8x8",
         )
@@ -456,8 +563,10 @@ def parse_target(name: str) -> Target:
     if cloud and cloud["prefix"] in GPUS:  # h100-8: a GPU count written as a Cloud TPU type
         cluster = gpu_cluster(GPUS[cloud["prefix"]], int(cloud["count"]))
         raise ExplorerError(
-            "target", name,
-            "names GPUs as a TPU type would; a GPU cluster is GPU:HOSTSxGPUS" + (f", e.g. {cluster.topology}" if cluster else "")
+            "target",
+            name,
+            "names GPUs as a TPU type would; a GPU cluster is GPU:HOSTSxGPUS"
+            + (f", e.g. {cluster.topology}" if cluster else "")
             + f" ({MAX_GPUS_PER_HOST} GPUs per host at most)",
         )
     if cloud and cloud["prefix"] in BY_CLOUD_PREFIX:
@@ -474,12 +583,19 @@ def parse_target(name: str) -> Target:
         chip = CHIPS[topology["generation"]]
         shape = tuple(int(s) for s in topology["shape"].split("x"))
         if len(shape) != chip.dims or any(s < 1 for s in shape):
-            raise ExplorerError("target", name, f"{chip.generation} topologies have {chip.dims} dimensions, e.g. {Target('', chip, slice_shape(chip, 16)).topology}")
+            raise ExplorerError(
+                "target",
+                name,
+                f"{chip.generation} topologies have {chip.dims} dimensions, e.g. {Target('', chip, slice_shape(chip, 16)).topology}",
+            )
         if math.prod(shape) > MAX_CHIPS[chip.generation]:
-            raise ExplorerError("target", name, f"has {math.prod(shape)} chips; a {chip.generation} slice has at most {MAX_CHIPS[chip.generation]}")
+            raise ExplorerError(
+                "target", name, f"has {math.prod(shape)} chips; a {chip.generation} slice has at most {MAX_CHIPS[chip.generation]}"
+            )
         return Target(text, chip, shape)
     raise ExplorerError(
-        "target", name,
+        "target",
+        name,
         f"is not a TPU slice name or a GPU cluster; valid Cloud TPU types: {', '.join(tpu_names())}; or a libtpu topology "
         f"GENERATION:AxB[xC] of {', '.join(CHIPS)} (e.g. v5e:4x4, v5p:4x4x4, v4:2x2x2, tpu7x:2x2x1, v5e:1x1); or {GPU_FORM}",
     )
@@ -499,7 +615,9 @@ def check_mesh_fits(target: Target, mesh_size: int) -> None:
     if target.is_gpu:  # the same GPU first
         clusters.sort(key=lambda name: not name.startswith(target.chip.generation + ":"))
     gpu_advice = [f"GPU clusters of {mesh_size} GPUs: {', '.join(clusters)}"] if clusters else []
-    tpu_advice = [f"slices of {mesh_size} devices: {', '.join(fitting)}" if fitting else f"no slice this tool knows has {mesh_size} devices"]
+    tpu_advice = [
+        f"slices of {mesh_size} devices: {', '.join(fitting)}" if fitting else f"no slice this tool knows has {mesh_size} devices"
+    ]
     if target.is_gpu:
         advice = "; ".join(gpu_advice + tpu_advice if clusters else tpu_advice)
         has = f"{target.devices} GPUs ({target.hosts} host{'s' if target.hosts > 1 else ''} of {target.gpus_per_host})"
@@ -507,6 +625,7 @@ def check_mesh_fits(target: Target, mesh_size: int) -> None:
         advice = "; ".join(tpu_advice + gpu_advice)
         has = f"{target.chips} chips" + (f" ({target.devices} devices)" if target.devices != target.chips else "")
     raise ExplorerError(
-        "target", target.name,
+        "target",
+        target.name,
         f"has {has} but the mesh needs {mesh_size} devices; {advice}",
     )

@@ -69,16 +69,22 @@ def memory_relation(memory: dict) -> str:
     if peak == held + temp:
         return f"{lead}; here it is arguments + outputs − aliased + temporaries: all of them are live together."
     if peak == held:
-        return (f"{lead}; here it equals arguments + outputs − aliased ({human_bytes(held)}) and does not include the "
-                f"temporaries ({human_bytes(temp)}).")
+        return (
+            f"{lead}; here it equals arguments + outputs − aliased ({human_bytes(held)}) and does not include the "
+            f"temporaries ({human_bytes(temp)})."
+        )
     total, difference = held + temp, held + temp - peak
     gap = f"{human_bytes(abs(difference))}" if abs(difference) >= 1024 else f"{abs(difference):,} B"
     if difference > 0:
-        return (f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
-                f"{human_bytes(total)}, {gap} more, because not all of them are live at that moment (the temporaries' "
-                "allocation alone can exceed the peak).")
-    return (f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
-            f"{human_bytes(total)}, {gap} less: the peak also counts buffers these figures do not list.")
+        return (
+            f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
+            f"{human_bytes(total)}, {gap} more, because not all of them are live at that moment (the temporaries' "
+            "allocation alone can exceed the peak)."
+        )
+    return (
+        f"{lead}, by XLA's heap simulation; arguments + outputs − aliased + temporaries add up to "
+        f"{human_bytes(total)}, {gap} less: the peak also counts buffers these figures do not list."
+    )
 
 
 def human_bytes(count: int) -> str:
@@ -162,8 +168,9 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
     ]
     if report.typed:
         types = ", ".join(f"{axis}: {kind}" for axis, kind in zip(mesh.axes, report.layout.mesh.types))
-        lines.insert(1, f"axis types: {types}; every spec is the one in its value's type "
-                        f"({len(report.values):,} forward values: analyze --values)")
+        lines.insert(
+            1, f"axis types: {types}; every spec is the one in its value's type ({len(report.values):,} forward values: analyze --values)"
+        )
     frame = arrays_frame(report)
     frame["bytes/device"] = frame["bytes/device"].map(human_bytes)
     lines.append(frame.to_string(index=False))
@@ -192,8 +199,11 @@ def values_text(values, query: str = "") -> str:
     from explorer.values import grouped, matching, spec_text
 
     chosen = matching(values, query)
-    lines = [f"{len(chosen):,} of {len(values):,} forward values" + (f" matching {query!r}" if query else "")
-             + "; '*' set by the model (reshard, out_sharding=, sharding_constraint), '!' implies communication"]
+    lines = [
+        f"{len(chosen):,} of {len(values):,} forward values"
+        + (f" matching {query!r}" if query else "")
+        + "; '*' set by the model (reshard, out_sharding=, sharding_constraint), '!' implies communication"
+    ]
     for group in grouped(chosen):
         lines += ["", f"{group.where}  ({len(group.values)} values, {group.communicating} communicating)"]
         for value in group.values:
@@ -331,9 +341,14 @@ def sharding_text(shape: Sequence[int], spec: Sequence, mesh: MeshInfo, kind: st
         fixed = dict(zip(others, blocks))
         view = grid_view(shape, spec, mesh, row_dim, col_dim, fixed)
         if others:
-            parts.append("slice " + ", ".join(
-                f"dim {d} block {b} of {counts[d]} ({r[0]}:{r[1]})" for d, b in fixed.items() for r in [block_ranges(shape[d], counts[d])[b]]
-            ))
+            parts.append(
+                "slice "
+                + ", ".join(
+                    f"dim {d} block {b} of {counts[d]} ({r[0]}:{r[1]})"
+                    for d, b in fixed.items()
+                    for r in [block_ranges(shape[d], counts[d])[b]]
+                )
+            )
         parts.append(box_grid(view, kind))
     if len(slices) > MAX_TEXT_SLICES:
         parts.append(f"… {len(slices) - MAX_TEXT_SLICES} more slice(s) not drawn")
@@ -348,7 +363,8 @@ def op_text(analysis, timing=None) -> str:
     kind = "planned" if analysis.planned else "real devices"
     lines = [
         f"mesh {dict(zip(mesh.axes, mesh.shape))}: {mesh.size} devices ({kind})",
-        f"expr: {analysis.op.expr}" + ("" if analysis.op.out_spec is None else f"  (with_sharding_constraint to {spec_text(analysis.op.out_spec)})"),
+        f"expr: {analysis.op.expr}"
+        + ("" if analysis.op.out_spec is None else f"  (with_sharding_constraint to {spec_text(analysis.op.out_spec)})"),
         "",
     ]
     device_kind = "dev" if analysis.planned else jax_platform_label()
@@ -358,13 +374,17 @@ def op_text(analysis, timing=None) -> str:
         if view.spec is None:
             lines.append("  (no sharding known)")
         else:
-            lines.append(f"  shard {list(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device, each block on {view.replication} device(s)")
+            lines.append(
+                f"  shard {list(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device, each block on {view.replication} device(s)"
+            )
             lines.append(sharding_text(view.shape, view.spec, mesh, device_kind))
         lines.append("")
     lines.append(analysis.note)
     if analysis.collectives is not None:
         used = hlo.used(analysis.collectives)
-        lines.append("collectives: " + (", ".join(f"{op} x{c['count']} ({human_bytes(c['bytes'])} per device)" for op, c in used.items()) or "none"))
+        lines.append(
+            "collectives: " + (", ".join(f"{op} x{c['count']} ({human_bytes(c['bytes'])} per device)" for op, c in used.items()) or "none")
+        )
     if analysis.compile_s is not None:
         lines.append(f"compiled in {analysis.compile_s:.2f} s")
     if timing is not None:
@@ -398,7 +418,9 @@ def memory_room(target: Target, limit: MemoryLimit) -> str:
     HBM per chip", or on a GPU "the 59.3 GiB JAX lets one process use per GPU (75% of its 79.1 GiB)"."""
     if not target.is_gpu:
         return f"the {human_bytes(limit.bytes)} HBM per chip"
-    return f"the {human_bytes(limit.bytes)} JAX lets one process use per GPU ({limit.fraction:.0%} of its {human_bytes(limit.device_bytes)})"
+    return (
+        f"the {human_bytes(limit.bytes)} JAX lets one process use per GPU ({limit.fraction:.0%} of its {human_bytes(limit.device_bytes)})"
+    )
 
 
 def target_text(result: TargetCompile, cached: bool = False) -> str:
@@ -411,7 +433,9 @@ def target_text(result: TargetCompile, cached: bool = False) -> str:
         + (f", {target.devices} devices" if target.devices != target.chips else "")
         + f", {human_bytes(hbm)} HBM per device)",
         f"compile {result.compile_s:.2f} s" + (" (from the disk cache)" if cached else "") + "; train state donated",
-        "memory per device (XLA" + (", read from its dump: it refused the program" if result.oom else "") + "): "
+        "memory per device (XLA"
+        + (", read from its dump: it refused the program" if result.oom else "")
+        + "): "
         + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.figures().items()),
         f"peak {human_bytes(memory.peak_bytes)} {verdict} in {memory_room(target, result.memory_limit)}: "
         + (f"{human_bytes(result.headroom_bytes)} to spare" if result.fits else f"{human_bytes(-result.headroom_bytes)} too much"),
@@ -421,9 +445,13 @@ def target_text(result: TargetCompile, cached: bool = False) -> str:
     if result.flops is not None:
         source = " (dots and convolutions of the optimized program only: a lower bound)" if result.flops_source == "hlo_matmuls" else ""
         lines.append(f"per device per step: {result.flops / 1e12:.4f} TFLOP, {human_bytes(int(result.bytes_accessed))} accessed{source}")
-    lines.append("collectives: " + ("; ".join(
-        f"{c.op} x{c.count} over {'x'.join(c.mesh_axes) or '-'} ({human_bytes(c.bytes)})" for c in result.collectives
-    ) or "none"))
+    lines.append(
+        "collectives: "
+        + (
+            "; ".join(f"{c.op} x{c.count} over {'x'.join(c.mesh_axes) or '-'} ({human_bytes(c.bytes)})" for c in result.collectives)
+            or "none"
+        )
+    )
     if estimate:
         lines.append(
             f"roofline lower bound (not a measurement): compute {estimate.compute_s * 1e3:.3f} ms, memory "

@@ -96,9 +96,7 @@ def tiles(shape: Sequence[int], spec: Sequence[SpecEntry], mesh: MeshInfo) -> tu
     for dim, entry in enumerate(spec):
         for axis in spec_axes(entry):
             position = mesh.axes.index(axis)
-            coordinate = np.arange(mesh.shape[position]).reshape(
-                [-1 if p == position else 1 for p in range(len(mesh.shape))]
-            )
+            coordinate = np.arange(mesh.shape[position]).reshape([-1 if p == position else 1 for p in range(len(mesh.shape))])
             block_of_device[dim] = block_of_device[dim] * mesh.shape[position] + coordinate
     flat_blocks = np.ravel_multi_index(block_of_device.reshape(len(shape), -1), counts) if shape else np.zeros(ids.size, np.int64)
     # Vectorised (a 256 x 256 mesh has 65,536 blocks): group devices by block, in block order.
@@ -116,10 +114,7 @@ def tiles(shape: Sequence[int], spec: Sequence[SpecEntry], mesh: MeshInfo) -> tu
         coords = coords.tolist()
     else:
         bounds, coords = [[]] * len(blocks), [[]] * len(blocks)
-    return tuple(
-        Tile(tuple(map(tuple, index)), devices, tuple(block))
-        for index, devices, block in zip(bounds, holders, coords)
-    )
+    return tuple(Tile(tuple(map(tuple, index)), devices, tuple(block)) for index, devices, block in zip(bounds, holders, coords))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,8 +45,12 @@ class StepTimes:
     def of(cls, samples: list[float]) -> "StepTimes":
         values = np.asarray(samples, dtype=float)
         return cls(
-            float(np.median(values)), float(np.percentile(values, 10)), float(np.percentile(values, 90)),
-            float(values.min()), float(values.max()), tuple(float(s) for s in samples),
+            float(np.median(values)),
+            float(np.percentile(values, 10)),
+            float(np.percentile(values, 90)),
+            float(values.min()),
+            float(values.max()),
+            tuple(float(s) for s in samples),
         )
 
 
@@ -80,11 +84,14 @@ class TimingResult:
         arguments = self.memory["argument_bytes"] - self.estimate["argument_bytes"]
         outputs = self.memory["output_bytes"] - self.estimate["output_bytes"]
         notes.append(
-            "arguments match the analysis exactly (state + inputs)" if arguments == 0
+            "arguments match the analysis exactly (state + inputs)"
+            if arguments == 0
             else f"arguments differ by {arguments:+,} B from state + inputs (padding or layout of small buffers)"
         )
         if outputs == 8 * self.state_leaves:
-            notes.append(f"outputs exceed the state by {outputs:,} B: the output tuple's pointer table, 8 B for each of its {self.state_leaves} buffers")
+            notes.append(
+                f"outputs exceed the state by {outputs:,} B: the output tuple's pointer table, 8 B for each of its {self.state_leaves} buffers"
+            )
         elif outputs:
             notes.append(f"outputs differ from the state by {outputs:+,} B")
         else:
@@ -123,8 +130,13 @@ class TimingResult:
             "collectives": self.collectives,
             "loops_without_trip_count": self.loops_without_trip_count,
             "activations": [
-                {"path": a.path, "shape": list(a.shape), "chosen": [entry_json(e) for e in a.chosen],
-                 "declared": None if a.declared is None else [entry_json(e) for e in a.declared], "differs": a.differs}
+                {
+                    "path": a.path,
+                    "shape": list(a.shape),
+                    "chosen": [entry_json(e) for e in a.chosen],
+                    "declared": None if a.declared is None else [entry_json(e) for e in a.declared],
+                    "differs": a.differs,
+                }
                 for a in self.activations
             ],
             "memory_notes": self.memory_notes(),
@@ -149,8 +161,12 @@ class TimingResult:
             estimate=data["estimate"],
             collectives=data["collectives"],
             activations=tuple(
-                ActivationCheck(a["path"], tuple(a["shape"]), _spec_from_json(a["chosen"]),
-                                None if a["declared"] is None else _spec_from_json(a["declared"]))
+                ActivationCheck(
+                    a["path"],
+                    tuple(a["shape"]),
+                    _spec_from_json(a["chosen"]),
+                    None if a["declared"] is None else _spec_from_json(a["declared"]),
+                )
                 for a in data["activations"]
             ),
             state_leaves=data["state_leaves"],
@@ -167,6 +183,7 @@ def _spec_from_json(entries: list[Any]) -> tuple[Any, ...]:
 
 # --- timing -------------------------------------------------------------------------------------
 
+
 def example_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...], seed: int = 0) -> tuple:
     """Inputs of the right shape and sharding: normal floats, small non-negative integers (token ids), random masks.
 
@@ -180,8 +197,10 @@ def example_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...], s
         key, sub = jax.random.split(key)
         dtype = jnp.dtype(spec.dtype)
         value = (
-            jax.random.bernoulli(sub, 0.5, spec.shape) if dtype == jnp.bool_  # a mask
-            else jax.random.randint(sub, spec.shape, 0, 2, dtype) if jnp.issubdtype(dtype, jnp.integer)
+            jax.random.bernoulli(sub, 0.5, spec.shape)
+            if dtype == jnp.bool_  # a mask
+            else jax.random.randint(sub, spec.shape, 0, 2, dtype)
+            if jnp.issubdtype(dtype, jnp.integer)
             else jax.random.normal(sub, spec.shape, dtype)
         )
         arrays.append(jax.make_array_from_process_local_data(sharding, process_local_data(np.asarray(value), sharding), value.shape))

@@ -64,9 +64,18 @@ def grouped(values: Sequence[TypedValue]) -> tuple[ValueGroup, ...]:
 
 def value_to_dict(value: TypedValue) -> dict[str, Any]:
     return {
-        "index": value.index, "op": value.op, "type": value.type_text, "shape": list(value.shape), "dtype": value.dtype,
+        "index": value.index,
+        "op": value.op,
+        "type": value.type_text,
+        "shape": list(value.shape),
+        "dtype": value.dtype,
         "spec": [list(e) if isinstance(e, tuple) else e for e in value.spec],
-        "unreduced": list(value.unreduced), "reduced": list(value.reduced),
-        "source": value.source, "function": value.function, "module": value.module, "runs_per_step": value.runs,
-        "sets_sharding": value.sets_sharding, "communication": value.communication,
+        "unreduced": list(value.unreduced),
+        "reduced": list(value.reduced),
+        "source": value.source,
+        "function": value.function,
+        "module": value.module,
+        "runs_per_step": value.runs,
+        "sets_sharding": value.sets_sharding,
+        "communication": value.communication,
     }

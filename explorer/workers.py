@@ -109,9 +109,22 @@ def time_local_processes(
         layout_file.write_text(json.dumps(layout.to_dict()))
         port = free_port()
         common = [
-            "--layout", str(layout_file), "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes),
-            "--devices", str(per_process), "--steps", str(steps), "--warmup", str(warmup),
-            "--join-timeout", str(join_timeout_s), "--heartbeat-timeout", str(heartbeat_timeout_s),
+            "--layout",
+            str(layout_file),
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            str(processes),
+            "--devices",
+            str(per_process),
+            "--steps",
+            str(steps),
+            "--warmup",
+            str(warmup),
+            "--join-timeout",
+            str(join_timeout_s),
+            "--heartbeat-timeout",
+            str(heartbeat_timeout_s),
         ] + (["--save-state", str(state_file)] if state_file else [])
         phase(f"starting {processes} processes × {per_process} devices")
         events: queue.Queue = queue.Queue()
@@ -135,8 +148,12 @@ def _environment() -> dict[str, str]:
 def _start(index: int, args: list[str], events: queue.Queue) -> _Worker:
     process = subprocess.Popen(
         [sys.executable, "-m", "explorer.distributed", *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=_environment(), cwd=PROJECT_ROOT, start_new_session=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_environment(),
+        cwd=PROJECT_ROOT,
+        start_new_session=True,
     )
     worker = _Worker(index, process)
     worker.readers = [
@@ -230,7 +247,8 @@ def _fail(workers: list[_Worker], culprit: _Worker, what: str, context: str) -> 
     said = what_it_said(list(culprit.tail))
     others = "; ".join(f"process {w.index}: {w.state}" for w in workers if w is not culprit)
     raise ExplorerError(
-        f"process {culprit.index} of {len(workers)}", what,
+        f"process {culprit.index} of {len(workers)}",
+        what,
         f"{context}, so the run was stopped and every worker ended. It last said: {said}"
         + (f". Others when stopped: {others}" if others else ""),
     )
@@ -252,7 +270,7 @@ def what_it_said(lines: list[str], limit: int = 400) -> str:
     for line in lines:
         match = _ABSL.match(line)
         if match:
-            records.append((match.group(1), line[match.end():]))
+            records.append((match.group(1), line[match.end() :]))
         elif line.startswith("Traceback (most recent call last)"):
             records.append(("T", ""))
         elif records and records[-1][0] in "FE" and line.strip() and not _NOISE.match(line):

@@ -78,8 +78,18 @@ def with_raw(path: tuple, raw: str) -> str:
     return json.dumps(data).replace(json.dumps("\x00RAW\x00"), raw)
 
 
-PATHS = [("name",), ("mesh", "shape"), ("mesh", "axes"), ("rules",), ("model", "name"), ("model", "options", "batch"),
-         ("model", "options", "depth"), ("model", "options", "scan"), ("mesh", "shape", 0), ("rules", 0)]
+PATHS = [
+    ("name",),
+    ("mesh", "shape"),
+    ("mesh", "axes"),
+    ("rules",),
+    ("model", "name"),
+    ("model", "options", "batch"),
+    ("model", "options", "depth"),
+    ("model", "options", "scan"),
+    ("mesh", "shape", 0),
+    ("rules", 0),
+]
 
 
 def malformed_files(rng: random.Random) -> dict[str, list[bytes]]:
@@ -96,8 +106,13 @@ def malformed_files(rng: random.Random) -> dict[str, list[bytes]]:
             return [value(depth + 1) for _ in range(rng.randint(0, 3))]
         if kind == 6:
             return {str(rng.randint(0, 9)): value(depth + 1) for _ in range(rng.randint(0, 3))}
-        return [None, True, rng.randint(-10**6, 10**6), rng.random() * 1e6,
-                "".join(rng.choice("ab\n:[]*_<>") for _ in range(rng.randint(0, 9)))][kind]
+        return [
+            None,
+            True,
+            rng.randint(-(10**6), 10**6),
+            rng.random() * 1e6,
+            "".join(rng.choice("ab\n:[]*_<>") for _ in range(rng.randint(0, 9))),
+        ][kind]
 
     encodings = ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "latin-1", "cp1252"]
     accented = with_raw(("name",), '"caf\u00e9 \u00fcber"')
@@ -106,8 +121,12 @@ def malformed_files(rng: random.Random) -> dict[str, list[bytes]]:
         "random binary": [bytes(rng.randrange(256) for _ in range(rng.randint(1, 3000))) for _ in range(50)],
         "other encodings (UTF-16/32, Latin-1, cp1252)": [accented.encode(encodings[i % 6]) for i in range(30)],
         "integers of 31 to 20,000 digits": [with_raw(rng.choice(PATHS), "9" * rng.randint(31, 20_000)).encode() for _ in range(40)],
-        "nesting 33 to 200,000 deep": [with_raw(rng.choice(PATHS), "[" * (n := rng.randint(33, 200_000)) + "]" * n).encode() for _ in range(40)],
-        "NaN, Infinity, 1e999": [with_raw(rng.choice(PATHS), rng.choice(["NaN", "Infinity", "-Infinity", "1e999", "[NaN]"])).encode() for _ in range(40)],
+        "nesting 33 to 200,000 deep": [
+            with_raw(rng.choice(PATHS), "[" * (n := rng.randint(33, 200_000)) + "]" * n).encode() for _ in range(40)
+        ],
+        "NaN, Infinity, 1e999": [
+            with_raw(rng.choice(PATHS), rng.choice(["NaN", "Infinity", "-Infinity", "1e999", "[NaN]"])).encode() for _ in range(40)
+        ],
         "over 1 MB": [(" " * (1_000_001 + rng.randint(0, 10**6)) + SEED_TEXT).encode() for _ in range(10)],
         "schema: random values at layout fields": [with_raw(rng.choice(PATHS), json.dumps(value())).encode() for _ in range(120)],
     }
@@ -135,9 +154,12 @@ def probe_links(rng: random.Random, count: int = 3000) -> None:
             key = rng.choice(list(params) + ["x"])
             value = params.get(key, "")
             at = rng.randint(0, len(value))
-            insert = rng.choice(["9" * rng.randint(1, 6000), "[" * rng.randint(1, 5000), "NaN", "1e999", "%5B", "%00", ""]) \
-                if rng.random() < 0.15 else "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
-            params[key] = value[:at] + insert + value[at + rng.randint(0, 5):]
+            insert = (
+                rng.choice(["9" * rng.randint(1, 6000), "[" * rng.randint(1, 5000), "NaN", "1e999", "%5B", "%00", ""])
+                if rng.random() < 0.15
+                else "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
+            )
+            params[key] = value[:at] + insert + value[at + rng.randint(0, 5) :]
         if rng.random() < 0.1:
             params.pop(rng.choice(list(params)))
         start = time.perf_counter()
@@ -160,10 +182,51 @@ def probe_links(rng: random.Random, count: int = 3000) -> None:
 
 
 HOSTILE_LIBRARY_NAMES = [
-    "../escape", "../../etc/passwd", "/etc/passwd", "a/b", "a\\b", "..", ".", ".hidden", "", " ", "trailing ", " leading",
-    "x" * 65, "nul\x00byte", "new\nline", "tab\tname", "caf\u00e9", "\u202eevil", "CON", "a..b", "-dash", "_under",
-    "emoji \U0001f600", "semi;colon", "colon:name", "star*", "q?", "quote'", 'dq"', "<b>", "![t](x)", "[l](x)", "*bold*",
-    "$HOME", "`cmd`", "~user", "a|b", "#hash", "%2e%2e", "..%2f", "name.json", "lock", ".lock", ".saving-x.tmp", "ok name-1.2",
+    "../escape",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "a/b",
+    "a\\b",
+    "..",
+    ".",
+    ".hidden",
+    "",
+    " ",
+    "trailing ",
+    " leading",
+    "x" * 65,
+    "nul\x00byte",
+    "new\nline",
+    "tab\tname",
+    "caf\u00e9",
+    "\u202eevil",
+    "CON",
+    "a..b",
+    "-dash",
+    "_under",
+    "emoji \U0001f600",
+    "semi;colon",
+    "colon:name",
+    "star*",
+    "q?",
+    "quote'",
+    'dq"',
+    "<b>",
+    "![t](x)",
+    "[l](x)",
+    "*bold*",
+    "$HOME",
+    "`cmd`",
+    "~user",
+    "a|b",
+    "#hash",
+    "%2e%2e",
+    "..%2f",
+    "name.json",
+    "lock",
+    ".lock",
+    ".saving-x.tmp",
+    "ok name-1.2",
 ]
 
 
@@ -239,9 +302,14 @@ def probe_library_races(folder: Path, rounds: int = 480, processes: int = 4) -> 
         text_rounds = len(rounds_of)
         held = one_winner == text_rounds and set(counts) - {"won", "refused"} <= {k for k in counts if k.startswith("rounds")}
         counts = Counter({k: v for k, v in counts.items() if v})
-        ROWS.append((f"library: concurrent {operation} (4 processes)", sum(counts.values()),
-                     ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; one winner in {one_winner}/{text_rounds} rounds",
-                     "yes" if held else "NO"))
+        ROWS.append(
+            (
+                f"library: concurrent {operation} (4 processes)",
+                sum(counts.values()),
+                ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; one winner in {one_winner}/{text_rounds} rounds",
+                "yes" if held else "NO",
+            )
+        )
     leftovers = [p.name for p in shelf.iterdir() if p.name.startswith(".saving-")]
     ROWS.append(("library: temporaries left after the races", len(leftovers), str(len(leftovers)), "yes" if not leftovers else "NO"))
 
@@ -260,9 +328,25 @@ def probe_indivisible(folder: Path) -> None:
 
 
 HOSTILE_NAMES = [
-    "x\nimport os; os.system('id')", "a'); import os; ('", '"""', "'''", "\\", "# comment\nx = 1", "\r\nprint(1)", "\u2028y = 2",
-    "![t](http://127.0.0.1:9/x.png)", "[Click to re-authenticate](http://127.0.0.1:9)", "<img src=x onerror=alert(1)>",
-    "**bold** _it_ `code` $x$", ":red[alert]", "- list\n# heading", "1. item", "key: value\n- yaml", "{{template}}", "\x00nul", "\t tab",
+    "x\nimport os; os.system('id')",
+    "a'); import os; ('",
+    '"""',
+    "'''",
+    "\\",
+    "# comment\nx = 1",
+    "\r\nprint(1)",
+    "\u2028y = 2",
+    "![t](http://127.0.0.1:9/x.png)",
+    "[Click to re-authenticate](http://127.0.0.1:9)",
+    "<img src=x onerror=alert(1)>",
+    "**bold** _it_ `code` $x$",
+    ":red[alert]",
+    "- list\n# heading",
+    "1. item",
+    "key: value\n- yaml",
+    "{{template}}",
+    "\x00nul",
+    "\t tab",
     "end\\",
 ]
 

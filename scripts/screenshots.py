@@ -71,7 +71,11 @@ PLANNED_16X16 = link(
 BIG_ARRAY = "params/block_0/mlp/wi_0/kernel"  # 4096 × 11008, P('data', 'model'): 256 blocks
 # The default layout with only the batch rule: the hidden dimension is no longer sharded over model.
 BATCH_ONLY = "http://localhost:8501/" + link(
-    "seed batch-only", mesh="2x4", axes="data,model", rules="batch:data", model="mlp",
+    "seed batch-only",
+    mesh="2x4",
+    axes="data,model",
+    rules="batch:data",
+    model="mlp",
     options="batch:8;layers:4;depth:1024;scan:false",
 )
 

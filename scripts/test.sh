@@ -9,8 +9,10 @@ if [ ! -x /usr/bin/chromium ]; then
     sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   fi
 fi
-# Lint first (pyflakes and syntax errors, configured in pyproject.toml): a finding stops the run with its file:line.
+# Lint and layout first (pyflakes and syntax errors, and ruff format's layout, configured in pyproject.toml): a
+# finding stops the run with its file:line; `.venv/bin/ruff format .` fixes the layout.
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 # Two workers, one test file each at a time (pytest-xdist's loadfile: a file's module fixtures, such as a
 # browser test's server, stay in one process); the machine has two cores.
 exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

@@ -27,7 +27,7 @@ class ShortAnnotation(nn.Module):
 
 
 def make_short_annotation():
-    return ShortAnnotation(), [InputSpec("x", (B, D), "float32", ("batch", "embed"))], lambda y, x: (y ** 2).mean()
+    return ShortAnnotation(), [InputSpec("x", (B, D), "float32", ("batch", "embed"))], lambda y, x: (y**2).mean()
 
 
 class PartitioningStyle(nn.Module):
@@ -42,7 +42,7 @@ class PartitioningStyle(nn.Module):
 
 
 def make_partitioning_style():
-    return PartitioningStyle(), [InputSpec("x", (B, D), "float32", ("batch", "embed"))], lambda y, x: (y ** 2).mean()
+    return PartitioningStyle(), [InputSpec("x", (B, D), "float32", ("batch", "embed"))], lambda y, x: (y**2).mean()
 
 
 class RepeatedBody(nn.Module):
@@ -64,7 +64,10 @@ class Repeated(nn.Module):
     def __call__(self, x):
         if self.scan:
             x, _ = nn.scan(
-                RepeatedBody, length=self.layers, variable_axes={"params": 0}, split_rngs={"params": True},
+                RepeatedBody,
+                length=self.layers,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
                 metadata_params={nn.PARTITION_NAME: "layer"},
             )()(x, None)
             return x
@@ -173,9 +176,17 @@ def make_nnx_resolved_activation():
 
 
 ALL = ",".join(
-    f"tests.class_models:{name}" for name in (
-        "make_short_annotation", "make_partitioning_style", "make_repeated", "make_mesh_axis_constraint",
-        "make_failing", "make_bridged", "make_nnx_logical", "make_dead_in_call", "make_nnx_resolved_activation",
+    f"tests.class_models:{name}"
+    for name in (
+        "make_short_annotation",
+        "make_partitioning_style",
+        "make_repeated",
+        "make_mesh_axis_constraint",
+        "make_failing",
+        "make_bridged",
+        "make_nnx_logical",
+        "make_dead_in_call",
+        "make_nnx_resolved_activation",
     )
 )
 
@@ -223,8 +234,20 @@ def make_many_names(layers: int = 12):
 
 # (2) a 12-axis MaxText-style mesh (most axes of size 1) with MaxText-style rules -----------------------------------
 
-MAXTEXT_AXES = ("data", "stage", "fsdp", "fsdp_transpose", "sequence", "context", "context_autoregressive", "tensor",
-                "tensor_transpose", "tensor_sequence", "expert", "autoregressive")
+MAXTEXT_AXES = (
+    "data",
+    "stage",
+    "fsdp",
+    "fsdp_transpose",
+    "sequence",
+    "context",
+    "context_autoregressive",
+    "tensor",
+    "tensor_transpose",
+    "tensor_sequence",
+    "expert",
+    "autoregressive",
+)
 MAXTEXT_SHAPE = (1, 1, 4, 1, 1, 1, 1, 2, 1, 1, 1, 1)
 # a subset of MaxText's base.yml logical_axis_rules (the order is MaxText's)
 MAXTEXT_STYLE_RULES = [
@@ -262,11 +285,15 @@ class TwelveAxisBlock(nn.Module):
 
 
 def make_twelve_axis(seq: int = 8):
-    return TwelveAxisBlock(), [InputSpec("x", (B, seq, D), "float32", ("activation_batch", "activation_length", "activation_embed"))], \
-        lambda y, x: y.mean()
+    return (
+        TwelveAxisBlock(),
+        [InputSpec("x", (B, seq, D), "float32", ("activation_batch", "activation_length", "activation_embed"))],
+        lambda y, x: y.mean(),
+    )
 
 
 # (3) lifted transforms with partitioning metadata: T5X/flaxformer's vmap_with_axes / scan_with_axes + param_with_axes
+
 
 class AxesExpert(nn.Module):
     """One expert's MLP, parameters declared with ``param_with_axes`` (a ``params_axes`` collection)."""
@@ -289,8 +316,13 @@ class AxesLayer(nn.Module):
         w = nn_partitioning.param_with_axes("proj", nn.initializers.lecun_normal(), (D, D), axes=("embed", "joined_kv"))
         x = nn_partitioning.with_sharding_constraint(x @ w, ("batch", "embed"))
         experts = nn_partitioning.vmap_with_axes(
-            AxesExpert, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=0, out_axes=0,
-            partitioning_axis_names={"params": "expert"}, spmd_axis_name="data",
+            AxesExpert,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=0,
+            out_axes=0,
+            partitioning_axis_names={"params": "expert"},
+            spmd_axis_name="data",
         )(name="experts")
         per_expert = x.reshape(self.experts, x.shape[0] // self.experts, D)
         y = experts(per_expert).reshape(x.shape)
@@ -303,8 +335,12 @@ class AxesStack(nn.Module):
     @nn.compact
     def __call__(self, x):
         stack = nn_partitioning.scan_with_axes(
-            AxesLayer, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=(nn.broadcast,),
-            length=self.layers, axis_name="layers",
+            AxesLayer,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=(nn.broadcast,),
+            length=self.layers,
+            axis_name="layers",
         )
         x, _ = stack(name="layers")(x, None)
         return x
@@ -315,6 +351,7 @@ def make_lifted_axes(layers: int = 2):
 
 
 # (4) submodules named value, query and key (Linen and NNX) -------------------------------------------------------
+
 
 class HeadProjection(nn.Module):
     """lm1b / T5X / MaxText style: a (embed, heads, kv) kernel and a bias, in a submodule the attention names."""
@@ -346,8 +383,7 @@ def make_value_named():
 class NnxQKV(nnx.Module):
     def __init__(self, *, rngs: nnx.Rngs):
         init = nnx.initializers.lecun_normal()
-        linear = lambda: nnx.Linear(D, D, kernel_init=nnx.with_partitioning(init, ("embed", "heads")), use_bias=False,
-                                    rngs=rngs)
+        linear = lambda: nnx.Linear(D, D, kernel_init=nnx.with_partitioning(init, ("embed", "heads")), use_bias=False, rngs=rngs)
         self.query, self.key, self.value = linear(), linear(), linear()
 
     def __call__(self, x):
@@ -360,6 +396,7 @@ def make_nnx_value_named():
 
 
 # (5) an nn.scan'ned stack whose body reads boxed params, casts them to bf16 and transposes them --------------------
+
 
 class CastBody(nn.Module):
     @nn.compact
@@ -379,8 +416,13 @@ class CastStack(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        x, _ = nn.scan(CastBody, length=self.layers, variable_axes={"params": 0}, split_rngs={"params": True},
-                       metadata_params={nn.PARTITION_NAME: "layers"})(name="stack")(x, None)
+        x, _ = nn.scan(
+            CastBody,
+            length=self.layers,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            metadata_params={nn.PARTITION_NAME: "layers"},
+        )(name="stack")(x, None)
         return x
 
 
@@ -414,10 +456,20 @@ def make_nnx_calls_linen():
 # (7) mixture of experts, the common styles -------------------------------------------------------------------------
 
 MOE_RULES = [
-    ["batch", "data"], ["activation_batch", "data"], ["activation_batch_no_exp", "data"], ["activation_exp", "model"],
-    ["activation_length", None], ["activation_embed", None], ["activation_mlp", None],
-    ["exp", "model"], ["expert", "model"], ["expert_replicas", "data"], ["embed_no_exp", "data"], ["embed", "data"],
-    ["mlp", None], ["unmodeled", None],
+    ["batch", "data"],
+    ["activation_batch", "data"],
+    ["activation_batch_no_exp", "data"],
+    ["activation_exp", "model"],
+    ["activation_length", None],
+    ["activation_embed", None],
+    ["activation_mlp", None],
+    ["exp", "model"],
+    ["expert", "model"],
+    ["expert_replicas", "data"],
+    ["embed_no_exp", "data"],
+    ["embed", "data"],
+    ["mlp", None],
+    ["unmodeled", None],
 ]
 
 
@@ -461,9 +513,11 @@ class MaxTextStyleMoE(nn.Module):
 
 
 def make_maxtext_style_moe(capacity_factor: float = 2.0, experts: int = 4):
-    return MaxTextStyleMoE(experts, 2, capacity_factor), \
-        [InputSpec("x", (B, 8, D), "float32", ("activation_batch", "activation_length", "activation_embed"))], \
-        lambda y, x: y.mean()
+    return (
+        MaxTextStyleMoE(experts, 2, capacity_factor),
+        [InputSpec("x", (B, 8, D), "float32", ("activation_batch", "activation_length", "activation_embed"))],
+        lambda y, x: y.mean(),
+    )
 
 
 class VmapExpert(nn.Module):
@@ -487,8 +541,14 @@ class VmapMoE(nn.Module):
         probs = jax.nn.softmax(router(x))
         dispatch = nn.with_logical_constraint(jnp.eye(self.experts)[jnp.argmax(probs, -1)], ("batch", "expert"))
         grouped = nn.with_logical_constraint(x.reshape(self.experts, g, d), ("expert", "expert_replicas", "embed"))
-        experts = nn.vmap(VmapExpert, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=0, out_axes=0,
-                          metadata_params={nn.PARTITION_NAME: "expert"})(name="experts")
+        experts = nn.vmap(
+            VmapExpert,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=0,
+            out_axes=0,
+            metadata_params={nn.PARTITION_NAME: "expert"},
+        )(name="experts")
         out = nn.with_logical_constraint(experts(grouped), ("expert", "expert_replicas", "embed"))
         combined = out.reshape(x.shape) * (dispatch * probs).sum(-1, keepdims=True)
         return nn.with_logical_constraint(combined, ("batch", "embed"))
@@ -508,13 +568,16 @@ class NnxMoE(nnx.Module):
         self.gate = nnx.Param(init(rngs.params(), (D, experts)), out_sharding=("embed", None))
         self.wi = nnx.Param(init(rngs.params(), (experts, D, 2 * D)), out_sharding=("exp", "embed_no_exp", "mlp"))
         self.wo = nnx.Param(init(rngs.params(), (experts, 2 * D, D)), out_sharding=("exp", "mlp", "embed_no_exp"))
-        self.shared = nnx.Linear(D, D, use_bias=False, kernel_init=nnx.with_partitioning(init, ("embed", "mlp")),
-                                 rngs=rngs)
+        self.shared = nnx.Linear(D, D, use_bias=False, kernel_init=nnx.with_partitioning(init, ("embed", "mlp")), rngs=rngs)
 
     def __call__(self, x):
         probs = jax.nn.softmax(x @ self.gate[...])  # (b, e)
-        dispatch = nn.with_logical_constraint(jnp.einsum("be,bd->ebd", probs, x), ("activation_exp", "activation_batch_no_exp", "activation_embed"))
-        h = nn.with_logical_constraint(jnp.einsum("ebd,edf->ebf", dispatch, self.wi[...]), ("activation_exp", "activation_batch_no_exp", "activation_mlp"))
+        dispatch = nn.with_logical_constraint(
+            jnp.einsum("be,bd->ebd", probs, x), ("activation_exp", "activation_batch_no_exp", "activation_embed")
+        )
+        h = nn.with_logical_constraint(
+            jnp.einsum("ebd,edf->ebf", dispatch, self.wi[...]), ("activation_exp", "activation_batch_no_exp", "activation_mlp")
+        )
         out = jnp.einsum("ebf,efd->bd", jax.nn.relu(h), self.wo[...])
         return nn.with_logical_constraint(out + self.shared(x), ("activation_batch", "activation_embed"))
 
@@ -524,6 +587,7 @@ def make_nnx_moe(experts: int = 4):
 
 
 # (8) NNX layers inside a Linen model through a bridge with a metadata_fn, scanned by the Linen decoder --------------
+
 
 def out_sharding_to_logically_partitioned(variable: nnx.Variable):
     """MaxText's ``nnx_wrappers`` ``variable_to_logically_partitioned``: NNX ``out_sharding`` -> ``nn.LogicallyPartitioned``."""
@@ -559,23 +623,43 @@ class BridgedDecoder(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        x, _ = nn.scan(BridgedLayer, length=self.layers, variable_axes={"params": 0}, split_rngs={"params": True},
-                       metadata_params={nn.PARTITION_NAME: "layers"})(name="decoder")(x, None)
+        x, _ = nn.scan(
+            BridgedLayer,
+            length=self.layers,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            metadata_params={nn.PARTITION_NAME: "layers"},
+        )(name="decoder")(x, None)
         return x
 
 
 def make_bridged_scan(layers: int = 2):
-    return BridgedDecoder(layers), [InputSpec("x", (B, D), "float32", ("activation_batch", "activation_embed"))], \
-        lambda y, x: y.mean()
+    return BridgedDecoder(layers), [InputSpec("x", (B, D), "float32", ("activation_batch", "activation_embed"))], lambda y, x: y.mean()
 
 
-BRIDGE_RULES = [["activation_batch", "data"], ["activation_mlp", "model"], ["activation_embed", None],
-                ["embed", "data"], ["mlp", "model"], ["norm", None], ["layers", None]]
+BRIDGE_RULES = [
+    ["activation_batch", "data"],
+    ["activation_mlp", "model"],
+    ["activation_embed", None],
+    ["embed", "data"],
+    ["mlp", "model"],
+    ["norm", None],
+    ["layers", None],
+]
 
 ISSUE17 = ",".join(
-    f"tests.class_models:{name}" for name in (
-        "make_many_names", "make_twelve_axis", "make_lifted_axes", "make_value_named", "make_nnx_value_named",
-        "make_weight_casts", "make_nnx_calls_linen", "make_maxtext_style_moe", "make_vmap_moe", "make_nnx_moe",
+    f"tests.class_models:{name}"
+    for name in (
+        "make_many_names",
+        "make_twelve_axis",
+        "make_lifted_axes",
+        "make_value_named",
+        "make_nnx_value_named",
+        "make_weight_casts",
+        "make_nnx_calls_linen",
+        "make_maxtext_style_moe",
+        "make_vmap_moe",
+        "make_nnx_moe",
         "make_bridged_scan",
     )
 )

@@ -17,4 +17,4 @@ class TinyDense(nn.Module):
 
 def make_model(features: int = 16, batch: int = 8):
     inputs = [InputSpec("x", (batch, 32), "float32", ("batch", "embed"))]
-    return TinyDense(features), inputs, lambda y, x: (y ** 2).mean()
+    return TinyDense(features), inputs, lambda y, x: (y**2).mean()

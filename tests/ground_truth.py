@@ -55,6 +55,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 # --- the model, the mesh, the rules, as plain data -----------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Model:
     """What a factory returns: the Linen module or the NNX builder, and the inputs."""
@@ -103,8 +104,7 @@ def flax_rules(rules: Sequence) -> tuple:
 def normal(spec, ndim: int) -> tuple:
     """A spec as a tuple of mesh-axis tuples, one per dimension: comparable whatever its spelling."""
     entries = list(spec) + [None] * (ndim - len(spec))
-    return tuple(() if e is None or e is PartitionSpec.UNCONSTRAINED else (e,) if isinstance(e, str) else tuple(e)
-                 for e in entries)
+    return tuple(() if e is None or e is PartitionSpec.UNCONSTRAINED else (e,) if isinstance(e, str) else tuple(e) for e in entries)
 
 
 def path_text(path) -> str:
@@ -150,6 +150,7 @@ def describe(leaf) -> dict:
 
 # --- Linen ---------------------------------------------------------------------------------
 
+
 def linen_state(model: Model, mesh, rules, recipe: str = "logical") -> dict[str, dict]:
     """Path -> the really materialised TrainState leaf, under the authors' recipe.
 
@@ -184,8 +185,7 @@ def linen_param_shardings(variables, mesh, rules, recipe: str = "logical") -> di
         tree = nn.get_sharding(boxed, mesh)
     else:
         tree = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), mesh, rules)
-    found = {path_text(p): s for p, s in jax.tree_util.tree_flatten_with_path(
-        tree, is_leaf=lambda x: isinstance(x, NamedSharding))[0]}
+    found = {path_text(p): s for p, s in jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, NamedSharding))[0]}
     if "params_axes" in variables:  # T5X's recipe: names in the params_axes collection, params unboxed
         axes = nn_partitioning.get_axis_names(variables["params_axes"])
         specs = nn.logical_to_mesh_sharding(axes, mesh, rules)
@@ -218,7 +218,7 @@ def _state_shardings(abstract_state, param_shardings: dict[str, NamedSharding], 
         if parts[0] == "opt_state":
             for i, part in enumerate(parts):
                 if part in ("mu", "nu"):
-                    key = "/".join(["params", *parts[i + 1:]])
+                    key = "/".join(["params", *parts[i + 1 :]])
                     break
         sharding = param_shardings.get(key, replicated)
         return leaf.replace_boxed(sharding) if _is_box(leaf) else sharding
@@ -227,6 +227,7 @@ def _state_shardings(abstract_state, param_shardings: dict[str, NamedSharding], 
 
 
 # --- NNX -----------------------------------------------------------------------------------
+
 
 def nnx_state(model: Model, mesh, rules) -> tuple[dict[str, dict], dict[str, tuple]]:
     """Path -> the really materialised (model state, optimizer state) leaf, and Flax's abstract specs."""
@@ -247,12 +248,14 @@ def nnx_state(model: Model, mesh, rules) -> tuple[dict[str, dict], dict[str, tup
     }
     leaves = {}
     for part in state:
-        leaves.update({path_text(p): describe(_array_of(leaf))
-                       for p, leaf in jax.tree_util.tree_flatten_with_path(part, is_leaf=_is_variable)[0]})
+        leaves.update(
+            {path_text(p): describe(_array_of(leaf)) for p, leaf in jax.tree_util.tree_flatten_with_path(part, is_leaf=_is_variable)[0]}
+        )
     return leaves, specs
 
 
 # --- constraints of the forward pass --------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Constraint:
@@ -290,7 +293,8 @@ def activation_bytes(model: Model, mesh, rules) -> int:
     """Bytes one device holds of every activation constraint's value, by JAX's own shard shape (each once)."""
     return sum(
         math.prod(NamedSharding(mesh, PartitionSpec(*c.spec)).shard_shape(c.shape)) * jnp.dtype(c.dtype).itemsize
-        for c in constraints(model, mesh, rules) if c.activation
+        for c in constraints(model, mesh, rules)
+        if c.activation
     )
 
 
@@ -330,8 +334,7 @@ def _flow(jaxpr, dependent: set, prefix: str, found: list | None) -> set:
         if name == "sharding_constraint" and found is not None:
             aval = eqn.invars[0].aval
             spec = getattr(eqn.params["sharding"], "spec", PartitionSpec())
-            found.append(Constraint(tuple(aval.shape), normal(spec, len(aval.shape)),
-                                    aval.dtype, stack, bool(ins[0])))
+            found.append(Constraint(tuple(aval.shape), normal(spec, len(aval.shape)), aval.dtype, stack, bool(ins[0])))
         outs = _flow_call(eqn, ins, stack, found)
         dep.update(v for v, d in zip(eqn.outvars, outs) if d)
     return dep
@@ -360,17 +363,17 @@ def _flow_call(eqn, ins: list[bool], stack: str, found) -> list[bool]:
         ins = list(ins)
         while True:  # the carries' marks reach a fixed point
             outs = _run(body, ins, stack, None)
-            carry = [a or b for a, b in zip(ins[n_consts:n_consts + n_carry], outs[:n_carry])]
-            if carry == ins[n_consts:n_consts + n_carry]:
+            carry = [a or b for a, b in zip(ins[n_consts : n_consts + n_carry], outs[:n_carry])]
+            if carry == ins[n_consts : n_consts + n_carry]:
                 break
-            ins[n_consts:n_consts + n_carry] = carry
+            ins[n_consts : n_consts + n_carry] = carry
         return _run(body, ins, stack, found)
     if name == "while":
         cond, body = _sub(params["cond_jaxpr"]), _sub(params["body_jaxpr"])
         nc, nb = params["cond_nconsts"], params["body_nconsts"]
-        carry = list(ins[nc + nb:])
+        carry = list(ins[nc + nb :])
         while True:
-            outs = _run(body, ins[nc:nc + nb] + carry, stack, None)
+            outs = _run(body, ins[nc : nc + nb] + carry, stack, None)
             new = [a or b for a, b in zip(carry, outs)]
             test = _run(cond, ins[:nc] + new, stack, None)
             if any(test):  # the number of turns depends on an input: so does every carry
@@ -379,15 +382,20 @@ def _flow_call(eqn, ins: list[bool], stack: str, found) -> list[bool]:
                 break
             carry = new
         _run(cond, ins[:nc] + carry, stack, found)
-        _run(body, ins[nc:nc + nb] + carry, stack, found)
+        _run(body, ins[nc : nc + nb] + carry, stack, found)
         return carry
     if name == "cond":
         outs = [ins[0]] * len(eqn.outvars)
         for branch in params["branches"]:
             outs = [a or b for a, b in zip(outs, _run(_sub(branch), ins[1:], stack, found))]
         return outs
-    subs = [s for value in params.values() for item in (value if isinstance(value, (tuple, list)) else (value,))
-            for s in [_sub(item)] if s is not None]
+    subs = [
+        s
+        for value in params.values()
+        for item in (value if isinstance(value, (tuple, list)) else (value,))
+        for s in [_sub(item)]
+        if s is not None
+    ]
     if not subs:
         return [anything] * len(eqn.outvars)
     outs = [False] * len(eqn.outvars)
@@ -402,6 +410,7 @@ def _flow_call(eqn, ins: list[bool], stack: str, found) -> list[bool]:
 
 # --- comparing a report ---------------------------------------------------------------------
 
+
 def compare(report, truth: dict[str, dict], kinds=("param", "opt_state")) -> list[str]:
     """Every disagreement between the report and the materialised truth, as readable lines."""
     problems = []
@@ -415,8 +424,11 @@ def compare(report, truth: dict[str, dict], kinds=("param", "opt_state")) -> lis
         if real is None:
             continue
         mine = {
-            "shape": tuple(info.shape), "spec": normal(info.spec, len(info.shape)), "shard_shape": tuple(info.shard_shape),
-            "bytes_per_device": info.bytes_per_device, "replication": info.replication,
+            "shape": tuple(info.shape),
+            "spec": normal(info.spec, len(info.shape)),
+            "shard_shape": tuple(info.shard_shape),
+            "bytes_per_device": info.bytes_per_device,
+            "replication": info.replication,
             "tiles": {tuple(tuple(r) for r in t.index): sorted(t.devices) for t in report.tiles(info.path)},
         }
         for field, value in mine.items():

@@ -40,8 +40,7 @@ def normal(spec, ndim: int) -> tuple:
 
 def _flat(obj) -> dict[str, object]:
     """path -> array (or ShapeDtypeStruct) of every leaf of the object's state, a plain array attribute included."""
-    return {"/".join(str(p) for p in path): getattr(leaf, "get_value", lambda: leaf)()
-            for path, leaf in nnx.to_flat_state(nnx.state(obj))}
+    return {"/".join(str(p) for p in path): getattr(leaf, "get_value", lambda: leaf)() for path, leaf in nnx.to_flat_state(nnx.state(obj))}
 
 
 def state_specs(builder, the_mesh, rules=()) -> tuple[dict[str, tuple], dict[str, tuple]]:
@@ -49,10 +48,7 @@ def state_specs(builder, the_mesh, rules=()) -> tuple[dict[str, tuple], dict[str
     with jax.set_mesh(the_mesh), nnx.logical_axis_rules(rules):
         model = nnx.eval_shape(builder)
         optimizer = nnx.eval_shape(lambda: nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param))
-    return tuple(
-        {path: normal(leaf.sharding.spec, len(leaf.shape)) for path, leaf in _flat(obj).items()}
-        for obj in (model, optimizer)
-    )
+    return tuple({path: normal(leaf.sharding.spec, len(leaf.shape)) for path, leaf in _flat(obj).items()} for obj in (model, optimizer))
 
 
 def materialised_specs(builder, the_mesh, rules=()) -> dict[str, tuple]:
@@ -78,8 +74,10 @@ def _forward_jaxpr(builder, inputs, the_mesh, input_specs, rules):
 def _from_model_code(eqn) -> bool:
     traceback = eqn.source_info.traceback
     frames = traceback.frames if traceback is not None else ()
-    return any(not f.file_name.startswith(_LIBRARIES) and not f.file_name.startswith("<")
-               and os.sep + "explorer" + os.sep not in f.file_name for f in frames)
+    return any(
+        not f.file_name.startswith(_LIBRARIES) and not f.file_name.startswith("<") and os.sep + "explorer" + os.sep not in f.file_name
+        for f in frames
+    )
 
 
 def _on_explicit_mesh(aval) -> bool:
@@ -94,8 +92,10 @@ def forward_rows(builder, inputs, the_mesh, input_specs, rules=()) -> list[tuple
     def walk(jaxpr, runs):
         for eqn in jaxpr.eqns:
             sets = eqn.primitive.name in ("reshard", "sharding_constraint") or any(
-                eqn.params.get(name) is not None for name in ("out_sharding", "dst_sharding", "sharding")
-                if not (name == "sharding" and eqn.primitive.name == "convert_element_type"))
+                eqn.params.get(name) is not None
+                for name in ("out_sharding", "dst_sharding", "sharding")
+                if not (name == "sharding" and eqn.primitive.name == "convert_element_type")
+            )
             if sets and _from_model_code(eqn):
                 for var in eqn.outvars:
                     if _on_explicit_mesh(var.aval):
@@ -115,7 +115,9 @@ def forward_output_spec(builder, inputs, the_mesh, input_specs, rules=()) -> tup
     """The model output's sharding from the jitted forward pass run on real arrays under the mesh."""
     with jax.set_mesh(the_mesh), nnx.logical_axis_rules(rules):
         graphdef, state = nnx.split(builder())
-        arguments = [jax.device_put(jnp.zeros(i.shape, i.dtype), NamedSharding(the_mesh, PartitionSpec(*spec)))
-                     for i, spec in zip(inputs, input_specs)]
+        arguments = [
+            jax.device_put(jnp.zeros(i.shape, i.dtype), NamedSharding(the_mesh, PartitionSpec(*spec)))
+            for i, spec in zip(inputs, input_specs)
+        ]
         output = jax.jit(lambda s, *xs: nnx.merge(graphdef, s)(*xs))(state, *arguments)
     return normal(output.sharding.spec, output.ndim)

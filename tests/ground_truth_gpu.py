@@ -48,8 +48,17 @@ def guide_loss(y, *_):
     return y.sum()
 
 
-def compile_step(module: nn.Module, inputs: Sequence[Any], rules, mesh_shape: Sequence[int], mesh_axes: Sequence[str],
-                 target_config: str, hosts: int, gpus_per_host: int, loss: Callable = guide_loss) -> dict[str, Any]:
+def compile_step(
+    module: nn.Module,
+    inputs: Sequence[Any],
+    rules,
+    mesh_shape: Sequence[int],
+    mesh_axes: Sequence[str],
+    target_config: str,
+    hosts: int,
+    gpus_per_host: int,
+    loss: Callable = guide_loss,
+) -> dict[str, Any]:
     """Compile the guide's train step for ``hosts`` x ``gpus_per_host`` GPUs; the figures of the module docstring."""
     topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology=f"1x{hosts}x{gpus_per_host}")
     mesh = topologies.make_mesh(topology, tuple(mesh_shape), tuple(mesh_axes))
@@ -71,10 +80,15 @@ def compile_step(module: nn.Module, inputs: Sequence[Any], rules, mesh_shape: Se
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         abstract_state = jax.eval_shape(functools.partial(init_fn, key), *model_inputs)
         state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_state), mesh, rules)
-        input_shardings = tuple(NamedSharding(mesh, nn.logical_to_mesh_axes(tuple(i.logical_axes), rules)) if i.logical_axes
-                                else NamedSharding(mesh, PartitionSpec()) for i in inputs)
-        lowered = jax.jit(train_step, in_shardings=(state_sharding, *input_shardings), out_shardings=state_sharding,
-                          donate_argnums=0).lower(abstract_state, *abstract_inputs)
+        input_shardings = tuple(
+            NamedSharding(mesh, nn.logical_to_mesh_axes(tuple(i.logical_axes), rules))
+            if i.logical_axes
+            else NamedSharding(mesh, PartitionSpec())
+            for i in inputs
+        )
+        lowered = jax.jit(
+            train_step, in_shardings=(state_sharding, *input_shardings), out_shardings=state_sharding, donate_argnums=0
+        ).lower(abstract_state, *abstract_inputs)
     compiled = lowered.compile(COLLECTIVE_KERNELS_OFF)
     stats = compiled.memory_analysis()
     text = compiled.as_text()
@@ -82,8 +96,10 @@ def compile_step(module: nn.Module, inputs: Sequence[Any], rules, mesh_shape: Se
         "device_kind": topology.devices[0].device_kind,
         "devices": len(topology.devices),
         "memory": {
-            "argument_bytes": stats.argument_size_in_bytes, "output_bytes": stats.output_size_in_bytes,
-            "alias_bytes": stats.alias_size_in_bytes, "temp_bytes": stats.temp_size_in_bytes,
+            "argument_bytes": stats.argument_size_in_bytes,
+            "output_bytes": stats.output_size_in_bytes,
+            "alias_bytes": stats.alias_size_in_bytes,
+            "temp_bytes": stats.temp_size_in_bytes,
             "peak_bytes": stats.peak_memory_in_bytes,
         },
         "cost_analysis": compiled.cost_analysis(),

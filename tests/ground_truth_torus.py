@@ -51,11 +51,15 @@ print(json.dumps(found))
 """
 
 
-
 def placements(shapes: dict[str, list[tuple[int, ...]]]) -> dict[str, dict[tuple[int, ...], list[dict]]]:
     """Per topology (``v5p:4x4x4``) and mesh shape, per mesh axis: ``spans`` (torus axes), ``whole``, ``extent``."""
-    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(shapes)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TF_CPP_MIN_LOG_LEVEL": "3"})
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(shapes)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
     found = json.loads(done.stdout.strip().splitlines()[-1])

@@ -92,13 +92,16 @@ def test_an_axis_name_with_a_trailing_newline_is_refused(seed_dict):
 LINK = {"mesh": "2x4", "axes": "data,model", "model": "mlp"}
 
 
-@pytest.mark.parametrize("options,fragment", [
-    ("batch:" + "9" * 5000, "digits"),
-    ("batch:" + "[" * 5000, "nested deeper"),
-    ("batch:1e999", "too large"),
-    ("batch:%5BNaN%5D", "NaN"),
-    ("batch:" + "x" * (MAX_PARAM_LENGTH + 1), "longer than"),
-])
+@pytest.mark.parametrize(
+    "options,fragment",
+    [
+        ("batch:" + "9" * 5000, "digits"),
+        ("batch:" + "[" * 5000, "nested deeper"),
+        ("batch:1e999", "too large"),
+        ("batch:%5BNaN%5D", "NaN"),
+        ("batch:" + "x" * (MAX_PARAM_LENGTH + 1), "longer than"),
+    ],
+)
 def test_hostile_link_options_are_one_explorer_error(options, fragment):
     with pytest.raises(ExplorerError, match=fragment):
         params_to_layout({**LINK, "options": options})

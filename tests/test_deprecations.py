@@ -20,10 +20,38 @@ MODELS = [
     ("mlp", {"batch": 8, "layers": 2, "depth": 16, "scan": True}),
     ("nnx-guide", {"batch": 8, "layers": 2, "depth": 16}),
     ("nnx-guide", {"batch": 8, "layers": 2, "depth": 16, "logical": True}),
-    ("transformer", {"batch": 8, "seq_len": 8, "layers": 2, "d_model": 16, "heads": 2, "kv_heads": 1, "head_dim": 8,
-                     "mlp_dim": 32, "vocab": 32, "gated_mlp": True, "learned_positions": False, "scan": False}),
-    ("transformer", {"batch": 8, "seq_len": 8, "layers": 2, "d_model": 16, "heads": 2, "kv_heads": 2, "head_dim": 8,
-                     "mlp_dim": 32, "vocab": 32, "scan": True}),
+    (
+        "transformer",
+        {
+            "batch": 8,
+            "seq_len": 8,
+            "layers": 2,
+            "d_model": 16,
+            "heads": 2,
+            "kv_heads": 1,
+            "head_dim": 8,
+            "mlp_dim": 32,
+            "vocab": 32,
+            "gated_mlp": True,
+            "learned_positions": False,
+            "scan": False,
+        },
+    ),
+    (
+        "transformer",
+        {
+            "batch": 8,
+            "seq_len": 8,
+            "layers": 2,
+            "d_model": 16,
+            "heads": 2,
+            "kv_heads": 2,
+            "head_dim": 8,
+            "mlp_dim": 32,
+            "vocab": 32,
+            "scan": True,
+        },
+    ),
 ]
 
 PROBE = """
@@ -47,13 +75,10 @@ print(json.dumps(seen))
 
 def test_reading_the_built_in_models_raises_no_flax_deprecation_warning():
     env = {**os.environ, "EXPLORER_CACHE_DIR": "off", "EXPLORER_CPU_DEVICES": "8"}
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(MODELS)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600
-    )
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(MODELS)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     warnings = json.loads(done.stdout.strip().splitlines()[-1])
     deprecations = [
-        w for w in warnings
-        if w[1] == "DeprecationWarning" and (f"{os.sep}flax{os.sep}" in w[2] or f"{os.sep}explorer{os.sep}" in w[2])
+        w for w in warnings if w[1] == "DeprecationWarning" and (f"{os.sep}flax{os.sep}" in w[2] or f"{os.sep}explorer{os.sep}" in w[2])
     ]
     assert deprecations == []

@@ -22,8 +22,7 @@ GUIDE_RULES = [["batch", "data"], ["hidden", "model"], ["embed", None]]
 
 
 def layout(model, options=None, rules=(), mesh=MESH):
-    return parse_layout({"name": "t", "mesh": mesh, "rules": [list(r) for r in rules],
-                         "model": {"name": model, "options": options or {}}})
+    return parse_layout({"name": "t", "mesh": mesh, "rules": [list(r) for r in rules], "model": {"name": model, "options": options or {}}})
 
 
 @pytest.fixture
@@ -32,6 +31,7 @@ def allow_classes(monkeypatch):
 
 
 # --- the NNX guide -------------------------------------------------------------------------
+
 
 def test_nnx_guide_specs_as_the_guide_prints_them():
     report = analyze(layout("nnx-guide", {"depth": 1024, "layers": 2}))
@@ -44,8 +44,12 @@ def test_nnx_guide_specs_as_the_guide_prints_them():
     activation = report.array("activations/DotReluDot.__call__/0")
     assert PartitionSpec(*activation.spec) == PartitionSpec("data", "model") and activation.runs_per_step == 2
     assert [a.path for a in report.arrays if a.kind == "opt_state"] == [
-        "opt_state/0/count", "opt_state/0/mu/layers/dot1/kernel", "opt_state/0/mu/layers/w2",
-        "opt_state/0/nu/layers/dot1/kernel", "opt_state/0/nu/layers/w2", "step",
+        "opt_state/0/count",
+        "opt_state/0/mu/layers/dot1/kernel",
+        "opt_state/0/mu/layers/w2",
+        "opt_state/0/nu/layers/dot1/kernel",
+        "opt_state/0/nu/layers/w2",
+        "step",
     ]
 
 
@@ -117,6 +121,7 @@ def test_where_linen_and_nnx_disagree_is_warned():
 
 # --- what each annotation style shows ------------------------------------------------------
 
+
 def test_repeated_constraints_are_every_call(allow_classes):
     flat = analyze(layout("tests.class_models:make_repeated", rules=[["batch", "data"]]))
     assert len([a for a in flat.arrays if a.kind == "activation" and a.path != "activations/output"]) == 18
@@ -157,10 +162,17 @@ def test_short_annotation_pads_to_the_rank(allow_classes):
 
 def test_a_failing_factory_is_one_message_exit_2(tmp_path, allow_classes):
     file = tmp_path / "layout.json"
-    file.write_text('{"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [],'
-                    ' "model": {"name": "tests.class_models:make_failing", "options": {"reason": "no weights"}}}')
-    result = subprocess.run([sys.executable, "-m", "explorer", "analyze", str(file)], cwd=ROOT, capture_output=True,
-                            text=True, env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    file.write_text(
+        '{"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [],'
+        ' "model": {"name": "tests.class_models:make_failing", "options": {"reason": "no weights"}}}'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "explorer", "analyze", str(file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "tests.class_models:make_failing" in result.stderr and "RuntimeError: no weights" in result.stderr

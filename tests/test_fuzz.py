@@ -34,13 +34,38 @@ SEED_QUERY = layout_to_query(parse_layout(SEED_LAYOUT)).lstrip("?")  # also warm
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
 json_values = st.recursive(
-    json_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12,
 )
-hostile_tokens = st.sampled_from([
-    "9" * 5000, "[" * 3000, "NaN", "-Infinity", "1e999", '"\\ud800"', "\u202e", "\x00", "\\", '"', "{", "}", ",", ":",
-    "\n", "data\n", "![t](http://127.0.0.1:9/x.png)", "a" * 300, "-1", "0", "65537", "1e3", "true", "null",
-])
+hostile_tokens = st.sampled_from(
+    [
+        "9" * 5000,
+        "[" * 3000,
+        "NaN",
+        "-Infinity",
+        "1e999",
+        '"\\ud800"',
+        "\u202e",
+        "\x00",
+        "\\",
+        '"',
+        "{",
+        "}",
+        ",",
+        ":",
+        "\n",
+        "data\n",
+        "![t](http://127.0.0.1:9/x.png)",
+        "a" * 300,
+        "-1",
+        "0",
+        "65537",
+        "1e3",
+        "true",
+        "null",
+    ]
+)
 
 
 def decodes_or_refuses(decode, *args) -> Layout | None:
@@ -60,6 +85,7 @@ def link_round_trips(layout: Layout) -> None:
 
 
 # --- files -------------------------------------------------------------------------------------
+
 
 @FUZZ
 @given(st.binary(max_size=4000))
@@ -92,8 +118,10 @@ SEED_PATHS = list(_paths(SEED_LAYOUT))[1:]
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(SEED_PATHS), json_values | hostile_tokens), min_size=1, max_size=4),
-       st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "latin-1", "utf-32"]))
+@given(
+    st.lists(st.tuples(st.sampled_from(SEED_PATHS), json_values | hostile_tokens), min_size=1, max_size=4),
+    st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "latin-1", "utf-32"]),
+)
 def test_the_seed_file_with_fields_replaced(replacements, encoding):
     data = copy.deepcopy(SEED_LAYOUT)
     for path, value in replacements:
@@ -118,7 +146,9 @@ def test_the_seed_file_with_fields_replaced(replacements, encoding):
 
 
 @settings(FUZZ, max_examples=max(20, EXAMPLES // 10))
-@given(st.binary(max_size=600) | st.sampled_from([SEED_TEXT.replace(b"8", b"9" * 5000), b"[" * 50_000, SEED_TEXT.decode().encode("utf-16")]))
+@given(
+    st.binary(max_size=600) | st.sampled_from([SEED_TEXT.replace(b"8", b"9" * 5000), b"[" * 50_000, SEED_TEXT.decode().encode("utf-16")])
+)
 def test_the_command_line_exits_0_or_2_with_one_line(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("fuzz") / "layout.json"
     path.write_bytes(data)

@@ -19,123 +19,176 @@ from tests.external import factories as external
 EXTERNAL = "tests.external.factories"
 MESH_2X4 = {"shape": [2, 4], "axes": ["data", "model"]}
 MESH_2X2X2 = {"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]}
-TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8,
-               "mlp_dim": 64, "vocab": 128, "gated_mlp": True}
+TRANSFORMER = {
+    "batch": 8,
+    "seq_len": 16,
+    "layers": 2,
+    "d_model": 32,
+    "heads": 8,
+    "kv_heads": 4,
+    "head_dim": 8,
+    "mlp_dim": 64,
+    "vocab": 128,
+    "gated_mlp": True,
+}
 MOE_MESH = {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]}  # T5X's MoE mesh: expert=2, model=2
 MAXTEXT_MESH = {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
 MAXTEXT_MOE_SHAPE = "1x1x1x2x1x1x1x1x2x1x2x1"  # fsdp=2, tensor=2, expert=2: the expert kernels split over 'expert'
 MAXTEXT_MOE_MESH = {"shape": [int(n) for n in MAXTEXT_MOE_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)}
 LTX_AXES = list(external.AUTHORS_MESH_AXES["maxdiffusion_ltx"])  # maxdiffusion ltx_video.yml mesh_axes
-FSDP_TP = [["batch", "data"], ["hidden", "model"], ["mlp", "model"], ["heads", "model"], ["kv_heads", "model"],
-           ["vocab", "model"], ["embed", "data"], ["layer", None]]
+FSDP_TP = [
+    ["batch", "data"],
+    ["hidden", "model"],
+    ["mlp", "model"],
+    ["heads", "model"],
+    ["kv_heads", "model"],
+    ["vocab", "model"],
+    ["embed", "data"],
+    ["layer", None],
+]
 
 
 def case(mesh, rules, model, options=None, framework="linen", recipe="logical"):
-    return {"mesh": mesh, "rules": rules, "model": {"name": model, "options": options or {}},
-            "framework": framework, "recipe": recipe}
+    return {"mesh": mesh, "rules": rules, "model": {"name": model, "options": options or {}}, "framework": framework, "recipe": recipe}
 
 
 CASES = {
-    "guide-mlp": case(MESH_2X4, [["batch", "data"], ["hidden", "model"]], "mlp",
-                      {"batch": 8, "layers": 2, "depth": 64, "scan": False}),
-    "guide-mlp-scan": case(MESH_2X4, [["batch", "data"], ["hidden", "model"]], "mlp",
-                           {"batch": 8, "layers": 3, "depth": 64, "scan": True}),
+    "guide-mlp": case(MESH_2X4, [["batch", "data"], ["hidden", "model"]], "mlp", {"batch": 8, "layers": 2, "depth": 64, "scan": False}),
+    "guide-mlp-scan": case(MESH_2X4, [["batch", "data"], ["hidden", "model"]], "mlp", {"batch": 8, "layers": 3, "depth": 64, "scan": True}),
     "transformer-fsdp-tp": case(MESH_2X4, FSDP_TP, "transformer", {**TRANSFORMER, "scan": False}),
     "transformer-scan-3d": case(
         {"shape": [2, 2, 2], "axes": ["data", "pipe", "model"]},
         [["layer", "pipe"], ["batch", ["data", "pipe"]], ["heads", "model"], ["mlp", "model"], ["embed", "data"]],
-        "transformer", {**TRANSFORMER, "scan": True}),
+        "transformer",
+        {**TRANSFORMER, "scan": True},
+    ),
     "nnx-guide": case(MESH_2X4, [], "nnx-guide", {"depth": 64}, "nnx"),
-    "nnx-guide-logical": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "nnx-guide",
-                              {"depth": 64, "logical": True}, "nnx"),
+    "nnx-guide-logical": case(
+        MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "nnx-guide", {"depth": 64, "logical": True}, "nnx"
+    ),
     # one model per annotation style (issue 8's classes)
     "short-annotation": case(MESH_2X4, [["batch", "data"], ["heads", "model"]], "tests.class_models:make_short_annotation"),
-    "partitioning-style": case(MESH_2X4, [["batch", "data"], ["mlp", "model"], ["embed", "data"]],
-                               "tests.class_models:make_partitioning_style"),
+    "partitioning-style": case(
+        MESH_2X4, [["batch", "data"], ["mlp", "model"], ["embed", "data"]], "tests.class_models:make_partitioning_style"
+    ),
     "repeated": case(MESH_2X4, [["batch", "data"], ["hidden", "model"]], "tests.class_models:make_repeated"),
-    "repeated-scan": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["layer", None]],
-                          "tests.class_models:make_repeated", {"scan": True}),
+    "repeated-scan": case(
+        MESH_2X4, [["batch", "data"], ["hidden", "model"], ["layer", None]], "tests.class_models:make_repeated", {"scan": True}
+    ),
     "mesh-axis-constraint": case(MESH_2X4, [], "tests.class_models:make_mesh_axis_constraint", recipe="mesh"),
-    "bridged": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "tests.class_models:make_bridged",
-                    recipe="eager"),
-    "nnx-resolved-activation": case(MESH_2X4, [["batch", "data"], ["embed", None]],
-                                    "tests.class_models:make_nnx_resolved_activation"),
-    "dead-in-call": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]],
-                         "tests.class_models:make_dead_in_call"),
-    "nnx-logical": case(MESH_2X4, [["embed", "data"], ["mlp", "model"]], "tests.class_models:make_nnx_logical",
-                        framework="nnx"),
+    "bridged": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "tests.class_models:make_bridged", recipe="eager"),
+    "nnx-resolved-activation": case(MESH_2X4, [["batch", "data"], ["embed", None]], "tests.class_models:make_nnx_resolved_activation"),
+    "dead-in-call": case(MESH_2X4, [["batch", "data"], ["hidden", "model"], ["embed", None]], "tests.class_models:make_dead_in_call"),
+    "nnx-logical": case(MESH_2X4, [["embed", "data"], ["mlp", "model"]], "tests.class_models:make_nnx_logical", framework="nnx"),
     # issue 17: one small model per class (tests/class_models.py)
     "i17-1-many-names": case(MESH_2X4, class_models.many_names_rules(), "tests.class_models:make_many_names"),
-    "i17-2-twelve-axis": case({"shape": list(class_models.MAXTEXT_SHAPE), "axes": list(class_models.MAXTEXT_AXES)},
-                              class_models.MAXTEXT_STYLE_RULES, "tests.class_models:make_twelve_axis"),
-    "i17-3-lifted-axes": case(MESH_2X4, [["batch", "data"], ["embed", None], ["mlp", "model"], ["joined_kv", "model"],
-                                         ["expert", "data"], ["layers", None], ["length", None]],
-                              "tests.class_models:make_lifted_axes"),
+    "i17-2-twelve-axis": case(
+        {"shape": list(class_models.MAXTEXT_SHAPE), "axes": list(class_models.MAXTEXT_AXES)},
+        class_models.MAXTEXT_STYLE_RULES,
+        "tests.class_models:make_twelve_axis",
+    ),
+    "i17-3-lifted-axes": case(
+        MESH_2X4,
+        [
+            ["batch", "data"],
+            ["embed", None],
+            ["mlp", "model"],
+            ["joined_kv", "model"],
+            ["expert", "data"],
+            ["layers", None],
+            ["length", None],
+        ],
+        "tests.class_models:make_lifted_axes",
+    ),
     # the same with names no rule mentions (replicated): the forward pass must be read on the boxed state
-    "i17-3-lifted-axes-unruled": case(MESH_2X4, [["batch", "data"], ["mlp", "model"], ["length", None]],
-                                      "tests.class_models:make_lifted_axes"),
-    "i17-4-value-named": case(MESH_2X4, [["batch", "data"], ["heads", "model"], ["embed", None], ["kv", None],
-                                         ["length", None]], "tests.class_models:make_value_named"),
-    "i17-4-nnx-value-named": case(MESH_2X4, [["embed", "data"], ["heads", "model"]],
-                                  "tests.class_models:make_nnx_value_named", framework="nnx"),
-    "i17-5-weight-casts": case(MESH_2X4, [["batch", "data"], ["mlp", "model"], ["embed", None], ["layers", None]],
-                               "tests.class_models:make_weight_casts"),
-    "i17-6-nnx-calls-linen": case(MESH_2X4, class_models.DUPLICATE_RULES, "tests.class_models:make_nnx_calls_linen",
-                                  framework="nnx"),
+    "i17-3-lifted-axes-unruled": case(
+        MESH_2X4, [["batch", "data"], ["mlp", "model"], ["length", None]], "tests.class_models:make_lifted_axes"
+    ),
+    "i17-4-value-named": case(
+        MESH_2X4,
+        [["batch", "data"], ["heads", "model"], ["embed", None], ["kv", None], ["length", None]],
+        "tests.class_models:make_value_named",
+    ),
+    "i17-4-nnx-value-named": case(
+        MESH_2X4, [["embed", "data"], ["heads", "model"]], "tests.class_models:make_nnx_value_named", framework="nnx"
+    ),
+    "i17-5-weight-casts": case(
+        MESH_2X4, [["batch", "data"], ["mlp", "model"], ["embed", None], ["layers", None]], "tests.class_models:make_weight_casts"
+    ),
+    "i17-6-nnx-calls-linen": case(MESH_2X4, class_models.DUPLICATE_RULES, "tests.class_models:make_nnx_calls_linen", framework="nnx"),
     "i17-7-maxtext-style-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_maxtext_style_moe"),
     "i17-7-vmap-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_vmap_moe"),
     "i17-7-nnx-moe": case(MESH_2X4, class_models.MOE_RULES, "tests.class_models:make_nnx_moe", framework="nnx"),
     "i17-8-bridged-scan": case(MESH_2X4, class_models.BRIDGE_RULES, "tests.class_models:make_bridged_scan"),
     # duplicate rules: the metadata_fn's nn.LogicallyPartitioned boxes are Linen's (first rule wins: mlp -> model),
     # where NNX's eager sharding at creation would take the last (mlp -> None)
-    "i17-8-bridged-scan-duplicates": case(MESH_2X4, class_models.BRIDGE_RULES + [["mlp", None], ["activation_mlp", None]],
-                                          "tests.class_models:make_bridged_scan"),
+    "i17-8-bridged-scan-duplicates": case(
+        MESH_2X4, class_models.BRIDGE_RULES + [["mlp", None], ["activation_mlp", None]], "tests.class_models:make_bridged_scan"
+    ),
     # real public models with their authors' rules
     "flaxformer-moe-masked": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"], f"{EXTERNAL}:make_flaxformer_moe"),
-    "flaxformer-moe-scatter": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"], f"{EXTERNAL}:make_flaxformer_moe",
-                                   {"router": "tokens_choose_scatter"}),
-    "flaxformer-moe-experts-choose": case(MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"],
-                                          f"{EXTERNAL}:make_flaxformer_moe", {"router": "experts_choose"}),
+    "flaxformer-moe-scatter": case(
+        MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"], f"{EXTERNAL}:make_flaxformer_moe", {"router": "tokens_choose_scatter"}
+    ),
+    "flaxformer-moe-experts-choose": case(
+        MOE_MESH, external.AUTHORS_RULES["flaxformer_moe"], f"{EXTERNAL}:make_flaxformer_moe", {"router": "experts_choose"}
+    ),
     # a user's shorter rule set: the other names are replicated (the forward pass is read on the boxed state)
-    "flaxformer-moe-few-rules": case(MOE_MESH, [["batch", ["expert", "data"]], ["expert", "expert"], ["mlp", "model"]],
-                                     f"{EXTERNAL}:make_flaxformer_moe"),
+    "flaxformer-moe-few-rules": case(
+        MOE_MESH, [["batch", ["expert", "data"]], ["expert", "expert"], ["mlp", "model"]], f"{EXTERNAL}:make_flaxformer_moe"
+    ),
     "maxtext-llama2-scan": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder"),
-    "maxtext-llama2-loop": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder",
-                                {"scan_layers": False}),
-    "maxtext-simple-mlp-scan": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder",
-                                    {"block": "simple_mlp"}),
+    "maxtext-llama2-loop": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder", {"scan_layers": False}),
+    "maxtext-simple-mlp-scan": case(MAXTEXT_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_decoder", {"block": "simple_mlp"}),
     # MaxText's Mixtral layer (moe.RoutedMoE, dense dispatch/combine at capacity 1.25) under base.yml's rules
-    "maxtext-moe-scan": case(MAXTEXT_MOE_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_moe",
-                             {"mesh_shape": MAXTEXT_MOE_SHAPE}),
-    "maxtext-moe-loop-top1-remat": case(MAXTEXT_MOE_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_moe",
-                                        {"mesh_shape": MAXTEXT_MOE_SHAPE, "scan_layers": False, "num_experts_per_tok": 1,
-                                         "remat_policy": "minimal"}),
+    "maxtext-moe-scan": case(MAXTEXT_MOE_MESH, external.maxtext_rules(), f"{EXTERNAL}:make_maxtext_moe", {"mesh_shape": MAXTEXT_MOE_SHAPE}),
+    "maxtext-moe-loop-top1-remat": case(
+        MAXTEXT_MOE_MESH,
+        external.maxtext_rules(),
+        f"{EXTERNAL}:make_maxtext_moe",
+        {"mesh_shape": MAXTEXT_MOE_SHAPE, "scan_layers": False, "num_experts_per_tok": 1, "remat_policy": "minimal"},
+    ),
     "t5x-1d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5"], f"{EXTERNAL}:make_t5x_t5"),
     "t5x-2d": case(MESH_2X4, external.AUTHORS_RULES["t5x_t5_2d"], f"{EXTERNAL}:make_t5x_t5"),
-    "t5x-2x2x2": case({"shape": [2, 2, 2], "axes": ["data", "replica", "model"]}, external.AUTHORS_RULES["t5x_t5_2d"],
-                      f"{EXTERNAL}:make_t5x_t5"),
+    "t5x-2x2x2": case(
+        {"shape": [2, 2, 2], "axes": ["data", "replica", "model"]}, external.AUTHORS_RULES["t5x_t5_2d"], f"{EXTERNAL}:make_t5x_t5"
+    ),
     "lm1b": case(MESH_2X4, external.AUTHORS_RULES["flax_lm1b"], f"{EXTERNAL}:make_flax_lm1b"),
     "lm1b-2x2x2": case(MESH_2X2X2, external.AUTHORS_RULES_3AXIS["flax_lm1b"], f"{EXTERNAL}:make_flax_lm1b"),
-    "mu-transformer": case({"shape": [2, 4], "axes": ["X", "Y"]}, [], f"{EXTERNAL}:make_mu_transformer",
-                           {"n_layer": 2}, recipe="mesh"),
+    "mu-transformer": case({"shape": [2, 4], "axes": ["X", "Y"]}, [], f"{EXTERNAL}:make_mu_transformer", {"n_layer": 2}, recipe="mesh"),
     "vit": case(MESH_2X4, external.AUTHORS_RULES["big_vision_vit"], f"{EXTERNAL}:make_big_vision_vit"),
-    "vit-scan-2x2x2": case(MESH_2X2X2, external.AUTHORS_RULES_3AXIS["big_vision_vit"], f"{EXTERNAL}:make_big_vision_vit",
-                           {"scan": True}),
+    "vit-scan-2x2x2": case(MESH_2X2X2, external.AUTHORS_RULES_3AXIS["big_vision_vit"], f"{EXTERNAL}:make_big_vision_vit", {"scan": True}),
     "nnx-guide-external": case(MESH_2X4, [], f"{EXTERNAL}:make_flax_nnx_guide", {"depth": 64}, "nnx"),
     "tunix-llama3": case(MESH_2X4, [], f"{EXTERNAL}:make_tunix_llama3", framework="nnx"),
     "tunix-llama3-2x2x2": case(MESH_2X2X2, [], f"{EXTERNAL}:make_tunix_llama3", {"fsdp_axis": "fsdp"}, "nnx"),
     "tunix-gemma": case(MESH_2X4, [], f"{EXTERNAL}:make_tunix_gemma", framework="nnx"),
     # maxdiffusion LTX-Video on ltx_video.yml's mesh axes and rules: scanned, rematted DiT blocks (the pipeline's
     # gradient_checkpointing), then the config's own split (data=1, fsdp=-1 -> 4) without remat
-    "maxdiffusion-ltx-2x2x1x2": case({"shape": [2, 2, 1, 2], "axes": LTX_AXES}, external.AUTHORS_RULES["maxdiffusion_ltx"],
-                                     f"{EXTERNAL}:make_maxdiffusion_ltx"),
-    "maxdiffusion-ltx-1x4x1x2": case({"shape": [1, 4, 1, 2], "axes": LTX_AXES}, external.AUTHORS_RULES["maxdiffusion_ltx"],
-                                     f"{EXTERNAL}:make_maxdiffusion_ltx", {"gradient_checkpointing": "none"}),
+    "maxdiffusion-ltx-2x2x1x2": case(
+        {"shape": [2, 2, 1, 2], "axes": LTX_AXES}, external.AUTHORS_RULES["maxdiffusion_ltx"], f"{EXTERNAL}:make_maxdiffusion_ltx"
+    ),
+    "maxdiffusion-ltx-1x4x1x2": case(
+        {"shape": [1, 4, 1, 2], "axes": LTX_AXES},
+        external.AUTHORS_RULES["maxdiffusion_ltx"],
+        f"{EXTERNAL}:make_maxdiffusion_ltx",
+        {"gradient_checkpointing": "none"},
+    ),
 }
 EXTERNAL_FACTORIES = ",".join(
-    f"{EXTERNAL}:{name}" for name in ("make_t5x_t5", "make_flax_lm1b", "make_mu_transformer", "make_big_vision_vit",
-                                      "make_flax_nnx_guide", "make_tunix_llama3", "make_tunix_gemma",
-                                      "make_maxtext_decoder", "make_maxtext_moe", "make_flaxformer_moe", "make_maxdiffusion_ltx")
+    f"{EXTERNAL}:{name}"
+    for name in (
+        "make_t5x_t5",
+        "make_flax_lm1b",
+        "make_mu_transformer",
+        "make_big_vision_vit",
+        "make_flax_nnx_guide",
+        "make_tunix_llama3",
+        "make_tunix_gemma",
+        "make_maxtext_decoder",
+        "make_maxtext_moe",
+        "make_flaxformer_moe",
+        "make_maxdiffusion_ltx",
+    )
 )
 
 
@@ -186,7 +239,8 @@ def check_activations(name, cases=None):
     report = analyze(layout_of(name, cases))
     ours = [
         (tuple(a.shape), ground_truth.normal(a.spec, len(a.shape)))
-        for a in report.arrays if a.kind == "activation" and a.path != "activations/output"
+        for a in report.arrays
+        if a.kind == "activation" and a.path != "activations/output"
     ]
     truth = ground_truth.activations(*truth_inputs(name, cases))
     assert ours == truth, _activation_diff(ours, truth)
@@ -229,14 +283,46 @@ def test_each_activation_names_the_module_jax_names(name, allow_factories):
     ours = [(tuple(a.shape), a.module) for a in report.arrays if a.kind == "activation" and a.path != "activations/output"]
     truth = [(c.shape, c.name_stack) for c in ground_truth.constraints(*truth_inputs(name)) if c.activation]
     assert [s for s, _ in ours] == [s for s, _ in truth], "the activations differ (see the in-order test)"
-    wrong = [(i, module, stack) for i, ((_, module), (_, stack)) in enumerate(zip(ours, truth))
-             if stack and not (stack == module or stack.endswith("/" + module))]
+    wrong = [
+        (i, module, stack)
+        for i, ((_, module), (_, stack)) in enumerate(zip(ours, truth))
+        if stack and not (stack == module or stack.endswith("/" + module))
+    ]
     assert not wrong, "\n".join(f"#{i}: report module {m!r}, JAX name stack {s!r}" for i, m, s in wrong[:10])
 
 
-LOOP_FREE = ["maxtext-moe-loop-top1-remat", "flaxformer-moe-masked", "flaxformer-moe-scatter", "flaxformer-moe-experts-choose", "maxtext-llama2-loop", "i17-1-many-names", "i17-2-twelve-axis", "i17-4-value-named", "i17-6-nnx-calls-linen",
-             "i17-7-maxtext-style-moe", "i17-7-vmap-moe", "i17-7-nnx-moe", "guide-mlp", "transformer-fsdp-tp", "short-annotation", "partitioning-style", "repeated", "mesh-axis-constraint",
-             "bridged", "dead-in-call", "nnx-resolved-activation", "nnx-logical", "t5x-1d", "t5x-2d", "t5x-2x2x2", "lm1b", "lm1b-2x2x2", "vit", "tunix-llama3", "tunix-gemma"]
+LOOP_FREE = [
+    "maxtext-moe-loop-top1-remat",
+    "flaxformer-moe-masked",
+    "flaxformer-moe-scatter",
+    "flaxformer-moe-experts-choose",
+    "maxtext-llama2-loop",
+    "i17-1-many-names",
+    "i17-2-twelve-axis",
+    "i17-4-value-named",
+    "i17-6-nnx-calls-linen",
+    "i17-7-maxtext-style-moe",
+    "i17-7-vmap-moe",
+    "i17-7-nnx-moe",
+    "guide-mlp",
+    "transformer-fsdp-tp",
+    "short-annotation",
+    "partitioning-style",
+    "repeated",
+    "mesh-axis-constraint",
+    "bridged",
+    "dead-in-call",
+    "nnx-resolved-activation",
+    "nnx-logical",
+    "t5x-1d",
+    "t5x-2d",
+    "t5x-2x2x2",
+    "lm1b",
+    "lm1b-2x2x2",
+    "vit",
+    "tunix-llama3",
+    "tunix-gemma",
+]
 
 
 @pytest.mark.parametrize("name", LOOP_FREE)
@@ -252,7 +338,8 @@ def test_the_ground_truth_imports_no_explorer_code():
 
     tree = ast.parse(pathlib.Path(ground_truth.__file__).read_text())
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module] + [
-        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    ]
     assert not [m for m in imported if m == "explorer" or m.startswith("explorer.")]
 
 
@@ -262,8 +349,12 @@ def test_the_ground_truth_tells_weight_constraints_from_activations_by_data_flow
     model, mesh, rules = truth_inputs("i17-5-weight-casts")
     found = ground_truth.constraints(model, mesh, rules)
     assert [(c.shape, str(c.dtype), c.activation) for c in found] == [
-        ((32, 64), "float32", False), ((32,), "float32", False), ((32, 64), "bfloat16", False),
-        ((64, 32), "bfloat16", False), ((16,), "bfloat16", False), ((8, 64), "bfloat16", True),
+        ((32, 64), "float32", False),
+        ((32,), "float32", False),
+        ((32, 64), "bfloat16", False),
+        ((64, 32), "bfloat16", False),
+        ((16,), "bfloat16", False),
+        ((8, 64), "bfloat16", True),
         ((8, 32), "float32", True),
     ]
     state = ground_truth.linen_state(*truth_inputs("i17-4-value-named"))

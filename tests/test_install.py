@@ -60,20 +60,25 @@ def installed(tmp_path_factory):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "explorer", source / "explorer", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    built = subprocess.run([*pip, "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(source)],
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [*pip, "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(source)], capture_output=True, text=True, timeout=600
+    )
     assert built.returncode == 0, built.stderr
     (wheel,) = (base / "dist").glob("partition_explorer-*.whl")
 
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     shared = {os.path.realpath(sysconfig.get_paths()[key]) for key in ("purelib", "platlib")}
     (site / "shared-dependencies.pth").write_text("".join(f"{path}\n" for path in sorted(shared)))
-    install = subprocess.run([*pip, "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
-                             capture_output=True, text=True, timeout=300)
+    install = subprocess.run(
+        [*pip, "--python", str(python), "install", "--no-deps", "-q", str(wheel)], capture_output=True, text=True, timeout=300
+    )
     assert install.returncode == 0, install.stderr
 
     outside = base / "work"
@@ -85,8 +90,9 @@ def installed(tmp_path_factory):
 
 
 def _run(installed, *command):
-    return subprocess.run([str(c) for c in command], cwd=installed["cwd"], env=installed["env"],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(c) for c in command], cwd=installed["cwd"], env=installed["env"], capture_output=True, text=True, timeout=600
+    )
 
 
 def test_the_declared_dependencies_are_satisfied(installed):

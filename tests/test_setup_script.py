@@ -36,8 +36,9 @@ def _setup_copy(tmp_path: Path) -> Path:
 
 
 def _run_setup(project: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(project / "scripts" / "setup.sh")], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", str(project / "scripts" / "setup.sh")], cwd=project, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_setup_refuses_an_old_python_named_by_PYTHON(tmp_path):
@@ -71,7 +72,7 @@ def test_the_readme_states_the_supported_versions():
     pins = dict(re.findall(r"^([a-z]+)==([\w.]+)", (ROOT / "requirements.txt").read_text(), flags=re.MULTILINE))
     minimum = re.search(r'^MIN_PYTHON="([\d.]+)"', (ROOT / "scripts" / "setup.sh").read_text(), flags=re.MULTILINE).group(1)
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"] == f">={minimum}"
-    versions = readme[readme.index("## Versions"):]
+    versions = readme[readme.index("## Versions") :]
     versions = versions[: versions.index("\n## ", 1)]
     assert f"**Python {minimum} or newer**" in versions
     assert f"with Python {minimum} or newer" in readme  # the two commands' section

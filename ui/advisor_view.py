@@ -32,13 +32,16 @@ def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
             if key not in st.session_state:
                 st.session_state[key] = defaults[name]
             chosen[name] = columns[index % 4].selectbox(name, advisor.ROLES, key=key)
-        st.caption("batch → data, fsdp (and expert) axes; embed → fsdp (FSDP); tensor → tensor (Megatron); "
-                   "sequence → sequence; expert → expert; none → replicated.")
+        st.caption(
+            "batch → data, fsdp (and expert) axes; embed → fsdp (FSDP); tensor → tensor (Megatron); "
+            "sequence → sequence; expert → expert; none → replicated."
+        )
     return {n: r for n, r in chosen.items() if r != defaults[n]}
 
 
-def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str], shortcut: bool | None = None,
-        depth_option: str | None = None) -> None:
+def run(
+    layout: Layout, target: Target, compiles: int, roles: dict[str, str], shortcut: bool | None = None, depth_option: str | None = None
+) -> None:
     """Stage 1, then stage 2 in the server-wide queue, showing the stage and elapsed time; Stop keeps what was compiled."""
     stop_slot = st.empty()
     stop_slot.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
@@ -59,8 +62,13 @@ def run(layout: Layout, target: Target, compiles: int, roles: dict[str, str], sh
     TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
     try:
         status.update(label=f"Stage 2: compiling the shortlist for {target.name}", state="running")
-        advisor.stage2(search, compiles, on_progress=lambda stage, elapsed: line.write(f"**{stage}** · {elapsed:.1f} s"),
-                       shortcut=shortcut, depth_option=depth_option)
+        advisor.stage2(
+            search,
+            compiles,
+            on_progress=lambda stage, elapsed: line.write(f"**{stage}** · {elapsed:.1f} s"),
+            shortcut=shortcut,
+            depth_option=depth_option,
+        )
     finally:
         TURNSTILE.leave()
     st.session_state.pop(RUNNING, None)
@@ -124,11 +132,13 @@ def show(search: advisor.Search) -> None:
     for c in search.ranked():
         if c.extrapolation_error:
             error = c.extrapolation_error
-            st.info(markdown_literal(
-                f"{c.layout.name}, compiled in full after its extrapolation: extrapolated / compiled = "
-                + ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in error.items() if v is not None)
-                + f". {advisor.extrapolation_text(c)}."
-            ))
+            st.info(
+                markdown_literal(
+                    f"{c.layout.name}, compiled in full after its extrapolation: extrapolated / compiled = "
+                    + ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in error.items() if v is not None)
+                    + f". {advisor.extrapolation_text(c)}."
+                )
+            )
     for failure in search.failures:
         st.error(markdown_literal(f"Compile failed: {failure}"))
     with st.container(key="advisor_table"):
@@ -140,8 +150,13 @@ def show(search: advisor.Search) -> None:
     left, middle, _ = st.columns([1, 1, 2])
     if left.button("Open on the Layout page", key="advisor_open", on_click=_open, args=(chosen.layout, search.target.name), type="primary"):
         st.switch_page("views/0_Layout.py")
-    middle.button("Add to Compare", key="advisor_compare", on_click=_add_to_compare, args=(chosen.layout,),
-                  help="Adds its link to the Compare page's links")
+    middle.button(
+        "Add to Compare",
+        key="advisor_compare",
+        on_click=_add_to_compare,
+        args=(chosen.layout,),
+        help="Adds its link to the Compare page's links",
+    )
     st.markdown("Share link")
     st.code("/?" + layout_to_query(chosen.layout)[1:], language=None)
     if chosen.links:  # where its axes lie, as the compile places them (stage 1 costs its collectives on those links)
@@ -175,5 +190,7 @@ def race_section(search: advisor.Search) -> None:
     stored = st.session_state.get(RACE)
     if stored and stored[0] == racing and stored[2].round_medians and stored[2].round_medians[0]:
         if not stored[3]:
-            st.info(f"Stopped after {len(stored[2].round_medians[0])} of {st.session_state.get(RACE + '_rounds')} rounds; the rounds finished are shown.")
+            st.info(
+                f"Stopped after {len(stored[2].round_medians[0])} of {st.session_state.get(RACE + '_rounds')} rounds; the rounds finished are shown."
+            )
         race_view.show_race(stored[1], stored[2], chart_key="advisor_race_chart")

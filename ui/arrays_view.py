@@ -15,8 +15,19 @@ from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import seed_layout
 from explorer.ops import (
-    DTYPES, MATMUL_PRESET, PRESETS, ArrayView, OpAnalysis, OpSpec, OpTiming, analyze_op, check_op_timeable,
-    host_bytes_to_time, op_key, parse_op, time_op,
+    DTYPES,
+    MATMUL_PRESET,
+    PRESETS,
+    ArrayView,
+    OpAnalysis,
+    OpSpec,
+    OpTiming,
+    analyze_op,
+    check_op_timeable,
+    host_bytes_to_time,
+    op_key,
+    parse_op,
+    time_op,
 )
 from explorer.specs import spec_axes, spec_text
 from explorer.share import op_to_query
@@ -51,7 +62,10 @@ def sidebar_inputs() -> DeltaGenerator:
         st.subheader("Guide presets")
         st.session_state.setdefault("op_preset_choice", MATMUL_PRESET)
         preset = st.selectbox(
-            "Preset", list(PRESETS), key="op_preset_choice", help="The examples of JAX's guide 'Distributed arrays and automatic parallelization'"
+            "Preset",
+            list(PRESETS),
+            key="op_preset_choice",
+            help="The examples of JAX's guide 'Distributed arrays and automatic parallelization'",
         )
         st.caption(PRESETS[preset][0])
         st.button("Load preset", key="arrays_load_preset", on_click=op_state.load_preset, args=(preset,), width="stretch")
@@ -61,9 +75,12 @@ def sidebar_inputs() -> DeltaGenerator:
             left, right = st.columns(2)
             left.text_input("Shape", key=op_state.MESH_SHAPE, help="Sizes of the mesh axes, e.g. 4, 2")
             right.text_input("Axis names", key=op_state.MESH_AXES, help="One name per axis, e.g. x, y")
-            st.toggle("Explicit axes", key=op_state.MESH_EXPLICIT,
-                      help="Explicit axes put the sharding in every value's type (jax.make_mesh's default since JAX 0.9): the "
-                           "page shows jax.typeof of the result beside what XLA compiled. Off: Auto axes, XLA chooses.")
+            st.toggle(
+                "Explicit axes",
+                key=op_state.MESH_EXPLICIT,
+                help="Explicit axes put the sharding in every value's type (jax.make_mesh's default since JAX 0.9): the "
+                "page shows jax.typeof of the result beside what XLA compiled. Off: Auto axes, XLA chooses.",
+            )
         else:
             mesh = op_state.layout_mesh()
             st.caption(f"{mesh_text(mesh['axes'], mesh['shape'])} (change it on the Layout page)")
@@ -88,12 +105,15 @@ def op_inputs() -> None:
         dtype.selectbox("Dtype", DTYPES, key=op_state.array_key("dtype", index))
         spec.text_input("Spec", key=op_state.array_key("spec", index), help="e.g. x, None  or  (x, y), None; empty = replicated")
     st.text_input(
-        "Expression", key=op_state.EXPR,
+        "Expression",
+        key=op_state.EXPR,
         help="Array names, numbers, + - * / @, unary -, .T, and jnp.sin/cos/exp/tanh/dot/matmul/transpose/sum/mean/max/reshape, jax.nn.relu",
     )
     constrain_column, out_column = st.columns([1, 2], vertical_alignment="bottom")
     constrain_column.checkbox("Constrain the output", key=op_state.CONSTRAIN, help="Wrap the result in jax.lax.with_sharding_constraint")
-    out_column.text_input("Output spec", key=op_state.OUT_SPEC, disabled=not st.session_state[op_state.CONSTRAIN], help="empty = replicated, P()")
+    out_column.text_input(
+        "Output spec", key=op_state.OUT_SPEC, disabled=not st.session_state[op_state.CONSTRAIN], help="empty = replicated, P()"
+    )
 
 
 def analyzed_op() -> tuple[OpSpec, OpAnalysis]:
@@ -153,9 +173,13 @@ def show_output(analysis: OpAnalysis) -> None:
     st.subheader("Output")
     chosen = spec_text(analysis.output.spec)
     source = "JAX's type-level propagation chose" if analysis.planned else "XLA chose"
-    st.container(key="arrays_output_spec").markdown(f"**{source} `{chosen}`** for the {analysis.output.dtype}{list(analysis.output.shape)} result.")
+    st.container(key="arrays_output_spec").markdown(
+        f"**{source} `{chosen}`** for the {analysis.output.dtype}{list(analysis.output.shape)} result."
+    )
     if analysis.typed_spec is not None:
-        st.container(key="arrays_typed_spec").markdown(f"Its type (`jax.typeof`) on these Explicit axes: **`{spec_text(analysis.typed_spec)}`**.")
+        st.container(key="arrays_typed_spec").markdown(
+            f"Its type (`jax.typeof`) on these Explicit axes: **`{spec_text(analysis.typed_spec)}`**."
+        )
     st.caption(analysis.note)
     grid_column, side_column = st.columns([3, 2])
     with grid_column:
@@ -171,16 +195,21 @@ def show_collectives(analysis: OpAnalysis) -> None:
     used = used_collectives(analysis.collectives)
     if used:
         st.dataframe(
-            pd.DataFrame([{"collective": name, "count": c["count"], "bytes per device": human_bytes(c["bytes"])} for name, c in used.items()]),
-            hide_index=True, width="stretch", key="arrays_collectives",
+            pd.DataFrame(
+                [{"collective": name, "count": c["count"], "bytes per device": human_bytes(c["bytes"])} for name, c in used.items()]
+            ),
+            hide_index=True,
+            width="stretch",
+            key="arrays_collectives",
         )
     else:
         st.success("No collectives: every device computes its output block from the input blocks it holds.")
     st.caption(f"Parsed from the compiled HLO (bytes: each op's result on one device). Compiled in {analysis.compile_s:.2f} s.")
     if analysis.memory:
-        st.caption("Per device (memory_analysis): " + ", ".join(
-            f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in analysis.memory.items() if k != "generated_code_bytes"
-        ))
+        st.caption(
+            "Per device (memory_analysis): "
+            + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in analysis.memory.items() if k != "generated_code_bytes")
+        )
 
 
 def array_title(view: ArrayView) -> str:
@@ -212,7 +241,9 @@ def draw(view: ArrayView, analysis: OpAnalysis, title: str, key: str) -> None:
     if title:
         st.markdown(title)
     st.plotly_chart(plots.sharding_grid(grid, analysis.mesh, view.itemsize, dim_labels(view)), key=key)
-    caption = f"shard {tuple(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device · each block on {view.replication} device(s)"
+    caption = (
+        f"shard {tuple(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device · each block on {view.replication} device(s)"
+    )
     if grid.fixed:
         caption += " · drawn at block 0 of " + ", ".join(f"dim {d}" for d, _ in grid.fixed)
     st.caption(caption)
@@ -246,7 +277,10 @@ def timing_section(op: OpSpec, analysis: OpAnalysis) -> None:
     labels = {"sharded": f"sharded over {analysis.mesh.size} devices", "single": "one device"}
     if start:
         live_timing.time_with_stop(
-            TIMINGS, op_key(op), "arrays_stop_button", "Stops after the current call; the calls so far are kept",
+            TIMINGS,
+            op_key(op),
+            "arrays_stop_button",
+            "Stops after the current call; the calls so far are kept",
             lambda: run_timing(op, labels, steps, warmup),
         )
     show_timing(op_key(op), labels)
@@ -270,8 +304,11 @@ def run_timing(op: OpSpec, labels: dict[str, str], steps: int, warmup: int) -> O
         return time_op(op, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
 
     return live_timing.run_timing(
-        time_it, first_frame=plots.op_times_figure(samples, labels, steps), frame_key="arrays_live_frame",
-        one_at_a_time="one at a time", done=lambda _: f"Timed {steps} calls each",
+        time_it,
+        first_frame=plots.op_times_figure(samples, labels, steps),
+        frame_key="arrays_live_frame",
+        one_at_a_time="one at a time",
+        done=lambda _: f"Timed {steps} calls each",
     )
 
 
@@ -291,7 +328,9 @@ def show_timing(key: str, labels: dict[str, str]) -> None:
         metrics[1].metric("One device, median", f"{timing.single.median * 1e3:.2f} ms")
         metrics[2].metric("Speedup", f"{timing.speedup:.2f}×", help="one-device median / sharded median")
         metrics[3].metric("max |difference|", f"{timing.max_abs_difference:.3g}", help="between the sharded and the one-device result")
-        st.plotly_chart(plots.op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="arrays_times")
+        st.plotly_chart(
+            plots.op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="arrays_times"
+        )
         st.caption(
             f"p10–p90: sharded {timing.sharded.p10 * 1e3:.2f}–{timing.sharded.p90 * 1e3:.2f} ms, one device "
             f"{timing.single.p10 * 1e3:.2f}–{timing.single.p90 * 1e3:.2f} ms; {timing.warmup} untimed warm-up call(s) each; "

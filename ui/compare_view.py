@@ -40,7 +40,11 @@ def chosen_layouts(current: Layout) -> list[tuple[str, Layout]]:
     sources = st.multiselect("From the current layout and the team library", options, key="compare_sources")
     files_column, links_column = st.columns(2)
     files = files_column.file_uploader(
-        "Layout files", type=["json"], accept_multiple_files=True, key="compare_files", max_upload_size=1,
+        "Layout files",
+        type=["json"],
+        accept_multiple_files=True,
+        key="compare_files",
+        max_upload_size=1,
         help=f"Layout files (JSON, UTF-8), each at most {MAX_FILE_BYTES:,} bytes",
     )
     links = links_column.text_area("Links (one per line)", key="compare_links", placeholder="http://…/?name=…&mesh=2x4&…")
@@ -120,22 +124,31 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
             if median is None:
                 rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
             else:
-                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms, race",
-                             "collectives": "see the Timing page"})
+                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms, race", "collectives": "see the Timing page"})
             continue
-        used = ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
+        used = (
+            ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
+        )
         rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
     st.subheader("Step times and collectives")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
-                 column_config={"median step": st.column_config.TextColumn("median step", width="medium")})
-    st.caption("From the Timing page's results in this session, else from the race below (its rounds' median), which "
-               "times them fairly against each other.")
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        width="stretch",
+        column_config={"median step": st.column_config.TextColumn("median step", width="medium")},
+    )
+    st.caption(
+        "From the Timing page's results in this session, else from the race below (its rounds' median), which "
+        "times them fairly against each other."
+    )
 
 
 def race_section(labels: list[str], layouts: list[Layout], reports: list[Report]) -> None:
     """The race's controls, the race when started, and the last race's result while it raced these layouts."""
     st.subheader("Race")
-    st.caption("Times the layouts in alternation (A B A B …): each round's ratio compares runs made moments apart, so machine noise largely cancels.")
+    st.caption(
+        "Times the layouts in alternation (A B A B …): each round's ratio compares runs made moments apart, so machine noise largely cancels."
+    )
     simulated_devices_note()
     timeable = []
     for label, layout, report in zip(labels, layouts, reports):
@@ -152,7 +165,10 @@ def race_section(labels: list[str], layouts: list[Layout], reports: list[Report]
     steps = middle.number_input("Steps per round", 1, 500, key="race_steps")
     can_race = len(timeable) >= 2
     start = right.button(
-        "Start race", type="primary", key="race_button", disabled=not can_race,
+        "Start race",
+        type="primary",
+        key="race_button",
+        disabled=not can_race,
         help=None if can_race else "At least two of the layouts must be timeable here: see the messages above",
     )
     if start and can_race:

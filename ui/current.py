@@ -48,8 +48,11 @@ def current_layout(page: str) -> Current:
             slots.for_field(error.field).error(describe(error))
             if isinstance(error, NeedsExplicitAxes):
                 slots.for_field(error.field).button(
-                    "Make the mesh's axes Explicit", key="make_axes_explicit", on_click=state.make_axes_explicit,
-                    type="primary", width="stretch",
+                    "Make the mesh's axes Explicit",
+                    key="make_axes_explicit",
+                    on_click=state.make_axes_explicit,
+                    type="primary",
+                    width="stretch",
                 )
         fields = ", ".join(error.field for error in errors)
         st.warning(
@@ -59,11 +62,15 @@ def current_layout(page: str) -> Current:
         if any(isinstance(error, NeedsExplicitAxes) for error in errors):  # the sidebar's button is far below the fold
             row = st.container(horizontal=True, vertical_alignment="center")
             row.button(
-                "Make the mesh's axes Explicit", key="make_axes_explicit_main", on_click=state.make_axes_explicit,
+                "Make the mesh's axes Explicit",
+                key="make_axes_explicit_main",
+                on_click=state.make_axes_explicit,
                 type="primary",
             )
-            row.caption("The model sets shardings in its values' types, so it needs a mesh with Explicit axes "
-                        "(the sidebar's Model section says more).")
+            row.caption(
+                "The model sets shardings in its values' types, so it needs a mesh with Explicit axes "
+                "(the sidebar's Model section says more)."
+            )
         layout, report = _last_valid()
         valid = False
     _flag_layout_problems(report, slots)
@@ -110,7 +117,7 @@ def describe(error: ExplorerError) -> str:
     for prefix, where, key, allowed in _WHERE:
         if error.field.startswith(prefix):
             if prefix == "rules" and error.field.startswith("rules["):
-                where = f"Rules › row {error.field[len('rules['):].split(']')[0]}"
+                where = f"Rules › row {error.field[len('rules[') :].split(']')[0]}"
             typed = st.session_state.get(key) if key else None
             quoted = markdown_literal(shown_value(str(typed))) if typed else "nothing"
             text = f"**{where}**" + (f" (you typed {quoted})" if typed is not None else "")

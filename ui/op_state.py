@@ -105,11 +105,13 @@ def draft_of_array(index: int) -> dict[str, Any]:
     whole = {**draft_mesh_only()}
     s = st.session_state
     name = (s.get(array_key("name", index)) or "").strip()
-    whole["arrays"] = {name: {
-        "shape": state.parse_list(s.get(array_key("shape", index), "")),
-        "dtype": s.get(array_key("dtype", index), "float32"),
-        "spec": parse_spec_text(f"arrays.{name}.spec", s.get(array_key("spec", index), "")),
-    }}
+    whole["arrays"] = {
+        name: {
+            "shape": state.parse_list(s.get(array_key("shape", index), "")),
+            "dtype": s.get(array_key("dtype", index), "float32"),
+            "spec": parse_spec_text(f"arrays.{name}.spec", s.get(array_key("spec", index), "")),
+        }
+    }
     return {**whole, "expr": name, "out_spec": None}
 
 

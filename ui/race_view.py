@@ -22,7 +22,9 @@ RACE = "compare_race"  # (layout keys raced, labels, RaceResult so far, finished
 RACE_ROUNDS = "compare_race_rounds"  # the rounds the last race was asked for
 
 
-def race_now(labels: list[str], layouts: list[Layout], racing: list[str], rounds: int, steps: int, key: str = RACE, stop_key: str = "race_stop") -> None:
+def race_now(
+    labels: list[str], layouts: list[Layout], racing: list[str], rounds: int, steps: int, key: str = RACE, stop_key: str = "race_stop"
+) -> None:
     """Run the race with its true stage on show; Stop (a rerun) ends it and keeps the finished rounds."""
     stop_slot = st.empty()
     stop_slot.button("Stop", key=stop_key, help="Stops the race; the rounds finished so far are kept")
@@ -70,10 +72,12 @@ def show_race(labels: list[str], result: RaceResult, chart_key: str = "race_char
     for index, label in enumerate(labels):
         medians = result.round_medians[index]
         summary = result.summary(index)
-        rows.append({
-            "layout": label,
-            "median step (ms)": round(statistics.median(medians) * 1e3, 2),
-            f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
-        })
+        rows.append(
+            {
+                "layout": label,
+                "median step (ms)": round(statistics.median(medians) * 1e3, 2),
+                f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
+            }
+        )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     st.plotly_chart(plots.race_figure(labels, result.round_medians), key=chart_key)

@@ -14,6 +14,7 @@ from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
 from ui import share_panel
 
 from ui.state import SELECTED
+
 WARNING_TITLES = {
     "indivisible": "Dimensions the mesh does not divide",
     "indivisible-padded": "Activations XLA pads (the mesh does not divide a dimension)",
@@ -60,13 +61,24 @@ def _values_view(report: Report) -> None:
     if not chosen:
         return
     # The type next to its place, so both show in a narrow main area; the spec, which restates the type, last.
-    frame = pd.DataFrame({
-        "where": value.where, "type": value.type_text, "op": value.op,
-        "set by model": "yes" if value.sets_sharding else "", "runs/step": value.runs,
-        "communication": value.communication, "spec": spec_text(value),
-    } for value in chosen)
+    frame = pd.DataFrame(
+        {
+            "where": value.where,
+            "type": value.type_text,
+            "op": value.op,
+            "set by model": "yes" if value.sets_sharding else "",
+            "runs/step": value.runs,
+            "communication": value.communication,
+            "spec": spec_text(value),
+        }
+        for value in chosen
+    )
     st.dataframe(
-        frame, hide_index=True, width="stretch", key="values_table", height=min(400, 36 + 35 * len(frame)),
+        frame,
+        hide_index=True,
+        width="stretch",
+        key="values_table",
+        height=min(400, 36 + 35 * len(frame)),
         column_config={
             "where": st.column_config.TextColumn("where", width=230),  # "modules.py:188 Attention.__call__" whole
             "type": st.column_config.TextColumn("type", width="medium"),
@@ -93,11 +105,17 @@ def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edite
     row = st.container(horizontal=True, key="memory_metrics")
     if compiled_peak:
         row.metric(
-            "XLA peak / device", human_bytes(compiled_peak[1]), width="content", border=True,
+            "XLA peak / device",
+            human_bytes(compiled_peak[1]),
+            width="content",
+            border=True,
             help=f"memory_analysis() of the train step compiled for {compiled_peak[0]}",
         )
     row.metric(
-        "State / device — exact", human_bytes(totals.state_bytes), width="content", border=True,
+        "State / device — exact",
+        human_bytes(totals.state_bytes),
+        width="content",
+        border=True,
         help="Parameters, optimizer state and inputs: what the train step's arguments hold. Not a peak: "
         "XLA adds gradients, Adam's update and activations kept for the backward pass.",
     )
@@ -148,7 +166,9 @@ def _array_table(report: Report) -> ArrayInfo | None:
     frame = arrays_frame(report)
     left, right = st.columns([2, 3])
     query = left.text_input("Search paths, names or specs", key="array_search", placeholder="e.g. kernel, hidden, 'model'")
-    kinds = right.multiselect("Kinds", ["param", "opt_state", "input", "activation"], default=["param", "input", "activation"], key="array_kinds")
+    kinds = right.multiselect(
+        "Kinds", ["param", "opt_state", "input", "activation"], default=["param", "input", "activation"], key="array_kinds"
+    )
     shown = frame[frame["kind"].isin(kinds)]
     if query:
         needle = query.lower()
@@ -157,8 +177,14 @@ def _array_table(report: Report) -> ArrayInfo | None:
     # What a layout decides (spec, shard, bytes) right after the path, so it is in view at 1024 px beside
     # the sidebar; what the model fixes (kind, shape, dtype, names) follows.
     event = st.dataframe(
-        shown, hide_index=True, width="stretch", height=320, on_select="rerun", selection_mode="single-row",
-        key="arrays_table", column_order=LEADING_COLUMNS + tuple(c for c in frame.columns if c not in LEADING_COLUMNS),
+        shown,
+        hide_index=True,
+        width="stretch",
+        height=320,
+        on_select="rerun",
+        selection_mode="single-row",
+        key="arrays_table",
+        column_order=LEADING_COLUMNS + tuple(c for c in frame.columns if c not in LEADING_COLUMNS),
         column_config={
             "path": st.column_config.TextColumn("path", width="medium"),
             "bytes/device": st.column_config.NumberColumn("bytes/device", format="%d"),
@@ -217,12 +243,18 @@ def _selected_array(report: Report, info: ArrayInfo) -> None:
     # One above the other, each the page's width: side by side, a 16-column grid and mesh were unreadable at 1024 px.
     event = st.plotly_chart(
         plots.sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
-        key="sharding_grid", on_select="rerun", selection_mode=("points", "box"),
+        key="sharding_grid",
+        on_select="rerun",
+        selection_mode=("points", "box"),
     )
     st.caption("Each block shows the devices holding it; replicas are stripes, one colour per device. Click or box-select blocks.")
     highlight = _selected_devices(event, view)
     st.plotly_chart(plots.mesh_figure(report.mesh, highlight), key="mesh_figure")
-    st.caption("The mesh; the devices holding the selected blocks keep their colour." if highlight else "The mesh: device ids at their mesh coordinates.")
+    st.caption(
+        "The mesh; the devices holding the selected blocks keep their colour."
+        if highlight
+        else "The mesh: device ids at their mesh coordinates."
+    )
     _trace_table(report, info)
 
 
@@ -278,22 +310,28 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
     rows = []
     for dim in info.trace:
         decided = dim.decided_by(rules) or "—"
-        rows.append({
-            "dim": dim.dim,
-            "logical name": dim.logical or "—",
-            "mesh axes": " × ".join(dim.mesh_axes) or "replicated",
-            "decided by": decided,
-            "skipped rules": "; ".join(
-                f"NNX: rule {dim.rule} overrides rule {s.rule}" if s.reason == "overridden" else f"rule {s.rule}: {s.detail}"
-                for s in dim.skipped
-            ) or "—",
-            "status": dim.status,
-        })
+        rows.append(
+            {
+                "dim": dim.dim,
+                "logical name": dim.logical or "—",
+                "mesh axes": " × ".join(dim.mesh_axes) or "replicated",
+                "decided by": decided,
+                "skipped rules": "; ".join(
+                    f"NNX: rule {dim.rule} overrides rule {s.rule}" if s.reason == "overridden" else f"rule {s.rule}: {s.detail}"
+                    for s in dim.skipped
+                )
+                or "—",
+                "status": dim.status,
+            }
+        )
     if rows:
         # Four short columns fit the page at 1024 px; the skipped rules, long sentences, follow as a list.
         frame = pd.DataFrame(rows)[["dim", "logical name", "mesh axes", "decided by"]]
         st.dataframe(
-            frame, hide_index=True, width="stretch", key="trace_table",
+            frame,
+            hide_index=True,
+            width="stretch",
+            key="trace_table",
             column_config={
                 "dim": st.column_config.NumberColumn("dim", width=40),
                 "logical name": st.column_config.TextColumn("logical name", width=105),  # its header whole at 1024 px
@@ -301,7 +339,9 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
                 "decided by": st.column_config.TextColumn("decided by", width="large"),
             },
         )
-        skipped = [f"- dim {row['dim']} ({row['status']}): {markdown_literal(row['skipped rules'])}" for row in rows if row["skipped rules"] != "—"]
+        skipped = [
+            f"- dim {row['dim']} ({row['status']}): {markdown_literal(row['skipped rules'])}" for row in rows if row["skipped rules"] != "—"
+        ]
         if skipped:
             st.markdown("Rules that named a dimension but did not decide it:\n" + "\n".join(skipped))
     else:

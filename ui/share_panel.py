@@ -88,11 +88,19 @@ def render(layout: Layout) -> None:
             array = f"&{ARRAY_PARAM}={quote(selected, safe='/')}" if selected else ""
             st.container(key="share_link").code(_app_url() + query + array, language=None, wrap_lines=True)
     st.download_button(
-        "Download layout (JSON)", layout.to_json() + "\n", file_name=f"{_file_stem(layout.name)}.json",
-        mime="application/json", key="download_layout", width="stretch",
+        "Download layout (JSON)",
+        layout.to_json() + "\n",
+        file_name=f"{_file_stem(layout.name)}.json",
+        mime="application/json",
+        key="download_layout",
+        width="stretch",
     )
     st.file_uploader(
-        "Load a layout file", type=["json"], key="upload_layout", on_change=_load_upload, max_upload_size=1,
+        "Load a layout file",
+        type=["json"],
+        key="upload_layout",
+        on_change=_load_upload,
+        max_upload_size=1,
         help=f"A layout file (JSON, UTF-8) of at most {MAX_FILE_BYTES:,} bytes; it replaces the whole layout, target included.",
     )
     show_message("upload")
@@ -112,8 +120,10 @@ def refuse_link(key: str, shown: str, error: ExplorerError) -> str:
     """Keep the address bar's query under ``key`` (the page is about to show ``shown`` and the address bar to
     follow it) and return the message that says so, for the page to show."""
     st.session_state[key] = "?" + urlencode(st.query_params.to_dict(), safe=":,;/*!'()@$")
-    return (f"The link could not be opened, so {shown} is shown: {markdown_literal(str(error).rstrip('.'))}. "
-            "The link you opened is kept under Share, to copy and fix.")
+    return (
+        f"The link could not be opened, so {shown} is shown: {markdown_literal(str(error).rstrip('.'))}. "
+        "The link you opened is kept under Share, to copy and fix."
+    )
 
 
 def show_refused_link(key: str, page_url: str | None = None) -> None:
@@ -171,17 +181,27 @@ def _library_section(layout: Layout) -> None:
     chosen = st.selectbox("Saved layouts", names, index=None, placeholder="choose a layout", key="library_choice")
     load_column, delete_column = st.columns(2)
     load_column.button("Load", key="library_load", disabled=chosen is None, on_click=_library_action, args=("load",), width="stretch")
-    delete_column.button("Delete", key="library_delete", disabled=chosen is None, on_click=_library_action, args=("delete",), width="stretch")
+    delete_column.button(
+        "Delete", key="library_delete", disabled=chosen is None, on_click=_library_action, args=("delete",), width="stretch"
+    )
     st.text_input("Name", key="library_name", placeholder="e.g. llama-7b fsdp 16x16")
     save_column, replace_column = st.columns(2)
     save_column.button("Save new", key="library_save", on_click=_library_action, args=("save",), width="stretch")
     loaded = st.session_state.get(LOADED_VERSION)
     replace_column.button(
-        "Replace loaded", key="library_replace", disabled=loaded is None, on_click=_library_action, args=("replace",),
-        help=f"Overwrite '{markdown_literal(loaded[0])}' (refused if someone saved it since you loaded it)" if loaded else "Load a layout first",
+        "Replace loaded",
+        key="library_replace",
+        disabled=loaded is None,
+        on_click=_library_action,
+        args=("replace",),
+        help=f"Overwrite '{markdown_literal(loaded[0])}' (refused if someone saved it since you loaded it)"
+        if loaded
+        else "Load a layout first",
         width="stretch",
     )
-    st.button("Rename chosen to Name", key="library_rename", disabled=chosen is None, on_click=_library_action, args=("rename",), width="stretch")
+    st.button(
+        "Rename chosen to Name", key="library_rename", disabled=chosen is None, on_click=_library_action, args=("rename",), width="stretch"
+    )
 
 
 def _library_action(action: str) -> None:

@@ -87,10 +87,13 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
     kept = [axis for axis in st.session_state.get(state.MESH_EXPLICIT, []) if axis in axes]
     st.session_state[state.MESH_EXPLICIT] = list(dict.fromkeys(kept))
     st.multiselect(
-        "Explicit axes", options=list(dict.fromkeys(axes)), key=state.MESH_EXPLICIT, placeholder="none: every axis is Auto",
+        "Explicit axes",
+        options=list(dict.fromkeys(axes)),
+        key=state.MESH_EXPLICIT,
+        placeholder="none: every axis is Auto",
         help="Explicit axes put the sharding in every value's type (jax.make_mesh's default since JAX 0.9): models "
-             "written with out_sharding= and reshard need them. Auto axes let XLA choose intermediate shardings, as "
-             "in JAX's 2023 guides and Flax Linen's logical constraints. Flax NNX refuses a mesh that mixes both.",
+        "written with out_sharding= and reshard need them. Auto axes let XLA choose intermediate shardings, as "
+        "in JAX's 2023 guides and Flax Linen's logical constraints. Flax NNX refuses a mesh that mixes both.",
     )
     explicit = set(st.session_state[state.MESH_EXPLICIT])
     slot = st.container(key="mesh_messages")
@@ -108,8 +111,12 @@ def _rules_section(page: str, mesh: dict[str, Any]) -> tuple[list[Any], Any]:
     mesh_axes = mesh["axes"]
     st.subheader("Rules")
     preset = st.selectbox(
-        "Preset", list(PRESETS), index=None, placeholder="choose a preset",
-        key="rules_preset", help=PRESET_DESCRIPTIONS_HELP,
+        "Preset",
+        list(PRESETS),
+        index=None,
+        placeholder="choose a preset",
+        key="rules_preset",
+        help=PRESET_DESCRIPTIONS_HELP,
     )
     if preset:
         st.caption(PRESET_DESCRIPTIONS[preset])
@@ -121,8 +128,7 @@ def _rules_section(page: str, mesh: dict[str, Any]) -> tuple[list[Any], Any]:
         offered = model_preset(model)
         with st.container(key="rules_offer"):
             st.info(
-                f"These rules were written for {markdown_literal(repr(written_for))}; the model is now "
-                f"{markdown_literal(repr(model))}."
+                f"These rules were written for {markdown_literal(repr(written_for))}; the model is now {markdown_literal(repr(model))}."
             )
             if st.button(f"Use the {offered} preset for {model}", key="rules_offer_button", disabled=not mesh_axes, width="stretch"):
                 _apply_preset(offered, mesh)
@@ -132,9 +138,7 @@ def _rules_section(page: str, mesh: dict[str, Any]) -> tuple[list[Any], Any]:
         with st.container(key="preset_notes"):
             st.info(notes)
     state.keep_rules_edits(page, mesh_axes)
-    base = pd.DataFrame(
-        [[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS
-    )
+    base = pd.DataFrame([[i, logical, list(axes)] for i, (logical, axes) in enumerate(st.session_state[state.RULES])], columns=RULE_COLUMNS)
     edited = st.container(key="rules_editor").data_editor(
         base,
         key=f"rules_editor_{st.session_state[state.RULES_VERSION]}",
@@ -174,8 +178,10 @@ def _apply_preset(preset: str, mesh: dict[str, Any]) -> None:
         fitted = fit_preset(preset, parse_layout(draft))
     except ExplorerError as error:  # the mesh or the model is invalid right now: write the preset for the mesh axes only
         rules = preset_rules(preset, mesh["axes"])
-        text = (f"The {preset} preset was written for the mesh axes only, not checked against the model, because "
-                f"the layout is not valid yet: {markdown_literal(str(error))}")
+        text = (
+            f"The {preset} preset was written for the mesh axes only, not checked against the model, because "
+            f"the layout is not valid yet: {markdown_literal(str(error))}"
+        )
     else:
         rules = fitted.rules
         lines = [f"The {preset} preset, written for {markdown_literal(model)} on this mesh"]
@@ -209,9 +215,7 @@ def _model_section() -> tuple[dict[str, Any], Any]:
     names = list(MODELS) + list(allowed_factories())
     if st.session_state.get(state.MODEL) not in names:
         names.append(st.session_state[state.MODEL])
-    name = st.selectbox(
-        "Model", names, key=state.MODEL, format_func=lambda n: n if is_factory(n) else f"{n}: {MODELS[n].description}"
-    )
+    name = st.selectbox("Model", names, key=state.MODEL, format_func=lambda n: n if is_factory(n) else f"{n}: {MODELS[n].description}")
     if is_factory(name):
         st.session_state.setdefault(state.FACTORY_OPTIONS, "{}")
         st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS)
@@ -220,8 +224,11 @@ def _model_section() -> tuple[dict[str, Any], Any]:
     if entry.presets:
         st.session_state[f"size_preset::{name}"] = _matching_preset(entry, state.model_options(name))
         st.selectbox(
-            "Size preset", ["custom"] + list(entry.presets), key=f"size_preset::{name}",
-            on_change=_apply_size_preset, args=(name,),
+            "Size preset",
+            ["custom"] + list(entry.presets),
+            key=f"size_preset::{name}",
+            on_change=_apply_size_preset,
+            args=(name,),
         )
     with st.expander("Options", expanded=not entry.presets):
         for field, info in entry.options.model_fields.items():

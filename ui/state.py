@@ -41,8 +41,22 @@ TARGET_TYPE_OWN = "another slice or GPU cluster (type its name)"
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
 # being typed). Uploaded files cannot be carried: Streamlit does not let code set them.
 KEPT_WIDGETS = (
-    NAME, MESH_SHAPE, MESH_AXES, MESH_EXPLICIT, MODEL, FACTORY_OPTIONS, SELECTED, TARGET_CHOICE, TARGET_OTHER,
-    "timing_steps", "timing_warmup", "timing_processes", "race_rounds", "race_steps", "compare_sources", "compare_links",
+    NAME,
+    MESH_SHAPE,
+    MESH_AXES,
+    MESH_EXPLICIT,
+    MODEL,
+    FACTORY_OPTIONS,
+    SELECTED,
+    TARGET_CHOICE,
+    TARGET_OTHER,
+    "timing_steps",
+    "timing_warmup",
+    "timing_processes",
+    "race_rounds",
+    "race_steps",
+    "compare_sources",
+    "compare_links",
     "library_name",
 )
 KEPT_WIDGET_PREFIXES = ("option::", "size_preset::", "op_")  # op_: the Arrays page (ui/op_state.py)
@@ -150,6 +164,7 @@ def edited_since_loaded(layout: Layout) -> bool:
     loaded = st.session_state.get(LOADED)
     if loaded is None or loaded.get("name") != layout.name:
         return False
+
     def same(data: dict) -> dict:
         return {key: value for key, value in data.items() if key not in ("name", "target")}
 

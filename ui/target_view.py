@@ -37,7 +37,9 @@ def choose() -> Target | None:
     if st.session_state.get(CHOICE) not in options:
         st.session_state[CHOICE] = HERE
     choice = st.selectbox(
-        "Plan for", options, key=CHOICE,
+        "Plan for",
+        options,
+        key=CHOICE,
         help="A TPU slice or an NVIDIA GPU cluster to compile the train step for, without owning it (libtpu's or JAX's CUDA "
         "plugin's compiler runs on this machine). Cloud TPU names: v5litepod-N and v6e-N count chips, v5p-N and v4-N TensorCores "
         "(2 per chip). GPU clusters: a100, h100, h200 or b200:HOSTSxGPUS (h100:8x8 is 8 hosts of 8 H100s).",
@@ -46,8 +48,11 @@ def choose() -> Target | None:
         return None
     if choice == TYPE_OWN:
         st.session_state.setdefault(OTHER, "v5p:4x4x4")
-        name = st.text_input("Slice or GPU cluster", key=OTHER,
-                             help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16) or a GPU cluster (h100:2x8)")
+        name = st.text_input(
+            "Slice or GPU cluster",
+            key=OTHER,
+            help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16) or a GPU cluster (h100:2x8)",
+        )
     else:
         name = choice
     try:
@@ -214,9 +219,15 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
         st.plotly_chart(plots.target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable), key="target_memory")
         st.caption(memory_relation(memory.to_json()))
         st.dataframe(
-            pd.DataFrame([{"": k.removesuffix("_bytes").replace("_", " "), "size": human_bytes(v), "bytes (exact)": v}
-                          for k, v in memory.figures().items()]),
-            hide_index=True, width="stretch", key="target_memory_table",
+            pd.DataFrame(
+                [
+                    {"": k.removesuffix("_bytes").replace("_", " "), "size": human_bytes(v), "bytes (exact)": v}
+                    for k, v in memory.figures().items()
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
+            key="target_memory_table",
         )
         padded = result.padding.padded if result.padding else ()
         if padded:
@@ -225,34 +236,52 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
                 f"({len(padded)} small array(s), e.g. a scalar occupies 512 B)."
             )
     if result.oom:
-        st.caption("XLA refused this program for HBM (" + result.oom.message[:200] + "); the figures are read from its "
-                   "buffer assignment, and flops count the optimized program's dots and convolutions only.")
+        st.caption(
+            "XLA refused this program for HBM (" + result.oom.message[:200] + "); the figures are read from its "
+            "buffer assignment, and flops count the optimized program's dots and convolutions only."
+        )
     if estimate is None:
         return
     with roofline_column:
         st.markdown("**Roofline** — a lower bound on the step, not a measurement")
         with st.container(key="target_roofline"):
             st.plotly_chart(plots.roofline_figure(estimate), key="roofline")
-        links = (f"; collectives at NVLink's {target.chip.nvlink_bandwidth / 1e9:,.0f} GB/s inside a host and the network's "
-                 f"{target.chip.network_bandwidth / 1e9:,.0f} GB/s per GPU between hosts" if target.is_gpu else "")
+        links = (
+            f"; collectives at NVLink's {target.chip.nvlink_bandwidth / 1e9:,.0f} GB/s inside a host and the network's "
+            f"{target.chip.network_bandwidth / 1e9:,.0f} GB/s per GPU between hosts"
+            if target.is_gpu
+            else ""
+        )
         st.caption(
             f"{human_flops(result.flops)} and {human_bytes(int(result.bytes_accessed))} per {per} per step "
             f"(loop bodies times their trip count) against {target.chip.device_peak_flops / 1e12:,.0f} TFLOP/s and "
             f"{target.chip.device_hbm_bandwidth / 1e9:,.0f} GB/s{links}; collectives by the formulas of “How to Scale Your Model”. "
             f"MFU at most {share(estimate.mfu_ceiling)}. Lowering and compiling took {result.compile_s:.1f} s"
-            + (f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
-               if wall_s else " (read from the compile cache; tracing and starting the compile process not included).")
+            + (
+                f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
+                if wall_s
+                else " (read from the compile cache; tracing and starting the compile process not included)."
+            )
         )
     st.markdown(f"**Collectives per mesh axis** (per {per} per step)")
     if result.collectives:
         st.dataframe(
-            pd.DataFrame([
-                {"op": c.op, "mesh axes": " × ".join(c.mesh_axes) or "—", "count": c.count, "bytes": human_bytes(c.bytes),
-                 "group": c.group_size} | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
-                | {"time ≥": f"{c.seconds * 1e3:.3g} ms"}
-                for c in result.collectives
-            ]),
-            hide_index=True, width="stretch",
+            pd.DataFrame(
+                [
+                    {
+                        "op": c.op,
+                        "mesh axes": " × ".join(c.mesh_axes) or "—",
+                        "count": c.count,
+                        "bytes": human_bytes(c.bytes),
+                        "group": c.group_size,
+                    }
+                    | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
+                    | {"time ≥": f"{c.seconds * 1e3:.3g} ms"}
+                    for c in result.collectives
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
         )
     else:
         st.caption(f"None: every {per} computes on its own data.")
@@ -264,17 +293,29 @@ def placement_text(result: TargetCompile) -> str:
     axes = [p for p in result.mesh.placement if p.size > 1]
     if result.target.is_gpu:
         return "Placed on the hosts and GPUs (host-major): " + ("; ".join(p.text for p in axes) or "no axis larger than 1") + "."
-    return "Placed on the torus: " + ("; ".join(f"{p.axis} ({p.size}) along {' and '.join(p.torus_axes)}" for p in axes)
-                                      or "no axis larger than 1") + "."
+    return (
+        "Placed on the torus: "
+        + ("; ".join(f"{p.axis} ({p.size}) along {' and '.join(p.torus_axes)}" for p in axes) or "no axis larger than 1")
+        + "."
+    )
 
 
 def summary_row(label: str, result: TargetCompile | None) -> dict:
     """One Compare-page row for a layout's result on the chosen target."""
     if result is None:
-        return {"layout": label, "fits": "not compiled", "XLA peak / chip": "—", "headroom": "—", "step ≥ (lower bound)": "—", "bound": "—",
-                "collective time ≥": "—"}
+        return {
+            "layout": label,
+            "fits": "not compiled",
+            "XLA peak / chip": "—",
+            "headroom": "—",
+            "step ≥ (lower bound)": "—",
+            "bound": "—",
+            "collective time ≥": "—",
+        }
     estimate = result.estimate
-    step_s, bound, collective_s = (estimate.step_s, estimate.bound, estimate.collective_s) if estimate else (float("nan"), "—", float("nan"))
+    step_s, bound, collective_s = (
+        (estimate.step_s, estimate.bound, estimate.collective_s) if estimate else (float("nan"), "—", float("nan"))
+    )
     return {
         "layout": label,
         "fits": "yes" if result.fits else "NO",
@@ -289,8 +330,10 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
 def compare_section(labels: list[str], layouts: list[Layout], target: Target | None) -> None:
     """The Compare page's view of every layout on the sidebar's target: verdict, peak, roofline, collectives."""
     if target is None:
-        st.caption("Choose a target in the sidebar (a TPU slice or an NVIDIA GPU cluster) to compare these layouts on it: "
-                   "XLA's memory per device, its verdict and a roofline.")
+        st.caption(
+            "Choose a target in the sidebar (a TPU slice or an NVIDIA GPU cluster) to compare these layouts on it: "
+            "XLA's memory per device, its verdict and a roofline."
+        )
         return
     st.subheader(f"On {markdown_literal(target.name)} ({target.topology})")
     results, missing = [], []
@@ -316,7 +359,9 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
             for label, layout in missing:
                 status.update(label=f"Compiling {label} for {target.name}", state="running")
                 try:
-                    result, _ = compile_target(layout, target, on_stage=lambda stage, elapsed: line.write(f"{label}: **{stage}** · {elapsed:.1f} s"))
+                    result, _ = compile_target(
+                        layout, target, on_stage=lambda stage, elapsed: line.write(f"{label}: **{stage}** · {elapsed:.1f} s")
+                    )
                 except ExplorerError as error:
                     st.error(f"{markdown_literal(label)}: {markdown_literal(str(error))}")
                     continue
@@ -325,12 +370,16 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
             TURNSTILE.leave()
         status.update(label="Compiled", state="complete", expanded=False)
     with st.container(key="compare_targets_table"):
-        st.dataframe(pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]), hide_index=True, width="stretch", key="compare_targets")
+        st.dataframe(
+            pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]), hide_index=True, width="stretch", key="compare_targets"
+        )
     shown = [(l, r) for l, r in zip(labels, results) if r is not None]
     if shown:
         st.markdown("**Roofline** — lower bounds on the step, not measurements; the term that bounds each layout's step outlined")
         with st.container(key="compare_roofline"):
-            st.plotly_chart(plots.compare_roofline_figure([l for l, _ in shown], [r.estimate for _, r in shown]), key="compare_roofline_chart")
+            st.plotly_chart(
+                plots.compare_roofline_figure([l for l, _ in shown], [r.estimate for _, r in shown]), key="compare_roofline_chart"
+            )
         for column, (label, result) in zip(st.columns(len(shown)), shown):
             with column:
                 st.markdown(f"**{markdown_literal(label)}**")

@@ -60,12 +60,18 @@ def controls(report: Report, can_time: bool) -> tuple[int, int, int, bool]:
     if st.session_state.get("timing_processes") not in choices:
         st.session_state["timing_processes"] = 1
     processes = spread_column.selectbox(
-        "Processes", choices, key="timing_processes", disabled=not can_time,
+        "Processes",
+        choices,
+        key="timing_processes",
+        disabled=not can_time,
         help=f"Local processes joined with jax.distributed, the mesh's {report.mesh.size} devices split evenly "
         "(gloo collectives between processes), as a multi-host run would be. Counts that do not divide the mesh are not offered.",
     )
     start = right.button(
-        "Time train step", type="primary", key="time_button", disabled=not can_time,
+        "Time train step",
+        type="primary",
+        key="time_button",
+        disabled=not can_time,
         help=None if can_time else "This layout cannot be timed here: see the message above",
     )
     return int(steps), int(warmup), int(processes), start
@@ -84,7 +90,10 @@ def host_note(report: Report) -> None:
 def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
     """Time the layout under a Stop button; the result is kept under its layout key."""
     live_timing.time_with_stop(
-        RESULTS, layout.key, "stop_button", "Stops after the current step; the steps so far are kept",
+        RESULTS,
+        layout.key,
+        "stop_button",
+        "Stops after the current step; the steps so far are kept",
         lambda: run_timing(layout, steps, warmup, processes),
     )
 
@@ -109,8 +118,11 @@ def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> Timin
         return time_local_processes(layout, processes, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
 
     return live_timing.run_timing(
-        time_it, first_frame=plots.step_times_figure([], steps), frame_key="live_frame",
-        one_at_a_time="one timing runs at a time", done=lambda result: f"Timed {len(result.step_s.samples)} steps",
+        time_it,
+        first_frame=plots.step_times_figure([], steps),
+        frame_key="live_frame",
+        one_at_a_time="one timing runs at a time",
+        done=lambda result: f"Timed {len(result.step_s.samples)} steps",
     )
 
 
@@ -156,7 +168,9 @@ def show_steps(result: TimingResult) -> None:
     st.plotly_chart(plots.step_times_figure(steps.samples), key="step_times")
     spread = (
         f" In {result.processes} processes × {result.devices_per_process} devices (jax.distributed, gloo between "
-        "processes); the times are process 0's." if result.processes > 1 else ""
+        "processes); the times are process 0's."
+        if result.processes > 1
+        else ""
     )
     st.caption(
         f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
@@ -176,10 +190,14 @@ def show_memory(result: TimingResult) -> None:
     ]
     st.dataframe(
         pd.DataFrame(
-            [{"": name, "XLA": human_bytes(xla), "analysis": estimate,
-              "Δ B": "—" if comparable is None else f"{xla - comparable:+,}"} for name, xla, estimate, comparable in rows]
+            [
+                {"": name, "XLA": human_bytes(xla), "analysis": estimate, "Δ B": "—" if comparable is None else f"{xla - comparable:+,}"}
+                for name, xla, estimate, comparable in rows
+            ]
         ),
-        hide_index=True, width="stretch", key="timing_memory_table",
+        hide_index=True,
+        width="stretch",
+        key="timing_memory_table",
         column_config={
             "XLA": st.column_config.TextColumn("XLA", help="memory_analysis() of the compiled step"),
             "analysis": st.column_config.TextColumn("analysis", help="the analysis' exact state and inputs"),
@@ -199,7 +217,8 @@ def show_collectives(result: TimingResult) -> None:
     if used:
         st.dataframe(
             pd.DataFrame([{"op": op, "count": c["count"], "bytes per device": human_bytes(c["bytes"])} for op, c in used.items()]),
-            hide_index=True, width="stretch",
+            hide_index=True,
+            width="stretch",
         )
     else:
         st.success("None: every device computes on its own data.")
@@ -224,15 +243,25 @@ def show_activations(result: TimingResult) -> None:
         )
         return
     frame = pd.DataFrame(
-        [{"module output": a.path, "shape": str(a.shape), "declared": "—" if a.declared is None else str(a.declared),
-          "XLA chose": str(a.chosen), "differs": "⚠ differs" if a.differs else ""} for a in result.activations]
+        [
+            {
+                "module output": a.path,
+                "shape": str(a.shape),
+                "declared": "—" if a.declared is None else str(a.declared),
+                "XLA chose": str(a.chosen),
+                "differs": "⚠ differs" if a.differs else "",
+            }
+            for a in result.activations
+        ]
     )
     differing = sum(a.differs for a in result.activations)
     if differing:
         st.warning(f"{differing} module output(s) are sharded differently from what the model declares.")
     st.dataframe(
         frame.style.apply(lambda row: ["background-color: #fde2e1" if row["differs"] else "" for _ in row], axis=1),
-        hide_index=True, width="stretch", key="activation_shardings",
+        hide_index=True,
+        width="stretch",
+        key="activation_shardings",
         # "differs" first and the shape last: at 1024 px beside the sidebar the verdict and both specs are in view
         column_order=("differs", "module output", "declared", "XLA chose", "shape"),
         column_config={

@@ -22,17 +22,27 @@ st.markdown(
     "ranks by its figures."
 )
 if current.target is None:
-    st.info("Choose a **Target** in the sidebar: the advisor plans for a TPU slice (e.g. v5p-128) or an NVIDIA GPU cluster "
-            "(e.g. h100:8x8).")
+    st.info(
+        "Choose a **Target** in the sidebar: the advisor plans for a TPU slice (e.g. v5p-128) or an NVIDIA GPU cluster (e.g. h100:8x8)."
+    )
     st.stop()
 roles = advisor_view.roles_editor(logical_names(current.layout.model))
-compiles = st.number_input("Candidates to compile (stage 2)", min_value=0, max_value=16, value=3, step=1, key="advisor_compiles",
-                           help="The shortlist's best, plus your own layout. 0: stage 1 only.")
+compiles = st.number_input(
+    "Candidates to compile (stage 2)",
+    min_value=0,
+    max_value=16,
+    value=3,
+    step=1,
+    key="advisor_compiles",
+    help="The shortlist's best, plus your own layout. 0: stage 1 only.",
+)
 left, right = st.columns(2)
 shortcut = left.selectbox(
-    "Depth shortcut", ("auto", "on", "off"), key="advisor_shortcut",
+    "Depth shortcut",
+    ("auto", "on", "off"),
+    key="advisor_shortcut",
     help="on: compile each candidate at depths 2 and 4, extrapolate to the model's depth (labelled extrapolated), then compile "
-         "the best in full. auto: where it saves time (layers not scanned; a scanned model compiles in about the same time at any depth).",
+    "the best in full. auto: where it saves time (layers not scanned; a scanned model compiles in about the same time at any depth).",
 )
 depth_option = right.text_input("Depth option (blank: a known name such as layers)", key="advisor_depth_option").strip() or None
 if st.button(f"Advise for {current.target.name}", type="primary", key="advisor_run"):

@@ -20,8 +20,18 @@ from explorer.layout import Layout, parse_layout
 from explorer.target_compile import memory_limit
 from explorer.targets import Target
 
-DEPTH_OPTIONS = ("layers", "num_layers", "n_layers", "n_layer", "num_hidden_layers", "num_decoder_layers", "num_encoder_layers",
-                 "decoder_layers", "encoder_layers", "base_num_decoder_layers")
+DEPTH_OPTIONS = (
+    "layers",
+    "num_layers",
+    "n_layers",
+    "n_layer",
+    "num_hidden_layers",
+    "num_decoder_layers",
+    "num_encoder_layers",
+    "decoder_layers",
+    "encoder_layers",
+    "base_num_decoder_layers",
+)
 SHORTCUT_DEPTHS = (2, 4)  # the two small depths compiled; both scanned loops, so XLA's loop handling is the full model's
 MEMORY_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
 
@@ -50,14 +60,17 @@ def depth_of(layout: Layout, option: str | None = None, depths: Sequence[int] = 
     options = dict(layout.model.options)
     if option is not None:
         if option not in options:
-            raise ExplorerError("--depth-option", option,
-                                f"is not an option of this layout's model; its options: {', '.join(sorted(options)) or 'none'}")
+            raise ExplorerError(
+                "--depth-option", option, f"is not an option of this layout's model; its options: {', '.join(sorted(options)) or 'none'}"
+            )
         names = (option,)
     else:
         names = tuple(n for n in DEPTH_OPTIONS if n in options)
         if not names:
-            return Depth(why=f"no depth option found among the model's options ({', '.join(sorted(options)) or 'none'}); "
-                             "name one with --depth-option")
+            return Depth(
+                why=f"no depth option found among the model's options ({', '.join(sorted(options)) or 'none'}); "
+                "name one with --depth-option"
+            )
     values = {options[n] for n in names}
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise ExplorerError("--depth-option", names[0], f"is not a whole number of layers ({options[names[0]]!r})")
@@ -78,7 +91,12 @@ def at_depth(layout: Layout, depth: Depth, layers: int) -> Layout:
 
 
 def extrapolate(
-    low: TargetCompile, high: TargetCompile, depths: Sequence[int], full: int, target: Target, options: Sequence[str] = (),
+    low: TargetCompile,
+    high: TargetCompile,
+    depths: Sequence[int],
+    full: int,
+    target: Target,
+    options: Sequence[str] = (),
 ) -> TargetCompile:
     """A compile result at depth ``full`` extrapolated linearly from results at ``depths`` (two depths).
 
@@ -107,8 +125,9 @@ def extrapolate(
     absent = roofline.Collective("", 0, 0, (), 0, 0)
     for key in sorted(set(lows) | set(highs)):
         a, b = lows.get(key, absent), highs.get(key, absent)
-        c = roofline.Collective(key[0], max(int(round(line(a.count, b.count))), 0), max(int(round(line(a.bytes, b.bytes))), 0),
-                                key[1], key[2], key[3])
+        c = roofline.Collective(
+            key[0], max(int(round(line(a.count, b.count))), 0), max(int(round(line(a.bytes, b.bytes))), 0), key[1], key[2], key[3]
+        )
         if c.bytes:
             collectives.append(c)
     hbm = memory_limit(target).bytes  # a TPU device's HBM; on a GPU, JAX's share of it (as the compile's verdict)
@@ -116,18 +135,30 @@ def extrapolate(
     compiled = bool(low.compiled) and bool(high.compiled)
     fits = peak is not None and peak <= hbm and compiled
     return dataclasses.replace(
-        high, target=target, compiled=compiled, compile_s=(low.compile_s or 0.0) + (high.compile_s or 0.0),
-        memory=Memory(**memory), fits=fits, fits_device=fits, headroom_bytes=hbm - (peak or 0), oom=None, xla_messages=(),
-        flops=flops, bytes_accessed=accessed,
+        high,
+        target=target,
+        compiled=compiled,
+        compile_s=(low.compile_s or 0.0) + (high.compile_s or 0.0),
+        memory=Memory(**memory),
+        fits=fits,
+        fits_device=fits,
+        headroom_bytes=hbm - (peak or 0),
+        oom=None,
+        xla_messages=(),
+        flops=flops,
+        bytes_accessed=accessed,
         loop_work=LoopWork(line(low.loop_work.flops, high.loop_work.flops), line(low.loop_work.bytes, high.loop_work.bytes)),
-        padding=None, collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
+        padding=None,
+        collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
         estimate=roofline.estimate(flops, accessed, collectives, target.chip) if flops is not None and accessed is not None else None,
-        cross_check=None, extrapolated=Extrapolated(tuple(depths), full, tuple(options)),
+        cross_check=None,
+        extrapolated=Extrapolated(tuple(depths), full, tuple(options)),
     )
 
 
 def extrapolation_error(extrapolated: TargetCompile, full: TargetCompile) -> dict[str, float | None]:
     """Extrapolated over compiled, per figure (1.0: exact): peak, flops, bytes accessed, collective bytes, step."""
+
     def ratio(a, b):
         return None if a is None or not b else a / b
 

@@ -40,8 +40,7 @@ from explorer.specs import SpecEntry, spec_axes
 from explorer.targets import Target
 
 KV_NAMES = ("kv_heads", "activation_kv_heads")
-STAGE1_NOTE = ("stage 1, no compile: 6·N·tokens compute (N: the active parameters), state and projection traffic, "
-               "the book's collectives")
+STAGE1_NOTE = "stage 1, no compile: 6·N·tokens compute (N: the active parameters), state and projection traffic, the book's collectives"
 
 
 def _collective(op: str, bytes_: float, axis: str, group: int, links: dict[str, AxisLink]) -> Collective:
@@ -61,7 +60,13 @@ class Stage1(NamedTuple):
 
 
 def estimate_candidate(
-    report: Report, target: Target, tokens: int, param_count: int, roles: dict[str, str], remat: str = "none", microbatches: int = 1,
+    report: Report,
+    target: Target,
+    tokens: int,
+    param_count: int,
+    roles: dict[str, str],
+    remat: str = "none",
+    microbatches: int = 1,
     links: Sequence[AxisLink] | None = None,
 ) -> Stage1:
     """Stage 1's analytic roofline of one analysed layout (see the module docstring); its largest collective; the
@@ -114,9 +119,12 @@ def estimate_candidate(
             # Gradient accumulation gathers the parameters and reduce-scatters the gradients once per microbatch.
             gathered = sum(a.bytes_per_device * size for a in params if axis in _axes_of(a.spec)) * microbatches
             if gathered:
-                collectives.append((f"all-gather x2 of parameters over {axis}", _collective("all-gather", 2 * gathered, axis, size, by_link)))
                 collectives.append(
-                    (f"reduce-scatter of gradients over {axis}", _collective("reduce-scatter", gathered / size, axis, size, by_link)))
+                    (f"all-gather x2 of parameters over {axis}", _collective("all-gather", 2 * gathered, axis, size, by_link))
+                )
+                collectives.append(
+                    (f"reduce-scatter of gradients over {axis}", _collective("reduce-scatter", gathered / size, axis, size, by_link))
+                )
         if moe is not None and axis in moe.axes:
             # Expert parallelism: the routed tokens (top-k x capacity of each token's embedding) are sent to their experts'
             # devices and back (dispatch and combine all-to-alls), forward and backward.
@@ -128,11 +136,16 @@ def estimate_candidate(
             if reduced:
                 collectives.append((f"all-reduce of gradients over {axis}", _collective("all-reduce", reduced, axis, size, by_link)))
         if roles and any(roles.get(r.logical) == "sequence" and axis in r.mesh_axes for r in report.layout.rules):
-            kv = sum(a.bytes_per_device * size * a.runs_per_step for a in report.arrays
-                     if a.kind == "activation" and a.logical_axes and any(n in KV_NAMES for n in a.logical_axes if isinstance(n, str)))
+            kv = sum(
+                a.bytes_per_device * size * a.runs_per_step
+                for a in report.arrays
+                if a.kind == "activation" and a.logical_axes and any(n in KV_NAMES for n in a.logical_axes if isinstance(n, str))
+            )
             if kv:
                 collectives.append((f"all-gather of keys/values over {axis}", _collective("all-gather", kv, axis, size, by_link)))
-                collectives.append((f"reduce-scatter of keys/values over {axis}", _collective("reduce-scatter", kv / size, axis, size, by_link)))
+                collectives.append(
+                    (f"reduce-scatter of keys/values over {axis}", _collective("reduce-scatter", kv / size, axis, size, by_link))
+                )
     timed = [(label, collective_seconds(c, chip)) for label, c in collectives]
     largest = max(timed, key=lambda t: (t[1], t[0]), default=("none", 0.0))
     estimate = Estimate(compute_s, memory_s, sum(t for _, t in timed))
@@ -156,8 +169,9 @@ class Projection:
     row_parallel: bool  # the residual side is the output (trailing dimensions): its output is a partial sum over ``axes``
 
 
-def _projections(report: Report, roles: dict[str, str], tensor_like: set[str], mesh: dict[str, int],
-                 moe: "Moe | None" = None) -> list[Projection]:
+def _projections(
+    report: Report, roles: dict[str, str], tensor_like: set[str], mesh: dict[str, int], moe: "Moe | None" = None
+) -> list[Projection]:
     """Every parameter with an embed-role dimension and a tensor-role one (the Flax convention: a kernel's input
     dimensions first, so a kernel whose embed dimensions come last writes the residual stream: row-parallel)."""
     found = []
@@ -206,8 +220,11 @@ def tokens_per_step(report: Report, roles: dict[str, str]) -> int:
     for a in report.arrays:
         if a.kind != "input" or not a.logical_axes:
             continue
-        count = math.prod(size for size, name in zip(a.shape, a.logical_axes)
-                          if isinstance(name, str) and roles.get(name, default_roles([name])[name]) in ("batch", "sequence"))
+        count = math.prod(
+            size
+            for size, name in zip(a.shape, a.logical_axes)
+            if isinstance(name, str) and roles.get(name, default_roles([name])[name]) in ("batch", "sequence")
+        )
         best = max(best, count)
     return best
 
@@ -220,15 +237,20 @@ def report_roles(report: Report, roles: dict[str, str] | None = None) -> dict[st
 
 
 def stage1_estimate(
-    report: Report, target: Target, roles: dict[str, str] | None = None, remat: str = "none", microbatches: int = 1,
+    report: Report,
+    target: Target,
+    roles: dict[str, str] | None = None,
+    remat: str = "none",
+    microbatches: int = 1,
     links: Sequence[AxisLink] | None = None,
 ) -> Stage1:
     """Stage 1's estimate of one analysed layout, its largest collective, its collective time per mesh axis and its
     collectives (roles by convention, then ``roles``; the step under ``remat`` and ``microbatches``; ``links``: where
     the mesh's axes lie on the target, read when not given)."""
     chosen = report_roles(report, roles)
-    return estimate_candidate(report, target, tokens_per_step(report, chosen), report.totals.param_count, chosen, remat, microbatches,
-                              links)
+    return estimate_candidate(
+        report, target, tokens_per_step(report, chosen), report.totals.param_count, chosen, remat, microbatches, links
+    )
 
 
 # --- mixture of experts: what runs ------------------------------------------------------------------
@@ -278,12 +300,16 @@ def moe_profile(report: Report, roles: dict[str, str], tokens: int) -> Moe | Non
         if a.kind != "activation" or not a.logical_axes:
             continue
         names = [n if isinstance(n, str) else None for n in a.logical_axes]
-        kinds = [roles.get(n, "none") if n else ("expert" if i == 0 and _is_expert_axis(a, i, axes) else "none")
-                 for i, n in enumerate(names)]
+        kinds = [
+            roles.get(n, "none") if n else ("expert" if i == 0 and _is_expert_axis(a, i, axes) else "none") for i, n in enumerate(names)
+        ]
         if "expert" not in kinds or not {"embed", "embed_no_expert", "tensor"} & set(kinds):
             continue
-        here = math.prod(size for size, kind, n in zip(a.shape, kinds, names)
-                         if kind not in ("expert", "embed", "embed_no_expert", "tensor") and n not in STACK_NAMES)
+        here = math.prod(
+            size
+            for size, kind, n in zip(a.shape, kinds, names)
+            if kind not in ("expert", "embed", "embed_no_expert", "tensor") and n not in STACK_NAMES
+        )
         slots = max(slots, float(here))
     if slots:
         per_token = slots * experts / tokens
@@ -331,9 +357,15 @@ def activation_bytes(report: Report, roles: dict[str, str], remat: str = "none",
     acts = [a for a in report.arrays if a.kind == "activation" and not a.path.endswith("/output")]
     total = sum(a.bytes_per_device * a.runs_per_step for a in acts)
     if remat == "full":
-        residual = [a for a in acts if a.logical_axes and all(
-            isinstance(n, str) and roles.get(n, "none") in ("batch", "batch_no_expert", "sequence", "embed", "embed_no_expert")
-            for n in a.logical_axes)]
+        residual = [
+            a
+            for a in acts
+            if a.logical_axes
+            and all(
+                isinstance(n, str) and roles.get(n, "none") in ("batch", "batch_no_expert", "sequence", "embed", "embed_no_expert")
+                for n in a.logical_axes
+            )
+        ]
         by_runs: dict[int, int] = {}
         for a in residual:
             by_runs[a.runs_per_step] = max(by_runs.get(a.runs_per_step, 0), a.bytes_per_device)

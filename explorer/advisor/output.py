@@ -18,8 +18,22 @@ from explorer.target_compile import memory_limit
 from explorer.targets import Target
 from explorer.text import human_bytes, memory_room, plain_table, share
 
-TABLE_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device", "state / device", "bound", "MFU ceiling",
-                 "remat", "microbatches", "active params", "placement", "largest collective", "rules")  # the command line's table (the page shows every column)
+TABLE_COLUMNS = (
+    "rank",
+    "layout",
+    "fits",
+    "step ≥",
+    "XLA peak / device",
+    "state / device",
+    "bound",
+    "MFU ceiling",
+    "remat",
+    "microbatches",
+    "active params",
+    "placement",
+    "largest collective",
+    "rules",
+)  # the command line's table (the page shows every column)
 
 
 def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) -> dict[str, Any]:
@@ -27,26 +41,57 @@ def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) ->
     (stage 1's collectives with their seconds on ``target``'s links, when it is given)."""
     mesh = c.compiled.mesh if c.compiled else None
     return {
-        "rank": rank_, "layout": c.layout.to_dict(), "own": c.own,
-        "mesh": {"shape": list(c.layout.mesh.shape), "axes": list(c.layout.mesh.axes),
-                 "placement": [p.to_json() for p in mesh.placement] if mesh else None,
-                 "placement_method": mesh.placement_method if mesh else None,
-                 "links": [link.to_dict() for link in c.links]},
-        "state_bytes": c.state_bytes, "verified": c.verified, "extrapolated": c.extrapolated,
-        "fits": bool(c.fits), "peak_bytes": c.peak_bytes, "headroom_bytes": c.headroom_bytes,
-        "step_s": c.step_s, "bound": c.bound, "mfu_ceiling": c.mfu_ceiling,
+        "rank": rank_,
+        "layout": c.layout.to_dict(),
+        "own": c.own,
+        "mesh": {
+            "shape": list(c.layout.mesh.shape),
+            "axes": list(c.layout.mesh.axes),
+            "placement": [p.to_json() for p in mesh.placement] if mesh else None,
+            "placement_method": mesh.placement_method if mesh else None,
+            "links": [link.to_dict() for link in c.links],
+        },
+        "state_bytes": c.state_bytes,
+        "verified": c.verified,
+        "extrapolated": c.extrapolated,
+        "fits": bool(c.fits),
+        "peak_bytes": c.peak_bytes,
+        "headroom_bytes": c.headroom_bytes,
+        "step_s": c.step_s,
+        "bound": c.bound,
+        "mfu_ceiling": c.mfu_ceiling,
         "step_source": ("xla_extrapolated" if c.extrapolated else "xla_roofline") if c.verified else "stage1_estimate",
-        "extrapolation": (_extrapolation_dict(c.compiled if c.extrapolated else c.extrapolation)
-                          if c.extrapolated or c.extrapolation else None),
+        "extrapolation": (
+            _extrapolation_dict(c.compiled if c.extrapolated else c.extrapolation) if c.extrapolated or c.extrapolation else None
+        ),
         "extrapolation_error": c.extrapolation_error,
-        "estimate": {"compute_s": c.estimate.compute_s, "memory_s": c.estimate.memory_s, "collective_s": c.estimate.collective_s,
-                     "step_s": c.estimate.step_s, "bound": c.estimate.bound, "note": STAGE1_NOTE,
-                     "collectives": [{"what": label, "op": k.op, "bytes": k.bytes, "mesh_axes": list(k.mesh_axes), "group_size": k.group_size,
-                                      "ici_axes": k.ici_axes, "hosts": k.hosts, "seconds": seconds}
-                                     for (label, k), seconds in zip(c.collectives, _seconds(c, target))]},
+        "estimate": {
+            "compute_s": c.estimate.compute_s,
+            "memory_s": c.estimate.memory_s,
+            "collective_s": c.estimate.collective_s,
+            "step_s": c.estimate.step_s,
+            "bound": c.estimate.bound,
+            "note": STAGE1_NOTE,
+            "collectives": [
+                {
+                    "what": label,
+                    "op": k.op,
+                    "bytes": k.bytes,
+                    "mesh_axes": list(k.mesh_axes),
+                    "group_size": k.group_size,
+                    "ici_axes": k.ici_axes,
+                    "hosts": k.hosts,
+                    "seconds": seconds,
+                }
+                for (label, k), seconds in zip(c.collectives, _seconds(c, target))
+            ],
+        },
         "largest_collective": c.largest_collective,
-        "active_params": c.active_params, "remat": c.remat, "microbatches": c.microbatches,
-        "activation_bytes_estimate": c.activation_bytes, "xla_refused": c.refused,
+        "active_params": c.active_params,
+        "remat": c.remat,
+        "microbatches": c.microbatches,
+        "activation_bytes_estimate": c.activation_bytes,
+        "xla_refused": c.refused,
     }
 
 
@@ -58,9 +103,16 @@ def _seconds(c: Candidate, target: Target | None) -> list[float | None]:
 def _extrapolation_dict(result: TargetCompile) -> dict[str, Any]:
     """An extrapolated result's figures: from which depths, to which, and what they gave."""
     estimate = result.estimate
-    return {**result.extrapolated.to_json(), "peak_bytes": result.memory.peak_bytes, "fits": result.fits, "flops": result.flops,
-            "bytes_accessed": result.bytes_accessed, "collective_bytes": sum(c.bytes for c in result.collectives),
-            "step_s": estimate.step_s if estimate else None, "bound": estimate.bound if estimate else None}
+    return {
+        **result.extrapolated.to_json(),
+        "peak_bytes": result.memory.peak_bytes,
+        "fits": result.fits,
+        "flops": result.flops,
+        "bytes_accessed": result.bytes_accessed,
+        "collective_bytes": sum(c.bytes for c in result.collectives),
+        "step_s": estimate.step_s if estimate else None,
+        "bound": estimate.bound if estimate else None,
+    }
 
 
 def search_to_dict(search: Search) -> dict[str, Any]:
@@ -69,18 +121,34 @@ def search_to_dict(search: Search) -> dict[str, Any]:
     smallest = search.smallest_state()
     hbm = search.limit_bytes
     out = {
-        "target": search.target.to_dict(), "memory_limit": memory_limit(search.target).to_json(),
-        "searched": search.searched, "refused": search.refused, "refused_examples": search.refused_examples,
-        "compiles": search.compiles, "cached_compiles": search.cached_compiles, "full_compiles": search.full_compiles,
+        "target": search.target.to_dict(),
+        "memory_limit": memory_limit(search.target).to_json(),
+        "searched": search.searched,
+        "refused": search.refused,
+        "refused_examples": search.refused_examples,
+        "compiles": search.compiles,
+        "cached_compiles": search.cached_compiles,
+        "full_compiles": search.full_compiles,
         "calibration": search.calibration or None,
-        "depth_shortcut": None if search.depth is None else {
-            "used": search.depth.usable, "options": list(search.depth.options), "depth": search.depth.full or None,
-            "depths": list(SHORTCUT_DEPTHS) if search.depth.usable else None, "why_not": search.depth.why or None},
-        "stage1_s": search.stage1_s, "elapsed_s": search.elapsed_s, "stopped": search.stopped, "failures": search.failures,
+        "depth_shortcut": None
+        if search.depth is None
+        else {
+            "used": search.depth.usable,
+            "options": list(search.depth.options),
+            "depth": search.depth.full or None,
+            "depths": list(SHORTCUT_DEPTHS) if search.depth.usable else None,
+            "why_not": search.depth.why or None,
+        },
+        "stage1_s": search.stage1_s,
+        "elapsed_s": search.elapsed_s,
+        "stopped": search.stopped,
+        "failures": search.failures,
         "candidates": [candidate_to_dict(i, c, search.target) for i, c in enumerate(ranked, 1)],
         "fits_none": not any(c.fits for c in ranked),
         "smallest_state": None if smallest is None else {"bytes": smallest.state_bytes, "layout": smallest.layout.name, "hbm_bytes": hbm},
-        "roles": dict(search.roles), "guessed_roles": dict(search.guessed_roles), "scanned": search.scanned,
+        "roles": dict(search.roles),
+        "guessed_roles": dict(search.guessed_roles),
+        "scanned": search.scanned,
         "refused_by_xla": sum(c.refused for c in ranked),
     }
     return out
@@ -96,14 +164,18 @@ def target_text(target: Target) -> str:
     if not target.is_gpu:
         wraps = [axis for axis, wrap in zip("xyz", target.wraparound) if wrap]
         where = "every axis" if len(wraps) == len(target.wraparound) else ", ".join(wraps) if wraps else "no axis"
-        return (f"{target.name}: a TPU slice of {target.chips} {target.chip.device_kind} chips ({target.devices} devices), a "
-                f"{'x'.join(map(str, target.shape))} torus with wraparound links on {where} (a mesh axis around a whole axis with them "
-                "moves data both ways, else one way)")
+        return (
+            f"{target.name}: a TPU slice of {target.chips} {target.chip.device_kind} chips ({target.devices} devices), a "
+            f"{'x'.join(map(str, target.shape))} torus with wraparound links on {where} (a mesh axis around a whole axis with them "
+            "moves data both ways, else one way)"
+        )
     gpu = target.chip
-    return (f"{target.name}: a GPU cluster of {target.hosts} host{'s' if target.hosts > 1 else ''} x {target.gpus_per_host} "
-            f"{gpu.device_kind} ({target.devices} GPUs); a mesh axis inside a host rides NVLink ({gpu.nvlink_bandwidth / 1e9:.0f} GB/s "
-            f"one way per GPU), one that spans hosts the network ({gpu.network_bandwidth / 1e9:.0f} GB/s per GPU); tensor is placed "
-            "inside a host")
+    return (
+        f"{target.name}: a GPU cluster of {target.hosts} host{'s' if target.hosts > 1 else ''} x {target.gpus_per_host} "
+        f"{gpu.device_kind} ({target.devices} GPUs); a mesh axis inside a host rides NVLink ({gpu.nvlink_bandwidth / 1e9:.0f} GB/s "
+        f"one way per GPU), one that spans hosts the network ({gpu.network_bandwidth / 1e9:.0f} GB/s per GPU); tensor is placed "
+        "inside a host"
+    )
 
 
 def verdict_text(search: Search) -> str:
@@ -114,11 +186,15 @@ def verdict_text(search: Search) -> str:
     best = ranked[0]
     if not best.fits:
         smallest = search.smallest_state()
-        return (f"No layout fits {search.target.name}: the smallest state per device found is {human_bytes(smallest.state_bytes)} "
-                f"({smallest.layout.name}), against {limit_text(search.target)}.")
+        return (
+            f"No layout fits {search.target.name}: the smallest state per device found is {human_bytes(smallest.state_bytes)} "
+            f"({smallest.layout.name}), against {limit_text(search.target)}."
+        )
     how = "XLA-verified" if best.verified else "estimated only (not compiled)"
-    return (f"Advice for {search.target.name}: {best.layout.name} — step ≥ {best.step_s * 1e3:.3g} ms ({best.bound}-bound, "
-            f"{how}), peak {human_bytes(best.peak_bytes) if best.peak_bytes is not None else 'not compiled'} of {limit_text(search.target)}.")
+    return (
+        f"Advice for {search.target.name}: {best.layout.name} — step ≥ {best.step_s * 1e3:.3g} ms ({best.bound}-bound, "
+        f"{how}), peak {human_bytes(best.peak_bytes) if best.peak_bytes is not None else 'not compiled'} of {limit_text(search.target)}."
+    )
 
 
 def rules_text(layout: Layout) -> str:
@@ -131,22 +207,27 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
     rows = []
     for i, c in enumerate(search.ranked(), 1):
         label = " (extrapolated)" if c.extrapolated else ""
-        rows.append({
-            "rank": i, "layout": c.layout.name + (" (yours)" if c.own else ""),
-            "fits": ("yes" if c.fits else "NO") + (label if c.verified else " (state only)"),
-            "step ≥": f"{c.step_s * 1e3:.3g} ms" + (label if c.verified else " (estimate)"),
-            "XLA peak / device": human_bytes(c.peak_bytes) + label if c.peak_bytes is not None else "not compiled",
-            "state / device": human_bytes(c.state_bytes),
-            "bound": c.bound, "MFU ceiling": share(c.mfu_ceiling),
-            "verified": ("XLA, extrapolated in depth" if c.extrapolated else "XLA") if c.verified else "estimate",
-            "extrapolated figures": extrapolation_text(c),
-            "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
-            "rules": rules_text(c.layout),
-            "largest collective": c.largest_collective,
-            "remat": c.remat or "-", "microbatches": str(c.microbatches),
-            "active params": _count(c.active_params) if c.active_params else "-",
-            "placement": "; ".join(link.short for link in c.links if link.size > 1) or "-",
-        })
+        rows.append(
+            {
+                "rank": i,
+                "layout": c.layout.name + (" (yours)" if c.own else ""),
+                "fits": ("yes" if c.fits else "NO") + (label if c.verified else " (state only)"),
+                "step ≥": f"{c.step_s * 1e3:.3g} ms" + (label if c.verified else " (estimate)"),
+                "XLA peak / device": human_bytes(c.peak_bytes) + label if c.peak_bytes is not None else "not compiled",
+                "state / device": human_bytes(c.state_bytes),
+                "bound": c.bound,
+                "MFU ceiling": share(c.mfu_ceiling),
+                "verified": ("XLA, extrapolated in depth" if c.extrapolated else "XLA") if c.verified else "estimate",
+                "extrapolated figures": extrapolation_text(c),
+                "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
+                "rules": rules_text(c.layout),
+                "largest collective": c.largest_collective,
+                "remat": c.remat or "-",
+                "microbatches": str(c.microbatches),
+                "active params": _count(c.active_params) if c.active_params else "-",
+                "placement": "; ".join(link.short for link in c.links if link.size > 1) or "-",
+            }
+        )
     return rows
 
 
@@ -168,9 +249,12 @@ def extrapolation_text(c: Candidate) -> str:
         return ""
     figures = _extrapolation_dict(c.extrapolation)
     step = figures["step_s"]
-    return (f"extrapolated: peak {human_bytes(figures['peak_bytes'])} ({error['peak_bytes']:.4f}x the full compile's), "
-            f"step ≥ {step * 1e3:.3g} ms ({error['step_s']:.4f}x)" if step and error["step_s"] else
-            f"extrapolated: peak {human_bytes(figures['peak_bytes'])} ({error['peak_bytes']:.4f}x the full compile's)")
+    return (
+        f"extrapolated: peak {human_bytes(figures['peak_bytes'])} ({error['peak_bytes']:.4f}x the full compile's), "
+        f"step ≥ {step * 1e3:.3g} ms ({error['step_s']:.4f}x)"
+        if step and error["step_s"]
+        else f"extrapolated: peak {human_bytes(figures['peak_bytes'])} ({error['peak_bytes']:.4f}x the full compile's)"
+    )
 
 
 def search_text(search: Search) -> str:
@@ -185,12 +269,16 @@ def search_text(search: Search) -> str:
         lines.append(
             f"depth shortcut: each candidate compiled at depths {' and '.join(map(str, SHORTCUT_DEPTHS))} of "
             f"{', '.join(search.depth.options)} and extrapolated to {search.depth.full}; the best then compiled in full "
-            f"({search.full_compiles} full compile(s))" if search.depth.usable else f"depth shortcut not used: {search.depth.why}"
+            f"({search.full_compiles} full compile(s))"
+            if search.depth.usable
+            else f"depth shortcut not used: {search.depth.why}"
         )
     lines += [f"compile failed: {failure}" for failure in search.failures]
     if search.guessed_roles:
-        lines.append("roles guessed for names no convention knows (change with --role NAME=ROLE): "
-                     + ", ".join(f"{name}: {role}" for name, role in sorted(search.guessed_roles.items())))
+        lines.append(
+            "roles guessed for names no convention knows (change with --role NAME=ROLE): "
+            + ", ".join(f"{name}: {role}" for name, role in sorted(search.guessed_roles.items()))
+        )
     rows = table_rows(search)
     columns = TABLE_COLUMNS + (("extrapolated figures",) if any(row["extrapolated figures"] for row in rows) else ())
     lines.append(plain_table(rows, columns))

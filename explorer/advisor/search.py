@@ -217,12 +217,23 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
         links = mesh_links(target, candidate.mesh.shape, candidate.mesh.axes)
         for variant, remat, microbatches in memory_variants(candidate, report, chosen, target, own):
             estimate, largest, by_axis, collectives = stage1_estimate(report, target, roles, remat_cost(remat), microbatches, links)
-            search.candidates.append(Candidate(
-                variant, state, estimate, largest, own=own, fits=state <= limit, collective_by_axis=by_axis,
-                active_params=active, remat=remat, microbatches=microbatches,
-                activation_bytes=activation_bytes(report, chosen, remat_cost(remat), microbatches), links=links,
-                collectives=collectives,
-            ))
+            search.candidates.append(
+                Candidate(
+                    variant,
+                    state,
+                    estimate,
+                    largest,
+                    own=own,
+                    fits=state <= limit,
+                    collective_by_axis=by_axis,
+                    active_params=active,
+                    remat=remat,
+                    microbatches=microbatches,
+                    activation_bytes=activation_bytes(report, chosen, remat_cost(remat), microbatches),
+                    links=links,
+                    collectives=collectives,
+                )
+            )
     search.stage1_s = time.perf_counter() - start
     search.elapsed_s = search.stage1_s
     return search
@@ -246,12 +257,16 @@ REMAT_OPTIONS = {"remat": dict(zip(REMAT_POLICIES, REMAT_POLICIES)), **REMAT_ALI
 def remat_cost(value: str | None) -> str:
     """The policy stage 1 costs a remat option's value as (``estimate.REMAT_POLICIES``; an unknown one as none)."""
     return next((table[value] for table in REMAT_OPTIONS.values() if value in table), "none")
+
+
 MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.train_step reads it)
 MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
 FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of the memory limit is not taken as fitting
 
 
-def memory_variants(layout: Layout, report: Report, roles: dict[str, str], target: Target, own: bool) -> list[tuple[Layout, str | None, int]]:
+def memory_variants(
+    layout: Layout, report: Report, roles: dict[str, str], target: Target, own: bool
+) -> list[tuple[Layout, str | None, int]]:
     """Memory as a search dimension: the layout with the cheapest remat policy and microbatch count whose estimated
     peak (exact state plus stage 1's activations, ``activation_bytes``) fits, in the order no remat, the dots
     policies, full remat, then full remat with 2, 4, 8, 16 microbatches (each costs compute or collectives; the
@@ -325,14 +340,20 @@ def _estimate_key(c: Candidate) -> tuple:
     HBM traffic and collectives together (the overlap is never perfect; collectives on the links each mesh axis lies
     on: a torus axis run around as a ring costs half what one run along as a line does), then collectives alone, then less state,
     then the name."""
-    return (float(f"{c.estimate.step_s:.3g}"), c.estimate.memory_s + c.estimate.collective_s, c.estimate.collective_s,
-            c.state_bytes, c.layout.name)
+    return (
+        float(f"{c.estimate.step_s:.3g}"),
+        c.estimate.memory_s + c.estimate.collective_s,
+        c.estimate.collective_s,
+        c.state_bytes,
+        c.layout.name,
+    )
 
 
 def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
     """Best first: XLA-verified and fitting by step bound; then stage-1 estimates whose state fits, by
     estimated step; then everything that does not fit, by how much (XLA's peak, else the state, over
     ``hbm_bytes``; least first). Ties by state, then name."""
+
     def key(c: Candidate):
         if c.verified and c.fits:
             return (0, c.step_s, c.state_bytes, c.layout.name)
@@ -346,6 +367,7 @@ def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]
 
 
 # --- stage 2 ---------------------------------------------------------------------------------------
+
 
 def stage2(
     search: Search,
@@ -409,8 +431,9 @@ def stage2(
             top = next(iter(search.ranked()), None)
             if top is None or not top.extrapolated:
                 break
-            search.stage = (f"stage 2: compiling the best extrapolated candidate in full ({top.layout.name}, "
-                            f"{number} of at most {full_compiles})")
+            search.stage = (
+                f"stage 2: compiling the best extrapolated candidate in full ({top.layout.name}, {number} of at most {full_compiles})"
+            )
             result = _compile(search, top.layout, progress, should_stop)
             if result is None:
                 break
@@ -429,8 +452,10 @@ def depth_plan(search: Search, layout: Layout, shortcut: bool | None = None, dep
     model the trace shows scanned over its layers (``search.scanned``, whatever its option is called)."""
     depth = depth_of(layout, depth_option)
     if shortcut is None and depth.usable and search.scanned:
-        return Depth(why="the model's layers are scanned (read from the trace): a compile takes about as long at any "
-                         "depth, so each candidate is compiled in full")
+        return Depth(
+            why="the model's layers are scanned (read from the trace): a compile takes about as long at any "
+            "depth, so each candidate is compiled in full"
+        )
     return depth
 
 
@@ -500,12 +525,18 @@ def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate 
 
 
 def _compile(
-    search: Search, layout: Layout, progress: Callable[[str, float], None], should_stop: Callable[[], bool] | None,
+    search: Search,
+    layout: Layout,
+    progress: Callable[[str, float], None],
+    should_stop: Callable[[], bool] | None,
 ) -> TargetCompile | None:
     """One compile for the search's target (its child process, cache and Stop); None when XLA refused it (noted)."""
     try:
         result, cached = compile_target(
-            layout, search.target, on_stage=lambda stage, elapsed: progress(f"{search.stage}: {stage}", elapsed), should_stop=should_stop,
+            layout,
+            search.target,
+            on_stage=lambda stage, elapsed: progress(f"{search.stage}: {stage}", elapsed),
+            should_stop=should_stop,
         )
     except ExplorerError as error:
         search.failures.append(f"{layout.name}: {error}")
@@ -523,11 +554,19 @@ def _replace(search: Search, old: Candidate, new: Candidate) -> None:
 def verified(candidate: Candidate, result: TargetCompile, extrapolated: bool = False) -> Candidate:
     """The candidate with XLA's figures from a ``compile_target`` result (or one ``extrapolate`` made)."""
     largest = max(result.collectives, key=lambda c: (c.seconds, c.op), default=None)
-    text = (f"{largest.op} over {'x'.join(largest.mesh_axes) or '-'}: {largest.count}x, "
-            f"≥ {largest.seconds * 1e3:.3g} ms") if largest and largest.seconds else "none"
+    text = (
+        (f"{largest.op} over {'x'.join(largest.mesh_axes) or '-'}: {largest.count}x, ≥ {largest.seconds * 1e3:.3g} ms")
+        if largest and largest.seconds
+        else "none"
+    )
     return dataclasses.replace(
-        candidate, verified=True, extrapolated=extrapolated, fits=bool(result.fits), peak_bytes=int(result.memory.peak_bytes),
-        headroom_bytes=int(result.headroom_bytes), compiled=result,
+        candidate,
+        verified=True,
+        extrapolated=extrapolated,
+        fits=bool(result.fits),
+        peak_bytes=int(result.memory.peak_bytes),
+        headroom_bytes=int(result.headroom_bytes),
+        compiled=result,
         largest_collective=text + (" (extrapolated)" if extrapolated else ""),
     )
 
@@ -558,8 +597,10 @@ def race_refusal(search: Search) -> str | None:
     """None when the top candidates can be raced on this process's own devices (as many as the target has), else why not."""
     here, kind = jax.device_count(), jax.devices()[0].device_kind
     if here != search.target.devices:
-        return (f"This process has {here} device(s) ({kind}) and {search.target.name} has {search.target.devices}: a race runs "
-                "the candidates on this process's own devices, so it needs as many as the target.")
+        return (
+            f"This process has {here} device(s) ({kind}) and {search.target.name} has {search.target.devices}: a race runs "
+            "the candidates on this process's own devices, so it needs as many as the target."
+        )
     if len(race_candidates(search)) < 2:
         return "Fewer than two candidates fit the target: nothing to race."
     return None

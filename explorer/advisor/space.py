@@ -45,38 +45,136 @@ ROLES = ("batch", "embed", "tensor", "sequence", "expert", "batch_no_expert", "e
 # MaxText's base.yml (activation_*, *_no_exp, exp, q_lora, kv_lora, embed_and_logits...), T5X's and flaxformer's
 # (joined_kv, mlp, vocab, expert_mlp, expert_replicas, layers/stack), and the common spellings of other codebases.
 ROLE_NAMES: dict[str, tuple[str, ...]] = {
-    "batch": ("batch", "data", "activation_batch", "activation_embed_and_logits_batch", "activation_batch_attn",
-              "activation_kv_batch", "activation_prefill_kv_batch", "decode_batch", "cache_batch",
-              "expert_replicas", "activation_embed_and_logits_batch_sequence"),
+    "batch": (
+        "batch",
+        "data",
+        "activation_batch",
+        "activation_embed_and_logits_batch",
+        "activation_batch_attn",
+        "activation_kv_batch",
+        "activation_prefill_kv_batch",
+        "decode_batch",
+        "cache_batch",
+        "expert_replicas",
+        "activation_embed_and_logits_batch_sequence",
+    ),
     # MaxText's MoE batch: its dispatched tokens are (activation_exp, activation_batch_moe, ...), the expert axis is exp's
-    "batch_no_expert": ("activation_batch_no_exp", "activation_kv_batch_no_exp", "activation_embed_and_logits_batch_no_exp",
-                        "activation_batch_moe"),
-    "embed": ("embed", "emb", "embed_dim", "d_model", "model_dim", "hidden_size", "embed_vocab", "q_lora", "kv_lora",
-              "embed_tensor_transpose"),
+    "batch_no_expert": (
+        "activation_batch_no_exp",
+        "activation_kv_batch_no_exp",
+        "activation_embed_and_logits_batch_no_exp",
+        "activation_batch_moe",
+    ),
+    "embed": (
+        "embed",
+        "emb",
+        "embed_dim",
+        "d_model",
+        "model_dim",
+        "hidden_size",
+        "embed_vocab",
+        "q_lora",
+        "kv_lora",
+        "embed_tensor_transpose",
+    ),
     "embed_no_expert": ("embed_no_exp", "embed_moe_no_exp", "embed_moe"),  # MaxText's expert kernels (exp, embed_moe, mlp_moe)
-    "tensor": ("hidden", "heads", "q_heads", "kv_heads", "mlp", "mlp_dim", "ff", "ffn", "joined_kv", "vocab", "mlp_moe", "expert_mlp",
-               "mlp_no_fsdp", "gdn_head", "cache_heads", "paged_kv_heads", "num_heads", "n_heads",
-               "activation_heads", "activation_kv_heads", "activation_mlp", "activation_vocab", "activation_embed",
-               "activation_mlp_moe", "activation_embed_moe", "activation_embed_attn", "activation_kv", "activation_kv_head_dim",
-               "norm", "engram_dim"),
-    "sequence": ("length", "seq", "sequence", "activation_length", "activation_length_no_exp", "activation_q_length",
-                 "activation_q_length_no_exp", "q_length", "activation_length_attn", "activation_length_moe",
-                 "activation_norm_length", "activation_norm_length_moe", "activation_input_length_attn", "decode_length",
-                 "prefill_activation_length", "seq_len"),
+    "tensor": (
+        "hidden",
+        "heads",
+        "q_heads",
+        "kv_heads",
+        "mlp",
+        "mlp_dim",
+        "ff",
+        "ffn",
+        "joined_kv",
+        "vocab",
+        "mlp_moe",
+        "expert_mlp",
+        "mlp_no_fsdp",
+        "gdn_head",
+        "cache_heads",
+        "paged_kv_heads",
+        "num_heads",
+        "n_heads",
+        "activation_heads",
+        "activation_kv_heads",
+        "activation_mlp",
+        "activation_vocab",
+        "activation_embed",
+        "activation_mlp_moe",
+        "activation_embed_moe",
+        "activation_embed_attn",
+        "activation_kv",
+        "activation_kv_head_dim",
+        "norm",
+        "engram_dim",
+    ),
+    "sequence": (
+        "length",
+        "seq",
+        "sequence",
+        "activation_length",
+        "activation_length_no_exp",
+        "activation_q_length",
+        "activation_q_length_no_exp",
+        "q_length",
+        "activation_length_attn",
+        "activation_length_moe",
+        "activation_norm_length",
+        "activation_norm_length_moe",
+        "activation_input_length_attn",
+        "decode_length",
+        "prefill_activation_length",
+        "seq_len",
+    ),
     "expert": ("expert", "experts", "exp", "activation_exp", "num_experts"),
-    "none": ("layer", "layers", "stack", "blocks", "kv", "head_dim", "kv_head_dim", "qkv", "kv_length", "activation_kv_length",
-             "q_lora_up_proj", "kv_lora_up_proj", "unmodeled", "relpos_buckets", "abspos_buckets", "mlp_activations",
-             "circular_repeats", "dense_layers", "moe_layers", "local_layers", "cache_kv", "cache_sequence", "cache_batch_prefill",
-             "cache_heads_none", "activation_stage", "diloco", "mhc", "kv_lora_dim", "classes", "num_pages", "tokens_per_page",
-             "paged_kv_head_dim_size"),
+    "none": (
+        "layer",
+        "layers",
+        "stack",
+        "blocks",
+        "kv",
+        "head_dim",
+        "kv_head_dim",
+        "qkv",
+        "kv_length",
+        "activation_kv_length",
+        "q_lora_up_proj",
+        "kv_lora_up_proj",
+        "unmodeled",
+        "relpos_buckets",
+        "abspos_buckets",
+        "mlp_activations",
+        "circular_repeats",
+        "dense_layers",
+        "moe_layers",
+        "local_layers",
+        "cache_kv",
+        "cache_sequence",
+        "cache_batch_prefill",
+        "cache_heads_none",
+        "activation_stage",
+        "diloco",
+        "mhc",
+        "kv_lora_dim",
+        "classes",
+        "num_pages",
+        "tokens_per_page",
+        "paged_kv_head_dim_size",
+    ),
 }
 # A name no table knows: its role from its parts, first match wins (MaxText's suffix "_no_exp" drops the expert axis).
 ROLE_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("batch.*_no_exp$", "batch_no_expert"), ("embed.*_no_exp$", "embed_no_expert"), ("_no_exp$", "none"),
-    ("(^|_)(exp|experts?)($|_)", "expert"), ("(^|_)batch($|_)", "batch"),
+    ("batch.*_no_exp$", "batch_no_expert"),
+    ("embed.*_no_exp$", "embed_no_expert"),
+    ("_no_exp$", "none"),
+    ("(^|_)(exp|experts?)($|_)", "expert"),
+    ("(^|_)batch($|_)", "batch"),
     ("(^|_)(length|seq|sequence)($|_)", "sequence"),
     ("(^|_)(heads?|mlp|ffn?|vocab|hidden|intermediate)($|_)", "tensor"),
-    ("^activation_embed", "tensor"), ("(^|_)(embed|emb|model_dim|d_model)($|_)", "embed"),
+    ("^activation_embed", "tensor"),
+    ("(^|_)(embed|emb|model_dim|d_model)($|_)", "embed"),
 )
 AXIS_ORDER = ("data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, outermost first (tensor innermost)
 # Remat options other than this project's transformer's ``remat`` (whose values are estimate.REMAT_POLICIES): the option's
@@ -84,8 +182,7 @@ AXIS_ORDER = ("data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, oute
 # ``remat_policy`` (decoders.py get_remat_policy): minimal saves every projection's output, save_dot_except_mlp only the
 # attention's, full only each layer's input; "none" (no nn.remat) is the vendored factories' own value.
 REMAT_ALIASES: dict[str, dict[str, str]] = {
-    "remat_policy": {"none": "none", "minimal": "dots_saveable", "save_dot_except_mlp": "dots_with_no_batch_dims_saveable",
-                     "full": "full"},
+    "remat_policy": {"none": "none", "minimal": "dots_saveable", "save_dot_except_mlp": "dots_with_no_batch_dims_saveable", "full": "full"},
 }
 
 
@@ -151,9 +248,14 @@ def rules_for(roles: dict[str, str], mesh_axes: Sequence[str]) -> list[list]:
         return None if not chosen else chosen[0] if len(chosen) == 1 else chosen
 
     by_role = {
-        "batch": axes("data", "fsdp", "expert"), "embed": axes("fsdp", "sequence", "expert"), "tensor": axes("tensor"),
-        "sequence": axes("sequence"), "expert": axes("expert"), "none": None,
-        "batch_no_expert": axes("data", "fsdp"), "embed_no_expert": axes("fsdp", "sequence"),
+        "batch": axes("data", "fsdp", "expert"),
+        "embed": axes("fsdp", "sequence", "expert"),
+        "tensor": axes("tensor"),
+        "sequence": axes("sequence"),
+        "expert": axes("expert"),
+        "none": None,
+        "batch_no_expert": axes("data", "fsdp"),
+        "embed_no_expert": axes("fsdp", "sequence"),
     }
     return [[name, by_role[roles[name]]] for name in sorted(roles)]
 
@@ -168,8 +270,12 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
     """
     if layout.mesh.explicit:
         if roles:
-            raise ExplorerError("roles", sorted(roles), "apply to the advisor's own rules; a layout with Explicit axes keeps "
-                                                       "its own mesh axes and rules, and only their sizes are searched")
+            raise ExplorerError(
+                "roles",
+                sorted(roles),
+                "apply to the advisor's own rules; a layout with Explicit axes keeps "
+                "its own mesh axes and rules, and only their sizes are searched",
+            )
         return _explicit_candidates(layout, target)
     chosen = chosen_roles(layout, roles)
     axes = mesh_axes_for(chosen)
@@ -180,10 +286,14 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
         if not nvlink_first(target, kept):
             continue
         name = "x".join(f"{a}{s}" for a, s in kept)
-        candidate = parse_layout({
-            "name": name, "mesh": {"shape": [s for _, s in kept], "axes": mesh_axes},
-            "rules": rules_for(chosen, mesh_axes), "model": {"name": layout.model.name, "options": dict(layout.model.options)},
-        })
+        candidate = parse_layout(
+            {
+                "name": name,
+                "mesh": {"shape": [s for _, s in kept], "axes": mesh_axes},
+                "rules": rules_for(chosen, mesh_axes),
+                "model": {"name": layout.model.name, "options": dict(layout.model.options)},
+            }
+        )
         if _identity(candidate) not in seen:
             seen.add(_identity(candidate))
             out.append(candidate)

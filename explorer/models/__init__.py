@@ -44,15 +44,16 @@ class ModelEntry:
 
 
 MODELS: dict[str, ModelEntry] = {
-    "mlp": ModelEntry(
-        "mlp", "The Flax guide's LogicalMLP of LogicalDotReluDot layers", MlpOptions, "explorer.models.mlp:build_mlp", {}
-    ),
+    "mlp": ModelEntry("mlp", "The Flax guide's LogicalMLP of LogicalDotReluDot layers", MlpOptions, "explorer.models.mlp:build_mlp", {}),
     "nnx-guide": ModelEntry(
         "nnx-guide", "The Flax NNX guide's MultiDotReluDot (Flax NNX)", NnxGuideOptions, "explorer.models.nnx_guide:build_nnx_guide", {}
     ),
     "transformer": ModelEntry(
-        "transformer", "A decoder-only language model (GPT-2 / Llama shapes)",
-        TransformerOptions, "explorer.models.transformer:build_transformer", SIZE_PRESETS,
+        "transformer",
+        "A decoder-only language model (GPT-2 / Llama shapes)",
+        TransformerOptions,
+        "explorer.models.transformer:build_transformer",
+        SIZE_PRESETS,
     ),
 }
 
@@ -76,7 +77,8 @@ def validate_model(spec):
     entry = MODELS.get(spec.name)
     if entry is None:
         raise ExplorerError(
-            "model.name", spec.name,
+            "model.name",
+            spec.name,
             f"is not a model; choose one of {sorted(MODELS)} or an allow-listed factory 'package.module:function'",
         )
     options = _validate_options(entry, spec.options)
@@ -109,7 +111,9 @@ def _option_errors(entry: ModelEntry, options: dict, error: ValidationError) -> 
         field = ".".join(str(p) for p in item["loc"])
         problem = item["msg"].lower().removeprefix("value error, ")
         if item["type"] == "extra_forbidden":
-            found.append(ExplorerError(f"model.options.{field}", item["input"], f"is not an option of model '{entry.name}' (known: {known})"))
+            found.append(
+                ExplorerError(f"model.options.{field}", item["input"], f"is not an option of model '{entry.name}' (known: {known})")
+            )
         elif not field:
             found.append(ExplorerError("model.options", options, problem))
         else:
@@ -122,7 +126,8 @@ def _check_factory_allowed(name: str) -> None:
         raise ExplorerError("model.name", name, "is not a factory name of the form 'package.module:function'")
     if name not in allowed_factories():
         raise ExplorerError(
-            "model.name", name,
+            "model.name",
+            name,
             f"is a user factory that is not allow-listed; the person running the tool can add it to {ALLOW_ENV}",
         )
 
@@ -171,9 +176,9 @@ def _build_factory(spec) -> BuiltModel:
         built = BuiltModel(module, tuple(inputs), loss, framework_of(module))
     if not isinstance(built, BuiltModel) or not all(isinstance(i, InputSpec) for i in built.inputs):
         raise ExplorerError(
-            "model.name", spec.name,
-            "did not return (module, inputs as InputSpec, loss): module a Linen nn.Module, or a function "
-            "building an nnx.Module",
+            "model.name",
+            spec.name,
+            "did not return (module, inputs as InputSpec, loss): module a Linen nn.Module, or a function building an nnx.Module",
         )
     if framework_of(built.module) != built.framework:
         built = dataclasses.replace(built, framework=framework_of(built.module))
@@ -181,6 +186,15 @@ def _build_factory(spec) -> BuiltModel:
 
 
 __all__ = [
-    "ALLOW_ENV", "BuiltModel", "InputSpec", "MODELS", "ModelEntry", "allowed_factories",
-    "build_model", "framework_of", "is_factory", "option_errors", "validate_model",
+    "ALLOW_ENV",
+    "BuiltModel",
+    "InputSpec",
+    "MODELS",
+    "ModelEntry",
+    "allowed_factories",
+    "build_model",
+    "framework_of",
+    "is_factory",
+    "option_errors",
+    "validate_model",
 ]

@@ -39,19 +39,21 @@ class DotReluDot(nnx.Module):
     def __init__(self, depth: int, rngs: nnx.Rngs):
         init_fn = nnx.initializers.lecun_normal()
         self.dot1 = nnx.Linear(
-            depth, depth,
-            kernel_init=nnx.with_partitioning(init_fn, (None, 'model')),
+            depth,
+            depth,
+            kernel_init=nnx.with_partitioning(init_fn, (None, "model")),
             use_bias=False,  # or use `bias_init` to give it annotation too
-            rngs=rngs)
+            rngs=rngs,
+        )
         self.w2 = nnx.Param(
             init_fn(rngs.params(), (depth, depth)),  # RNG key and shape for W2 creation
-            out_sharding=('model', None),
+            out_sharding=("model", None),
         )
 
     def __call__(self, x: jax.Array):
         y = self.dot1(x)
         y = jax.nn.relu(y)
-        y = jax.lax.with_sharding_constraint(y, P('data', 'model'))
+        y = jax.lax.with_sharding_constraint(y, P("data", "model"))
         z = jnp.dot(y, self.w2[...])
         return z
 
@@ -78,20 +80,22 @@ class LogicalDotReluDot(nnx.Module):
     def __init__(self, depth: int, rngs: nnx.Rngs):
         init_fn = nnx.initializers.lecun_normal()
         self.dot1 = nnx.Linear(
-            depth, depth,
-            kernel_init=nnx.with_partitioning(init_fn, ('embed', 'hidden')),
+            depth,
+            depth,
+            kernel_init=nnx.with_partitioning(init_fn, ("embed", "hidden")),
             use_bias=False,  # or use `bias_init` to give it annotation too
-            rngs=rngs)
+            rngs=rngs,
+        )
         self.w2 = nnx.Param(
             init_fn(rngs.params(), (depth, depth)),  # RNG key and shape for W2 creation
-            out_sharding=('hidden', 'embed'),
+            out_sharding=("hidden", "embed"),
         )
 
     def __call__(self, x: jax.Array):
         y = self.dot1(x)
         y = jax.nn.relu(y)
         # Unfortunately the logical aliasing doesn't work on lower-level JAX calls.
-        y = jax.lax.with_sharding_constraint(y, P('data', None))
+        y = jax.lax.with_sharding_constraint(y, P("data", None))
         z = jnp.dot(y, self.w2[...])
         return z
 

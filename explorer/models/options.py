@@ -42,10 +42,13 @@ class TransformerOptions(BaseModel):
     scan: StrictBool = Field(False, description="stack blocks with nn.scan (adds the 'layer' axis)")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter and activation dtype")
     remat: Literal["none", "dots_saveable", "dots_with_no_batch_dims_saveable", "full"] = Field(
-        "none", description="recompute each decoder block's activations in the backward pass (nn.remat with this "
-                            "jax.checkpoint_policies policy; full: save nothing but the block's input)")
-    microbatches: StrictInt = Field(1, ge=1, le=1 << 12, description="gradient accumulation: the batch in this many slices "
-                                                                     "per step (must divide batch)")
+        "none",
+        description="recompute each decoder block's activations in the backward pass (nn.remat with this "
+        "jax.checkpoint_policies policy; full: save nothing but the block's input)",
+    )
+    microbatches: StrictInt = Field(
+        1, ge=1, le=1 << 12, description="gradient accumulation: the batch in this many slices per step (must divide batch)"
+    )
 
     @field_validator("microbatches")
     @classmethod
@@ -68,15 +71,42 @@ class TransformerOptions(BaseModel):
 # Each preset's batch is 16 so that a 16-way data axis (the README's 16x16 mesh) divides it.
 SIZE_PRESETS: dict[str, dict] = {
     "gpt2-small": dict(
-        batch=16, seq_len=1024, layers=12, d_model=768, heads=12, kv_heads=12, head_dim=64, mlp_dim=3072,
-        vocab=50257, gated_mlp=False, learned_positions=True,
+        batch=16,
+        seq_len=1024,
+        layers=12,
+        d_model=768,
+        heads=12,
+        kv_heads=12,
+        head_dim=64,
+        mlp_dim=3072,
+        vocab=50257,
+        gated_mlp=False,
+        learned_positions=True,
     ),
     "llama2-7b": dict(
-        batch=16, seq_len=4096, layers=32, d_model=4096, heads=32, kv_heads=32, head_dim=128, mlp_dim=11008,
-        vocab=32000, gated_mlp=True, learned_positions=False,
+        batch=16,
+        seq_len=4096,
+        layers=32,
+        d_model=4096,
+        heads=32,
+        kv_heads=32,
+        head_dim=128,
+        mlp_dim=11008,
+        vocab=32000,
+        gated_mlp=True,
+        learned_positions=False,
     ),
     "llama2-70b": dict(
-        batch=16, seq_len=4096, layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128, mlp_dim=28672,
-        vocab=32000, gated_mlp=True, learned_positions=False,
+        batch=16,
+        seq_len=4096,
+        layers=80,
+        d_model=8192,
+        heads=64,
+        kv_heads=8,
+        head_dim=128,
+        mlp_dim=28672,
+        vocab=32000,
+        gated_mlp=True,
+        learned_positions=False,
     ),
 }

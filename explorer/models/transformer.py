@@ -31,7 +31,6 @@ from explorer.models.base import BuiltModel, InputSpec
 from explorer.models.options import TransformerOptions
 
 
-
 def _init(names):
     return nn.with_logical_partitioning(nn.initializers.normal(0.02), names)
 
@@ -86,7 +85,9 @@ class Mlp(nn.Module):
     @nn.compact
     def __call__(self, x):
         o = self.options
-        dense = lambda features, names, name: nn.Dense(features, kernel_init=_init(names), use_bias=False, dtype=o.dtype, param_dtype=o.dtype, name=name)
+        dense = lambda features, names, name: nn.Dense(
+            features, kernel_init=_init(names), use_bias=False, dtype=o.dtype, param_dtype=o.dtype, name=name
+        )
         hidden = dense(o.mlp_dim, ("embed", "mlp"), "wi_0")(x)
         hidden = nn.silu(hidden) * dense(o.mlp_dim, ("embed", "mlp"), "wi_1")(x) if o.gated_mlp else nn.gelu(hidden)
         hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
@@ -119,14 +120,19 @@ class Transformer(nn.Module):
         block = _remat(DecoderBlock, o.remat)
         if o.scan:
             x, _ = nn.scan(
-                block, length=o.layers, variable_axes={"params": 0}, split_rngs={"params": True},
+                block,
+                length=o.layers,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
                 metadata_params={nn.PARTITION_NAME: "layer"},
             )(o, name="blocks")(x, None)
         else:
             for i in range(o.layers):
                 x, _ = block(o, name=f"block_{i}")(x)
         x = RMSNorm(o.dtype, name="final_norm")(x)
-        logits = nn.Dense(o.vocab, kernel_init=_init(("embed", "vocab")), use_bias=False, dtype=o.dtype, param_dtype=o.dtype, name="lm_head")(x)
+        logits = nn.Dense(
+            o.vocab, kernel_init=_init(("embed", "vocab")), use_bias=False, dtype=o.dtype, param_dtype=o.dtype, name="lm_head"
+        )(x)
         return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
 
 
@@ -147,9 +153,7 @@ def _remat(block, policy: str):
 
 def next_token_loss(logits, tokens):
     """Mean cross-entropy of predicting token t+1 from tokens up to t."""
-    return optax.softmax_cross_entropy_with_integer_labels(
-        logits[:, :-1].astype(jnp.float32), tokens[:, 1:]
-    ).mean()
+    return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1].astype(jnp.float32), tokens[:, 1:]).mean()
 
 
 def build_transformer(options: TransformerOptions) -> BuiltModel:

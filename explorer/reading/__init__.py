@@ -33,13 +33,23 @@ from explorer.reading import disk, memory
 from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, TypedValue, names_of
 
 __all__ = [
-    "AbstractArray", "AbstractModel", "AxisName", "Kind", "Resolved", "TypedValue", "abstract_model", "live", "names_of",
-    "received", "typed_model",
+    "AbstractArray",
+    "AbstractModel",
+    "AxisName",
+    "Kind",
+    "Resolved",
+    "TypedValue",
+    "abstract_model",
+    "live",
+    "names_of",
+    "received",
+    "typed_model",
 ]
 
 
-def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = (),
-                   mesh: Any = None, rules: tuple = ()) -> AbstractModel:
+def abstract_model(
+    model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = (), mesh: Any = None, rules: tuple = ()
+) -> AbstractModel:
     """The abstract model for a validated ``ModelSpec``.
 
     ``logical_names`` and ``mesh_axes`` are the names the activations' trace must tell

@@ -157,22 +157,34 @@ def activation_arrays(found, root: str) -> tuple[AbstractArray, ...]:
     for constraint in found:
         if not constraint.activation:
             continue
-        location = constraint.location[len(root) + 1:] if constraint.location.startswith(root + "/") else constraint.location
+        location = constraint.location[len(root) + 1 :] if constraint.location.startswith(root + "/") else constraint.location
         ordinal = counters.get(location, 0)
         counters[location] = ordinal + 1
         fixed = any(isinstance(d, tuple) for d in constraint.dims)
         logical = any(isinstance(d, str) for d in constraint.dims)
         how = (
-            "fixed to mesh axes by with_sharding_constraint" if fixed and not logical
-            else "declared with logical names" if logical and not fixed
-            else "logical names and fixed mesh axes" if fixed else "declared replicated"
+            "fixed to mesh axes by with_sharding_constraint"
+            if fixed and not logical
+            else "declared with logical names"
+            if logical and not fixed
+            else "logical names and fixed mesh axes"
+            if fixed
+            else "declared replicated"
         )
         runs = f"; runs {constraint.runs}x per step (loop body)" if constraint.runs > 1 else ""
-        arrays.append(AbstractArray(
-            f"activations/{location}/{ordinal}", "activation", constraint.shape, constraint.dtype, constraint.dims,
-            note=how + _resolved_by(constraint) + runs, module=location, runs_per_step=constraint.runs,
-            semantics=semantics_of(constraint),
-        ))
+        arrays.append(
+            AbstractArray(
+                f"activations/{location}/{ordinal}",
+                "activation",
+                constraint.shape,
+                constraint.dtype,
+                constraint.dims,
+                note=how + _resolved_by(constraint) + runs,
+                module=location,
+                runs_per_step=constraint.runs,
+                semantics=semantics_of(constraint),
+            )
+        )
     return tuple(arrays)
 
 

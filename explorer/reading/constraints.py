@@ -48,8 +48,7 @@ PROBE_PREFIX = "logical:"
 _VALUE_PRESERVING = frozenset({"sharding_constraint", "convert_element_type", "copy", "copy_p"})
 
 _LIBRARY_DIRS = tuple(
-    os.path.dirname(module.__file__) + os.sep
-    for module in (jax, __import__("jaxlib"), __import__("flax"), __import__("optax"))
+    os.path.dirname(module.__file__) + os.sep for module in (jax, __import__("jaxlib"), __import__("flax"), __import__("optax"))
 ) + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
 _MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models") + os.sep  # user code
 _FLAX_DIR = os.path.dirname(__import__("flax").__file__) + os.sep
@@ -115,7 +114,7 @@ def decode_spec(spec: PartitionSpec, ndim: int, tagged: bool = False) -> tuple[s
     """
     dims: list[str | tuple[str, ...] | None] = []
     for axes in _entries(spec, ndim):
-        logical = [a[len(PROBE_PREFIX):] for a in axes if a.startswith(PROBE_PREFIX)]
+        logical = [a[len(PROBE_PREFIX) :] for a in axes if a.startswith(PROBE_PREFIX)]
         fixed = tuple(a for a in axes if not a.startswith(PROBE_PREFIX))
         if len(logical) == 1 and (tagged or not fixed):
             dims.append(logical[0])
@@ -136,8 +135,10 @@ def mesh_spec(spec: PartitionSpec, ndim: int) -> tuple[tuple[str, ...] | None, .
 
 
 def _entries(spec: PartitionSpec, ndim: int) -> list[tuple[str, ...]]:
-    return [() if entry is None or entry is PartitionSpec.UNCONSTRAINED else (entry,) if isinstance(entry, str) else tuple(entry)
-            for entry in tuple(spec) + (None,) * (ndim - len(spec))]
+    return [
+        () if entry is None or entry is PartitionSpec.UNCONSTRAINED else (entry,) if isinstance(entry, str) else tuple(entry)
+        for entry in tuple(spec) + (None,) * (ndim - len(spec))
+    ]
 
 
 def tagged_mesh(logical_names: Iterable[str], mesh_axes: Sequence[str], mesh_sizes: Sequence[int]) -> AbstractMesh:
@@ -198,8 +199,17 @@ def _is_literal(var) -> bool:
     return not hasattr(var, "count") and hasattr(var, "val")
 
 
-def _walk(jaxpr, parameters: set, marks: tuple[bool, ...], live_out: set, prefix: str, runs: int, unbounded: bool,
-          found: list[Constraint], memo: dict) -> None:
+def _walk(
+    jaxpr,
+    parameters: set,
+    marks: tuple[bool, ...],
+    live_out: set,
+    prefix: str,
+    runs: int,
+    unbounded: bool,
+    found: list[Constraint],
+    memo: dict,
+) -> None:
     parameters = _propagated(jaxpr, parameters)
     dependent = _dependent(jaxpr, marks, memo)
     live, needed = _liveness(jaxpr, live_out, parameters)
@@ -217,6 +227,7 @@ def _walk(jaxpr, parameters: set, marks: tuple[bool, ...], live_out: set, prefix
 
 
 # --- data flow from the model's inputs ------------------------------------------------------
+
 
 def _dependent(jaxpr, marks: tuple[bool, ...], memo: dict) -> set:
     """Every variable of ``jaxpr`` computed from an input marked in ``marks`` (one flag per invar)."""
@@ -271,8 +282,8 @@ def _loop_fixpoint(body, ins: tuple[bool, ...], consts: int, carries: int, memo:
     marks = tuple(ins)
     while True:
         outs = _program_outs(body, marks, memo)
-        carried = tuple(m or o for m, o in zip(marks[consts:consts + carries], outs[:carries]))
-        updated = marks[:consts] + carried + marks[consts + carries:]
+        carried = tuple(m or o for m, o in zip(marks[consts : consts + carries], outs[:carries]))
+        updated = marks[:consts] + carried + marks[consts + carries :]
         if updated == marks:
             return marks
         marks = updated
@@ -323,6 +334,7 @@ def _sub_programs(eqn, ins: tuple[bool, ...], memo: dict) -> list[tuple[Any, int
 
 # --- liveness --------------------------------------------------------------------------------
 
+
 def _propagated(jaxpr, parameters: set) -> set:
     """The parameter marks after value-preserving equations: a parameter constrained or cast is still that parameter."""
     parameters = set(parameters)
@@ -356,7 +368,8 @@ def _map_live(eqn, sub, needed: set) -> set:
         return {v for v in outvars if not _is_literal(v)}
     carries = _scan_counts(eqn)[1] if eqn.primitive.name == "scan" else 0
     return {
-        inner for position, (outer, inner) in enumerate(zip(eqn.outvars, outvars))
+        inner
+        for position, (outer, inner) in enumerate(zip(eqn.outvars, outvars))
         if not _is_literal(inner) and (position < carries or outer in needed)
     }
 
@@ -379,6 +392,7 @@ def _map_parameters(eqn, sub, parameters: set) -> set:
 
 # --- one constraint --------------------------------------------------------------------------
 
+
 def _constraint(eqn, dependent: set, prefix: str, runs: int, unbounded: bool) -> Constraint:
     operand = eqn.invars[0]
     aval = operand.aval
@@ -387,8 +401,16 @@ def _constraint(eqn, dependent: set, prefix: str, runs: int, unbounded: bool) ->
     location = _join(prefix, str(eqn.source_info.name_stack)) or _user_function(eqn.source_info)
     activation = not _is_literal(operand) and operand in dependent
     return Constraint(
-        decode_spec(spec, len(aval.shape)), tuple(aval.shape), str(aval.dtype), location, runs,
-        activation, _semantics(eqn.source_info), unbounded, eqn.outvars[0], spec,
+        decode_spec(spec, len(aval.shape)),
+        tuple(aval.shape),
+        str(aval.dtype),
+        location,
+        runs,
+        activation,
+        _semantics(eqn.source_info),
+        unbounded,
+        eqn.outvars[0],
+        spec,
     )
 
 

@@ -66,10 +66,15 @@ def store(key: tuple, mesh_axes: tuple[str, ...], entries: list[tuple[frozenset[
     path = _path(key, mesh_axes)
     if path is None:
         return
-    _write_json(path, {
-        "format": FORMAT, "key": list(key), "mesh_axes": list(mesh_axes),
-        "entries": [{"names": sorted(names), "model": _model_to(model)} for names, model in entries],
-    })
+    _write_json(
+        path,
+        {
+            "format": FORMAT,
+            "key": list(key),
+            "mesh_axes": list(mesh_axes),
+            "entries": [{"names": sorted(names), "model": _model_to(model)} for names, model in entries],
+        },
+    )
 
 
 def load_resolved(key: tuple, layout: tuple):
@@ -89,9 +94,16 @@ def load_resolved(key: tuple, layout: tuple):
 def store_resolved(key: tuple, layout: tuple, resolved) -> None:
     path = _hashed_path("resolved", key[0], [FORMAT, list(key), json.dumps(layout)])
     if path is not None:
-        _write_json(path, {"format": FORMAT, "key": list(key), "layout": json.dumps(layout),
-                           "activations": [_array_to(a) for a in resolved.activations],
-                           "output": _array_to(resolved.output)})
+        _write_json(
+            path,
+            {
+                "format": FORMAT,
+                "key": list(key),
+                "layout": json.dumps(layout),
+                "activations": [_array_to(a) for a in resolved.activations],
+                "output": _array_to(resolved.output),
+            },
+        )
 
 
 def clear() -> None:
@@ -190,7 +202,9 @@ def _model_to(model) -> dict:
 
 def _model_from(data: dict, key: tuple, mesh_axes: tuple[str, ...]):
     return AbstractModel(
-        key=key, mesh_axes=mesh_axes, framework=str(data["framework"]),
+        key=key,
+        mesh_axes=mesh_axes,
+        framework=str(data["framework"]),
         state_arrays=tuple(_array_from(a) for a in data["state_arrays"]),
         inputs=tuple(_array_from(a) for a in data["inputs"]),
         activations=tuple(_array_from(a) for a in data["activations"]),

@@ -54,16 +54,27 @@ from flax.training import train_state
 from explorer.reading import collector, constraints as program
 from explorer.train_step import make_optimizer
 from explorer.reading.arrays import (
-    AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, activation_arrays, names_of, semantics_of,
+    AbstractArray,
+    AbstractModel,
+    AxisName,
+    Kind,
+    Resolved,
+    Traced,
+    activation_arrays,
+    names_of,
+    semantics_of,
 )
 from explorer.errors import ExplorerError, NeedsExplicitAxes
 from explorer.models import BuiltModel, build_model
 
+
 def _boxed_with_axes(params, params_axes) -> Any:
     """``param_with_axes`` parameters boxed with their ``params_axes`` names (for reading names, never traced)."""
     names = nn_partitioning.get_axis_names(params_axes)
-    flat_names = {path: spec for path, spec in jax.tree_util.tree_flatten_with_path(
-        names, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]}
+    flat_names = {
+        path: spec
+        for path, spec in jax.tree_util.tree_flatten_with_path(names, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))[0]
+    }
 
     def box(path, leaf):
         spec = flat_names.get(path)
@@ -107,8 +118,9 @@ def state(key: tuple, layout: tuple | None = None) -> State:
         return _linen_state(built, layout) if built.framework == "linen" else _nnx_state(built)
 
 
-def traced(key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...], layout: tuple | None = None,
-           stage: State | None = None) -> Reading:
+def traced(
+    key: tuple, names: frozenset[str], mesh_axes: tuple[str, ...], layout: tuple | None = None, stage: State | None = None
+) -> Reading:
     """The model of ``key`` traced, with its activations' names read under a probe telling ``names`` apart.
 
     A model seen for the first time is traced twice, as a user of Flax's recipe does: the
@@ -183,8 +195,9 @@ def _names_asked():
                 spmd._logical_to_mesh_axes = _hook["original"]
 
 
-def _tagged_forward(key: tuple, mesh_axes: tuple[str, ...], stage: State, names: frozenset[str], mesh: Any, rules: tuple
-                    ) -> tuple[AbstractModel, Resolved | None] | None:
+def _tagged_forward(
+    key: tuple, mesh_axes: tuple[str, ...], stage: State, names: frozenset[str], mesh: Any, rules: tuple
+) -> tuple[AbstractModel, Resolved | None] | None:
     """The forward pass under the layout tagged with the names: the model with its names, and the layout's activations.
 
     None where the tagged layout is refused (a dimension an axis does not divide, code that
@@ -236,8 +249,7 @@ def _layout_context(mesh: Any, rules: tuple):
     """A layout's mesh (this process's devices, or an AbstractMesh of the same shape) and rules, as Flax reads them."""
     from jax.sharding import Mesh
 
-    with (jax.set_mesh(mesh) if isinstance(mesh, Mesh) else jax.sharding.use_abstract_mesh(mesh)), \
-            nn.logical_axis_rules(_flax_rules(rules)):
+    with jax.set_mesh(mesh) if isinstance(mesh, Mesh) else jax.sharding.use_abstract_mesh(mesh), nn.logical_axis_rules(_flax_rules(rules)):
         yield
 
 
@@ -253,6 +265,7 @@ def forward_program(stage: State):
     Flax's rules are not part of that key, so tracing the same function under other rules
     would hand back the program of the first ones.
     """
+
     def forward(variables, *xs):
         return stage.forward(variables, *xs)
 
@@ -267,8 +280,7 @@ def error_text(error: Exception) -> str:
 @contextlib.contextmanager
 def _probe(names: frozenset[str], mesh_axes: tuple[str, ...]):
     """The probe: an abstract mesh with a size-1 axis per real mesh axis and logical name, and rules naming each."""
-    with jax.sharding.use_abstract_mesh(program.probe_mesh(names, mesh_axes)), \
-            nn.logical_axis_rules(program.probe_rules(names)):
+    with jax.sharding.use_abstract_mesh(program.probe_mesh(names, mesh_axes)), nn.logical_axis_rules(program.probe_rules(names)):
         yield
 
 
@@ -293,7 +305,8 @@ def _tracing(key: tuple):
     except Exception as error:
         if any(sign in str(error) for sign in _EXPLICIT_SIGNS):
             raise NeedsExplicitAxes(
-                "model", key[0],
+                "model",
+                key[0],
                 "sets shardings in its values' types (out_sharding=, reshard), which needs a mesh with Explicit axes; "
                 "this layout's mesh has Auto axes. Fix: make the mesh's axes explicit (mesh.axis_types: "
                 f'["explicit", ...]). (JAX: {type(error).__name__}: {error})',
@@ -320,8 +333,9 @@ def _abstract_inputs(built: BuiltModel) -> tuple[jax.ShapeDtypeStruct, ...]:
 
 def _input_arrays(built: BuiltModel) -> tuple[AbstractArray, ...]:
     return tuple(
-        AbstractArray(f"inputs/{i.name}", "input", tuple(i.shape), i.dtype, _padded(i.logical_axes, len(i.shape)),
-                      semantics=built.framework)
+        AbstractArray(
+            f"inputs/{i.name}", "input", tuple(i.shape), i.dtype, _padded(i.logical_axes, len(i.shape)), semantics=built.framework
+        )
         for i in built.inputs
     )
 
@@ -337,6 +351,7 @@ def _padded(names, ndim: int) -> tuple[AxisName, ...] | None:
 
 
 # --- Linen ---------------------------------------------------------------------------------
+
 
 def _linen_state(built: BuiltModel, layout: tuple | None = None) -> State:
     """The state: the guide's ``init_fn``, evaluated without a mesh as Flax's guide evaluates shapes.
@@ -366,8 +381,16 @@ def _linen_state(built: BuiltModel, layout: tuple | None = None) -> State:
     def forward(params, *xs):
         return module.apply({"params": params}, *built.model_args(xs))
 
-    return State(built, "linen", optimizer, state, _linen_state_arrays(state, optimizer, params_axes), forward,
-                  state.params, root=type(module).__name__)
+    return State(
+        built,
+        "linen",
+        optimizer,
+        state,
+        _linen_state_arrays(state, optimizer, params_axes),
+        forward,
+        state.params,
+        root=type(module).__name__,
+    )
 
 
 def _no_eager_sharding():
@@ -394,8 +417,7 @@ def _linen_state_arrays(state, optimizer: optax.GradientTransformation, params_a
         kind: Kind = "param" if text.startswith("params/") else "opt_state"
         note = "train step counter" if text == "step" else ""
         semantics = "nnx" if annotation == "nnx" else "linen"
-        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, annotation,
-                                    semantics=semantics))
+        arrays.append(AbstractArray(text, kind, tuple(value.shape), str(value.dtype), names, note, annotation, semantics=semantics))
     return tuple(arrays)
 
 
@@ -404,7 +426,9 @@ def _box_names(leaf: Any, ndim: int) -> tuple[tuple[AxisName, ...] | None, str]:
     if not _is_box(leaf):
         return ((), "logical") if ndim == 0 else (None, "logical")
     bridge = sys.modules.get("flax.nnx.bridge.variables")  # loaded by any model with NNX parts
-    if bridge is not None and isinstance(leaf, bridge.NNXMeta):  # its get_partition_spec builds an eagerly sharded Variable, which needs a mesh
+    if bridge is not None and isinstance(
+        leaf, bridge.NNXMeta
+    ):  # its get_partition_spec builds an eagerly sharded Variable, which needs a mesh
         # Flax shards an NNX variable as it creates it, with NNX's rule semantics, even inside a Linen model
         return _padded(tuple(leaf.metadata.get("out_sharding") or ()), ndim), "nnx"
     else:
@@ -425,6 +449,7 @@ def path_to_str(path) -> str:
 
 # --- NNX -----------------------------------------------------------------------------------
 
+
 def _nnx_state(built: BuiltModel) -> State:
     from flax import nnx
 
@@ -442,8 +467,17 @@ def _nnx_state(built: BuiltModel) -> State:
     def forward(variables, *xs):
         return nnx.merge(model_def, variables)(*built.model_args(xs))
 
-    return State(built, "nnx", optimizer, (model_state, opt_state), state_arrays, forward, model_state,
-                  root=type(model).__name__, graphdefs=(model_def, opt_def))
+    return State(
+        built,
+        "nnx",
+        optimizer,
+        (model_state, opt_state),
+        state_arrays,
+        forward,
+        model_state,
+        root=type(model).__name__,
+        graphdefs=(model_def, opt_def),
+    )
 
 
 def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
@@ -459,9 +493,17 @@ def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
     for path, variable in variables:
         text = path_to_str(path)
         if not is_variable(variable):  # a plain array a module holds as an attribute (bonsai's position ids)
-            arrays.append(AbstractArray(text, kind, tuple(variable.shape), str(variable.dtype),
-                                        () if variable.ndim == 0 else None, "a plain array attribute, not an nnx.Variable",
-                                        semantics="nnx"))
+            arrays.append(
+                AbstractArray(
+                    text,
+                    kind,
+                    tuple(variable.shape),
+                    str(variable.dtype),
+                    () if variable.ndim == 0 else None,
+                    "a plain array attribute, not an nnx.Variable",
+                    semantics="nnx",
+                )
+            )
             continue
         value = variable.get_value()
         annotated = variable.has_metadata("out_sharding") and variable.get_metadata("out_sharding")
@@ -473,6 +515,7 @@ def _nnx_state_arrays(state, kind: Kind) -> tuple[AbstractArray, ...]:
 
 
 # --- activations ---------------------------------------------------------------------------
+
 
 def _model(key: tuple, mesh_axes: tuple[str, ...], stage: State, found: list[program.Constraint], closed) -> AbstractModel:
     return AbstractModel(
@@ -494,10 +537,15 @@ def _unprobed(key: tuple, mesh_axes: tuple[str, ...], stage: State, probe_error:
     leaf = jax.tree_util.tree_leaves(output)[0]
     note = "model output; its sharding is read from the trace under the layout's rules"
     return AbstractModel(
-        key=key, mesh_axes=mesh_axes, framework=stage.framework, state_arrays=stage.state_arrays,
-        inputs=_input_arrays(stage.built), activations=(),
-        output=AbstractArray("activations/output", "activation", tuple(leaf.shape), str(leaf.dtype), None, note,
-                             module="output", semantics=stage.framework),
+        key=key,
+        mesh_axes=mesh_axes,
+        framework=stage.framework,
+        state_arrays=stage.state_arrays,
+        inputs=_input_arrays(stage.built),
+        activations=(),
+        output=AbstractArray(
+            "activations/output", "activation", tuple(leaf.shape), str(leaf.dtype), None, note, module="output", semantics=stage.framework
+        ),
         probe_error=probe_error,
     )
 
@@ -512,7 +560,6 @@ def _output_array(closed, found: list[program.Constraint], framework: str) -> Ab
     else:
         names, semantics = None, "linen" if framework == "linen" else "nnx"
         note = "model output; no constraint declared on it, so XLA chooses its sharding (shown replicated)"
-    return AbstractArray("activations/output", "activation", tuple(aval.shape), str(aval.dtype), names, note,
-                         module="output", semantics=semantics)
-
-
+    return AbstractArray(
+        "activations/output", "activation", tuple(aval.shape), str(aval.dtype), names, note, module="output", semantics=semantics
+    )

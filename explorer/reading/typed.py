@@ -57,8 +57,7 @@ def key_of(model_spec, mesh: Any, rules: tuple) -> tuple[tuple, AbstractMesh, tu
     """
     abstract = mesh if isinstance(mesh, AbstractMesh) else mesh.abstract_mesh
     rules = trace._flax_rules(rules)
-    key = (*model_spec.key(), "explicit", tuple(abstract.axis_sizes), tuple(abstract.axis_names), _type_names(abstract),
-           json.dumps(rules))
+    key = (*model_spec.key(), "explicit", tuple(abstract.axis_sizes), tuple(abstract.axis_names), _type_names(abstract), json.dumps(rules))
     return key, abstract, rules
 
 
@@ -87,8 +86,9 @@ def read(key: tuple, mesh: AbstractMesh, rules: tuple) -> tuple[AbstractModel, "
 def state(key: tuple, mesh_axes: tuple[str, ...]) -> "trace.State":
     """The built model and typed state of a typed model's ``key``, read again (``explorer.reading.live``)."""
     sizes, names, types, rules = key[3], key[4], key[5], tuple(tuple(r) for r in json.loads(key[6]))
-    mesh = AbstractMesh(tuple(sizes), tuple(names),
-                        axis_types=tuple(AxisType.Explicit if t == "explicit" else AxisType.Auto for t in types))
+    mesh = AbstractMesh(
+        tuple(sizes), tuple(names), axis_types=tuple(AxisType.Explicit if t == "explicit" else AxisType.Auto for t in types)
+    )
     return _traced(key, mesh, trace._flax_rules(rules))[0]
 
 
@@ -98,9 +98,10 @@ def _traced(key: tuple, mesh: AbstractMesh, rules: tuple) -> tuple["trace.State"
         built = trace._built(key)
     if built.framework == "nnx" and len(set(mesh.axis_types)) > 1:
         raise ExplorerError(
-            "mesh.axis_types", list(_type_names(mesh)),
+            "mesh.axis_types",
+            list(_type_names(mesh)),
             "mixes Auto and Explicit axes, which Flax NNX's eager sharding refuses (\"Mesh must have all axes as "
-            "Explicit or all axes as Auto\"): make every axis explicit, or every axis auto",
+            'Explicit or all axes as Auto"): make every axis explicit, or every axis auto',
         )
     # Linen's init takes a key, made outside the abstract mesh (a concrete value cannot be made under it); NNX's
     # builder makes its own, and making one would start the backend for nothing
@@ -161,8 +162,17 @@ def _nnx_state(built) -> "trace.State":
     def forward(variables, *xs):
         return nnx.merge(model_def, variables)(*built.model_args(xs))
 
-    stage = trace.State(built, "nnx", optimizer, (model_state, opt_state), arrays, forward, model_state,
-                         root=type(model).__name__, graphdefs=(model_def, opt_def))
+    stage = trace.State(
+        built,
+        "nnx",
+        optimizer,
+        (model_state, opt_state),
+        arrays,
+        forward,
+        model_state,
+        root=type(model).__name__,
+        graphdefs=(model_def, opt_def),
+    )
     return dataclasses.replace(stage, state_arrays=_typed(arrays, leaves))
 
 
@@ -206,14 +216,15 @@ def _typed_inputs(built, mesh: AbstractMesh, rules: tuple) -> tuple:
         for entry in entries:
             for axis in (entry,) if isinstance(entry, str) else entry or ():
                 if axis not in mesh.axis_names:
-                    raise ExplorerError(f"inputs/{spec.name}", list(names),
-                                        f"would be sharded over {axis!r}, which the mesh {list(mesh.axis_names)} lacks")
-        typed.append(jax.ShapeDtypeStruct(spec.shape, jnp.dtype(spec.dtype),
-                                          sharding=NamedSharding(mesh, PartitionSpec(*entries))))
+                    raise ExplorerError(
+                        f"inputs/{spec.name}", list(names), f"would be sharded over {axis!r}, which the mesh {list(mesh.axis_names)} lacks"
+                    )
+        typed.append(jax.ShapeDtypeStruct(spec.shape, jnp.dtype(spec.dtype), sharding=NamedSharding(mesh, PartitionSpec(*entries))))
     return tuple(typed)
 
 
 # --- the per-value view -------------------------------------------------------------------------------------------
+
 
 def program_values(closed, framework: str = "nnx") -> tuple[TypedValue, ...]:
     """Every value a program computes, in program order, with its type's sharding (sub-programs and scans included).
@@ -237,11 +248,24 @@ def _walk(jaxpr, module: str, parent_source: tuple[str, str], runs: int, found: 
             if aval is None or not hasattr(aval, "shape"):
                 continue
             shape, dtype, spec, unreduced, reduced, type_text = _type_fields(aval, types)
-            found.append(TypedValue(
-                index=len(found), op=eqn.primitive.name, shape=shape, dtype=dtype, spec=spec, unreduced=unreduced,
-                reduced=reduced, type_text=type_text, source=source[0], function=source[1], module=stack,
-                runs=runs, sets_sharding=setting and own is not None, communication=_communication(eqn, var),
-            ))
+            found.append(
+                TypedValue(
+                    index=len(found),
+                    op=eqn.primitive.name,
+                    shape=shape,
+                    dtype=dtype,
+                    spec=spec,
+                    unreduced=unreduced,
+                    reduced=reduced,
+                    type_text=type_text,
+                    source=source[0],
+                    function=source[1],
+                    module=stack,
+                    runs=runs,
+                    sets_sharding=setting and own is not None,
+                    communication=_communication(eqn, var),
+                )
+            )
         for sub, times in _sub_programs(eqn):
             _walk(sub, stack, source, runs * times, found, stacks, types)
 
@@ -259,8 +283,14 @@ def _type_fields(aval, types: dict) -> tuple:
 
 
 def _read_type_fields(aval) -> tuple:
-    return (tuple(aval.shape), str(aval.dtype), _spec_of(aval), _axes_attr(aval, "unreduced"), _axes_attr(aval, "reduced"),
-            aval.str_short(short_dtypes=True))
+    return (
+        tuple(aval.shape),
+        str(aval.dtype),
+        _spec_of(aval),
+        _axes_attr(aval, "unreduced"),
+        _axes_attr(aval, "reduced"),
+        aval.str_short(short_dtypes=True),
+    )
 
 
 def _sub_programs(eqn) -> list[tuple[Any, int]]:
@@ -289,8 +319,11 @@ def _sets_sharding(eqn) -> bool:
         return False  # inside auto_axes (an embedding lookup): onto an Auto copy of the mesh, where XLA decides
     if eqn.primitive.name in ("reshard", "sharding_constraint"):
         return True
-    return any(eqn.params.get(name) is not None for name in _SETTING_PARAMS
-               if not (name == "sharding" and eqn.primitive.name == "convert_element_type"))
+    return any(
+        eqn.params.get(name) is not None
+        for name in _SETTING_PARAMS
+        if not (name == "sharding" and eqn.primitive.name == "convert_element_type")
+    )
 
 
 def _spec_of(value: Any) -> tuple:
@@ -356,11 +389,22 @@ def _activation_rows(rows: tuple[TypedValue, ...]) -> tuple[AbstractArray, ...]:
         if row.unreduced:
             how += f"; unreduced over {', '.join(row.unreduced)}"
         runs = f"; runs {row.runs}x per step (loop body)" if row.runs > 1 else ""
-        arrays.append(AbstractArray(
-            f"activations/{where}/{ordinal}", "activation", row.shape, row.dtype,
-            _as_names(row.spec), note=how + runs, annotation="type",
-            module=where, runs_per_step=row.runs, semantics="explicit", type_spec=row.spec, source=row.source,
-        ))
+        arrays.append(
+            AbstractArray(
+                f"activations/{where}/{ordinal}",
+                "activation",
+                row.shape,
+                row.dtype,
+                _as_names(row.spec),
+                note=how + runs,
+                annotation="type",
+                module=where,
+                runs_per_step=row.runs,
+                semantics="explicit",
+                type_spec=row.spec,
+                source=row.source,
+            )
+        )
     return tuple(arrays)
 
 
@@ -373,8 +417,15 @@ def _output(closed, values: tuple[TypedValue, ...], framework: str) -> AbstractA
     aval = closed.jaxpr.outvars[0].aval
     spec = _spec_of(aval)
     return AbstractArray(
-        "activations/output", "activation", tuple(aval.shape), str(aval.dtype), _as_names(spec),
-        note="model output; its sharding is its type's", annotation="type", module="output", semantics="explicit",
+        "activations/output",
+        "activation",
+        tuple(aval.shape),
+        str(aval.dtype),
+        _as_names(spec),
+        note="model output; its sharding is its type's",
+        annotation="type",
+        module="output",
+        semantics="explicit",
         type_spec=spec,
     )
 
@@ -382,15 +433,18 @@ def _output(closed, values: tuple[TypedValue, ...], framework: str) -> AbstractA
 # --- refusals -----------------------------------------------------------------------------------------------------
 
 _FIXES = (
-    ("Contracting dimensions are sharded",
-     "its contracting dimensions are sharded and JAX cannot tell how to shard the output. Fix: pass "
-     "out_sharding=P(...) to that call, or change the rule that shards its contracting dimension"),
-    ("acts as an assert",
-     "on a mesh whose axes are all Explicit, with_sharding_constraint is an assert and the value is sharded "
-     "otherwise (Flax Linen's logical constraints and boxed parameters do this). Fix: use Auto axes for this "
-     "model, or jax.sharding.reshard in its code"),
-    ("evenly divide",
-     "a dimension the mesh does not divide evenly. Fix: change the rule that shards it, or the mesh or the model's size"),
+    (
+        "Contracting dimensions are sharded",
+        "its contracting dimensions are sharded and JAX cannot tell how to shard the output. Fix: pass "
+        "out_sharding=P(...) to that call, or change the rule that shards its contracting dimension",
+    ),
+    (
+        "acts as an assert",
+        "on a mesh whose axes are all Explicit, with_sharding_constraint is an assert and the value is sharded "
+        "otherwise (Flax Linen's logical constraints and boxed parameters do this). Fix: use Auto axes for this "
+        "model, or jax.sharding.reshard in its code",
+    ),
+    ("evenly divide", "a dimension the mesh does not divide evenly. Fix: change the rule that shards it, or the mesh or the model's size"),
 )
 
 
@@ -400,8 +454,7 @@ def refusal(model_name: str, error: Exception) -> ExplorerError:
     where, op = _where(error)
     for needle, fix in _FIXES:
         if needle in text:
-            return ExplorerError("model", model_name, f"is refused by JAX under Explicit axes at {where}{op}: {fix}. "
-                                                      f"(JAX: {text})")
+            return ExplorerError("model", model_name, f"is refused by JAX under Explicit axes at {where}{op}: {fix}. (JAX: {text})")
     return ExplorerError("model", model_name, f"could not be traced under Explicit axes at {where}{op}: {text}")
 
 
@@ -414,5 +467,5 @@ def _where(error: Exception) -> tuple[str, str]:
     frame = frames[index]
     code = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
     where = f"{os.path.basename(frame.filename)}:{frame.lineno} ({frame.name}: `{code}`)"
-    call = next((f.name for f in frames[index + 1:] if library_file(f.filename)), "")
+    call = next((f.name for f in frames[index + 1 :] if library_file(f.filename)), "")
     return where, f" in {call}()" if call else ""

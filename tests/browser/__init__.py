@@ -100,11 +100,19 @@ def streamlit_server(devices: int = DEVICES) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
-        sys.executable, "-m", "streamlit", "run", "app.py",
-        "--server.headless", "true",
-        "--server.address", "127.0.0.1",
-        "--server.port", str(port),
-        "--browser.gatherUsageStats", "false",
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.headless",
+        "true",
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
     ]
     env = {**os.environ, "EXPLORER_CPU_DEVICES": str(devices)}
     with tempfile.TemporaryFile(mode="w+") as log:
@@ -313,12 +321,15 @@ def shown_layout(page: Page) -> dict:
             "axes": [a for a in re.split(r"[\s,]+", value("mesh_axes_text")) if a],
         },
         "rules": rules,
-        "model": {"name": model, "options": {
-            "batch": int(value("option::mlp::batch")),
-            "layers": int(value("option::mlp::layers")),
-            "depth": int(value("option::mlp::depth")),
-            "scan": page.locator(f"{key_selector('option::mlp::scan')} input").is_checked(),
-        }},
+        "model": {
+            "name": model,
+            "options": {
+                "batch": int(value("option::mlp::batch")),
+                "layers": int(value("option::mlp::layers")),
+                "depth": int(value("option::mlp::depth")),
+                "scan": page.locator(f"{key_selector('option::mlp::scan')} input").is_checked(),
+            },
+        },
     }
 
 
@@ -466,4 +477,3 @@ def edit_rule_axes(page: Page, row: int, axes: list[str]) -> None:
     page.locator("h1").first.click()  # the page title: somewhere inert outside the overlay
     expect(editor).to_have_count(0)
     wait_for_rerun(page)
-

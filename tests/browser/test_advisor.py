@@ -76,8 +76,9 @@ def test_run_the_advisor_watch_its_stages_and_open_the_winner(browser, advisor_a
         expected = next(l for l in candidate_layouts(seed_layout(), parse_target("v5litepod-8")) if l.name == winner).to_dict()
         shown = shown_layout(page)
         assert shown["mesh"] == expected["mesh"]
-        assert shown["rules"] == [[logical, axes[0] if isinstance(axes, list) and len(axes) == 1 else axes]
-                                  for logical, axes in expected["rules"]]
+        assert shown["rules"] == [
+            [logical, axes[0] if isinstance(axes, list) and len(axes) == 1 else axes] for logical, axes in expected["rules"]
+        ]
         screenshot(page, "advisor-opened-winner-1440x900")
         assert_no_exception(page)
     finally:

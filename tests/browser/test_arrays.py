@@ -80,7 +80,7 @@ def test_live_timing_and_a_round_trip_through_the_layout(page: Page, app_url: st
     wait_for_rerun(page)
     expect(page.locator(MAIN)).to_contain_text("Speedup")
     assert page.evaluate("() => window.liveChartDrawn") is True, "no live chart was drawn while the timing ran"
-    traces = page.evaluate(f"() => document.querySelector(\"{key_selector('arrays_times')} .js-plotly-plot\").data.map(t => t.x.length)")
+    traces = page.evaluate(f'() => document.querySelector("{key_selector("arrays_times")} .js-plotly-plot").data.map(t => t.x.length)')
     assert traces == [4, 4]
     assert_no_exception(page)
     screenshot(page, "arrays-timed")

@@ -130,8 +130,9 @@ def test_model_needing_explicit_axes_is_fixed_with_one_button_and_shared(browser
 
         # (4) The links the app offers carry the mesh's axis types: the address bar (which follows the layout)
         # and the readable link of the Share section.
-        page.wait_for_function("() => new URLSearchParams(window.location.search).get('types') === 'explicit,explicit'",
-                               timeout=RERUN_TIMEOUT_MS)
+        page.wait_for_function(
+            "() => new URLSearchParams(window.location.search).get('types') === 'explicit,explicit'", timeout=RERUN_TIMEOUT_MS
+        )
         params = dict(parse_qsl(urlsplit(page.url).query))
         assert params["types"] == "explicit,explicit" and params["model"] == FACTORY, params
         toggle_expander(page, "Readable link")

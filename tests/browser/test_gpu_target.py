@@ -38,11 +38,14 @@ H100 = "NVIDIA H100 80GB HBM3"  # what JAX reports as the device kind of an H100
 SIZES = {"width": 1440, "height": 900}, {"width": 1024, "height": 768}
 BYTES = r"[\d.,]+ (B|KiB|MiB|GiB)"
 # JAX's default share (75%) of the H100's 79.1 GiB is 59.3 GiB.
-VERDICT = re.compile(rf"Fits: XLA's peak is {BYTES} of the 59\.3 GiB JAX lets one process use per GPU \(75% of its 79\.1 GiB\), "
-                     rf"{BYTES} to spare\.")
+VERDICT = re.compile(
+    rf"Fits: XLA's peak is {BYTES} of the 59\.3 GiB JAX lets one process use per GPU \(75% of its 79\.1 GiB\), "
+    rf"{BYTES} to spare\."
+)
 # The seed's mesh on one host: both axes on GPUs of that host, every collective over NVLink.
-PLACEMENT = ("Placed on the hosts and GPUs (host-major): data (2): 2 GPUs of one host, over NVLink; "
-             "model (4): 4 GPUs of one host, over NVLink.")
+PLACEMENT = (
+    "Placed on the hosts and GPUs (host-major): data (2): 2 GPUs of one host, over NVLink; model (4): 4 GPUs of one host, over NVLink."
+)
 DATA_ONLY = "/?name=data-only&mesh=2x4&axes=data,model&rules=batch:data&model=mlp&options=batch:8;layers:4;depth:1024;scan:false"
 
 
@@ -57,7 +60,9 @@ def shoot(page: Page, name: str, top: str) -> None:
     for size in SIZES:
         page.set_viewport_size(size)
         page.wait_for_timeout(800)  # Plotly redraws for the new width
-        page.locator(top).first.evaluate("(element) => { element.style.scrollMarginTop = '70px'; element.scrollIntoView({block: 'start'}); }")
+        page.locator(top).first.evaluate(
+            "(element) => { element.style.scrollMarginTop = '70px'; element.scrollIntoView({block: 'start'}); }"
+        )
         page.wait_for_timeout(300)
         screenshot(page, f"{name}-{size['width']}x{size['height']}")
     page.set_viewport_size(SIZES[0])

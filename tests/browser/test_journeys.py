@@ -74,7 +74,8 @@ def expect_address(page: Page, layout: dict) -> None:
             const actual = Object.fromEntries(new URLSearchParams(window.location.search));
             return JSON.stringify(actual, Object.keys(actual).sort()) === JSON.stringify(expected, Object.keys(expected).sort());
         }""",
-        arg=expected, timeout=RERUN_TIMEOUT_MS,
+        arg=expected,
+        timeout=RERUN_TIMEOUT_MS,
     )
 
 
@@ -180,8 +181,7 @@ def test_a_compile_shows_its_stage_and_time_without_a_click_and_the_whole_time_a
 # same fit_preset and analyze the page calls); here, the page's wiring on one combination of each kind: a Linen
 # model, the logical NNX guide (its embed rule) and GPT-2 small under tensor parallelism (its vocabulary left
 # unsharded, and said so).
-PAGE_COMBINATIONS = [("mlp", None, "flax-guide"), ("nnx-guide", "logical", "fsdp"),
-                     ("transformer", "gpt2-small", "tensor-parallel")]
+PAGE_COMBINATIONS = [("mlp", None, "flax-guide"), ("nnx-guide", "logical", "fsdp"), ("transformer", "gpt2-small", "tensor-parallel")]
 
 
 def test_presets_applied_on_the_page_give_layouts_jax_accepts_and_say_what_they_left(browser, journey_server):

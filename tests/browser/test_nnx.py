@@ -22,15 +22,22 @@ from tests.browser import (
 pytestmark = pytest.mark.browser
 
 RUN_TIMEOUT_MS = 4 * RERUN_TIMEOUT_MS
-NNX = parse_layout({
-    "name": "nnx-guide-2x4", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [],
-    "model": {"name": "nnx-guide", "options": {"batch": 8, "layers": 2, "depth": 256, "logical": False}},
-})
-LINEN = parse_layout({
-    "name": "linen-twin", "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
-    "rules": [["batch", "data"], ["hidden", "model"]],
-    "model": {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": True}},
-})
+NNX = parse_layout(
+    {
+        "name": "nnx-guide-2x4",
+        "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+        "rules": [],
+        "model": {"name": "nnx-guide", "options": {"batch": 8, "layers": 2, "depth": 256, "logical": False}},
+    }
+)
+LINEN = parse_layout(
+    {
+        "name": "linen-twin",
+        "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+        "rules": [["batch", "data"], ["hidden", "model"]],
+        "model": {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": True}},
+    }
+)
 
 
 def test_nnx_guide_model_is_shown_timed_and_compared(blank_page: Page, app_url: str) -> None:

@@ -45,7 +45,9 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(browser, target_
         expect(button).to_have_text("Compile for v5litepod-8")
         button.click()
         verdict = page.locator(key_selector("target_verdict"))
-        expect(verdict).to_contain_text(re.compile(r"Fits: XLA's peak is [\d.,]+ MiB of the 16\.0 GiB HBM per chip"), timeout=COMPILE_TIMEOUT_MS)
+        expect(verdict).to_contain_text(
+            re.compile(r"Fits: XLA's peak is [\d.,]+ MiB of the 16\.0 GiB HBM per chip"), timeout=COMPILE_TIMEOUT_MS
+        )
         wait_for_rerun(page)
         roofline = page.locator(f"{key_selector('target_roofline')} .js-plotly-plot")
         expect(roofline).to_be_visible()
@@ -69,12 +71,16 @@ def test_stop_ends_a_running_compile(browser, target_app_url):
     """A 12-layer transformer takes long enough to compile to be stopped while the child process runs."""
     page = new_page(browser, {"width": 1440, "height": 900})
     try:
-        query = ("?name=stop-me&mesh=2x4&axes=data,model&rules=batch:data;mlp:model;heads:model"
-                 "&model=transformer&options=layers:12;d_model:512;mlp_dim:2048;scan:false")
+        query = (
+            "?name=stop-me&mesh=2x4&axes=data,model&rules=batch:data;mlp:model;heads:model"
+            "&model=transformer&options=layers:12;d_model:512;mlp_dim:2048;scan:false"
+        )
         open_app(page, target_app_url + "/" + query)
         choose(page, "target_choice", "v5litepod-8")
         page.locator(f"{key_selector('target_compile_button')} button").click()
-        expect(page.locator(MAIN)).to_contain_text(re.compile(r"(trace|lower|compile)\*?\*? · [\d.]+ s elapsed"), timeout=COMPILE_TIMEOUT_MS)
+        expect(page.locator(MAIN)).to_contain_text(
+            re.compile(r"(trace|lower|compile)\*?\*? · [\d.]+ s elapsed"), timeout=COMPILE_TIMEOUT_MS
+        )
         page.locator(f"{key_selector('target_stop_button')} button").first.click()
         wait_for_rerun(page)
         expect(page.locator(MAIN)).to_contain_text("The last compile was stopped.")

@@ -52,8 +52,12 @@ def test_the_search_space_for_the_guides_mlp_on_8_devices_is_every_factorization
         ("fsdp4xtensor2", [4, 2], ["fsdp", "tensor"], [["batch", "fsdp"], ["embed", "fsdp"], ["hidden", "tensor"]]),
         ("fsdp8", [8], ["fsdp"], [["batch", "fsdp"], ["embed", "fsdp"], ["hidden", None]]),
         ("data2xtensor4", [2, 4], ["data", "tensor"], [["batch", "data"], ["embed", None], ["hidden", "tensor"]]),
-        ("data2xfsdp2xtensor2", [2, 2, 2], ["data", "fsdp", "tensor"],
-         [["batch", ("data", "fsdp")], ["embed", "fsdp"], ["hidden", "tensor"]]),
+        (
+            "data2xfsdp2xtensor2",
+            [2, 2, 2],
+            ["data", "fsdp", "tensor"],
+            [["batch", ("data", "fsdp")], ["embed", "fsdp"], ["hidden", "tensor"]],
+        ),
         ("data2xfsdp4", [2, 4], ["data", "fsdp"], [["batch", ("data", "fsdp")], ["embed", "fsdp"], ["hidden", None]]),
         ("data4xtensor2", [4, 2], ["data", "tensor"], [["batch", "data"], ["embed", None], ["hidden", "tensor"]]),
         ("data4xfsdp2", [4, 2], ["data", "fsdp"], [["batch", ("data", "fsdp")], ["embed", "fsdp"], ["hidden", None]]),
@@ -80,11 +84,30 @@ def test_stage_1_state_is_the_analysis_state_for_every_candidate_and_refusals_ar
 
 
 def small_transformer(scan=True, **options):
-    return parse_layout({"name": "mine", "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
-                         "rules": [["batch", "data"], ["heads", "model"], ["mlp", "model"], ["vocab", "model"]],
-                         "model": {"name": "transformer", "options": {
-                             "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8,
-                             "mlp_dim": 64, "vocab": 128, "gated_mlp": True, "scan": scan, **options}}})
+    return parse_layout(
+        {
+            "name": "mine",
+            "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+            "rules": [["batch", "data"], ["heads", "model"], ["mlp", "model"], ["vocab", "model"]],
+            "model": {
+                "name": "transformer",
+                "options": {
+                    "batch": 8,
+                    "seq_len": 16,
+                    "layers": 2,
+                    "d_model": 32,
+                    "heads": 8,
+                    "kv_heads": 4,
+                    "head_dim": 8,
+                    "mlp_dim": 64,
+                    "vocab": 128,
+                    "gated_mlp": True,
+                    "scan": scan,
+                    **options,
+                },
+            },
+        }
+    )
 
 
 @pytest.mark.parametrize("scan", [True, False])
@@ -102,8 +125,12 @@ def test_stage_1_read_from_one_trace_equals_the_full_analysis_of_each_candidate(
         assert [(a.path, a.spec, a.bytes_per_device) for a in quick.arrays] == [(a.path, a.spec, a.bytes_per_device) for a in full.arrays]
         assert any(a.kind == "activation" for a in full.arrays)
         assert candidate.state_bytes == full.totals.state_bytes and quick.totals == full.totals, name
-        assert ((candidate.estimate, candidate.largest_collective, candidate.collective_by_axis, candidate.collectives)
-                == advisor.stage1_estimate(full, parse_target(TARGET))), name
+        assert (
+            candidate.estimate,
+            candidate.largest_collective,
+            candidate.collective_by_axis,
+            candidate.collectives,
+        ) == advisor.stage1_estimate(full, parse_target(TARGET)), name
 
 
 def test_a_model_that_fits_no_layout_says_so_with_the_smallest_state(seed_dict):
@@ -151,7 +178,10 @@ def test_stage_2_figures_are_explorer_compiles_for_the_same_layout(seed_dict, tm
     env = dict(os.environ, EXPLORER_CACHE_DIR=str(tmp_path / "fresh"))  # a compile of its own, not a cache hit
     completed = subprocess.run(
         [sys.executable, "-m", "explorer", "compile", str(path), "--target", TARGET, "--json"],
-        capture_output=True, text=True, timeout=600, env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert completed.returncode == 0, completed.stderr
     compiled = json.loads(completed.stdout)
@@ -167,7 +197,9 @@ def test_stop_ends_a_running_search_and_keeps_what_was_compiled(seed_dict):
     search = advisor.stage1(small(seed_dict), TARGET)
     stages: list[str] = []
     search = advisor.stage2(
-        search, compiles=3, on_progress=lambda stage, _: stages.append(stage),
+        search,
+        compiles=3,
+        on_progress=lambda stage, _: stages.append(stage),
         should_stop=lambda: any(s.startswith("stage 2: compiling 2 of") and s.endswith(": trace") for s in stages),
     )
     assert search.stopped is True and search.stage == "stopped"
@@ -182,7 +214,9 @@ def test_the_command_line_prints_the_json_contract_and_refuses_bad_input(seed_di
     path.write_text(json.dumps(small(seed_dict).to_dict()))
     completed = subprocess.run(
         [sys.executable, "-m", "explorer", "advise", str(path), "--target", TARGET, "--json", "--compiles", "0"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout)
@@ -190,17 +224,32 @@ def test_the_command_line_prints_the_json_contract_and_refuses_bad_input(seed_di
     assert result["compiles"] == 0 and result["searched"] == 11
     assert [c["rank"] for c in result["candidates"]] == list(range(1, 12))
     for c in result["candidates"]:
-        assert set(c) >= {"rank", "layout", "state_bytes", "verified", "extrapolated", "fits", "peak_bytes", "step_s", "bound", "mfu_ceiling"}
+        assert set(c) >= {
+            "rank",
+            "layout",
+            "state_bytes",
+            "verified",
+            "extrapolated",
+            "fits",
+            "peak_bytes",
+            "step_s",
+            "bound",
+            "mfu_ceiling",
+        }
         assert c["verified"] is False and c["peak_bytes"] is None and c["step_source"] == "stage1_estimate"
         parse_layout(c["layout"])  # a layout file, as analyze/compile read it
     bad = subprocess.run(
         [sys.executable, "-m", "explorer", "advise", str(path), "--target", TARGET, "--role", "hidden=gpu"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error: roles['hidden']: 'gpu' is not a role") and "Traceback" not in bad.stderr
     depth = subprocess.run(
         [sys.executable, "-m", "explorer", "advise", str(path), "--target", TARGET, "--depth-option", "blocks"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert depth.returncode == 2 and depth.stderr.startswith("error: --depth-option: 'blocks' is not an option of this layout's model")
     assert "Traceback" not in depth.stderr
@@ -208,9 +257,14 @@ def test_the_command_line_prints_the_json_contract_and_refuses_bad_input(seed_di
 
 # --- the depth shortcut ----------------------------------------------------------------------------
 
+
 def _result(peak, flops, accessed, collectives, compiled=True):
     return compile_result(
-        TARGET, memory=Memory(peak // 2, peak // 2, peak // 2, peak // 2, peak), flops=flops, bytes_accessed=accessed, compiled=compiled,
+        TARGET,
+        memory=Memory(peak // 2, peak // 2, peak // 2, peak // 2, peak),
+        flops=flops,
+        bytes_accessed=accessed,
+        compiled=compiled,
         collectives=tuple(CollectiveCost(op, n, b, axes, g, 1, 1, "ici", 0.0) for op, n, b, axes, g in collectives),
     )
 
@@ -220,8 +274,12 @@ def test_extrapolation_is_linear_in_depth_per_figure_and_per_collective():
 
     target = parse_target(TARGET)
     low = _result(1_000, 2e9, 4e8, [("all-gather", 2, 100, ("fsdp",), 8), ("all-reduce", 1, 50, ("fsdp",), 8)])
-    high = _result(1_600, 3e9, 6e8, [("all-gather", 4, 300, ("fsdp",), 8), ("all-reduce", 1, 50, ("fsdp",), 8),
-                                      ("reduce-scatter", 2, 40, ("fsdp",), 8)])
+    high = _result(
+        1_600,
+        3e9,
+        6e8,
+        [("all-gather", 4, 300, ("fsdp",), 8), ("all-reduce", 1, 50, ("fsdp",), 8), ("reduce-scatter", 2, 40, ("fsdp",), 8)],
+    )
     out = advisor.extrapolate(low, high, (2, 4), 32, target)
     # f(32) = f(2) + (f(4) - f(2)) * (32 - 2) / (4 - 2) = f(2) + 15 (f(4) - f(2))
     assert out.memory.peak_bytes == 1_000 + 15 * 600 and out.memory.temp_bytes == 500 + 15 * 300
@@ -268,13 +326,20 @@ def test_the_depth_shortcut_extrapolates_a_tiny_transformer_close_to_its_full_co
     # shapes on v5p-128 from depths 2 and 4 to 32), flops 0.9997x, bytes accessed 1.005x, collective bytes 1.0x.
     assert 0.95 < error["peak_bytes"] < 1.05 and 0.99 < error["flops"] < 1.01 and 0.98 < error["bytes_accessed"] < 1.02, error
     assert error["collective_bytes"] == pytest.approx(1.0, rel=0.02), error
-    assert advisor.search_to_dict(search)["depth_shortcut"] == {"used": True, "options": ["layers"], "depth": 8, "depths": [2, 4], "why_not": None}
+    assert advisor.search_to_dict(search)["depth_shortcut"] == {
+        "used": True,
+        "options": ["layers"],
+        "depth": 8,
+        "depths": [2, 4],
+        "why_not": None,
+    }
     assert "extrapolated: peak" in advisor.table_rows(search)[0]["extrapolated figures"]
 
 
 def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_far(seed_dict):
     """Stage 1 ranks x, y, z; XLA then says x's memory term is 4x the estimate's and its collectives half of it:
     scaled so, z (little memory traffic) goes before y, which stage 1 ranked second."""
+
     def candidate(name, memory, collective):
         layout = parse_layout({**seed_dict, "name": name})
         return advisor.Candidate(layout, 1, Estimate(1e-3, memory * 1e-3, collective * 1e-3), "none", fits=True)
@@ -292,15 +357,27 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
     assert advisor.calibration(search)["memory_s"] == pytest.approx(4.0)
     # Per mesh axis: XLA's sequence collectives were 5x the estimate's, so a candidate whose estimate is all sequence
     # collectives is pushed behind one whose estimate is all tensor collectives (measured 1x).
-    per_axis = advisor.Search(parse_target(TARGET), candidates=[
-        dataclasses.replace(candidate("s1", 0.1, 2), collective_by_axis={"sequence": 1e-3, "tensor": 1e-3}),
-        dataclasses.replace(candidate("s2", 0.1, 2.1), collective_by_axis={"sequence": 2.1e-3}),
-        dataclasses.replace(candidate("t", 0.1, 3), collective_by_axis={"tensor": 3e-3})])
+    per_axis = advisor.Search(
+        parse_target(TARGET),
+        candidates=[
+            dataclasses.replace(candidate("s1", 0.1, 2), collective_by_axis={"sequence": 1e-3, "tensor": 1e-3}),
+            dataclasses.replace(candidate("s2", 0.1, 2.1), collective_by_axis={"sequence": 2.1e-3}),
+            dataclasses.replace(candidate("t", 0.1, 3), collective_by_axis={"tensor": 3e-3}),
+        ],
+    )
     collective = lambda op, axes, seconds: CollectiveCost(op, 1, 1, axes, 2, 1, 1, "ici", seconds)
-    per_axis.candidates[0] = advisor.verified(per_axis.candidates[0], dataclasses.replace(
-        xla, estimate=Estimate(1e-3, 1e-4, 6e-3),
-        collectives=(collective("all-gather", ("sequence",), 5e-3), collective("all-reduce", ("tensor",), 1e-3),
-                     collective("all-gather", ("sequence", "tensor"), 4e-3))))  # shared 1:1 as estimated
+    per_axis.candidates[0] = advisor.verified(
+        per_axis.candidates[0],
+        dataclasses.replace(
+            xla,
+            estimate=Estimate(1e-3, 1e-4, 6e-3),
+            collectives=(
+                collective("all-gather", ("sequence",), 5e-3),
+                collective("all-reduce", ("tensor",), 1e-3),
+                collective("all-gather", ("sequence", "tensor"), 4e-3),
+            ),
+        ),
+    )  # shared 1:1 as estimated
     assert advisor.calibration(per_axis)["collective_s:sequence"] == pytest.approx(7.0)
     assert advisor.calibration(per_axis)["collective_s:tensor"] == pytest.approx(3.0)
     assert advisor.next_to_compile(per_axis).layout.name == "t"  # stage 1 alone would say s2
@@ -309,15 +386,18 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
 def test_a_layout_with_explicit_axes_searches_the_sizes_of_its_own_axes(monkeypatch):
     """An Explicit-axis model names mesh axes in its own code: candidates keep the layout's axes, types and rules."""
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.external.factories:make_flax_gemma")
-    layout = parse_layout({
-        "name": "gemma", "mesh": {"shape": [2, 4], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
-        "rules": [], "model": {"name": "tests.external.factories:make_flax_gemma", "options": {}},
-    })
+    layout = parse_layout(
+        {
+            "name": "gemma",
+            "mesh": {"shape": [2, 4], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
+            "rules": [],
+            "model": {"name": "tests.external.factories:make_flax_gemma", "options": {}},
+        }
+    )
     search = advisor.stage1(layout, "v5e:2x4")
     shapes = sorted(tuple(c.layout.mesh.shape) for c in search.candidates)
     assert shapes == [(2, 4), (4, 2), (8, 1)]
-    assert all(c.layout.mesh.types == ("explicit", "explicit") and c.layout.mesh.axes == ("data", "model")
-               for c in search.candidates)
+    assert all(c.layout.mesh.types == ("explicit", "explicit") and c.layout.mesh.axes == ("data", "model") for c in search.candidates)
     # model=8 does not divide Gemma's 4 heads: JAX refuses the type, the search says where
     assert search.refused == 1 and "modules.py:" in search.refused_examples[0]
     assert "does not divide evenly" in search.refused_examples[0]
@@ -326,6 +406,7 @@ def test_a_layout_with_explicit_axes_searches_the_sizes_of_its_own_axes(monkeypa
 
 
 # --- where the mesh lies: a GPU cluster's hosts, a TPU slice's torus ----------------------------------
+
 
 def _host_spans(target, shape, axis: int) -> int:
     """The hosts one group of mesh axis ``axis`` spans: JAX numbers a cluster's GPUs host by host (the CUDA plugin's
@@ -348,7 +429,9 @@ def test_on_a_gpu_cluster_every_candidate_keeps_its_tensor_axis_inside_a_host(se
         n, g = target.devices, target.gpus_per_host
         expected = {(d, f, n // (d * f)) for d in range(1, n + 1) for f in range(1, n + 1) if n % (d * f) == 0}
         expected = {s for s in expected if not (s[2] <= g and g % s[2])}
-        assert sorted(tuple(dict(zip(l.mesh.axes, l.mesh.shape)).get(a, 1) for a in ("data", "fsdp", "tensor")) for l in layouts) == sorted(expected)
+        assert sorted(tuple(dict(zip(l.mesh.axes, l.mesh.shape)).get(a, 1) for a in ("data", "fsdp", "tensor")) for l in layouts) == sorted(
+            expected
+        )
     assert len(layouts) == 16 and "fsdp3xtensor4" not in {l.name for l in layouts} and "fsdp2xtensor6" in {l.name for l in layouts}
 
 
@@ -357,8 +440,12 @@ def _book_seconds(op: str, bytes_: float, n: int, hosts: int, nvlink: float, net
     g = n / hosts GPUs of the group per host; NVLink inside a host, one NIC per GPU between hosts, the slower counts."""
     g = n / hosts
     per_byte = max((n - 1) / n / nvlink if g > 1 else 0.0, (hosts - 1) / hosts / (g * network))
-    return {"all-gather": bytes_ * per_byte, "reduce-scatter": bytes_ * n * per_byte, "all-reduce": 2 * bytes_ * per_byte,
-            "all-to-all": bytes_ * max((g - 1) / n / nvlink, (n - g) / n / network)}[op]
+    return {
+        "all-gather": bytes_ * per_byte,
+        "reduce-scatter": bytes_ * n * per_byte,
+        "all-reduce": 2 * bytes_ * per_byte,
+        "all-to-all": bytes_ * max((g - 1) / n / nvlink, (n - g) / n / network),
+    }[op]
 
 
 def test_stage_1_costs_an_axis_that_spans_hosts_at_the_network_bandwidth_per_gpu():
@@ -384,7 +471,8 @@ def test_stage_1_costs_an_axis_that_spans_hosts_at_the_network_bandwidth_per_gpu
     two, one = ({c.layout.name: c for c in searches[cluster].candidates} for cluster in ("h100:2x4", "h100:1x8"))
     h100 = parse_target("h100:1x8").chip
     assert two["fsdp2xtensor4"].collective_by_axis["fsdp"] / one["fsdp2xtensor4"].collective_by_axis["fsdp"] == pytest.approx(
-        h100.nvlink_bandwidth / h100.network_bandwidth)
+        h100.nvlink_bandwidth / h100.network_bandwidth
+    )
     assert two["fsdp2xtensor4"].collective_by_axis["tensor"] == pytest.approx(one["fsdp2xtensor4"].collective_by_axis["tensor"])
 
 
@@ -403,7 +491,10 @@ def test_an_advise_run_on_a_gpu_cluster_ranks_by_the_gpu_compile(seed_dict, tmp_
     path.write_text(json.dumps(top.layout.to_dict()))
     completed = subprocess.run(
         [sys.executable, "-m", "explorer", "compile", str(path), "--target", "h100:2x4", "--json"],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ, EXPLORER_CACHE_DIR=str(tmp_path / "fresh")),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, EXPLORER_CACHE_DIR=str(tmp_path / "fresh")),
     )
     assert completed.returncode == 0, completed.stderr
     compiled = json.loads(completed.stdout)
@@ -411,11 +502,21 @@ def test_an_advise_run_on_a_gpu_cluster_ranks_by_the_gpu_compile(seed_dict, tmp_
     result = advisor.search_to_dict(search)
     row = next(r for r in result["candidates"] if r["layout"]["name"] == top.layout.name)
     assert (row["peak_bytes"], row["fits"], row["step_s"], row["bound"]) == (
-        compiled["memory"]["peak_bytes"], compiled["fits"], compiled["estimate"]["step_s"], compiled["estimate"]["bound"])
+        compiled["memory"]["peak_bytes"],
+        compiled["fits"],
+        compiled["estimate"]["step_s"],
+        compiled["estimate"]["bound"],
+    )
     assert [link["hosts"] for link in row["mesh"]["links"]] == [p["hosts"] for p in compiled["mesh"]["placement"]]
     assert [link["text"] for link in row["mesh"]["links"]] == [p["text"] for p in compiled["mesh"]["placement"]]
     limit = compiled["memory_limit"]["bytes"]  # what the compile's verdict judges: JAX's share of the GPU
-    assert search.limit_bytes == result["memory_limit"]["bytes"] == result["smallest_state"]["hbm_bytes"] == limit < compiled["target"]["hbm_bytes"]
+    assert (
+        search.limit_bytes
+        == result["memory_limit"]["bytes"]
+        == result["smallest_state"]["hbm_bytes"]
+        == limit
+        < compiled["target"]["hbm_bytes"]
+    )
     assert "JAX lets one process use per GPU (75% of its 79.1 GiB)" in advisor.verdict_text(search)
     assert advisor.search_text(search).splitlines()[1].startswith("h100:2x4: a GPU cluster of 2 hosts x 4 NVIDIA H100")
 

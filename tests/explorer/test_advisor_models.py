@@ -35,19 +35,26 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def maxtext(**options):
-    return parse_layout({"name": "maxtext", "mesh": MAXTEXT_MESH, "rules": external.maxtext_rules(),
-                         "model": {"name": MAXTEXT, "options": options}})
+    return parse_layout(
+        {"name": "maxtext", "mesh": MAXTEXT_MESH, "rules": external.maxtext_rules(), "model": {"name": MAXTEXT, "options": options}}
+    )
 
 
 def maxtext_moe(shape=MOE_SHAPE, **options):
     """MaxText's Mixtral layer (moe.RoutedMoE, dense dispatch/combine) with base.yml's rules on its 12-axis mesh; the
     layers take the mesh they are traced under (``mesh_shape="context"``), so a candidate's mesh is theirs too."""
-    return parse_layout({"name": "maxtext-moe", "rules": external.maxtext_rules(),
-                         "mesh": {"shape": [int(n) for n in shape.split("x")], "axes": list(external.maxtext_base.MESH_AXES)},
-                         "model": {"name": MAXTEXT_MOE, "options": {"mesh_shape": external.MAXTEXT_CONTEXT_MESH, **options}}})
+    return parse_layout(
+        {
+            "name": "maxtext-moe",
+            "rules": external.maxtext_rules(),
+            "mesh": {"shape": [int(n) for n in shape.split("x")], "axes": list(external.maxtext_base.MESH_AXES)},
+            "model": {"name": MAXTEXT_MOE, "options": {"mesh_shape": external.MAXTEXT_CONTEXT_MESH, **options}},
+        }
+    )
 
 
 # --- 1. every name ruled, by role ----------------------------------------------------------------------
+
 
 def test_every_logical_name_maxtext_uses_gets_a_rule_by_role_in_every_candidate_activation_only_names_included():
     """MaxText's decoder feeds its input as (activation_embed_and_logits_batch, activation_length, activation_embed):
@@ -74,18 +81,53 @@ def test_every_logical_name_maxtext_uses_gets_a_rule_by_role_in_every_candidate_
 
 
 def test_maxtext_t5x_and_flaxformer_names_have_their_roles_and_unknown_names_are_guessed_and_shown():
-    roles = space.default_roles(["activation_batch_no_exp", "embed_no_exp", "exp", "q_lora", "kv_lora", "activation_exp",
-                                 "activation_mlp", "activation_vocab", "activation_heads", "mlp_moe", "expert_replicas",
-                                 "joined_kv", "unmodeled", "layers", "kv_head_dim", "activation_kv_length"])
-    assert roles == {"activation_batch_no_exp": "batch_no_expert", "embed_no_exp": "embed_no_expert", "exp": "expert",
-                     "q_lora": "embed", "kv_lora": "embed", "activation_exp": "expert", "activation_mlp": "tensor",
-                     "activation_vocab": "tensor", "activation_heads": "tensor", "mlp_moe": "tensor", "expert_replicas": "batch",
-                     "joined_kv": "tensor", "unmodeled": "none", "layers": "none", "kv_head_dim": "none", "activation_kv_length": "none"}
+    roles = space.default_roles(
+        [
+            "activation_batch_no_exp",
+            "embed_no_exp",
+            "exp",
+            "q_lora",
+            "kv_lora",
+            "activation_exp",
+            "activation_mlp",
+            "activation_vocab",
+            "activation_heads",
+            "mlp_moe",
+            "expert_replicas",
+            "joined_kv",
+            "unmodeled",
+            "layers",
+            "kv_head_dim",
+            "activation_kv_length",
+        ]
+    )
+    assert roles == {
+        "activation_batch_no_exp": "batch_no_expert",
+        "embed_no_exp": "embed_no_expert",
+        "exp": "expert",
+        "q_lora": "embed",
+        "kv_lora": "embed",
+        "activation_exp": "expert",
+        "activation_mlp": "tensor",
+        "activation_vocab": "tensor",
+        "activation_heads": "tensor",
+        "mlp_moe": "tensor",
+        "expert_replicas": "batch",
+        "joined_kv": "tensor",
+        "unmodeled": "none",
+        "layers": "none",
+        "kv_head_dim": "none",
+        "activation_kv_length": "none",
+    }
     # The expert kernels' embed_no_exp is FSDP-sharded (not over the expert axis, which their exp dimension takes).
     rules = dict(map(tuple, space.rules_for(roles, ["fsdp", "expert", "tensor"])))
     assert rules["embed_no_exp"] == "fsdp" and rules["exp"] == "expert" and rules["activation_batch_no_exp"] == "fsdp"
     assert rules["q_lora"] == ["fsdp", "expert"] and rules["activation_batch_no_exp"] != rules.get("activation_batch", ["fsdp", "expert"])
-    assert space.guessed_roles(["my_batch_thing", "attn_heads_x", "zz", "embed"]) == {"my_batch_thing": "batch", "attn_heads_x": "tensor", "zz": "none"}
+    assert space.guessed_roles(["my_batch_thing", "attn_heads_x", "zz", "embed"]) == {
+        "my_batch_thing": "batch",
+        "attn_heads_x": "tensor",
+        "zz": "none",
+    }
 
 
 def test_every_name_maxtexts_moe_uses_is_ruled_in_every_candidate_and_its_experts_split_over_expert_then_fsdp():
@@ -96,8 +138,16 @@ def test_every_name_maxtexts_moe_uses_is_ruled_in_every_candidate_and_its_expert
     (base.yml's ``embed_moe`` leaves the expert axis to ``exp``)."""
     layout = maxtext_moe("1x1x1x2x1x1x1x1x1x1x2x1")  # fsdp 2 x expert 2
     names = set(logical_names(layout.model, tuple(layout.mesh.axes)))
-    activation_only = {"activation_exp", "activation_batch_moe", "activation_embed_moe", "activation_mlp", "activation_length_moe",
-                       "activation_norm_length_moe", "activation_heads", "activation_kv_batch"}
+    activation_only = {
+        "activation_exp",
+        "activation_batch_moe",
+        "activation_embed_moe",
+        "activation_mlp",
+        "activation_length_moe",
+        "activation_norm_length_moe",
+        "activation_heads",
+        "activation_kv_batch",
+    }
     assert activation_only <= names and {"exp", "embed_moe", "mlp_moe"} <= names
     search = advisor.stage1(layout, "v5litepod-4")  # 4 chips: 15 candidates, each read under its own mesh and rules
     assert search.guessed_roles == {}  # every name is a known convention
@@ -113,6 +163,7 @@ def test_every_name_maxtexts_moe_uses_is_ruled_in_every_candidate_and_its_expert
 
 # --- 2. scanned read from the trace ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("scan_layers", [True, False])
 def test_scanned_is_read_from_the_trace_not_from_an_option_named_scan(scan_layers):
     """MaxText's option is ``scan_layers``: the depth shortcut skips the scanned model and is used on the looped one."""
@@ -127,6 +178,7 @@ def test_scanned_is_read_from_the_trace_not_from_an_option_named_scan(scan_layer
 
 # --- 3. a mixture of experts costed as it runs ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("top_k", [1, 2])
 def test_the_moe_compute_estimate_is_xlas_flops_of_the_compiled_step_within_10_percent(top_k):
     """flaxformer's MoE (4 experts, T5X's MoE rules, data 2 x expert 2 x model 2 on this process's 8 CPU devices):
@@ -134,10 +186,14 @@ def test_the_moe_compute_estimate_is_xlas_flops_of_the_compiled_step_within_10_p
     10% of XLA's flops per device for the compiled step; counting every expert (6 x all parameters) is about 2x over."""
     from explorer.compiled import compile_step, flops_of
 
-    layout = parse_layout({"name": "moe", "mesh": {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]},
-                           "rules": external.AUTHORS_RULES["flaxformer_moe"],
-                           "model": {"name": MOE, "options": {"num_selected_experts": top_k, "emb_dim": 256, "mlp_dim": 1024,
-                                                               "batch": 16, "length": 64}}})
+    layout = parse_layout(
+        {
+            "name": "moe",
+            "mesh": {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]},
+            "rules": external.AUTHORS_RULES["flaxformer_moe"],
+            "model": {"name": MOE, "options": {"num_selected_experts": top_k, "emb_dim": 256, "mlp_dim": 1024, "batch": 16, "length": 64}},
+        }
+    )
     report = analyze(layout)
     target = parse_target(TARGET)
     estimated = advisor.stage1_estimate(report, target)[0].compute_s * target.chip.device_peak_flops
@@ -162,8 +218,19 @@ def test_maxtexts_moe_compute_estimate_is_xlas_flops_of_the_step_within_10_perce
     import flax.linen as nn
     import jax.numpy as jnp
 
-    options = dict(num_experts_per_tok=top_k, capacity_factor=1.25, emb_dim=512, mlp_dim=2048, num_heads=8, num_kv_heads=8,
-                   head_dim=64, batch=16, length=64, scan_layers=False, num_decoder_layers=1)
+    options = dict(
+        num_experts_per_tok=top_k,
+        capacity_factor=1.25,
+        emb_dim=512,
+        mlp_dim=2048,
+        num_heads=8,
+        num_kv_heads=8,
+        head_dim=64,
+        batch=16,
+        length=64,
+        scan_layers=False,
+        num_decoder_layers=1,
+    )
     report = analyze(maxtext_moe(**options))
     target = parse_target(TARGET)
     estimated = advisor.stage1_estimate(report, target)[0].compute_s * target.chip.device_peak_flops * target.devices
@@ -180,6 +247,7 @@ def test_maxtexts_moe_compute_estimate_is_xlas_flops_of_the_step_within_10_perce
 
 # --- 4. stage 1's ranking and a robust calibration ---------------------------------------------------------
 
+
 def candidate(seed_dict, name, compute, memory, collective, **fields):
     layout = parse_layout({**seed_dict, "name": name})
     return advisor.Candidate(layout, 1, Estimate(compute * 1e-3, memory * 1e-3, collective * 1e-3), "none", fits=True, **fields)
@@ -188,15 +256,21 @@ def candidate(seed_dict, name, compute, memory, collective, **fields):
 def test_a_tie_at_the_same_compute_bound_estimate_is_broken_by_hbm_traffic_and_collectives(seed_dict):
     """Every candidate compute-bound at 10 ms: before, the least collective time won alone (a pure expert mesh with
     heavy HBM traffic); now HBM traffic and collectives together decide."""
-    search = advisor.Search(parse_target(TARGET), candidates=[
-        candidate(seed_dict, "few-collectives-much-traffic", 10, 9, 0.5), candidate(seed_dict, "balanced", 10, 2, 1)])
+    search = advisor.Search(
+        parse_target(TARGET),
+        candidates=[candidate(seed_dict, "few-collectives-much-traffic", 10, 9, 0.5), candidate(seed_dict, "balanced", 10, 2, 1)],
+    )
     assert [c.layout.name for c in advisor.shortlist(search)] == ["balanced", "few-collectives-much-traffic"]
 
 
 def test_one_outlier_compile_cannot_move_a_factor_by_orders_of_magnitude_and_a_refused_program_never_calibrates(seed_dict):
     xla = lambda memory, compiled=True: compile_result(
-        TARGET, fits=compiled, compiled=compiled, headroom_bytes=1 if compiled else -1,
-        estimate=Estimate(1e-3 if compiled else 1e-5, memory * 1e-3, 1e-3))
+        TARGET,
+        fits=compiled,
+        compiled=compiled,
+        headroom_bytes=1 if compiled else -1,
+        estimate=Estimate(1e-3 if compiled else 1e-5, memory * 1e-3, 1e-3),
+    )
     search = advisor.Search(parse_target(TARGET), candidates=[candidate(seed_dict, n, 1, 1, 1) for n in "abcd"])
     search.candidates[0] = advisor.verified(search.candidates[0], xla(2))
     search.candidates[1] = advisor.verified(search.candidates[1], xla(84_000))  # one outlier
@@ -223,11 +297,31 @@ def test_no_compile_goes_to_a_candidate_whose_state_or_estimated_activations_cle
 
 # --- 5. memory as a search dimension ----------------------------------------------------------------------
 
+
 def transformer(**options):
-    return parse_layout({"name": "mine", "mesh": {"shape": [8], "axes": ["data"]}, "rules": [["batch", "data"]],
-                         "model": {"name": "transformer", "options": {
-                             "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 4, "kv_heads": 4, "head_dim": 8,
-                             "mlp_dim": 64, "vocab": 128, "scan": True, **options}}})
+    return parse_layout(
+        {
+            "name": "mine",
+            "mesh": {"shape": [8], "axes": ["data"]},
+            "rules": [["batch", "data"]],
+            "model": {
+                "name": "transformer",
+                "options": {
+                    "batch": 8,
+                    "seq_len": 16,
+                    "layers": 2,
+                    "d_model": 32,
+                    "heads": 4,
+                    "kv_heads": 4,
+                    "head_dim": 8,
+                    "mlp_dim": 64,
+                    "vocab": 128,
+                    "scan": True,
+                    **options,
+                },
+            },
+        }
+    )
 
 
 def test_microbatches_accumulate_the_same_gradient_and_remat_keeps_the_loss():
@@ -254,8 +348,9 @@ def test_microbatches_accumulate_the_same_gradient_and_remat_keeps_the_loss():
 def test_the_search_takes_the_cheapest_remat_and_microbatches_that_fit_and_shows_them():
     """Activations far over HBM without remat: each mesh's candidate carries the first policy (and microbatch count)
     whose estimated peak fits; its stage-1 activations shrink with the policy; the table and JSON show the fields."""
-    layout = transformer(batch=64, seq_len=8192, d_model=1024, heads=16, kv_heads=16, head_dim=64, mlp_dim=4096, layers=16,
-                         vocab=1024, dtype="bfloat16")
+    layout = transformer(
+        batch=64, seq_len=8192, d_model=1024, heads=16, kv_heads=16, head_dim=64, mlp_dim=4096, layers=16, vocab=1024, dtype="bfloat16"
+    )
     report = analyze(layout)
     roles = estimate.report_roles(report)
     sizes = [estimate.activation_bytes(report, roles, r) for r in estimate.REMAT_POLICIES]
@@ -282,8 +377,9 @@ def test_remat_and_microbatch_candidates_memory_against_explorer_compile_on_a_tp
     1's activation estimate does (same direction, the ratios within 4x of each other)."""
     from explorer.target_compile import compile_target
 
-    options = dict(batch=16, seq_len=512, d_model=256, heads=4, kv_heads=4, head_dim=64, mlp_dim=1024, layers=4, vocab=256,
-                   dtype="bfloat16")
+    options = dict(
+        batch=16, seq_len=512, d_model=256, heads=4, kv_heads=4, head_dim=64, mlp_dim=1024, layers=4, vocab=256, dtype="bfloat16"
+    )
     plain, light = transformer(**options), transformer(**options, remat="full", microbatches=2)
     report = analyze(plain)
     roles = estimate.report_roles(report)
@@ -302,20 +398,28 @@ def test_maxtexts_remat_policy_lowers_xlas_temporaries_and_is_the_advisors_remat
     MaxText's own values (none, minimal, save_dot_except_mlp, full), each costed as the policy it is like."""
     from explorer.target_compile import compile_target
 
-    results = [compile_target(maxtext_moe(external.MAXTEXT_MESH_SHAPE, length=64, remat_policy=p), TARGET)[0]
-               for p in ("none", "full")]
+    results = [compile_target(maxtext_moe(external.MAXTEXT_MESH_SHAPE, length=64, remat_policy=p), TARGET)[0] for p in ("none", "full")]
     assert all(r.compiled and r.fits for r in results)
     assert results[1].memory.temp_bytes < results[0].memory.temp_bytes
     assert list(space.REMAT_ALIASES["remat_policy"]) == ["none", "minimal", "save_dot_except_mlp", "full"]
     assert search_module.remat_cost("save_dot_except_mlp") == "dots_with_no_batch_dims_saveable"
     # activations over HBM without remat (stage 1's estimate): the candidate takes MaxText's first policy that fits
-    big = maxtext_moe(remat_policy="none", batch=64, length=4096, emb_dim=1024, mlp_dim=4096, num_heads=8, num_kv_heads=8,
-                      head_dim=128, num_decoder_layers=8)
+    big = maxtext_moe(
+        remat_policy="none",
+        batch=64,
+        length=4096,
+        emb_dim=1024,
+        mlp_dim=4096,
+        num_heads=8,
+        num_kv_heads=8,
+        head_dim=128,
+        num_decoder_layers=8,
+    )
     target = parse_target(TARGET)
     fsdp8 = next(c for c in space.candidate_layouts(big, target) if c.name == "fsdp8")
     report = analyze(fsdp8)
     roles = estimate.report_roles(report)
-    (variant, remat, micro), = search_module.memory_variants(fsdp8, report, roles, target, own=False)
+    ((variant, remat, micro),) = search_module.memory_variants(fsdp8, report, roles, target, own=False)
     assert remat in ("minimal", "save_dot_except_mlp", "full") and micro == 1
     assert variant.model.options["remat_policy"] == remat and variant.name == f"fsdp8+remat_{remat}"
     assert report.totals.state_bytes + estimate.activation_bytes(report, roles) > target.chip.device_hbm_bytes

@@ -26,10 +26,22 @@ def layout_with(seed, **changes):
 
 
 def small_transformer(scan=False):
-    return {"name": "transformer", "options": {
-        "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4,
-        "head_dim": 8, "mlp_dim": 64, "vocab": 128, "gated_mlp": True, "scan": scan,
-    }}
+    return {
+        "name": "transformer",
+        "options": {
+            "batch": 8,
+            "seq_len": 16,
+            "layers": 2,
+            "d_model": 32,
+            "heads": 8,
+            "kv_heads": 4,
+            "head_dim": 8,
+            "mlp_dim": 64,
+            "vocab": 128,
+            "gated_mlp": True,
+            "scan": scan,
+        },
+    }
 
 
 def test_flax_guide_specs(seed_dict):
@@ -96,13 +108,25 @@ def test_tiles_of_every_seed_array_match_jax(seed_dict):
 
 
 def test_planned_mesh_uses_abstract_mesh_shard_shapes(seed_dict):
-    model = {"name": "transformer", "options": {
-        "batch": 16, "seq_len": 32, "layers": 2, "d_model": 256, "heads": 16, "kv_heads": 16,
-        "head_dim": 16, "mlp_dim": 512, "vocab": 1024,
-    }}
+    model = {
+        "name": "transformer",
+        "options": {
+            "batch": 16,
+            "seq_len": 32,
+            "layers": 2,
+            "d_model": 256,
+            "heads": 16,
+            "kv_heads": 16,
+            "head_dim": 16,
+            "mlp_dim": 512,
+            "vocab": 1024,
+        },
+    }
     layout = layout_with(
-        seed_dict, mesh={"shape": [16, 16], "axes": ["data", "model"]},
-        rules=[list(r) for r in preset_rules("fsdp+tensor-parallel", ("data", "model"))], model=model,
+        seed_dict,
+        mesh={"shape": [16, 16], "axes": ["data", "model"]},
+        rules=[list(r) for r in preset_rules("fsdp+tensor-parallel", ("data", "model"))],
+        model=model,
     )
     report = analyze(layout)
     assert report.mesh.abstract and report.mesh.size == 256
@@ -172,9 +196,14 @@ def test_an_activation_the_mesh_does_not_divide_is_padded_by_xla_not_refused(mon
     from explorer.analysis import indivisible_error
 
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.class_models:make_twelve_axis")
-    layout = parse_layout({"name": "uneven-heads", "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
-                           "rules": [["activation_heads", ["data", "model"]]],
-                           "model": {"name": "tests.class_models:make_twelve_axis", "options": {}}})
+    layout = parse_layout(
+        {
+            "name": "uneven-heads",
+            "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+            "rules": [["activation_heads", ["data", "model"]]],
+            "model": {"name": "tests.class_models:make_twelve_axis", "options": {}},
+        }
+    )
     report = analyze(layout)
     padded = [w for w in report.warnings if w.code == "indivisible-padded"]
     assert len(padded) == 1 and padded[0].level == "warning" and padded[0].path.startswith("activations/")

@@ -7,10 +7,18 @@ from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from explorer.reading import constraints as program, disk, memory, trace as tracing
 
-AUTO = {"name": "auto", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [["batch", "data"], ["hidden", "model"]],
-        "model": {"name": "mlp", "options": {"batch": 8, "layers": 1, "depth": 32}}}
-EXPLICIT = {"name": "explicit", "mesh": {"shape": [2, 4], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
-            "rules": [], "model": {"name": "tests.explicit_models:make_type_over_metadata", "options": {}}}
+AUTO = {
+    "name": "auto",
+    "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+    "rules": [["batch", "data"], ["hidden", "model"]],
+    "model": {"name": "mlp", "options": {"batch": 8, "layers": 1, "depth": 32}},
+}
+EXPLICIT = {
+    "name": "explicit",
+    "mesh": {"shape": [2, 4], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
+    "rules": [],
+    "model": {"name": "tests.explicit_models:make_type_over_metadata", "options": {}},
+}
 
 
 @pytest.fixture
@@ -46,9 +54,16 @@ def test_clear_empties_every_cache(seed_dict, monkeypatch, cleared):
     analyze(parse_layout(EXPLICIT))
     plots.mesh_figure(report.mesh)
     compiled.compile_step(parse_layout(seed_dict))
-    every = {"reading.memory.models", "reading.memory.received", "reading.memory.stages", "reading.memory.typed",
-             "explorer.analysis.jax_mesh", "explorer.analysis._mesh_info_cached", "explorer.plots._mesh_figure",
-             "compiled.steps"}
+    every = {
+        "reading.memory.models",
+        "reading.memory.received",
+        "reading.memory.stages",
+        "reading.memory.typed",
+        "explorer.analysis.jax_mesh",
+        "explorer.analysis._mesh_info_cached",
+        "explorer.plots._mesh_figure",
+        "compiled.steps",
+    }
     assert {name for name, size in sizes().items() if size} >= every
     assert {analysis.jax_mesh, plots._sharding_grid, plots._binned_colorscale} <= set(caches.registered())
     assert set(memory.REGISTRIES.values()) | {compiled._steps} <= set(caches.registries())

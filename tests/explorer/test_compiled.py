@@ -8,9 +8,20 @@ from tests.explorer.test_timing import SMALL_MLP, layout
 
 def test_host_memory_estimate_bounds_what_xla_allocates(seed_dict):
     """The Timing page's host-memory figure (and the refusal built on it) is an upper bound of XLA's buffers."""
-    transformer = {"name": "transformer", "options": {
-        "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8, "mlp_dim": 64, "vocab": 128,
-    }}
+    transformer = {
+        "name": "transformer",
+        "options": {
+            "batch": 8,
+            "seq_len": 16,
+            "layers": 2,
+            "d_model": 32,
+            "heads": 8,
+            "kv_heads": 4,
+            "head_dim": 8,
+            "mlp_dim": 64,
+            "vocab": 128,
+        },
+    }
     for rules, model in [
         ([["batch", "data"], ["hidden", "model"]], SMALL_MLP),
         ([["batch", "data"]], SMALL_MLP),

@@ -73,7 +73,6 @@ def test_parameters_after_three_steps_match_the_single_process_run(two_processes
     assert not np.allclose(np.asarray(initial["params/LogicalDotReluDot_0/W2"]), saved["params/LogicalDotReluDot_0/W2"])
 
 
-
 @pytest.fixture
 def small_layout_file(seed_dict, tmp_path):
     path = tmp_path / "small-2x4.json"
@@ -87,9 +86,29 @@ def test_joining_a_run_from_the_command_line_prints_once(small_layout_file):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     hosts = [
         subprocess.Popen(
-            [sys.executable, "-m", "explorer", "--devices", "4", "time", str(small_layout_file), "--steps", "2", "--json",
-             "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "explorer",
+                "--devices",
+                "4",
+                "time",
+                str(small_layout_file),
+                "--steps",
+                "2",
+                "--json",
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for i in range(2)
     ]

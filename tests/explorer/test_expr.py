@@ -16,17 +16,23 @@ A = jnp.arange(12.0).reshape(3, 4) / 7
 B = jnp.arange(12.0).reshape(4, 3) / 5
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("jnp.dot(a, b)", lambda: jnp.dot(A, B)),
-    ("a @ b + 1", lambda: A @ B + 1),
-    ("-a.T * 2.5 - b / 3", lambda: -A.T * 2.5 - B / 3),
-    ("jnp.sum(a, axis=0) + jnp.mean(a, 0) + jnp.max(a, axis=(0,))", lambda: jnp.sum(A, 0) + jnp.mean(A, 0) + jnp.max(A, 0)),
-    ("jnp.reshape(a, (2, -1))", lambda: A.reshape(2, -1)),
-    ("jnp.transpose(a, (1, 0)) + jnp.transpose(jnp.transpose(b))", lambda: A.T + B),
-    ("jax.nn.relu(jnp.sin(a) - jnp.cos(a)) * jnp.exp(-a) + jnp.tanh(a)", lambda: jax.nn.relu(jnp.sin(A) - jnp.cos(A)) * jnp.exp(-A) + jnp.tanh(A)),
-    ("jnp.matmul(a, b)", lambda: A @ B),
-    ("jnp.sum(a, axis=None)", lambda: jnp.sum(A)),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("jnp.dot(a, b)", lambda: jnp.dot(A, B)),
+        ("a @ b + 1", lambda: A @ B + 1),
+        ("-a.T * 2.5 - b / 3", lambda: -A.T * 2.5 - B / 3),
+        ("jnp.sum(a, axis=0) + jnp.mean(a, 0) + jnp.max(a, axis=(0,))", lambda: jnp.sum(A, 0) + jnp.mean(A, 0) + jnp.max(A, 0)),
+        ("jnp.reshape(a, (2, -1))", lambda: A.reshape(2, -1)),
+        ("jnp.transpose(a, (1, 0)) + jnp.transpose(jnp.transpose(b))", lambda: A.T + B),
+        (
+            "jax.nn.relu(jnp.sin(a) - jnp.cos(a)) * jnp.exp(-a) + jnp.tanh(a)",
+            lambda: jax.nn.relu(jnp.sin(A) - jnp.cos(A)) * jnp.exp(-A) + jnp.tanh(A),
+        ),
+        ("jnp.matmul(a, b)", lambda: A @ B),
+        ("jnp.sum(a, axis=None)", lambda: jnp.sum(A)),
+    ],
+)
 def test_allowed_expressions_compute_what_jnp_computes(text, expected):
     program = parse_expr(text, ("a", "b"))
     np.testing.assert_allclose(program({"a": A, "b": B}), expected(), rtol=1e-6)
@@ -87,8 +93,18 @@ def test_long_and_deep_expressions_are_refused_before_they_cost_anything():
 
 def test_the_allow_list_is_the_issues():
     assert set(FUNCTIONS) == {
-        "jnp.sin", "jnp.cos", "jnp.exp", "jnp.tanh", "jnp.dot", "jnp.matmul", "jnp.transpose",
-        "jnp.sum", "jnp.mean", "jnp.max", "jnp.reshape", "jax.nn.relu",
+        "jnp.sin",
+        "jnp.cos",
+        "jnp.exp",
+        "jnp.tanh",
+        "jnp.dot",
+        "jnp.matmul",
+        "jnp.transpose",
+        "jnp.sum",
+        "jnp.mean",
+        "jnp.max",
+        "jnp.reshape",
+        "jax.nn.relu",
     }
 
 

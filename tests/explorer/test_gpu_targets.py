@@ -39,21 +39,50 @@ pytestmark = pytest.mark.skipif(gpu_plugin() is None, reason='needs JAX\'s CUDA 
 FSDP_TENSOR = [["batch", "data"], ["embed", "data"], ["hidden", "model"]]  # the guide's MLP: FSDP over data, tensor over model
 CASES = {
     # The guide's MLP, FSDP 2 x tensor 4 inside one host: parameters gathered, gradients reduce-scattered.
-    "h100:1x8": {"name": "h100-fits", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": FSDP_TENSOR,
-                 "model": {"name": "mlp", "options": {"batch": 64, "layers": 4, "depth": 2048, "scan": False}}},
+    "h100:1x8": {
+        "name": "h100-fits",
+        "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+        "rules": FSDP_TENSOR,
+        "model": {"name": "mlp", "options": {"batch": 64, "layers": 4, "depth": 2048, "scan": False}},
+    },
     # The guide's MLP stacked with nn.scan: 12 layers in one while loop.
-    "b200:1x8": {"name": "b200-scanned", "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
-                 "rules": [["batch", "data"], ["hidden", "model"]],
-                 "model": {"name": "mlp", "options": {"batch": 1024, "layers": 12, "depth": 1024, "scan": True}}},
+    "b200:1x8": {
+        "name": "b200-scanned",
+        "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+        "rules": [["batch", "data"], ["hidden", "model"]],
+        "model": {"name": "mlp", "options": {"batch": 1024, "layers": 12, "depth": 1024, "scan": True}},
+    },
     # Two hosts of 8: a 4x4 mesh whose first axis spans both hosts, the second inside each.
-    "h200:2x8": {"name": "h200-two-hosts", "mesh": {"shape": [4, 4], "axes": ["data", "model"]}, "rules": FSDP_TENSOR,
-                 "model": {"name": "mlp", "options": {"batch": 64, "layers": 4, "depth": 2048, "scan": False}}},
+    "h200:2x8": {
+        "name": "h200-two-hosts",
+        "mesh": {"shape": [4, 4], "axes": ["data", "model"]},
+        "rules": FSDP_TENSOR,
+        "model": {"name": "mlp", "options": {"batch": 64, "layers": 4, "depth": 2048, "scan": False}},
+    },
     # Too large for an 80 GB A100: 16384 wide, replicated over 8 GPUs (data parallelism), float32.
-    "a100:1x8": {"name": "a100-too-big", "mesh": {"shape": [8], "axes": ["data"]}, "rules": [["batch", "data"]],
-                 "model": {"name": "transformer", "options": {
-                     "batch": 8, "seq_len": 128, "layers": 2, "d_model": 16384, "heads": 128, "kv_heads": 16, "head_dim": 128,
-                     "mlp_dim": 65536, "vocab": 32000, "gated_mlp": True, "learned_positions": False, "scan": True,
-                     "dtype": "float32"}}},
+    "a100:1x8": {
+        "name": "a100-too-big",
+        "mesh": {"shape": [8], "axes": ["data"]},
+        "rules": [["batch", "data"]],
+        "model": {
+            "name": "transformer",
+            "options": {
+                "batch": 8,
+                "seq_len": 128,
+                "layers": 2,
+                "d_model": 16384,
+                "heads": 128,
+                "kv_heads": 16,
+                "head_dim": 128,
+                "mlp_dim": 65536,
+                "vocab": 32000,
+                "gated_mlp": True,
+                "learned_positions": False,
+                "scan": True,
+                "dtype": "float32",
+            },
+        },
+    },
 }
 NAMES = list(CASES)
 
@@ -80,8 +109,15 @@ def bare_results():
             built = build_model(parse_layout(spec).model)  # the model as its author wrote it: module, inputs, loss
             rules = [(logical, tuple(axes) if isinstance(axes, list) else axes) for logical, axes in spec["rules"]]
             found[name] = ground_truth_gpu.compile_step(
-                built.module, built.inputs, rules, spec["mesh"]["shape"], spec["mesh"]["axes"],
-                target.chip.target_config, target.hosts, target.gpus_per_host, built.loss,
+                built.module,
+                built.inputs,
+                rules,
+                spec["mesh"]["shape"],
+                spec["mesh"]["axes"],
+                target.chip.target_config,
+                target.hosts,
+                target.gpus_per_host,
+                built.loss,
             )
         return found[name]
 
@@ -250,7 +286,8 @@ def test_the_command_line_refuses_a_device_count_mismatch_with_both_counts(tmp_p
     completed = _cli(str(layout), "--target", "h100:1x8")
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1
     assert completed.stderr.startswith(
-        "error: target: 'h100:1x8' has 8 GPUs (1 host of 8) but the mesh needs 16 devices; GPU clusters of 16 GPUs: h100:2x8, ")
+        "error: target: 'h100:1x8' has 8 GPUs (1 host of 8) but the mesh needs 16 devices; GPU clusters of 16 GPUs: h100:2x8, "
+    )
     assert "v5litepod-16 (v5e:4x4)" in completed.stderr and "Traceback" not in completed.stderr
     too_many = _cli("layouts/seed-2x4.json", "--target", "h100:1x16")
     assert too_many.returncode == 2 and "1 to 8 GPUs" in too_many.stderr and too_many.stderr.count("\n") == 1
@@ -262,7 +299,8 @@ def test_the_ground_truth_imports_no_explorer_code():
 
     tree = ast.parse(pathlib.Path(ground_truth_gpu.__file__).read_text())
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module] + [
-        alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names]
+        alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
+    ]
     assert imported and not [m for m in imported if m == "explorer" or m.startswith("explorer.")]
 
 
@@ -272,8 +310,13 @@ def test_the_verdict_line_names_the_figure_it_compares_with_on_a_gpu():
     from ui.target_view import verdict
 
     result = compile_result(
-        "h100:1x8", memory=Memory(peak_bytes=50 * 2**30), headroom_bytes=10 * 2**30,
+        "h100:1x8",
+        memory=Memory(peak_bytes=50 * 2**30),
+        headroom_bytes=10 * 2**30,
         memory_limit=MemoryLimit(60 * 2**30, 80 * 2**30, 0.75, "75% of the GPU's 80.0 GiB"),
     )
     assert "fits in the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB): 10.0 GiB to spare" in target_text(result)
-    assert verdict(result) == "Fits: XLA's peak is 50.0 GiB of the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB), 10.0 GiB to spare."
+    assert (
+        verdict(result)
+        == "Fits: XLA's peak is 50.0 GiB of the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB), 10.0 GiB to spare."
+    )

@@ -68,7 +68,9 @@ def test_a_loop_without_known_trip_count_is_read_from_its_condition():
 def test_a_loop_condition_as_xla_dumps_it_reads_its_counter_inline():
     """The text XLA dumps for a program it refused for HBM writes the counter as ``%p#0`` and marks tuple elements
     with ``/*index=N*/``: the trip count is still read (else a scanned model's flops count one layer)."""
-    dumped = LOOP.replace("compare(%i, %limit)", "compare(%p#0, %limit)").replace("tuple(%start, %a, %w0)", "tuple(/*index=0*/%start, %a, %w0)")
+    dumped = LOOP.replace("compare(%i, %limit)", "compare(%p#0, %limit)").replace(
+        "tuple(%start, %a, %w0)", "tuple(/*index=0*/%start, %a, %w0)"
+    )
     assert dumped != LOOP and hlo.collectives(dumped).loops_without_trip_count == 0
     assert hlo.matmul_work(dumped).flops == 24 * 2 * 8 * 16 * 16
 
@@ -79,13 +81,15 @@ def test_a_loop_whose_counter_does_not_start_from_a_constant_is_unbounded():
 
 
 def test_collectives_parser_counts_async_pairs_once_and_adds_tuple_parts():
-    text = "\n".join([
-        "%ag-start = (f32[4,8]{1,0}, f32[16,8]{1,0}) all-gather-start(%p), dimensions={0}",
-        "%ag-done = f32[16,8]{1,0} all-gather-done(%ag-start)",
-        "%ar = (f32[256]{0}, bf16[2,2]{1,0}) all-reduce(%a, %b), to_apply=%add",
-        "ROOT %cp = s32[10]{0} collective-permute(%c), source_target_pairs={{0,1}}",
-        "%fusion = f32[4]{0} fusion(%all-reduce.3), kind=kLoop",
-    ])
+    text = "\n".join(
+        [
+            "%ag-start = (f32[4,8]{1,0}, f32[16,8]{1,0}) all-gather-start(%p), dimensions={0}",
+            "%ag-done = f32[16,8]{1,0} all-gather-done(%ag-start)",
+            "%ar = (f32[256]{0}, bf16[2,2]{1,0}) all-reduce(%a, %b), to_apply=%add",
+            "ROOT %cp = s32[10]{0} collective-permute(%c), source_target_pairs={{0,1}}",
+            "%fusion = f32[4]{0} fusion(%all-reduce.3), kind=kLoop",
+        ]
+    )
     counted = hlo.collectives(text).ops
     assert counted["all-gather"] == {"count": 1, "bytes": 16 * 8 * 4}
     assert counted["all-reduce"] == {"count": 1, "bytes": 256 * 4 + 4 * 2}

@@ -30,6 +30,7 @@ def seed(name="seed"):
 
 # --- saving, renaming, deleting ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/b", "..", ".hidden", "", "x" * 65, "a\\b", "trailing "])
 def test_names_that_try_to_escape_the_library_are_refused(shelf, seed_dict, name):
     with pytest.raises(ExplorerError, match="library name"):
@@ -69,6 +70,7 @@ def test_saved_file_is_the_layout_file_format(shelf, seed_dict):
 
 
 # --- races between processes ---------------------------------------------------------------------
+
 
 def _racer(folder: str, worker: int, barrier, plan: list, results) -> None:
     """Run each planned operation at the same moment as the other workers; report what happened."""
@@ -134,6 +136,7 @@ def test_replace_rename_and_delete_races_have_exactly_one_winner(shelf):
 
 # --- oddities in the folder ----------------------------------------------------------------------
 
+
 def test_a_symlink_entry_is_skipped_and_never_acted_on(shelf, tmp_path):
     library.save("real", seed())
     outside = tmp_path / "outside.json"
@@ -143,8 +146,12 @@ def test_a_symlink_entry_is_skipped_and_never_acted_on(shelf, tmp_path):
     listed = library.listing()
     assert listed.names == ("real",)
     assert {name for name, _ in listed.skipped} == {"'link.json'", "'inner.json'"}
-    for action in (lambda: library.load("link"), lambda: library.delete("inner"), lambda: library.rename("link", "moved"),
-                   lambda: library.save("inner", seed(), replaces="x")):
+    for action in (
+        lambda: library.load("link"),
+        lambda: library.delete("inner"),
+        lambda: library.rename("link", "moved"),
+        lambda: library.save("inner", seed(), replaces="x"),
+    ):
         with pytest.raises(ExplorerError):
             action()
     assert outside.exists() and (shelf / "real.json").exists() and (shelf / "inner.json").is_symlink()
@@ -190,11 +197,14 @@ def test_temporaries_left_by_a_writer_that_died_are_cleaned(shelf):
     assert sorted(p.name for p in shelf.iterdir() if p.name != ".lock") == ["a.json", "b.json"]
 
 
-@pytest.mark.parametrize("make_bad", [
-    lambda tmp: tmp / "a-file",
-    lambda tmp: tmp / "a-file" / "below",
-    lambda tmp: "/proc/no/such/place",
-])
+@pytest.mark.parametrize(
+    "make_bad",
+    [
+        lambda tmp: tmp / "a-file",
+        lambda tmp: tmp / "a-file" / "below",
+        lambda tmp: "/proc/no/such/place",
+    ],
+)
 def test_a_bad_library_folder_is_one_message(tmp_path, monkeypatch, make_bad):
     (tmp_path / "a-file").write_text("not a folder")
     monkeypatch.setenv("EXPLORER_LIBRARY", str(make_bad(tmp_path)))

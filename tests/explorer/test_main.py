@@ -16,15 +16,15 @@ def run(*args, env_extra=None):
     import os
 
     env = {**os.environ, "EXPLORER_CPU_DEVICES": "8", **(env_extra or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300
-    )
+    return subprocess.run([sys.executable, "-m", "explorer", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_analyze_prints_a_table_with_the_guide_specs():
     result = run("analyze", str(SEED))
     assert result.returncode == 0, result.stderr
-    kernel_line = next(line for line in result.stdout.splitlines() if "LogicalDotReluDot_0/Dense_0/kernel" in line and line.lstrip().startswith("params"))
+    kernel_line = next(
+        line for line in result.stdout.splitlines() if "LogicalDotReluDot_0/Dense_0/kernel" in line and line.lstrip().startswith("params")
+    )
     assert "P(None, 'model')" in kernel_line and "(1024, 256)" in kernel_line
     assert "real devices" in result.stdout
 
@@ -89,8 +89,13 @@ def test_analyze_reads_the_layout_from_standard_input():
     import os
 
     result = subprocess.run(
-        [sys.executable, "-m", "explorer", "analyze", "-", "--json"], cwd=ROOT, capture_output=True, text=True,
-        input=SEED.read_text(), env={**os.environ, "EXPLORER_CPU_DEVICES": "8"}, timeout=300,
+        [sys.executable, "-m", "explorer", "analyze", "-", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        input=SEED.read_text(),
+        env={**os.environ, "EXPLORER_CPU_DEVICES": "8"},
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["layout"]["name"] == "seed-2x4"
@@ -124,7 +129,8 @@ def jax_grid(shape, spec):
         jax.debug.visualize_sharding(shape, NamedSharding(jax_mesh((2, 4), ("data", "model")), PartitionSpec(*spec)), use_color=False)
     return [
         [sorted(int(i) for i in re.findall(r"\d+", cell)) for cell in line.split("│")[1:-1]]
-        for line in printed.getvalue().splitlines() if "│" in line and re.search(r"\d", line)
+        for line in printed.getvalue().splitlines()
+        if "│" in line and re.search(r"\d", line)
     ]
 
 
@@ -132,12 +138,13 @@ def our_grid(text):
     import re
 
     return [
-        [sorted(int(i) for i in re.findall(r"\d+", cell)) for cell in line.split("│")[1:-1]]
-        for line in text.splitlines() if "│" in line
+        [sorted(int(i) for i in re.findall(r"\d+", cell)) for cell in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line
     ]
 
 
-@pytest.mark.parametrize("spec", [("data", "model"), ("model", "data"), (None, "model"), ("data", None), (None, None), ((("data", "model")), None)])
+@pytest.mark.parametrize(
+    "spec", [("data", "model"), ("model", "data"), (None, "model"), ("data", None), (None, None), ((("data", "model")), None)]
+)
 def test_grid_text_shows_the_devices_jax_visualize_sharding_shows(spec):
     from explorer.analysis import mesh_info
     from explorer.layout import MeshSpec
@@ -211,8 +218,12 @@ def test_url_starts_no_jax(tmp_path):
 
     probe = IMPORTS_PROBE.replace("{'flax', 'optax',", "{'jax', 'flax', 'optax',")
     result = subprocess.run(
-        [sys.executable, "-c", probe, "url", str(SEED)], cwd=ROOT, capture_output=True, text=True,
-        env={**os.environ, "EXPLORER_CACHE_DIR": str(tmp_path)}, timeout=300,
+        [sys.executable, "-c", probe, "url", str(SEED)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "EXPLORER_CACHE_DIR": str(tmp_path)},
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("?name=seed-2x4")
@@ -223,11 +234,16 @@ def test_tiles_of_a_huge_mesh_need_a_path_filter(tmp_path, capsys):
     from explorer.__main__ import main
 
     path = tmp_path / "huge.json"
-    path.write_text(json.dumps({
-        "name": "huge", "mesh": {"shape": [256, 256], "axes": ["data", "model"]},
-        "rules": [["batch", "data"], ["hidden", "model"]],
-        "model": {"name": "mlp", "options": {"batch": 256, "layers": 2, "depth": 1024}},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "huge",
+                "mesh": {"shape": [256, 256], "axes": ["data", "model"]},
+                "rules": [["batch", "data"], ["hidden", "model"]],
+                "model": {"name": "mlp", "options": {"batch": 256, "layers": 2, "depth": 1024}},
+            }
+        )
+    )
     assert main(["analyze", str(path), "--tiles"]) == 2
     assert "--tiles-for" in capsys.readouterr().err
     assert main(["analyze", str(path), "--json", "--tiles-for", "params/*_1/Dense_0/kernel"]) == 0
@@ -246,11 +262,23 @@ def test_analyze_ends_its_process_with_every_byte_of_its_output_and_its_exit_sta
 
     env = {**os.environ, "EXPLORER_CPU_DEVICES": "8", "EXPLORER_CACHE_DIR": str(tmp_path)}
     env.pop("PYTHONUNBUFFERED", None)  # a pipe is block-buffered, as a user's is
-    done = subprocess.run([sys.executable, "-m", "explorer", "analyze", str(SEED), "--json", "--tiles"], cwd=ROOT,
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "explorer", "analyze", str(SEED), "--json", "--tiles"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("}\n")  # block-buffered into a pipe: its last bytes were flushed before the exit
     assert json.loads(done.stdout)["layout"]["name"] == "seed-2x4"
-    refused = subprocess.run([sys.executable, "-m", "explorer", "analyze", str(tmp_path / "missing.json")], cwd=ROOT,
-                             capture_output=True, text=True, env=env, timeout=300)
+    refused = subprocess.run(
+        [sys.executable, "-m", "explorer", "analyze", str(tmp_path / "missing.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert refused.returncode == 2 and refused.stderr.startswith("error: layout file:") and refused.stdout == ""

@@ -66,7 +66,11 @@ def test_to_pandas_has_one_row_per_array_with_the_reports_values():
     w2 = frame.set_index("path").loc[W2]
     info = report.array(W2)
     assert (w2["spec"], w2["shape"], w2["shard_shape"], w2["bytes_per_device"], w2["replication"]) == (
-        "P('model', None)", (1024, 1024), (256, 1024), info.bytes_per_device, 2
+        "P('model', None)",
+        (1024, 1024),
+        (256, 1024),
+        info.bytes_per_device,
+        2,
     )
     assert frame.bytes_per_device.sum() == sum(a.bytes_per_device for a in report.arrays)
 
@@ -119,8 +123,15 @@ def test_device_grid_of_a_higher_rank_array_cuts_the_others_at_a_block():
 
 @pytest.mark.parametrize(
     "path,dims,blocks,field",
-    [("params/nope", None, None, "path"), (W2, (0, 0), None, "dims"), (W2, (0, 2), None, "dims"), (W2, "01", None, "dims"),
-     (W2, None, {5: 0}, "blocks"), (W2, None, {0: 0}, "blocks"), (W2, None, [0], "blocks")],
+    [
+        ("params/nope", None, None, "path"),
+        (W2, (0, 0), None, "dims"),
+        (W2, (0, 2), None, "dims"),
+        (W2, "01", None, "dims"),
+        (W2, None, {5: 0}, "blocks"),
+        (W2, None, {0: 0}, "blocks"),
+        (W2, None, [0], "blocks"),
+    ],
 )
 def test_device_grid_refuses_what_it_cannot_draw_with_one_message(path, dims, blocks, field):
     report = explorer.analyze(SEED_LAYOUT)

@@ -194,17 +194,20 @@ def test_timing_runs_both_and_the_results_agree():
     assert stopped.stopped and len(stopped.sharded.samples) == 1
 
 
-@pytest.mark.parametrize("data,field", [
-    ({"arrays": {"a": {"shape": [4], "spec": ["z"]}}}, r"arrays\.a\.spec\[0\]: 'z'"),
-    ({"arrays": {"a": {"shape": [4], "dtype": "float64"}}}, r"arrays\.a\.dtype: 'float64'"),
-    ({"arrays": {"a": {"shape": [4, 0]}}}, r"arrays\.a\.shape: \[4, 0\]"),
-    ({"arrays": {"jnp": {"shape": [4]}}, "expr": "jnp"}, r"arrays\['jnp'\]: 'jnp'"),
-    ({"arrays": {"a": {"shape": [4], "spec": ["x", "y"]}}}, r"arrays\.a\.spec: \['x', 'y'\] has 2 entries"),
-    ({"arrays": {"a": {"shape": [4, 4], "spec": [["x", "y"], "y"]}}}, r"arrays\.a\.spec\[1\]: 'y' is used by two"),
-    ({"out_spec": ["q"]}, r"out_spec\[0\]: 'q'"),
-    ({"extra": 1}, r"extra: 1 is not a field"),
-    ({"arrays": {}}, r"arrays: \{\}"),
-])
+@pytest.mark.parametrize(
+    "data,field",
+    [
+        ({"arrays": {"a": {"shape": [4], "spec": ["z"]}}}, r"arrays\.a\.spec\[0\]: 'z'"),
+        ({"arrays": {"a": {"shape": [4], "dtype": "float64"}}}, r"arrays\.a\.dtype: 'float64'"),
+        ({"arrays": {"a": {"shape": [4, 0]}}}, r"arrays\.a\.shape: \[4, 0\]"),
+        ({"arrays": {"jnp": {"shape": [4]}}, "expr": "jnp"}, r"arrays\['jnp'\]: 'jnp'"),
+        ({"arrays": {"a": {"shape": [4], "spec": ["x", "y"]}}}, r"arrays\.a\.spec: \['x', 'y'\] has 2 entries"),
+        ({"arrays": {"a": {"shape": [4, 4], "spec": [["x", "y"], "y"]}}}, r"arrays\.a\.spec\[1\]: 'y' is used by two"),
+        ({"out_spec": ["q"]}, r"out_spec\[0\]: 'q'"),
+        ({"extra": 1}, r"extra: 1 is not a field"),
+        ({"arrays": {}}, r"arrays: \{\}"),
+    ],
+)
 def test_bad_specs_name_the_field_and_value(data, field):
     base = {"mesh": {"shape": [4, 2], "axes": ["x", "y"]}, "arrays": {"a": {"shape": [4]}}, "expr": "a"}
     with pytest.raises(ExplorerError, match=field):
@@ -217,10 +220,19 @@ def test_a_shape_error_in_the_expression_names_the_expression():
         analyze_op(parse_op(data))
 
 
-@pytest.mark.parametrize("text,spec", [
-    ("a, None", ["a", None]), ("P('a', None)", ["a", None]), ("(x, y), -", [["x", "y"], None]), ("x*y", [["x", "y"]]),
-    ("", []), ("P()", []), ("P(('x', 'y'),)", [["x", "y"]]), ("-, y", [None, "y"]),
-])
+@pytest.mark.parametrize(
+    "text,spec",
+    [
+        ("a, None", ["a", None]),
+        ("P('a', None)", ["a", None]),
+        ("(x, y), -", [["x", "y"], None]),
+        ("x*y", [["x", "y"]]),
+        ("", []),
+        ("P()", []),
+        ("P(('x', 'y'),)", [["x", "y"]]),
+        ("-, y", [None, "y"]),
+    ],
+)
 def test_spec_text_as_typed(text, spec):
     assert ops.parse_spec_text("f", text) == spec
     assert ops.parse_spec_text("f", ops.spec_input_text(ops.ArraySpec(shape=[1] * len(spec), spec=spec).spec)) == spec
@@ -267,12 +279,17 @@ def test_a_planned_mesh_where_jax_cannot_decide_says_why():
 
 
 def _explicit_op(a_spec, b_spec, out_spec=None):
-    return parse_op({
-        "mesh": {"shape": [4, 2], "axes": ["x", "y"], "axis_types": ["explicit", "explicit"]},
-        "arrays": {"a": {"shape": [64, 32], "dtype": "float32", "spec": a_spec},
-                   "b": {"shape": [32, 16], "dtype": "float32", "spec": b_spec}},
-        "expr": "jnp.dot(a, b)", "out_spec": out_spec,
-    })
+    return parse_op(
+        {
+            "mesh": {"shape": [4, 2], "axes": ["x", "y"], "axis_types": ["explicit", "explicit"]},
+            "arrays": {
+                "a": {"shape": [64, 32], "dtype": "float32", "spec": a_spec},
+                "b": {"shape": [32, 16], "dtype": "float32", "spec": b_spec},
+            },
+            "expr": "jnp.dot(a, b)",
+            "out_spec": out_spec,
+        }
+    )
 
 
 def test_on_explicit_axes_the_result_type_is_shown_beside_what_xla_compiled():
@@ -289,8 +306,10 @@ def test_on_explicit_axes_the_result_type_is_shown_beside_what_xla_compiled():
     assert analysis.output.spec == ("x", "y") and "the compiled program agrees" in analysis.note
     constrained = analyze_op(_explicit_op(["x", None], [None, "y"], [None, None]))  # reshard, not an assert
     assert constrained.typed_spec == (None, None) == constrained.output.spec
-    assert analyze_op(parse_op({**_explicit_op(["x", None], [None, "y"]).to_dict(),
-                                "mesh": {"shape": [4, 2], "axes": ["x", "y"]}})).typed_spec is None
+    assert (
+        analyze_op(parse_op({**_explicit_op(["x", None], [None, "y"]).to_dict(), "mesh": {"shape": [4, 2], "axes": ["x", "y"]}})).typed_spec
+        is None
+    )
 
 
 def test_an_ambiguous_contraction_on_explicit_axes_is_one_message_on_the_expression():
@@ -311,6 +330,7 @@ def test_op_links_carry_the_axis_types():
 
 # --- the op command, end to end ---------------------------------------------------------------------
 
+
 def run(*args, devices="8"):
     env = {**os.environ, "EXPLORER_CPU_DEVICES": devices}
     return subprocess.run([sys.executable, "-m", "explorer", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
@@ -318,11 +338,16 @@ def run(*args, devices="8"):
 
 def op_file(tmp_path, mesh, size=64, out_spec=None):
     path = tmp_path / "op.json"
-    path.write_text(json.dumps({
-        "mesh": {"shape": mesh, "axes": ["a", "b"]},
-        "arrays": {"y": {"shape": [size, size], "spec": ["a", None]}, "z": {"shape": [size, size], "spec": [None, "b"]}},
-        "expr": "jnp.dot(y, z)", "out_spec": out_spec,
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "mesh": {"shape": mesh, "axes": ["a", "b"]},
+                "arrays": {"y": {"shape": [size, size], "spec": ["a", None]}, "z": {"shape": [size, size], "spec": [None, "b"]}},
+                "expr": "jnp.dot(y, z)",
+                "out_spec": out_spec,
+            }
+        )
+    )
     return str(path)
 
 

@@ -42,8 +42,10 @@ def test_each_tpu_mesh_axis_rides_the_torus_axes_jax_places_it_on_as_rings_or_li
     assert seen == ({False} if topology == "v5p:2x2x2" else {True, False})
 
 
-@pytest.mark.parametrize("cluster,shape", [("h100:2x4", (2, 4)), ("h100:2x4", (4, 2)), ("h100:8x8", (8, 8)), ("h100:8x8", (2, 4, 8)),
-                                           ("b200:4x8", (32,)), ("a100:2x6", (3, 4))])
+@pytest.mark.parametrize(
+    "cluster,shape",
+    [("h100:2x4", (2, 4)), ("h100:2x4", (4, 2)), ("h100:8x8", (8, 8)), ("h100:8x8", (2, 4, 8)), ("b200:4x8", (32,)), ("a100:2x6", (3, 4))],
+)
 def test_each_gpu_mesh_axis_spans_the_hosts_of_jax_host_major_numbering(cluster, shape):
     target = parse_target(cluster)
     hosts = (np.arange(target.devices) // target.gpus_per_host).reshape(shape)  # JAX numbers a cluster's GPUs host by host

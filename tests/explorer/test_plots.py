@@ -68,12 +68,18 @@ def test_step_and_round_axes_tick_whole_numbers(count, step):
 
 # --- huge planned meshes: bounded shapes and bytes, cached by meaning -------------------------------
 
+
 def planned_256x256():
-    return analyze(parse_layout({
-        "name": "huge", "mesh": {"shape": [256, 256], "axes": ["data", "model"]},
-        "rules": [["batch", "data"], ["hidden", "model"]],
-        "model": {"name": "mlp", "options": {"batch": 256, "layers": 1, "depth": 1024}},
-    }))
+    return analyze(
+        parse_layout(
+            {
+                "name": "huge",
+                "mesh": {"shape": [256, 256], "axes": ["data", "model"]},
+                "rules": [["batch", "data"], ["hidden", "model"]],
+                "model": {"name": "mlp", "options": {"batch": 256, "layers": 1, "depth": 1024}},
+            }
+        )
+    )
 
 
 def test_the_256x256_mesh_figure_is_one_heatmap_with_ids_on_hover():
@@ -144,8 +150,9 @@ def test_memory_axes_use_a_unit_that_fits_the_numbers():
     """Issue 18 item 9: 150,000 MiB is drawn as about 146 GiB, not as ticks "50k 100k 150k" of MiB."""
     from explorer.analysis import Totals
 
-    big = Totals(param_bytes=50_000 * 2**20, opt_state_bytes=100_000 * 2**20, input_bytes=0, activation_bytes=0,
-                 global_param_bytes=0, param_count=0)
+    big = Totals(
+        param_bytes=50_000 * 2**20, opt_state_bytes=100_000 * 2**20, input_bytes=0, activation_bytes=0, global_param_bytes=0, param_count=0
+    )
     figure = plots.memory_bars([0, 1], big)
     assert figure.layout.yaxis.title.text == "GiB per device"
     assert max(max(bar.y) for bar in figure.data) < 1024
@@ -154,8 +161,14 @@ def test_memory_axes_use_a_unit_that_fits_the_numbers():
 
 def test_xlas_memory_figures_are_drawn_as_they_are_not_stacked_past_the_peak():
     """Issue 18 item 4: temporaries larger than the peak (Llama-2-7B on v5litepod-256) are two bars, not a stack."""
-    memory = Memory(argument_bytes=2 * 2**30, output_bytes=2 * 2**30, alias_bytes=2 * 2**30,
-                    temp_bytes=int(11.9 * 2**30), peak_bytes=int(11.8 * 2**30), generated_code_bytes=0)
+    memory = Memory(
+        argument_bytes=2 * 2**30,
+        output_bytes=2 * 2**30,
+        alias_bytes=2 * 2**30,
+        temp_bytes=int(11.9 * 2**30),
+        peak_bytes=int(11.8 * 2**30),
+        generated_code_bytes=0,
+    )
     figure = plots.target_memory_figure(memory, 16 * 2**30)
     assert figure.layout.barmode != "stack" and len(figure.data) == 1
     bars = dict(zip(figure.data[0].y, figure.data[0].x))
@@ -194,10 +207,14 @@ def test_sixteen_column_labels_do_not_crowd():
 
 def test_op_times_name_each_median_in_the_legend_not_on_the_chart():
     """Two medians close together printed their labels on top of each other (Arrays page, 2026-11-24)."""
-    figure = plots.op_times_figure({"sharded": [0.0046, 0.0048, 0.0047], "single": [0.0043, 0.0044, 0.0042]},
-                                   {"sharded": "sharded over 8 devices", "single": "one device"})
+    figure = plots.op_times_figure(
+        {"sharded": [0.0046, 0.0048, 0.0047], "single": [0.0043, 0.0044, 0.0042]},
+        {"sharded": "sharded over 8 devices", "single": "one device"},
+    )
     assert [trace.name for trace in figure.data] == [
-        "sharded over 8 devices · median 4.70 ms (dotted)", "one device · median 4.30 ms (dotted)"]
+        "sharded over 8 devices · median 4.70 ms (dotted)",
+        "one device · median 4.30 ms (dotted)",
+    ]
     assert not figure.layout.annotations and len(figure.layout.shapes) == 2
 
 
@@ -214,8 +231,12 @@ def test_compare_memory_keeps_each_label_inside_its_bar_or_leaves_it_to_the_hove
 
 def test_advisor_figure_draws_one_trace_per_kind_in_a_fixed_order_from_plain_points():
     """The Advisor's chart from plain points (ui.advisor_view only turns candidates into them)."""
-    points = [plots.AdvisorPoint("est", "estimate", 0.002, 2**30), plots.AdvisorPoint("a", "xla", 0.01, 2**31),
-              plots.AdvisorPoint("x", "extrapolated", 0.1, 2**29), plots.AdvisorPoint("b", "xla", 0.02, 2**32)]
+    points = [
+        plots.AdvisorPoint("est", "estimate", 0.002, 2**30),
+        plots.AdvisorPoint("a", "xla", 0.01, 2**31),
+        plots.AdvisorPoint("x", "extrapolated", 0.1, 2**29),
+        plots.AdvisorPoint("b", "xla", 0.02, 2**32),
+    ]
     figure = plots.advisor_figure(points, 16 * 2**30)
     assert [t.name for t in figure.data] == [name for name, _ in plots.ADVISOR_KINDS.values()]
     assert list(figure.data[0].text) == ["a", "b"] and list(figure.data[0].y) == [2, 4] and list(figure.data[0].x) == [10, 20]

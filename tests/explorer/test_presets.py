@@ -20,7 +20,9 @@ def refused(layout):
 
 @pytest.mark.parametrize("preset", list(PRESETS))
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m[0])) + ":" + ",".join(m[1]))
-@pytest.mark.parametrize("model,options", MODELS_AND_SIZES, ids=lambda v: v if isinstance(v, str) else str(v.get("vocab", v.get("logical", ""))))
+@pytest.mark.parametrize(
+    "model,options", MODELS_AND_SIZES, ids=lambda v: v if isinstance(v, str) else str(v.get("vocab", v.get("logical", "")))
+)
 def test_every_preset_gives_a_layout_jax_accepts(model, options, mesh, preset):
     if model == "nnx-guide" and mesh[1] != ["data", "model"]:
         pytest.skip("the NNX guide's model fixes P('data', 'model') itself: it needs those mesh axes")
@@ -44,8 +46,12 @@ def test_gpt2_vocab_is_left_unsharded_and_said_so():
 
 
 def test_the_logical_nnx_guide_gets_a_rule_for_embed():
-    layout = parse_layout({"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "model": {"name": "nnx-guide", "options": {"logical": True}}})
-    assert ("embed", None) in fit_preset("fsdp+tensor-parallel", layout).rules or ("embed", "data") in fit_preset("fsdp+tensor-parallel", layout).rules
+    layout = parse_layout(
+        {"mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "model": {"name": "nnx-guide", "options": {"logical": True}}}
+    )
+    assert ("embed", None) in fit_preset("fsdp+tensor-parallel", layout).rules or ("embed", "data") in fit_preset(
+        "fsdp+tensor-parallel", layout
+    ).rules
 
 
 def test_each_model_has_a_preset_to_offer():

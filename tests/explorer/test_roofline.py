@@ -23,7 +23,9 @@ def test_collective_costs_follow_the_scaling_book():
     # a ring and a line 1.5 axes. A group on no torus axis (XLA's count 0) is costed as one.
     line = Collective("all-gather", 1, 8 * 2**20, ("fsdp",), 4, 0.5)
     assert collective_seconds(line, chip) == pytest.approx(2 * collective_seconds(gather, chip))
-    assert collective_seconds(Collective("all-gather", 1, 8 * 2**20, ("fsdp",), 4, 1.5), chip) == pytest.approx(8 * 2**20 / (1.5 * w) * 3 / 4)
+    assert collective_seconds(Collective("all-gather", 1, 8 * 2**20, ("fsdp",), 4, 1.5), chip) == pytest.approx(
+        8 * 2**20 / (1.5 * w) * 3 / 4
+    )
     assert collective_seconds(Collective("all-gather", 1, 8 * 2**20, ("fsdp",), 4, 0), chip) == collective_seconds(gather, chip)
     terms = estimate(chip.peak_flops * 2, chip.hbm_bandwidth, [gather], chip)
     assert (terms.compute_s, terms.memory_s, terms.bound, terms.mfu_ceiling) == (2.0, 1.0, "compute", 1.0)

@@ -110,18 +110,33 @@ def _layout(preset, mesh, axes, model):
     return parse_layout({"name": preset, "mesh": {"shape": mesh, "axes": axes}, "rules": rules, "model": model})
 
 
-SMALL_TRANSFORMER = {"name": "transformer", "options": {
-    "batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 8, "kv_heads": 4, "head_dim": 8, "mlp_dim": 64, "vocab": 128,
-}}
+SMALL_TRANSFORMER = {
+    "name": "transformer",
+    "options": {
+        "batch": 8,
+        "seq_len": 16,
+        "layers": 2,
+        "d_model": 32,
+        "heads": 8,
+        "kv_heads": 4,
+        "head_dim": 8,
+        "mlp_dim": 64,
+        "vocab": 128,
+    },
+}
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
-@pytest.mark.parametrize("model", [
-    {"name": "mlp", "options": {}},
-    {"name": "mlp", "options": {"scan": True, "depth": 64}},
-    SMALL_TRANSFORMER,
-    {"name": "transformer", "options": SMALL_TRANSFORMER["options"] | {"scan": True}},
-], ids=["mlp", "mlp-scan", "transformer", "transformer-scan"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"name": "mlp", "options": {}},
+        {"name": "mlp", "options": {"scan": True, "depth": 64}},
+        SMALL_TRANSFORMER,
+        {"name": "transformer", "options": SMALL_TRANSFORMER["options"] | {"scan": True}},
+    ],
+    ids=["mlp", "mlp-scan", "transformer", "transformer-scan"],
+)
 def test_a_preset_written_for_a_model_leaves_no_rule_unused_and_no_name_unmatched(preset, model):
     from explorer.analysis import analyze
 

@@ -30,8 +30,11 @@ def every_layout(seed):
             data.update(name=f"{preset} / {model['name']}", rules=[list(r) for r in preset_rules(preset, ("data", "model"))], model=model)
             layouts.append(parse_layout(data))
     odd = copy.deepcopy(seed)
-    odd.update(name="odd: names; & = + %", mesh={"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]},
-               rules=[["batch", ["data", "fsdp"]], ["layer", None], ["weird;name:x+y", "model"], ["hidden", "model"]])
+    odd.update(
+        name="odd: names; & = + %",
+        mesh={"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]},
+        rules=[["batch", ["data", "fsdp"]], ["layer", None], ["weird;name:x+y", "model"], ["hidden", "model"]],
+    )
     return layouts + [parse_layout(odd)]
 
 
@@ -66,23 +69,25 @@ def test_factory_layout_round_trips_and_stays_allow_listed(seed_dict, monkeypatc
 
 def test_the_link_is_readable(seed_dict):
     assert layout_to_query(parse_layout(seed_dict)) == (
-        "?name=seed-2x4&mesh=2x4&axes=data,model&rules=batch:data;hidden:model"
-        "&model=mlp&options=batch:8;layers:4;depth:1024;scan:false"
+        "?name=seed-2x4&mesh=2x4&axes=data,model&rules=batch:data;hidden:model&model=mlp&options=batch:8;layers:4;depth:1024;scan:false"
     )
 
 
-@pytest.mark.parametrize("query,field", [
-    ("?mesh=2x4&axes=data,model&rules=batch:data&model=mlp", None),
-    ("?mesh=2xfour&axes=data,model&model=mlp", "link parameter 'mesh'"),
-    ("?axes=data,model&model=mlp", "link"),  # "link: ['axes', 'model'] has no 'mesh' parameter ..."
-    ("?mesh=2x4&axes=data&model=mlp", "mesh.axes"),
-    ("?mesh=2x4&axes=data,model&rules=batch&model=mlp", "link parameter 'rules', item 0"),
-    ("?mesh=2x4&axes=data,model&rules=batch:tensor&model=mlp", "rules[0]"),
-    ("?mesh=2x4&axes=data,model&model=mlp&options=batch:{oops", "link option 'batch'"),
-    ("?mesh=2x4&axes=data,model&model=mlp&options=batch:true", "model.options.batch"),
-    ("?mesh=2x4&axes=data,model&model=os.path:join", "model.name"),
-    ("?mesh=99999999999x1&axes=a,b&model=mlp", "link parameter 'mesh'"),
-])
+@pytest.mark.parametrize(
+    "query,field",
+    [
+        ("?mesh=2x4&axes=data,model&rules=batch:data&model=mlp", None),
+        ("?mesh=2xfour&axes=data,model&model=mlp", "link parameter 'mesh'"),
+        ("?axes=data,model&model=mlp", "link"),  # "link: ['axes', 'model'] has no 'mesh' parameter ..."
+        ("?mesh=2x4&axes=data&model=mlp", "mesh.axes"),
+        ("?mesh=2x4&axes=data,model&rules=batch&model=mlp", "link parameter 'rules', item 0"),
+        ("?mesh=2x4&axes=data,model&rules=batch:tensor&model=mlp", "rules[0]"),
+        ("?mesh=2x4&axes=data,model&model=mlp&options=batch:{oops", "link option 'batch'"),
+        ("?mesh=2x4&axes=data,model&model=mlp&options=batch:true", "model.options.batch"),
+        ("?mesh=2x4&axes=data,model&model=os.path:join", "model.name"),
+        ("?mesh=99999999999x1&axes=a,b&model=mlp", "link parameter 'mesh'"),
+    ],
+)
 def test_mangled_links_name_what_is_wrong(query, field):
     if field is None:
         assert from_query(query).model.options["depth"] == 1024  # missing options take defaults
@@ -93,8 +98,11 @@ def test_mangled_links_name_what_is_wrong(query, field):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["name", "mesh", "axes", "rules", "model", "options", "x"]),
-                       st.text(alphabet=string.printable, max_size=40)))
+@given(
+    st.dictionaries(
+        st.sampled_from(["name", "mesh", "axes", "rules", "model", "options", "x"]), st.text(alphabet=string.printable, max_size=40)
+    )
+)
 def test_any_tampered_link_raises_only_explorer_error(params):
     try:
         params_to_layout(params)
@@ -112,27 +120,39 @@ def test_copy_as_code_is_a_complete_script_that_shards_like_the_analysis(seed_di
     import os
 
     result = subprocess.run(
-        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "JAX_NUM_CPU_DEVICES": "8", "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "it's \"odd\"" and lines[1] == "print('injected')"  # the name is printed, never run
+    assert lines[0] == 'it\'s "odd"' and lines[1] == "print('injected')"  # the name is printed, never run
     from explorer.analysis import analyze
 
     expected = [
-        f"{a.path.removeprefix('params/')} {a.shape} {a.spec_text()} {a.shard_shape}"
-        for a in analyze(layout).arrays if a.kind == "param"
+        f"{a.path.removeprefix('params/')} {a.shape} {a.spec_text()} {a.shard_shape}" for a in analyze(layout).arrays if a.kind == "param"
     ]
     assert lines[2:] == expected
     assert maxtext_yaml(layout).splitlines()[2:] == [
-        "logical_axis_rules: [", '  ["batch", ["data", "model"]],', '  ["layer", []],', '  ["hidden", "model"],', "]",
+        "logical_axis_rules: [",
+        '  ["batch", ["data", "model"]],',
+        '  ["layer", []],',
+        '  ["hidden", "model"],',
+        "]",
     ]
 
 
 def test_url_command_prints_the_query():
-    result = subprocess.run([sys.executable, "-m", "explorer", "url", str(ROOT / "layouts" / "seed-2x4.json")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "explorer", "url", str(ROOT / "layouts" / "seed-2x4.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and result.stdout.startswith("?name=seed-2x4&mesh=2x4&")
 
 

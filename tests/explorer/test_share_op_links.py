@@ -30,12 +30,14 @@ def test_presets_round_trip(preset):
 
 
 def test_odd_names_and_multi_axis_specs_round_trip():
-    op = parse_op({
-        "mesh": {"shape": [2, 2, 2], "axes": ["data-1", "fsdp_2", "m"]},
-        "arrays": {"x_1": {"shape": [8, 4, 2], "dtype": "bfloat16", "spec": [["data-1", "fsdp_2"], None, "m"]}, "s": {"shape": []}},
-        "expr": "jnp.sum(x_1, axis=(0, 2)) * s + 1e-3",
-        "out_spec": [["m", "data-1"]],
-    })
+    op = parse_op(
+        {
+            "mesh": {"shape": [2, 2, 2], "axes": ["data-1", "fsdp_2", "m"]},
+            "arrays": {"x_1": {"shape": [8, 4, 2], "dtype": "bfloat16", "spec": [["data-1", "fsdp_2"], None, "m"]}, "s": {"shape": []}},
+            "expr": "jnp.sum(x_1, axis=(0, 2)) * s + 1e-3",
+            "out_spec": [["m", "data-1"]],
+        }
+    )
     query = op_to_query(op)
     assert "data-1*fsdp_2,-,m" in query and "out=m*data-1" in query
     assert from_query(query) == op
@@ -62,15 +64,18 @@ def test_mangled_links_only_ever_raise_explorer_error(params):
     assert is_op_link(params) == ("arrays" in params or "expr" in params)
 
 
-@pytest.mark.parametrize("query,message", [
-    ("?mesh=4x2&axes=a,b&expr=a", "link: .* has no 'arrays' parameter"),
-    ("?mesh=4x2&axes=a,b&arrays=a:8x8:float32&expr=a", "item 0: 'a:8x8:float32' is not name:shape:dtype:spec"),
-    ("?mesh=4x2&axes=a,b&arrays=a:8xeight:float32:-&expr=a", "'8xeight' is not sizes"),
-    ("?mesh=4x2&axes=a,b&arrays=a:8:float32:q&expr=a", r"arrays\.a\.spec\[0\]: 'q' is not an axis"),
-    ("?mesh=4x2&axes=a,b&arrays=a:8:float32:-;a:8:float32:-&expr=a", "'a' names two arrays"),
-    ("?mesh=4x2&axes=a,b&arrays=a:8:float32:-&expr=__import__('os')", "expr: '__import__' is refused"),
-    ("?mesh=4x2&axes=a,b&arrays=a:8:float32:a*&expr=a", "empty mesh axis name"),
-])
+@pytest.mark.parametrize(
+    "query,message",
+    [
+        ("?mesh=4x2&axes=a,b&expr=a", "link: .* has no 'arrays' parameter"),
+        ("?mesh=4x2&axes=a,b&arrays=a:8x8:float32&expr=a", "item 0: 'a:8x8:float32' is not name:shape:dtype:spec"),
+        ("?mesh=4x2&axes=a,b&arrays=a:8xeight:float32:-&expr=a", "'8xeight' is not sizes"),
+        ("?mesh=4x2&axes=a,b&arrays=a:8:float32:q&expr=a", r"arrays\.a\.spec\[0\]: 'q' is not an axis"),
+        ("?mesh=4x2&axes=a,b&arrays=a:8:float32:-;a:8:float32:-&expr=a", "'a' names two arrays"),
+        ("?mesh=4x2&axes=a,b&arrays=a:8:float32:-&expr=__import__('os')", "expr: '__import__' is refused"),
+        ("?mesh=4x2&axes=a,b&arrays=a:8:float32:a*&expr=a", "empty mesh axis name"),
+    ],
+)
 def test_bad_links_are_named(query, message):
     with pytest.raises(ExplorerError, match=message):
         from_query(query)

@@ -7,8 +7,13 @@ from explorer.specs import entry_json, normal_spec, spec_axes, spec_entry, spec_
 
 
 def test_every_spelling_of_an_entry_has_one_meaning():
-    for written, axes in ((None, ()), ("model", ("model",)), (["data", "model"], ("data", "model")),
-                          (("data", "model"), ("data", "model")), ([], ())):
+    for written, axes in (
+        (None, ()),
+        ("model", ("model",)),
+        (["data", "model"], ("data", "model")),
+        (("data", "model"), ("data", "model")),
+        ([], ()),
+    ):
         assert spec_axes(written) == axes
         assert spec_axes(spec_entry(written)) == axes  # the canonical spelling keeps the meaning
     assert spec_entry(["model"]) == "model" and spec_entry([]) is None

@@ -54,7 +54,14 @@ def test_the_guides_mlp_compiles_for_an_8_chip_slice_and_fits(seed_result):
     assert result.fits is True
     assert result.headroom_bytes == result.target.chip.device_hbm_bytes - result.memory.peak_bytes
     assert all(v is not None for v in result.memory.to_json().values())
-    assert set(result.memory.to_json()) == {"argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes", "generated_code_bytes"}
+    assert set(result.memory.to_json()) == {
+        "argument_bytes",
+        "output_bytes",
+        "alias_bytes",
+        "temp_bytes",
+        "peak_bytes",
+        "generated_code_bytes",
+    }
     assert result.estimate.bound in ("compute", "memory", "collective")
     assert result.estimate.step_s == max(getattr(result.estimate, k) for k in ("compute_s", "memory_s", "collective_s"))
 
@@ -130,10 +137,28 @@ def test_a_refused_scanned_transformer_counts_its_dots_once_per_layer():
     """Issue 30: XLA refuses a scanned transformer for HBM (E1000); its flops, read from the dump, count the scanned body
     once per layer: within 2% of the model's own dots, the train step's three times the forward's (per device, T tokens:
     2 T x each weight matrix, 2 x 2 T^2 per head for the scores and the weighted values, and the head's 2 T x d x vocab)."""
-    options = {"batch": 8, "seq_len": 128, "layers": 4, "d_model": 4096, "heads": 32, "kv_heads": 32, "head_dim": 128,
-               "mlp_dim": 16384, "vocab": 256, "gated_mlp": True, "scan": True, "dtype": "float32"}
-    layout = parse_layout({"name": "scanned-too-big", "mesh": {"shape": [8], "axes": ["data"]}, "rules": [["batch", "data"]],
-                           "model": {"name": "transformer", "options": options}})
+    options = {
+        "batch": 8,
+        "seq_len": 128,
+        "layers": 4,
+        "d_model": 4096,
+        "heads": 32,
+        "kv_heads": 32,
+        "head_dim": 128,
+        "mlp_dim": 16384,
+        "vocab": 256,
+        "gated_mlp": True,
+        "scan": True,
+        "dtype": "float32",
+    }
+    layout = parse_layout(
+        {
+            "name": "scanned-too-big",
+            "mesh": {"shape": [8], "axes": ["data"]},
+            "rules": [["batch", "data"]],
+            "model": {"name": "transformer", "options": options},
+        }
+    )
     result, _ = compile_target(layout, TARGET)
     assert result.compiled is False and result.oom is not None and result.flops_source == "hlo_matmuls"
     tokens, d, heads, kv_heads, head_dim = 128, 4096, 32, 32, 128  # batch 8 over 8 devices: one sequence of 128 each
@@ -202,16 +227,47 @@ def test_stop_ends_the_compile_process(seed_dict):
 def test_the_command_line_prints_the_documented_json(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "v5e:2x4", "--json"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout)
     assert list(result) == [
-        "target", "mesh", "compile_s", "compiled", "memory", "memory_source", "memory_limit", "fits", "fits_device", "headroom_bytes",
-        "oom", "xla_messages", "flops", "bytes_accessed", "flops_source", "bytes_source", "loop_work", "padding", "collectives",
-        "estimate", "donated", "cross_check", "cached",
+        "target",
+        "mesh",
+        "compile_s",
+        "compiled",
+        "memory",
+        "memory_source",
+        "memory_limit",
+        "fits",
+        "fits_device",
+        "headroom_bytes",
+        "oom",
+        "xla_messages",
+        "flops",
+        "bytes_accessed",
+        "flops_source",
+        "bytes_source",
+        "loop_work",
+        "padding",
+        "collectives",
+        "estimate",
+        "donated",
+        "cross_check",
+        "cached",
     ]
-    assert set(result["target"]) >= {"name", "topology", "chips", "device_kind", "hbm_bytes", "peak_flops", "hbm_bandwidth", "ici_bandwidth"}
+    assert set(result["target"]) >= {
+        "name",
+        "topology",
+        "chips",
+        "device_kind",
+        "hbm_bytes",
+        "peak_flops",
+        "hbm_bandwidth",
+        "ici_bandwidth",
+    }
     assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling"}
     assert all(set(c) >= {"op", "count", "bytes", "mesh_axes"} for c in result["collectives"])
 
@@ -219,7 +275,9 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
 def test_the_command_line_refuses_a_bad_target_with_the_valid_names():
     completed = subprocess.run(
         [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "v9-8"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert completed.returncode == 2
     assert completed.stderr.startswith("error: target: 'v9-8' is not a TPU slice name or a GPU cluster")
@@ -230,8 +288,11 @@ def test_the_command_line_refuses_a_bad_target_with_the_valid_names():
 def test_the_command_line_says_how_to_name_a_gpu_cluster():
     completed = subprocess.run(
         [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "h100-8"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1
     assert completed.stderr == (
-        "error: target: 'h100-8' names GPUs as a TPU type would; a GPU cluster is GPU:HOSTSxGPUS, e.g. h100:1x8 (8 GPUs per host at most)\n")
+        "error: target: 'h100-8' names GPUs as a TPU type would; a GPU cluster is GPU:HOSTSxGPUS, e.g. h100:1x8 (8 GPUs per host at most)\n"
+    )

@@ -13,8 +13,14 @@ from tests.paths import ROOT
 @pytest.mark.parametrize(
     "name, topology, chips",
     [
-        ("v5litepod-16", "v5e:4x4", 16), ("v5p-128", "v5p:4x4x4", 64), ("v6e-64", "v6e:8x8", 64), ("v4-32", "v4:2x2x4", 16),
-        ("v5e:4x4", "v5e:4x4", 16), ("v5p:4x4x4", "v5p:4x4x4", 64), ("V4:4x4x4", "v4:4x4x4", 64), ("v5p-8", "v5p:2x2x1", 4),
+        ("v5litepod-16", "v5e:4x4", 16),
+        ("v5p-128", "v5p:4x4x4", 64),
+        ("v6e-64", "v6e:8x8", 64),
+        ("v4-32", "v4:2x2x4", 16),
+        ("v5e:4x4", "v5e:4x4", 16),
+        ("v5p:4x4x4", "v5p:4x4x4", 64),
+        ("V4:4x4x4", "v4:4x4x4", 64),
+        ("v5p-8", "v5p:2x2x1", 4),
     ],
 )
 def test_cloud_names_count_chips_or_cores_and_topologies_pass_through(name, topology, chips):
@@ -22,7 +28,9 @@ def test_cloud_names_count_chips_or_cores_and_topologies_pass_through(name, topo
     assert (target.topology, target.chips) == (topology, chips)
 
 
-@pytest.mark.parametrize("name, chips", [("v5e:1x1", 1), ("v6e:1x1", 1), ("v5p:1x1x1", 1), ("v4:1x1x1", 1), ("v5e:1x2", 2), ("v5litepod-1", 1)])
+@pytest.mark.parametrize(
+    "name, chips", [("v5e:1x1", 1), ("v6e:1x1", 1), ("v5p:1x1x1", 1), ("v4:1x1x1", 1), ("v5e:1x2", 2), ("v5litepod-1", 1)]
+)
 def test_single_chip_and_two_chip_slices_are_accepted(name, chips):
     target = parse_target(name)
     assert target.chips == target.devices == chips
@@ -72,8 +80,14 @@ def test_a_device_count_mismatch_names_both_counts_and_slices_that_fit():
 
 @pytest.mark.parametrize(
     "name, kind, hosts, per_host",
-    [("h100:1x8", "NVIDIA H100 80GB HBM3", 1, 8), ("H100:8x8", "NVIDIA H100 80GB HBM3", 8, 8), ("a100:2x8", "NVIDIA A100-SXM4-80GB", 2, 8),
-     ("h200:1x1", "NVIDIA H200 141GB HBM3e", 1, 1), ("b200:128x8", "NVIDIA B200", 128, 8), ("b200:3x4", "NVIDIA B200", 3, 4)],
+    [
+        ("h100:1x8", "NVIDIA H100 80GB HBM3", 1, 8),
+        ("H100:8x8", "NVIDIA H100 80GB HBM3", 8, 8),
+        ("a100:2x8", "NVIDIA A100-SXM4-80GB", 2, 8),
+        ("h200:1x1", "NVIDIA H200 141GB HBM3e", 1, 1),
+        ("b200:128x8", "NVIDIA B200", 128, 8),
+        ("b200:3x4", "NVIDIA B200", 3, 4),
+    ],
 )
 def test_gpu_clusters_are_hosts_of_gpus(name, kind, hosts, per_host):
     target = parse_target(name)
@@ -85,11 +99,18 @@ def test_gpu_clusters_are_hosts_of_gpus(name, kind, hosts, per_host):
     assert figures["usable_bytes"] == int(0.75 * target.chip.hbm_bytes)
 
 
-@pytest.mark.parametrize("bad, says", [
-    ("h100:1x16", "1 to 8 GPUs"), ("h100:129x8", "1 to 128 hosts"), ("h100:0x8", "has 0 hosts"), ("h100:2x2x2", "h100:HOSTSxGPUS"),
-    ("v100:1x8", "is not a TPU slice name or a GPU cluster"), ("gb200:1x8", "GPU:HOSTSxGPUS of a100, h100, h200, b200"),
-    ("h100-16", "e.g. h100:2x8"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("h100:1x16", "1 to 8 GPUs"),
+        ("h100:129x8", "1 to 128 hosts"),
+        ("h100:0x8", "has 0 hosts"),
+        ("h100:2x2x2", "h100:HOSTSxGPUS"),
+        ("v100:1x8", "is not a TPU slice name or a GPU cluster"),
+        ("gb200:1x8", "GPU:HOSTSxGPUS of a100, h100, h200, b200"),
+        ("h100-16", "e.g. h100:2x8"),
+    ],
+)
 def test_a_bad_gpu_cluster_says_what_a_cluster_is(bad, says):
     with pytest.raises(ExplorerError) as error:
         parse_target(bad)
@@ -169,13 +190,22 @@ def test_gpu_collectives_ride_nvlink_inside_a_host_and_the_network_across_hosts(
     assert (terms.compute_s, terms.memory_s, terms.bound) == (1.0, 0.5, "compute")
 
 
-@pytest.mark.parametrize("name,wraps", [
-    ("v5p-128", (True, True, True)), ("v5p:4x4x8", (True, True, True)),  # whole 4x4x4 cubes: the optical switches wrap every axis
-    ("v5p-16", (False, False, False)), ("v5p:2x4x4", (False, False, False)), ("v4-32", (False, False, False)),  # less than a cube
-    ("v5litepod-256", (True, True)), ("v5litepod-128", (False, True)), ("v5litepod-16", (False, False)),  # v5e: a 16-long axis
-    ("v6e-64", (False, False)), ("h100:8x8", ()),
-])
+@pytest.mark.parametrize(
+    "name,wraps",
+    [
+        ("v5p-128", (True, True, True)),
+        ("v5p:4x4x8", (True, True, True)),  # whole 4x4x4 cubes: the optical switches wrap every axis
+        ("v5p-16", (False, False, False)),
+        ("v5p:2x4x4", (False, False, False)),
+        ("v4-32", (False, False, False)),  # less than a cube
+        ("v5litepod-256", (True, True)),
+        ("v5litepod-128", (False, True)),
+        ("v5litepod-16", (False, False)),  # v5e: a 16-long axis
+        ("v6e-64", (False, False)),
+        ("h100:8x8", ()),
+    ],
+)
 def test_wraparound_links_follow_the_scaling_book(name, wraps):
-    """"Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds"; "a 2x2x4 won't"; "A TPU v5e 8x16 will
+    """ "Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds"; "a 2x2x4 won't"; "A TPU v5e 8x16 will
     have a wraparound on the longer axis" (How to Scale Your Model, part 2)."""
     assert parse_target(name).wraparound == wraps

@@ -18,11 +18,23 @@ def cells(text):
     return [row for row in rows if any(row)]
 
 
-@pytest.mark.parametrize("shape,spec", [
-    ((8, 8), ("a", "b")), ((8, 8), ("b", "a")), ((8, 8), ("a", None)), ((8, 8), (None, "b")), ((8, 8), (None, "a")),
-    ((8, 8), (("a", "b"), None)), ((8, 16), (None, ("b", "a"))), ((8,), (("a", "b"),)), ((8,), ("a",)), ((8,), ("b",)),
-    ((8, 8), ()), ((8,), ()),
-])
+@pytest.mark.parametrize(
+    "shape,spec",
+    [
+        ((8, 8), ("a", "b")),
+        ((8, 8), ("b", "a")),
+        ((8, 8), ("a", None)),
+        ((8, 8), (None, "b")),
+        ((8, 8), (None, "a")),
+        ((8, 8), (("a", "b"), None)),
+        ((8, 16), (None, ("b", "a"))),
+        ((8,), (("a", "b"),)),
+        ((8,), ("a",)),
+        ((8,), ("b",)),
+        ((8, 8), ()),
+        ((8,), ()),
+    ],
+)
 def test_grids_are_what_jax_draws(shape, spec, capsys):
     mesh = jax.make_mesh(MESH.shape, MESH.axes, axis_types=(jax.sharding.AxisType.Auto,) * 2)
     array = jax.device_put(jnp.zeros(shape), NamedSharding(mesh, PartitionSpec(*spec)))
@@ -45,4 +57,6 @@ def test_higher_ranks_draw_the_most_cut_dimensions_slice_by_slice():
 
 def test_more_than_eight_replicas_are_abbreviated():
     planned = mesh_info(MeshSpec(shape=(4, 4, 512), axes=("a", "b", "c")))
-    assert cells(sharding_text((8, 8), ("a",), planned, "dev")) == [[f"dev {4 * 512 * i},{4 * 512 * i + 1}…{4 * 512 * (i + 1) - 1} (2048)"] for i in range(4)]
+    assert cells(sharding_text((8, 8), ("a",), planned, "dev")) == [
+        [f"dev {4 * 512 * i},{4 * 512 * i + 1}…{4 * 512 * (i + 1) - 1} (2048)"] for i in range(4)
+    ]

@@ -144,7 +144,11 @@ def test_time_command_prints_the_documented_json():
     env = {"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"}
     result = subprocess.run(
         [sys.executable, "-m", "explorer", "time", str(ROOT / "layouts" / "seed-2x4.json"), "--steps", "2", "--json"],
-        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -162,12 +166,17 @@ def test_time_command_refuses_a_planned_mesh_with_exit_2(tmp_path):
     layout_file.write_text(json.dumps(data))
     result = subprocess.run(
         [sys.executable, "-m", "explorer", "time", str(layout_file)],
-        cwd=ROOT, capture_output=True, text=True, env={"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"}, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"},
+        timeout=300,
     )
     assert result.returncode == 2 and "not timed" in result.stderr and "Traceback" not in result.stderr
 
 
 # --- the timing gates: refused before compiling, or after compiling and before allocating ---------
+
 
 def indivisible(seed_dict):
     """The guide's MLP with batch 3 on the 2x4 mesh: 'batch' -> data (2) does not divide 3."""
@@ -200,7 +209,11 @@ def test_time_command_refuses_an_indivisible_layout_with_exit_2(tmp_path):
     layout_file.write_text(json.dumps(data))
     result = subprocess.run(
         [sys.executable, "-m", "explorer", "time", str(layout_file)],
-        cwd=ROOT, capture_output=True, text=True, env={"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"}, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"EXPLORER_CPU_DEVICES": "8", "PATH": "/usr/bin:/bin"},
+        timeout=300,
     )
     assert result.returncode == 2 and "has size 3" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -214,8 +227,7 @@ def test_a_compiled_peak_over_the_limit_is_refused_before_allocation(seed_dict, 
     """
     from explorer import timing
 
-    options = {"batch": 8, "seq_len": 512, "layers": 1, "d_model": 16, "heads": 2, "kv_heads": 2, "head_dim": 8,
-               "mlp_dim": 32, "vocab": 64}
+    options = {"batch": 8, "seq_len": 512, "layers": 1, "d_model": 16, "heads": 2, "kv_heads": 2, "head_dim": 8, "mlp_dim": 32, "vocab": 64}
     small = layout(seed_dict, rules=[["batch", "data"]], model={"name": "transformer", "options": options})
     report = analyze(small)
     step, _ = compile_step(small, report)

@@ -7,10 +7,19 @@ from explorer.reading import TypedValue
 from explorer.values import grouped, matching, spec_text, value_to_dict
 
 
-def _value(index, op="dot_general", spec=("data", "model"), unreduced=(), reduced=(), source="model.py:12",
-           function="Mlp.__call__", communication=""):
-    return TypedValue(index, op, (8, 64), "float32", spec, unreduced, reduced, "f32[8@data,64@model]", source,
-                      function, "", 1, False, communication)
+def _value(
+    index,
+    op="dot_general",
+    spec=("data", "model"),
+    unreduced=(),
+    reduced=(),
+    source="model.py:12",
+    function="Mlp.__call__",
+    communication="",
+):
+    return TypedValue(
+        index, op, (8, 64), "float32", spec, unreduced, reduced, "f32[8@data,64@model]", source, function, "", 1, False, communication
+    )
 
 
 def test_the_spec_is_printed_as_jax_prints_it_unreduced_and_reduced_axes_included():
@@ -22,8 +31,11 @@ def test_the_spec_is_printed_as_jax_prints_it_unreduced_and_reduced_axes_include
 
 
 def test_a_search_matches_every_word_anywhere_and_communication_only_keeps_the_marked_values():
-    values = [_value(0), _value(1, op="reshard", communication="reshard P('data',) -> P('model',)"),
-              _value(2, spec=("data", None), unreduced=("model",), source="attn.py:40", function="Attention.__call__")]
+    values = [
+        _value(0),
+        _value(1, op="reshard", communication="reshard P('data',) -> P('model',)"),
+        _value(2, spec=("data", None), unreduced=("model",), source="attn.py:40", function="Attention.__call__"),
+    ]
     assert [v.index for v in matching(values, "MLP dot")] == [0]
     assert [v.index for v in matching(values, "unreduced")] == [2]  # the printed spec is searched too
     assert [v.index for v in matching(values, "")] == [0, 1, 2]
@@ -31,8 +43,12 @@ def test_a_search_matches_every_word_anywhere_and_communication_only_keeps_the_m
 
 
 def test_values_are_grouped_by_where_they_were_computed_in_order_of_first_appearance():
-    values = [_value(0), _value(1, source="attn.py:40", function="Attention.__call__"), _value(2),
-              _value(3, communication="contraction over a dimension both operands shard: all-reduce over 'model'")]
+    values = [
+        _value(0),
+        _value(1, source="attn.py:40", function="Attention.__call__"),
+        _value(2),
+        _value(3, communication="contraction over a dimension both operands shard: all-reduce over 'model'"),
+    ]
     groups = grouped(values)
     assert [len(g.values) for g in groups] == [3, 1]
     assert groups[0].where == values[0].where and groups[0].communicating == 1

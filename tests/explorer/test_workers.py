@@ -3,6 +3,7 @@
 Faults end every worker: a killed worker ends the run with exit 2 naming it, Ctrl+C stops them all, and they end
 themselves when the launcher is killed.
 """
+
 import dataclasses
 import json
 import os
@@ -53,6 +54,7 @@ def test_a_worker_refusal_is_the_single_process_refusal(seed_dict):
 
 # --- faults, through the command line ---------------------------------------------------------------
 
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -102,7 +104,11 @@ def _start_timing(layout_file):
     env = {**os.environ, "EXPLORER_CPU_DEVICES": "8"}
     process = subprocess.Popen(
         [sys.executable, "-m", "explorer", "time", str(layout_file), "--processes", "2", "--steps", "10000"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     lines = []
     for line in process.stderr:
@@ -167,7 +173,11 @@ def test_the_telling_line_of_a_worker_stderr():
     ]
     said = what_it_said(aborted)
     assert said.startswith("Terminating process because") and said.endswith("(stopped sending heartbeats): 1")
-    crashed = ["E1122 10:00:00.000000   1 x.cc:1] an earlier complaint", "Traceback (most recent call last):",
-               '  File "x.py", line 1, in <module>', "MemoryError: out of host memory"]
+    crashed = [
+        "E1122 10:00:00.000000   1 x.cc:1] an earlier complaint",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "MemoryError: out of host memory",
+    ]
     assert what_it_said(crashed).endswith("MemoryError: out of host memory")
     assert what_it_said(["[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"]) == "nothing"

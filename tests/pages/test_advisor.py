@@ -43,7 +43,9 @@ def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar
     top = table.iloc[0]
     assert at.session_state["mesh_axes_text"] == ", ".join(part.split(" ")[0] for part in top["mesh"].split(" x "))
     # The rules the Layout page's editor starts from are the winner's (the page switch must not restore the old rows).
-    expected = [[part.split(":")[0], [] if part.split(":")[1] == "-" else part.split(":")[1].split(",")] for part in top["rules"].split("; ")]
+    expected = [
+        [part.split(":")[0], [] if part.split(":")[1] == "-" else part.split(":")[1].split(",")] for part in top["rules"].split("; ")
+    ]
     assert at.session_state["rules_base"] == expected
     assert at.session_state["last_valid_layout"]["rules"] == [[l, a[0] if len(a) == 1 else (a or None)] for l, a in expected]
 
@@ -57,8 +59,10 @@ def test_on_a_gpu_cluster_the_page_says_so_with_each_axis_placement_and_jaxs_sha
     plain = lambda text: text.replace("\\", "")  # Markdown escapes (``markdown_literal``)
     captions = [plain(c.value) for c in at.caption]
     assert any(c.startswith("h100:2x8: a GPU cluster of 2 hosts x 8 NVIDIA H100") and "NVLink" in c for c in captions)
-    assert any(plain(s.value).startswith("Advice for h100:2x8") and "JAX lets one process use per GPU (75% of its 79.1 GiB)" in plain(s.value)
-               for s in at.success)
+    assert any(
+        plain(s.value).startswith("Advice for h100:2x8") and "JAX lets one process use per GPU (75% of its 79.1 GiB)" in plain(s.value)
+        for s in at.success
+    )
     table = next(d.value for d in at.dataframe if "step ≥" in d.value.columns)
     inside = table[table["mesh"].str.contains("tensor") & ~table["mesh"].str.contains("tensor 16")]
     assert len(inside) and inside["placement"].str.contains("tensor: NVLink").all()  # up to 8: inside a host

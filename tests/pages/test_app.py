@@ -339,8 +339,9 @@ def test_a_links_factory_options_the_factory_refuses_are_a_message(monkeypatch):
     the page shows the last valid layout and keeps running."""
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.factory_module:make_model")
     at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params.update({"mesh": "2x4", "axes": "data,model", "rules": "batch:data",
-                            "model": "tests.factory_module:make_model", "options": "__bogus__:1"})
+    at.query_params.update(
+        {"mesh": "2x4", "axes": "data,model", "rules": "batch:data", "model": "tests.factory_module:make_model", "options": "__bogus__:1"}
+    )
     at.run()
     assert not at.exception
     shown = [plain(e.value) for e in list(at.sidebar.error) + list(at.main.error)]

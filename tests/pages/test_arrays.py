@@ -30,11 +30,14 @@ def test_matmul_preset_shows_xlas_choice_and_no_collectives(page):
     assert any(m.value == "**Devices:** 8 × cpu (simulated)" for m in page.sidebar.markdown)  # as the other pages say it
 
 
-@pytest.mark.parametrize("preset,chosen", [
-    ("sin of a 4x2-sharded array", "P('x', 'y')"),
-    ("constrain to a 2x4 spec", "P('y', 'x')"),
-    ("constrain to replicated", "P(None, None)"),
-])
+@pytest.mark.parametrize(
+    "preset,chosen",
+    [
+        ("sin of a 4x2-sharded array", "P('x', 'y')"),
+        ("constrain to a 2x4 spec", "P('y', 'x')"),
+        ("constrain to replicated", "P(None, None)"),
+    ],
+)
 def test_presets_load(page, preset, chosen):
     page.selectbox(key="op_preset_choice").select(preset).run()
     page.button(key="arrays_load_preset").click().run()

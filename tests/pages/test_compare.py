@@ -131,8 +131,20 @@ def test_a_race_result_is_only_shown_for_the_layouts_it_raced(shelf):
 
 def test_the_array_count_covers_every_layout_when_models_differ(shelf, seed_dict):
     transformer = copy.deepcopy(seed_dict)
-    transformer["model"] = {"name": "transformer", "options": {"batch": 8, "seq_len": 16, "layers": 1, "d_model": 32,
-                                                               "heads": 4, "kv_heads": 4, "head_dim": 8, "mlp_dim": 64, "vocab": 64}}
+    transformer["model"] = {
+        "name": "transformer",
+        "options": {
+            "batch": 8,
+            "seq_len": 16,
+            "layers": 1,
+            "d_model": 32,
+            "heads": 4,
+            "kv_heads": 4,
+            "head_dim": 8,
+            "mlp_dim": 64,
+            "vocab": 64,
+        },
+    }
     link = "?" + "&".join(f"{k}={v}" for k, v in layout_to_params(parse_layout(transformer)).items())
     at = compare_page()
     at.text_area(key="compare_links").input(link).run()
@@ -168,11 +180,18 @@ def test_layouts_with_explicit_axes_compare_by_their_types(tmp_path, monkeypatch
     monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "tests.external.factories:make_flax_gemma")
     gemma = {"rules": [], "model": {"name": "tests.external.factories:make_flax_gemma", "options": {}}}
-    wide = parse_layout({"name": "2x4", "mesh": {"shape": [2, 4], "axes": ["data", "model"],
-                                                 "axis_types": ["explicit", "explicit"]}, **gemma})
+    wide = parse_layout(
+        {"name": "2x4", "mesh": {"shape": [2, 4], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]}, **gemma}
+    )
     swapped = {"name": "tests.external.factories:make_flax_gemma", "options": {"fsdp_axis": "model", "tensor_axis": "data"}}
-    tall = parse_layout({"name": "4x2", "mesh": {"shape": [4, 2], "axes": ["data", "model"],
-                                                 "axis_types": ["explicit", "explicit"]}, **gemma, "model": swapped})
+    tall = parse_layout(
+        {
+            "name": "4x2",
+            "mesh": {"shape": [4, 2], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
+            **gemma,
+            "model": swapped,
+        }
+    )
     library.save("gemma 2x4", wide)
     library.save("gemma 4x2", tall)
     at = compare_page()

@@ -1,6 +1,5 @@
 """AppTest of the Timing page: a small layout timed to completion, and the planned-mesh refusal."""
 
-
 import pytest
 from streamlit.testing.v1 import AppTest
 

@@ -42,6 +42,7 @@ def test_a_weight_read_inside_a_scanned_body_is_not_an_activation():
         def body(carry, w):
             weight = nn.with_logical_constraint(w.T, ("mlp", "embed"))
             return nn.with_logical_constraint(carry @ weight, ("batch", "embed")), None
+
         return jax.lax.scan(body, x, ws)[0]
 
     found = _read(forward, jnp.zeros((3, 4, 4)), X)
@@ -50,11 +51,13 @@ def test_a_weight_read_inside_a_scanned_body_is_not_an_activation():
 
 def test_a_carry_that_comes_to_depend_on_an_input_is_an_activation():
     """Both carries start as constants; the input reaches ``later`` after one turn and ``first`` after two."""
+
     def forward(w, x):
         def body(carry, _):
             first, later = carry
             constrained = nn.with_logical_constraint(first, ("batch", "embed"))
             return (later, x + constrained), None
+
         return jax.lax.scan(body, (jnp.zeros_like(x), jnp.zeros_like(x)), None, length=3)[0]
 
     found = _read(forward, W, X)
@@ -66,13 +69,16 @@ def test_a_while_loop_and_a_conditional_carry_the_input_marks():
         def body(state):
             i, value = state
             return i + 1, nn.with_logical_constraint(value @ w, ("batch", "embed"))
+
         looped = jax.lax.while_loop(lambda s: s[0] < 3, body, (0, x))[1]
         weight = jax.lax.cond(True, lambda: nn.with_logical_constraint(w, ("embed", "mlp")), lambda: w)
         return looped @ weight
 
     found = _read(forward, W, X)
     assert [(c.dims, c.activation, c.in_loop_without_length) for c in found] == [
-        (("batch", "embed"), True, True), (("embed", "mlp"), False, False)]
+        (("batch", "embed"), True, True),
+        (("embed", "mlp"), False, False),
+    ]
 
 
 def test_a_constant_is_not_an_activation():
@@ -98,6 +104,7 @@ def test_any_number_of_logical_names():
 def test_rule_semantics_follow_the_call():
     """Linen's with_logical_constraint resolves the Linen way, an NNX variable's out_sharding the NNX way, a hand call
     with mesh axes is neither."""
+
     def forward(w, x):
         x = nn.with_logical_constraint(x, ("batch", "embed"))
         x = jax.lax.with_sharding_constraint(x, P("data", None))
@@ -105,8 +112,7 @@ def test_rule_semantics_follow_the_call():
         return variable[...]
 
     found = _read(forward, W, X)
-    assert [(c.dims, c.semantics) for c in found] == [
-        (("batch", "embed"), "linen"), ((("data",), None), "hand"), (("batch", "mlp"), "nnx")]
+    assert [(c.dims, c.semantics) for c in found] == [(("batch", "embed"), "linen"), ((("data",), None), "hand"), (("batch", "mlp"), "nnx")]
 
 
 def test_paths_keep_a_module_named_value_and_drop_a_box_value():
@@ -115,11 +121,14 @@ def test_paths_keep_a_module_named_value_and_drop_a_box_value():
     assert paths == ["attention/value/kernel"]
 
 
-@pytest.mark.parametrize("spec, expected", [
-    (P("logical:batch", None), ("batch", None)),
-    (P(("data", "model"), "logical:mlp"), (("data", "model"), "mlp")),
-    (P(("logical:batch", "data")), (None,)),  # a logical name and a mesh axis on one dimension: not recoverable
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        (P("logical:batch", None), ("batch", None)),
+        (P(("data", "model"), "logical:mlp"), (("data", "model"), "mlp")),
+        (P(("logical:batch", "data")), (None,)),  # a logical name and a mesh axis on one dimension: not recoverable
+    ],
+)
 def test_decoding_probe_specs(spec, expected):
     assert reader.decode_spec(spec, len(expected)) == expected
 
@@ -134,7 +143,8 @@ AXES = ("data", "model", "fsdp")
 _axes = st.one_of(st.none(), st.sampled_from(AXES), st.lists(st.sampled_from(AXES), min_size=1, max_size=2, unique=True).map(tuple))
 _rules = st.lists(st.tuples(st.sampled_from(NAMES), _axes), max_size=7).map(tuple)
 _array = st.lists(st.one_of(st.none(), st.sampled_from(NAMES)), min_size=1, max_size=4).filter(
-    lambda names: len([n for n in names if n]) == len({n for n in names if n}))
+    lambda names: len([n for n in names if n]) == len({n for n in names if n})
+)
 
 
 def _strip(entry):

@@ -10,8 +10,12 @@ from explorer.reading import disk as trace_cache, trace as tracing
 from explorer.analysis import analyze, report_to_dict
 from explorer.layout import parse_layout
 
-LAYOUT = {"name": "c", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [["batch", "data"], ["hidden", "model"]],
-          "model": {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 32, "scan": True}}}
+LAYOUT = {
+    "name": "c",
+    "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+    "rules": [["batch", "data"], ["hidden", "model"]],
+    "model": {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 32, "scan": True}},
+}
 
 
 @pytest.fixture

@@ -10,15 +10,28 @@ from explorer.layout import parse_layout
 from tests.paths import ROOT
 from tests.test_ground_truth import CASES, CLASS_FACTORIES, EXTERNAL, EXTERNAL_FACTORIES
 
-TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 4, "kv_heads": 4, "head_dim": 8,
-               "mlp_dim": 64, "vocab": 128}
-EVERY_NAME = [["batch", "data"], ["embed", None], ["heads", "model"], ["kv_heads", "model"], ["kv", None],
-              ["mlp", "model"], ["vocab", "model"], ["length", None]]
+TRANSFORMER = {"batch": 8, "seq_len": 16, "layers": 2, "d_model": 32, "heads": 4, "kv_heads": 4, "head_dim": 8, "mlp_dim": 64, "vocab": 128}
+EVERY_NAME = [
+    ["batch", "data"],
+    ["embed", None],
+    ["heads", "model"],
+    ["kv_heads", "model"],
+    ["kv", None],
+    ["mlp", "model"],
+    ["vocab", "model"],
+    ["length", None],
+]
 
 
 def layout(rules, name="t"):
-    return parse_layout({"name": name, "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": rules,
-                         "model": {"name": "transformer", "options": TRANSFORMER}})
+    return parse_layout(
+        {
+            "name": name,
+            "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+            "rules": rules,
+            "model": {"name": "transformer", "options": TRANSFORMER},
+        }
+    )
 
 
 @pytest.fixture
@@ -79,8 +92,18 @@ def test_a_parameter_name_without_a_rule_is_still_seen_on_activations(traces):
     assert traces == ["init", "forward", "layout", "forward"]  # a new name: the forward pass under the tagged layout
 
 
-LINEN_CASES = ["guide-mlp-scan", "transformer-scan-3d", "partitioning-style", "repeated-scan", "bridged", "dead-in-call", "t5x-1d",
-               "lm1b", "mu-transformer", "vit-scan-2x2x2"]
+LINEN_CASES = [
+    "guide-mlp-scan",
+    "transformer-scan-3d",
+    "partitioning-style",
+    "repeated-scan",
+    "bridged",
+    "dead-in-call",
+    "t5x-1d",
+    "lm1b",
+    "mu-transformer",
+    "vit-scan-2x2x2",
+]
 
 
 @pytest.mark.parametrize("name", LINEN_CASES)
@@ -106,8 +129,13 @@ def test_no_parameter_read_or_initialiser_is_an_activation(traces):
     one = analyze(layout(EVERY_NAME))
     activations = [(a.path, a.shape, a.logical_axes, a.runs_per_step) for a in one.arrays if a.kind == "activation"]
     assert len(activations) > 10
-    assert all(a.shape != p.shape or a.logical_axes != p.logical_axes
-               for a in one.arrays if a.kind == "activation" for p in one.arrays if p.kind == "param")
+    assert all(
+        a.shape != p.shape or a.logical_axes != p.logical_axes
+        for a in one.arrays
+        if a.kind == "activation"
+        for p in one.arrays
+        if p.kind == "param"
+    )
 
 
 def test_a_rules_edit_reads_the_new_rules_not_a_cached_program(fresh):
@@ -136,9 +164,14 @@ def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_
 
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", EXTERNAL_FACTORIES)
     original = spmd._logical_to_mesh_axes
-    spec = parse_layout({"name": "moe", "mesh": {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")],
-                                                 "axes": list(external.maxtext_base.MESH_AXES)},
-                         "rules": external.maxtext_rules(), "model": {"name": f"{EXTERNAL}:make_maxtext_moe", "options": {}}})
+    spec = parse_layout(
+        {
+            "name": "moe",
+            "mesh": {"shape": [int(n) for n in external.MAXTEXT_MESH_SHAPE.split("x")], "axes": list(external.maxtext_base.MESH_AXES)},
+            "rules": external.maxtext_rules(),
+            "model": {"name": f"{EXTERNAL}:make_maxtext_moe", "options": {}},
+        }
+    )
     moe_names = {"activation_exp", "activation_batch_moe", "activation_embed_moe", "activation_mlp", "activation_norm_length_moe"}
     dispatch = [a for a in analyze(spec).arrays if a.kind == "activation" and "dispatch" in a.module]
     assert dispatch and all(n is None or isinstance(n, tuple) for a in dispatch for n in a.logical_axes)  # no name reaches JAX
@@ -150,7 +183,7 @@ def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_
     caches.clear()
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     disk.store(spec.model.key(), tuple(spec.mesh.axes), [(frozenset(), reading.traced.model)])
-    (_, loaded), = disk.load(spec.model.key(), tuple(spec.mesh.axes))
+    ((_, loaded),) = disk.load(spec.model.key(), tuple(spec.mesh.axes))
     assert loaded.asked_names == reading.traced.model.asked_names
     assert abstract_model(spec.model, frozenset(), tuple(spec.mesh.axes)).asked_names >= moe_names
     assert spmd._logical_to_mesh_axes is original
@@ -177,15 +210,16 @@ def test_importing_the_tracing_code_runs_the_collector_once_and_leaves_it_on():
     import subprocess
     import sys
 
-    code = ("import gc, sys\n"
-            "from explorer import reading\n"
-            "runs = []  # collections once the tracing module's import has begun\n"
-            "gc.callbacks.append(lambda phase, info: runs.append(phase)\n"
-            "                    if phase == 'start' and 'explorer.reading.trace' in sys.modules else None)\n"
-            "reading._trace()\n"
-            "assert 'flax' in sys.modules and 'optax' in sys.modules\n"
-            "print(len(runs), gc.isenabled())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=ROOT)
+    code = (
+        "import gc, sys\n"
+        "from explorer import reading\n"
+        "runs = []  # collections once the tracing module's import has begun\n"
+        "gc.callbacks.append(lambda phase, info: runs.append(phase)\n"
+        "                    if phase == 'start' and 'explorer.reading.trace' in sys.modules else None)\n"
+        "reading._trace()\n"
+        "assert 'flax' in sys.modules and 'optax' in sys.modules\n"
+        "print(len(runs), gc.isenabled())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     collections, enabled = out.stdout.split()
     assert int(collections) <= 1 and enabled == "True"

@@ -15,8 +15,10 @@ from tests.external import factories
 
 EXTERNAL = "tests.external.factories"
 CLASSES = "tests.explicit_models"
-ALLOWED = ",".join([f"{EXTERNAL}:make_flax_gemma", f"{EXTERNAL}:make_bonsai_siglip", f"{EXTERNAL}:make_bonsai_qwen3"]
-                   + [f"{CLASSES}:{name}" for name in dir(explicit_models) if name.startswith("make_")])
+ALLOWED = ",".join(
+    [f"{EXTERNAL}:make_flax_gemma", f"{EXTERNAL}:make_bonsai_siglip", f"{EXTERNAL}:make_bonsai_qwen3"]
+    + [f"{CLASSES}:{name}" for name in dir(explicit_models) if name.startswith("make_")]
+)
 
 
 @pytest.fixture(autouse=True)
@@ -25,27 +27,47 @@ def allow(monkeypatch):
 
 
 def layout(factory: str, shape, axes, rules=(), options=None, types=None):
-    return parse_layout({
-        "name": "explicit", "rules": [list(r) for r in rules],
-        "mesh": {"shape": list(shape), "axes": list(axes), "axis_types": types or ["explicit"] * len(axes)},
-        "model": {"name": factory, "options": options or {}},
-    })
+    return parse_layout(
+        {
+            "name": "explicit",
+            "rules": [list(r) for r in rules],
+            "mesh": {"shape": list(shape), "axes": list(axes), "axis_types": types or ["explicit"] * len(axes)},
+            "model": {"name": factory, "options": options or {}},
+        }
+    )
 
 
 # (factory, options, mesh shape, axes, rules, the inputs' specs as the ground truth types them)
 CASES = {
     "gemma-2x4": (f"{EXTERNAL}:make_flax_gemma", {}, (2, 4), ("data", "model"), (), [(), (), ()]),
-    "gemma-2x2x2": (f"{EXTERNAL}:make_flax_gemma", {"fsdp_axis": "fsdp", "tensor_axis": "model"}, (2, 2, 2),
-                    ("data", "fsdp", "model"), (), [(), (), ()]),
+    "gemma-2x2x2": (
+        f"{EXTERNAL}:make_flax_gemma",
+        {"fsdp_axis": "fsdp", "tensor_axis": "model"},
+        (2, 2, 2),
+        ("data", "fsdp", "model"),
+        (),
+        [(), (), ()],
+    ),
     "siglip-2x4": (f"{EXTERNAL}:make_bonsai_siglip", {}, (2, 4), ("data", "model"), (), [()]),
-    "siglip-2x2x2": (f"{EXTERNAL}:make_bonsai_siglip", {"fsdp_axis": "fsdp", "tp_axis": "model"}, (2, 2, 2),
-                     ("data", "fsdp", "model"), (), [()]),
+    "siglip-2x2x2": (
+        f"{EXTERNAL}:make_bonsai_siglip",
+        {"fsdp_axis": "fsdp", "tp_axis": "model"},
+        (2, 2, 2),
+        ("data", "fsdp", "model"),
+        (),
+        [()],
+    ),
     "qwen3-2x4": (f"{EXTERNAL}:make_bonsai_qwen3", {}, (2, 4), ("data", "model"), (), [(), ()]),
     "type-over-metadata": (f"{CLASSES}:make_type_over_metadata", {}, (2, 4), ("data", "model"), (), [("data", None)]),
-    "reshard-contract": (f"{CLASSES}:make_reshard_and_contract", {}, (2, 4), ("data", "model"), (("batch", "data"),),
-                         [("data", None)]),
-    "logical": (f"{CLASSES}:make_logical_on_explicit", {}, (2, 4), ("data", "model"),
-                (("batch", "data"), ("embed", None), ("hidden", "model")), [("data", None)]),
+    "reshard-contract": (f"{CLASSES}:make_reshard_and_contract", {}, (2, 4), ("data", "model"), (("batch", "data"),), [("data", None)]),
+    "logical": (
+        f"{CLASSES}:make_logical_on_explicit",
+        {},
+        (2, 4),
+        ("data", "model"),
+        (("batch", "data"), ("embed", None), ("hidden", "model")),
+        [("data", None)],
+    ),
     "scanned": (f"{CLASSES}:make_scanned_layers", {"layers": 3}, (2, 4), ("data", "model"), (), [("data", None)]),
 }
 
@@ -80,8 +102,7 @@ def test_activation_rows_are_the_jaxprs_sharding_equations(case):
     report = analyze(layout(factory, shape, axes, rules, options))
     builder, inputs, _ = _built(factory, options)
     the_mesh = truth.mesh(shape, axes)
-    rows = [(a.shape, _spec(a.spec), a.runs_per_step) for a in report.arrays
-            if a.kind == "activation" and a.path != "activations/output"]
+    rows = [(a.shape, _spec(a.spec), a.runs_per_step) for a in report.arrays if a.kind == "activation" and a.path != "activations/output"]
     expected = truth.forward_rows(builder, inputs, the_mesh, input_specs, rules)
     assert rows == expected
     assert rows, "every model here sets some sharding in its forward pass"
@@ -116,8 +137,9 @@ def test_logical_rules_resolve_variable_metadata_and_call_time_out_sharding_take
     kernel = report.array("kernel")
     assert kernel.logical_axes == ("embed", "hidden") and kernel.spec == (None, "model")
     assert [d.rule for d in kernel.trace] == [1, 2]
-    swapped = analyze(layout(f"{CLASSES}:make_logical_on_explicit", (2, 4), ("data", "model"),
-                             [("batch", "data"), ("embed", "model"), ("hidden", None)]))
+    swapped = analyze(
+        layout(f"{CLASSES}:make_logical_on_explicit", (2, 4), ("data", "model"), [("batch", "data"), ("embed", "model"), ("hidden", None)])
+    )
     assert swapped.array("kernel").spec == ("model", None)
     assert swapped.array("inputs/x").spec == ("data", None)
     row = next(a for a in swapped.arrays if a.kind == "activation" and a.path != "activations/output")
@@ -142,8 +164,14 @@ def test_an_ambiguous_contraction_is_refused_naming_the_call_and_the_line():
 
 
 def test_a_model_written_for_explicit_axes_on_an_auto_mesh_says_so():
-    auto = parse_layout({"name": "auto", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [],
-                         "model": {"name": f"{EXTERNAL}:make_flax_gemma", "options": {}}})
+    auto = parse_layout(
+        {
+            "name": "auto",
+            "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+            "rules": [],
+            "model": {"name": f"{EXTERNAL}:make_flax_gemma", "options": {}},
+        }
+    )
     with pytest.raises(NeedsExplicitAxes, match=r"needs a mesh with Explicit axes"):
         analyze(auto)
 
@@ -178,6 +206,7 @@ def test_the_values_view_holds_every_value_with_its_type():
 
 # --- a layout's axis types, everywhere it goes ------------------------------------------------------------------
 
+
 def test_axis_types_default_to_auto_and_old_files_keep_their_meaning(seed_dict):
     from explorer.layout import parse_layout as parse
 
@@ -190,11 +219,14 @@ def test_axis_types_default_to_auto_and_old_files_keep_their_meaning(seed_dict):
     assert mixed.mesh.mixed and mixed.to_dict()["mesh"]["axis_types"] == ["explicit", "auto"]
 
 
-@pytest.mark.parametrize("types, field, quoted, fragment", [
-    (["explicit"], "mesh.axis_types", "['explicit']", "has 1 entries but the mesh has 2 axes"),
-    (["explicit", "manual"], "mesh.axis_types[1]", "'manual'", 'use "auto" or "explicit"'),
-    ("explicit", "mesh.axis_types", "'explicit'", "is not a list"),
-])
+@pytest.mark.parametrize(
+    "types, field, quoted, fragment",
+    [
+        (["explicit"], "mesh.axis_types", "['explicit']", "has 1 entries but the mesh has 2 axes"),
+        (["explicit", "manual"], "mesh.axis_types[1]", "'manual'", 'use "auto" or "explicit"'),
+        ("explicit", "mesh.axis_types", "'explicit'", "is not a list"),
+    ],
+)
 def test_bad_axis_types_name_the_field_and_the_value(seed_dict, types, field, quoted, fragment):
     seed_dict["mesh"]["axis_types"] = types
     with pytest.raises(ExplorerError) as caught:
