@@ -32,4 +32,4 @@ def test_the_optimizer_is_the_guides_adam_at_1e_3():
     mine, _ = ours.update(grads, ours.init(params), params)
     theirs, _ = guide.update(grads, guide.init(params), params)
     np.testing.assert_allclose(mine["w"], theirs["w"])
-    np.testing.assert_allclose(mine["w"], -1e-3, rtol=1e-6)  # Adam's first step: the learning rate against the sign
+    np.testing.assert_allclose(mine["w"], -1e-3, rtol=1e-4)  # Adam's first step: the learning rate against the sign
