@@ -88,11 +88,19 @@ def _nnx_train_step(model: AbstractModel):
     live = reading.live(model)
     built = live.built
     model_def, opt_def = live.graphdefs
+    microbatches = microbatches_of(model)
+
+    def loss(network, inputs):
+        return built.loss(network(*built.model_args(inputs)), *inputs)
 
     def train_step(state, *inputs):
         network = nnx.merge(model_def, state[0])
         optimizer = nnx.merge(opt_def, state[1])
-        grads = nnx.grad(lambda m: built.loss(m(*built.model_args(inputs)), *inputs))(network)
+        if microbatches == 1:
+            grads = nnx.grad(lambda m: loss(m, inputs))(network)
+        else:  # the parameters as a pytree, the rest of the model's state held fixed, as nnx.grad differentiates
+            graphdef, params, rest = nnx.split(network, nnx.Param, ...)
+            grads = accumulated_grads(lambda p, xs: loss(nnx.merge(graphdef, p, rest), xs), params, inputs, microbatches)
         optimizer.update(network, grads)
         return nnx.state(network), nnx.state(optimizer)
 

@@ -33,3 +33,32 @@ def test_the_optimizer_is_the_guides_adam_at_1e_3():
     theirs, _ = guide.update(grads, guide.init(params), params)
     np.testing.assert_allclose(mine["w"], theirs["w"])
     np.testing.assert_allclose(mine["w"], -1e-3, rtol=1e-4)  # Adam's first step: the learning rate against the sign
+
+
+def test_an_nnx_models_microbatches_accumulate_the_whole_batchs_gradient(monkeypatch):
+    """NNX's step splits the parameters from the rest of the model and accumulates their gradients slice by slice:
+    one step with 2 or 4 microbatches gives the parameters one step on the whole batch gives."""
+    from explorer import analysis, train_step
+    from explorer.compiled import compile_step
+    from explorer.layout import parse_layout
+
+    factory = "tests.external.factories:make_flax_nnx_guide"
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", factory)
+
+    def one_step(microbatches):
+        layout = parse_layout(
+            {
+                "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
+                "model": {"name": factory, "options": {"depth": 64, "batch": 8, "microbatches": microbatches}},
+            }
+        )
+        assert train_step.microbatches_of(analysis.model_of(layout)) == microbatches
+        step, _ = compile_step(layout)  # the init and step as the timing runs them, under the layout's mesh
+        x = jax.device_put(jax.random.normal(jax.random.key(1), (8, 64)), step.input_shardings[0])
+        state = step.init(jax.random.key(0), x)
+        return jax.tree_util.tree_leaves(step.step(state, x)[0])
+
+    whole = one_step(1)
+    for count in (2, 4):
+        for a, b in zip(whole, one_step(count)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6, err_msg=f"{count} microbatches")

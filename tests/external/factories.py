@@ -305,11 +305,12 @@ def make_bonsai_siglip(
 # NNX guide (docs_nnx/guides/flax_gspmd.md): the model the app builds in; here for cross-checking only
 
 
-def make_flax_nnx_guide(depth: int = 1024, num_layers: int = 2, batch: int = 8, logical: bool = False):
+def make_flax_nnx_guide(depth: int = 1024, num_layers: int = 2, batch: int = 8, logical: bool = False, microbatches: int = 1):
     """``MultiDotReluDot`` (mesh axis names; ``sharding=`` alias on w2; ``jax.lax.with_sharding_constraint`` with a
     bare ``P``) or, with ``logical=True``, ``LogicalMultiDotReluDot`` (to be built under
     ``nnx.logical_axis_rules(nnx_guide.sharding_rules)``). The guide's loss is MSE against a label; here the label
-    is zero so the step takes one input."""
+    is zero so the step takes one input. ``microbatches`` is read by the explorer's train step (gradient
+    accumulation), not by the model."""
     cls = nnx_guide.LogicalMultiDotReluDot if logical else nnx_guide.MultiDotReluDot
     inputs = [InputSpec("x", (batch, depth), "float32", None)]
 
