@@ -11,6 +11,8 @@ cache is a fresh folder unless ``--cache`` names one.
 
     python benchmarks/advise.py [--compiles 2] [--cache DIR] [--target v5p-128]
     python benchmarks/advise.py --case t5 [--compiles 2]   # T5X's T5 (tests/external) on a v5litepod-8
+    python benchmarks/advise.py --case llama-v5e [--compiles 2]   # Llama-2-7B shapes on a v5litepod-64 (remat needed)
+    python benchmarks/advise.py --case llama13b-remat [--compiles 2]   # Llama-2-13B shapes on a v5litepod-256 (remat needed)
     python benchmarks/advise.py --target h100:8x8 [--compiles 2]   # the same Llama-2-7B shapes on 64 H100s (8 hosts of 8)
 
 ``--target h100:8x8`` (or ``--case gpu``, the same): the Llama-2-7B shapes on an NVIDIA GPU cluster of 8
@@ -26,6 +28,21 @@ v5p-64 (32 chips) with MaxText's base.yml rules on its 12-axis mesh (the layers 
 ``mesh_shape="context"``). Experts: FSDP 32 (base.yml's default ``ici_fsdp_parallelism=-1``, also the user's layout
 the search starts from), FSDP 4 x expert 8 (expert parallelism, FSDP within an expert), FSDP 8 x tensor 4 (Megatron
 within the experts' MLP: a quarter of each expert's weights per chip without the expert all-to-all).
+
+``--case llama-v5e``: the same Llama-2-7B shapes (batch 64 x 2048) on a **v5litepod-64** (64 v5e chips of 16 GiB, a
+16x4 slice, 197 TFLOP/s and 819 GB/s each, against v5p's 95 GiB, 459 TFLOP/s and 2.8 TB/s). Nothing fits there
+without remat (on v5p the smallest peak of the three experts without it was 41.7 GiB), so the experts write remat:
+FSDP 64 with full remat (MaxText's default on v5e); FSDP 64 with ``dots_with_no_batch_dims_saveable`` (keep every
+projection's output, about 5.9 GB over 32 layers at 2048 tokens per chip, recompute only attention: less recompute
+where it fits); FSDP 16 x tensor 4 with full remat (the v5p case's own layout, remat added; the user's own here).
+
+``--case llama13b-remat``: Llama-2-13B shapes (40 scanned layers, d_model 5120, 40 heads of 128, MLP 13824 gated,
+vocab 32000, bf16), global batch 256 x 2048 tokens on a **v5litepod-256** (a 16x16 slice of 16 GiB chips): the
+memory-bound case, where no layout fits without remat (one sequence per chip keeps about 1 GB of attention scores a
+layer). Experts, each with remat as one would write it: FSDP 256 with full remat (MaxText's v5e default); FSDP 256 with
+``dots_with_no_batch_dims_saveable`` (projections kept, about 8.7 GB over 40 layers at 2048 tokens per chip); FSDP 64
+x tensor 4 with full remat (Megatron within 4 chips; the user's own). Not ``dots_saveable`` with tensor 4: it keeps the
+attention scores as well (10 heads x 2048² x 2 B x 4 sequences = 335 MB a layer, 13 GB over 40: over 16 GiB).
 
 ``--case t5``: T5X's T5 network from ``tests/external/t5x_t5`` (a production codebase's model,
 T5.1.1-style, 4+4 layers, d_model 512, 8 heads, MLP 1024, vocab 32128, batch 32 x 128 tokens) on
@@ -75,6 +92,29 @@ EXPERTS = {
     },
 }
 
+V5E_EXPERTS = {  # Llama-2-7B shapes on v5litepod-64: nothing fits without remat
+    "expert-fsdp64-full": {"mesh": {"shape": [64], "axes": ["fsdp"]}, "rules": EXPERTS["expert-fsdp64"]["rules"], "remat": "full"},
+    "expert-fsdp64-dots-no-batch": {
+        "mesh": {"shape": [64], "axes": ["fsdp"]},
+        "rules": EXPERTS["expert-fsdp64"]["rules"],
+        "remat": "dots_with_no_batch_dims_saveable",
+    },
+    "expert-fsdp16-tensor4-full": {**EXPERTS["expert-fsdp16-tensor4"], "remat": "full"},
+}
+L13_OPTIONS = {**OPTIONS, "batch": 256, "layers": 40, "d_model": 5120, "heads": 40, "kv_heads": 40, "mlp_dim": 13824}
+L13_EXPERTS = {  # Llama-2-13B shapes, batch 256, on v5litepod-256: nothing fits without remat
+    "expert-fsdp256-full": {"mesh": {"shape": [256], "axes": ["fsdp"]}, "rules": EXPERTS["expert-fsdp64"]["rules"], "remat": "full"},
+    "expert-fsdp256-dots-no-batch": {
+        "mesh": {"shape": [256], "axes": ["fsdp"]},
+        "rules": EXPERTS["expert-fsdp64"]["rules"],
+        "remat": "dots_with_no_batch_dims_saveable",
+    },
+    "expert-fsdp64-tensor4-full": {
+        **EXPERTS["expert-fsdp16-tensor4"],
+        "mesh": {"shape": [64, 4], "axes": ["fsdp", "tensor"]},
+        "remat": "full",
+    },
+}
 
 T5_FACTORY = "tests.external.factories:make_t5x_t5"
 T5_OPTIONS = {
@@ -176,11 +216,17 @@ def layout(name: str) -> dict:
         from tests.external.factories import maxtext_rules
 
         return {"name": name, **MOE_EXPERTS[name], "rules": maxtext_rules(), "model": {"name": MOE_FACTORY, "options": dict(MOE_OPTIONS)}}
-    return {"name": name, **experts()[name], "model": {"name": "transformer", "options": dict(OPTIONS)}}
+    expert = dict(experts()[name])
+    options = {**(L13_OPTIONS if CASE == "llama13b-remat" else OPTIONS)}
+    if "remat" in expert:
+        options["remat"] = expert.pop("remat")
+    return {"name": name, **expert, "model": {"name": "transformer", "options": options}}
 
 
 def experts() -> dict:
-    return {"t5": T5_EXPERTS, "gpu": GPU_EXPERTS, "maxtext-moe": MOE_EXPERTS}.get(CASE, EXPERTS)
+    return {"t5": T5_EXPERTS, "gpu": GPU_EXPERTS, "maxtext-moe": MOE_EXPERTS, "llama-v5e": V5E_EXPERTS, "llama13b-remat": L13_EXPERTS}.get(
+        CASE, EXPERTS
+    )
 
 
 def main() -> None:
@@ -188,14 +234,20 @@ def main() -> None:
     parser.add_argument("--compiles", type=int, default=2)
     parser.add_argument("--cache", default=None)
     parser.add_argument("--target", default=None)
-    parser.add_argument("--case", choices=("llama", "t5", "gpu", "maxtext-moe"), default="llama")
+    parser.add_argument("--case", choices=("llama", "t5", "gpu", "maxtext-moe", "llama-v5e", "llama13b-remat"), default="llama")
     parser.add_argument("--shortcut", choices=("auto", "on", "off"), default="auto", help="the depth shortcut (advise --depth-shortcut)")
     args = parser.parse_args()
     global CASE
     from explorer.targets import parse_target
 
     CASE = "gpu" if args.case == "gpu" or (args.case == "llama" and args.target and parse_target(args.target).is_gpu) else args.case
-    args.target = args.target or {"t5": "v5litepod-8", "gpu": GPU_TARGET, "maxtext-moe": "v5p-64"}.get(CASE, "v5p-128")
+    args.target = args.target or {
+        "t5": "v5litepod-8",
+        "gpu": GPU_TARGET,
+        "maxtext-moe": "v5p-64",
+        "llama-v5e": "v5litepod-64",
+        "llama13b-remat": "v5litepod-256",
+    }.get(CASE, "v5p-128")
     if CASE in ("t5", "maxtext-moe"):
         os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5_FACTORY if CASE == "t5" else MOE_FACTORY
     os.environ["EXPLORER_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="explorer-advise-bench-")
@@ -208,7 +260,15 @@ def main() -> None:
     from explorer.text import human_bytes, plain_table
 
     own = parse_layout(
-        layout({"t5": "t5x-own-rules", "gpu": "expert-fsdp8-tensor8", "maxtext-moe": "maxtext-fsdp32"}.get(CASE, "expert-fsdp16-tensor4"))
+        layout(
+            {
+                "t5": "t5x-own-rules",
+                "gpu": "expert-fsdp8-tensor8",
+                "maxtext-moe": "maxtext-fsdp32",
+                "llama-v5e": "expert-fsdp16-tensor4-full",
+                "llama13b-remat": "expert-fsdp64-tensor4-full",
+            }.get(CASE, "expert-fsdp16-tensor4")
+        )
     )
     start = time.perf_counter()
     search = advisor.stage1(own, args.target)
@@ -245,6 +305,8 @@ def main() -> None:
                 "layout",
                 "mesh",
                 "rules",
+                "remat",
+                "microbatches",
                 "state / device",
                 "XLA peak / device",
                 "fits",
@@ -271,9 +333,19 @@ def main() -> None:
                 "XLA c/m/k ms": f"{x.compute_s * 1e3:.3g} / {x.memory_s * 1e3:.3g} / {x.collective_s * 1e3:.3g}",
                 "step est / XLA": f"{e.step_s * 1e3:.3g} / {x.step_s * 1e3:.3g} ms = {e.step_s / x.step_s:.2f}",
                 "ratios c/m/k": f"{ratio(e.compute_s, x.compute_s)} / {ratio(e.memory_s, x.memory_s)} / {ratio(e.collective_s, x.collective_s)}",
+                "est. state + acts / XLA peak": f"{human_bytes(c.state_bytes + c.activation_bytes)} / {human_bytes(c.peak_bytes or 0)}"
+                + ("" if c.fits else " (does not fit)"),
             }
         )
-    print(plain_table(rows, ("layout", "estimate c/m/k ms", "XLA c/m/k ms", "step est / XLA", "ratios c/m/k")))
+    print(
+        plain_table(rows, ("layout", "estimate c/m/k ms", "XLA c/m/k ms", "step est / XLA", "ratios c/m/k", "est. state + acts / XLA peak"))
+    )
+    refused = [c for c in search.candidates if c.refused]
+    for c in refused:
+        print(
+            f"XLA refused {c.layout.name} (E1000): peak {human_bytes(c.peak_bytes or 0)}, "
+            f"stage 1 had state {human_bytes(c.state_bytes)} + activations {human_bytes(c.activation_bytes)}"
+        )
     print("calibration after the search (XLA / stage 1 per term):", {k: round(v, 2) for k, v in search.calibration.items()})
     for c in search.ranked():
         if c.extrapolation_error:

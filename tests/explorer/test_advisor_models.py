@@ -374,11 +374,14 @@ def test_the_search_takes_the_cheapest_remat_and_microbatches_that_fit_and_shows
 
 def test_remat_and_microbatch_candidates_memory_against_explorer_compile_on_a_tpu_target():
     """Two compiles for a v5e slice: no remat, and full remat with 2 microbatches. XLA's temporaries shrink as stage
-    1's activation estimate does (same direction, the ratios within 4x of each other)."""
+    1's activation estimate does; without remat the estimate is XLA's temporaries within 2x (the attention's scores,
+    2 sequences x 8 heads x 2048 x 2048 a layer per device, and the projections' outputs, which no constraint declares,
+    are counted: without them it was 0.03x XLA's); with full remat and 2 microbatches within 4x (it counts the whole
+    recomputed layer alive at once: 3.4x over here, the safe side)."""
     from explorer.target_compile import compile_target
 
     options = dict(
-        batch=16, seq_len=512, d_model=256, heads=4, kv_heads=4, head_dim=64, mlp_dim=1024, layers=4, vocab=256, dtype="bfloat16"
+        batch=16, seq_len=2048, d_model=256, heads=8, kv_heads=8, head_dim=32, mlp_dim=1024, layers=2, vocab=256, dtype="bfloat16"
     )
     plain, light = transformer(**options), transformer(**options, remat="full", microbatches=2)
     report = analyze(plain)
@@ -388,8 +391,8 @@ def test_remat_and_microbatch_candidates_memory_against_explorer_compile_on_a_tp
     temps = [r.memory.temp_bytes for r in xla]
     assert all(r.compiled and r.fits for r in xla)
     assert temps[1] < temps[0] and est[1] < est[0]
-    ratio = (temps[0] / temps[1]) / (est[0] / est[1])
-    assert 0.25 < ratio < 4, (temps, est)
+    assert 0.5 < est[0] / temps[0] < 2, (est, temps)
+    assert 0.5 < est[1] / temps[1] < 4, (est, temps)
 
 
 def test_maxtexts_remat_policy_lowers_xlas_temporaries_and_is_the_advisors_remat_dimension():
