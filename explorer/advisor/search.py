@@ -288,8 +288,8 @@ def memory_variants(
         ladder += [(ladder[-1][0], m) for m in MICROBATCH_CHOICES[1:] if batch[0] % (m * batch[1]) == 0]
     for remat, micro in ladder:
         if state + activation_bytes(report, roles, remat_cost(remat), micro) <= hbm:
-            if (remat, micro) == (here_remat or ("none" if remat_option else None), here_micro) or (remat in (None, "none") and micro == 1):
-                return plain
+            if (remat, micro) == (here_remat or ("none" if remat_option else None), here_micro):
+                return plain  # what the layout already has (a candidate that fits without remat gets none, not yours)
             data = layout.to_dict()
             data["name"] = layout.name + (f"+remat_{remat}" if remat not in (None, "none") else "") + (f"+mb{micro}" if micro > 1 else "")
             if remat_option:

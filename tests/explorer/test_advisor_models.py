@@ -426,3 +426,17 @@ def test_maxtexts_remat_policy_lowers_xlas_temporaries_and_is_the_advisors_remat
     assert remat in ("minimal", "save_dot_except_mlp", "full") and micro == 1
     assert variant.model.options["remat_policy"] == remat and variant.name == f"fsdp8+remat_{remat}"
     assert report.totals.state_bytes + estimate.activation_bytes(report, roles) > target.chip.device_hbm_bytes
+
+
+def test_a_candidate_that_fits_without_remat_gets_none_not_the_users_policy():
+    """The user's layout recomputes everything (full remat); a generated candidate whose activations fit without it
+    is costed and labelled with no remat, the fastest setting that fits."""
+    layout = transformer(remat="full")
+    target = parse_target("v5litepod-8")
+    fsdp8 = next(c for c in space.candidate_layouts(layout, target) if c.name == "fsdp8")
+    assert fsdp8.model.options["remat"] == "full"  # generated from the user's options
+    report = analyze(fsdp8)
+    ((variant, remat, micro),) = search_module.memory_variants(fsdp8, report, estimate.report_roles(report), target, own=False)
+    assert (remat, micro) == ("none", 1) and variant.model.options["remat"] == "none"
+    ((kept, remat, _),) = search_module.memory_variants(fsdp8, report, estimate.report_roles(report), target, own=True)
+    assert kept is fsdp8 and remat == "full"  # the user's own layout stays as it is
