@@ -193,7 +193,9 @@ def test_stage_2_figures_are_explorer_compiles_for_the_same_layout(seed_dict, tm
     assert row["mesh"]["placement"] == compiled["mesh"]["placement"]
 
 
-def test_stop_ends_a_running_search_and_keeps_what_was_compiled(seed_dict):
+def test_stop_ends_a_running_search_and_keeps_what_was_compiled(seed_dict, tmp_path, monkeypatch):
+    # an empty cache of its own: a compile another test left on disk would report no trace stage to stop at
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     search = advisor.stage1(small(seed_dict), TARGET)
     stages: list[str] = []
     search = advisor.stage2(
