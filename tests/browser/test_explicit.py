@@ -59,14 +59,17 @@ def values_table(page: Page) -> Locator:
 
 
 def value_types(page: Page) -> list[str]:
-    """The "type" column of the values table, from glide's accessible table (the rows in view)."""
-    return values_table(page).evaluate(
-        """(frame) => {
-            const header = [...frame.querySelectorAll('th')].find((th) => th.textContent.trim() === 'type');
-            const column = Number(header.getAttribute('aria-colindex')) - 1;
-            return [...frame.querySelectorAll(`td[data-testid^="glide-cell-${column}-"]`)].map((cell) => cell.textContent);
-        }"""
-    )
+    """The "type" column of the values table, from glide's accessible table (the rows in view).
+
+    Glide renders that table after the canvas, so each part is awaited before it is read.
+    """
+    table = values_table(page)
+    header = table.locator("th").filter(has_text=re.compile(r"^\s*type\s*$"))
+    expect(header).to_have_count(1, timeout=RERUN_TIMEOUT_MS)
+    column = int(header.get_attribute("aria-colindex")) - 1
+    cells = table.locator(f'td[data-testid^="glide-cell-{column}-"]')
+    expect(cells.first).to_be_attached(timeout=RERUN_TIMEOUT_MS)
+    return cells.all_text_contents()
 
 
 def expect_values_view(page: Page) -> None:
