@@ -18,7 +18,9 @@ Scale Your Model" (Austin et al., 2025), https://jax-ml.github.io/scaling-book/:
   the gradients; tensor (Megatron): each row-parallel projection's output, the residual stream
   (tokens per device x embed), all-reduced forward and its gradient backward; sequence: an
   AllGather (forward) and a ReduceScatter (backward) of the key/value
-  activations. Each collective rides the links its mesh axis lies on (``explorer.placement``, as
+  activations; expert (a mixture of experts): four all-to-alls of the routed tokens (dispatch, combine, forward and
+  backward), or, where the routed tokens keep the axis on their batch (``Moe.gathered``), no all-to-all: the
+  experts' weights gathered as over FSDP. Each collective rides the links its mesh axis lies on (``explorer.placement``, as
   the compile places the mesh): on a TPU slice the torus axes a group runs along, each a ring
   (wraparound, both directions) or a line (one direction: half); on a GPU cluster NVLink inside a
   host and the network per GPU between hosts (``roofline``'s two levels).
@@ -87,10 +89,12 @@ def estimate_candidate(
         links = mesh_links(target, report.layout.mesh.shape, report.layout.mesh.axes)
     by_link = {link.axis: link for link in links}
     totals = report.totals
+    moe = moe_profile(report, roles, tokens)
+    # An expert axis that splits the tokens but no routed activation's experts splits only the experts' weights: FSDP-like.
     tensor_like = {axis for rule in report.layout.rules if roles.get(rule.logical) in ("tensor", "expert") for axis in rule.mesh_axes}
+    tensor_like -= moe.gathered if moe is not None else set()
     input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
     splitting = math.prod(size for axis, size in mesh.items() if axis in input_axes or axis in tensor_like)
-    moe = moe_profile(report, roles, tokens)
     active = param_count if moe is None else active_params(report, roles, tokens)
     compute_s = 6.0 * active * tokens * REMAT_COMPUTE.get(remat, 1.0) / splitting / chip.device_peak_flops
     # Tokens each device holds: the token grid split over the axes that split the inputs.
@@ -119,15 +123,20 @@ def estimate_candidate(
             # Gradient accumulation gathers the parameters and reduce-scatters the gradients once per microbatch.
             gathered = sum(a.bytes_per_device * size for a in params if axis in _axes_of(a.spec)) * microbatches
             if gathered:
+                why = (
+                    " (no all-to-all: the routed tokens stay, the experts are gathered)" if moe is not None and axis in moe.gathered else ""
+                )
                 collectives.append(
-                    (f"all-gather x2 of parameters over {axis}", _collective("all-gather", 2 * gathered, axis, size, by_link))
+                    (f"all-gather x2 of parameters over {axis}{why}", _collective("all-gather", 2 * gathered, axis, size, by_link))
                 )
                 collectives.append(
                     (f"reduce-scatter of gradients over {axis}", _collective("reduce-scatter", gathered / size, axis, size, by_link))
                 )
-        if moe is not None and axis in moe.axes:
+        if moe is not None and axis in moe.axes - moe.gathered:
             # Expert parallelism: the routed tokens (top-k x capacity of each token's embedding) are sent to their experts'
-            # devices and back (dispatch and combine all-to-alls), forward and backward.
+            # devices and back (dispatch and combine all-to-alls), forward and backward. XLA emits four all-to-alls over
+            # the axis, each of the dispatched tokens on a device, tokens here x slots x embed (flaxformer's MoE under
+            # T5X's rules, whose sharding constraints induce them: tests/explorer/test_advisor_models.py).
             moved = 4 * tokens_here * moe.slots_per_token * moe.embed * width
             collectives.append((f"all-to-all x4 of routed tokens over {axis}", _collective("all-to-all", moved, axis, size, by_link)))
         # The batch is split over this axis but a parameter is not: its gradient is all-reduced over it.
@@ -269,6 +278,11 @@ class Moe:
     slots_per_token: float  # expert slots computed per token, all experts together (top-k x capacity factor)
     embed: int  # the routed tokens' width
     axes: frozenset[str]  # the mesh axes the experts are split over (the all-to-alls run over them)
+    # Of ``axes``, those that split the tokens but no routed activation's experts: the tokens stay on their devices and
+    # each device runs every expert, its weights gathered over the axis (no all-to-all). MaxText's base.yml rules do
+    # this: ``activation_batch_moe`` takes the expert axis before ``activation_exp`` can (moe.py's "FSDP-style
+    # fallback" without ``moe_dispatch_no_expert_sharding``), and XLA gathers the experts' kernels over it.
+    gathered: frozenset[str] = frozenset()
 
 
 def moe_profile(report: Report, roles: dict[str, str], tokens: int) -> Moe | None:
@@ -318,7 +332,24 @@ def moe_profile(report: Report, roles: dict[str, str], tokens: int) -> Moe | Non
         top_k = next((options[n] for n in TOP_K_OPTIONS if isinstance(options.get(n), (int, float))), 1)
         capacity = next((options[n] for n in CAPACITY_OPTIONS if isinstance(options.get(n), (int, float)) and options[n] > 0), 1.0)
         per_token = top_k * capacity
-    return Moe(expert_params, experts, per_token, embed, frozenset(axes))
+    return Moe(expert_params, experts, per_token, embed, frozenset(axes), _weights_gathered(report, roles, experts, axes))
+
+
+def _weights_gathered(report: Report, roles: dict[str, str], experts: int, axes: set[str]) -> frozenset[str]:
+    """The expert axes an activation splits on a dimension other than the experts' while none splits the experts'
+    dimension over them (``Moe.gathered``); an axis no activation splits keeps the all-to-alls."""
+    dispatched, tokens = set(), set()
+    for a in report.arrays:
+        if a.kind != "activation" or not a.logical_axes:
+            continue
+        for i, (size, name, entry) in enumerate(zip(a.shape, a.logical_axes, a.spec)):
+            split = _axes_of((entry,)) & axes
+            if isinstance(name, str):
+                by_expert = roles.get(name) == "expert"
+            else:
+                by_expert = i == 0 and size == experts and _is_expert_axis(a, i, axes)
+            (dispatched if by_expert else tokens).update(split)
+    return frozenset(tokens - dispatched)
 
 
 def _is_expert_axis(a, index: int, axes: set[str]) -> bool:

@@ -5,6 +5,10 @@ calibration, memory (remat, microbatches) as a search dimension."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
+import math
+import re
 
 import jax
 import numpy as np
@@ -159,6 +163,8 @@ def test_every_name_maxtexts_moe_uses_is_ruled_in_every_candidate_and_its_expert
     assert report.array("params/layers/MoeBlock_0/wo").spec == ("expert", None, None, "fsdp")
     (dispatched, *_) = [a for a in report.arrays if a.kind == "activation" and a.module.endswith("dispatch")]
     assert dispatched.spec[0] == "expert", dispatched.spec  # (experts, batch, capacity, embed): each expert's tokens on its devices
+    roles = estimate.report_roles(report)
+    assert estimate.moe_profile(report, roles, estimate.tokens_per_step(report, roles)).gathered == frozenset()  # tokens move
 
 
 # --- 2. scanned read from the trace ---------------------------------------------------------------------
@@ -209,40 +215,160 @@ def test_the_moe_compute_estimate_is_xlas_flops_of_the_compiled_step_within_10_p
     assert by_axis.get("expert", 0) > 0  # the dispatch/combine all-to-alls over the expert axis
 
 
+HLO_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8}
+
+
+def hlo_collectives(hlo: str, op: str, mesh: jax.sharding.Mesh) -> list[tuple[int, frozenset[str] | None]]:
+    """Each ``op`` instruction of a compiled module's text: its result's bytes (a tuple's elements summed: a variadic
+    all-to-all sends several arrays at once) and the mesh axes its replica groups run along (None: no set of axes).
+    Each runs once per step: the module has no loop (one unscanned layer; a loop body's ops would run once per trip)."""
+    assert " while(" not in hlo
+    found = []
+    for line in hlo.splitlines():
+        head = re.match(rf"\s*(?:ROOT )?%\S+ = (.+?) {op}\(", line)
+        if head:
+            shapes = re.findall(r"(\w+)\[([\d,]*)\]", head.group(1))
+            size = sum(HLO_ITEMSIZE[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in shapes)
+            found.append((size, replica_axes(line, mesh)))
+    return found
+
+
+def replica_axes(line: str, mesh: jax.sharding.Mesh) -> frozenset[str] | None:
+    """The mesh axes (of more than one device) whose groups are an instruction's replica groups, written as axis names
+    (``mesh[...] {'expert'}``), as an iota (``[4,2]<=[2,2,2]T(1,0,2)``) or as lists of device ids."""
+    named = re.search(r"replica_groups=mesh\[[^\]]*\] \{([^}]*)\}", line)
+    if named:  # None for a mesh of other names (an op XLA's partitioner placed on its own device grid)
+        names = [n.strip("' ") for n in named.group(1).split(",")]
+        return frozenset(n for n in names if mesh.shape[n] > 1) if set(names) <= set(mesh.axis_names) else None
+    iota = re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", line)
+    if iota:
+        ids = np.arange(math.prod(int(d) for d in iota.group(3).split(","))).reshape([int(d) for d in iota.group(3).split(",")])
+        ids = ids.transpose([int(p) for p in iota.group(4).split(",")]) if iota.group(4) else ids
+        groups = {frozenset(row.tolist()) for row in ids.reshape(int(iota.group(1)), int(iota.group(2)))}
+    else:
+        listed = re.search(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}", line)
+        groups = {frozenset(int(i) for i in g.split(",")) for g in re.findall(r"\{([\d,]+)\}", listed.group(1))}
+    devices = np.vectorize(lambda d: d.id)(mesh.devices)
+    split = [i for i, n in enumerate(mesh.shape.values()) if n > 1]
+    for count in range(1, len(split) + 1):
+        for axes in itertools.combinations(split, count):
+            rest = [i for i in range(devices.ndim) if i not in axes]
+            rows = devices.transpose(rest + list(axes)).reshape(-1, math.prod(devices.shape[i] for i in axes))
+            if {frozenset(row.tolist()) for row in rows} == groups:
+                return frozenset(mesh.axis_names[i] for i in axes)
+    return None
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_the_moe_all_to_alls_over_the_expert_axis_are_xlas_all_to_all_bytes_of_the_compiled_step(top_k):
+    """flaxformer's MoE as T5X runs it (its MoE rules, data 2 x expert 2 x model 2 on this process's 8 CPU devices):
+    flaxformer induces the dispatch and combine all-to-alls with sharding constraints (``_call_experts``), and XLA
+    emits four variadic all-to-alls over the expert axis per step: dispatch and combine forward, and their transposes
+    backward (the gradient flows on to the layer's input, as it does inside a model: the layer alone is the factory's
+    model, so the step differentiates its input too). Stage 1's all-to-all over expert is their bytes within 10%.
+    flaxformer's expert capacity is capacity_factor x group / experts, whatever top-k: the same bytes for top-1 and
+    top-2 (stage 1 reads the slots from the traced dispatch). The ground truth: the model, the rules and the step as
+    its authors write them, XLA's compiled text read here (no explorer code)."""
+    import flax
+    import flax.linen as nn
+    import jax.numpy as jnp
+    from flax.linen import partitioning as flax_partitioning
+
+    options = {"num_selected_experts": top_k, "emb_dim": 256, "mlp_dim": 1024, "batch": 16, "length": 64}
+    module, (spec,), loss = external.make_flaxformer_moe(**options)
+    mesh = jax.make_mesh((2, 2, 2), ("data", "expert", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 3)
+    rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in external.AUTHORS_RULES["flaxformer_moe"]]
+    x = jax.ShapeDtypeStruct(spec.shape, jnp.dtype(spec.dtype))
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        variables = jax.eval_shape(module.init, jax.random.key(0), x)
+        params = {"params": variables["params"]}  # T5X's partitioner: the parameters' names from ``params_axes``
+        names = {"params": flax.core.unfreeze(flax_partitioning.get_axis_names(variables["params_axes"]))}
+        shardings = (nn.logical_to_mesh_sharding(names, mesh, rules), nn.logical_to_mesh_sharding(jax.P(*spec.logical_axes), mesh, rules))
+        step = jax.jit(jax.value_and_grad(lambda v, x: loss(module.apply(v, x), x), argnums=(0, 1)), in_shardings=shardings)
+        hlo = step.lower(params, x).compile().as_text()
+    all_to_alls = hlo_collectives(hlo, "all-to-all", mesh)
+    assert len(all_to_alls) == 4 and {axes for _, axes in all_to_alls} == {frozenset({"expert"})}
+    xla = sum(size for size, _ in all_to_alls)
+
+    layout = parse_layout(
+        {
+            "name": "moe",
+            "mesh": {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]},
+            "rules": external.AUTHORS_RULES["flaxformer_moe"],
+            "model": {"name": MOE, "options": options},
+        }
+    )
+    collectives = advisor.stage1_estimate(analyze(layout), parse_target(TARGET)).collectives
+    estimated = [c for _, c in collectives if c.op == "all-to-all"]
+    assert [c.mesh_axes for c in estimated] == [("expert",)]
+    assert estimated[0].bytes == pytest.approx(xla, rel=0.10)
+
+
+MAXTEXT_MOE_OPTIONS = dict(
+    capacity_factor=1.25,
+    emb_dim=512,
+    mlp_dim=2048,
+    num_heads=8,
+    num_kv_heads=8,
+    head_dim=64,
+    batch=16,
+    length=64,
+    scan_layers=False,
+    num_decoder_layers=1,
+)
+
+
+@functools.cache
+def maxtext_moe_step(top_k: int):
+    """MaxText's Mixtral layer (8 experts, capacity factor 1.25, one layer unscanned) as its authors build it under
+    base.yml's rules on MOE_SHAPE's mesh (fsdp 2, tensor 2, expert 2; no explorer code): the train step, lowered, and
+    the mesh."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    module, inputs, loss = external.make_maxtext_moe(mesh_shape=MOE_SHAPE, num_experts_per_tok=top_k, **MAXTEXT_MOE_OPTIONS)
+    (x,) = [jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype)) for i in inputs]
+    rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in external.maxtext_rules()]
+    with jax.set_mesh(module.mesh), nn.logical_axis_rules(rules):
+        variables = jax.eval_shape(module.init, jax.random.key(0), x)
+        shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(variables), module.mesh, rules)
+        step = jax.jit(lambda v, x: jax.value_and_grad(lambda v: loss(module.apply(v, x), x))(v), in_shardings=(shardings, None))
+        return step.lower(variables, x), module.mesh
+
+
 @pytest.mark.parametrize("top_k", [1, 2])
 def test_maxtexts_moe_compute_estimate_is_xlas_flops_of_the_step_within_10_percent(top_k):
     """MaxText's Mixtral layer (8 experts, capacity factor 1.25, one layer unscanned: JAX's cost analysis counts a loop
     body once): stage 1's compute over the whole slice (active parameters: top-k x capacity of the experts) within 10%
     of XLA's flops for the step's program, the factory's model as its authors build it under base.yml's rules (no
     explorer code); counting every expert is over 2x."""
-    import flax.linen as nn
-    import jax.numpy as jnp
-
-    options = dict(
-        num_experts_per_tok=top_k,
-        capacity_factor=1.25,
-        emb_dim=512,
-        mlp_dim=2048,
-        num_heads=8,
-        num_kv_heads=8,
-        head_dim=64,
-        batch=16,
-        length=64,
-        scan_layers=False,
-        num_decoder_layers=1,
-    )
-    report = analyze(maxtext_moe(**options))
+    report = analyze(maxtext_moe(num_experts_per_tok=top_k, **MAXTEXT_MOE_OPTIONS))
     target = parse_target(TARGET)
     estimated = advisor.stage1_estimate(report, target)[0].compute_s * target.chip.device_peak_flops * target.devices
-    module, inputs, loss = external.make_maxtext_moe(mesh_shape=MOE_SHAPE, **options)
-    (x,) = [jax.ShapeDtypeStruct(i.shape, jnp.dtype(i.dtype)) for i in inputs]
-    rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in external.maxtext_rules()]
-    with jax.set_mesh(module.mesh), nn.logical_axis_rules(rules):
-        variables = jax.eval_shape(module.init, jax.random.key(0), x)
-        step = jax.jit(lambda v, x: jax.value_and_grad(lambda v: loss(module.apply(v, x), x))(v))
-        xla = step.lower(variables, x).cost_analysis()["flops"]
+    xla = maxtext_moe_step(top_k)[0].cost_analysis()["flops"]
     assert xla == pytest.approx(estimated, rel=0.10)
     assert 6 * report.totals.param_count * 16 * 64 > 2 * xla
+
+
+def test_maxtexts_moe_under_base_yml_moves_no_tokens_xla_gathers_the_experts_over_the_expert_axis():
+    """Under base.yml's rules MaxText's dispatched tokens keep the expert axis on their batch dimension
+    (``activation_batch_moe`` takes it before ``activation_exp``: moe.py's "FSDP-style fallback"), so XLA emits no
+    all-to-all: each device runs every expert on its own tokens and the experts' kernels are all-gathered over expert
+    (after fsdp), forward and backward. Stage 1 costs no all-to-all there but FSDP-like gathers over expert: its
+    all-gather bytes over fsdp and expert are XLA's all-gathers over fsdp, expert or both within 25% (before, it
+    counted the all-to-alls and no gather over expert: 0.4x). The gathered kernels do not depend on top-k: top-2 only."""
+    lowered, mesh = maxtext_moe_step(2)
+    hlo = lowered.compile().as_text()
+    assert hlo_collectives(hlo, "all-to-all", mesh) == []
+    gathers = hlo_collectives(hlo, "all-gather", mesh)
+    assert any(axes == {"expert"} for _, axes in gathers)
+    xla = sum(size for size, axes in gathers if axes and axes <= {"fsdp", "expert"})
+
+    report = analyze(maxtext_moe(num_experts_per_tok=2, **MAXTEXT_MOE_OPTIONS))
+    collectives = [c for _, c in advisor.stage1_estimate(report, parse_target(TARGET)).collectives]
+    assert not [c for c in collectives if c.op == "all-to-all"]
+    estimated = sum(c.bytes for c in collectives if c.op == "all-gather" and set(c.mesh_axes) <= {"fsdp", "expert"})
+    assert estimated == pytest.approx(xla, rel=0.25)
 
 
 # --- 4. stage 1's ranking and a robust calibration ---------------------------------------------------------
