@@ -470,9 +470,11 @@ def calibration(search: Search) -> dict[str, float]:
     model. The lower median, not a mean: the calibrated estimate stays optimistic (a lower bound,
     as the roofline is), so one layout that XLA handles badly (T5 with its length sharded: 22x) does
     not condemn the others; XLA ranks whatever is compiled. Collectives are also calibrated per mesh
-    axis (``collective_s:AXIS``): XLA's collectives over the axis (one over several axes shared
-    between them in proportion to stage 1's estimates for them) over stage 1's. An *estimate*
-    still, used to choose what to compile next, never shown as XLA's.
+    axis (``collective_s:AXIS``: XLA's collectives over the axis over stage 1's for it), or per group
+    of axes where XLA ran a collective over several at once (``collective_s:fsdp+sequence``: the two
+    together, never either alone; on T5, such a compile shared between its two axes put every FSDP
+    collective at 9x stage 1's and kept the best FSDP layout from being compiled: README). An
+    *estimate* still, used to choose what to compile next, never shown as XLA's.
     """
     ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}
     for c in search.candidates:
@@ -482,17 +484,9 @@ def calibration(search: Search) -> dict[str, float]:
             stage1, xla = getattr(c.estimate, term), getattr(c.compiled.estimate, term)
             if stage1 > 0 and xla > 0:
                 ratios[term].append(xla / stage1)
-        # XLA's collectives per mesh axis; one over several axes shared between them as stage 1's estimates for them are.
-        xla_by_axis: dict[str, float] = {}
-        for k in c.compiled.collectives:
-            axes = list(k.mesh_axes or ())
-            weights = [c.collective_by_axis.get(axis, 0.0) for axis in axes]
-            weights = weights if sum(weights) > 0 else [1.0] * len(axes)
-            for axis, weight in zip(axes, weights):
-                xla_by_axis[axis] = xla_by_axis.get(axis, 0.0) + k.seconds * weight / sum(weights)
-        for axis, stage1 in c.collective_by_axis.items():
+        for group, (xla, stage1) in _collectives_by_group(c).items():
             if stage1 > 0:
-                ratios.setdefault(f"collective_s:{axis}", []).append(xla_by_axis.get(axis, 0.0) / stage1)
+                ratios.setdefault(f"collective_s:{'+'.join(group)}", []).append(xla / stage1)
     return {term: _robust(found) for term, found in ratios.items()}
 
 
@@ -508,12 +502,39 @@ def _robust(found: list[float]) -> float:
     return min(max(middle, 1.0 / CALIBRATION_CLIP), CALIBRATION_CLIP)
 
 
+def _collectives_by_group(c: Candidate) -> dict[tuple[str, ...], tuple[float, float]]:
+    """XLA's collective seconds and stage 1's per group of mesh axes that XLA's collectives tie together: an axis alone,
+    or the axes of collectives that ran over several at once (XLA gathering over fsdp x sequence in one op says
+    something about the two together, nothing about either alone). Sorted axis names; only axes stage 1 costed or
+    XLA's collectives ran over."""
+    groups: list[set[str]] = [{axis} for axis in c.collective_by_axis]
+    for k in c.compiled.collectives:
+        axes = set(k.mesh_axes or ())
+        joined = [g for g in groups if g & axes]
+        groups = [g for g in groups if not g & axes] + [axes.union(*joined)]
+    found = {}
+    for group in groups:
+        if not group:
+            continue
+        xla = sum(k.seconds for k in c.compiled.collectives if set(k.mesh_axes or ()) and set(k.mesh_axes) <= group)
+        found[tuple(sorted(group))] = (xla, sum(c.collective_by_axis.get(axis, 0.0) for axis in group))
+    return found
+
+
 def calibrated(c: Candidate, factors: dict[str, float]) -> Estimate:
-    """Stage 1's estimate with each term scaled by ``calibration``'s factor (collectives per mesh axis where one was measured)."""
-    if c.collective_by_axis:
-        collective = sum(s * factors.get(f"collective_s:{axis}", factors["collective_s"]) for axis, s in c.collective_by_axis.items())
-    else:
-        collective = c.estimate.collective_s * factors["collective_s"]
+    """Stage 1's estimate with each term scaled by ``calibration``'s factor. Collectives per mesh axis: by the factor
+    of the largest group of axes (``_collectives_by_group``) measured together that this candidate's own axes all
+    cover (a candidate with fsdp and sequence takes what XLA did to the two together; one with fsdp alone does not),
+    else the overall one."""
+    own = set(c.collective_by_axis)
+    groups = sorted(
+        (tuple(key.removeprefix("collective_s:").split("+")) for key in factors if key.startswith("collective_s:")),
+        key=lambda g: (-len(g), g),
+    )
+    collective = c.estimate.collective_s * factors["collective_s"] if not own else 0.0
+    for axis, seconds in c.collective_by_axis.items():
+        group = next((g for g in groups if axis in g and set(g) <= own), None)
+        collective += seconds * (factors[f"collective_s:{'+'.join(group)}"] if group else factors["collective_s"])
     return Estimate(c.estimate.compute_s * factors["compute_s"], c.estimate.memory_s * factors["memory_s"], collective)
 
 

@@ -359,6 +359,7 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
     assert advisor.calibration(search)["memory_s"] == pytest.approx(4.0)
     # Per mesh axis: XLA's sequence collectives were 5x the estimate's, so a candidate whose estimate is all sequence
     # collectives is pushed behind one whose estimate is all tensor collectives (measured 1x).
+    collective = lambda op, axes, seconds: CollectiveCost(op, 1, 1, axes, 2, 1, 1, "ici", seconds)
     per_axis = advisor.Search(
         parse_target(TARGET),
         candidates=[
@@ -367,22 +368,52 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
             dataclasses.replace(candidate("t", 0.1, 3), collective_by_axis={"tensor": 3e-3}),
         ],
     )
-    collective = lambda op, axes, seconds: CollectiveCost(op, 1, 1, axes, 2, 1, 1, "ici", seconds)
     per_axis.candidates[0] = advisor.verified(
         per_axis.candidates[0],
         dataclasses.replace(
             xla,
             estimate=Estimate(1e-3, 1e-4, 6e-3),
-            collectives=(
-                collective("all-gather", ("sequence",), 5e-3),
-                collective("all-reduce", ("tensor",), 1e-3),
-                collective("all-gather", ("sequence", "tensor"), 4e-3),
-            ),
+            collectives=(collective("all-gather", ("sequence",), 5e-3), collective("all-reduce", ("tensor",), 1e-3)),
         ),
-    )  # shared 1:1 as estimated
-    assert advisor.calibration(per_axis)["collective_s:sequence"] == pytest.approx(7.0)
-    assert advisor.calibration(per_axis)["collective_s:tensor"] == pytest.approx(3.0)
+    )
+    assert advisor.calibration(per_axis)["collective_s:sequence"] == pytest.approx(5.0)
+    assert advisor.calibration(per_axis)["collective_s:tensor"] == pytest.approx(1.0)
     assert advisor.next_to_compile(per_axis).layout.name == "t"  # stage 1 alone would say s2
+
+
+def test_a_collective_xla_runs_over_two_axes_at_once_calibrates_the_two_together_never_either_alone(seed_dict):
+    """T5 on a v5litepod-8 (README): XLA gathered over fsdp x sequence in one op, 9.6x stage 1's estimate for the two.
+    Shared between the axes, that put every FSDP collective at 9x and kept FSDP 4 x tensor 2, the best layout, from
+    being compiled. Now the two axes are calibrated together: a candidate with both takes the factor; one with fsdp
+    alone does not (it takes the overall factor), and is compiled next."""
+
+    def candidate(name, collective_by_axis):
+        layout = parse_layout({**seed_dict, "name": name})
+        total = sum(collective_by_axis.values())
+        return advisor.Candidate(layout, 1, Estimate(1e-4, 1e-4, total), "none", fits=True, collective_by_axis=collective_by_axis)
+
+    collective = lambda axes, seconds: CollectiveCost("all-gather", 1, 1, axes, 2, 1, 1, "ici", seconds)
+    search = advisor.Search(
+        parse_target(TARGET),
+        candidates=[
+            candidate("fsdp-sequence", {"fsdp": 1e-3, "sequence": 1e-3}),
+            candidate("fsdp-sequence-other", {"fsdp": 1e-3, "sequence": 0.5e-3}),
+            candidate("fsdp", {"fsdp": 2e-3}),
+            candidate("tensor", {"tensor": 1e-3}),
+        ],
+    )
+    xla = compile_result(TARGET, estimate=Estimate(1e-4, 1e-4, 19e-3))
+    joint = (collective(("fsdp", "sequence"), 18e-3), collective(("sequence",), 1e-3))
+    search.candidates[0] = advisor.verified(search.candidates[0], dataclasses.replace(xla, collectives=joint))
+    tensor = dataclasses.replace(xla, estimate=Estimate(1e-4, 1e-4, 0.5e-3), collectives=(collective(("tensor",), 0.5e-3),))
+    search.candidates[3] = advisor.verified(search.candidates[3], tensor)
+    factors = advisor.calibration(search)
+    assert factors["collective_s:fsdp+sequence"] == pytest.approx(9.5)  # (18 + 1) / (1 + 1)
+    assert "collective_s:fsdp" not in factors and "collective_s:sequence" not in factors
+    assert factors["collective_s"] == pytest.approx(0.5)  # the lower median of 9.5 and 0.5
+    assert advisor.calibrated(search.candidates[1], factors).collective_s == pytest.approx(1.5e-3 * 9.5)
+    assert advisor.calibrated(search.candidates[2], factors).collective_s == pytest.approx(2e-3 * 0.5)
+    assert advisor.next_to_compile(search).layout.name == "fsdp"  # stage 1 alone would say fsdp-sequence-other
 
 
 def test_a_layout_with_explicit_axes_searches_the_sizes_of_its_own_axes(monkeypatch):
