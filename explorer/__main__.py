@@ -33,6 +33,11 @@ COMMANDS_WITHOUT_JAX = frozenset({"url"})  # the rest configure the simulated de
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (the process's arguments when None) and run the command; its exit status."""
+    return execute(parse_arguments(argv))
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=_program_name(), description="Explore JAX/Flax partition layouts.")
     parser.add_argument("--devices", type=int, default=None, help="simulated CPU devices (default 8, or EXPLORER_CPU_DEVICES)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -104,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     op.add_argument("--json", action="store_true", help="print the result as JSON")
     op.add_argument("--time", type=int, default=None, metavar="STEPS", help="also time STEPS calls, sharded and on one device")
     op.add_argument("--warmup", type=int, default=1, help="untimed warm-up calls of each before timing (default 1)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def execute(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit status (2: bad input, one message naming it)."""
     from explorer.errors import ExplorerError
 
     try:
@@ -421,9 +429,9 @@ def run() -> None:
     model's modules, the traced program) takes about half a second, a fifth of a cold analysis.
     Every other command exits the usual way.
     """
-    code = main()
-    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
-    if command != "analyze":
+    args = parse_arguments()
+    code = execute(args)
+    if args.command != "analyze":
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
         try:
