@@ -7,27 +7,36 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, field_validator
 
 
-class MlpOptions(BaseModel):
+class _Options(BaseModel):
+    """A built-in model's options: frozen, no unknown option, no coercion (``"8"`` is not 8)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
+
+def _divides(value: int, info: ValidationInfo, other: str, why: str) -> int:
+    """``value`` when it divides the already validated option ``other`` (fields are validated in declaration order, so
+    the message names the later field); else the error, with ``why``."""
+    whole = info.data.get(other)
+    if whole is not None and whole % value:
+        raise ValueError(f"must divide {other} ({whole}) evenly: {why}")
+    return value
+
+
+class MlpOptions(_Options):
     batch: StrictInt = Field(8, ge=1, le=1 << 20, description="examples per step")
     layers: StrictInt = Field(4, ge=1, le=512, description="LogicalDotReluDot layers")
     depth: StrictInt = Field(1024, ge=1, le=1 << 17, description="width of x and of the hidden layer")
     scan: StrictBool = Field(False, description="stack layers with nn.scan (adds the 'layer' axis)")
 
 
-class NnxGuideOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
+class NnxGuideOptions(_Options):
     batch: StrictInt = Field(8, ge=1, le=1 << 20, description="examples per step")
     layers: StrictInt = Field(2, ge=1, le=512, description="DotReluDot layers (created with nnx.vmap)")
     depth: StrictInt = Field(1024, ge=1, le=1 << 17, description="width of x and of every layer")
     logical: StrictBool = Field(False, description="the guide's LogicalMultiDotReluDot (logical names) instead")
 
 
-class TransformerOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
+class TransformerOptions(_Options):
     batch: StrictInt = Field(8, ge=1, le=1 << 16, description="sequences per step")
     seq_len: StrictInt = Field(128, ge=2, le=1 << 20, description="tokens per sequence")
     layers: StrictInt = Field(2, ge=1, le=512, description="decoder blocks")
@@ -53,19 +62,12 @@ class TransformerOptions(BaseModel):
     @field_validator("microbatches")
     @classmethod
     def _slices_batch(cls, microbatches: int, info: ValidationInfo) -> int:
-        batch = info.data.get("batch")
-        if batch is not None and batch % microbatches:
-            raise ValueError(f"must divide batch ({batch}) evenly: each microbatch is an equal slice of the batch")
-        return microbatches
+        return _divides(microbatches, info, "batch", "each microbatch is an equal slice of the batch")
 
     @field_validator("kv_heads")
     @classmethod
     def _heads_group(cls, kv_heads: int, info: ValidationInfo) -> int:
-        """On the field, so the message names kv_heads (heads is validated first, being declared first)."""
-        heads = info.data.get("heads")
-        if heads is not None and heads % kv_heads:
-            raise ValueError(f"must divide heads ({heads}) evenly: each key/value head serves a group of query heads")
-        return kv_heads
+        return _divides(kv_heads, info, "heads", "each key/value head serves a group of query heads")
 
 
 # Each preset's batch is 16 so that a 16-way data axis (the README's 16x16 mesh) divides it.
