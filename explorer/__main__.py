@@ -415,9 +415,9 @@ def _compile(args: argparse.Namespace) -> int:
         json.dump(result.to_json() | {"cached": cached}, sys.stdout, indent=2)
         print()
     else:
-        from explorer.text import target_text
+        from explorer.text import compile_text
 
-        print(target_text(result, cached))
+        print(compile_text(result, cached))
     return 0
 
 

@@ -423,7 +423,7 @@ def memory_room(target: Target, limit: MemoryLimit) -> str:
     )
 
 
-def target_text(result: TargetCompile, cached: bool = False) -> str:
+def compile_text(result: TargetCompile, cached: bool = False) -> str:
     """A readable summary of a compile for a target (``target_compile``'s result)."""
     target, memory, estimate = result.target, result.memory, result.estimate
     hbm = target.chip.device_hbm_bytes

@@ -163,12 +163,16 @@ def target_text(target: Target) -> str:
     """What the target is, where it matters: a GPU cluster's hosts and the two levels its collectives ride."""
     if not target.is_gpu:
         wraps = [axis for axis, wrap in zip("xyz", target.wraparound) if wrap]
-        where = "every axis" if len(wraps) == len(target.wraparound) else ", ".join(wraps) if wraps else "no axis"
-        return (
-            f"{target.name}: a TPU slice of {target.chips} {target.chip.device_kind} chips ({target.devices} devices), a "
-            f"{'x'.join(map(str, target.shape))} torus with wraparound links on {where} (a mesh axis around a whole axis with them "
-            "moves data both ways, else one way)"
-        )
+        shape = "x".join(map(str, target.shape))
+        if not wraps:
+            links = f"a {shape} grid of chips without wraparound links: every collective moves data one way (a line, not a ring)"
+        else:
+            where = "every axis" if len(wraps) == len(target.wraparound) else " and ".join(wraps) + " only"
+            links = (
+                f"a {shape} torus with wraparound links on {where}: a mesh axis that goes around a whole torus axis with them "
+                "moves data both ways, any other one way"
+            )
+        return f"{target.name}: a TPU slice of {target.chips} {target.chip.device_kind} chips ({target.devices} devices), {links}"
     gpu = target.chip
     return (
         f"{target.name}: a GPU cluster of {target.hosts} host{'s' if target.hosts > 1 else ''} x {target.gpus_per_host} "

@@ -148,7 +148,7 @@ def test_the_text_report_is_the_verdict_the_counts_and_the_ranked_table(seed_dic
     search = advisor.stage1(small(seed_dict), TARGET)
     lines = advisor.search_text(search).splitlines()
     assert lines[0] == advisor.verdict_text(search)
-    assert lines[1] == advisor.target_text(search.target) and "wraparound links on no axis" in lines[1]
+    assert lines[1] == advisor.target_text(search.target) and "2x4 grid of chips without wraparound links" in lines[1]
     assert lines[2].startswith(f"searched {search.searched} candidate(s), 0 refused by the analysis, 0 compiled (0 from the disk cache)")
     header, rule, rows = lines[3], lines[4], lines[5:-1]
     assert header.startswith("rank  layout") and "extrapolated figures" not in header and set(rule) == {"-", " "}

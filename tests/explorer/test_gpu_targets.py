@@ -306,7 +306,7 @@ def test_the_ground_truth_imports_no_explorer_code():
 
 def test_the_verdict_line_names_the_figure_it_compares_with_on_a_gpu():
     """On a GPU the headroom is measured against JAX's share of the memory: the CLI line and the page say that figure."""
-    from explorer.text import target_text
+    from explorer.text import compile_text
     from ui.target_view import verdict
 
     result = compile_result(
@@ -315,7 +315,7 @@ def test_the_verdict_line_names_the_figure_it_compares_with_on_a_gpu():
         headroom_bytes=10 * 2**30,
         memory_limit=MemoryLimit(60 * 2**30, 80 * 2**30, 0.75, "75% of the GPU's 80.0 GiB"),
     )
-    assert "fits in the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB): 10.0 GiB to spare" in target_text(result)
+    assert "fits in the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB): 10.0 GiB to spare" in compile_text(result)
     assert (
         verdict(result)
         == "Fits: XLA's peak is 50.0 GiB of the 60.0 GiB JAX lets one process use per GPU (75% of its 80.0 GiB), 10.0 GiB to spare."
