@@ -306,7 +306,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
         return {
             "layout": label,
             "fits": "not compiled",
-            "XLA peak / chip": "—",
+            "XLA peak / device": "—",
             "headroom": "—",
             "step ≥ (lower bound)": "—",
             "bound": "—",
@@ -319,7 +319,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
     return {
         "layout": label,
         "fits": "yes" if result.fits else "NO",
-        "XLA peak / chip": human_bytes(result.memory.peak_bytes),
+        "XLA peak / device": human_bytes(result.memory.peak_bytes),
         "headroom": human_bytes(result.headroom_bytes),
         "step ≥ (lower bound)": f"{step_s * 1e3:.3g} ms",
         "bound": bound,

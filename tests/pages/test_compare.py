@@ -165,13 +165,13 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
     assert not at.exception and not at.error
     at.button(key="compare_compile_button").click().run()
     assert not at.exception and not at.error
-    table = next(d.value for d in at.dataframe if "XLA peak / chip" in d.value.columns).set_index("layout")
+    table = next(d.value for d in at.dataframe if "XLA peak / device" in d.value.columns).set_index("layout")
     for name in ("tensor parallel", "data only"):
         result, cached = compile_target(library.load(name).layout, "v5litepod-8")
         assert cached  # the page's compile, from the disk cache
         row = table.loc[f"library: {name}"]
         assert row["fits"] == "yes" and row["bound"] == result.estimate.bound
-        assert row["XLA peak / chip"] == human_bytes(result.memory.peak_bytes)
+        assert row["XLA peak / device"] == human_bytes(result.memory.peak_bytes)
     assert len([c for c in at.get("plotly_chart")]) >= 2  # memory per device, and the layouts' rooflines on one chart
 
 
