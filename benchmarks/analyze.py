@@ -53,6 +53,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from explorer.models.options import SIZE_PRESETS  # noqa: E402  (the Llama-2-7B shapes: one home)
+
 LLAMA_7B = {
     "name": "llama2-7b-16x16",
     "mesh": {"shape": [16, 16], "axes": ["data", "model"]},
@@ -67,19 +69,7 @@ LLAMA_7B = {
     ],
     "model": {
         "name": "transformer",
-        "options": {
-            "batch": 16,
-            "seq_len": 4096,
-            "layers": 32,
-            "d_model": 4096,
-            "heads": 32,
-            "kv_heads": 32,
-            "head_dim": 128,
-            "mlp_dim": 11008,
-            "vocab": 32000,
-            "gated_mlp": True,
-            "learned_positions": False,
-        },
+        "options": {**SIZE_PRESETS["llama2-7b"]},  # batch 16 x 4096 tokens
     },
 }
 EVERY_NAME_RULES = LLAMA_7B["rules"] + [["kv", None]]

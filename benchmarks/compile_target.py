@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from explorer.models.options import SIZE_PRESETS  # noqa: E402  (the Llama-2-7B shapes: one home)
+
 if TYPE_CHECKING:
     from explorer.compile_result import TargetCompile
 
@@ -51,21 +53,7 @@ LLAMA_7B = {
     ],
     "model": {
         "name": "transformer",
-        "options": {
-            "batch": 16,
-            "seq_len": 4096,
-            "layers": 32,
-            "d_model": 4096,
-            "heads": 32,
-            "kv_heads": 32,
-            "head_dim": 128,
-            "mlp_dim": 11008,
-            "vocab": 32000,
-            "gated_mlp": True,
-            "learned_positions": False,
-            "scan": True,
-            "dtype": "bfloat16",
-        },
+        "options": {**SIZE_PRESETS["llama2-7b"], "scan": True, "dtype": "bfloat16"},  # batch 16 x 4096 tokens
     },
 }
 
