@@ -9,11 +9,11 @@ The model: Llama-2-7B's dimensions (32 scanned layers, d_model 4096, 32 heads, M
 vocab 32000), bf16, batch 64 (so that an FSDP axis of 64 divides it) of 2048 tokens. The disk
 cache is a fresh folder unless ``--cache`` names one.
 
-    python benchmarks/advise.py [--compiles 2] [--cache DIR] [--target v5p-128]
-    python benchmarks/advise.py --case t5 [--compiles 2]   # T5X's T5 (tests/external) on a v5litepod-8
-    python benchmarks/advise.py --case llama-v5e [--compiles 2]   # Llama-2-7B shapes on a v5litepod-64 (remat needed)
-    python benchmarks/advise.py --case llama13b-remat [--compiles 2]   # Llama-2-13B shapes on a v5litepod-256 (remat needed)
-    python benchmarks/advise.py --target h100:8x8 [--compiles 2]   # the same Llama-2-7B shapes on 64 H100s (8 hosts of 8)
+    python benchmarks/advise.py [--compiles 4] [--cache DIR] [--target v5p-128]
+    python benchmarks/advise.py --case t5 [--compiles 4]   # T5X's T5 (tests/external) on a v5litepod-8
+    python benchmarks/advise.py --case llama-v5e [--compiles 4]   # Llama-2-7B shapes on a v5litepod-64 (remat needed)
+    python benchmarks/advise.py --case llama13b-remat [--compiles 4]   # Llama-2-13B shapes on a v5litepod-256 (remat needed)
+    python benchmarks/advise.py --target h100:8x8 [--compiles 4]   # the same Llama-2-7B shapes on 64 H100s (8 hosts of 8)
 
 ``--target h100:8x8`` (or ``--case gpu``, the same): the Llama-2-7B shapes on an NVIDIA GPU cluster of 8
 hosts of 8 H100s (JAX's CUDA plugin, no GPU), against three layouts written for it: FSDP over all 64
@@ -64,21 +64,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-OPTIONS = {
-    "batch": 64,
-    "seq_len": 2048,
-    "layers": 32,
-    "d_model": 4096,
-    "heads": 32,
-    "kv_heads": 32,
-    "head_dim": 128,
-    "mlp_dim": 11008,
-    "vocab": 32000,
-    "gated_mlp": True,
-    "learned_positions": False,
-    "scan": True,
-    "dtype": "bfloat16",
-}
+from explorer.models.options import SIZE_PRESETS  # noqa: E402  (the Llama-2-7B shapes: one home)
+
+OPTIONS = {**SIZE_PRESETS["llama2-7b"], "batch": 64, "seq_len": 2048, "scan": True, "dtype": "bfloat16"}
 TENSOR = [["mlp", "tensor"], ["heads", "tensor"], ["kv_heads", "tensor"], ["vocab", "tensor"]]
 EXPERTS = {
     "expert-fsdp64": {"mesh": {"shape": [64], "axes": ["fsdp"]}, "rules": [["batch", "fsdp"], ["embed", "fsdp"], ["layer", None]]},
@@ -231,7 +219,7 @@ def experts() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--compiles", type=int, default=2)
+    parser.add_argument("--compiles", type=int, default=4, help="as the CLI's advise (default 4)")
     parser.add_argument("--cache", default=None)
     parser.add_argument("--target", default=None)
     parser.add_argument("--case", choices=("llama", "t5", "gpu", "maxtext-moe", "llama-v5e", "llama13b-remat"), default="llama")
