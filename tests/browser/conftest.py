@@ -42,10 +42,11 @@ def warm_page(browser: Browser) -> Iterator[list[Page]]:
 
 
 @pytest.fixture
-def blank_page(browser: Browser, warm_page: list[Page]) -> Page:
+def blank_page(browser: Browser, warm_page: list[Page]) -> Iterator[Page]:
     """A page that shows nothing yet: the next ``goto`` opens a fresh Streamlit session (a new websocket; session
     state lives on the server and dies with the old one), and the init scripts run anew (the exception count starts
     at 0). Only the browser's cache and local storage carry over from the test before, as for a user's next tab.
+    A test may resize it; at the end it leaves the app (closing the session, as closing a context did).
     """
     if warm_page[0].is_closed():
         warm_page[0].context.close()
@@ -53,7 +54,9 @@ def blank_page(browser: Browser, warm_page: list[Page]) -> Page:
     page = warm_page[0]
     page.set_viewport_size(VIEWPORT)
     page.goto("about:blank")
-    return page
+    yield page
+    if not page.is_closed():
+        page.goto("about:blank")
 
 
 @pytest.fixture
