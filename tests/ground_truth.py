@@ -52,6 +52,11 @@ from flax.linen import partitioning as nn_partitioning
 from flax.training import train_state
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
+# The state is materialised to read where each leaf really landed (its sharding, shape, dtype), never its values:
+# XLA's CPU code generation at its lowest effort compiles these init functions several times faster and places every
+# array the same way (sharding propagation and the SPMD partitioner run on the HLO, before the CPU backend).
+MATERIALISE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
 
 # --- the model, the mesh, the rules, as plain data -----------------------------------------
 
@@ -167,12 +172,13 @@ def linen_state(model: Model, mesh, rules, recipe: str = "logical") -> dict[str,
 
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         if recipe == "eager":
-            state = jax.jit(init)(jax.random.key(0), *xs)
+            state = jax.jit(init, compiler_options=MATERIALISE)(jax.random.key(0), *xs)
         else:
             variables = jax.eval_shape(module.init, jax.random.key(0), *model.model_args(xs))
             params = linen_param_shardings(variables, mesh, rules, recipe)
             abstract_state = jax.eval_shape(init, jax.random.key(0), *xs)
-            state = jax.jit(init, out_shardings=_state_shardings(abstract_state, params, mesh))(jax.random.key(0), *xs)
+            shardings = _state_shardings(abstract_state, params, mesh)
+            state = jax.jit(init, out_shardings=shardings, compiler_options=MATERIALISE)(jax.random.key(0), *xs)
     leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_box)[0]
     return {path_text(p): describe(_array_of(leaf)) for p, leaf in leaves}
 
@@ -240,7 +246,7 @@ def nnx_state(model: Model, mesh, rules) -> tuple[dict[str, dict], dict[str, tup
 
     with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
         _, abstract = nnx.get_abstract_model(build, mesh)
-        state = jax.jit(init)()
+        state = jax.jit(init, compiler_options=MATERIALISE)()
     specs = {
         path_text(p): normal(v.sharding.spec, len(v.shape))
         for p, v in jax.tree_util.tree_flatten_with_path(abstract, is_leaf=_is_variable)[0]
@@ -284,16 +290,19 @@ def constraints(model: Model, mesh, rules) -> list[Constraint]:
     return _live_constraints(closed.jaxpr, n_state)
 
 
-def activations(model: Model, mesh, rules) -> list[tuple[tuple, tuple]]:
-    """(shape, spec) of every activation constraint, in program order."""
-    return [(c.shape, c.spec) for c in constraints(model, mesh, rules) if c.activation]
+def activations(model: Model, mesh, rules, found: Sequence[Constraint] | None = None) -> list[tuple[tuple, tuple]]:
+    """(shape, spec) of every activation constraint, in program order (of ``found``, ``constraints``' answer for
+    these inputs, where the caller has it already)."""
+    found = constraints(model, mesh, rules) if found is None else found
+    return [(c.shape, c.spec) for c in found if c.activation]
 
 
-def activation_bytes(model: Model, mesh, rules) -> int:
+def activation_bytes(model: Model, mesh, rules, found: Sequence[Constraint] | None = None) -> int:
     """Bytes one device holds of every activation constraint's value, by JAX's own shard shape (each once)."""
+    found = constraints(model, mesh, rules) if found is None else found
     return sum(
         math.prod(NamedSharding(mesh, PartitionSpec(*c.spec)).shard_shape(c.shape)) * jnp.dtype(c.dtype).itemsize
-        for c in constraints(model, mesh, rules)
+        for c in found
         if c.activation
     )
 

@@ -21,6 +21,9 @@ import optax
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
+# A forward pass run only to read its output's sharding: XLA's CPU code generation at its lowest effort compiles it
+# faster and places every array the same way (sharding propagation and the partitioner run before the CPU backend).
+MATERIALISE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 _LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, __import__("flax"), optax))
 
 
@@ -119,5 +122,6 @@ def forward_output_spec(builder, inputs, the_mesh, input_specs, rules=()) -> tup
             jax.device_put(jnp.zeros(i.shape, i.dtype), NamedSharding(the_mesh, PartitionSpec(*spec)))
             for i, spec in zip(inputs, input_specs)
         ]
-        output = jax.jit(lambda s, *xs: nnx.merge(graphdef, s)(*xs))(state, *arguments)
+        forward = jax.jit(lambda s, *xs: nnx.merge(graphdef, s)(*xs), compiler_options=MATERIALISE)
+        output = forward(state, *arguments)
     return normal(output.sharding.spec, output.ndim)

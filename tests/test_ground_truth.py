@@ -5,6 +5,8 @@ Cases: the built-in models, one small model per annotation style real codebases 
 authors' rules, each on a 2x4 and a 2x2x2 mesh.
 """
 
+import functools
+
 import pytest
 
 from explorer.analysis import analyze
@@ -234,6 +236,14 @@ def check_state(name, cases=None):
     assert not problems, f"{len(problems)} disagreement(s):\n" + "\n".join(problems[:20])
 
 
+@functools.cache
+def traced(name):
+    """A case's ground-truth inputs and JAX's live constraints of its forward pass, traced once for the three tests that
+    read them (in order, by module, their bytes); each case's own arguments, so a CASES entry is traced on its own."""
+    inputs = truth_inputs(name)
+    return inputs, tuple(ground_truth.constraints(*inputs))
+
+
 def check_activations(name, cases=None):
     cases = cases or CASES
     report = analyze(layout_of(name, cases))
@@ -242,7 +252,11 @@ def check_activations(name, cases=None):
         for a in report.arrays
         if a.kind == "activation" and a.path != "activations/output"
     ]
-    truth = ground_truth.activations(*truth_inputs(name, cases))
+    if cases is CASES:
+        inputs, found = traced(name)
+        truth = ground_truth.activations(*inputs, found=found)
+    else:
+        truth = ground_truth.activations(*truth_inputs(name, cases))
     assert ours == truth, _activation_diff(ours, truth)
 
 
@@ -260,7 +274,12 @@ def _activation_diff(ours, truth) -> str:
 def check_activation_bytes(name, cases=None):
     cases = cases or CASES
     layout = layout_of(name, cases)
-    assert analyze(layout).totals.activation_bytes == ground_truth.activation_bytes(*truth_inputs(name, cases))
+    if cases is CASES:
+        inputs, found = traced(name)
+        truth = ground_truth.activation_bytes(*inputs, found=found)
+    else:
+        truth = ground_truth.activation_bytes(*truth_inputs(name, cases))
+    assert analyze(layout).totals.activation_bytes == truth
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -281,7 +300,7 @@ def test_each_activation_names_the_module_jax_names(name, allow_factories):
     or end it; constraints with no name stack (NNX modules push none) are not compared."""
     report = analyze(layout_of(name))
     ours = [(tuple(a.shape), a.module) for a in report.arrays if a.kind == "activation" and a.path != "activations/output"]
-    truth = [(c.shape, c.name_stack) for c in ground_truth.constraints(*truth_inputs(name)) if c.activation]
+    truth = [(c.shape, c.name_stack) for c in traced(name)[1] if c.activation]
     assert [s for s, _ in ours] == [s for s, _ in truth], "the activations differ (see the in-order test)"
     wrong = [
         (i, module, stack)

@@ -21,7 +21,6 @@ from tests.browser import (
     choose,
     go_to_page,
     key_selector,
-    new_page,
     open_app,
     screenshot,
     shown_layout,
@@ -37,49 +36,47 @@ def advisor_app_url(tmp_path_factory):
         yield url
 
 
-def test_run_the_advisor_watch_its_stages_and_open_the_winner(browser, advisor_app_url):
-    page = new_page(browser, {"width": 1440, "height": 900})
-    try:
-        open_app(page, advisor_app_url)
-        go_to_page(page, "Advisor", f"{MAIN} h1:has-text('Layout advisor')")
-        choose(page, "target_choice", "v5litepod-8")
-        compiles = page.locator(f"{key_selector('advisor_compiles')} input")
-        compiles.fill("1")
-        compiles.press("Enter")
-        wait_for_rerun(page)
-        page.locator(f"{key_selector('advisor_run')} button").click()
-        status = page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))
-        expect(page.locator(MAIN)).to_contain_text(re.compile(r"stage 2: compiling 1 of at most 2 \(\w+\)"), timeout=RUN_TIMEOUT_MS)
-        expect(page.locator(MAIN)).to_contain_text(re.compile(r"stage 2: compiling 2 of at most 2"), timeout=RUN_TIMEOUT_MS)
-        expect(status.first).to_contain_text(re.compile(r"Done: 2 compile\(s\)"), timeout=RUN_TIMEOUT_MS)
-        wait_for_rerun(page)
-        expect(page.locator(MAIN)).to_contain_text(re.compile(r"Advice for v5litepod-8: (\w+) — step ≥ [\d.]+ ms .*XLA-verified"))
-        winner = re.search(r"Advice for v5litepod-8: (\w+) —", page.locator(MAIN).inner_text())[1]
-        expect(page.locator(f"{key_selector('advisor_chart')} .js-plotly-plot, .stPlotlyChart .js-plotly-plot").first).to_be_visible()
-        page.locator(key_selector("advisor_table")).scroll_into_view_if_needed()
-        screenshot(page, "advisor-1440x900")
-        page.set_viewport_size({"width": 1024, "height": 768})
-        page.wait_for_timeout(800)
-        page.locator(key_selector("advisor_table")).scroll_into_view_if_needed()
-        screenshot(page, "advisor-1024x768")
-        page.set_viewport_size({"width": 1440, "height": 900})
-        page.wait_for_timeout(800)
-        page.locator(".stPlotlyChart").last.scroll_into_view_if_needed()
-        screenshot(page, "advisor-chart-1440x900")
-        assert_no_exception(page)
-        # Rank 1 is the one picked by default: open it on the Layout page.
-        expect(page.locator(key_selector("advisor_pick")).get_by_role("combobox")).to_have_value(f"1. {winner}")
-        page.locator(f"{key_selector('advisor_open')} button").click()
-        expect(page.locator(f"{MAIN} h1").first).to_have_text("Partition Explorer", timeout=RUN_TIMEOUT_MS)
-        wait_for_rerun(page)
-        expect(page.locator(f"{SIDEBAR} {key_selector('layout_name')} input")).to_have_value(winner)
-        expected = next(l for l in candidate_layouts(seed_layout(), parse_target("v5litepod-8")) if l.name == winner).to_dict()
-        shown = shown_layout(page)
-        assert shown["mesh"] == expected["mesh"]
-        assert shown["rules"] == [
-            [logical, axes[0] if isinstance(axes, list) and len(axes) == 1 else axes] for logical, axes in expected["rules"]
-        ]
-        screenshot(page, "advisor-opened-winner-1440x900")
-        assert_no_exception(page)
-    finally:
-        page.context.close()
+def test_run_the_advisor_watch_its_stages_and_open_the_winner(blank_page, advisor_app_url):
+    page = blank_page
+    page.set_viewport_size({"width": 1440, "height": 900})
+    open_app(page, advisor_app_url)
+    go_to_page(page, "Advisor", f"{MAIN} h1:has-text('Layout advisor')")
+    choose(page, "target_choice", "v5litepod-8")
+    compiles = page.locator(f"{key_selector('advisor_compiles')} input")
+    compiles.fill("1")
+    compiles.press("Enter")
+    wait_for_rerun(page)
+    page.locator(f"{key_selector('advisor_run')} button").click()
+    status = page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))
+    expect(page.locator(MAIN)).to_contain_text(re.compile(r"stage 2: compiling 1 of at most 2 \(\w+\)"), timeout=RUN_TIMEOUT_MS)
+    expect(page.locator(MAIN)).to_contain_text(re.compile(r"stage 2: compiling 2 of at most 2"), timeout=RUN_TIMEOUT_MS)
+    expect(status.first).to_contain_text(re.compile(r"Done: 2 compile\(s\)"), timeout=RUN_TIMEOUT_MS)
+    wait_for_rerun(page)
+    expect(page.locator(MAIN)).to_contain_text(re.compile(r"Advice for v5litepod-8: (\w+) — step ≥ [\d.]+ ms .*XLA-verified"))
+    winner = re.search(r"Advice for v5litepod-8: (\w+) —", page.locator(MAIN).inner_text())[1]
+    expect(page.locator(f"{key_selector('advisor_chart')} .js-plotly-plot, .stPlotlyChart .js-plotly-plot").first).to_be_visible()
+    page.locator(key_selector("advisor_table")).scroll_into_view_if_needed()
+    screenshot(page, "advisor-1440x900")
+    page.set_viewport_size({"width": 1024, "height": 768})
+    page.wait_for_timeout(800)
+    page.locator(key_selector("advisor_table")).scroll_into_view_if_needed()
+    screenshot(page, "advisor-1024x768")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.wait_for_timeout(800)
+    page.locator(".stPlotlyChart").last.scroll_into_view_if_needed()
+    screenshot(page, "advisor-chart-1440x900")
+    assert_no_exception(page)
+    # Rank 1 is the one picked by default: open it on the Layout page.
+    expect(page.locator(key_selector("advisor_pick")).get_by_role("combobox")).to_have_value(f"1. {winner}")
+    page.locator(f"{key_selector('advisor_open')} button").click()
+    expect(page.locator(f"{MAIN} h1").first).to_have_text("Partition Explorer", timeout=RUN_TIMEOUT_MS)
+    wait_for_rerun(page)
+    expect(page.locator(f"{SIDEBAR} {key_selector('layout_name')} input")).to_have_value(winner)
+    expected = next(l for l in candidate_layouts(seed_layout(), parse_target("v5litepod-8")) if l.name == winner).to_dict()
+    shown = shown_layout(page)
+    assert shown["mesh"] == expected["mesh"]
+    assert shown["rules"] == [
+        [logical, axes[0] if isinstance(axes, list) and len(axes) == 1 else axes] for logical, axes in expected["rules"]
+    ]
+    screenshot(page, "advisor-opened-winner-1440x900")
+    assert_no_exception(page)

@@ -16,7 +16,6 @@ from tests.browser import (
     assert_no_exception,
     go_to_page,
     key_selector,
-    new_page,
     screenshot,
     set_text,
     wait_for_rerun,
@@ -44,26 +43,24 @@ def open_arrays(page: Page, url: str) -> None:
 
 
 @pytest.mark.parametrize("width,height", [(1024, 768), (1440, 900)])
-def test_matmul_preset_at_two_sizes(browser, app_url, width, height):
-    page = new_page(browser, {"width": width, "height": height})
-    try:
-        open_arrays(page, f"{app_url}/Arrays")
-        expect(page.locator(OUTPUT_SPEC)).to_contain_text("XLA chose P('a', 'b')")
-        for key in ("arrays_grid_0", "arrays_grid_1", "arrays_grid_out"):
-            expect(page.locator(f"{key_selector(key)} .js-plotly-plot")).to_be_visible()
-        # The output grid: 4 x 2 blocks, one device each, as the guide prints it.
-        labels = page.locator(f"{key_selector('arrays_grid_out')} .annotation-text")
-        expect(labels).to_have_count(8)
-        assert labels.all_text_contents() == [str(d) for d in range(8)]
-        expect(page.locator(MAIN)).to_contain_text("No collectives")
-        address = parse_qs(urlparse(page.url).query)
-        assert address["arrays"] == ["y:8192x8192:float32:a,-;z:8192x8192:float32:-,b"] and address["expr"] == ["jnp.dot(y, z)"]
-        assert_no_exception(page)
-        screenshot(page, f"arrays-{width}x{height}")
-        page.locator(OUTPUT_SPEC).scroll_into_view_if_needed()
-        screenshot(page, f"arrays-{width}x{height}-output")
-    finally:
-        page.context.close()
+def test_matmul_preset_at_two_sizes(blank_page, app_url, width, height):
+    page = blank_page
+    page.set_viewport_size({"width": width, "height": height})
+    open_arrays(page, f"{app_url}/Arrays")
+    expect(page.locator(OUTPUT_SPEC)).to_contain_text("XLA chose P('a', 'b')")
+    for key in ("arrays_grid_0", "arrays_grid_1", "arrays_grid_out"):
+        expect(page.locator(f"{key_selector(key)} .js-plotly-plot")).to_be_visible()
+    # The output grid: 4 x 2 blocks, one device each, as the guide prints it.
+    labels = page.locator(f"{key_selector('arrays_grid_out')} .annotation-text")
+    expect(labels).to_have_count(8)
+    assert labels.all_text_contents() == [str(d) for d in range(8)]
+    expect(page.locator(MAIN)).to_contain_text("No collectives")
+    address = parse_qs(urlparse(page.url).query)
+    assert address["arrays"] == ["y:8192x8192:float32:a,-;z:8192x8192:float32:-,b"] and address["expr"] == ["jnp.dot(y, z)"]
+    assert_no_exception(page)
+    screenshot(page, f"arrays-{width}x{height}")
+    page.locator(OUTPUT_SPEC).scroll_into_view_if_needed()
+    screenshot(page, f"arrays-{width}x{height}-output")
 
 
 def test_live_timing_and_a_round_trip_through_the_layout(page: Page, app_url: str):

@@ -93,71 +93,69 @@ def shoot_at_sizes(page: Page, name: str, scroll_to: Locator | None = None) -> N
     page.wait_for_timeout(300)
 
 
-def test_model_needing_explicit_axes_is_fixed_with_one_button_and_shared(browser: Browser, explicit_app_url: str) -> None:
-    page = new_page(browser)
+def test_model_needing_explicit_axes_is_fixed_with_one_button_and_shared(browser: Browser, blank_page: Page, explicit_app_url: str) -> None:
+    page = blank_page
+    # (1) Gemma on Auto axes: the model section says it needs Explicit axes and offers the fix.
+    open_app(page, explicit_app_url + GEMMA_LINK)
+    expect(page.locator(EXPLICIT_TAGS)).to_have_count(0)
+    errors = sidebar_errors(page, "model")
+    expect(errors).to_have_count(1)
+    expect(errors).to_contain_text("needs a mesh with Explicit axes")
+    button = page.locator(f"{key_selector('make_axes_explicit')} button")
+    expect(button).to_have_text("Make the mesh's axes Explicit")
+    expect(page.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)).to_have_count(0)
+    # The main area shows the last valid layout; it offers the same fix, in view without scrolling the sidebar.
+    expect(page.locator(MAIN)).to_contain_text("The layout in the sidebar has 1 problem(s) (model)")
+    expect(page.locator(f"{key_selector('make_axes_explicit_main')} button")).to_have_text("Make the mesh's axes Explicit")
+    expect(page.locator(EXCEPTION)).to_have_count(0)
+    assert_no_exception(page)
+    shoot_at_sizes(page, "landing")  # what a user sees first: the top of both columns
+    shoot_at_sizes(page, "needs-axes", scroll_to=button)
+
+    # (2) One click makes both axes Explicit; (3) the Layout page lists every value with its type.
+    click_button(page, "make_axes_explicit")
+    expect(sidebar_errors(page)).to_have_count(0)
+    expect(page.locator(key_selector("make_axes_explicit"))).to_have_count(0)
+    expect(page.locator(key_selector("make_axes_explicit_main"))).to_have_count(0)
+    expect(page.locator(EXPLICIT_TAGS)).to_have_text(["data", "model"])
+    expect_values_view(page)
+    total, places = values_count(page)
+    assert total > 0 and places > 0
+    search = page.locator(f"{key_selector('values_search')} input")
+    search.fill("attention")
+    search.press("Enter")
+    wait_for_rerun(page)
+    found, found_places = values_count(page)
+    assert 0 < found < total and found_places <= places, (found, total)
+    assert_no_exception(page)
+    shoot_at_sizes(page, "values", scroll_to=values_table(page))
+
+    # (4) The links the app offers carry the mesh's axis types: the address bar (which follows the layout)
+    # and the readable link of the Share section.
+    page.wait_for_function(
+        "() => new URLSearchParams(window.location.search).get('types') === 'explicit,explicit'", timeout=RERUN_TIMEOUT_MS
+    )
+    params = dict(parse_qsl(urlsplit(page.url).query))
+    assert params["types"] == "explicit,explicit" and params["model"] == FACTORY, params
+    toggle_expander(page, "Readable link")
+    shown_link = page.locator(".st-key-share_link code").inner_text().strip()
+    assert shown_link.startswith(explicit_app_url + "/?") and "&types=explicit,explicit&" in shown_link, shown_link
+    assert dict(parse_qsl(urlsplit(shown_link).query)) == params
+
+    # (5) Each link reopens the layout in a fresh session: both axes Explicit, no error, the values there.
+    # One fresh context; each goto opens a new Streamlit session in it (the second link loads no scripts again).
+    reopened = new_page(browser)
     try:
-        # (1) Gemma on Auto axes: the model section says it needs Explicit axes and offers the fix.
-        open_app(page, explicit_app_url + GEMMA_LINK)
-        expect(page.locator(EXPLICIT_TAGS)).to_have_count(0)
-        errors = sidebar_errors(page, "model")
-        expect(errors).to_have_count(1)
-        expect(errors).to_contain_text("needs a mesh with Explicit axes")
-        button = page.locator(f"{key_selector('make_axes_explicit')} button")
-        expect(button).to_have_text("Make the mesh's axes Explicit")
-        expect(page.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)).to_have_count(0)
-        # The main area shows the last valid layout; it offers the same fix, in view without scrolling the sidebar.
-        expect(page.locator(MAIN)).to_contain_text("The layout in the sidebar has 1 problem(s) (model)")
-        expect(page.locator(f"{key_selector('make_axes_explicit_main')} button")).to_have_text("Make the mesh's axes Explicit")
-        expect(page.locator(EXCEPTION)).to_have_count(0)
-        assert_no_exception(page)
-        shoot_at_sizes(page, "landing")  # what a user sees first: the top of both columns
-        shoot_at_sizes(page, "needs-axes", scroll_to=button)
-
-        # (2) One click makes both axes Explicit; (3) the Layout page lists every value with its type.
-        click_button(page, "make_axes_explicit")
-        expect(sidebar_errors(page)).to_have_count(0)
-        expect(page.locator(key_selector("make_axes_explicit"))).to_have_count(0)
-        expect(page.locator(key_selector("make_axes_explicit_main"))).to_have_count(0)
-        expect(page.locator(EXPLICIT_TAGS)).to_have_text(["data", "model"])
-        expect_values_view(page)
-        total, places = values_count(page)
-        assert total > 0 and places > 0
-        search = page.locator(f"{key_selector('values_search')} input")
-        search.fill("attention")
-        search.press("Enter")
-        wait_for_rerun(page)
-        found, found_places = values_count(page)
-        assert 0 < found < total and found_places <= places, (found, total)
-        assert_no_exception(page)
-        shoot_at_sizes(page, "values", scroll_to=values_table(page))
-
-        # (4) The links the app offers carry the mesh's axis types: the address bar (which follows the layout)
-        # and the readable link of the Share section.
-        page.wait_for_function(
-            "() => new URLSearchParams(window.location.search).get('types') === 'explicit,explicit'", timeout=RERUN_TIMEOUT_MS
-        )
-        params = dict(parse_qsl(urlsplit(page.url).query))
-        assert params["types"] == "explicit,explicit" and params["model"] == FACTORY, params
-        toggle_expander(page, "Readable link")
-        shown_link = page.locator(".st-key-share_link code").inner_text().strip()
-        assert shown_link.startswith(explicit_app_url + "/?") and "&types=explicit,explicit&" in shown_link, shown_link
-        assert dict(parse_qsl(urlsplit(shown_link).query)) == params
-
-        # (5) Each link reopens the layout in a fresh session: both axes Explicit, no error, the values there.
         for link in (shown_link, page.url):
-            reopened = new_page(browser)
-            try:
-                open_app(reopened, link)
-                expect(reopened.locator(EXPLICIT_TAGS)).to_have_text(["data", "model"])
-                expect(sidebar_errors(reopened)).to_have_count(0)
-                expect(reopened.locator(key_selector("make_axes_explicit"))).to_have_count(0)
-                expect_values_view(reopened)
-                assert values_count(reopened) == (total, places)  # a fresh session: no search typed
-                assert_no_exception(reopened)
-                values_table(reopened).scroll_into_view_if_needed()
-                screenshot(reopened, "explicit-reopened")
-            finally:
-                reopened.context.close()
-        assert_no_exception(page)
+            open_app(reopened, link)
+            expect(reopened.locator(EXPLICIT_TAGS)).to_have_text(["data", "model"])
+            expect(sidebar_errors(reopened)).to_have_count(0)
+            expect(reopened.locator(key_selector("make_axes_explicit"))).to_have_count(0)
+            expect_values_view(reopened)
+            assert values_count(reopened) == (total, places)  # a fresh session: no search typed
+            assert_no_exception(reopened)
+            values_table(reopened).scroll_into_view_if_needed()
+            screenshot(reopened, "explicit-reopened")
     finally:
-        page.context.close()
+        reopened.context.close()
+    assert_no_exception(page)

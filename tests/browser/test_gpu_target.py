@@ -24,7 +24,6 @@ from tests.browser import (
     go_to_page,
     key_selector,
     main_errors,
-    new_page,
     open_app,
     screenshot,
     set_text_area,
@@ -74,68 +73,66 @@ def expect_roofline(chart) -> None:
     expect(chart.locator(".bars .point")).to_have_count(3)  # compute, memory, collective
 
 
-def test_plan_for_a_gpu_cluster_on_the_layout_page_compare_and_the_advisor(browser, gpu_app_url):
-    page = new_page(browser, SIZES[0])
-    try:
-        # The Layout page: the cluster from the sidebar's Target list, one compile, XLA's verdict per GPU.
-        open_app(page, gpu_app_url)
-        choose(page, "target_choice", TARGET)
-        expect(page.locator(SIDEBAR)).to_contain_text(f"{TARGET}: 1 host × 8 {H100}, 79.1 GiB and 989 bf16 TFLOP/s per GPU")
-        button = page.locator(f"{key_selector('target_compile_button')} button")
-        expect(button).to_have_text(f"Compile for {TARGET}")
-        button.click()
-        verdict = page.locator(key_selector("target_verdict"))
-        expect(verdict).to_contain_text(VERDICT, timeout=RUN_TIMEOUT_MS)
-        wait_for_rerun(page)
-        expect(page.locator(key_selector("target_placement"))).to_have_text(PLACEMENT)
-        expect(page.locator(MAIN)).to_contain_text("Memory per GPU")
-        expect(page.locator(f"{key_selector('target_memory')} .js-plotly-plot")).to_contain_text("JAX's 75%: 59.3 GiB")
-        roofline = page.locator(f"{key_selector('target_roofline')} .js-plotly-plot")
-        expect_roofline(roofline)
-        expect(roofline.locator(".gtitle")).to_contain_text(re.compile(r"Step ≥ [\d.]+ ms\s*(compute|memory|collective)-bound"))
-        expect(page.locator(MAIN)).to_contain_text("collectives at NVLink's 450 GB/s inside a host")
-        expect(main_errors(page)).to_have_count(0)
-        assert_no_exception(page)
-        shoot(page, "gpu-layout", key_selector("target_verdict"))
+def test_plan_for_a_gpu_cluster_on_the_layout_page_compare_and_the_advisor(blank_page, gpu_app_url):
+    page = blank_page
+    page.set_viewport_size(SIZES[0])
+    # The Layout page: the cluster from the sidebar's Target list, one compile, XLA's verdict per GPU.
+    open_app(page, gpu_app_url)
+    choose(page, "target_choice", TARGET)
+    expect(page.locator(SIDEBAR)).to_contain_text(f"{TARGET}: 1 host × 8 {H100}, 79.1 GiB and 989 bf16 TFLOP/s per GPU")
+    button = page.locator(f"{key_selector('target_compile_button')} button")
+    expect(button).to_have_text(f"Compile for {TARGET}")
+    button.click()
+    verdict = page.locator(key_selector("target_verdict"))
+    expect(verdict).to_contain_text(VERDICT, timeout=RUN_TIMEOUT_MS)
+    wait_for_rerun(page)
+    expect(page.locator(key_selector("target_placement"))).to_have_text(PLACEMENT)
+    expect(page.locator(MAIN)).to_contain_text("Memory per GPU")
+    expect(page.locator(f"{key_selector('target_memory')} .js-plotly-plot")).to_contain_text("JAX's 75%: 59.3 GiB")
+    roofline = page.locator(f"{key_selector('target_roofline')} .js-plotly-plot")
+    expect_roofline(roofline)
+    expect(roofline.locator(".gtitle")).to_contain_text(re.compile(r"Step ≥ [\d.]+ ms\s*(compute|memory|collective)-bound"))
+    expect(page.locator(MAIN)).to_contain_text("collectives at NVLink's 450 GB/s inside a host")
+    expect(main_errors(page)).to_have_count(0)
+    assert_no_exception(page)
+    shoot(page, "gpu-layout", key_selector("target_verdict"))
 
-        # Compare: the seed (cached by the compile above) and a data-parallel variant, compiled for the same cluster.
-        go_to_page(page, "Compare", f"{key_selector('compare_links')} textarea")
-        set_text_area(page, "compare_links", gpu_app_url + DATA_ONLY)
-        expect(page.locator(MAIN)).to_contain_text(f"On {TARGET} ({TARGET})")
-        compile_missing = page.locator(f"{key_selector('compare_compile_button')} button")
-        expect(compile_missing).to_have_text(f"Compile 1 layout(s) for {TARGET}")  # the seed's result is in the cache
-        compile_missing.click()
-        for index in (0, 1):
-            expect(page.locator(key_selector(f"compare_verdict_{index}"))).to_contain_text(VERDICT, timeout=RUN_TIMEOUT_MS)
-        wait_for_rerun(page)
-        rooflines = page.locator(f"{key_selector('compare_roofline')} .js-plotly-plot")
-        expect(rooflines).to_be_visible()
-        expect(rooflines.locator(".bars .point")).to_have_count(6)  # three terms for each of the two layouts
-        for label in ("current: seed-2x4", "link 1: data-only"):  # each layout's step bound, in the legend
-            expect(rooflines.locator(".legend")).to_contain_text(re.compile(rf"{label}: ≥ [\d.e-]+ ms, (compute|memory|collective)-bound"))
-        expect(page.locator(MAIN)).to_contain_text(PLACEMENT)
-        expect(main_errors(page)).to_have_count(0)
-        assert_no_exception(page)
-        shoot(page, "gpu-compare", key_selector("compare_targets_table"))
+    # Compare: the seed (cached by the compile above) and a data-parallel variant, compiled for the same cluster.
+    go_to_page(page, "Compare", f"{key_selector('compare_links')} textarea")
+    set_text_area(page, "compare_links", gpu_app_url + DATA_ONLY)
+    expect(page.locator(MAIN)).to_contain_text(f"On {TARGET} ({TARGET})")
+    compile_missing = page.locator(f"{key_selector('compare_compile_button')} button")
+    expect(compile_missing).to_have_text(f"Compile 1 layout(s) for {TARGET}")  # the seed's result is in the cache
+    compile_missing.click()
+    for index in (0, 1):
+        expect(page.locator(key_selector(f"compare_verdict_{index}"))).to_contain_text(VERDICT, timeout=RUN_TIMEOUT_MS)
+    wait_for_rerun(page)
+    rooflines = page.locator(f"{key_selector('compare_roofline')} .js-plotly-plot")
+    expect(rooflines).to_be_visible()
+    expect(rooflines.locator(".bars .point")).to_have_count(6)  # three terms for each of the two layouts
+    for label in ("current: seed-2x4", "link 1: data-only"):  # each layout's step bound, in the legend
+        expect(rooflines.locator(".legend")).to_contain_text(re.compile(rf"{label}: ≥ [\d.e-]+ ms, (compute|memory|collective)-bound"))
+    expect(page.locator(MAIN)).to_contain_text(PLACEMENT)
+    expect(main_errors(page)).to_have_count(0)
+    assert_no_exception(page)
+    shoot(page, "gpu-compare", key_selector("compare_targets_table"))
 
-        # The Advisor: the same cluster, one compile of the shortlist's best beside the user's own layout (cached).
-        go_to_page(page, "Advisor", f"{MAIN} h1:has-text('Layout advisor')")
-        compiles = page.locator(f"{key_selector('advisor_compiles')} input")
-        compiles.fill("1")
-        compiles.press("Enter")
-        wait_for_rerun(page)
-        page.locator(f"{key_selector('advisor_run')} button").click()
-        status = page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))
-        expect(status.first).to_contain_text(re.compile(r"Done: [12] compile\(s\)"), timeout=RUN_TIMEOUT_MS)
-        wait_for_rerun(page)
-        expect(page.locator(MAIN)).to_contain_text(re.compile(rf"Advice for {TARGET}: [\w-]+ — step ≥ [\d.]+ ms .*XLA-verified"))
-        expect(page.locator(MAIN)).to_contain_text("JAX lets one process use per GPU (75% of its 79.1 GiB)")
-        expect(page.locator(MAIN)).to_contain_text(f"{TARGET}: a GPU cluster of 1 host x 8 {H100} (8 GPUs)")
-        expect(page.locator(MAIN)).to_contain_text("Placed on the hosts and GPUs (host-major): ")
-        expect(page.locator(f"{key_selector('advisor_table')} [data-testid='stDataFrame']")).to_be_visible()
-        expect(page.locator(f"{key_selector('advisor_chart')} .js-plotly-plot, .stPlotlyChart .js-plotly-plot").first).to_be_visible()
-        expect(main_errors(page)).to_have_count(0)
-        assert_no_exception(page)
-        shoot(page, "gpu-advisor", f"{MAIN} [data-testid='stAlertContentSuccess']")
-    finally:
-        page.context.close()
+    # The Advisor: the same cluster, one compile of the shortlist's best beside the user's own layout (cached).
+    go_to_page(page, "Advisor", f"{MAIN} h1:has-text('Layout advisor')")
+    compiles = page.locator(f"{key_selector('advisor_compiles')} input")
+    compiles.fill("1")
+    compiles.press("Enter")
+    wait_for_rerun(page)
+    page.locator(f"{key_selector('advisor_run')} button").click()
+    status = page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))
+    expect(status.first).to_contain_text(re.compile(r"Done: [12] compile\(s\)"), timeout=RUN_TIMEOUT_MS)
+    wait_for_rerun(page)
+    expect(page.locator(MAIN)).to_contain_text(re.compile(rf"Advice for {TARGET}: [\w-]+ — step ≥ [\d.]+ ms .*XLA-verified"))
+    expect(page.locator(MAIN)).to_contain_text("JAX lets one process use per GPU (75% of its 79.1 GiB)")
+    expect(page.locator(MAIN)).to_contain_text(f"{TARGET}: a GPU cluster of 1 host x 8 {H100} (8 GPUs)")
+    expect(page.locator(MAIN)).to_contain_text("Placed on the hosts and GPUs (host-major): ")
+    expect(page.locator(f"{key_selector('advisor_table')} [data-testid='stDataFrame']")).to_be_visible()
+    expect(page.locator(f"{key_selector('advisor_chart')} .js-plotly-plot, .stPlotlyChart .js-plotly-plot").first).to_be_visible()
+    expect(main_errors(page)).to_have_count(0)
+    assert_no_exception(page)
+    shoot(page, "gpu-advisor", f"{MAIN} [data-testid='stAlertContentSuccess']")

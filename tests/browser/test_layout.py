@@ -67,7 +67,11 @@ def assert_seed_grid(page: Page) -> None:
     assert grid_axis_titles(page) == ("dim 1 'hidden' · 1024 → model", "dim 0 'embed' · 1024 → replicated")
 
 
-def test_load_shows_no_exception(page: Page) -> None:
+def test_load_then_a_bad_mesh_shape_shown_by_its_field_and_fixed_then_a_new_rule_row_numbered(page: Page) -> None:
+    """One opening, three checks: the seed loads with no exception; an invalid mesh shape is shown in the mesh
+    section's slot while the last valid layout stays drawn, and fixing it clears the error; clicking the editor's
+    trailing row adds a rule whose # is the next number (it showed "None")."""
+    # the seed, as loaded
     assert_seed_grid(page)
     expect(page.locator(".st-key-selected_path input")).to_have_value("params/LogicalDotReluDot_0/Dense_0/kernel")
     expect_mesh_ids(page)
@@ -76,6 +80,29 @@ def test_load_shows_no_exception(page: Page) -> None:
     expect(warnings).to_contain_text("logical name 'embed' matches no rule")
     assert_no_exception(page)
     screenshot(page, "browser-load")
+
+    # an invalid mesh shape, then the valid one again
+    set_text(page, "mesh_shape_text", "2, x")
+
+    expect_only_error_in(page, "mesh", "mesh.shape[1]", "'x'")  # the message slot under the mesh fields
+    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("1 problem(s) (mesh.shape[1])")
+    expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
+    assert_seed_grid(page)  # the last valid layout is still drawn
+    expect_mesh_ids(page)
+    assert_no_exception(page)
+    screenshot(page, "browser-invalid-shape")
+
+    set_text(page, "mesh_shape_text", "2, 4")
+    expect(sidebar_errors(page)).to_have_count(0)
+    assert_seed_grid(page)
+    assert_no_exception(page)
+
+    # a new rule row
+    box = page.locator(RULES_CANVAS).bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + HEADER_HEIGHT + ROW_HEIGHT * 2 + ROW_HEIGHT / 2)
+    expect(page.locator(f"{RULES_EDITOR} td[data-testid='glide-cell-1-2']")).to_have_text("2")
+    expect_rule_rows(page, SEED_RULES, prefix=True)
+    assert_no_exception(page)
 
 
 def test_mesh_axes_edit_redraws_grid(page: Page) -> None:
@@ -112,23 +139,6 @@ def test_logical_name_edit_turns_grid_sideways(page: Page) -> None:
     screenshot(page, "browser-rules-embed-model")
 
 
-def test_invalid_mesh_shape_shows_error_next_to_field(page: Page) -> None:
-    set_text(page, "mesh_shape_text", "2, x")
-
-    expect_only_error_in(page, "mesh", "mesh.shape[1]", "'x'")  # the message slot under the mesh fields
-    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("1 problem(s) (mesh.shape[1])")
-    expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
-    assert_seed_grid(page)  # the last valid layout is still drawn
-    expect_mesh_ids(page)
-    assert_no_exception(page)
-    screenshot(page, "browser-invalid-shape")
-
-    set_text(page, "mesh_shape_text", "2, 4")
-    expect(sidebar_errors(page)).to_have_count(0)
-    assert_seed_grid(page)
-    assert_no_exception(page)
-
-
 def test_rule_naming_missing_axis_shows_error_under_rules(page: Page) -> None:
     """Renaming the mesh axis model → tensor leaves rule 1 (hidden → model) naming an axis the mesh lacks."""
     set_text(page, "mesh_axes_text", "data, tensor")
@@ -156,13 +166,4 @@ def test_rule_edits_survive_renaming_a_mesh_axis(page: Page) -> None:
     expect_rule_rows(page, [["0", "embed", "data"], ["1", "hidden", "tensor"]])
     expect(sidebar_errors(page)).to_have_count(0)
     expect(selected_summary(page)).to_contain_text("spec P('data', 'tensor')")
-    assert_no_exception(page)
-
-
-def test_a_new_rule_row_is_numbered_not_none(page: Page) -> None:
-    """Clicking the editor's trailing row adds a rule; its # is the next number (it showed "None")."""
-    box = page.locator(RULES_CANVAS).bounding_box()
-    page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + HEADER_HEIGHT + ROW_HEIGHT * 2 + ROW_HEIGHT / 2)
-    expect(page.locator(f"{RULES_EDITOR} td[data-testid='glide-cell-1-2']")).to_have_text("2")
-    expect_rule_rows(page, SEED_RULES, prefix=True)
     assert_no_exception(page)

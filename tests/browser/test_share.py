@@ -110,9 +110,10 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
     assert shown_link.startswith(app_url + "/?") and "&axes=data,model&" in shown_link, shown_link  # readable
     assert dict(parse_qsl(urlsplit(shown_link).query)) == {**changed, "array": KERNEL}
 
-    for link in (page.url, shown_link):  # what the address bar carries, and the readable link the Share section shows
-        reopened = new_page(browser)
-        try:
+    # One fresh context for what a teammate opens; each goto is a new Streamlit session in it.
+    reopened = new_page(browser)
+    try:
+        for link in (page.url, shown_link):  # what the address bar carries, and the readable link the Share section shows
             open_app(reopened, link)
             expect_shared_layout(reopened, layers=3)
             assert shown_layout(reopened) == shown_layout(page)
@@ -120,13 +121,9 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
             expect_address(reopened, changed)
             assert_no_exception(reopened)
             screenshot(reopened, "browser-share-reopened")
-        finally:
-            reopened.context.close()
 
-    choose(page, "selected_path", "params/LogicalDotReluDot_1/W2")
-    expect_address(page, changed, array="params/LogicalDotReluDot_1/W2")
-    reopened = new_page(browser)
-    try:
+        choose(page, "selected_path", "params/LogicalDotReluDot_1/W2")
+        expect_address(page, changed, array="params/LogicalDotReluDot_1/W2")
         open_app(reopened, page.url)
         expect(selected_summary(reopened)).to_contain_text("params/LogicalDotReluDot_1/W2")
         assert_no_exception(reopened)

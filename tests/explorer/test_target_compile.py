@@ -17,7 +17,7 @@ import pytest
 from explorer.analysis import analyze
 from explorer.errors import ExplorerError
 from explorer.hlo import ParameterLayout
-from explorer.layout import parse_layout
+from explorer.layout import SEED_LAYOUT, parse_layout
 from explorer.target_compile import Stopped, cache_key, compile_target
 from explorer.reading.disk import cache_dir
 from explorer.targets import parse_target
@@ -39,12 +39,21 @@ def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.fixture
-def seed_result(seed_dict):
-    layout = parse_layout(seed_dict)
-    result, cached = compile_target(layout, TARGET)
+@pytest.fixture(scope="module")
+def seed_compile(tmp_path_factory):
+    """The guide's MLP compiled once for the tests that read its result: (layout, result, its cache folder)."""
+    folder = tmp_path_factory.mktemp("seed-cache")
+    layout = parse_layout(copy.deepcopy(SEED_LAYOUT))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EXPLORER_CACHE_DIR", str(folder))
+        result, cached = compile_target(layout, TARGET)
     assert not cached
-    return layout, result
+    return layout, result, folder
+
+
+@pytest.fixture
+def seed_result(seed_compile):
+    return seed_compile[:2]
 
 
 def test_the_guides_mlp_compiles_for_an_8_chip_slice_and_fits(seed_result):
@@ -85,8 +94,9 @@ def test_collectives_name_the_mesh_axes_they_span(seed_result):
         assert c.group_size == {"data": 2, "model": 4}[c.mesh_axes[0]]
 
 
-def test_a_second_request_is_a_cache_hit_and_a_corrupt_entry_is_a_miss(seed_result):
-    layout, first = seed_result
+def test_a_second_request_is_a_cache_hit_and_a_corrupt_entry_is_a_miss(seed_compile, monkeypatch):
+    layout, first, folder = seed_compile
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(folder))  # the folder the first compile wrote
     second, cached = compile_target(layout, parse_target(TARGET))
     assert cached and second == first
     path = os.path.join(cache_dir(), "compiles", cache_key(layout, parse_target(TARGET)) + ".json")
