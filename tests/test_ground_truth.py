@@ -17,20 +17,13 @@ from tests import class_models
 from tests.class_models import ALL as CLASS_FACTORIES
 from tests.class_models import ISSUE17 as ISSUE17_FACTORIES
 from tests.external import factories as external
+from tests.small_models import SMALL_TRANSFORMER_OPTIONS
 
 EXTERNAL = "tests.external.factories"
 MESH_2X4 = {"shape": [2, 4], "axes": ["data", "model"]}
 MESH_2X2X2 = {"shape": [2, 2, 2], "axes": ["data", "fsdp", "model"]}
 TRANSFORMER = {
-    "batch": 8,
-    "seq_len": 16,
-    "layers": 2,
-    "d_model": 32,
-    "heads": 8,
-    "kv_heads": 4,
-    "head_dim": 8,
-    "mlp_dim": 64,
-    "vocab": 128,
+    **SMALL_TRANSFORMER_OPTIONS,
     "gated_mlp": True,
 }
 MOE_MESH = {"shape": [2, 2, 2], "axes": ["data", "expert", "model"]}  # T5X's MoE mesh: expert=2, model=2

@@ -26,6 +26,7 @@ from explorer.target_compile import gpu_plugin
 from explorer.targets import parse_target
 from tests import ground_truth_torus
 from tests.explorer import compile_result
+from tests.small_models import SMALL_TRANSFORMER_OPTIONS
 
 TARGET = "v5litepod-8"
 
@@ -92,15 +93,7 @@ def small_transformer(scan=True, **options):
             "model": {
                 "name": "transformer",
                 "options": {
-                    "batch": 8,
-                    "seq_len": 16,
-                    "layers": 2,
-                    "d_model": 32,
-                    "heads": 8,
-                    "kv_heads": 4,
-                    "head_dim": 8,
-                    "mlp_dim": 64,
-                    "vocab": 128,
+                    **SMALL_TRANSFORMER_OPTIONS,
                     "gated_mlp": True,
                     "scan": scan,
                     **options,

@@ -13,6 +13,7 @@ from explorer.analysis import analyze, jax_mesh, report_to_dict
 from explorer.layout import parse_layout
 from explorer.rules import preset_rules
 from explorer.tiles import tiles
+from tests.small_models import SMALL_TRANSFORMER_OPTIONS
 
 KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"
 W2 = "params/LogicalDotReluDot_0/W2"
@@ -29,15 +30,7 @@ def small_transformer(scan=False):
     return {
         "name": "transformer",
         "options": {
-            "batch": 8,
-            "seq_len": 16,
-            "layers": 2,
-            "d_model": 32,
-            "heads": 8,
-            "kv_heads": 4,
-            "head_dim": 8,
-            "mlp_dim": 64,
-            "vocab": 128,
+            **SMALL_TRANSFORMER_OPTIONS,
             "gated_mlp": True,
             "scan": scan,
         },

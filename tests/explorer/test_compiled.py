@@ -4,6 +4,7 @@ from explorer import compiled as compiled_lib
 from explorer.analysis import analyze
 from explorer.compiled import compile_step
 from tests.explorer.test_timing import SMALL_MLP, layout
+from tests.small_models import SMALL_TRANSFORMER_OPTIONS
 
 
 def test_host_memory_estimate_bounds_what_xla_allocates(seed_dict):
@@ -11,15 +12,7 @@ def test_host_memory_estimate_bounds_what_xla_allocates(seed_dict):
     transformer = {
         "name": "transformer",
         "options": {
-            "batch": 8,
-            "seq_len": 16,
-            "layers": 2,
-            "d_model": 32,
-            "heads": 8,
-            "kv_heads": 4,
-            "head_dim": 8,
-            "mlp_dim": 64,
-            "vocab": 128,
+            **SMALL_TRANSFORMER_OPTIONS,
         },
     }
     for rules, model in [

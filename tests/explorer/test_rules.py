@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from explorer.errors import ExplorerError
 from explorer.rules import PRESETS, preset_rules, resolve
+from tests.small_models import SMALL_TRANSFORMER_OPTIONS
 
 NAMES = ["batch", "embed", "hidden", "heads", "layer", None]
 MESH_AXES = ["data", "model", "pipe"]
@@ -113,15 +114,7 @@ def _layout(preset, mesh, axes, model):
 SMALL_TRANSFORMER = {
     "name": "transformer",
     "options": {
-        "batch": 8,
-        "seq_len": 16,
-        "layers": 2,
-        "d_model": 32,
-        "heads": 8,
-        "kv_heads": 4,
-        "head_dim": 8,
-        "mlp_dim": 64,
-        "vocab": 128,
+        **SMALL_TRANSFORMER_OPTIONS,
     },
 }
 
