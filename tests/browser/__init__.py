@@ -477,3 +477,13 @@ def edit_rule_axes(page: Page, row: int, axes: list[str]) -> None:
     page.locator("h1").first.click()  # the page title: somewhere inert outside the overlay
     expect(editor).to_have_count(0)
     wait_for_rerun(page)
+
+
+def start_advisor(page: Page, compiles: int) -> Locator:
+    """On the Advisor page: set the compile budget, press Run; the search's status expander (its stages, then Done)."""
+    budget = page.locator(f"{key_selector('advisor_compiles')} input")
+    budget.fill(str(compiles))
+    budget.press("Enter")
+    wait_for_rerun(page)
+    page.locator(f"{key_selector('advisor_run')} button").click()
+    return page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))

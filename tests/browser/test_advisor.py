@@ -13,6 +13,7 @@ from explorer.advisor import candidate_layouts
 from explorer.layout import seed_layout
 from explorer.targets import parse_target
 from tests.browser import (
+    start_advisor,
     MAIN,
     RUN_TIMEOUT_MS,
     SIDEBAR,
@@ -42,12 +43,7 @@ def test_run_the_advisor_watch_its_stages_and_open_the_winner(blank_page, adviso
     open_app(page, advisor_app_url)
     go_to_page(page, "Advisor", f"{MAIN} h1:has-text('Layout advisor')")
     choose(page, "target_choice", "v5litepod-8")
-    compiles = page.locator(f"{key_selector('advisor_compiles')} input")
-    compiles.fill("1")
-    compiles.press("Enter")
-    wait_for_rerun(page)
-    page.locator(f"{key_selector('advisor_run')} button").click()
-    status = page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))
+    status = start_advisor(page, compiles=1)
     expect(page.locator(MAIN)).to_contain_text(re.compile(r"stage 2: compiling 1 of at most 2 \(\w+\)"), timeout=RUN_TIMEOUT_MS)
     expect(page.locator(MAIN)).to_contain_text(re.compile(r"stage 2: compiling 2 of at most 2"), timeout=RUN_TIMEOUT_MS)
     expect(status.first).to_contain_text(re.compile(r"Done: 2 compile\(s\)"), timeout=RUN_TIMEOUT_MS)

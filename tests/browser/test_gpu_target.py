@@ -15,6 +15,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser import (
+    start_advisor,
     MAIN,
     RUN_TIMEOUT_MS,
     SIDEBAR,
@@ -119,12 +120,7 @@ def test_plan_for_a_gpu_cluster_on_the_layout_page_compare_and_the_advisor(blank
 
     # The Advisor: the same cluster, one compile of the shortlist's best beside the user's own layout (cached).
     go_to_page(page, "Advisor", f"{MAIN} h1:has-text('Layout advisor')")
-    compiles = page.locator(f"{key_selector('advisor_compiles')} input")
-    compiles.fill("1")
-    compiles.press("Enter")
-    wait_for_rerun(page)
-    page.locator(f"{key_selector('advisor_run')} button").click()
-    status = page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))
+    status = start_advisor(page, compiles=1)
     expect(status.first).to_contain_text(re.compile(r"Done: [12] compile\(s\)"), timeout=RUN_TIMEOUT_MS)
     wait_for_rerun(page)
     expect(page.locator(MAIN)).to_contain_text(re.compile(rf"Advice for {TARGET}: [\w-]+ — step ≥ [\d.]+ ms .*XLA-verified"))
