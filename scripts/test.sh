@@ -14,5 +14,6 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # Two workers, one test file each at a time (pytest-xdist's loadfile: a file's module fixtures, such as a
-# browser test's server, stay in one process); the machine has two cores.
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+# browser test's server, stay in one process); the machine has two cores. The files go in tests/conftest.py's order
+# (longest first, browser files beside CPU-bound ones), not xdist's (by number of tests).
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

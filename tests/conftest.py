@@ -20,19 +20,42 @@ def cleared():
     caches.clear()
 
 
-# The longest files first: pytest-xdist's loadfile hands whole files to its two workers in collection order, so a long
-# file collected last runs alone at the end while the other worker idles (the ground truth's was about a minute).
-LONG_FILES_FIRST = (
-    "tests/test_ground_truth.py",
-    "tests/explorer/test_advisor_models.py",
-    "tests/explorer/test_gpu_targets.py",
-    "tests/explorer/test_advisor.py",
+# The order pytest-xdist's loadfile hands whole files to its two workers (``--no-loadscope-reorder`` in
+# scripts/test.sh keeps it; by default xdist sorts files by their number of tests, which put every browser file, each
+# a few long tests, at the end, both workers driving Chromium and Streamlit servers at once on two cores). The longest
+# first, so that no long file runs alone at the end, and a browser file beside a CPU-bound one, so that one worker's
+# waits for the page are the other's compile time. Seconds from a local run of the whole suite; the other files follow
+# in the collection's order.
+CPU_FILES = (
+    "tests/explorer/test_advisor_models.py",  # ~160 s
+    "tests/explorer/test_target_compile.py",  # ~60 s
+    "tests/test_ground_truth.py",  # ~56 s
+    "tests/explorer/test_presets.py",  # ~53 s
+    "tests/explorer/test_advisor.py",  # ~50 s
+    "tests/explorer/test_compiled.py",  # ~38 s
+    "tests/explorer/test_gpu_targets.py",  # ~37 s
+    "tests/explorer/test_workers.py",  # ~33 s
+    "tests/explorer/reading/test_typed.py",  # ~28 s
+    "tests/explorer/test_timing.py",  # ~24 s
 )
+BROWSER_FILES = (
+    "tests/browser/test_journeys.py",  # ~63 s
+    "tests/browser/test_share.py",  # ~46 s
+    "tests/browser/test_layout.py",  # ~42 s
+    "tests/browser/test_navigation.py",  # ~40 s
+    "tests/browser/test_explicit.py",  # ~40 s
+    "tests/browser/test_screens.py",  # ~38 s
+    "tests/browser/test_gpu_target.py",  # ~35 s
+    "tests/browser/test_target.py",  # ~30 s
+    "tests/browser/test_advisor.py",  # ~25 s
+    "tests/browser/test_arrays.py",  # ~20 s
+)
+FILE_ORDER = tuple(f for pair in zip(CPU_FILES, BROWSER_FILES) for f in pair)
 
 
 def pytest_collection_modifyitems(config, items):
     def rank(item):
         path = item.nodeid.split("::")[0]
-        return LONG_FILES_FIRST.index(path) if path in LONG_FILES_FIRST else len(LONG_FILES_FIRST)
+        return FILE_ORDER.index(path) if path in FILE_ORDER else len(FILE_ORDER)
 
     items.sort(key=rank)  # stable: within a file, and among the other files, the collection's order
