@@ -16,4 +16,4 @@ fi
 # Two workers, one test file each at a time (pytest-xdist's loadfile: a file's module fixtures, such as a
 # browser test's server, stay in one process); the machine has two cores. The files go in tests/conftest.py's order
 # (longest first, browser files beside CPU-bound ones), not xdist's (by number of tests).
-exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder "$@"
