@@ -20,7 +20,7 @@ def cleared():
     caches.clear()
 
 
-# The order pytest-xdist's loadfile hands whole files to its two workers (``--no-loadscope-reorder`` in
+# The order pytest-xdist's loadfile hands whole files to its workers (``--no-loadscope-reorder`` in
 # scripts/test.sh keeps it; by default xdist sorts files by their number of tests, which put every browser file, each
 # a few long tests, at the end, both workers driving Chromium and Streamlit servers at once on two cores). The longest
 # first, so that no long file runs alone at the end, and a browser file beside a CPU-bound one, so that one worker's
