@@ -277,11 +277,19 @@ def _as_typed(info: ArrayInfo, array: AbstractArray, mesh: MeshInfo) -> ArrayInf
     ruled = tuple(spec_entry(e) if isinstance(e, (tuple, list)) else e for e in info.spec)
     if spec == ruled:
         return info
-    shard = tiles_lib.shard_shape(info.shape, spec, mesh)
-    note = (
+    return _respecified(
+        info,
+        spec,
+        mesh,
         f"its type is sharded {PartitionSpec(*spec)} while its metadata and the rules give {PartitionSpec(*ruled)}: "
-        "Flax built it so under the mesh (e.g. an initializer given out_sharding=), and JAX uses the type"
+        "Flax built it so under the mesh (e.g. an initializer given out_sharding=), and JAX uses the type",
     )
+
+
+def _respecified(info: ArrayInfo, spec: tuple, mesh: MeshInfo, note: str) -> ArrayInfo:
+    """``info`` sharded by ``spec`` instead of the rules' spec (its shard, bytes and replication with it), ``note`` added
+    to say why."""
+    shard = tiles_lib.shard_shape(info.shape, spec, mesh)
     return dataclasses.replace(
         info,
         spec=spec,
@@ -395,18 +403,12 @@ def _with_received(info: ArrayInfo, received: AbstractArray, mesh: MeshInfo) -> 
     spec = tuple(spec_entry(d) if isinstance(d, tuple) else None for d in received.logical_axes or (None,) * ndim)
     if spec == tuple(spec_entry(e) if isinstance(e, (tuple, list)) else e for e in info.spec):
         return info
-    shard = tiles_lib.shard_shape(info.shape, spec, mesh)
-    note = (
-        f"JAX receives {PartitionSpec(*spec)} under this layout: the model's own code changed what the rules give "
-        f"its names ({PartitionSpec(*info.spec)})"
-    )
-    return dataclasses.replace(
+    return _respecified(
         info,
-        spec=spec,
-        shard_shape=shard,
-        bytes_per_device=math.prod(shard) * np.dtype(info.dtype).itemsize,
-        replication=tiles_lib.replication(spec, mesh),
-        note=f"{info.note}; {note}" if info.note else note,
+        spec,
+        mesh,
+        f"JAX receives {PartitionSpec(*spec)} under this layout: the model's own code changed what the rules give "
+        f"its names ({PartitionSpec(*info.spec)})",
     )
 
 

@@ -460,6 +460,14 @@ def _nnx_state(built: BuiltModel) -> State:
         if not isinstance(model, nnx.Module):
             raise ExplorerError("model", type(model).__name__, "is what the NNX builder returned, not an nnx.Module")
         opt = nnx.eval_shape(lambda: nnx.Optimizer(model, optimizer, wrt=nnx.Param))
+    return nnx_split_state(built, optimizer, model, opt)
+
+
+def nnx_split_state(built: BuiltModel, optimizer, model, opt) -> State:
+    """The ``State`` of an abstract NNX model and its optimizer: split into graph and state, their arrays read from the
+    Variables' metadata (under whatever logical-axis rules the caller has set), and the forward pass on the model's."""
+    from flax import nnx
+
     model_def, model_state = nnx.split(model)
     opt_def, opt_state = nnx.split(opt)
     state_arrays = _nnx_state_arrays(model_state, "param") + _nnx_state_arrays(opt_state, "opt_state")

@@ -153,27 +153,9 @@ def _nnx_state(built) -> "trace.State":
 
     # one trace for both, as the NNX guide creates them one after the other under the mesh
     model, opt = nnx.eval_shape(model_and_optimizer)
-    model_def, model_state = nnx.split(model)
-    opt_def, opt_state = nnx.split(opt)
     with nnx.logical_axis_rules(()):  # the metadata's own names: get_partition_spec resolves them under the rules
-        arrays = trace._nnx_state_arrays(model_state, "param") + trace._nnx_state_arrays(opt_state, "opt_state")
-    leaves = jax.tree_util.tree_leaves(model_state) + jax.tree_util.tree_leaves(opt_state)
-
-    def forward(variables, *xs):
-        return nnx.merge(model_def, variables)(*built.model_args(xs))
-
-    stage = trace.State(
-        built,
-        "nnx",
-        optimizer,
-        (model_state, opt_state),
-        arrays,
-        forward,
-        model_state,
-        root=type(model).__name__,
-        graphdefs=(model_def, opt_def),
-    )
-    return dataclasses.replace(stage, state_arrays=_typed(arrays, leaves))
+        stage = trace.nnx_split_state(built, optimizer, model, opt)
+    return dataclasses.replace(stage, state_arrays=_typed(stage.state_arrays, jax.tree_util.tree_leaves(stage.state)))
 
 
 def _linen_state(built, rng) -> "trace.State":
