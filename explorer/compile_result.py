@@ -228,7 +228,7 @@ class Extrapolated:
 
 @dataclasses.dataclass(frozen=True)
 class TargetCompile:
-    """One compile of a layout's train step for a target, judged for this environment (README, "Compile for a target").
+    """One compile of a layout's train step for a target, judged for this environment (docs/targets.md).
 
     ``compiled`` is False when XLA refused the program for HBM (E1000, its figures under ``oom``):
     the memory, flops and collectives are then read from XLA's dump (``memory_source``,

@@ -395,7 +395,7 @@ def activation_bytes(report: Report, roles: dict[str, str], remat: str = "none",
 
     and under any remat policy, the layer whose backward pass is running holds its recomputed activations: ``none``'s
     for one layer. Divided over the microbatches (one microbatch's activations are alive at a time). Measured
-    (README): Llama-2-7B shapes on v5p-128, FSDP 64 without remat: 45.4 GB against XLA's 45.4 GB of temporaries (5.3 GB
+    (docs/advisor.md): Llama-2-7B shapes on v5p-128, FSDP 64 without remat: 45.4 GB against XLA's 45.4 GB of temporaries (5.3 GB
     without the scores and the projections' outputs). An estimate: XLA decides."""
     acts = [a for a in report.arrays if a.kind == "activation" and not a.path.endswith("/output")]
     declared = sum(a.bytes_per_device * a.runs_per_step for a in acts)

@@ -388,7 +388,7 @@ def stage2(
     best-ranked in full (up to ``full_compiles`` times, while the top row is extrapolated) and keep
     both figures and their ratio. None: on where it saves time, for a model with a depth option
     whose layers are not scanned (a scanned model compiles in about the same time at any depth,
-    measured in the README). ``depth_option`` names the model's depth option when no known name is.
+    measured in docs/advisor.md). ``depth_option`` names the model's depth option when no known name is.
     Stop (``should_stop()`` True) kills the running compile and keeps what was compiled.
     """
     start = time.perf_counter() - search.elapsed_s
@@ -463,7 +463,7 @@ def calibration(search: Search) -> dict[str, float]:
     """Per roofline term, XLA's over stage 1's for the candidates compiled so far: the lower median of the ratios,
     clipped (``_robust``; 1 before any). A program XLA refused (E1000) never calibrates: its figures are not a step's.
 
-    Stage 1's terms are coarse in different ways for different models (measured in the README: on
+    Stage 1's terms are coarse in different ways for different models (measured in docs/benchmarks.md: on
     Llama-2-7B shapes XLA's bytes accessed were 3-13x the estimate's HBM traffic, on T5 4-22x), but
     the error of one term varies much less between layouts of one model than between terms. Scaling
     each term by what the compiled candidates showed ranks the rest by an estimate corrected on this
@@ -473,7 +473,7 @@ def calibration(search: Search) -> dict[str, float]:
     axis (``collective_s:AXIS``: XLA's collectives over the axis over stage 1's for it), or per group
     of axes where XLA ran a collective over several at once (``collective_s:fsdp+sequence``: the two
     together, never either alone; on T5, such a compile shared between its two axes put every FSDP
-    collective at 9x stage 1's and kept the best FSDP layout from being compiled: README). An
+    collective at 9x stage 1's and kept the best FSDP layout from being compiled: docs/advisor.md). An
     *estimate* still, used to choose what to compile next, never shown as XLA's.
     """
     ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}

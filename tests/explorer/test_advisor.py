@@ -375,7 +375,7 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
 
 
 def test_a_collective_xla_runs_over_two_axes_at_once_calibrates_the_two_together_never_either_alone(seed_dict):
-    """T5 on a v5litepod-8 (README): XLA gathered over fsdp x sequence in one op, 9.6x stage 1's estimate for the two.
+    """T5 on a v5litepod-8 (docs/benchmarks.md): XLA gathered over fsdp x sequence in one op, 9.6x stage 1's estimate for the two.
     Shared between the axes, that put every FSDP collective at 9x and kept FSDP 4 x tensor 2, the best layout, from
     being compiled. Now the two axes are calibrated together: a candidate with both takes the factor; one with fsdp
     alone does not (it takes the overall factor), and is compiled next."""
