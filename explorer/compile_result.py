@@ -116,7 +116,7 @@ class AxisPlacement:
 
 @dataclasses.dataclass(frozen=True)
 class TargetMesh:
-    """The layout's mesh laid over the target's devices, and how (``target_compile.PLACEMENTS``)."""
+    """The layout's mesh laid over the target's devices, and how (``placement.PLACEMENTS``)."""
 
     shape: tuple[int, ...]
     axes: tuple[str, ...]

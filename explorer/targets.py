@@ -511,7 +511,7 @@ def hosts_per_axis(target: Target, mesh_shape: tuple[int, ...]) -> tuple[int, ..
     """The hosts one group of each mesh axis spans on a GPU cluster (1 per axis on a TPU slice), without compiling.
 
     JAX numbers a cluster's GPUs host-major and ``topologies.make_mesh`` lays them over the mesh in
-    that order, so the leading axes span hosts: what ``target_compile.gpu_placement`` reads from the
+    that order, so the leading axes span hosts: what ``placement.gpu_placement`` reads from the
     compiled mesh, for planners that have no devices (a group over 1 host rides NVLink, else the network).
 
     >>> hosts_per_axis(parse_target("h100:8x8"), (8, 8)), hosts_per_axis(parse_target("h100:2x8"), (4, 4))

@@ -50,7 +50,8 @@ from explorer.placement import AxisLink, mesh_links, prefetch
 from explorer.specs import spec_axes
 from explorer.roofline import Collective, Estimate
 from explorer.compile_result import TargetCompile
-from explorer.target_compile import Stopped, compile_target, memory_limit
+from explorer.target_compile import Stopped, compile_target
+from explorer.xla_results import memory_limit
 from explorer.targets import Target, parse_target
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class Search:
     @property
     def limit_bytes(self) -> int:
         """What a device's peak is judged against: a TPU device's HBM; on a GPU, what JAX lets one process use of it
-        (``target_compile.memory_limit``: 75% of the GPU's memory unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise)."""
+        (``xla_results.memory_limit``: 75% of the GPU's memory unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise)."""
         return limit_bytes(self.target)
 
     def ranked(self) -> list[Candidate]:

@@ -6,7 +6,7 @@ import dataclasses
 
 from explorer.compile_result import Memory, TargetCompile, TargetMesh
 from explorer.hlo import LoopWork
-from explorer.target_compile import memory_limit
+from explorer.xla_results import memory_limit
 from explorer.targets import parse_target
 
 

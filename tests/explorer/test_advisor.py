@@ -22,7 +22,7 @@ from explorer.compile_result import CollectiveCost, Extrapolated, Memory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.roofline import Estimate, collective_seconds
-from explorer.target_compile import gpu_plugin
+from explorer.xla_compile import gpu_plugin
 from explorer.targets import parse_target
 from tests import ground_truth_torus
 from tests.explorer import compile_result
