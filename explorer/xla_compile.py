@@ -50,13 +50,14 @@ from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError, first_line
 from explorer.layout import Layout
 from explorer.placement import place_mesh, target_topology
-from explorer.targets import GPU_INSTALL, Target, check_mesh_fits
+from explorer.targets import Target, check_mesh_fits
 from explorer.xla_results import analyze_compiled, analyze_dump, dump_cross_check, parse_oom
 
 COMPILER_OPTIONS: dict[str, Any] = {}  # no xla_tpu_no_crash_on_oom: libtpu >= 0.0.47.1 refuses its programs
 GPU_FLAG = "--xla_gpu_experimental_use_collective_kernels="  # NCCL for every collective (see the module docstring)
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_experimental_use_collective_kernels": ""}  # the same, for in-process compiles
 GPU_PLUGINS = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
+GPU_INSTALL = 'pip install "partition-explorer[gpu]"'
 # What XLA's GPU compiler logs when a program does not fit: its rematerialization giving up, and the arguments and
 # outputs alone exceeding the memory it schedules for (80% of the GPU's).
 _XLA_MEMORY = re.compile(r"Can't reduce memory use below .*|The byte size of input/output arguments .*")

@@ -39,7 +39,8 @@ from explorer.compile_result import (
 from explorer.errors import first_line
 from explorer.hlo import LoopWork
 from explorer.placement import device_coords, device_host, placement
-from explorer.targets import JAX_MEMORY_FRACTION, MEMORY_FRACTION_ENV, Target, memory_fraction
+from explorer.accelerators import JAX_MEMORY_FRACTION, MEMORY_FRACTION_ENV, memory_fraction
+from explorer.targets import Target
 
 _E1000 = re.compile(
     r"E1000: CompileTimeHbmOom:.*?\((?P<required>[\d.]+)(?P<unit>[KMGT]?)\) exceeds available HBM \((?P<available>[\d.]+)(?P<unit2>[KMGT]?)\)",

@@ -10,7 +10,7 @@ from typing import Any
 
 from explorer.advisor.depth import SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
-from explorer.advisor.search import Candidate, Search
+from explorer.advisor.candidates import Candidate, Search
 from explorer.compile_result import TargetCompile
 from explorer.layout import Layout
 from explorer.roofline import collective_seconds

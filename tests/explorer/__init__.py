@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from explorer.compile_result import Memory, TargetCompile, TargetMesh
 from explorer.hlo import LoopWork
+from explorer.layout import SEED_LAYOUT, Layout, parse_layout
 from explorer.xla_results import memory_limit
 from explorer.targets import parse_target
 
@@ -36,3 +38,37 @@ def compile_result(target: str = "v5litepod-8", **fields) -> TargetCompile:
         estimate=None,
     )
     return dataclasses.replace(base, **fields)
+
+
+COMPILE_TARGET = "v5litepod-8"  # the slice the compile tests use: 8 v5e chips, a few seconds per compile of the guide's MLP
+
+
+def mlp_layout(seed_dict, mesh=(2, 4), axes=("data", "model"), rules=None, **options) -> Layout:
+    """The guide's MLP (``seed_dict``) on another mesh, rules or model options."""
+    data = copy.deepcopy(seed_dict)
+    data["mesh"] = {"shape": list(mesh), "axes": list(axes)}
+    if rules is not None:
+        data["rules"] = rules
+    data["model"]["options"].update(options)
+    return parse_layout(data)
+
+
+def compile_seed(folder) -> tuple[Layout, TargetCompile]:
+    """The guide's MLP compiled for ``COMPILE_TARGET`` in a child process, its result cached in ``folder``."""
+    import pytest
+
+    from explorer.target_compile import compile_target
+
+    layout = parse_layout(copy.deepcopy(SEED_LAYOUT))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EXPLORER_CACHE_DIR", str(folder))
+        result, cached = compile_target(layout, COMPILE_TARGET)
+    assert not cached
+    return layout, result
+
+
+def small_mlp(seed_dict, **options) -> Layout:
+    """The guide's MLP (``seed_dict``) made small: 2 layers 512 wide, unless ``options`` say otherwise."""
+    data = copy.deepcopy(seed_dict)
+    data["model"]["options"].update({"layers": 2, "depth": 512, **options})
+    return parse_layout(data)

@@ -31,7 +31,8 @@ from explorer.models import build_model
 from explorer.roofline import Collective, collective_seconds
 from explorer.target_compile import compile_target
 from explorer.xla_compile import gpu_plugin
-from explorer.targets import GPUS, hosts_per_axis, parse_target
+from explorer.accelerators import GPUS
+from explorer.targets import hosts_per_axis, parse_target
 from tests import ground_truth_gpu
 from tests.explorer import compile_result
 
