@@ -12,6 +12,33 @@ from explorer.xla_results import memory_limit
 from explorer.targets import parse_target
 
 
+# The documented JSON form of a target compile, its keys in order (README, "Compile for a target"); then
+# ``cross_check`` for a TPU program XLA accepted, ``extrapolated`` for the depth shortcut's, ``cached`` on the command line.
+DOCUMENTED_KEYS = [
+    "target",
+    "mesh",
+    "compile_s",
+    "compiled",
+    "memory",
+    "memory_source",
+    "memory_limit",
+    "fits",
+    "fits_device",
+    "headroom_bytes",
+    "oom",
+    "xla_messages",
+    "flops",
+    "bytes_accessed",
+    "flops_source",
+    "bytes_source",
+    "loop_work",
+    "padding",
+    "collectives",
+    "estimate",
+    "donated",
+]
+
+
 def compile_result(target: str = "v5litepod-8", **fields) -> TargetCompile:
     """A ``TargetCompile`` for the tests of its readers: a program that fits ``target``, with the figures in ``fields``."""
     parsed = parse_target(target)

@@ -23,32 +23,9 @@ from explorer.compile_result import (
 from explorer.hlo import LoopWork, ParameterLayout
 from explorer.roofline import Collective, Estimate
 from explorer.targets import parse_target
-from tests.explorer import compile_result
+from tests.explorer import DOCUMENTED_KEYS, compile_result
 
 MEMORY = Memory(argument_bytes=100, output_bytes=90, alias_bytes=80, temp_bytes=70, peak_bytes=180, generated_code_bytes=60)
-DOCUMENTED_KEYS = [
-    "target",
-    "mesh",
-    "compile_s",
-    "compiled",
-    "memory",
-    "memory_source",
-    "memory_limit",
-    "fits",
-    "fits_device",
-    "headroom_bytes",
-    "oom",
-    "xla_messages",
-    "flops",
-    "bytes_accessed",
-    "flops_source",
-    "bytes_source",
-    "loop_work",
-    "padding",
-    "collectives",
-    "estimate",
-    "donated",
-]
 
 
 def through_json(result: TargetCompile) -> TargetCompile:
