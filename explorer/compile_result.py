@@ -1,6 +1,6 @@
 """What a compile for a target gives, as frozen types: XLA's memory and the verdict, flops, collectives, the roofline.
 
-``target_compile`` builds one ``TargetCompile`` per compile and never changes it (a cached result is
+``xla_results`` builds one ``TargetCompile`` per compile and never changes it (a cached result is
 judged again with ``dataclasses.replace``). Its ``to_json()`` is the documented JSON form: what
 ``python -m explorer compile --json`` prints (with ``cached``), what the compile's child process sends
 its parent and what the disk cache keeps; ``TargetCompile.from_json`` reads it back.
@@ -116,7 +116,7 @@ class AxisPlacement:
 
 @dataclasses.dataclass(frozen=True)
 class TargetMesh:
-    """The layout's mesh laid over the target's devices, and how (``target_compile.PLACEMENTS``)."""
+    """The layout's mesh laid over the target's devices, and how (``placement.PLACEMENTS``)."""
 
     shape: tuple[int, ...]
     axes: tuple[str, ...]

@@ -17,7 +17,8 @@ from explorer.analysis import Report, analyze, indivisible_error
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.target_compile import Stopped, cached, compile_target
+from explorer.compile_cache import cached
+from explorer.target_compile import Stopped, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
 from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
 from ui import state

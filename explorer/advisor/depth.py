@@ -17,7 +17,7 @@ from explorer.compile_result import CollectiveCost, Extrapolated, Memory, Target
 from explorer.errors import ExplorerError
 from explorer.hlo import LoopWork
 from explorer.layout import Layout, parse_layout
-from explorer.target_compile import memory_limit
+from explorer.xla_results import memory_limit
 from explorer.targets import Target
 
 DEPTH_OPTIONS = (

@@ -10,11 +10,11 @@ from typing import Any
 
 from explorer.advisor.depth import SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
-from explorer.advisor.search import Candidate, Search
+from explorer.advisor.candidates import Candidate, Search
 from explorer.compile_result import TargetCompile
 from explorer.layout import Layout
 from explorer.roofline import collective_seconds
-from explorer.target_compile import memory_limit
+from explorer.xla_results import memory_limit
 from explorer.targets import Target
 from explorer.text import human_bytes, memory_room, plain_table, share
 
