@@ -99,7 +99,7 @@ from explorer.targets import (
     parse_target,
 )
 
-CACHE_FORMAT = 4  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json)
+CACHE_FORMAT = 5  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s)
 COMPILER_OPTIONS: dict[str, Any] = {}  # no xla_tpu_no_crash_on_oom: libtpu >= 0.0.47.1 refuses its programs
 GPU_FLAG = "--xla_gpu_experimental_use_collective_kernels="  # NCCL for every collective (see the module docstring)
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_experimental_use_collective_kernels": ""}  # the same, for in-process compiles
@@ -473,9 +473,10 @@ def _result(
     cross_check: CrossCheck | None = None,
 ) -> TargetCompile:
     """The result, built once. ``oom`` is E1000's figures when XLA refused the program for HBM, else None."""
-    from explorer import hlo, roofline
+    from explorer import hlo, roofline, step_model
 
     limit = memory_limit(target)
+    costs = tuple(CollectiveCost.of(c, target) for c in collectives)
     known = flops is not None
     source = source or ("cost_analysis" if oom is None else ("hlo_matmuls" if known else None))
     return TargetCompile(
@@ -497,8 +498,10 @@ def _result(
         bytes_source=source,
         loop_work=loop_work,
         padding=_padding(hlo.entry_parameters(text)) if text else None,
-        collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
-        estimate=roofline.estimate(flops, bytes_accessed, collectives, target.chip) if known else None,
+        collectives=costs,
+        estimate=step_model.with_prediction(roofline.estimate(flops, bytes_accessed, collectives, target.chip), text, target.chip, costs)
+        if known
+        else None,
         cross_check=cross_check,
     )
 
