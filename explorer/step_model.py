@@ -27,6 +27,10 @@ module adds those up, for the program XLA built (``compiled.as_text()``):
   plus a NCCL launch on GPUs. A synchronous one adds its time; an async pair (``-start`` ...
   ``-done``) adds only what the kernels XLA scheduled between its start and its done do not hide.
 
+On a TPU the same rules run on its program: arrays its layout places in the core's VMEM (``S(1)``) move no HBM
+bytes, its async copies and slices (DMAs) move theirs, and ``with_prediction`` never lets the prediction fall
+below the bound (whose bytes are ``cost_analysis()``'s).
+
 What XLA's models gave: the per-kernel max-with-overlap formula, the launch costs and the bytes
 rules are XLA's GPU performance model and cost analysis (``xla/service/gpu/model/
 gpu_performance_model_base.cc``, ``gpu_hlo_cost_analysis.cc``); the start/done overlap is how its
@@ -49,6 +53,7 @@ from explorer.roofline import Estimate
 from explorer.step_rates import Rates, rates
 from explorer.targets import Chip, Gpu
 
+SCOPE = "validated on real hardware on one H200 only: docs/step-time.md"  # said wherever a prediction is shown
 OVERLAP = 0.95  # XLA's kMemoryComputeParallelism: how much of the shorter of compute and memory hides under the longer
 FREE = frozenset(
     {
@@ -72,10 +77,13 @@ FREE = frozenset(
     }
 )
 COPIES = frozenset({"copy", "copy-start"})
+BITCASTS = frozenset({"ConcatBitcast"})  # TPU custom calls that move nothing
+SLICES = frozenset({"slice", "dynamic-slice", "slice-start"})  # unfused slices (a TPU's async ones: DMAs) read what they keep
 _CONTROL = re.compile(
     r"\b(?:condition|body|true_computation|false_computation)=%?(?P<name>[\w.\-]+)|\bbranch_computations=\{(?P<names>[^}]*)\}"
 )
 _CALLS = re.compile(r"\b(?:calls|to_apply)=%?(?P<name>[\w.\-]+)")
+_ARRAY_LAYOUT = re.compile(r"([a-z]+\d*[a-z0-9]*\[[\d,]*\])(\{[^}]*\})?")
 _HEAD = re.compile(r"\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*")
 
 
@@ -174,6 +182,16 @@ def _element(shape: str, index: int) -> str:
     return parts[index].strip() if index < len(parts) else ""
 
 
+def hbm_bytes(shape: str) -> int:
+    """Bytes of the arrays of ``shape`` that live in HBM: a TPU array whose layout puts it in another memory space
+    (``S(1)``: the core's VMEM) moves no HBM bytes.
+
+    >>> hbm_bytes("(f32[4,1024]{1,0:T(4,128)S(1)}, f32[8]{0})")
+    32
+    """
+    return sum(hlo.shape_bytes(part[1]) for part in _ARRAY_LAYOUT.finditer(shape) if not re.search(r"S\([1-9]", part[2] or ""))
+
+
 def _dtype(shape: str) -> str | None:
     match = re.search(r"([a-z]+\d*[a-z0-9]*)\[", shape)
     return match[1] if match else None
@@ -236,26 +254,20 @@ def _kernel(instruction: Instruction, program: _Program, computation: str, runs:
         size = hlo.shape_bytes(_element(instruction.shape, 1) if op.endswith("-start") else instruction.shape)
         seconds = size * per_byte.get(collective, 0.0) + device.collective_launch_s
         return Kernel(instruction.name, "collective", runs, 0.0, size, None, seconds)
-    if op in COPIES:
-        size = hlo.shape_bytes(_element(instruction.shape, 0) if op == "copy-start" else instruction.shape)
-        return _timed(instruction.name, "copy", runs, 0.0, 2.0 * size, None, device)
+    if op in COPIES or op in SLICES:
+        return _timed(instruction.name, "copy", runs, 0.0, _copied(instruction, program, computation), None, device)
     if op == "custom-call":
+        if any(f'custom_call_target="{name}"' in instruction.attributes for name in BITCASTS):
+            return None
         work = hlo.line_matmul_work(_line(instruction), _shape_lines(program.symbols[computation]))
         if work is None:
-            return _timed(
-                instruction.name,
-                "memory",
-                runs,
-                0.0,
-                _operand_bytes(instruction, program, computation) + hlo.shape_bytes(instruction.shape),
-                None,
-                device,
-            )
+            moved = _operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape)
+            return _timed(instruction.name, "memory", runs, 0.0, moved, None, device)
         lhs = program.symbols[computation].get(instruction.operands[0])
         return _timed(instruction.name, "matmul", runs, work[0], work[1], _dtype(lhs.shape) if lhs else None, device)
     called = next((m["name"] for m in _CALLS.finditer(instruction.attributes)), None) if op in ("fusion", "fusion-start") else None
     if called is None or called not in program.computations:  # an unfused op: reads its operands, writes its result
-        moved = _operand_bytes(instruction, program, computation) + hlo.shape_bytes(instruction.shape)
+        moved = _operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape)
         return _timed(instruction.name, "memory", runs, 0.0, moved, None, device)
     flops, dtype = _fused_matmul(called, program)
     moved = _fused_bytes(called, program)
@@ -280,7 +292,19 @@ def _shape_lines(symbols: dict[str, Instruction]) -> dict[str, str]:
 
 def _operand_bytes(instruction: Instruction, program: _Program, computation: str) -> int:
     symbols = program.symbols[computation]
-    return sum(hlo.shape_bytes(symbols[o].shape) for o in instruction.operands if o in symbols)
+    return sum(hbm_bytes(symbols[o].shape) for o in instruction.operands if o in symbols)
+
+
+def _copied(instruction: Instruction, program: _Program, computation: str) -> float:
+    """HBM bytes a copy or slice moves: it reads its result's worth of its source and writes its result (an async
+    one's result is a tuple: the destination, then the source, for a copy; the source, then the slice, for a slice)."""
+    shape, op = instruction.shape, instruction.op
+    if op == "copy-start":
+        return float(hbm_bytes(_element(shape, 0)) + hbm_bytes(_element(shape, 1)))
+    result = _element(shape, 1) if op == "slice-start" else shape
+    source = program.symbols[computation].get(instruction.operands[0]) if instruction.operands else None
+    read = hlo.shape_bytes(result) if source is None or hbm_bytes(source.shape) else 0
+    return float(read + hbm_bytes(result))
 
 
 def _fused_matmul(called: str, program: _Program) -> tuple[float, str | None]:
@@ -316,13 +340,13 @@ def _fused_bytes(called: str, program: _Program) -> float:
 
 def _read(value: Instruction, users: dict[str, list[Instruction]]) -> float:
     """Bytes read of ``value``: a slice's worth where it is only sliced, nothing where it is only updated in place."""
-    full = float(hlo.shape_bytes(value.shape))
+    full = float(hbm_bytes(value.shape))
     total = 0.0
     for user in users.get(value.name, ()):
         if user.op == "bitcast":
             total += _read(user, users)
         elif user.op in ("dynamic-slice", "slice", "gather") and user.operands[0] == value.name:
-            total += hlo.shape_bytes(user.shape)
+            total += hbm_bytes(user.shape) if full else 0
         elif user.op == "dynamic-update-slice" and user.operands[0] == value.name:
             continue
         else:
@@ -337,8 +361,8 @@ def _written(root: Instruction, symbols: dict[str, Instruction]) -> float:
     if root.op == "bitcast" and root.operands and root.operands[0] in symbols:
         return _written(symbols[root.operands[0]], symbols)
     if root.op == "dynamic-update-slice" and len(root.operands) > 1 and root.operands[1] in symbols:
-        return float(hlo.shape_bytes(symbols[root.operands[1]].shape))
-    return float(hlo.shape_bytes(root.shape))
+        return float(hbm_bytes(symbols[root.operands[1]].shape))
+    return float(hbm_bytes(root.shape))
 
 
 def collective_seconds_per_byte(collectives: Iterable) -> dict[str, float]:
@@ -385,7 +409,18 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
 
 
 def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Estimate:
-    """``estimate`` (the roofline's bound) with the program's predicted step beside it; unchanged without a program text."""
+    """``estimate`` (the roofline's bound) with the program's predicted step beside it; unchanged without a program text.
+
+    Never below the bound: where the kernels add up to less (a TPU program's work the text does not show, which XLA's
+    ``cost_analysis()`` counts in the bound's bytes), the bound is the prediction."""
     if not hlo_text:
         return estimate
-    return dataclasses.replace(estimate, predicted_s=predict(hlo_text, chip, collectives).step_s)
+    return dataclasses.replace(estimate, predicted_s=max(predict(hlo_text, chip, collectives).step_s, estimate.step_s))
+
+
+def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chip: Chip | Gpu, dtype: str = "bf16") -> float:
+    """A step predicted without a program (the advisor's stage 1): its matmul flops at the rate ``dtype`` gets, its
+    bytes at the HBM rate, its collectives, added: kernels run one after another, and without XLA's schedule no
+    collective is known to hide under them. Per device, in seconds."""
+    device = rates(chip)
+    return flops / device.matmul_rate(dtype) + bytes_accessed / device.hbm_bandwidth + collective_s

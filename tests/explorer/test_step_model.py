@@ -214,3 +214,17 @@ def test_parse_instruction_reads_tuple_shapes_and_operands():
     assert (instruction.name, instruction.op, instruction.operands, instruction.root) == ("f", "fusion-start", ("a", "b.1"), True)
     assert instruction.shape == "((bf16[2]{0}, s32[]), bf16[1]{0}, u32[])"
     assert step_model.parse_instruction("}") is None
+
+
+def test_a_tpu_array_in_vmem_moves_no_hbm_bytes():
+    assert step_model.hbm_bytes("(f32[4,1024]{1,0:T(4,128)S(1)}, f32[8]{0:T(128)})") == 32
+    assert step_model.hbm_bytes("bf16[2,2]{1,0}") == 8
+
+
+def test_the_prediction_is_never_below_the_bound():
+    from explorer.roofline import Estimate
+
+    bound = Estimate(1.0, 2.0, 0.0)  # far above what the written-out program's kernels add up to
+    assert step_model.with_prediction(bound, LOOP, H200).predicted_s == 2.0
+    assert step_model.with_prediction(Estimate(0.0, 0.0, 0.0), LOOP, H200).predicted_s == step_model.predict(LOOP, H200).step_s
+    assert step_model.with_prediction(bound, "", H200).predicted_s is None
