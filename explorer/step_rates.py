@@ -9,9 +9,11 @@ Three figures per device, and what they rest on:
   figure (bf16; TF32 for f32) times the fraction of it the H200 reached (bf16 870.9 / 989 = 0.881,
   TF32 445.2 / 494.7 = 0.900).
   TPUs: the spec sheet's bf16 peak times the same bf16 fraction. An f32 matmul on a TPU runs at the
-  bf16 rate: at ``Precision.DEFAULT`` XLA's TPU compiler does f32 dots in one bfloat16 pass on the
-  MXU (https://docs.jax.dev/en/latest/_autosummary/jax.lax.Precision.html: "DEFAULT: fastest mode,
-  but least accurate. Performs computations in bfloat16"); its operands still move as f32.
+  bf16 rate: by default JAX's f32 dots run in bfloat16 on a TPU (JAX's "Matmul precision" page,
+  https://docs.jax.dev/en/latest/201/precision.html: "float32 dot products may be computed with
+  reduced-precision arithmetic internally (bfloat16 on TPU, TF32 on recent GPUs)"; Cloud TPU's
+  https://cloud.google.com/tpu/docs/bfloat16: "By default, TPUs perform matrix multiplication
+  operations with bfloat16 values and accumulations with IEEE float32 values"); operands still move as f32.
 - ``matmul_efficiency``: the share of those rates a training step's matmuls get, 0.70 on every device.
   Calibrated on the H200: ``mlp_h200`` in the same file is a step of 46 f32 matmuls of 8192^3 (and an
   Adam update); its measured step less its memory-bound kernels leaves its matmuls running at 0.708 of
@@ -40,7 +42,8 @@ from explorer.targets import Chip, Gpu
 
 MEASURED = "tests/data/h200-2026-11-27.json"
 XLA_GPU_MODEL = "openxla/xla xla/service/gpu/model/gpu_performance_model_base.h (kKernelLaunchOverhead, kNcclKernelLaunchOverhead)"
-JAX_PRECISION = "https://docs.jax.dev/en/latest/_autosummary/jax.lax.Precision.html"
+JAX_PRECISION = "https://docs.jax.dev/en/latest/201/precision.html"
+TPU_BF16 = "https://cloud.google.com/tpu/docs/bfloat16"
 NVIDIA = "https://www.nvidia.com/en-us/data-center/"
 
 H200_BF16 = 870.9e12  # measured, MEASURED device_rates.matmul_8192_bf16_flops_per_s
@@ -111,5 +114,5 @@ def rates(chip: Chip | Gpu) -> Rates:
         0.0,
         f"not measured: {chip.generation}'s spec sheet figures times the fractions of the H200's own it reached ({MEASURED}); "
         "f32 matmuls at the bf16 rate (one bf16 pass at default precision)",
-        (MEASURED, JAX_PRECISION, *chip.sources),
+        (MEASURED, JAX_PRECISION, TPU_BF16, *chip.sources),
     )
