@@ -20,6 +20,7 @@ module adds those up, for the program XLA built (``compiled.as_text()``):
   is written, not the buffer).
 - **A kernel's time** is XLA's GPU performance model's: compute + memory - 0.95 x min(compute,
   memory) (``kMemoryComputeParallelism``), plus the launch cost (``step_rates``).
+- **The step** adds the host's dispatch of it and its wait for the result, once (``step_rates``).
 - **Loops.** A computation's kernels count as often as it runs: a loop body times its trip count
   (``hlo.parsed``: XLA's ``known_trip_count``, or the ``scan`` condition's bound).
 - **Collectives** take ``roofline``'s time (torus or two-level NVLink/network), spread over the
@@ -120,6 +121,7 @@ class Prediction:
     matmul_s: float  # matmul kernels (their launches included)
     memory_s: float  # every other kernel
     collective_s: float  # collectives not hidden under the kernels XLA scheduled beside them
+    dispatch_s: float  # the host's dispatch of the step and its wait for the result
     launches: int  # kernels per step
     validated: str
 
@@ -404,8 +406,8 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
             for entry in pending.values():
                 entry[1] += kernel.seconds
         totals["collective"] += runs * sum(cost for cost, _ in pending.values())  # a start whose done this text does not show
-    step = math.fsum(totals.values())
-    return Prediction(step, totals["matmul"], totals["memory"], totals["collective"], launches, device.validated)
+    step = math.fsum(totals.values()) + device.dispatch_s
+    return Prediction(step, totals["matmul"], totals["memory"], totals["collective"], device.dispatch_s, launches, device.validated)
 
 
 def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Estimate:
@@ -423,4 +425,4 @@ def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chi
     bytes at the HBM rate, its collectives, added: kernels run one after another, and without XLA's schedule no
     collective is known to hide under them. Per device, in seconds."""
     device = rates(chip)
-    return flops / device.matmul_rate(dtype) + bytes_accessed / device.hbm_bandwidth + collective_s
+    return flops / device.matmul_rate(dtype) + bytes_accessed / device.hbm_bandwidth + collective_s + device.dispatch_s

@@ -29,6 +29,11 @@ Three figures per device, and what they rest on:
   collective, 5 us: XLA's own GPU performance model's ``kKernelLaunchOverhead`` and
   ``kNcclKernelLaunchOverhead`` (openxla/xla ``xla/service/gpu/model/gpu_performance_model_base.h``).
   A TPU runs the whole program as one executable: no per-kernel launch (0).
+- ``dispatch_s``: once per step, what the host adds around the program as the Timing page times a
+  step (the jitted call's dispatch, then waiting for its result): 30 us, every device, from JAX's own
+  dispatch benchmark (``benchmarks/api_benchmark.py``, jax-ml/jax pull request 4128: "jit_trivial
+  31.5 us", a call and its wait). Not measured on the H200 (its four layouts' steps are 0.16-0.64 s);
+  it matters only for steps of a few milliseconds or less.
 
 Only the H200's figures are measured; every other device's are the spec sheet scaled by what the
 H200 reached of its own, which ``validated`` says in words.
@@ -41,6 +46,7 @@ import dataclasses
 from explorer.targets import Chip, Gpu
 
 MEASURED = "tests/data/h200-2026-11-27.json"
+JAX_DISPATCH = "https://github.com/jax-ml/jax/pull/4128 (benchmarks/api_benchmark.py: jit_trivial)"
 XLA_GPU_MODEL = "openxla/xla xla/service/gpu/model/gpu_performance_model_base.h (kKernelLaunchOverhead, kNcclKernelLaunchOverhead)"
 JAX_PRECISION = "https://docs.jax.dev/en/latest/201/precision.html"
 TPU_BF16 = "https://cloud.google.com/tpu/docs/bfloat16"
@@ -53,6 +59,7 @@ BF16_FRACTION = H200_BF16 / 989e12  # of the H200's dense bf16 spec (989 TFLOP/s
 TF32_FRACTION = H200_F32 / 494.7e12  # of its dense TF32 spec (989.4 TFLOP/s with sparsity, half dense)
 HBM_FRACTION = H200_HBM / 4.8e12  # of its HBM spec (4.8 TB/s)
 MATMUL_EFFICIENCY = 0.70  # calibrated on MEASURED's mlp_h200 (0.708), see the module docstring
+DISPATCH_S = 30e-6  # per step: JAX's jit_trivial benchmark (jax-ml/jax pull request 4128), see the module docstring
 GPU_LAUNCH_S = 1e-6
 NCCL_LAUNCH_S = 5e-6
 
@@ -71,6 +78,7 @@ class Rates:
     collective_launch_s: float  # per collective
     validated: str  # in words: measured on real hardware, or derived
     sources: tuple[str, ...]
+    dispatch_s: float = DISPATCH_S  # per step, the host's dispatch and wait
 
     def matmul_rate(self, dtype: str) -> float:
         """FLOP/s a step's matmul whose operands are ``dtype`` gets (fp8 kinds as f8; anything else at the f32 rate)."""
@@ -92,7 +100,7 @@ def rates(chip: Chip | Gpu) -> Rates:
             NCCL_LAUNCH_S,
             f"measured on one H200 ({MEASURED}): matmul and HBM rates, the matmul efficiency calibrated on its mlp_h200; "
             "fp8 assumed at twice bf16 (not measured)",
-            (MEASURED, XLA_GPU_MODEL, *chip.sources),
+            (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, *chip.sources),
         )
     if isinstance(chip, Gpu):
         bf16 = chip.peak_flops * BF16_FRACTION
@@ -103,7 +111,7 @@ def rates(chip: Chip | Gpu) -> Rates:
             GPU_LAUNCH_S,
             NCCL_LAUNCH_S,
             f"not measured: {chip.generation}'s spec sheet figures times the fractions of its own the H200 reached ({MEASURED})",
-            (MEASURED, XLA_GPU_MODEL, *chip.sources),
+            (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, *chip.sources),
         )
     bf16 = chip.device_peak_flops * BF16_FRACTION
     return Rates(
@@ -114,5 +122,5 @@ def rates(chip: Chip | Gpu) -> Rates:
         0.0,
         f"not measured: {chip.generation}'s spec sheet figures times the fractions of the H200's own it reached ({MEASURED}); "
         "f32 matmuls at the bf16 rate (one bf16 pass at default precision)",
-        (MEASURED, JAX_PRECISION, TPU_BF16, *chip.sources),
+        (MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, *chip.sources),
     )
