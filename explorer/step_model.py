@@ -74,6 +74,8 @@ FREE = frozenset(
         "fusion-done",
         "copy-done",
         "async-done",
+        "async-start",  # its wrapped computation's kernels are counted there (``_Program._control``)
+        "async-update",
         "iota",
     }
 )
@@ -213,7 +215,8 @@ class _Program:
         self.control = self._control(entry)
 
     def _control(self, entry: str | None) -> list[str]:
-        """The entry and every computation it runs as control flow (not fused): loop bodies, branches, calls."""
+        """The entry and every computation it runs as control flow (not fused): loop bodies, branches, calls, and the
+        computations async wrappers (``async-start``) run."""
         found, todo = [], [entry] if entry else list(self.computations)
         while todo:
             name = todo.pop()
@@ -224,7 +227,7 @@ class _Program:
                 for match in _CONTROL.finditer(instruction.attributes):
                     names = [match["name"]] if match["name"] else [n.strip().lstrip("%") for n in match["names"].split(",")]
                     todo.extend(names)
-                if instruction.op == "call":
+                if instruction.op in ("call", "async-start"):
                     todo.extend(m["name"] for m in _CALLS.finditer(instruction.attributes))
         return found
 

@@ -228,3 +228,18 @@ def test_the_prediction_is_never_below_the_bound():
     assert step_model.with_prediction(bound, LOOP, H200).predicted_s == 2.0
     assert step_model.with_prediction(Estimate(0.0, 0.0, 0.0), LOOP, H200).predicted_s == step_model.predict(LOOP, H200).step_s
     assert step_model.with_prediction(bound, "", H200).predicted_s is None
+
+
+def test_an_async_wrappers_computation_holds_kernels():
+    wrapped = LOOP.replace(
+        "ROOT %loop = (s32[], f32[1024,1024]{1,0}) while(%start)",
+        "%wrapped = ((f32[1024,1024]{1,0}), f32[1024,1024]{1,0}) async-start(%a), calls=%async_body\n"
+        "  %unwrapped = f32[1024,1024]{1,0} async-done(%wrapped)\n"
+        "  ROOT %loop = (s32[], f32[1024,1024]{1,0}) while(%start)",
+    ).replace(
+        "ENTRY %main",
+        "%async_body (q: f32[1024,1024]) -> f32[1024,1024] {\n"
+        "  %q = f32[1024,1024]{1,0} parameter(0)\n"
+        "  ROOT %inner = f32[1024,1024]{1,0} fusion(%q), kind=kLoop, calls=%double\n}\n\nENTRY %main",
+    )
+    assert {k.name: k.runs for k in step_model.kernels(wrapped, H200)} == {"y": 24, "go": 25, "inner": 1}
