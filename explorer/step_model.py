@@ -12,7 +12,8 @@ module adds those up, for the program XLA built (``compiled.as_text()``):
 - **Flops.** 2 x output elements x contracted size for every dot or convolution inside the kernel
   (a Triton gemm fusion's, a cuBLAS call's), at the matmul rate of the dot's operand type
   (``step_rates``: bf16 and f32 apart, times the share of it a training step's matmuls were measured to
-  get). Elementwise flops are left out (memory bounds those kernels).
+  get), each matmul's tiles paying a fixed cost besides their steps along the contracted dimension K
+  (``step_rates.MATMUL_FIXED_K``: the flops count (K + 256) / K times). Elementwise flops are left out (memory bounds those kernels).
 - **Bytes.** What the kernel reads and writes, as XLA's own GPU cost analysis counts them
   (``gpu_hlo_cost_analysis``): each operand once, except one the fusion only slices (a layer of a
   stacked, scanned weight: the slice is read, not the stack) or only updates in place (the buffer of a
@@ -36,10 +37,10 @@ What XLA's models gave: the per-kernel max-with-overlap formula, the launch cost
 rules are XLA's GPU performance model and cost analysis (``xla/service/gpu/model/
 gpu_performance_model_base.cc``, ``gpu_hlo_cost_analysis.cc``); the start/done overlap is how its
 latency-hiding scheduler's estimators (``analytical_latency_estimator``, ``sol_latency_estimator``)
-see async collectives. What is not modelled: tile shapes and wave quantisation (a matmul gets the
-large-matmul rate whatever its shape), caches (every byte goes to HBM), kernels running
-concurrently on several streams, host work, the autotuner's choices (a deviceless compile has
-none), and collectives' latency beyond the launch.
+see async collectives. What is not modelled: tile shapes and wave quantisation (beyond K, a matmul
+gets the large-matmul rate whatever its shape), caches (every byte goes to HBM), kernels running
+concurrently on several streams, host work beyond one dispatch per step, the autotuner's choices (a
+deviceless compile has none), and collectives' latency beyond the launch (``docs/step-time.md``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from collections.abc import Iterable
 
 from explorer import hlo
 from explorer.roofline import Estimate
-from explorer.step_rates import Rates, rates
+from explorer.step_rates import MATMUL_FIXED_K, Rates, rates
 from explorer.targets import Chip, Gpu
 
 SCOPE = "validated on real hardware on one H200 only: docs/step-time.md"  # said wherever a prediction is shown
@@ -269,18 +270,23 @@ def _kernel(instruction: Instruction, program: _Program, computation: str, runs:
             moved = _operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape)
             return _timed(instruction.name, "memory", runs, 0.0, moved, None, device)
         lhs = program.symbols[computation].get(instruction.operands[0])
-        return _timed(instruction.name, "matmul", runs, work[0], work[1], _dtype(lhs.shape) if lhs else None, device)
+        costed = _costed_flops(work[0], _element(instruction.shape, 0))
+        return _timed(instruction.name, "matmul", runs, work[0], work[1], _dtype(lhs.shape) if lhs else None, device, costed)
     called = next((m["name"] for m in _CALLS.finditer(instruction.attributes)), None) if op in ("fusion", "fusion-start") else None
     if called is None or called not in program.computations:  # an unfused op: reads its operands, writes its result
         moved = _operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape)
         return _timed(instruction.name, "memory", runs, 0.0, moved, None, device)
-    flops, dtype = _fused_matmul(called, program)
+    flops, costed, dtype = _fused_matmul(called, program)
     moved = _fused_bytes(called, program)
-    return _timed(instruction.name, "matmul" if flops else "memory", runs, flops, moved, dtype, device)
+    return _timed(instruction.name, "matmul" if flops else "memory", runs, flops, moved, dtype, device, costed)
 
 
-def _timed(name: str, kind: str, runs: int, flops: float, moved: float, dtype: str | None, device: Rates) -> Kernel:
-    compute = flops / device.matmul_rate(dtype) if flops else 0.0
+def _timed(
+    name: str, kind: str, runs: int, flops: float, moved: float, dtype: str | None, device: Rates, costed: float | None = None
+) -> Kernel:
+    """A kernel's time: its compute (``costed`` flops, the matmuls' with their tiles' fixed cost; else ``flops``) and its
+    memory, combined as XLA's GPU model combines them, and its launch."""
+    compute = (costed or flops) / device.matmul_rate(dtype) if flops else 0.0
     memory = moved / device.hbm_bandwidth
     seconds = compute + memory - OVERLAP * min(compute, memory) + device.launch_s
     return Kernel(name, kind, runs, flops, moved, dtype, seconds)
@@ -312,23 +318,33 @@ def _copied(instruction: Instruction, program: _Program, computation: str) -> fl
     return float(read + hbm_bytes(result))
 
 
-def _fused_matmul(called: str, program: _Program) -> tuple[float, str | None]:
-    """The flops of the dots and convolutions inside a fused computation (nested fusions too), and their operand type."""
-    flops, dtype = 0.0, None
+def _fused_matmul(called: str, program: _Program) -> tuple[float, float, str | None]:
+    """The flops of the dots and convolutions inside a fused computation (nested fusions too), the flops they cost
+    (``_costed_flops``), and their operand type."""
+    flops, costed, dtype = 0.0, 0.0, None
     symbols = program.symbols[called]
     for instruction in program.computations[called]:
         if instruction.op in ("dot", "convolution"):
             work = hlo.line_matmul_work(_line(instruction), _shape_lines(symbols))
             if work:
                 flops += work[0]
+                costed += _costed_flops(work[0], instruction.shape)
                 lhs = symbols.get(instruction.operands[0])
                 dtype = dtype or (_dtype(lhs.shape) if lhs else None)
         elif instruction.op == "fusion":
             nested = next((m["name"] for m in _CALLS.finditer(instruction.attributes)), None)
             if nested in program.computations and nested != called:
-                more, kind = _fused_matmul(nested, program)
-                flops, dtype = flops + more, dtype or kind
-    return flops, dtype
+                more, more_costed, kind = _fused_matmul(nested, program)
+                flops, costed, dtype = flops + more, costed + more_costed, dtype or kind
+    return flops, costed, dtype
+
+
+def _costed_flops(flops: float, result: str) -> float:
+    """A matmul's flops with its tiles' fixed cost: each output tile runs K / 64 steps and pays about ``MATMUL_FIXED_K``
+    / 64 more (``step_rates``), so a matmul contracting K costs flops x (K + MATMUL_FIXED_K) / K."""
+    elements = hlo.shape_bytes(result) / max(hlo.DTYPE_BYTES.get(_dtype(result) or "f32", 4), 1)
+    contracted = flops / (2 * elements) if elements else 0.0
+    return flops * (contracted + MATMUL_FIXED_K) / contracted if contracted > 0 else flops
 
 
 def _fused_bytes(called: str, program: _Program) -> float:

@@ -14,14 +14,19 @@ Three figures per device, and what they rest on:
   reduced-precision arithmetic internally (bfloat16 on TPU, TF32 on recent GPUs)"; Cloud TPU's
   https://cloud.google.com/tpu/docs/bfloat16: "By default, TPUs perform matrix multiplication
   operations with bfloat16 values and accumulations with IEEE float32 values"); operands still move as f32.
-- ``matmul_efficiency``: the share of those rates a training step's matmuls get, 0.70 on every device.
-  Calibrated on the H200: ``mlp_h200`` in the same file is a step of 46 f32 matmuls of 8192^3 (and an
-  Adam update); its measured step less its memory-bound kernels leaves its matmuls running at 0.708 of
-  the benchmark's rate. Two reasons are known: the benchmark multiplies arrays of ones, and random
-  data draws more power and lowers the clock (Horace He, 2024,
-  https://www.thonking.ai/p/strangely-matrix-multiplications: 13% on an A100 between zeros and
-  normal values); a step's backward matmuls read transposed operands. The two bf16 transformers of
-  the file, not used to set it, are then predicted within 1% (``docs/step-time.md``).
+- ``MATMUL_FIXED_K``: a matmul's tiles each pay a fixed cost besides their K / 64 steps of 64
+  contracted elements: the pipeline filling (the default Triton gemm configs of XLA's GPU programs run
+  3 stages, ``num_stages`` in their ``backend_config``) and the epilogue writing the tile, about 4 steps
+  in all, 256 elements: a matmul contracting K costs its flops x (K + 256) / K. It matters below
+  K of a few thousand (GPT-2's 768, attention's head dimension 64-128).
+- ``matmul_efficiency``: the share of the rates above a training step's matmuls get, 0.73 on every
+  device. Calibrated on the H200: ``mlp_h200`` in the same file is a step of 46 f32 matmuls of 8192^3
+  (and an Adam update); its measured step less its memory-bound kernels leaves its matmuls running at
+  0.708 of the benchmark's rate, 0.73 once their K of 8192 has paid its fixed 256. Two reasons are
+  known: the benchmark multiplies arrays of ones, and random data draws more power and lowers the
+  clock (Horace He, 2024, https://www.thonking.ai/p/strangely-matrix-multiplications: 13% on an A100
+  between zeros and normal values); a step's backward matmuls read transposed operands. The three
+  transformers of the file, not used to set it, are then predicted within 1.11x (``docs/step-time.md``).
 - ``hbm_bandwidth``: bytes/s a memory-bound kernel moves, reads plus writes. H200: 4.217 TB/s
   measured (the same file: an elementwise pass over 4 GiB of f32; the spec says 4.8 TB/s, 0.879 of
   it); other devices: their spec sheet's bandwidth times 0.879.
@@ -58,7 +63,8 @@ H200_HBM = 4.217e12  # measured, MEASURED device_rates.elementwise_4GiB_f32_byte
 BF16_FRACTION = H200_BF16 / 989e12  # of the H200's dense bf16 spec (989 TFLOP/s, NVIDIA + "h200/")
 TF32_FRACTION = H200_F32 / 494.7e12  # of its dense TF32 spec (989.4 TFLOP/s with sparsity, half dense)
 HBM_FRACTION = H200_HBM / 4.8e12  # of its HBM spec (4.8 TB/s)
-MATMUL_EFFICIENCY = 0.70  # calibrated on MEASURED's mlp_h200 (0.708), see the module docstring
+MATMUL_FIXED_K = 256  # a tile's fixed cost in contracted elements: 3 pipeline stages of 64 and the epilogue, see above
+MATMUL_EFFICIENCY = 0.73  # calibrated on MEASURED's mlp_h200 (0.708 x (8192 + 256) / 8192), see the module docstring
 DISPATCH_S = 30e-6  # per step: JAX's jit_trivial benchmark (jax-ml/jax pull request 4128), see the module docstring
 GPU_LAUNCH_S = 1e-6
 NCCL_LAUNCH_S = 5e-6

@@ -243,3 +243,31 @@ def test_an_async_wrappers_computation_holds_kernels():
         "  ROOT %inner = f32[1024,1024]{1,0} fusion(%q), kind=kLoop, calls=%double\n}\n\nENTRY %main",
     )
     assert {k.name: k.runs for k in step_model.kernels(wrapped, H200)} == {"y": 24, "go": 25, "inner": 1}
+
+
+SKINNY = """HloModule skinny
+
+%gemm (p0: bf16[8192,256], p1: bf16[256,8192]) -> bf16[8192,8192] {
+  %p0 = bf16[8192,256]{1,0} parameter(0)
+  %p1 = bf16[256,8192]{1,0} parameter(1)
+  ROOT %d = bf16[8192,8192]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: bf16[8192,256], b: bf16[256,8192]) -> bf16[8192,8192] {
+  %a = bf16[8192,256]{1,0} parameter(0)
+  %b = bf16[256,8192]{1,0} parameter(1)
+  ROOT %g = bf16[8192,8192]{1,0} fusion(%a, %b), kind=kCustom, calls=%gemm
+}
+"""
+
+
+def test_a_matmul_contracting_little_pays_its_tiles_fixed_cost():
+    """K = 256: each tile's fixed cost (256 contracted elements' worth) doubles the compute of its 256 steps."""
+    from explorer.step_rates import MATMUL_FIXED_K, rates
+
+    [kernel] = step_model.kernels(SKINNY, H200)
+    flops = 2 * 8192 * 8192 * 256
+    compute = flops * (256 + MATMUL_FIXED_K) / 256 / rates(H200).matmul_rate("bf16")
+    memory = (2 * 8192 * 256 * 2 + 8192 * 8192 * 2) / 4.217e12
+    assert (kernel.kind, kernel.flops, kernel.dtype) == ("matmul", flops, "bf16")
+    assert kernel.seconds == pytest.approx(compute + memory - 0.95 * memory + 1e-6)
