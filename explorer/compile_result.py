@@ -318,7 +318,9 @@ class TargetCompile:
             loop_work=LoopWork(**data["loop_work"]),
             padding=Padding.from_json(data["padding"]),
             collectives=tuple(map(CollectiveCost.from_json, data["collectives"])),
-            estimate=None if estimate is None else Estimate(estimate["compute_s"], estimate["memory_s"], estimate["collective_s"]),
+            estimate=None
+            if estimate is None
+            else Estimate(estimate["compute_s"], estimate["memory_s"], estimate["collective_s"], estimate.get("predicted_s")),
             donated=data["donated"],
             cross_check=CrossCheck.from_json(data.get("cross_check")),
             extrapolated=None

@@ -122,9 +122,13 @@ def _gpu_seconds(c: Collective, gpu: Gpu) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
+    """The roofline's three terms and the bound they give (``step_s``); ``predicted_s`` is the step model's prediction
+    (``explorer.step_model``, per kernel), carried beside the bound where one was made (None where not)."""
+
     compute_s: float
     memory_s: float
     collective_s: float
+    predicted_s: float | None = None
 
     @property
     def step_s(self) -> float:
@@ -147,6 +151,7 @@ class Estimate:
             "step_s": self.step_s,
             "bound": self.bound,
             "mfu_ceiling": self.mfu_ceiling,
+            "predicted_s": self.predicted_s,
         }
 
 

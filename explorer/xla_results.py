@@ -238,9 +238,10 @@ def _result(
     cross_check: CrossCheck | None = None,
 ) -> TargetCompile:
     """The result, built once. ``oom`` is E1000's figures when XLA refused the program for HBM, else None."""
-    from explorer import hlo, roofline
+    from explorer import hlo, roofline, step_model
 
     limit = memory_limit(target)
+    costs = tuple(CollectiveCost.of(c, target) for c in collectives)
     known = flops is not None
     source = source or ("cost_analysis" if oom is None else ("hlo_matmuls" if known else None))
     return TargetCompile(
@@ -262,8 +263,10 @@ def _result(
         bytes_source=source,
         loop_work=loop_work,
         padding=_padding(hlo.entry_parameters(text)) if text else None,
-        collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
-        estimate=roofline.estimate(flops, bytes_accessed, collectives, target.chip) if known else None,
+        collectives=costs,
+        estimate=step_model.with_prediction(roofline.estimate(flops, bytes_accessed, collectives, target.chip), text, target.chip, costs)
+        if known
+        else None,
         cross_check=cross_check,
     )
 

@@ -41,6 +41,7 @@ from explorer.advisor.estimate import (
     tokens_per_step,
 )
 from explorer.advisor.output import (
+    PREDICTION_NOTE,
     TABLE_COLUMNS,
     candidate_to_dict,
     extrapolation_text,
@@ -92,6 +93,7 @@ __all__ = [
     "DEPTH_OPTIONS",
     "KV_NAMES",
     "MEMORY_FIELDS",
+    "PREDICTION_NOTE",
     "RACE_COUNT",
     "ROLES",
     "ROLE_NAMES",

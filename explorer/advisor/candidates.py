@@ -66,6 +66,12 @@ class Candidate:
         return self.compiled.estimate.step_s if self.verified and self.compiled.estimate else self.estimate.step_s
 
     @property
+    def predicted_s(self) -> float:
+        """The predicted step (``explorer.step_model``): the compiled program's once verified, else stage 1's; what ranks."""
+        estimate = self.compiled.estimate if self.verified and self.compiled and self.compiled.estimate else self.estimate
+        return estimate.predicted_s if estimate.predicted_s is not None else estimate.step_s
+
+    @property
     def bound(self) -> str:
         return self.compiled.estimate.bound if self.verified and self.compiled.estimate else self.estimate.bound
 
@@ -141,13 +147,13 @@ def _may_fit(c: Candidate, hbm: int) -> bool:
 
 
 def estimate_key(c: Candidate) -> tuple:
-    """Stage 1's order: the estimated step (to three significant figures: closer is a tie the estimate cannot tell);
+    """Stage 1's order: the predicted step (to three significant figures: closer is a tie the estimate cannot tell);
     where that ties (every candidate compute-bound at the same estimate), the terms XLA will add on top first:
     HBM traffic and collectives together (the overlap is never perfect; collectives on the links each mesh axis lies
     on: a torus axis run around as a ring costs half what one run along as a line does), then collectives alone, then less state,
     then the name."""
     return (
-        float(f"{c.estimate.step_s:.3g}"),
+        float(f"{c.predicted_s:.3g}"),
         c.estimate.memory_s + c.estimate.collective_s,
         c.estimate.collective_s,
         c.state_bytes,
@@ -156,13 +162,13 @@ def estimate_key(c: Candidate) -> tuple:
 
 
 def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
-    """Best first: XLA-verified and fitting by step bound; then stage-1 estimates whose state fits, by
+    """Best first: XLA-verified and fitting by predicted step (``Candidate.predicted_s``); then stage-1 estimates whose state fits, by
     estimated step; then everything that does not fit, by how much (XLA's peak, else the state, over
     ``hbm_bytes``; least first). Ties by state, then name."""
 
     def key(c: Candidate):
         if c.verified and c.fits:
-            return (0, c.step_s, c.state_bytes, c.layout.name)
+            return (0, c.predicted_s, c.state_bytes, c.layout.name)
         if not c.verified and c.fits:
             return (1,) + estimate_key(c)
         # Does not fit (XLA refused it, E1000, or its peak is over): by how much it misses, then what it needs.

@@ -139,7 +139,20 @@ def test_the_text_report_is_the_verdict_the_counts_and_the_ranked_table(seed_dic
     header, rule, rows = lines[3], lines[4], lines[5:-1]
     assert header.startswith("rank  layout") and "extrapolated figures" not in header and set(rule) == {"-", " "}
     assert [row.split()[1] for row in rows] == [c.layout.name for c in search.ranked()]
-    assert lines[-1] == f"step ≥: XLA's roofline lower bound where verified; else an estimate ({advisor.STAGE1_NOTE})."
+    assert lines[-1] == (
+        f"predicted step: {advisor.PREDICTION_NOTE}; step ≥: XLA's roofline lower bound where verified; else an estimate ({advisor.STAGE1_NOTE})."
+    )
+
+
+def test_the_ranking_is_by_the_predicted_step_not_the_bound(seed_dict):
+    """Two fitting candidates with one bound: the one predicted faster ranks first, estimated or verified."""
+    search = advisor.stage1(small(seed_dict), TARGET)
+    first, second = sorted((c for c in search.candidates if c.fits), key=lambda c: c.layout.name)[:2]
+    tied = Estimate(1e-3, 1e-3, 0.0)
+    slow = dataclasses.replace(first, estimate=dataclasses.replace(tied, predicted_s=3e-3))
+    fast = dataclasses.replace(second, estimate=dataclasses.replace(tied, predicted_s=2e-3))
+    assert [c.layout.name for c in advisor.rank([slow, fast])] == [second.layout.name, first.layout.name]
+    assert fast.predicted_s == 2e-3 and fast.step_s == 1e-3
 
 
 def test_stage_2_figures_are_explorer_compiles_for_the_same_layout(seed_dict, tmp_path):
@@ -162,6 +175,7 @@ def test_stage_2_figures_are_explorer_compiles_for_the_same_layout(seed_dict, tm
     row = advisor.candidate_to_dict(1, top)
     assert row["peak_bytes"] == compiled["memory"]["peak_bytes"] and row["fits"] == compiled["fits"]
     assert row["step_s"] == compiled["estimate"]["step_s"] and row["bound"] == compiled["estimate"]["bound"]
+    assert row["predicted_s"] == pytest.approx(compiled["estimate"]["predicted_s"]) and row["predicted_s"] >= row["step_s"]
     assert row["mfu_ceiling"] == compiled["estimate"]["mfu_ceiling"] and row["verified"] is True
     assert row["mesh"]["placement"] == compiled["mesh"]["placement"]
 
@@ -208,9 +222,11 @@ def test_the_command_line_prints_the_json_contract_and_refuses_bad_input(seed_di
             "fits",
             "peak_bytes",
             "step_s",
+            "predicted_s",
             "bound",
             "mfu_ceiling",
         }
+        assert c["predicted_s"] > c["step_s"]  # stage 1's prediction beside its bound
         assert c["verified"] is False and c["peak_bytes"] is None and c["step_source"] == "stage1_estimate"
         parse_layout(c["layout"])  # a layout file, as analyze/compile read it
     bad = subprocess.run(

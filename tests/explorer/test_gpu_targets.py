@@ -184,6 +184,7 @@ def test_a_layout_that_fits_an_h100_is_judged_against_the_75_percent_jax_takes(e
     assert estimate.compute_s == pytest.approx(result.flops / 989e12)
     assert estimate.memory_s == pytest.approx(result.bytes_accessed / 3350e9)
     assert estimate.collective_s == pytest.approx(sum(c.seconds for c in result.collectives))
+    assert estimate.predicted_s > estimate.step_s  # the step model's prediction (explorer.step_model) beside the bound
 
 
 def test_a_layout_too_large_for_an_a100_does_not_fit_and_xla_says_so(explorer_results, bare_results):

@@ -55,7 +55,8 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
         "hbm_bandwidth",
         "ici_bandwidth",
     }
-    assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling"}
+    assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling", "predicted_s"}
+    assert result["estimate"]["predicted_s"] >= result["estimate"]["step_s"] > 0  # the prediction beside the lower bound, never below
     assert all(set(c) >= {"op", "count", "bytes", "mesh_axes"} for c in result["collectives"])
 
 
