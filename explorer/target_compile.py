@@ -99,7 +99,7 @@ from explorer.targets import (
     parse_target,
 )
 
-CACHE_FORMAT = 4  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json)
+CACHE_FORMAT = 5  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: collectives' sources)
 COMPILER_OPTIONS: dict[str, Any] = {}  # no xla_tpu_no_crash_on_oom: libtpu >= 0.0.47.1 refuses its programs
 GPU_FLAG = "--xla_gpu_experimental_use_collective_kernels="  # NCCL for every collective (see the module docstring)
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_experimental_use_collective_kernels": ""}  # the same, for in-process compiles
@@ -411,7 +411,7 @@ def _mesh_collectives(text: str, mesh, target: Target | None = None) -> list:
 
     coords = np.array([_coords(d) for d in mesh.devices.flat])
     hosts = np.array([_host(d, target) for d in mesh.devices.flat]) if target is not None and target.is_gpu else None
-    return _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts)
+    return _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts, text)
 
 
 def memory_limit(target: Target) -> MemoryLimit:
@@ -497,8 +497,8 @@ def _result(
         bytes_source=source,
         loop_work=loop_work,
         padding=_padding(hlo.entry_parameters(text)) if text else None,
-        collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
-        estimate=roofline.estimate(flops, bytes_accessed, collectives, target.chip) if known else None,
+        collectives=tuple(CollectiveCost.of(c, target, sources) for c, sources in collectives),
+        estimate=roofline.estimate(flops, bytes_accessed, [c for c, _ in collectives], target.chip) if known else None,
         cross_check=cross_check,
     )
 
@@ -581,24 +581,27 @@ def _coords(device) -> tuple[int, ...]:
     return tuple(getattr(device, "coords", None) or (device.id,))
 
 
-def _collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None) -> list:
-    """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned, hosts spanned).
+def _collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None, text: str = "") -> list:
+    """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned, hosts spanned),
+    each with the lines of the user's code its instructions come from (``sources.line_sources`` of ``text``).
 
     ``hosts``, for a GPU cluster, holds each mesh position's host: a group's collective crosses
     the network when its members sit on more than one.
     """
     from explorer.roofline import Collective
+    from explorer.sources import line_sources
 
-    totals: dict[tuple, list[int]] = {}
+    totals: dict[tuple, list] = {}
     for op in ops:
         spanned, torus, across = _spanned(op.groups, mesh_shape, mesh_axes, coords, hosts)
         key = (op.op, spanned, op.group_size, torus, across)
-        entry = totals.setdefault(key, [0, 0])
+        entry = totals.setdefault(key, [0, 0, []])
         entry[0] += op.runs
         entry[1] += op.runs * op.bytes
+        entry[2].append(op)
     return [
-        Collective(op, count, size, axes, group, torus, across)
-        for (op, axes, group, torus, across), (count, size) in sorted(totals.items())
+        (Collective(op, count, size, axes, group, torus, across), line_sources(text, members) if text else ())
+        for (op, axes, group, torus, across), (count, size, members) in sorted(totals.items(), key=lambda item: item[0])
     ]
 
 

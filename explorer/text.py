@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report, tiled_arrays
 from explorer.compile_result import MemoryLimit, TargetCompile
+from explorer.sources import LineRow, by_line
 from explorer.specs import SpecEntry
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
@@ -458,4 +459,17 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
             f"{estimate.memory_s * 1e3:.3f} ms, collectives {estimate.collective_s * 1e3:.3f} ms -> step >= "
             f"{estimate.step_s * 1e3:.3f} ms, {estimate.bound}-bound, MFU at most {share(estimate.mfu_ceiling)}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + communication_lines(by_line(result.traced())))
+
+
+def communication_lines(rows: Sequence[LineRow], top: int = 10) -> list[str]:
+    """The lines of the user's code that communicate most (``sources.by_line``), as text: where, bytes, the collectives, modules."""
+    if not rows:
+        return []
+    out = [f"top lines by communication ({min(top, len(rows))} of {len(rows)}; per device per step):"]
+    for row in rows[:top]:
+        modules = ", ".join(m or "(top)" for m in row.modules[:3]) + (f" +{len(row.modules) - 3}" if len(row.modules) > 3 else "")
+        timing = f", ~{row.seconds * 1e6:.1f} us (roofline estimate)" if row.seconds is not None else ""
+        combined = " [XLA combined several ops]" if row.combined else ""
+        out.append(f"  {human_bytes(row.bytes)} in {row.count}{timing}: {row.where}: {row.kinds}; modules {modules}{combined}")
+    return out
