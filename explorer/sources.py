@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import itertools
 import os
 import re
 import sysconfig
@@ -158,7 +159,7 @@ def user_frame(chain: Iterable[Frame]) -> Frame | None:
 def module_path(op_name: str) -> str:
     """The Flax module path in an ``op_name``: after the jitted function and the transformed top module, without
     transforms, inner ``jit``s or the primitive (``''``: the top module's own code, or outside any module)."""
-    parts = op_name.split(";")[0].split("/")
+    parts = op_names(op_name)[0].split("/") if op_name else [""]
     inner = parts[1:-1] if len(parts) > 1 and parts[0].startswith("jit(") else parts[:-1]
     return "/".join(p for p in inner if "(" not in p and p not in ("while", "body", "cond", "checkpoint", "remat"))
 
@@ -249,10 +250,12 @@ def instruction_source(hlo_text: str, name: str) -> InstructionSource:
     if frame_id is None and match and match["opcode"].endswith("-done"):  # an async pair's metadata may sit on its start
         op_name, frame_id = _metadata(lines.get(_operands(match["operands"])[0] if _operands(match["operands"]) else "", ""))
     chain = stack_frames(hlo_text).get(frame_id, ()) if frame_id is not None else ()
-    own = tuple(op_name.split(";")) if op_name else ()
+    own = op_names(op_name)
     values = _values(lines, match, op_name) if match else ()
     ops = tuple(dict.fromkeys(own + tuple(v.op_name for v in values if v.op_name)))
-    return InstructionSource(user_frame(chain), module_path(op_name or ""), ops, len(ops) > 1 or len(values) > 1, values)
+    modules = [module_path(o).split("/") for o in own] or [[""]]
+    common = [names[0] for names in itertools.takewhile(lambda names: len(set(names)) == 1, zip(*modules))]
+    return InstructionSource(user_frame(chain), "/".join(common), ops, len(ops) > 1 or len(values) > 1, values)
 
 
 @functools.lru_cache(maxsize=2)
@@ -274,7 +277,51 @@ def _metadata(line: str) -> tuple[str, int | None]:
 
 
 def _operands(text: str) -> list[str]:
+    """Operand names (``/*index=5*/`` comments and any shapes before the names dropped)."""
+    text = re.sub(r"/\*.*?\*/", "", text)
     return [p.strip().split()[-1].lstrip("%") for p in text.split(",") if p.strip()]
+
+
+def op_names(op_name: str) -> tuple[str, ...]:
+    """The ops an ``op_name`` names: several when XLA merged instructions, joined by ``;`` or written as a common
+    prefix and ``(a:b:c)``.
+
+    >>> op_names("jit(f)/transpose(jvp(M))/(A_0/dot_general:B_1/jit(_take)/gather)")
+    ('jit(f)/transpose(jvp(M))/A_0/dot_general', 'jit(f)/transpose(jvp(M))/B_1/jit(_take)/gather')
+    """
+    names: list[str] = []
+    for part in (p for p in op_name.split(";") if p):
+        group = _trailing_group(part)
+        if group is None:
+            names.append(part)
+            continue
+        prefix, inside = part[:group], part[group + 1 : -1]
+        names.extend(prefix + alternative for alternative in _split_top_level(inside, ":"))
+    return tuple(dict.fromkeys(names))
+
+
+def _trailing_group(part: str) -> int | None:
+    """Where a trailing ``/(a:b)`` group opens (the index of its ``(``), or None."""
+    if not part.endswith(")"):
+        return None
+    depth = 0
+    for index in range(len(part) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(part[index], 0)
+        if depth == 0:
+            inside = part[index + 1 : -1]
+            opened_a_path = index == 0 or part[index - 1] == "/"
+            return index if opened_a_path and _split_top_level(inside, ":") != [inside] else None
+    return None
+
+
+def _split_top_level(text: str, separator: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == separator and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    return parts + [text[start:]]
 
 
 def _values(lines: dict[str, str], match: re.Match, op_name: str) -> tuple[Value, ...]:
@@ -288,8 +335,8 @@ def _values(lines: dict[str, str], match: re.Match, op_name: str) -> tuple[Value
         operands = _operands(start["operands"]) if start else []
     values = []
     for operand in operands:
-        producer = _INSTRUCTION.match(lines.get(operand, ""))
-        shape = producer["shape"] if producer else "?"
+        producer = re.search(r"=\s*(\(.*?\)|\S+)\s", lines.get(operand, ""))
+        shape = producer[1] if producer else "?"
         produced_by = _producer_op_name(lines, operand)
         values.append(Value(produced_by or op_name, _plain_shape(shape)))
     return tuple(values)

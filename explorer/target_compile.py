@@ -411,7 +411,9 @@ def _mesh_collectives(text: str, mesh, target: Target | None = None) -> list:
 
     coords = np.array([_coords(d) for d in mesh.devices.flat])
     hosts = np.array([_host(d, target) for d in mesh.devices.flat]) if target is not None and target.is_gpu else None
-    return _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts, text)
+    return aggregate_collectives(
+        hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts, text
+    )
 
 
 def memory_limit(target: Target) -> MemoryLimit:
@@ -581,7 +583,7 @@ def _coords(device) -> tuple[int, ...]:
     return tuple(getattr(device, "coords", None) or (device.id,))
 
 
-def _collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None, text: str = "") -> list:
+def aggregate_collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None, text: str = "") -> list:
     """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned, hosts spanned),
     each with the lines of the user's code its instructions come from (``sources.line_sources`` of ``text``).
 

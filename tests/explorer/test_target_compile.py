@@ -18,6 +18,8 @@ from explorer.analysis import analyze
 from explorer.errors import ExplorerError
 from explorer.hlo import ParameterLayout
 from explorer.layout import SEED_LAYOUT, parse_layout
+from explorer.models import mlp
+from explorer.text import compile_text
 from explorer.target_compile import Stopped, cache_key, compile_target
 from explorer.reading.disk import cache_dir
 from explorer.targets import parse_target
@@ -94,6 +96,14 @@ def test_collectives_name_the_mesh_axes_they_span(seed_result):
         assert c.group_size == {"data": 2, "model": 4}[c.mesh_axes[0]]
 
 
+def test_every_collective_is_traced_to_the_guides_model_code_counts_and_bytes_adding_up(seed_result):
+    _, result = seed_result
+    for c in result.collectives:
+        assert c.sources and {s.file for s in c.sources} == {mlp.__file__}
+        assert sum(s.count for s in c.sources) == c.count and sum(s.bytes for s in c.sources) == c.bytes
+    assert "top lines by communication" in compile_text(result)
+
+
 def test_a_second_request_is_a_cache_hit_and_a_corrupt_entry_is_a_miss(seed_compile, monkeypatch):
     layout, first, folder = seed_compile
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(folder))  # the folder the first compile wrote
@@ -140,6 +150,7 @@ def test_a_layout_far_too_large_for_the_chip_reports_that_it_does_not_fit(seed_d
     state = analyze(layout).totals
     assert result.memory.argument_bytes >= state.param_bytes + state.opt_state_bytes + state.input_bytes
     assert [c.mesh_axes for c in result.collectives if c.op == "all-reduce"] == [("data",)]
+    assert {s.file for c in result.collectives for s in c.sources} == {mlp.__file__}  # the dump keeps the stack frames
     assert result.flops_source == "hlo_matmuls" and result.flops > 0 and result.estimate.step_s > 0
 
 
@@ -279,7 +290,9 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
         "ici_bandwidth",
     }
     assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling"}
-    assert all(set(c) >= {"op", "count", "bytes", "mesh_axes"} for c in result["collectives"])
+    assert all(set(c) >= {"op", "count", "bytes", "mesh_axes", "sources"} for c in result["collectives"])
+    sources = [s for c in result["collectives"] for s in c["sources"]]
+    assert sources and all(set(s) >= {"file", "line", "function", "module", "count", "bytes"} for s in sources)
 
 
 def test_the_command_line_refuses_a_bad_target_with_the_valid_names():
