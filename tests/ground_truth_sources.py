@@ -64,8 +64,9 @@ def linen_step_text(module: nn.Module, inputs: Sequence[Any], input_specs: Seque
 
         return state.apply_gradients(grads=jax.grad(loss_fn)(state.params))
 
+    key = jax.random.key(0)  # a concrete array: made outside the mesh (a TPU slice's devices run nothing here)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        abstract_state = jax.eval_shape(functools.partial(init_fn, jax.random.key(0)), *model_inputs)
+        abstract_state = jax.eval_shape(functools.partial(init_fn, key), *model_inputs)
         state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_state), mesh, rules)
         compiled = (
             jax.jit(train_step, in_shardings=(state_sharding, *_input_shardings(mesh, input_specs)), out_shardings=state_sharding)
@@ -172,3 +173,36 @@ def by_line(found: dict[str, tuple[str, str | None, int | None, int]]) -> collec
     for op, file, line, runs in found.values():
         total[(op, file, line)] += runs
     return total
+
+
+TPU_SCRIPT = r"""
+import json, sys
+from jax.experimental import mesh_utils, topologies
+from jax.sharding import AxisType, Mesh
+from tests import ground_truth_sources
+from tests.external import factories
+
+topology, shape, axes, rules, input_specs, factory, options = json.loads(sys.argv[1])
+devices = list(topologies.get_topology_desc(topology_name=topology, platform="tpu").devices)
+mesh = Mesh(mesh_utils.create_device_mesh(shape, devices), tuple(axes), axis_types=(AxisType.Auto,) * len(axes))
+module, inputs, loss = getattr(factories, factory)(**options)
+rules = tuple((name, tuple(a) if isinstance(a, list) else a) for name, a in rules)
+text = ground_truth_sources.linen_step_text(module, inputs, [tuple(s) for s in input_specs], loss, mesh, rules)
+print(json.dumps([[op, file, line, runs] for op, file, line, runs in ground_truth_sources.collective_lines(text).values()]))
+"""
+
+
+def tpu_collective_lines(topology: str, shape, axes, rules, input_specs, factory: str, options: dict) -> collections.Counter:
+    """``by_line`` of a Linen model's bare train step compiled for a TPU slice (libtpu's topology, in a child process:
+    libtpu is loaded once per process tree), the mesh laid out by ``mesh_utils.create_device_mesh``."""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TF_CPP_MIN_LOG_LEVEL="3")
+    argument = json.dumps([topology, list(shape), list(axes), rules, [list(s) for s in input_specs], factory, options])
+    done = subprocess.run([sys.executable, "-c", TPU_SCRIPT, argument], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    return by_line({str(i): (op, file, line, runs) for i, (op, file, line, runs) in enumerate(rows)})

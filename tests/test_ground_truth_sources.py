@@ -23,6 +23,7 @@ from explorer import hlo, sources
 from explorer.analysis import analyze
 from explorer.compiled import compile_step
 from explorer.layout import parse_layout
+from explorer.target_compile import compile_target
 from explorer.timing import traced_collectives
 from tests import ground_truth, ground_truth_sources
 from tests.external import factories as external
@@ -91,3 +92,21 @@ def test_the_ground_truth_imports_no_explorer_code():
             a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
         ]
         assert not [m for m in imported if m == "explorer" or m.startswith("explorer.")], module.__name__
+
+
+def test_a_tpu_compile_traces_every_collective_to_the_bare_programs_lines(monkeypatch, tmp_path):
+    """lm1b on v5p:2x2x2 (the target compile, in its child process) against the bare step compiled for the same slice."""
+    mesh, rules, factory, options = CASES["lm1b-linen-2x2x2"]
+    name = f"{EXTERNAL}:{factory}"
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", name)
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
+    layout = parse_layout({"name": "lm1b", "mesh": mesh, "rules": rules, "model": {"name": name, "options": options}})
+    input_specs = [a.spec for a in analyze(layout).arrays if a.kind == "input"]
+    result, _ = compile_target(layout, "v5p:2x2x2")
+    found: collections.Counter = collections.Counter()
+    for c in result.collectives:
+        for source in c.sources:
+            found[(c.op, source.file, source.line)] += source.count
+    truth = ground_truth_sources.tpu_collective_lines("v5p:2x2x2", mesh["shape"], mesh["axes"], rules, input_specs, factory, options)
+    assert sum(truth.values()) > 20 and None not in {file for _, file, _ in truth}
+    assert found == truth
