@@ -30,10 +30,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from flax.training import train_state
 from jax.sharding import NamedSharding, PartitionSpec
 
-from tests.ground_truth_gpu import runs_per_computation
+from tests.ground_truth_gpu import guide_functions, runs_per_computation
 from tests.paths import ROOT
 
 _COLLECTIVE = re.compile(
@@ -54,16 +53,7 @@ def linen_step_text(module: nn.Module, inputs: Sequence[Any], input_specs: Seque
     abstract_inputs = tuple(jax.ShapeDtypeStruct(tuple(i.shape), jnp.dtype(i.dtype)) for i in inputs)
     model_inputs = [x for x, i in zip(abstract_inputs, inputs) if getattr(i, "model_arg", True)]
 
-    def init_fn(key, *xs):
-        variables = module.init(key, *xs)
-        return train_state.TrainState.create(apply_fn=module.apply, params=variables["params"], tx=optax.adam(1e-3))
-
-    def train_step(state, *xs):
-        def loss_fn(params):
-            return loss(module.apply({"params": params}, *[x for x, i in zip(xs, inputs) if getattr(i, "model_arg", True)]), *xs)
-
-        return state.apply_gradients(grads=jax.grad(loss_fn)(state.params))
-
+    init_fn, train_step = guide_functions(module, inputs, loss)
     key = jax.random.key(0)  # a concrete array: made outside the mesh (a TPU slice's devices run nothing here)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         abstract_state = jax.eval_shape(functools.partial(init_fn, key), *model_inputs)

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 from explorer.models import mlp
 
 from tests.browser import (
+    dataframe_rows,
     MAIN,
     assert_no_exception,
     checked_server,
@@ -65,19 +66,10 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(blank_page, targ
 
 
 def communication_rows(page) -> list[list[str]]:
-    """The Communication view's cells, row by row (glide's accessible table)."""
+    """The Communication view's cells, row by row."""
     frame = page.locator(f"{key_selector('communication_target')} [data-testid='stDataFrame']")
     expect(frame).to_be_visible()
-    return frame.evaluate(
-        """(frame) => {
-            const rows = {};
-            for (const cell of frame.querySelectorAll('td[data-testid^="glide-cell-"]')) {
-                const [col, row] = cell.dataset.testid.split('-').slice(2).map(Number);
-                (rows[row] = rows[row] || [])[col] = cell.textContent;
-            }
-            return Object.keys(rows).sort((a, b) => a - b).map((row) => rows[row]);
-        }"""
-    )
+    return dataframe_rows(frame)
 
 
 def test_after_a_compile_the_communication_view_names_the_guides_lines(blank_page, target_app_url):
