@@ -47,6 +47,7 @@ class PropagatedValue:
     where: str
     spec: tuple[tuple[str, ...], ...]
     origins: dict[str, str]
+    described: dict[str, str] = dataclasses.field(default_factory=dict)  # each origin in words: the input's path, the constraint's line
 
 
 def propagated(lowered: Any) -> str:
@@ -63,6 +64,7 @@ def propagated(lowered: Any) -> str:
 def values(text: str) -> tuple[PropagatedValue, ...]:
     """Every op result with a propagated sharding in ``propagated``'s text, in program order."""
     locations = _locations(text)
+    names = _origin_names(text, locations)
     found = []
     for line in text.splitlines():
         sharding = _SHARDING.search(line)
@@ -82,7 +84,25 @@ def values(text: str) -> tuple[PropagatedValue, ...]:
                 origins=axis_origins(origins["origins"]) if origins else {},
             )
         )
+        found[-1].described.update({axis: names.get(origin, origin) for axis, origin in found[-1].origins.items()})
     return tuple(found)
+
+
+def _origin_names(text: str, locations: dict[int, str]) -> dict[str, str]:
+    """Shardy's origin names in words: ``input: 3`` -> the main function's argument 3 by JAX's name for it
+    (``state.params['Dense_0']['kernel'].value``), ``constraint_2`` -> the line of the constraint it names."""
+    names: dict[str, str] = {}
+    main = next((line for line in text.splitlines() if "func.func public @main" in line), "")
+    for index, argument in enumerate(re.split(r"%arg\d+: ", main)[1:]):
+        label = re.search(r'loc\("([^"]*)"\)', argument)
+        names[f"input: {index}"] = f"input {label[1]}" if label else f"input {index}"
+    for line in text.splitlines():
+        constraint = re.search(r'sdy\.sharding_origin_name = "(?P<name>[^"]+)".*loc\(#loc(?P<loc>\d+)\)\s*$', line)
+        if constraint:
+            frames = _resolve(locations, int(constraint["loc"]))[1]
+            user = next((f for f in frames if not is_library(f[0])), None)
+            names[constraint["name"]] = f"the constraint at {os.path.basename(user[0])}:{user[1]}" if user else constraint["name"]
+    return names
 
 
 def dimension_axes(sharding: str) -> tuple[tuple[str, ...], ...]:
@@ -127,3 +147,10 @@ def _resolve(locations: dict[int, str], number: int) -> tuple[str, list[tuple[st
 
     name, frames = walk(number)
     return name, list(frames)
+
+
+def of_layout(layout: Any) -> tuple[PropagatedValue, ...]:
+    """Every value of ``layout``'s train step (forward and backward) after Shardy's propagation, with its origins."""
+    from explorer.compiled import lower_step
+
+    return values(propagated(lower_step(layout)))
