@@ -173,6 +173,9 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
         assert row["fits"] == "yes" and row["bound"] == result.estimate.bound
         assert row["XLA peak / device"] == human_bytes(result.memory.peak_bytes)
     assert len([c for c in at.get("plotly_chart")]) >= 2  # memory per device, and the layouts' rooflines on one chart
+    # each layout's top lines by communication side by side: the guide's MLP communicates at its two matmul lines
+    tops = [c.value for c in at.caption if c.value.startswith("Top lines by communication:")]
+    assert len(tops) == 2 and all("y = nn.Dense(" in top for top in tops)  # the line's code, read from mlp.py
 
 
 def test_layouts_with_explicit_axes_compare_by_their_types(tmp_path, monkeypatch):
