@@ -49,6 +49,16 @@ class PropagatedValue:
     origins: dict[str, str]
     described: dict[str, str] = dataclasses.field(default_factory=dict)  # each origin in words: the input's path, the constraint's line
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "op_name": self.op_name,
+            "where": self.where,
+            "spec": [list(d) for d in self.spec],
+            "origins": dict(self.origins),
+            "described": dict(self.described),
+        }
+
 
 def propagated(lowered: Any) -> str:
     """The lowered program after Shardy's propagation with origins, as text with its locations."""
@@ -147,6 +157,13 @@ def _resolve(locations: dict[int, str], number: int) -> tuple[str, list[tuple[st
 
     name, frames = walk(number)
     return name, list(frames)
+
+
+def matching(found: tuple[PropagatedValue, ...], query: str = "") -> tuple[PropagatedValue, ...]:
+    """The values whose line, op name, axes or origins contain every word of ``query`` (case-insensitive)."""
+    words = query.lower().split()
+    text = lambda v: " ".join([v.where, v.op_name, str(v.spec), *v.described.values()]).lower()  # noqa: E731
+    return tuple(v for v in found if all(w in text(v) for w in words))
 
 
 def of_layout(layout: Any) -> tuple[PropagatedValue, ...]:

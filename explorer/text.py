@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report, tiled_arrays
 from explorer.compile_result import MemoryLimit, TargetCompile
-from explorer.sources import LineRow, by_line
+from explorer.sources import LineRow, by_line, module_path
 from explorer.specs import SpecEntry
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
@@ -213,6 +213,25 @@ def values_text(values, query: str = "") -> str:
             lines.append(f"  {mark} {value.op:<22} {value.type_text:<36} {spec_text(value)}{runs}")
             if value.communication:
                 lines.append(f"       ! {value.communication}")
+    return "\n".join(lines)
+
+
+def origins_text(values, query: str = "") -> str:
+    """Every value's sharding after Shardy's propagation (``explorer.origins``), grouped by source line, with where
+    each mesh axis came from."""
+    lines = [
+        f"{len(values):,} values" + (f" matching {query!r}" if query else "") + " after Shardy's propagation; per mesh axis, its origin"
+    ]
+    where = None
+    for value in values:
+        if value.where != where:
+            where = value.where
+            lines += ["", where or "(no line of the model's code)"]
+        spec = "(" + ", ".join("x".join(d) or "-" for d in value.spec) + ")"
+        origin = "; ".join(f"{axis} from {what}" for axis, what in value.described.items()) or "replicated"
+        name = "/".join(p for p in (module_path(value.op_name), value.op_name.rsplit("/", 1)[-1]) if p)
+        name += " (backward)" if "transpose(" in value.op_name else ""
+        lines.append(f"  {name:<44} {spec:<16} {origin}")
     return "\n".join(lines)
 
 
