@@ -61,6 +61,16 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="Explicit axes: every forward value with the sharding in its type, grouped by source line "
         "(only those matching SEARCH, e.g. 'attention reshard'); with --json, added as \"values\"",
     )
+    analyze.add_argument(
+        "--origins",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="SEARCH",
+        help="every value of the train step with its sharding after Shardy's propagation and where each mesh axis came "
+        "from (an input, an output, a constraint's line), grouped by source line (only those matching SEARCH); with "
+        '--json, added as "origins"',
+    )
     analyze.add_argument("--array", metavar="PATH", help="draw one array's device grid (e.g. params/.../kernel)")
     analyze.add_argument("--dims", metavar="R,C", help="with --array: the dimensions drawn as rows and columns")
     analyze.add_argument(
@@ -202,6 +212,15 @@ def _analyze(args: argparse.Namespace) -> int:
             args.values,
             "needs a mesh with Explicit axes (mesh.axis_types), where every value's type carries its sharding; this layout's axes are Auto",
         )
+    if args.origins is not None:
+        from explorer import origins
+
+        found = origins.matching(origins.of_layout(report.layout), args.origins)
+        if not args.json:
+            from explorer.text import origins_text
+
+            print(origins_text(found, args.origins))
+            return 0
     if args.values is not None and not args.json:
         from explorer.text import values_text
 
@@ -218,6 +237,8 @@ def _analyze(args: argparse.Namespace) -> int:
             from explorer.values import matching, value_to_dict
 
             data["values"] = [value_to_dict(v) for v in matching(report.values, args.values)]
+        if args.origins is not None:
+            data["origins"] = [v.to_json() for v in found]
         print(json.dumps(data, indent=2))
     else:
         from explorer.text import report_table

@@ -21,6 +21,7 @@ from typing import Any
 
 from explorer.hlo import LoopWork, ParameterLayout
 from explorer.roofline import Collective, Estimate, collective_seconds, link
+from explorer.sources import Source, Traced
 from explorer.targets import Target, parse_target
 
 MEMORY_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes", "generated_code_bytes")
@@ -140,7 +141,8 @@ class TargetMesh:
 
 @dataclasses.dataclass(frozen=True)
 class CollectiveCost:
-    """A collective of the program per device per step (``roofline.Collective``), with what it rides and its roofline time."""
+    """A collective of the program per device per step (``roofline.Collective``), with what it rides, its roofline
+    time and the lines of the user's code it comes from (``sources.Source``, the most bytes first)."""
 
     op: str
     count: int
@@ -151,9 +153,10 @@ class CollectiveCost:
     hosts: int
     link: str
     seconds: float
+    sources: tuple[Source, ...] = ()
 
     @classmethod
-    def of(cls, c: Collective, target: Target) -> CollectiveCost:
+    def of(cls, c: Collective, target: Target, sources: tuple[Source, ...] = ()) -> CollectiveCost:
         """``c`` costed on ``target``'s chip (``roofline.collective_seconds``)."""
         return cls(
             c.op,
@@ -165,6 +168,7 @@ class CollectiveCost:
             c.hosts,
             link(c, target.chip),
             collective_seconds(c, target.chip),
+            sources,
         )
 
     @property
@@ -172,11 +176,13 @@ class CollectiveCost:
         return Collective(self.op, self.count, self.bytes, self.mesh_axes, self.group_size, self.ici_axes, self.hosts)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"mesh_axes": list(self.mesh_axes)}
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return plain | {"mesh_axes": list(self.mesh_axes), "sources": [s.to_json() for s in self.sources]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CollectiveCost:
-        return cls(**(data | {"mesh_axes": tuple(data["mesh_axes"])}))
+        sources = tuple(Source.from_json(s) for s in data.get("sources", ()))
+        return cls(**(data | {"mesh_axes": tuple(data["mesh_axes"]), "sources": sources}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +298,10 @@ class TargetCompile:
         if self.extrapolated is not None:
             data["extrapolated"] = self.extrapolated.to_json()
         return data
+
+    def traced(self) -> tuple[Traced, ...]:
+        """The collectives with their source lines and roofline times (``sources.by_line`` reads them)."""
+        return tuple(Traced(c.op, c.mesh_axes, c.count, c.bytes, c.sources, c.seconds) for c in self.collectives)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TargetCompile:

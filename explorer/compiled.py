@@ -11,6 +11,7 @@ compiled with every module output tells which shardings XLA chose for activation
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -170,33 +171,48 @@ _steps: caches.Registry[CompiledStep] = caches.Registry(CACHE_SIZE, "compiled.st
 
 def _compile(layout: Layout, report: Report) -> CompiledStep:
     """Lower and compile the layout's init and step; ``compile_step`` has run the gates."""
-    model = model_of(layout)
-    mesh = layout_mesh(layout.mesh)
-    inputs_sharding = input_shardings(report, mesh)
-    inputs = abstract_inputs(model, inputs_sharding)
-    init = make_init(model)
     start = time.perf_counter()
-    with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
-        # the state as init really builds it under this mesh (NNX variables carry their eager-sharding flag in the tree)
-        template = jax.eval_shape(init, jax.random.key(0), *inputs)
-        shardings = state_shardings(report, model, mesh, template)
+    with _lowering(layout, report) as (model, mesh, inputs_sharding, inputs, init, template, shardings, step):
         replicated = NamedSharding(mesh, PartitionSpec())
         init_compiled = (
             jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(jax.random.key(0), *inputs).compile()
         )
-        abstract_state = jax.tree_util.tree_map(with_sharding, shardings, template)
-        step_compiled = (
-            jax.jit(make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings)
-            .lower(abstract_state, *inputs)
-            .compile()
-        )
+        step_compiled = step.compile()
         compile_s = time.perf_counter() - start
+        abstract_state = jax.tree_util.tree_map(with_sharding, shardings, template)
         activations = (
             _chosen_activation_shardings(model, report, abstract_state.params, inputs, shardings.params)
             if model.framework == "linen"
             else ()
         )
     return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations)
+
+
+def lower_step(layout: Layout, report: Report | None = None):
+    """The layout's train step lowered, not compiled, on this process's devices: the program XLA is handed
+    (``explorer.origins`` runs Shardy's propagation on it)."""
+    with _lowering(layout, report or analyze(layout)) as lowered:
+        return lowered[-1]
+
+
+@contextlib.contextmanager
+def _lowering(layout: Layout, report: Report):
+    """Under the layout's mesh and rules: the model, mesh, inputs' shardings, abstract inputs, init, the state's
+    template and shardings, and the lowered train step."""
+    model = model_of(layout)
+    mesh = layout_mesh(layout.mesh)
+    inputs_sharding = input_shardings(report, mesh)
+    inputs = abstract_inputs(model, inputs_sharding)
+    init = make_init(model)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(layout.rules_for_flax()):
+        # the state as init really builds it under this mesh (NNX variables carry their eager-sharding flag in the tree)
+        template = jax.eval_shape(init, jax.random.key(0), *inputs)
+        shardings = state_shardings(report, model, mesh, template)
+        abstract_state = jax.tree_util.tree_map(with_sharding, shardings, template)
+        step = jax.jit(make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings).lower(
+            abstract_state, *inputs
+        )
+        yield model, mesh, inputs_sharding, inputs, init, template, shardings, step
 
 
 def _chosen_activation_shardings(model, report, abstract_params, abstract_inputs, param_shardings) -> tuple[ActivationCheck, ...]:

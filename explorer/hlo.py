@@ -255,6 +255,7 @@ class CollectiveOp:
     runs: int
     bytes: int
     groups: tuple[tuple[int, ...], ...] | None
+    name: str = ""  # the instruction's name in the module (``all-reduce.3``): where ``explorer.sources`` finds its line
 
     @property
     def group_size(self) -> int:
@@ -276,7 +277,8 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
             groups = _source_target_pairs(line) if match["op"] == "collective-permute" else replica_groups(line, devices)
             if match["phase"] == "-done" and groups is None:
                 groups = _groups_of_start(line, lines, devices, match["op"])
-            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups))
+            instruction = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", line)
+            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups, instruction[1] if instruction else ""))
     return found
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report, tiled_arrays
 from explorer.compile_result import MemoryLimit, TargetCompile
+from explorer.sources import LineRow, by_line, module_path
 from explorer.specs import SpecEntry
 from explorer.step_model import SCOPE
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
@@ -216,6 +217,25 @@ def values_text(values, query: str = "") -> str:
     return "\n".join(lines)
 
 
+def origins_text(values, query: str = "") -> str:
+    """Every value's sharding after Shardy's propagation (``explorer.origins``), grouped by source line, with where
+    each mesh axis came from."""
+    lines = [
+        f"{len(values):,} values" + (f" matching {query!r}" if query else "") + " after Shardy's propagation; per mesh axis, its origin"
+    ]
+    where = None
+    for value in values:
+        if value.where != where:
+            where = value.where
+            lines += ["", where or "(no line of the model's code)"]
+        spec = "(" + ", ".join("x".join(d) or "-" for d in value.spec) + ")"
+        origin = "; ".join(f"{axis} from {what}" for axis, what in value.described.items()) or "replicated"
+        name = "/".join(p for p in (module_path(value.op_name), value.op_name.rsplit("/", 1)[-1]) if p)
+        name += " (backward)" if "transpose(" in value.op_name else ""
+        lines.append(f"  {name:<44} {spec:<16} {origin}")
+    return "\n".join(lines)
+
+
 def grid_text(
     shape: Sequence[int],
     spec: Sequence[SpecEntry],
@@ -291,7 +311,7 @@ def timing_text(result) -> str:
     differing = [a for a in result.activations if a.differs]
     lines.append(f"module outputs: {len(result.activations)}, {len(differing)} where XLA's sharding differs from the declared one")
     lines += [f"  - {a.path} {a.shape}: declared {a.declared}, XLA chose {a.chosen}" for a in differing]
-    return "\n".join(lines)
+    return "\n".join(lines + communication_lines(by_line(result.sources)))
 
 
 # --- box-drawing device grids (like jax.debug.visualize_array_sharding, any rank) ----------------
@@ -461,4 +481,17 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         )
     if estimate and estimate.predicted_s is not None:
         lines.append(f"predicted step: {estimate.predicted_s * 1e3:.3f} ms (the step model, kernel by kernel; {SCOPE})")
-    return "\n".join(lines)
+    return "\n".join(lines + communication_lines(by_line(result.traced())))
+
+
+def communication_lines(rows: Sequence[LineRow], top: int = 10) -> list[str]:
+    """The lines of the user's code that communicate most (``sources.by_line``), as text: where, bytes, the collectives, modules."""
+    if not rows:
+        return []
+    out = [f"top lines by communication ({min(top, len(rows))} of {len(rows)}; per device per step):"]
+    for row in rows[:top]:
+        modules = ", ".join(m or "(top)" for m in row.modules[:3]) + (f" +{len(row.modules) - 3}" if len(row.modules) > 3 else "")
+        timing = f", ~{row.seconds * 1e6:.1f} us (roofline estimate)" if row.seconds is not None else ""
+        combined = " [XLA combined several ops]" if row.combined else ""
+        out.append(f"  {human_bytes(row.bytes)} in {row.count}{timing}: {row.where}: {row.kinds}; modules {modules}{combined}")
+    return out

@@ -14,6 +14,7 @@ timed regions, never inside one. Compiling and the readers of XLA's numbers live
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any, Callable
 
@@ -28,7 +29,10 @@ from explorer.analysis import Report, analyze, model_of
 from explorer.specs import entry_json
 from explorer.compiled import ActivationCheck, check_timeable, compile_step, flops_of, memory_of
 from explorer.errors import ExplorerError
+from explorer.hlo import collective_ops as hlo_collective_ops
 from explorer.hlo import collectives
+from explorer.sources import Traced
+from explorer.xla_results import aggregate_collectives
 from explorer.layout import Layout
 
 
@@ -73,6 +77,7 @@ class TimingResult:
     stopped: bool = False
     processes: int = 1  # JAX processes the mesh spans (jax.distributed); each ran the same step
     devices_per_process: int | None = None  # this process's devices in the mesh; None: all ``devices``
+    sources: tuple[Traced, ...] = ()  # the collectives by kind and mesh axes, with the lines of the model they come from
 
     def __post_init__(self) -> None:
         if self.devices_per_process is None:
@@ -142,6 +147,7 @@ class TimingResult:
             "memory_notes": self.memory_notes(),
             "state_leaves": self.state_leaves,
             "stopped": self.stopped,
+            "sources": [t.to_json() for t in self.sources],
         }
 
     @classmethod
@@ -174,7 +180,18 @@ class TimingResult:
             stopped=data["stopped"],
             processes=data["processes"],
             devices_per_process=data["devices_per_process"],
+            sources=tuple(Traced.from_json(t) for t in data.get("sources", ())),
         )
+
+
+def traced_collectives(hlo_text: str, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...]) -> tuple[Traced, ...]:
+    """The program's collectives by kind and mesh axes, each with its source lines (no target: no roofline time)."""
+    ops = hlo_collective_ops(hlo_text, math.prod(mesh_shape))
+    positions = np.zeros((math.prod(mesh_shape), 1))  # this process's devices: no torus to read
+    return tuple(
+        Traced(c.op, c.mesh_axes, c.count, c.bytes, sources)
+        for c, sources in aggregate_collectives(ops, tuple(mesh_shape), tuple(mesh_axes), positions, text=hlo_text)
+    )
 
 
 def _spec_from_json(entries: list[Any]) -> tuple[Any, ...]:
@@ -283,7 +300,8 @@ def timed_run(
     jax.block_until_ready(state)
     phase("timing")
     samples, stopped, state = _timed_steps(compiled.step, state, inputs, steps, on_step, should_stop)
-    program = collectives(compiled.step.as_text())
+    text = compiled.step.as_text()
+    program = collectives(text)
     processes = [device.process_index for device in jax.devices()[: report.mesh.size]]
     result = TimingResult(
         layout_name=layout.name,
@@ -298,6 +316,7 @@ def timed_run(
         estimate=estimate_from(report),
         collectives=program.ops,
         loops_without_trip_count=program.loops_without_trip_count,
+        sources=traced_collectives(text, report.mesh.shape, report.mesh.axes),
         activations=compiled.activations,
         state_leaves=sum(1 for a in report.arrays if a.kind in ("param", "opt_state")),
         stopped=stopped,

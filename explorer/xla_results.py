@@ -176,7 +176,9 @@ def _mesh_collectives(text: str, mesh, target: Target | None = None) -> list:
 
     coords = np.array([device_coords(d) for d in mesh.devices.flat])
     hosts = np.array([device_host(d, target) for d in mesh.devices.flat]) if target is not None and target.is_gpu else None
-    return _collectives(hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts)
+    return aggregate_collectives(
+        hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts, text
+    )
 
 
 def memory_limit(target: Target) -> MemoryLimit:
@@ -241,7 +243,7 @@ def _result(
     from explorer import hlo, roofline, step_model
 
     limit = memory_limit(target)
-    costs = tuple(CollectiveCost.of(c, target) for c in collectives)
+    costs = tuple(CollectiveCost.of(c, target, sources) for c, sources in collectives)
     known = flops is not None
     source = source or ("cost_analysis" if oom is None else ("hlo_matmuls" if known else None))
     return TargetCompile(
@@ -264,7 +266,9 @@ def _result(
         loop_work=loop_work,
         padding=_padding(hlo.entry_parameters(text)) if text else None,
         collectives=costs,
-        estimate=step_model.with_prediction(roofline.estimate(flops, bytes_accessed, collectives, target.chip), text, target.chip, costs)
+        estimate=step_model.with_prediction(
+            roofline.estimate(flops, bytes_accessed, [c for c, _ in collectives], target.chip), text, target.chip, costs
+        )
         if known
         else None,
         cross_check=cross_check,
@@ -280,24 +284,27 @@ def _padding(parameters) -> Padding:
     )
 
 
-def _collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None) -> list:
-    """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned, hosts spanned).
+def aggregate_collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None, text: str = "") -> list:
+    """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned, hosts spanned),
+    each with the lines of the user's code its instructions come from (``sources.line_sources`` of ``text``).
 
     ``hosts``, for a GPU cluster, holds each mesh position's host: a group's collective crosses
     the network when its members sit on more than one.
     """
     from explorer.roofline import Collective
+    from explorer.sources import line_sources
 
-    totals: dict[tuple, list[int]] = {}
+    totals: dict[tuple, list] = {}
     for op in ops:
         spanned, torus, across = _spanned(op.groups, mesh_shape, mesh_axes, coords, hosts)
         key = (op.op, spanned, op.group_size, torus, across)
-        entry = totals.setdefault(key, [0, 0])
+        entry = totals.setdefault(key, [0, 0, []])
         entry[0] += op.runs
         entry[1] += op.runs * op.bytes
+        entry[2].append(op)
     return [
-        Collective(op, count, size, axes, group, torus, across)
-        for (op, axes, group, torus, across), (count, size) in sorted(totals.items())
+        (Collective(op, count, size, axes, group, torus, across), line_sources(text, members) if text else ())
+        for (op, axes, group, torus, across), (count, size, members) in sorted(totals.items(), key=lambda item: item[0])
     ]
 
 

@@ -5,8 +5,10 @@ Under ``jax.set_mesh`` of an Explicit ``jax.make_mesh``:
   carries it, keyed by the path ``nnx.to_flat_state`` gives ("embedder/embedding", "opt_state/0/mu/...");
 - ``materialised_specs``: the model built for real under the mesh (Flax's eager sharding), each array's sharding;
 - ``forward_rows``: the forward pass's jaxpr, every equation that sets a sharding (``reshard``,
-  ``sharding_constraint``, an op given an ``out_sharding``) on an Explicit mesh from the model's own code, in
-  program order, with its output's shape and spec, and how many times it runs (scan lengths);
+  ``sharding_constraint``, an op given an ``out_sharding``) on an Explicit mesh from the model's own code, and
+  every ``reshard`` out of an Explicit type onto an Auto copy of the mesh (a library call's ``auto_axes`` region:
+  the embedding lookup's ``.at[tokens].get(out_sharding=)``), in program order, with its output's shape and spec,
+  and how many times it runs (scan lengths);
 - ``forward_output_spec``: the jitted forward pass run on real arrays, its output's sharding.
 
 A Flax Linen model (a module written for Explicit axes, such as the built-in transformer) the same way, by the Flax
@@ -116,9 +118,11 @@ def _setting_rows(program) -> list[tuple[tuple, tuple, int]]:
                 for name in ("out_sharding", "dst_sharding", "sharding")
                 if not (name == "sharding" and eqn.primitive.name == "convert_element_type")
             )
+            # a reshard out of an Explicit type onto an Auto copy of the mesh (a library call's auto_axes region) too
+            leaves_explicit = eqn.primitive.name == "reshard" and _on_explicit_mesh(eqn.invars[0].aval)
             if sets and _from_model_code(eqn):
                 for var in eqn.outvars:
-                    if _on_explicit_mesh(var.aval):
+                    if _on_explicit_mesh(var.aval) or leaves_explicit:
                         rows.append((tuple(var.aval.shape), normal(var.aval.sharding.spec, len(var.aval.shape)), runs))
             times = int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1
             for value in eqn.params.values():

@@ -48,6 +48,23 @@ def guide_loss(y, *_):
     return y.sum()
 
 
+def guide_functions(module: nn.Module, inputs: Sequence[Any], loss: Callable) -> tuple[Callable, Callable]:
+    """The Flax guide's ``init_fn(key, *model_inputs)`` (``TrainState`` with Adam 1e-3) and ``train_step(state, *inputs)``
+    (``apply_gradients`` on ``jax.grad`` of ``loss(output, *inputs)``)."""
+
+    def init_fn(key, *xs):
+        variables = module.init(key, *xs)
+        return train_state.TrainState.create(apply_fn=module.apply, params=variables["params"], tx=optax.adam(1e-3))
+
+    def train_step(state, *xs):
+        def loss_fn(params):
+            return loss(module.apply({"params": params}, *[x for x, i in zip(xs, inputs) if getattr(i, "model_arg", True)]), *xs)
+
+        return state.apply_gradients(grads=jax.grad(loss_fn)(state.params))
+
+    return init_fn, train_step
+
+
 def compile_step(
     module: nn.Module,
     inputs: Sequence[Any],
@@ -66,16 +83,7 @@ def compile_step(
     abstract_inputs = tuple(jax.ShapeDtypeStruct(tuple(i.shape), jnp.dtype(i.dtype)) for i in inputs)
     model_inputs = [x for x, i in zip(abstract_inputs, inputs) if getattr(i, "model_arg", True)]
 
-    def init_fn(key, *xs):
-        variables = module.init(key, *xs)
-        return train_state.TrainState.create(apply_fn=module.apply, params=variables["params"], tx=optax.adam(1e-3))
-
-    def train_step(state, *xs):
-        def loss_fn(params):
-            return loss(module.apply({"params": params}, *[x for x, i in zip(xs, inputs) if getattr(i, "model_arg", True)]), *xs)
-
-        return state.apply_gradients(grads=jax.grad(loss_fn)(state.params))
-
+    init_fn, train_step = guide_functions(module, inputs, loss)
     key = jax.random.key(0)  # on this process' CPU: the mesh's GPUs run nothing
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         abstract_state = jax.eval_shape(functools.partial(init_fn, key), *model_inputs)

@@ -23,6 +23,7 @@ from explorer.target_compile import Stopped, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
 from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
 from ui import state
+from ui.communication_view import top_lines
 from ui.turnstile import TURNSTILE
 
 CHOICE = state.TARGET_CHOICE
@@ -402,6 +403,8 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
                 for c in result.collectives:
                     per_axis[" × ".join(c.mesh_axes) or "—"] = per_axis.get(" × ".join(c.mesh_axes) or "—", 0) + c.bytes
                 st.caption("Collectives per mesh axis: " + (", ".join(f"{a} {human_bytes(b)}" for a, b in per_axis.items()) or "none"))
+                with st.container(key=f"compare_lines_{labels.index(label)}"):
+                    st.caption("  \n".join(["Top lines by communication:"] + [markdown_literal(t) for t in top_lines(result.traced())]))
                 with st.container(key=f"compare_verdict_{labels.index(label)}"):
                     st.caption(markdown_literal(verdict(result)))
                 st.caption(markdown_literal(placement_text(result)))

@@ -5,7 +5,7 @@ Pick a mesh, rules and a model in the sidebar; see how every array is sharded.
 
 import streamlit as st
 
-from ui import report_view, target_view
+from ui import communication_view, report_view, target_view
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS, edited_since_loaded
 
@@ -20,4 +20,8 @@ elif timed is not None and "peak_bytes" in timed.memory:
     peak = (f"this process's {timed.devices} {timed.platform} devices (Timing page)", timed.memory["peak_bytes"])
 else:
     peak = None
+if result:  # which lines of the model move data: the target's program, else the Timing page's
+    communication_view.render(result.traced(), key="target", origin=f"{result.target.name} compile")
+elif timed is not None:
+    communication_view.render(timed.sources, key="timed", origin="the Timing page's run")
 report_view.render(current.report, compiled_peak=peak, edited=edited_since_loaded(current.layout))

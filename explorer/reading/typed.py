@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
+from explorer import auto_regions
 from explorer.errors import ExplorerError
 from explorer.reading import collector, trace
 from explorer.train_step import make_optimizer
@@ -297,6 +298,8 @@ def _source(source_info) -> tuple[str, str] | None:
 
 def _sets_sharding(eqn) -> bool:
     """The equation sets a sharding: ``reshard``, ``sharding_constraint``, or an op given an ``out_sharding``."""
+    if auto_regions.crossing(eqn) == auto_regions.ENTER:  # a library call's implicit reshard into auto_axes
+        return True
     if not any(_explicit(v.aval) for v in eqn.outvars if hasattr(v, "aval")):
         return False  # inside auto_axes (an embedding lookup): onto an Auto copy of the mesh, where XLA decides
     if eqn.primitive.name in ("reshard", "sharding_constraint"):
@@ -329,6 +332,8 @@ def _axes(entries) -> list[str]:
 
 def _communication(eqn, var) -> str:
     """The communication an equation implies, from its operands' and output's types; "" for none."""
+    if auto_regions.crossing(eqn):  # into or out of auto_axes (explorer/auto_regions.py)
+        return auto_regions.communication(eqn, var)
     name = eqn.primitive.name
     if name == "reshard" and var is eqn.outvars[0]:
         source, target = eqn.invars[0].aval, var.aval
@@ -370,6 +375,7 @@ def _activation_rows(rows: tuple[TypedValue, ...]) -> tuple[AbstractArray, ...]:
         how = f"{row.op} at {row.source} ({row.function}): the spec of its output's type"
         if row.unreduced:
             how += f"; unreduced over {', '.join(row.unreduced)}"
+        how += f"; communication: {row.communication}" if row.communication else ""
         runs = f"; runs {row.runs}x per step (loop body)" if row.runs > 1 else ""
         arrays.append(
             AbstractArray(

@@ -487,3 +487,18 @@ def start_advisor(page: Page, compiles: int) -> Locator:
     wait_for_rerun(page)
     page.locator(f"{key_selector('advisor_run')} button").click()
     return page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))
+
+
+def dataframe_rows(frame: Locator) -> list[list[str]]:
+    """The cells of a dataframe (``[data-testid='stDataFrame']``), row by row, from glide's accessible table (the
+    first column is the row marker where rows can be selected)."""
+    return frame.evaluate(
+        """(frame) => {
+            const rows = {};
+            for (const cell of frame.querySelectorAll('td[data-testid^="glide-cell-"]')) {
+                const [col, row] = cell.dataset.testid.split('-').slice(2).map(Number);
+                (rows[row] = rows[row] || [])[col] = cell.textContent;
+            }
+            return Object.keys(rows).sort((a, b) => a - b).map((row) => rows[row]);
+        }"""
+    )

@@ -9,7 +9,10 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from explorer.models import mlp
+
 from tests.browser import (
+    dataframe_rows,
     MAIN,
     assert_no_exception,
     checked_server,
@@ -60,6 +63,58 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(blank_page, targ
     verdict.scroll_into_view_if_needed()
     screenshot(page, "target-1024x768")
     assert_no_exception(page)
+
+
+def communication_rows(page) -> list[list[str]]:
+    """The Communication view's cells, row by row."""
+    frame = page.locator(f"{key_selector('communication_target')} [data-testid='stDataFrame']")
+    expect(frame).to_be_visible()
+    return dataframe_rows(frame)
+
+
+def test_after_a_compile_the_communication_view_names_the_guides_lines(blank_page, target_app_url):
+    """The seed layout compiled for v5litepod-8 (from the module's cache when the test above ran): the Flax guide's
+    MLP makes every collective at two lines of explorer/models/mlp.py, shown with their code."""
+    page = blank_page
+    page.set_viewport_size({"width": 1440, "height": 900})
+    open_app(page, target_app_url)
+    choose(page, "target_choice", "v5litepod-8")
+    button = page.locator(f"{key_selector('target_compile_button')} button")
+    verdict = page.locator(key_selector("target_verdict"))
+    expect(button.or_(verdict).first).to_be_visible(timeout=COMPILE_TIMEOUT_MS)
+    if button.count():
+        button.click()
+    expect(verdict).to_be_visible(timeout=COMPILE_TIMEOUT_MS)
+    wait_for_rerun(page)
+    view = page.locator(key_selector("communication_target"))
+    view.scroll_into_view_if_needed()
+    rows = communication_rows(page)
+    lines = {row[1] for row in rows if len(row) > 6}
+    assert {f"mlp.py:{DENSE}", f"mlp.py:{DOT}"} == lines
+    codes = {row[6] for row in rows if len(row) > 6}  # line, bytes, time, count, collectives, code
+    assert any(c.startswith("y = nn.Dense(") for c in codes) and "z = jnp.dot(y, W2)" in codes
+    expect(page.locator(MAIN)).to_contain_text("Communication by source line")
+    # a row opens the values its collectives move: the first (the Dense line: the gradients' all-reduce over data)
+    frame = page.locator(f"{key_selector('communication_target')} [data-testid='stDataFrame']")
+    frame.click(position={"x": 16, "y": 52})
+    wait_for_rerun(page)
+    values = page.locator(key_selector("communication_values"))
+    expect(values).to_be_visible()
+    expect(page.locator(MAIN)).to_contain_text(f"mlp.py:{DENSE} (LogicalDotReluDot.__call__) moves")
+    screenshot(page, "communication-1440x900")
+    page.set_viewport_size({"width": 1024, "height": 768})
+    page.wait_for_timeout(800)
+    view.scroll_into_view_if_needed()
+    screenshot(page, "communication-1024x768")
+    assert_no_exception(page)
+
+
+def _line_of(code: str) -> int:
+    with open(mlp.__file__) as handle:
+        return next(n for n, text in enumerate(handle, start=1) if code in text)
+
+
+DENSE, DOT = _line_of("y = nn.Dense("), _line_of("z = jnp.dot(y, W2)")
 
 
 def test_stop_ends_a_running_compile(blank_page, target_app_url):

@@ -19,6 +19,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser import (
+    dataframe_rows,
     MAIN,
     RUN_TIMEOUT_MS,
     assert_no_exception,
@@ -61,18 +62,7 @@ def table_under(page: Page, heading: str) -> list[list[str]]:
     """The cells, row by row, of the first dataframe after the subheading ``heading`` (the page stacks its sections)."""
     title = page.get_by_role("heading", name=heading, exact=True)
     expect(title).to_have_count(1)
-    return title.evaluate(
-        """(title) => {
-            const frame = [...document.querySelectorAll('[data-testid="stDataFrame"]')]
-                .find((f) => title.compareDocumentPosition(f) & Node.DOCUMENT_POSITION_FOLLOWING);
-            const rows = {};
-            for (const cell of frame.querySelectorAll('td[data-testid^="glide-cell-"]')) {
-                const [col, row] = cell.dataset.testid.split('-').slice(2).map(Number);
-                (rows[row] = rows[row] || [])[col] = cell.textContent;
-            }
-            return Object.keys(rows).sort((a, b) => a - b).map((row) => rows[row]);
-        }"""
-    )
+    return dataframe_rows(title.locator("xpath=following::div[@data-testid='stDataFrame'][1]"))
 
 
 def test_live_chart_fills_while_timing(page: Page) -> None:

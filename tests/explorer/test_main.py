@@ -282,3 +282,16 @@ def test_analyze_ends_its_process_with_every_byte_of_its_output_and_its_exit_sta
         timeout=300,
     )
     assert refused.returncode == 2 and refused.stderr.startswith("error: layout file:") and refused.stdout == ""
+
+
+def test_analyze_origins_lists_each_values_propagated_sharding_and_its_origin(capsys):
+    """On the guide's MLP (Auto axes): the train step's values after Shardy's propagation, each axis' origin a line."""
+    from explorer.__main__ import main
+
+    assert main(["analyze", str(ROOT / "layouts" / "seed-2x4.json"), "--origins", "LogicalDotReluDot_1", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["origins"]
+    assert found and all("LogicalDotReluDot_1" in json.dumps(v) for v in found)  # its op, or an origin (its parameters)
+    assert any(v["described"].get("data", "").startswith("the constraint at mlp.py:") for v in found)
+    assert main(["analyze", str(ROOT / "layouts" / "seed-2x4.json"), "--origins", "LogicalDotReluDot_1/dot_general"]) == 0
+    text = capsys.readouterr().out
+    assert "after Shardy's propagation" in text and "LogicalDotReluDot_1/dot_general (backward)" in text

@@ -57,7 +57,9 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
     }
     assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling", "predicted_s"}
     assert result["estimate"]["predicted_s"] >= result["estimate"]["step_s"] > 0  # the prediction beside the lower bound, never below
-    assert all(set(c) >= {"op", "count", "bytes", "mesh_axes"} for c in result["collectives"])
+    assert all(set(c) >= {"op", "count", "bytes", "mesh_axes", "sources"} for c in result["collectives"])
+    sources = [s for c in result["collectives"] for s in c["sources"]]
+    assert sources and all(set(s) >= {"file", "line", "function", "module", "count", "bytes"} for s in sources)
 
 
 def test_the_command_line_refuses_a_bad_target_with_the_valid_names():

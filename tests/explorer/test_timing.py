@@ -11,6 +11,7 @@ from explorer import compiled as compiled_lib
 from explorer.analysis import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
+from explorer.models import mlp
 from explorer.compiled import compile_step
 from explorer import timing as timing_lib
 from explorer.timing import time_layout
@@ -65,6 +66,10 @@ def test_analysis_bytes_agree_with_xla_arguments(seed_dict):
 def test_tensor_parallel_rules_produce_all_reduces(seed_dict):
     result = time_layout(layout(seed_dict), steps=1, warmup=0)
     assert result.collectives["all-reduce"]["count"] >= 2
+    # each all-reduce traced to the guide's model code, and the sources survive the worker's JSON
+    assert sum(t.count for t in result.sources) == result.collectives["all-reduce"]["count"]
+    assert {s.file for t in result.sources for s in t.sources} == {mlp.__file__}
+    assert timing_lib.TimingResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
     # the forward pass reduces each layer's (batch/2, depth) partial product over 'model'
     hlo = compile_step(layout(seed_dict))[0].step.as_text()
     assert "f32[4,256]{1,0} all-reduce(" in hlo
@@ -157,6 +162,7 @@ def test_time_command_prints_the_documented_json():
     assert set(data["memory"]) >= {"argument_bytes", "output_bytes", "temp_bytes", "alias_bytes"}
     assert data["devices"] == 8 and data["platform"] == "cpu"
     assert data["collectives"]["all-reduce"]["count"] > 0
+    assert {s["file"] for t in data["sources"] for s in t["sources"]} == {str(ROOT / "explorer" / "models" / "mlp.py")}
 
 
 def test_time_command_refuses_a_planned_mesh_with_exit_2(tmp_path):

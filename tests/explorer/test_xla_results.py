@@ -14,7 +14,9 @@ import pytest
 from explorer.analysis import analyze
 from explorer.hlo import ParameterLayout
 from explorer.layout import SEED_LAYOUT, parse_layout
+from explorer.models import mlp
 from explorer.target_compile import compile_target
+from explorer.text import compile_text
 from tests.explorer import COMPILE_TARGET as TARGET
 from tests.explorer import mlp_layout
 
@@ -70,6 +72,14 @@ def test_collectives_name_the_mesh_axes_they_span(seed_result):
         assert c.group_size == {"data": 2, "model": 4}[c.mesh_axes[0]]
 
 
+def test_every_collective_is_traced_to_the_guides_model_code_counts_and_bytes_adding_up(seed_result):
+    _, result = seed_result
+    for c in result.collectives:
+        assert c.sources and {s.file for s in c.sources} == {mlp.__file__}
+        assert sum(s.count for s in c.sources) == c.count and sum(s.bytes for s in c.sources) == c.bytes
+    assert "top lines by communication" in compile_text(result)
+
+
 def test_under_pure_data_parallelism_the_all_reduce_bytes_are_the_parameter_bytes(seed_dict):
     layout = mlp_layout(seed_dict, mesh=(8,), axes=("data",), rules=[["batch", "data"]], batch=64, layers=4, depth=512)
     result, _ = compile_target(layout, TARGET)
@@ -104,6 +114,7 @@ def test_a_layout_far_too_large_for_the_chip_reports_that_it_does_not_fit(seed_d
     state = analyze(layout).totals
     assert result.memory.argument_bytes >= state.param_bytes + state.opt_state_bytes + state.input_bytes
     assert [c.mesh_axes for c in result.collectives if c.op == "all-reduce"] == [("data",)]
+    assert {s.file for c in result.collectives for s in c.sources} == {mlp.__file__}  # the dump keeps the stack frames
     assert result.flops_source == "hlo_matmuls" and result.flops > 0 and result.estimate.step_s > 0
 
 

@@ -177,6 +177,9 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
         predicted.append(result.estimate.predicted_s)
     assert any(c.value.startswith("Predicted step: the step model's prediction") for c in at.caption)
     assert len([c for c in at.get("plotly_chart")]) >= 2  # memory per device, and the layouts' rooflines on one chart
+    # each layout's top lines by communication side by side: the guide's MLP communicates at its two matmul lines
+    tops = [c.value for c in at.caption if c.value.startswith("Top lines by communication:")]
+    assert len(tops) == 2 and all("y = nn.Dense(" in top for top in tops)  # the line's code, read from mlp.py
     # The race shows the ratio the prediction expects on the target beside the one it measures here.
     at.number_input(key="race_rounds").set_value(1).run()
     at.number_input(key="race_steps").set_value(1).run()
