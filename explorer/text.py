@@ -110,6 +110,30 @@ def human_flops(count: float) -> str:
     return f"{value:,.{decimals}f} {unit}"
 
 
+def short_path(path: str, limit: int = 40) -> str:
+    """``path`` in at most ``limit`` characters, its leaf whole: long middle parts elided inside (their numbered
+    ends kept, which tell layers apart), then whole middle parts from the left; the first part stays.
+
+    >>> short_path("opt_state/0/mu/LogicalDotReluDot_0/Dense_0/kernel")
+    'opt_state/0/mu/Logi…Dot_0/Dense_0/kernel'
+    >>> short_path("params/Dense_0/kernel"), short_path("a/b/c/d/e/f/g/h/i/j/kernel", 16), short_path("a/" + "x" * 20, 12)
+    ('params/Dense_0/kernel', 'a/…/h/i/j/kernel', '…xxxxxxxxxxx')
+    """
+    if len(path) <= limit:
+        return path
+    parts = path.split("/")
+    middle = range(1, len(parts) - 1)
+    for index in sorted(middle, key=lambda i: -len(parts[i])):  # the longest first
+        if len("/".join(parts)) <= limit:
+            return "/".join(parts)
+        if len(parts[index]) > 10:
+            parts[index] = f"{parts[index][:4]}…{parts[index][-5:]}"
+    while len(parts) > 2 and len("/".join(parts)) > limit:  # drop middle parts, nearest the first, behind one "…"
+        parts = [parts[0], "…", *parts[2:]] if parts[1] != "…" else [parts[0], "…", *parts[3:]] if len(parts) > 3 else parts[:1] + parts[2:]
+    text = "/".join(parts)
+    return text if len(text) <= limit else "…" + parts[-1][-(limit - 1) :]
+
+
 def share(fraction: float) -> str:
     """A fraction as a percentage that a small share does not round to 0%.
 

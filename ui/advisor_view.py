@@ -12,13 +12,14 @@ from explorer.layout import Layout
 from explorer.share import layout_to_query
 from explorer.targets import Target
 from explorer.text import markdown_literal
-from ui import race_view, state
+from ui import race_view, state, tables
 from ui.turnstile import TURNSTILE
 
 RACE = "advisor_race_result"  # the race of the top three, as ui.race_view keeps a race
 SEARCH = "advisor_search"  # the last search (an advisor.Search), kept while it runs so Stop keeps what was compiled
 RUNNING = "advisor_running"  # set while a search runs; still set on the next run = it was stopped
 ROLE_PREFIX = "advisor_role::"
+ADVISOR_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device")  # in view; the others one click away
 
 
 def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
@@ -142,15 +143,30 @@ def show(search: advisor.Search) -> None:
     for failure in search.failures:
         st.error(markdown_literal(f"Compile failed: {failure}"))
     with st.container(key="advisor_table"):
-        st.dataframe(pd.DataFrame(advisor.table_rows(search)), hide_index=True, width="stretch")
+        # The ranking's decision in view at 1024 px; the mesh, rules, bound, MFU and the rest in Show/hide columns.
+        tables.fitted(
+            pd.DataFrame(advisor.table_rows(search)),
+            ADVISOR_COLUMNS,
+            {
+                "rank": st.column_config.NumberColumn("rank", width=45),
+                "layout": st.column_config.TextColumn("layout", width=165),
+                "fits": st.column_config.TextColumn("fits", width=115),
+                "step ≥": st.column_config.TextColumn("step ≥", width=150),
+                "XLA peak / device": st.column_config.TextColumn("XLA peak", width=130),
+            },
+        )
+    st.caption("The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu.")
     st.plotly_chart(figure(search), key="advisor_chart")
     names = [c.layout.name for c in ranked]
     pick = st.selectbox("Candidate", names, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
     chosen = ranked[names.index(pick)]
-    left, middle, _ = st.columns([1, 1, 2])
-    if left.button("Open on the Layout page", key="advisor_open", on_click=_open, args=(chosen.layout, search.target.name), type="primary"):
+    # A wrapping row of content-sized buttons: whole labels at any width (quarter columns cut them to "Open on …").
+    buttons = st.container(horizontal=True)
+    if buttons.button(
+        "Open on the Layout page", key="advisor_open", on_click=_open, args=(chosen.layout, search.target.name), type="primary"
+    ):
         st.switch_page("views/0_Layout.py")
-    middle.button(
+    buttons.button(
         "Add to Compare",
         key="advisor_compare",
         on_click=_add_to_compare,

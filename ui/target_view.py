@@ -20,7 +20,7 @@ from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
 from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
-from ui import state
+from ui import state, tables
 from ui.turnstile import TURNSTILE
 
 CHOICE = state.TARGET_CHOICE
@@ -28,6 +28,18 @@ OTHER = state.TARGET_OTHER
 HERE = state.TARGET_HERE
 TYPE_OWN = state.TARGET_TYPE_OWN
 STOPPED = "target_stopped"
+COLLECTIVE_WIDTHS = {
+    "op": st.column_config.TextColumn("op", width=120),
+    "mesh axes": st.column_config.TextColumn("mesh axes", width=110),
+    "count": st.column_config.NumberColumn("count", width=60),
+    "bytes": st.column_config.TextColumn("bytes", width=90),
+    "group": st.column_config.NumberColumn("group", width=60),
+    "rides": st.column_config.TextColumn("rides", width=75),
+    "time ≥": st.column_config.TextColumn("time ≥", width=95),
+}
+# The Compare page's decision on a target (does each fit, how fast at best) in view; headroom and the collectives' time
+# in the table's Show/hide columns menu.
+SUMMARY_COLUMNS = ("layout", "fits", "XLA peak / device", "step ≥ (lower bound)", "bound")
 
 
 def choose() -> Target | None:
@@ -265,24 +277,22 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
         )
     st.markdown(f"**Collectives per mesh axis** (per {per} per step)")
     if result.collectives:
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "op": c.op,
-                        "mesh axes": " × ".join(c.mesh_axes) or "—",
-                        "count": c.count,
-                        "bytes": human_bytes(c.bytes),
-                        "group": c.group_size,
-                    }
-                    | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
-                    | {"time ≥": f"{c.seconds * 1e3:.3g} ms"}
-                    for c in result.collectives
-                ]
-            ),
-            hide_index=True,
-            width="stretch",
+        frame = pd.DataFrame(
+            [
+                {
+                    "op": c.op,
+                    "mesh axes": " × ".join(c.mesh_axes) or "—",
+                    "count": c.count,
+                    "bytes": human_bytes(c.bytes),
+                    "group": c.group_size,
+                }
+                | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
+                | {"time ≥": f"{c.seconds * 1e3:.3g} ms"}
+                for c in result.collectives
+            ]
         )
+        with st.container(key="target_collectives"):  # every column in view at 1024 px, "time ≥" included
+            tables.fitted(frame, list(frame.columns), COLLECTIVE_WIDTHS)
     else:
         st.caption(f"None: every {per} computes on its own data.")
 
@@ -370,8 +380,17 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
             TURNSTILE.leave()
         status.update(label="Compiled", state="complete", expanded=False)
     with st.container(key="compare_targets_table"):
-        st.dataframe(
-            pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]), hide_index=True, width="stretch", key="compare_targets"
+        tables.fitted(
+            pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]),
+            SUMMARY_COLUMNS,
+            {
+                "layout": st.column_config.TextColumn("layout", width=170),
+                "fits": st.column_config.TextColumn("fits", width=90),
+                "XLA peak / device": st.column_config.TextColumn("XLA peak", width=110),
+                "step ≥ (lower bound)": st.column_config.TextColumn("step ≥", width=120),
+                "bound": st.column_config.TextColumn("bound", width=90),
+            },
+            key="compare_targets",
         )
     shown = [(l, r) for l, r in zip(labels, results) if r is not None]
     if shown:

@@ -23,6 +23,8 @@ from tests.browser import (
     grid_label_centres,
     grid_labels,
     expect_rule_rows,
+    expect_tables_fit,
+    key_selector,
     screenshot,
     selected_summary,
     set_text,
@@ -166,4 +168,23 @@ def test_rule_edits_survive_renaming_a_mesh_axis(page: Page) -> None:
     expect_rule_rows(page, [["0", "embed", "data"], ["1", "hidden", "tensor"]])
     expect(sidebar_errors(page)).to_have_count(0)
     expect(selected_summary(page)).to_contain_text("spec P('data', 'tensor')")
+    assert_no_exception(page)
+
+
+def test_the_tables_fit_a_laptop_screen(page: Page) -> None:
+    """At 1024x768 beside the sidebar the arrays table (array, spec, shard, bytes), the rule trace and the Kinds
+    filter show whole: no sideways scroll (the arrays table drew 948 px of columns in 422 px), no cut chip; the other
+    columns are one click away in the table's Show/hide columns menu. Screenshots at both common sizes."""
+    for width, height in ((1024, 768), (1440, 900)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(500)
+        assert page.locator("[data-testid='stSidebar']").bounding_box()["width"] <= 0.32 * width  # 43% at 1024 before
+        expect_tables_fit(page, key_selector("arrays_table"))
+        expect_tables_fit(page, key_selector("trace_table"))
+        expect(page.locator(f"{key_selector('array_kinds')} button")).to_have_text(["param", "opt_state", "input", "activation"])
+        page.locator(key_selector("arrays_table")).scroll_into_view_if_needed()
+        screenshot(page, f"layout-tables-{width}x{height}")
+    expect(
+        page.locator(f"{key_selector('arrays_table')} [aria-label='Show/hide columns'], {key_selector('arrays_table')} button").first
+    ).to_be_attached()
     assert_no_exception(page)

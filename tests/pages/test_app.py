@@ -368,9 +368,16 @@ def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismiss
     assert not at.exception and not [c for c in at.sidebar.code if "bogus" in c.value]
 
 
-def test_the_arrays_table_shows_every_column_with_what_the_layout_decides_first(app):
-    """At 1024 px beside the sidebar only the first columns are in view: spec, shard and bytes come right after the path."""
+def test_the_arrays_table_shows_what_the_layout_decides_and_keeps_every_other_column_one_click_away(app):
+    """At 1024 px beside the sidebar: the path shortened to its leaf, spec, shard and bytes in view; every other
+    column hidden, offered in the table's Show/hide columns menu (none left out)."""
+    import json
+
     table = next(d for d in app.dataframe if "path" in d.value.columns)
     order = list(table.proto.column_order)
-    assert order[:4] == ["path", "spec", "shard shape", "bytes/device"]
+    config = json.loads(table.proto.columns)
+    hidden = sorted(c for c, entry in config.items() if entry.get("hidden") and c in order)  # not the index
+    assert order[:4] == ["array", "spec", "shard shape", "bytes/device"]
     assert sorted(order) == sorted(table.value.columns)  # no column left out
+    assert hidden == sorted(set(order) - {"array", "spec", "shard shape", "bytes/device"})
+    assert "params/Logi…Dot_0/Dense_0/kernel" in set(table.value["array"])  # the leaf and the layer's number kept

@@ -43,8 +43,10 @@ def test_two_layouts_differing_in_one_rule_show_exactly_the_changed_arrays(shelf
     expected |= {f"activations/{layer}/0" for layer in layers}  # the ('batch', 'hidden') constraints
     assert shown == expected
     row = differences.set_index("path").loc["params/LogicalDotReluDot_0/W2"]
-    assert row["library: tensor parallel"] == "P('model', None) → (256, 1024)"
-    assert row["library: data only"] == "P(None, None) → (1024, 1024)"
+    assert (row["library: tensor parallel"], row["library: tensor parallel · shard"]) == ("P('model', None)", "(256, 1024)")
+    assert (row["library: data only"], row["library: data only · shard"]) == ("P(None, None)", "(1024, 1024)")
+    long = differences.set_index("path").loc["opt_state/0/mu/LogicalDotReluDot_0/Dense_0/kernel"]
+    assert long["array"] == "opt_state/0/mu/Logi…Dot_0/Dense_0/kernel"  # the leaf and the layer's number in view
 
 
 def test_identical_layouts_show_no_differences(shelf):
@@ -122,7 +124,7 @@ def test_a_race_result_is_only_shown_for_the_layouts_it_raced(shelf):
     at.button(key="race_button").click().run()
     assert not at.exception and not at.error
     assert any("ratio to library: tensor parallel" in d.value.columns for d in at.dataframe)
-    timings = next(d.value for d in at.dataframe if "median step" in d.value.columns)  # issue 18 item 6: not "not timed"
+    timings = next(t.value for t in at.table if "median step" in t.value.columns)  # issue 18 item 6: not "not timed"
     assert all(value.endswith("ms, race") for value in timings["median step"]), timings
     at.multiselect(key="compare_sources").set_value(["data only", "tensor parallel"]).run()  # the other way round
     assert not any("ratio to" in str(list(d.value.columns)) for d in at.dataframe)
@@ -199,6 +201,8 @@ def test_layouts_with_explicit_axes_compare_by_their_types(tmp_path, monkeypatch
     assert not at.exception and not at.error
     differences = next(d.value for d in at.dataframe if "path" in d.value.columns).set_index("path")
     embedding = differences.loc["embedder/embedding"]
-    assert embedding["library: gemma 2x4"] == f"P('model', 'data') → {analyze(wide).array('embedder/embedding').shard_shape}"
-    assert embedding["library: gemma 4x2"] == f"P('data', 'model') → {analyze(tall).array('embedder/embedding').shard_shape}"
+    assert embedding["library: gemma 2x4"] == "P('model', 'data')"
+    assert embedding["library: gemma 2x4 · shard"] == str(analyze(wide).array("embedder/embedding").shard_shape)
+    assert embedding["library: gemma 4x2"] == "P('data', 'model')"
+    assert embedding["library: gemma 4x2 · shard"] == str(analyze(tall).array("embedder/embedding").shard_shape)
     assert any(path.startswith("activations/") for path in differences.index)  # rows read from the types
