@@ -89,12 +89,12 @@ def show_differences(labels: list[str], reports: list[Report]) -> None:
         rows.append(row)
     # The point of the page in view at 1024 px: each array (its leaf) and its spec in every layout, side by side;
     # the whole path, the kind and the shard shapes in the table's Show/hide columns menu.
-    spec_width = max(110, (600 - 230) // len(labels))
+    spec_width = max(110, (600 - 270) // len(labels))
     with st.container(key="spec_diff"):
         tables.fitted(
             pd.DataFrame(rows),
             ["array", *labels],
-            {"array": st.column_config.TextColumn("array", width=230)}
+            {"array": st.column_config.TextColumn("array", width=270)}
             | {label: st.column_config.TextColumn(label, width=spec_width) for label in labels},
         )
     st.caption(
