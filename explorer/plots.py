@@ -23,7 +23,7 @@ from explorer import caches
 from explorer.analysis import KIND_LABELS, Totals
 from explorer.compile_result import Memory
 from explorer.roofline import Estimate
-from explorer.text import human_bytes
+from explorer.text import human_bytes, share
 from explorer.tiles import GridView, MeshInfo, Tile, devices_label
 
 GOLDEN = 0.6180339887498949
@@ -550,6 +550,9 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
+MEMORY_LINE_REACH = 20  # a memory line is drawn on the axis when within 20 times the largest bar
+
+
 def target_memory_figure(memory: Memory, hbm_bytes: int, per: str = "chip", usable: tuple[int, str] | None = None) -> go.Figure:
     """XLA's per-device figures (``memory_analysis()``) as they are, one bar each, against the device's HBM.
 
@@ -571,7 +574,15 @@ def target_memory_figure(memory: Memory, hbm_bytes: int, per: str = "chip", usab
         )
         if getattr(memory, key) is not None  # None: a figure XLA did not give (a program it refused as too large)
     ]
-    divisor, unit = byte_unit(max([hbm_bytes] + [value for _, value, _ in parts]))
+    largest = max([value for _, value, _ in parts] or [1])
+    # In the unit of the data: a memory line far beyond the bars (a GPU's 79.1 GiB beside MiB-sized figures) would
+    # squeeze them to nothing, so such a line is said in the title instead of drawn.
+    lines = [(hbm_bytes, f"HBM {human_bytes(hbm_bytes)}", "#222", "dash")]
+    if usable is not None:
+        lines.append((usable[0], usable[1], "#E45756", "dot"))
+    drawn = [line for line in lines if line[0] <= MEMORY_LINE_REACH * largest]
+    off_scale = [line for line in lines if line not in drawn]
+    divisor, unit = byte_unit(max([largest] + [line[0] for line in drawn]))
     figure = go.Figure()
     figure.add_bar(
         y=[name for name, _, _ in parts],
@@ -585,24 +596,27 @@ def target_memory_figure(memory: Memory, hbm_bytes: int, per: str = "chip", usab
         showlegend=False,
     )
     # With a second line the two labels stand one above the other: side by side they ran together at 1024 px.
-    lift = 0 if usable is None else 16
-    figure.add_vline(
-        x=hbm_bytes / divisor,
-        line_color="#222",
-        line_dash="dash",
-        annotation_text=f"HBM {human_bytes(hbm_bytes)}",
-        annotation_position="top left",
-        annotation_yshift=lift,
-    )
-    if usable is not None:
+    lift = 16 if len(drawn) > 1 else 0
+    for index, (value, label, color, dash) in enumerate(drawn):
         figure.add_vline(
-            x=usable[0] / divisor,
-            line_color="#E45756",
-            line_dash="dot",
-            annotation_text=usable[1],
+            x=value / divisor,
+            line_color=color,
+            line_dash=dash,
+            annotation_text=label,
             annotation_position="top left",
-            annotation_font_color="#E45756",
+            annotation_yshift=lift if index == 0 and len(drawn) > 1 else 0,
+            annotation_font_color=color,
         )
+    if off_scale:
+        figure.update_layout(
+            title=dict(
+                text="Off the scale: "
+                + "; ".join(label for _, label, _, _ in off_scale)
+                + f": the largest bar is {share(largest / off_scale[0][0])} of it",
+                font=dict(size=12),
+            )
+        )
+        lift = max(lift, 16)
     figure.update_layout(
         height=260 + lift,
         margin=dict(l=10, r=70, t=30 + lift, b=40),

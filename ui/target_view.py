@@ -17,7 +17,7 @@ from explorer.analysis import Report, analyze, indivisible_error
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.target_compile import Stopped, cached, compile_target
+from explorer.target_compile import Stopped, cached, compile_target, memory_limit
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
 from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
 from ui import state, tables
@@ -136,19 +136,21 @@ def refused(report: Report) -> ExplorerError | None:
 
 
 def _state_verdict(report: Report, target: Target) -> None:
-    """What is certain before compiling: the exact state per chip against the chip's HBM."""
-    state_bytes, hbm, per = report.totals.state_bytes, target.chip.hbm_bytes, device_word(target)
+    """What is certain before compiling: the exact state per device against the memory the compile's verdict uses (a chip's
+    HBM; on a GPU, JAX's share of it, the whole memory said beside it)."""
+    limit = memory_limit(target)
+    state_bytes, room, per = report.totals.state_bytes, memory_room(target, limit), device_word(target)
     with st.container(key="target_state_verdict"):
-        if state_bytes > hbm:
+        if state_bytes > limit.bytes:
             st.error(
                 f"Does not fit: the state alone (parameters, optimizer state, inputs) is {human_bytes(state_bytes)} per {per}, "
-                f"{human_bytes(state_bytes - hbm)} more than the {human_bytes(hbm)} HBM. This is exact, before any compile."
+                f"{human_bytes(state_bytes - limit.bytes)} more than {room}. This is exact, before any compile."
             )
         else:
             st.info(
-                f"The state alone (parameters, optimizer state, inputs; exact) takes {human_bytes(state_bytes)} of the "
-                f"{human_bytes(hbm)} HBM per {per} ({share(state_bytes / hbm)}). XLA's peak adds gradients, the optimizer's "
-                "update and activations: compile for it."
+                f"The state alone (parameters, optimizer state, inputs; exact) takes {human_bytes(state_bytes)} of {room} "
+                f"({share(state_bytes / limit.bytes)}). XLA's peak adds gradients, the optimizer's update and activations: "
+                "compile for it."
             )
 
 

@@ -185,6 +185,16 @@ def test_on_a_gpu_the_memory_figure_draws_the_share_the_verdict_uses_beside_the_
     assert figure.layout.xaxis.title.text == "GiB per GPU"
 
 
+def test_a_small_program_is_drawn_in_its_own_unit_with_the_far_memory_lines_said_in_the_title():
+    """Issue 38: MiB-sized bars on a GiB axis (to reach a GPU's 79.1 GiB line) were invisible."""
+    memory = Memory(argument_bytes=24 * 2**20, output_bytes=24 * 2**20, alias_bytes=24 * 2**20, temp_bytes=2**20, peak_bytes=49 * 2**20)
+    figure = plots.target_memory_figure(memory, int(79.1 * 2**30), "GPU", (int(59.3 * 2**30), "JAX's 75%: 59.3 GiB"))
+    assert figure.layout.xaxis.title.text == "MiB per GPU"
+    assert dict(zip(figure.data[0].y, figure.data[0].x))["peak"] == pytest.approx(49)
+    assert not figure.layout.shapes  # neither line squeezes the bars
+    assert figure.layout.title.text == "Off the scale: HBM 79.1 GiB; JAX's 75%: 59.3 GiB: the largest bar is 0.06% of it"
+
+
 def test_compared_rooflines_share_one_axis_one_bar_per_layout_and_term_the_bound_outlined():
     """Compare drew one roofline per layout in columns, each on its own scale, cut at 1024 px: now one grouped chart."""
     from explorer.roofline import Estimate

@@ -303,6 +303,14 @@ def test_compile_for_a_target_is_refused_on_a_layout_jax_refuses(app):
     assert re.search(r"HBM per chip \(0\.\d+%\)", state[0]), state[0]  # a small share is not rounded to 0%
 
 
+def test_on_a_gpu_the_state_is_set_against_the_memory_the_verdict_uses_with_the_whole_memory_beside_it(app):
+    """Issue 38: the blue box measured the state against 79.1 GiB while the verdict used JAX's 59.3 GiB, with no word."""
+    app.selectbox(key="target_choice").select("h100:1x8").run()
+    assert not app.exception
+    state = [plain(i.value) for i in app.main.info if "The state alone" in i.value]
+    assert state and "of the 59.3 GiB JAX lets one process use per GPU (75% of its 79.1 GiB)" in state[0], state
+
+
 def test_a_state_larger_than_the_chips_hbm_does_not_fit_before_any_compile(app):
     app.selectbox(key="model_name").select("transformer").run()
     app.selectbox(key="size_preset::transformer").select("llama2-7b").run()
