@@ -79,5 +79,11 @@ def show_race(labels: list[str], result: RaceResult, chart_key: str = "race_char
                 f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
             }
         )
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        width="stretch",
+        # two decimals on every row: a median of 69.0 ms showed as "69" beside "159.74"
+        column_config={"median step (ms)": st.column_config.NumberColumn("median step (ms)", format="%.2f")},
+    )
     st.plotly_chart(plots.race_figure(labels, result.round_medians), key=chart_key)

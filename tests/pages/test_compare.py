@@ -1,6 +1,7 @@
 """AppTest of the Compare page, and of links restoring a layout on every page."""
 
 import copy
+import json
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -123,7 +124,8 @@ def test_a_race_result_is_only_shown_for_the_layouts_it_raced(shelf):
     at.number_input(key="race_steps").set_value(1).run()
     at.button(key="race_button").click().run()
     assert not at.exception and not at.error
-    assert any("ratio to library: tensor parallel" in d.value.columns for d in at.dataframe)
+    race = next(d for d in at.dataframe if "ratio to library: tensor parallel" in d.value.columns)
+    assert json.loads(race.proto.columns)["median step (ms)"]["type_config"]["format"] == "%.2f"  # "69" beside "159.74"
     timings = next(t.value for t in at.table if "median step" in t.value.columns)  # issue 18 item 6: not "not timed"
     assert all(value.endswith("ms, race") for value in timings["median step"]), timings
     at.multiselect(key="compare_sources").set_value(["data only", "tensor parallel"]).run()  # the other way round
