@@ -107,10 +107,30 @@ def _add_to_compare(layout: Layout) -> None:
     st.session_state["compare_links"] = (links.rstrip("\n") + "\n" if links.strip() else "") + "/?" + layout_to_query(layout)[1:]
 
 
-def show(search: advisor.Search) -> None:
+def own_layout_note(search: advisor.Search, layout: Layout) -> str | None:
+    """Why the user's own layout is not among the ranked candidates (None when it is): a mesh of another device count
+    than the target's, or what the analysis refused in it."""
+    if any(c.own for c in search.candidates):
+        return None
+    target, size = search.target, layout.mesh.size
+    if size != target.devices:
+        return (
+            f"Your layout {layout.name} is not ranked: its mesh has {size} devices and {target.name} has {target.devices}, "
+            f"so it cannot run there as it is. Every candidate below uses all {target.devices}."
+        )
+    why = next((example.split(": ", 1)[1] for example in search.refused_examples if example.startswith(f"{layout.name}: ")), None)
+    return f"Your layout {layout.name} is not ranked: JAX would refuse it on {target.name}" + (f" ({why})." if why else ".")
+
+
+def show(search: advisor.Search, layout: Layout) -> None:
+    """The ranking for ``search``; ``layout`` is the user's own (the sidebar's), said when it is not among the candidates."""
     ranked = search.ranked()
     if search.stopped:
         st.warning(f"Stopped: {search.compiles} candidate(s) were compiled before Stop; they are kept below.")
+    note = own_layout_note(search, layout)
+    if note:
+        with st.container(key="advisor_own_layout"):
+            st.info(markdown_literal(note))
     best = ranked[0] if ranked else None
     (st.success if best is not None and best.fits else st.error)(markdown_literal(advisor.verdict_text(search)))
     st.caption(
