@@ -19,7 +19,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.target_compile import Stopped, cached, compile_target, memory_limit
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
-from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
+from explorer.text import human_bytes, human_flops, human_seconds, markdown_literal, memory_relation, memory_room, share
 from ui import state, tables
 from ui.turnstile import TURNSTILE
 
@@ -289,7 +289,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
                     "group": c.group_size,
                 }
                 | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
-                | {"time ≥": f"{c.seconds * 1e3:.3g} ms"}
+                | {"time ≥": human_seconds(c.seconds)}
                 for c in result.collectives
             ]
         )
@@ -333,9 +333,9 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
         "fits": "yes" if result.fits else "NO",
         "XLA peak / device": human_bytes(result.memory.peak_bytes),
         "headroom": human_bytes(result.headroom_bytes),
-        "step ≥ (lower bound)": f"{step_s * 1e3:.3g} ms",
+        "step ≥ (lower bound)": human_seconds(step_s) if estimate else "—",
         "bound": bound,
-        "collective time ≥": f"{collective_s * 1e3:.3g} ms",
+        "collective time ≥": human_seconds(collective_s) if estimate else "—",
     }
 
 

@@ -60,7 +60,7 @@ def test_run_the_advisor_watch_its_stages_and_open_the_winner(blank_page, adviso
     # rank, layout, fits, step ≥ and XLA's peak in view (2,313 px of columns before); both buttons' labels whole
     expect_tables_fit(page, key_selector("advisor_table"))
     for key, label in (("advisor_open", "Open on the Layout page"), ("advisor_compare", "Add to Compare")):
-        button = page.locator(f"{key_selector(key)} button")
+        button = page.locator(f"{key_selector(key)} button").first
         expect(button).to_have_text(label)
         assert button.evaluate("(b) => b.scrollWidth <= b.clientWidth + 1"), f"{label!r} is cut"
     page.locator(key_selector("advisor_table")).scroll_into_view_if_needed()

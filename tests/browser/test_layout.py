@@ -26,9 +26,11 @@ from tests.browser import (
     expect_tables_fit,
     key_selector,
     screenshot,
+    select_rule_cell,
     selected_summary,
     set_text,
     sidebar_errors,
+    wait_for_rerun,
 )
 
 pytestmark = pytest.mark.browser
@@ -187,4 +189,28 @@ def test_the_tables_fit_a_laptop_screen(page: Page) -> None:
     expect(
         page.locator(f"{key_selector('arrays_table')} [aria-label='Show/hide columns'], {key_selector('arrays_table')} button").first
     ).to_be_attached()
+    assert_no_exception(page)
+
+
+def test_escape_keeps_a_typed_name(page: Page) -> None:
+    """The rules grid edits as a user expects: Escape in a name's editor keeps what was typed (glide threw it away)."""
+    select_rule_cell(page, 0, "logical name")
+    page.keyboard.press("Enter")
+    expect(page.locator("textarea.gdg-input")).to_be_focused()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type("embed")
+    expect(page.locator("textarea.gdg-input")).to_have_value("embed")
+    page.keyboard.press("Escape")
+    expect_rule_rows(page, [["0", "embed", "data"], ["1", "hidden", "model"]])
+    wait_for_rerun(page)
+    expect(selected_summary(page)).to_contain_text("spec P('data', 'model')")  # the kept name applies
+    assert_no_exception(page)
+
+
+def test_a_mesh_axis_the_mesh_lacks_can_be_typed(page: Page) -> None:
+    """An axis typed into the mesh cell is kept with Enter even before the mesh has it (the dropdown alone offered only
+    the mesh's axes, and typing another did nothing); the rules' message then names it."""
+    edit_rule_axes(page, 1, ["tensor"])
+    expect_rule_rows(page, [["0", "batch", "data"], ["1", "hidden", "tensor"]])
+    expect_only_error_in(page, "rules", "rules[1]", "'tensor'")
     assert_no_exception(page)

@@ -389,3 +389,14 @@ def test_the_arrays_table_shows_what_the_layout_decides_and_keeps_every_other_co
     assert sorted(order) == sorted(table.value.columns)  # no column left out
     assert hidden == sorted(set(order) - {"array", "spec", "shard shape", "bytes/device"})
     assert "params/Logi…Dot_0/Dense_0/kernel" in set(table.value["array"])  # the leaf and the layer's number kept
+
+
+def test_a_new_rule_row_starts_empty_not_none(app):
+    """Issue 38: a double-click on the rules grid's empty row made a row showing `None`; a new row now starts with an empty
+    name and no axes (ignored until filled in), and its mesh cell takes a typed axis as well as a picked one."""
+    import json
+
+    editor = next(d for d in app.sidebar.dataframe if "mesh axes" in d.value.columns)
+    config = json.loads(editor.proto.columns)
+    assert config["logical name"]["default"] == "" and config["mesh axes"]["default"] == []
+    assert config["mesh axes"]["type_config"]["accept_new_options"] is True
