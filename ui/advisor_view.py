@@ -6,7 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from explorer import advisor, plots
+from explorer import advisor
+from explorer.plots.advisor import AdvisorPoint, advisor_figure
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.share import layout_to_query
@@ -87,12 +88,12 @@ def last_search() -> advisor.Search | None:
 def figure(search: advisor.Search) -> go.Figure:
     """Peak memory per device against the step bound, with the HBM line: XLA's where verified, else stage 1's estimate and state."""
     label = advisor.limit_text(search.target) if search.target.is_gpu else None
-    return plots.advisor_figure([_point(c) for c in search.ranked()], search.limit_bytes, label)
+    return advisor_figure([_point(c) for c in search.ranked()], search.limit_bytes, label)
 
 
-def _point(c: advisor.Candidate) -> plots.AdvisorPoint:
+def _point(c: advisor.Candidate) -> AdvisorPoint:
     kind = "extrapolated" if c.extrapolated else "xla" if c.verified else "estimate"
-    return plots.AdvisorPoint(c.layout.name, kind, c.step_s, c.state_bytes if kind == "estimate" else c.peak_bytes)
+    return AdvisorPoint(c.layout.name, kind, c.step_s, c.state_bytes if kind == "estimate" else c.peak_bytes)
 
 
 def _open(layout: Layout, target: str) -> None:

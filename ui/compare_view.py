@@ -8,7 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from explorer import library, plots
+from explorer import library
+from explorer.plots.memory import compare_memory
 from explorer.analysis import Report
 from explorer.compare import spec_differences
 from explorer.compiled import check_timeable
@@ -106,7 +107,7 @@ def show_differences(labels: list[str], reports: list[Report]) -> None:
 def show_memory(labels: list[str], reports: list[Report]) -> None:
     """Each layout's memory per device, side by side."""
     st.subheader("Memory per device")
-    st.plotly_chart(plots.compare_memory(labels, [r.totals for r in reports]), key="compare_memory")
+    st.plotly_chart(compare_memory(labels, [r.totals for r in reports]), key="compare_memory")
 
 
 def show_warnings(labels: list[str], reports: list[Report]) -> None:

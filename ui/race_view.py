@@ -11,7 +11,7 @@ import statistics
 import pandas as pd
 import streamlit as st
 
-from explorer import plots
+from explorer.plots.times import race_figure
 from explorer.compare import RaceResult, race
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
@@ -86,4 +86,4 @@ def show_race(labels: list[str], result: RaceResult, chart_key: str = "race_char
         # two decimals on every row: a median of 69.0 ms showed as "69" beside "159.74"
         column_config={"median step (ms)": st.column_config.NumberColumn("median step (ms)", format="%.2f")},
     )
-    st.plotly_chart(plots.race_figure(labels, result.round_medians), key=chart_key)
+    st.plotly_chart(race_figure(labels, result.round_medians), key=chart_key)

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from explorer import plots
+from explorer.plots.grid import mesh_figure, sharding_grid
+from explorer.plots.memory import memory_bars
 from explorer.analysis import ERROR_CODES, INFO_CODES, KIND_LABELS, ArrayInfo, Report
 from explorer.rules import RESOLUTION_ORDERS
 from explorer.text import arrays_frame, human_bytes, markdown_literal, short_path
@@ -129,7 +130,7 @@ def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edite
         + (" — its peak is shown first." if compiled_peak else "; compile for a target (sidebar) or time the step for XLA's peak.")
     )
     with st.expander("Memory per device", expanded=mesh.size <= 64):
-        st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
+        st.plotly_chart(memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
         st.caption(
             "Every device holds the same amount under NamedSharding (uneven dimensions are padded). "
             "Declared activations count every sharding constraint of the forward pass, each as many times as it "
@@ -248,14 +249,14 @@ def _selected_array(report: Report, info: ArrayInfo) -> None:
     view = grid_view(info.shape, info.spec, report.mesh, row_dim, col_dim, fixed)
     # One above the other, each the page's width: side by side, a 16-column grid and mesh were unreadable at 1024 px.
     event = st.plotly_chart(
-        plots.sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
+        sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
         key="sharding_grid",
         on_select="rerun",
         selection_mode=("points", "box"),
     )
     st.caption("Each block shows the devices holding it; replicas are stripes, one colour per device. Click or box-select blocks.")
     highlight = _selected_devices(event, view)
-    st.plotly_chart(plots.mesh_figure(report.mesh, highlight), key="mesh_figure")
+    st.plotly_chart(mesh_figure(report.mesh, highlight), key="mesh_figure")
     st.caption(
         "The mesh; the devices holding the selected blocks keep their colour."
         if highlight

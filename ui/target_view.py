@@ -12,7 +12,8 @@ import time
 import pandas as pd
 import streamlit as st
 
-from explorer import plots
+from explorer.plots.memory import target_memory_figure
+from explorer.plots.roofline import compare_roofline_figure, roofline_figure
 from explorer.analysis import Report, analyze, indivisible_error
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
@@ -230,7 +231,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
         st.markdown(f"**Memory per {per}** (XLA's memory_analysis, as it gives them)")
         limit = result.memory_limit
         usable = (limit.bytes, f"JAX's {limit.fraction:.0%}: {human_bytes(limit.bytes)}") if target.is_gpu else None
-        st.plotly_chart(plots.target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable), key="target_memory")
+        st.plotly_chart(target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable), key="target_memory")
         st.caption(memory_relation(memory.to_json()))
         st.dataframe(
             pd.DataFrame(
@@ -259,7 +260,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
     with roofline_column:
         st.markdown("**Roofline** — a lower bound on the step, not a measurement")
         with st.container(key="target_roofline"):
-            st.plotly_chart(plots.roofline_figure(estimate), key="roofline")
+            st.plotly_chart(roofline_figure(estimate), key="roofline")
         links = (
             f"; collectives at NVLink's {target.chip.nvlink_bandwidth / 1e9:,.0f} GB/s inside a host and the network's "
             f"{target.chip.network_bandwidth / 1e9:,.0f} GB/s per GPU between hosts"
@@ -398,9 +399,7 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
     if shown:
         st.markdown("**Roofline** — lower bounds on the step, not measurements; the term that bounds each layout's step outlined")
         with st.container(key="compare_roofline"):
-            st.plotly_chart(
-                plots.compare_roofline_figure([l for l, _ in shown], [r.estimate for _, r in shown]), key="compare_roofline_chart"
-            )
+            st.plotly_chart(compare_roofline_figure([l for l, _ in shown], [r.estimate for _, r in shown]), key="compare_roofline_chart")
         for column, (label, result) in zip(st.columns(len(shown)), shown):
             with column:
                 st.markdown(f"**{markdown_literal(label)}**")
