@@ -20,7 +20,8 @@ RACE = "advisor_race_result"  # the race of the top three, as ui.race_view keeps
 SEARCH = "advisor_search"  # the last search (an advisor.Search), kept while it runs so Stop keeps what was compiled
 RUNNING = "advisor_running"  # set while a search runs; still set on the next run = it was stopped
 ROLE_PREFIX = "advisor_role::"
-ADVISOR_COLUMNS = ("rank", "layout", "fits", "step ≥", "XLA peak / device")  # in view; the others one click away
+# In view, with their widths in pixels; the others one click away.
+ADVISOR_COLUMNS = {"rank": 45, "layout": 165, "fits": 115, "step ≥": 150, "XLA peak / device": 130}
 
 
 def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
@@ -165,17 +166,7 @@ def show(search: advisor.Search, layout: Layout) -> None:
         st.error(markdown_literal(f"Compile failed: {failure}"))
     with st.container(key="advisor_table"):
         # The ranking's decision in view at 1024 px; the mesh, rules, bound, MFU and the rest in Show/hide columns.
-        tables.fitted(
-            pd.DataFrame(advisor.table_rows(search)),
-            ADVISOR_COLUMNS,
-            {
-                "rank": st.column_config.NumberColumn("rank", width=45),
-                "layout": st.column_config.TextColumn("layout", width=165),
-                "fits": st.column_config.TextColumn("fits", width=115),
-                "step ≥": st.column_config.TextColumn("step ≥", width=150),
-                "XLA peak / device": st.column_config.TextColumn("XLA peak", width=130),
-            },
-        )
+        tables.fitted(pd.DataFrame(advisor.table_rows(search)), ADVISOR_COLUMNS, {"XLA peak / device": "XLA peak"})
     st.caption("The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu.")
     st.plotly_chart(figure(search), key="advisor_chart")
     names = [c.layout.name for c in ranked]

@@ -92,12 +92,7 @@ def show_differences(labels: list[str], reports: list[Report]) -> None:
     # the whole path, the kind and the shard shapes in the table's Show/hide columns menu.
     spec_width = max(110, (600 - 270) // len(labels))
     with st.container(key="spec_diff"):
-        tables.fitted(
-            pd.DataFrame(rows),
-            ["array", *labels],
-            {"array": st.column_config.TextColumn("array", width=270)}
-            | {label: st.column_config.TextColumn(label, width=spec_width) for label in labels},
-        )
+        tables.fitted(pd.DataFrame(rows), {"array": 270} | {label: spec_width for label in labels})
     st.caption(
         "Each layout's spec of the arrays sharded differently; arrays with the same spec everywhere are left out. "
         "The whole path, the kind and each layout's shard shape: the table's Show/hide columns menu."

@@ -78,19 +78,9 @@ def _values_view(report: Report) -> None:
     # Where, the type and what it implies in view at 1024 px; op, runs, set-by-model and the spec (which restates
     # the type) in the table's Show/hide columns menu.
     with st.container(key="values_table"):
+        # "where" at 210 px: "modules.py:188 Attention.__call__" whole
         tables.fitted(
-            frame,
-            ("where", "type", "communication"),
-            {
-                "where": st.column_config.TextColumn("where", width=210),  # "modules.py:188 Attention.__call__" whole
-                "type": st.column_config.TextColumn("type", width=190),
-                "op": st.column_config.TextColumn("op", width=100),
-                "set by model": st.column_config.TextColumn("set", width=40),
-                "runs/step": st.column_config.NumberColumn("runs", width=50),
-                "communication": st.column_config.TextColumn("communication", width=190),
-                "spec": st.column_config.TextColumn("spec", width="medium"),
-            },
-            height=min(400, 36 + 35 * len(frame)),
+            frame, {"where": 210, "type": 190, "communication": 190}, {"set by model": "set"}, height=min(400, 36 + 35 * len(frame))
         )
 
 
@@ -163,7 +153,7 @@ def _warnings(report: Report) -> None:
 
 # What the layout decides, the path shortened to its leaf (the whole path is the selected array's title below);
 # what the model fixes (kind, shape, dtype, names) and the whole path are in the table's Show/hide columns menu.
-ARRAY_COLUMNS = ("array", "spec", "shard shape", "bytes/device")
+ARRAY_COLUMNS = {"array": 270, "spec": 140, "shard shape": 100, "bytes/device": 90}  # widths in pixels
 KINDS = ("param", "opt_state", "input", "activation")
 
 
@@ -183,11 +173,9 @@ def _array_table(report: Report) -> ArrayInfo | None:
     event = tables.fitted(
         shown,
         ARRAY_COLUMNS,
-        {
-            "array": st.column_config.TextColumn("array", width=270, help="The path, its middle elided; the whole path: Show/hide columns"),
-            "spec": st.column_config.TextColumn("spec", width=140),
-            "shard shape": st.column_config.TextColumn("shard shape", width=100),
-            "bytes/device": st.column_config.NumberColumn("bytes/device", format="%d", width=90),
+        config={
+            "array": {"help": "The path, its middle elided; the whole path: Show/hide columns"},
+            "bytes/device": st.column_config.NumberColumn(format="%d"),
         },
         height=320,
         on_select="rerun",

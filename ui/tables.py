@@ -7,28 +7,44 @@ and the table's own "Show/hide columns" menu (its toolbar, top right) brings any
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 import streamlit as st
 
 
-def column_config(columns: Sequence[str], shown: Sequence[str], config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``config`` with every column not in ``shown`` hidden (still offered in the Show/hide columns menu)."""
+def column_config(
+    columns: Sequence[str], shown: Mapping[str, int], labels: Mapping[str, str] | None = None, config: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Each column of ``shown`` at its width in pixels (under its label from ``labels``), every other column hidden (still
+    offered in the Show/hide columns menu); ``config`` adds to a column's settings (a format, a help text)."""
     merged: dict[str, Any] = {}
     for column in columns:
-        entry = (config or {}).get(column)
-        entry = {"label": entry} if isinstance(entry, str) else dict(entry or {})
-        if column not in shown:
+        entry: dict[str, Any] = {"label": (labels or {}).get(column, column)}
+        if column in shown:
+            entry["width"] = shown[column]
+        else:
             entry["hidden"] = True
-        merged[column] = entry
+        extra = dict((config or {}).get(column) or {})  # a column_config object: its unset fields are None
+        merged[column] = entry | {key: value for key, value in extra.items() if value is not None}
     return merged
 
 
-def fitted(frame: pd.DataFrame, shown: Sequence[str], config: dict[str, Any] | None = None, **kwargs: Any):
-    """``st.dataframe`` of ``frame`` with ``shown`` first and in view, the other columns hidden but one click away."""
+def fitted(
+    frame: pd.DataFrame,
+    shown: Mapping[str, int],
+    labels: Mapping[str, str] | None = None,
+    config: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+):
+    """``st.dataframe`` of ``frame``: the columns of ``shown`` first, each at its width (together under 600 px: a 1024 px
+    screen's main area beside the sidebar), the others hidden but one click away."""
     columns = list(frame.columns)
-    order = list(shown) + [c for c in columns if c not in shown]
     kwargs.setdefault("hide_index", True)
     kwargs.setdefault("width", "stretch")
-    return st.dataframe(frame, column_order=order, column_config=column_config(columns, shown, config), **kwargs)
+    return st.dataframe(
+        frame,
+        column_order=list(shown) + [c for c in columns if c not in shown],
+        column_config=column_config(columns, shown, labels, config),
+        **kwargs,
+    )

@@ -29,18 +29,11 @@ OTHER = state.TARGET_OTHER
 HERE = state.TARGET_HERE
 TYPE_OWN = state.TARGET_TYPE_OWN
 STOPPED = "target_stopped"
-COLLECTIVE_WIDTHS = {
-    "op": st.column_config.TextColumn("op", width=120),
-    "mesh axes": st.column_config.TextColumn("mesh axes", width=110),
-    "count": st.column_config.NumberColumn("count", width=60),
-    "bytes": st.column_config.TextColumn("bytes", width=90),
-    "group": st.column_config.NumberColumn("group", width=60),
-    "rides": st.column_config.TextColumn("rides", width=75),
-    "time ≥": st.column_config.TextColumn("time ≥", width=95),
-}
+# Every column in view at 1024 px, "time ≥" included (widths in pixels).
+COLLECTIVE_WIDTHS = {"op": 120, "mesh axes": 110, "count": 60, "bytes": 90, "group": 60, "rides": 75, "time ≥": 95}
 # The Compare page's decision on a target (does each fit, how fast at best) in view; headroom and the collectives' time
 # in the table's Show/hide columns menu.
-SUMMARY_COLUMNS = ("layout", "fits", "XLA peak / device", "step ≥ (lower bound)", "bound")
+SUMMARY_COLUMNS = {"layout": 170, "fits": 90, "XLA peak / device": 110, "step ≥ (lower bound)": 120, "bound": 90}
 
 
 def choose() -> Target | None:
@@ -295,7 +288,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
             ]
         )
         with st.container(key="target_collectives"):  # every column in view at 1024 px, "time ≥" included
-            tables.fitted(frame, list(frame.columns), COLLECTIVE_WIDTHS)
+            tables.fitted(frame, {c: COLLECTIVE_WIDTHS[c] for c in frame.columns})
     else:
         st.caption(f"None: every {per} computes on its own data.")
 
@@ -386,13 +379,7 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
         tables.fitted(
             pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]),
             SUMMARY_COLUMNS,
-            {
-                "layout": st.column_config.TextColumn("layout", width=170),
-                "fits": st.column_config.TextColumn("fits", width=90),
-                "XLA peak / device": st.column_config.TextColumn("XLA peak", width=110),
-                "step ≥ (lower bound)": st.column_config.TextColumn("step ≥", width=120),
-                "bound": st.column_config.TextColumn("bound", width=90),
-            },
+            {"XLA peak / device": "XLA peak", "step ≥ (lower bound)": "step ≥"},
             key="compare_targets",
         )
     shown = [(l, r) for l, r in zip(labels, results) if r is not None]

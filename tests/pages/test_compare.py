@@ -10,7 +10,7 @@ from explorer import library
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from explorer.share import layout_to_params
-from explorer.text import human_bytes
+from explorer.text import human_bytes, human_seconds
 from tests.paths import APP
 
 LAYERS = 4
@@ -176,6 +176,7 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
         row = table.loc[f"library: {name}"]
         assert row["fits"] == "yes" and row["bound"] == result.estimate.bound
         assert row["XLA peak / device"] == human_bytes(result.memory.peak_bytes)
+        assert row["step ≥ (lower bound)"] == human_seconds(result.estimate.step_s)  # never "0.000383 ms"
     assert len([c for c in at.get("plotly_chart")]) >= 2  # memory per device, and the layouts' rooflines on one chart
 
 
