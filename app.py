@@ -22,6 +22,10 @@ except ExplorerError as error:  # a bad EXPLORER_CPU_DEVICES: say so instead of 
     st.error(f"The app cannot start: {error}. Fix the environment variable and restart the app.")
     st.stop()
 
+from ui import sidebar  # noqa: E402 (after the devices are configured)
+
+st.html(sidebar.ESCAPE_KEEPS_TEXT, unsafe_allow_javascript=True)  # Escape keeps a rule's typed name
+
 PAGES = [
     st.Page("views/0_Layout.py", title="Layout", icon=":material/grid_view:", default=True),
     st.Page("views/1_Timing.py", title="Timing", icon=":material/timer:", url_path="Timing"),

@@ -27,7 +27,7 @@ from ui import share_panel, state
 
 RULE_COLUMNS = ["#", "logical name", "mesh axes"]
 # Glide's cell editor throws a typed name away on Escape, and Streamlit has no setting for it: this fixed script (no
-# user input in it) turns an Escape in a text cell's editor into the Enter that keeps the text. The rules editor is the
+# user input in it; app.py puts it on every page, where it takes no room in the sidebar) turns an Escape in a text cell's editor into the Enter that keeps the text. The rules editor is the
 # app's only editable grid. A mesh-axes cell keeps its chips on a click outside; Escape there still cancels (glide's).
 ESCAPE_KEEPS_TEXT = """<script>
 if (!window.__escapeKeepsText) {
@@ -182,7 +182,6 @@ def _rules_section(page: str, mesh: dict[str, Any]) -> tuple[list[Any], Any]:
             ),
         },
     )
-    st.html(ESCAPE_KEEPS_TEXT, unsafe_allow_javascript=True)
     st.caption(
         "Order matters. Linen models: the first rule whose mesh axes are still free wins; later rules are fallbacks. "
         "NNX models: the last rule for a name wins; a name with no rule is used as a mesh axis."
