@@ -9,14 +9,22 @@ import streamlit as st
 from explorer import devices
 from explorer.errors import ExplorerError
 
-# First of all, so the sidebar mounts at this width; each page sets its own title later.
-st.set_page_config(page_title="Partition Explorer", page_icon="🧩", layout="wide", initial_sidebar_state=440)
+# First of all, so the sidebar mounts at this width; each page sets its own title later. 320 px holds the
+# sidebar's widgets and rules editor whole and leaves a 1024 px screen's main area 700 px for the tables.
+SIDEBAR_WIDTH = 320
+st.set_page_config(page_title="Partition Explorer", page_icon="🧩", layout="wide", initial_sidebar_state=SIDEBAR_WIDTH)
+# The wide layout's 5 rem margins took 160 px of that main area: 2 rem each side is enough.
+st.html("<style>[data-testid='stMainBlockContainer'] {padding-left: 2rem; padding-right: 2rem;}</style>")
 
 try:
     devices.configure()  # before anything starts a JAX backend
 except ExplorerError as error:  # a bad EXPLORER_CPU_DEVICES: say so instead of a traceback
     st.error(f"The app cannot start: {error}. Fix the environment variable and restart the app.")
     st.stop()
+
+from ui import sidebar  # noqa: E402 (after the devices are configured)
+
+st.html(sidebar.ESCAPE_KEEPS_TEXT, unsafe_allow_javascript=True)  # Escape keeps a rule's typed name
 
 PAGES = [
     st.Page("views/0_Layout.py", title="Layout", icon=":material/grid_view:", default=True),

@@ -84,7 +84,7 @@ def clear(*, disk: bool = False) -> None:
       (``models``), the activations received per layout (``received``), the traced stages,
       each a built model and its train state (``stages``), and the models read under
       Explicit axes (``typed``)), and ``compiled``'s compiled train steps;
-    - the ``lru_cache``s registered here: in ``analysis`` (meshes) and ``plots`` (figures and
+    - the ``lru_cache``s registered here: in ``analysis`` (meshes) and ``plots.grid`` (figures and
       colour scales);
     - with ``disk=True``, the files kept on disk (``explorer/reading/disk.py``: ``traces/``,
       ``resolved/`` and ``compiles/`` under the cache folder; the folder itself stays).

@@ -112,7 +112,7 @@ class NotebookReport(Report):
         into the most blocks); every other dimension is cut at ``blocks[dim]`` (default 0).
         Replicas of a block are side-by-side stripes, one colour per device.
         """
-        from explorer import plots
+        from explorer.plots.grid import sharding_grid
 
         info = self._array_named(path)
         ndim = len(info.shape)
@@ -135,7 +135,7 @@ class NotebookReport(Report):
         itemsize = np.dtype(info.dtype).itemsize
         # Plotly renders a subset of HTML (<b>, <a href>, ...) in titles and axis labels: names are escaped there too.
         labels = [html.escape(label, quote=False) for label in _dim_labels(info)]
-        return plots.sharding_grid(view, self.mesh, itemsize, labels, title=html.escape(info.path, quote=False))
+        return sharding_grid(view, self.mesh, itemsize, labels, title=html.escape(info.path, quote=False))
 
     def _array_named(self, path: str) -> ArrayInfo:
         try:

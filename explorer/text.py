@@ -112,6 +112,45 @@ def human_flops(count: float) -> str:
     return f"{value:,.{decimals}f} {unit}"
 
 
+def short_path(path: str, limit: int = 40) -> str:
+    """``path`` in at most ``limit`` characters, its leaf whole: long middle parts elided inside (their numbered
+    ends kept, which tell layers apart), then whole middle parts from the left; the first part stays.
+
+    >>> short_path("opt_state/0/mu/LogicalDotReluDot_0/Dense_0/kernel")
+    'opt_state/0/mu/Logi…Dot_0/Dense_0/kernel'
+    >>> short_path("params/Dense_0/kernel"), short_path("a/b/c/d/e/f/g/h/i/j/kernel", 16), short_path("a/" + "x" * 20, 12)
+    ('params/Dense_0/kernel', 'a/…/h/i/j/kernel', '…xxxxxxxxxxx')
+    """
+    if len(path) <= limit:
+        return path
+    parts = path.split("/")
+    middle = range(1, len(parts) - 1)
+    for index in sorted(middle, key=lambda i: -len(parts[i])):  # the longest first
+        if len("/".join(parts)) <= limit:
+            return "/".join(parts)
+        if len(parts[index]) > 10:
+            parts[index] = f"{parts[index][:4]}…{parts[index][-5:]}"
+    while len(parts) > 2 and len("/".join(parts)) > limit:  # drop middle parts, nearest the first, behind one "…"
+        parts = [parts[0], "…", *parts[2:]] if parts[1] != "…" else [parts[0], "…", *parts[3:]] if len(parts) > 3 else parts[:1] + parts[2:]
+    text = "/".join(parts)
+    return text if len(text) <= limit else "…" + parts[-1][-(limit - 1) :]
+
+
+def human_seconds(seconds: float) -> str:
+    """A duration with three significant digits in the unit that keeps it at 1 or more: never rounded to zero.
+
+    >>> human_seconds(6.32e-5), human_seconds(1.5e-3), human_seconds(159.74e-3), human_seconds(2.5), human_seconds(0.0)
+    ('63.2 µs', '1.50 ms', '160 ms', '2.50 s', '0 s')
+    """
+    if seconds == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if abs(seconds) >= scale * 0.9995 or unit == "ns":
+            value = seconds / scale
+            return f"{value:.{0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2}f} {unit}"
+    return f"{seconds} s"
+
+
 def share(fraction: float) -> str:
     """A fraction as a percentage that a small share does not round to 0%.
 
@@ -449,11 +488,16 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
     target, memory, estimate = result.target, result.memory, result.estimate
     hbm = target.chip.device_hbm_bytes
     verdict = "fits" if result.fits else "does NOT fit"
+    topology = "" if target.topology == target.name else f"{target.topology}, "  # a GPU cluster's name is its topology
+    if cached:  # this run compiled nothing: say so, and what the original compile took
+        compiled = f"read from the disk cache (the compile that wrote it took {result.compile_s:.2f} s)"
+    else:
+        compiled = f"compile {result.compile_s:.2f} s"
     lines = [
-        f"target {target.name} ({target.topology}, {target.chips} x {target.chip.device_kind}"
+        f"target {target.name} ({topology}{target.chips} x {target.chip.device_kind}"
         + (f", {target.devices} devices" if target.devices != target.chips else "")
         + f", {human_bytes(hbm)} HBM per device)",
-        f"compile {result.compile_s:.2f} s" + (" (from the disk cache)" if cached else "") + "; train state donated",
+        f"{compiled}; train state donated",
         "memory per device (XLA"
         + (", read from its dump: it refused the program" if result.oom else "")
         + "): "
@@ -465,7 +509,7 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         lines.append(f"XLA: {result.oom.message}")
     if result.flops is not None:
         source = " (dots and convolutions of the optimized program only: a lower bound)" if result.flops_source == "hlo_matmuls" else ""
-        lines.append(f"per device per step: {result.flops / 1e12:.4f} TFLOP, {human_bytes(int(result.bytes_accessed))} accessed{source}")
+        lines.append(f"per device per step: {human_flops(result.flops)}, {human_bytes(int(result.bytes_accessed))} accessed{source}")
     lines.append(
         "collectives: "
         + (
@@ -475,12 +519,12 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
     )
     if estimate:
         lines.append(
-            f"roofline lower bound (not a measurement): compute {estimate.compute_s * 1e3:.3f} ms, memory "
-            f"{estimate.memory_s * 1e3:.3f} ms, collectives {estimate.collective_s * 1e3:.3f} ms -> step >= "
-            f"{estimate.step_s * 1e3:.3f} ms, {estimate.bound}-bound, MFU at most {share(estimate.mfu_ceiling)}"
+            f"roofline lower bound (not a measurement): compute {human_seconds(estimate.compute_s)}, memory "
+            f"{human_seconds(estimate.memory_s)}, collectives {human_seconds(estimate.collective_s)} -> step >= "
+            f"{human_seconds(estimate.step_s)}, {estimate.bound}-bound, MFU at most {share(estimate.mfu_ceiling)}"
         )
     if estimate and estimate.predicted_s is not None:
-        lines.append(f"predicted step: {estimate.predicted_s * 1e3:.3f} ms (the step model, kernel by kernel; {SCOPE})")
+        lines.append(f"predicted step: {human_seconds(estimate.predicted_s)} (the step model, kernel by kernel; {SCOPE})")
     return "\n".join(lines + communication_lines(by_line(result.traced())))
 
 

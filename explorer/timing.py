@@ -101,12 +101,21 @@ class TimingResult:
             notes.append(f"outputs differ from the state by {outputs:+,} B")
         else:
             notes.append("outputs match the state exactly")
-        notes.append(
-            f"temporaries ({self.memory['temp_bytes']:,} B) are XLA's own: gradients, Adam's update and activations it keeps "
-            f"for the backward pass, after buffer reuse; the analysis only lists declared activations "
-            f"({self.estimate['declared_activation_bytes']:,} B)"
-        )
+        notes.append(self._temporaries_note())
         return notes
+
+    def _temporaries_note(self) -> str:
+        """What the temporaries hold, said only as far as their size allows (192 B hold no gradients)."""
+        temp, declared = self.memory["temp_bytes"], self.estimate["declared_activation_bytes"]
+        if temp < declared:
+            return (
+                f"temporaries ({temp:,} B) are less than the declared activations ({declared:,} B): XLA fuses values into "
+                "the ops that use them and writes the new state over the donated one, so it holds few buffers of its own"
+            )
+        return (
+            f"temporaries ({temp:,} B) are XLA's own buffers after reuse: the activations it keeps for the backward pass "
+            f"(the analysis lists {declared:,} B declared), and gradients and Adam's update where not written over the donated state"
+        )
 
     @property
     def steps_per_s(self) -> float:

@@ -6,19 +6,22 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from explorer import advisor, plots
+from explorer import advisor
+from explorer.plots.advisor import AdvisorPoint, advisor_figure
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.share import layout_to_query
 from explorer.targets import Target
 from explorer.text import markdown_literal
-from ui import race_view, state
+from ui import race_view, state, tables
 from ui.turnstile import TURNSTILE
 
 RACE = "advisor_race_result"  # the race of the top three, as ui.race_view keeps a race
 SEARCH = "advisor_search"  # the last search (an advisor.Search), kept while it runs so Stop keeps what was compiled
 RUNNING = "advisor_running"  # set while a search runs; still set on the next run = it was stopped
 ROLE_PREFIX = "advisor_role::"
+# In view, with their widths in pixels; the others one click away.
+ADVISOR_COLUMNS = {"rank": 40, "layout": 140, "fits": 100, "predicted step": 120, "step ≥": 120, "XLA peak / device": 100}
 
 
 def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
@@ -86,12 +89,12 @@ def last_search() -> advisor.Search | None:
 def figure(search: advisor.Search) -> go.Figure:
     """Peak memory per device against the step bound, with the HBM line: XLA's where verified, else stage 1's estimate and state."""
     label = advisor.limit_text(search.target) if search.target.is_gpu else None
-    return plots.advisor_figure([_point(c) for c in search.ranked()], search.limit_bytes, label)
+    return advisor_figure([_point(c) for c in search.ranked()], search.limit_bytes, label)
 
 
-def _point(c: advisor.Candidate) -> plots.AdvisorPoint:
+def _point(c: advisor.Candidate) -> AdvisorPoint:
     kind = "extrapolated" if c.extrapolated else "xla" if c.verified else "estimate"
-    return plots.AdvisorPoint(c.layout.name, kind, c.step_s, c.state_bytes if kind == "estimate" else c.peak_bytes)
+    return AdvisorPoint(c.layout.name, kind, c.step_s, c.state_bytes if kind == "estimate" else c.peak_bytes)
 
 
 def _open(layout: Layout, target: str) -> None:
@@ -106,10 +109,30 @@ def _add_to_compare(layout: Layout) -> None:
     st.session_state["compare_links"] = (links.rstrip("\n") + "\n" if links.strip() else "") + "/?" + layout_to_query(layout)[1:]
 
 
-def show(search: advisor.Search) -> None:
+def own_layout_note(search: advisor.Search, layout: Layout) -> str | None:
+    """Why the user's own layout is not among the ranked candidates (None when it is): a mesh of another device count
+    than the target's, or what the analysis refused in it."""
+    if any(c.own for c in search.candidates):
+        return None
+    target, size = search.target, layout.mesh.size
+    if size != target.devices:
+        return (
+            f"Your layout {layout.name} is not ranked: its mesh has {size} devices and {target.name} has {target.devices}, "
+            f"so it cannot run there as it is. Every candidate below uses all {target.devices}."
+        )
+    why = next((example.split(": ", 1)[1] for example in search.refused_examples if example.startswith(f"{layout.name}: ")), None)
+    return f"Your layout {layout.name} is not ranked: JAX would refuse it on {target.name}" + (f" ({why})." if why else ".")
+
+
+def show(search: advisor.Search, layout: Layout) -> None:
+    """The ranking for ``search``; ``layout`` is the user's own (the sidebar's), said when it is not among the candidates."""
     ranked = search.ranked()
     if search.stopped:
         st.warning(f"Stopped: {search.compiles} candidate(s) were compiled before Stop; they are kept below.")
+    note = own_layout_note(search, layout)
+    if note:
+        with st.container(key="advisor_own_layout"):
+            st.info(markdown_literal(note))
     best = ranked[0] if ranked else None
     (st.success if best is not None and best.fits else st.error)(markdown_literal(advisor.verdict_text(search)))
     st.caption(
@@ -142,15 +165,20 @@ def show(search: advisor.Search) -> None:
     for failure in search.failures:
         st.error(markdown_literal(f"Compile failed: {failure}"))
     with st.container(key="advisor_table"):
-        st.dataframe(pd.DataFrame(advisor.table_rows(search)), hide_index=True, width="stretch")
+        # The ranking's decision in view at 1024 px; the mesh, rules, bound, MFU and the rest in Show/hide columns.
+        tables.fitted(pd.DataFrame(advisor.table_rows(search)), ADVISOR_COLUMNS, {"XLA peak / device": "XLA peak", "predicted step": "predicted"})
+    st.caption("The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu.")
     st.plotly_chart(figure(search), key="advisor_chart")
     names = [c.layout.name for c in ranked]
     pick = st.selectbox("Candidate", names, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
     chosen = ranked[names.index(pick)]
-    left, middle, _ = st.columns([1, 1, 2])
-    if left.button("Open on the Layout page", key="advisor_open", on_click=_open, args=(chosen.layout, search.target.name), type="primary"):
+    # A wrapping row of content-sized buttons: whole labels at any width (quarter columns cut them to "Open on …").
+    buttons = st.container(horizontal=True)
+    if buttons.button(
+        "Open on the Layout page", key="advisor_open", on_click=_open, args=(chosen.layout, search.target.name), type="primary"
+    ):
         st.switch_page("views/0_Layout.py")
-    middle.button(
+    buttons.button(
         "Add to Compare",
         key="advisor_compare",
         on_click=_add_to_compare,

@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from explorer import plots
+from explorer.plots.grid import mesh_figure, sharding_grid
+from explorer.plots.times import op_times_figure
 from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import seed_layout
@@ -181,7 +182,7 @@ def show_output(analysis: OpAnalysis) -> None:
     with grid_column:
         draw(analysis.output, analysis, "", "arrays_grid_out")  # titled by the line above
     with side_column:
-        st.plotly_chart(plots.mesh_figure(analysis.mesh), key="arrays_mesh")
+        st.plotly_chart(mesh_figure(analysis.mesh), key="arrays_mesh")
         if analysis.collectives is not None:
             show_collectives(analysis)
 
@@ -236,7 +237,7 @@ def draw(view: ArrayView, analysis: OpAnalysis, title: str, key: str) -> None:
     grid = grid_view(view.shape, view.spec, analysis.mesh, rows, cols)
     if title:
         st.markdown(title)
-    st.plotly_chart(plots.sharding_grid(grid, analysis.mesh, view.itemsize, dim_labels(view)), key=key)
+    st.plotly_chart(sharding_grid(grid, analysis.mesh, view.itemsize, dim_labels(view)), key=key)
     caption = (
         f"shard {tuple(view.shard_shape)} = {human_bytes(view.bytes_per_device())} per device · each block on {view.replication} device(s)"
     )
@@ -295,13 +296,13 @@ def run_timing(op: OpSpec, labels: dict[str, str], steps: int, warmup: int) -> O
             samples[which].append(seconds)
             done = len(samples["sharded"]) + len(samples["single"])
             live.progress.progress(done / (2 * steps), text=f"{labels[which]}: call {index + 1} of {steps}, {seconds * 1e3:.1f} ms")
-            live.redraw(lambda: plots.op_times_figure(samples, labels, steps), f"arrays_live_{which}_{index}", last=done == 2 * steps)
+            live.redraw(lambda: op_times_figure(samples, labels, steps), f"arrays_live_{which}_{index}", last=done == 2 * steps)
 
         return time_op(op, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
 
     return live_timing.run_timing(
         time_it,
-        first_frame=plots.op_times_figure(samples, labels, steps),
+        first_frame=op_times_figure(samples, labels, steps),
         frame_key="arrays_live_frame",
         one_at_a_time="one at a time",
         done=lambda _: f"Timed {steps} calls each",
@@ -315,7 +316,7 @@ def show_timing(key: str, labels: dict[str, str]) -> None:
     if timing is None and partial and partial["key"] == key and partial["samples"]["sharded"]:
         counts = {which: len(values) for which, values in partial["samples"].items()}
         st.info(f"Stopped after {counts['sharded']} sharded and {counts['single']} one-device call(s).")
-        st.plotly_chart(plots.op_times_figure(partial["samples"], labels), key="arrays_partial_times")
+        st.plotly_chart(op_times_figure(partial["samples"], labels), key="arrays_partial_times")
     elif timing is None:
         st.info("Press **Time sharded vs one device** to run the compiled op on the mesh and the same expression on one device.")
     else:
@@ -324,9 +325,7 @@ def show_timing(key: str, labels: dict[str, str]) -> None:
         metrics[1].metric("One device, median", f"{timing.single.median * 1e3:.2f} ms")
         metrics[2].metric("Speedup", f"{timing.speedup:.2f}×", help="one-device median / sharded median")
         metrics[3].metric("max |difference|", f"{timing.max_abs_difference:.3g}", help="between the sharded and the one-device result")
-        st.plotly_chart(
-            plots.op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="arrays_times"
-        )
+        st.plotly_chart(op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="arrays_times")
         st.caption(
             f"p10–p90: sharded {timing.sharded.p10 * 1e3:.2f}–{timing.sharded.p90 * 1e3:.2f} ms, one device "
             f"{timing.single.p10 * 1e3:.2f}–{timing.single.p90 * 1e3:.2f} ms; {timing.warmup} untimed warm-up call(s) each; "

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from explorer import library, plots
+from explorer import library
+from explorer.plots.memory import compare_memory
 from explorer.analysis import Report
 from explorer.compare import spec_differences
 from explorer.compiled import check_timeable
@@ -17,8 +18,8 @@ from explorer.hlo import used as used_collectives
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
 from explorer.share import layout_from_link
 from explorer.targets import Target
-from explorer.text import human_bytes, markdown_literal
-from ui import report_view
+from explorer.text import human_bytes, markdown_literal, short_path
+from ui import report_view, tables
 from ui.current import simulated_devices_note
 from ui.race_view import RACE, RACE_ROUNDS, race_now, raced_medians, show_race
 from ui.state import TIMING_RESULTS
@@ -85,18 +86,25 @@ def show_differences(labels: list[str], reports: list[Report]) -> None:
         return
     rows = []
     for difference in differences:
-        row = {"path": difference.path, "kind": difference.kind}
-        for label, spec, shard in zip(labels, difference.specs, difference.shard_shapes):
-            row[label] = f"{spec} → {shard}"
+        row = {"array": short_path(difference.path), "path": difference.path, "kind": difference.kind}
+        row |= dict(zip(labels, difference.specs))
+        row |= {f"{label} · shard": str(shard) for label, shard in zip(labels, difference.shard_shapes)}
         rows.append(row)
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="spec_diff")
-    st.caption("Each cell: the spec → the per-device shard shape. Arrays with the same spec everywhere are left out.")
+    # The point of the page in view at 1024 px: each array (its leaf) and its spec in every layout, side by side;
+    # the whole path, the kind and the shard shapes in the table's Show/hide columns menu.
+    spec_width = max(110, (600 - 270) // len(labels))
+    with st.container(key="spec_diff"):
+        tables.fitted(pd.DataFrame(rows), {"array": 270} | {label: spec_width for label in labels})
+    st.caption(
+        "Each layout's spec of the arrays sharded differently; arrays with the same spec everywhere are left out. "
+        "The whole path, the kind and each layout's shard shape: the table's Show/hide columns menu."
+    )
 
 
 def show_memory(labels: list[str], reports: list[Report]) -> None:
     """Each layout's memory per device, side by side."""
     st.subheader("Memory per device")
-    st.plotly_chart(plots.compare_memory(labels, [r.totals for r in reports]), key="compare_memory")
+    st.plotly_chart(compare_memory(labels, [r.totals for r in reports]), key="compare_memory")
 
 
 def show_warnings(labels: list[str], reports: list[Report]) -> None:
@@ -126,19 +134,15 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
             if median is None:
                 rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
             else:
-                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms, race", "collectives": "see the Timing page"})
+                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms, race", "collectives": "time it on the Timing page"})
             continue
         used = (
             ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
         )
         rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
     st.subheader("Step times and collectives")
-    st.dataframe(
-        pd.DataFrame(rows),
-        hide_index=True,
-        width="stretch",
-        column_config={"median step": st.column_config.TextColumn("median step", width="medium")},
-    )
+    with st.container(key="compare_timings"):  # a few rows of sentences: a static table wraps them, none is cut
+        st.table(pd.DataFrame(rows), hide_index=True)
     st.caption(
         "From the Timing page's results in this session, else from the race below (its rounds' median), which "
         "times them fairly against each other."

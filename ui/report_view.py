@@ -6,12 +6,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from explorer import plots
+from explorer.plots.grid import mesh_figure, sharding_grid
+from explorer.plots.memory import memory_bars
 from explorer.analysis import ERROR_CODES, INFO_CODES, KIND_LABELS, ArrayInfo, Report
 from explorer.rules import RESOLUTION_ORDERS
-from explorer.text import arrays_frame, human_bytes, markdown_literal
+from explorer.text import arrays_frame, human_bytes, markdown_literal, short_path
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
-from ui import share_panel
+from ui import share_panel, tables
 
 from ui.state import SELECTED
 
@@ -48,7 +49,8 @@ def _values_view(report: Report) -> None:
     st.caption(
         f"On this mesh's Explicit axes every value's sharding is part of its type (jax.typeof prints f32[8@data,64@model]). "
         f"All {len(report.values):,} values of the forward pass, in program order, where the model's code computed them. "
-        "'set by model': a reshard, sharding_constraint or out_sharding= wrote it; 'communication': what the types imply."
+        "'communication': what the types imply. The op, the runs per step, 'set by model' (a reshard, sharding_constraint "
+        "or out_sharding= wrote it) and the spec: the table's Show/hide columns menu."
     )
     # a wrapping row: the toggle keeps its whole label at any width (a quarter column cut it to "Comm…")
     row = st.container(horizontal=True, vertical_alignment="bottom")
@@ -73,22 +75,13 @@ def _values_view(report: Report) -> None:
         }
         for value in chosen
     )
-    st.dataframe(
-        frame,
-        hide_index=True,
-        width="stretch",
-        key="values_table",
-        height=min(400, 36 + 35 * len(frame)),
-        column_config={
-            "where": st.column_config.TextColumn("where", width=230),  # "modules.py:188 Attention.__call__" whole
-            "type": st.column_config.TextColumn("type", width="medium"),
-            "op": st.column_config.TextColumn("op", width=100),
-            "set by model": st.column_config.TextColumn("set", width=40),
-            "runs/step": st.column_config.NumberColumn("runs", width=50),
-            "communication": st.column_config.TextColumn("communication", width="large"),
-            "spec": st.column_config.TextColumn("spec", width="medium"),
-        },
-    )
+    # Where, the type and what it implies in view at 1024 px; op, runs, set-by-model and the spec (which restates
+    # the type) in the table's Show/hide columns menu.
+    with st.container(key="values_table"):
+        # "where" at 210 px: "modules.py:188 Attention.__call__" whole
+        tables.fitted(
+            frame, {"where": 210, "type": 190, "communication": 190}, {"set by model": "set"}, height=min(400, 36 + 35 * len(frame))
+        )
 
 
 def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edited: bool = False) -> None:
@@ -127,7 +120,7 @@ def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edite
         + (" — its peak is shown first." if compiled_peak else "; compile for a target (sidebar) or time the step for XLA's peak.")
     )
     with st.expander("Memory per device", expanded=mesh.size <= 64):
-        st.plotly_chart(plots.memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
+        st.plotly_chart(memory_bars(mesh.ids_array().reshape(-1).tolist(), totals), key="memory_bars")
         st.caption(
             "Every device holds the same amount under NamedSharding (uneven dimensions are padded). "
             "Declared activations count every sharding constraint of the forward pass, each as many times as it "
@@ -158,39 +151,41 @@ def _warnings(report: Report) -> None:
             show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {markdown_literal(w.message)}" for w in shown) + more)
 
 
-LEADING_COLUMNS = ("path", "spec", "shard shape", "bytes/device")  # what the layout decides; the frame's others follow
+# What the layout decides, the path shortened to its leaf (the whole path is the selected array's title below);
+# what the model fixes (kind, shape, dtype, names) and the whole path are in the table's Show/hide columns menu.
+ARRAY_COLUMNS = {"array": 270, "spec": 140, "shard shape": 100, "bytes/device": 90}  # widths in pixels
+KINDS = ("param", "opt_state", "input", "activation")
 
 
 def _array_table(report: Report) -> ArrayInfo | None:
     st.subheader("Arrays")
     frame = arrays_frame(report)
-    left, right = st.columns([2, 3])
-    query = left.text_input("Search paths, names or specs", key="array_search", placeholder="e.g. kernel, hidden, 'model'")
-    kinds = right.multiselect(
-        "Kinds", ["param", "opt_state", "input", "activation"], default=["param", "input", "activation"], key="array_kinds"
-    )
+    frame.insert(0, "array", frame["path"].map(short_path))
+    query = st.text_input("Search paths, names or specs", key="array_search", placeholder="e.g. kernel, hidden, 'model'")
+    # Pills keep their whole labels at any width (a multiselect's chips read "activa…" at 1024 px).
+    st.session_state.setdefault("array_kinds", ["param", "input", "activation"])
+    kinds = st.pills("Kinds", KINDS, selection_mode="multi", key="array_kinds") or []
     shown = frame[frame["kind"].isin(kinds)]
     if query:
         needle = query.lower()
         shown = shown[shown.apply(lambda row: needle in " ".join(str(v) for v in row.values).lower(), axis=1)]
     shown = shown.reset_index(drop=True)
-    # What a layout decides (spec, shard, bytes) right after the path, so it is in view at 1024 px beside
-    # the sidebar; what the model fixes (kind, shape, dtype, names) follows.
-    event = st.dataframe(
+    event = tables.fitted(
         shown,
-        hide_index=True,
-        width="stretch",
+        ARRAY_COLUMNS,
+        config={
+            "array": {"help": "The path, its middle elided; the whole path: Show/hide columns"},
+            "bytes/device": st.column_config.NumberColumn(format="%d"),
+        },
         height=320,
         on_select="rerun",
         selection_mode="single-row",
         key="arrays_table",
-        column_order=LEADING_COLUMNS + tuple(c for c in frame.columns if c not in LEADING_COLUMNS),
-        column_config={
-            "path": st.column_config.TextColumn("path", width="medium"),
-            "bytes/device": st.column_config.NumberColumn("bytes/device", format="%d"),
-        },
     )
-    st.caption(f"{len(shown)} of {len(frame)} arrays · click a row (or pick below) to draw it · click a header to sort")
+    st.caption(
+        f"{len(shown)} of {len(frame)} arrays · click a row (or pick below) to draw it · click a header to sort · "
+        "kind, shape, dtype, logical axes, replication and the whole path: the table's Show/hide columns menu"
+    )
     paths = frame["path"].tolist()
     rows = event.selection.rows if event is not None else []
     if rows and rows[0] < len(shown):
@@ -242,14 +237,14 @@ def _selected_array(report: Report, info: ArrayInfo) -> None:
     view = grid_view(info.shape, info.spec, report.mesh, row_dim, col_dim, fixed)
     # One above the other, each the page's width: side by side, a 16-column grid and mesh were unreadable at 1024 px.
     event = st.plotly_chart(
-        plots.sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
+        sharding_grid(view, report.mesh, np.dtype(info.dtype).itemsize, labels),
         key="sharding_grid",
         on_select="rerun",
         selection_mode=("points", "box"),
     )
     st.caption("Each block shows the devices holding it; replicas are stripes, one colour per device. Click or box-select blocks.")
     highlight = _selected_devices(event, view)
-    st.plotly_chart(plots.mesh_figure(report.mesh, highlight), key="mesh_figure")
+    st.plotly_chart(mesh_figure(report.mesh, highlight), key="mesh_figure")
     st.caption(
         "The mesh; the devices holding the selected blocks keep their colour."
         if highlight
@@ -327,11 +322,10 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
     if rows:
         # Four short columns fit the page at 1024 px; the skipped rules, long sentences, follow as a list.
         frame = pd.DataFrame(rows)[["dim", "logical name", "mesh axes", "decided by"]]
-        st.dataframe(
+        st.container(key="trace_table").dataframe(
             frame,
             hide_index=True,
             width="stretch",
-            key="trace_table",
             column_config={
                 "dim": st.column_config.NumberColumn("dim", width=40),
                 "logical name": st.column_config.TextColumn("logical name", width=105),  # its header whole at 1024 px

@@ -26,6 +26,24 @@ from explorer.text import markdown_literal
 from ui import share_panel, state
 
 RULE_COLUMNS = ["#", "logical name", "mesh axes"]
+# Glide's cell editor throws a typed name away on Escape, and Streamlit has no setting for it: this fixed script (no
+# user input in it; app.py puts it on every page, where it takes no room in the sidebar) turns an Escape in a text cell's editor into the Enter that keeps the text. The rules editor is the
+# app's only editable grid. A mesh-axes cell keeps its chips on a click outside; Escape there still cancels (glide's).
+ESCAPE_KEEPS_TEXT = """<script>
+if (!window.__escapeKeepsText) {
+  window.__escapeKeepsText = true;
+  const root = window.parent ? window.parent.document : document;
+  root.addEventListener('keydown', (event) => {
+    const field = event.target;
+    if (event.key !== 'Escape' || !(field instanceof HTMLElement) || !field.matches('textarea.gdg-input')) return;
+    event.preventDefault();
+    event.stopImmediatePropagation();
+    const enter = () => field.isConnected &&
+      field.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', code: 'Enter', keyCode: 13, which: 13, bubbles: true}));
+    requestAnimationFrame(() => requestAnimationFrame(enter));  // after React has the last key typed
+  }, true);
+}
+</script>"""
 PRESET_DESCRIPTIONS_HELP = (
     "Rules written for the current mesh, model and size: the first axis plays data, the last plays model; "
     "the model's other logical names are replicated explicitly, and a name whose dimension the mesh axis does not "
@@ -164,9 +182,16 @@ def _rules_section(page: str, mesh: dict[str, Any]) -> tuple[list[Any], Any]:
                 "#", help="Priority: rules apply in this order; edit to reorder", step=1, width=28, default=len(base)
             ),
             # Short headers: the sidebar may open at Streamlit's default 300 px, where "logical name" was cut off.
-            "logical name": st.column_config.TextColumn("logical", help="A logical axis name, e.g. batch", width=86),
+            # A new row starts empty, not "None" (it is ignored until a name or an axis is filled in).
+            "logical name": st.column_config.TextColumn("logical", help="A logical axis name, e.g. batch", width=86, default=""),
+            # Typed (Enter adds it, even an axis the mesh does not have yet: the rules' message then names it) or picked.
             "mesh axes": st.column_config.MultiselectColumn(
-                "mesh", options=mesh_axes, help="Mesh axes: none replicates; several shard over their product", width=96
+                "mesh",
+                options=mesh_axes,
+                accept_new_options=True,
+                default=[],
+                help="Mesh axes, typed (Enter adds one) or picked: none replicates; several shard over their product",
+                width=96,
             ),
         },
     )

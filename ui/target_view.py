@@ -12,7 +12,8 @@ import time
 import pandas as pd
 import streamlit as st
 
-from explorer import plots
+from explorer.plots.memory import target_memory_figure
+from explorer.plots.roofline import compare_roofline_figure, roofline_figure
 from explorer.analysis import Report, analyze, indivisible_error
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
@@ -21,8 +22,9 @@ from explorer.compile_cache import cached
 from explorer.step_model import SCOPE
 from explorer.target_compile import Stopped, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
-from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
-from ui import state
+from explorer.text import human_bytes, human_flops, human_seconds, markdown_literal, memory_relation, memory_room, share
+from explorer.xla_results import memory_limit
+from ui import state, tables
 from ui.communication_view import top_lines
 from ui.turnstile import TURNSTILE
 
@@ -31,6 +33,11 @@ OTHER = state.TARGET_OTHER
 HERE = state.TARGET_HERE
 TYPE_OWN = state.TARGET_TYPE_OWN
 STOPPED = "target_stopped"
+# Every column in view at 1024 px, "time ≥" included (widths in pixels).
+COLLECTIVE_WIDTHS = {"op": 120, "mesh axes": 110, "count": 60, "bytes": 90, "group": 60, "rides": 75, "time ≥": 95}
+# The Compare page's decision on a target (does each fit, how fast at best) in view; headroom and the collectives' time
+# in the table's Show/hide columns menu.
+SUMMARY_COLUMNS = {"layout": 150, "fits": 50, "XLA peak / device": 100, "predicted step": 100, "step ≥ (lower bound)": 100, "bound": 80}
 
 
 def choose() -> Target | None:
@@ -131,19 +138,21 @@ def refused(report: Report) -> ExplorerError | None:
 
 
 def _state_verdict(report: Report, target: Target) -> None:
-    """What is certain before compiling: the exact state per chip against the chip's HBM."""
-    state_bytes, hbm, per = report.totals.state_bytes, target.chip.hbm_bytes, device_word(target)
+    """What is certain before compiling: the exact state per device against the memory the compile's verdict uses (a chip's
+    HBM; on a GPU, JAX's share of it, the whole memory said beside it)."""
+    limit = memory_limit(target)
+    state_bytes, room, per = report.totals.state_bytes, memory_room(target, limit), device_word(target)
     with st.container(key="target_state_verdict"):
-        if state_bytes > hbm:
+        if state_bytes > limit.bytes:
             st.error(
                 f"Does not fit: the state alone (parameters, optimizer state, inputs) is {human_bytes(state_bytes)} per {per}, "
-                f"{human_bytes(state_bytes - hbm)} more than the {human_bytes(hbm)} HBM. This is exact, before any compile."
+                f"{human_bytes(state_bytes - limit.bytes)} more than {room}. This is exact, before any compile."
             )
         else:
             st.info(
-                f"The state alone (parameters, optimizer state, inputs; exact) takes {human_bytes(state_bytes)} of the "
-                f"{human_bytes(hbm)} HBM per {per} ({share(state_bytes / hbm)}). XLA's peak adds gradients, the optimizer's "
-                "update and activations: compile for it."
+                f"The state alone (parameters, optimizer state, inputs; exact) takes {human_bytes(state_bytes)} of {room} "
+                f"({share(state_bytes / limit.bytes)}). XLA's peak adds gradients, the optimizer's update and activations: "
+                "compile for it."
             )
 
 
@@ -223,7 +232,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
         st.markdown(f"**Memory per {per}** (XLA's memory_analysis, as it gives them)")
         limit = result.memory_limit
         usable = (limit.bytes, f"JAX's {limit.fraction:.0%}: {human_bytes(limit.bytes)}") if target.is_gpu else None
-        st.plotly_chart(plots.target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable), key="target_memory")
+        st.plotly_chart(target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable), key="target_memory")
         st.caption(memory_relation(memory.to_json()))
         st.dataframe(
             pd.DataFrame(
@@ -252,7 +261,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
     with roofline_column:
         st.markdown("**Roofline** — a lower bound on the step, not a measurement")
         with st.container(key="target_roofline"):
-            st.plotly_chart(plots.roofline_figure(estimate), key="roofline")
+            st.plotly_chart(roofline_figure(estimate), key="roofline")
         links = (
             f"; collectives at NVLink's {target.chip.nvlink_bandwidth / 1e9:,.0f} GB/s inside a host and the network's "
             f"{target.chip.network_bandwidth / 1e9:,.0f} GB/s per GPU between hosts"
@@ -272,24 +281,22 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
         )
     st.markdown(f"**Collectives per mesh axis** (per {per} per step)")
     if result.collectives:
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "op": c.op,
-                        "mesh axes": " × ".join(c.mesh_axes) or "—",
-                        "count": c.count,
-                        "bytes": human_bytes(c.bytes),
-                        "group": c.group_size,
-                    }
-                    | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
-                    | {"time ≥": f"{c.seconds * 1e3:.3g} ms"}
-                    for c in result.collectives
-                ]
-            ),
-            hide_index=True,
-            width="stretch",
+        frame = pd.DataFrame(
+            [
+                {
+                    "op": c.op,
+                    "mesh axes": " × ".join(c.mesh_axes) or "—",
+                    "count": c.count,
+                    "bytes": human_bytes(c.bytes),
+                    "group": c.group_size,
+                }
+                | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
+                | {"time ≥": human_seconds(c.seconds)}
+                for c in result.collectives
+            ]
         )
+        with st.container(key="target_collectives"):  # every column in view at 1024 px, "time ≥" included
+            tables.fitted(frame, {c: COLLECTIVE_WIDTHS[c] for c in frame.columns})
     else:
         st.caption(f"None: every {per} computes on its own data.")
 
@@ -335,10 +342,10 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
         "fits": "yes" if result.fits else "NO",
         "XLA peak / device": human_bytes(result.memory.peak_bytes),
         "headroom": human_bytes(result.headroom_bytes),
-        "predicted step": f"{estimate.predicted_s * 1e3:.3g} ms" if estimate and estimate.predicted_s else "—",
-        "step ≥ (lower bound)": f"{step_s * 1e3:.3g} ms",
+        "predicted step": human_seconds(estimate.predicted_s) if estimate and estimate.predicted_s else "—",
+        "step ≥ (lower bound)": human_seconds(step_s) if estimate else "—",
         "bound": bound,
-        "collective time ≥": f"{collective_s * 1e3:.3g} ms",
+        "collective time ≥": human_seconds(collective_s) if estimate else "—",
     }
 
 
@@ -385,17 +392,18 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
             TURNSTILE.leave()
         status.update(label="Compiled", state="complete", expanded=False)
     with st.container(key="compare_targets_table"):
-        st.dataframe(
-            pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]), hide_index=True, width="stretch", key="compare_targets"
+        tables.fitted(
+            pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]),
+            SUMMARY_COLUMNS,
+            {"XLA peak / device": "XLA peak", "predicted step": "predicted", "step ≥ (lower bound)": "step ≥"},
+            key="compare_targets",
         )
         st.caption(PREDICTION_CAPTION)
     shown = [(l, r) for l, r in zip(labels, results) if r is not None]
     if shown:
         st.markdown("**Roofline** — lower bounds on the step, not measurements; the term that bounds each layout's step outlined")
         with st.container(key="compare_roofline"):
-            st.plotly_chart(
-                plots.compare_roofline_figure([l for l, _ in shown], [r.estimate for _, r in shown]), key="compare_roofline_chart"
-            )
+            st.plotly_chart(compare_roofline_figure([l for l, _ in shown], [r.estimate for _, r in shown]), key="compare_roofline_chart")
         for column, (label, result) in zip(st.columns(len(shown)), shown):
             with column:
                 st.markdown(f"**{markdown_literal(label)}**")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from explorer import plots
+from explorer.plots.times import step_times_figure
 from explorer.analysis import Report
 from explorer.compiled import check_timeable, host_footprint_bytes
 from explorer.errors import ExplorerError
@@ -110,7 +110,7 @@ def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> Timin
         def on_step(index: int, seconds: float) -> None:
             samples.append(seconds)
             live.progress.progress((index + 1) / steps, text=f"step {index + 1} of {steps}: {seconds * 1e3:.1f} ms")
-            live.redraw(lambda: plots.step_times_figure(samples, steps), f"live_{index}", last=index + 1 == steps)
+            live.redraw(lambda: step_times_figure(samples, steps), f"live_{index}", last=index + 1 == steps)
 
         if processes == 1:
             return time_layout(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
@@ -119,7 +119,7 @@ def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> Timin
 
     return live_timing.run_timing(
         time_it,
-        first_frame=plots.step_times_figure([], steps),
+        first_frame=step_times_figure([], steps),
         frame_key="live_frame",
         one_at_a_time="one timing runs at a time",
         done=lambda result: f"Timed {len(result.step_s.samples)} steps",
@@ -134,7 +134,7 @@ def show_last(key: str) -> None:
         show_result(results[key])
     elif partial and partial["key"] == key and partial["samples"]:
         st.info(f"Stopped after {len(partial['samples'])} of {partial['steps']} steps.")
-        st.plotly_chart(plots.step_times_figure(partial["samples"], partial["steps"]), key="partial_steps")
+        st.plotly_chart(step_times_figure(partial["samples"], partial["steps"]), key="partial_steps")
     else:
         st.info("Press **Time train step** to compile and time this layout on this process's devices.")
 
@@ -165,7 +165,7 @@ def show_steps(result: TimingResult) -> None:
     metric("p90", f"{steps.p90 * 1e3:.1f} ms")
     metric("Steps / s", f"{result.steps_per_s:.2f}")
     metric("GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
-    st.plotly_chart(plots.step_times_figure(steps.samples), key="step_times")
+    st.plotly_chart(step_times_figure(steps.samples), key="step_times")
     spread = (
         f" In {result.processes} processes × {result.devices_per_process} devices (jax.distributed, gloo between "
         "processes); the times are process 0's."

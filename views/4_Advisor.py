@@ -18,7 +18,8 @@ st.markdown(
     "names), with rules written from the model's logical names by role, and your own layout among them. **Stage 1** "
     "analyzes every candidate without compiling (exact state per device, an estimated step whose collectives ride the "
     "links each mesh axis lies on: the torus's rings and lines, or a GPU host's NVLink and the network between hosts; "
-    "on a GPU cluster the tensor axis stays inside a host); **stage 2** compiles the best for the target with XLA and "
+    "on a GPU cluster a tensor axis no larger than a host stays inside one, a larger one spans hosts and pays for the "
+    "network); your own layout is ranked where it has the target's device count; **stage 2** compiles the best for the target with XLA and "
     "ranks by its figures."
 )
 if current.target is None:
@@ -49,4 +50,4 @@ if st.button(f"Advise for {current.target.name}", type="primary", key="advisor_r
     advisor_view.run(current.layout, current.target, int(compiles), roles, {"auto": None, "on": True, "off": False}[shortcut], depth_option)
 search = advisor_view.last_search()
 if search is not None:
-    advisor_view.show(search)
+    advisor_view.show(search, current.layout)

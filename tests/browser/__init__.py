@@ -63,10 +63,10 @@ RULE_COLUMNS = {"#": 1, "logical name": 2, "mesh axes": 3}  # glide's column 0 i
 HEADER_HEIGHT = 35
 ROW_HEIGHT = 35
 
-# The app asks for a 440 px sidebar (set_page_config), but Streamlit reads that width only
+# The app asks for a 320 px sidebar (set_page_config), but Streamlit reads that width only
 # when the sidebar mounts; with the multipage navigation the sidebar often mounts before the
 # page config arrives and keeps the default width. A width saved in localStorage wins.
-SIDEBAR_WIDTH = 440
+SIDEBAR_WIDTH = 320
 PIN_SIDEBAR_WIDTH = f"window.localStorage.setItem('sidebarWidth', '{SIDEBAR_WIDTH}');"
 
 # Counts every stException that is ever added to the page, even one a later rerun removes.
@@ -502,3 +502,24 @@ def dataframe_rows(frame: Locator) -> list[list[str]]:
             return Object.keys(rows).sort((a, b) => a - b).map((row) => rows[row]);
         }"""
     )
+
+
+# --- tables that fit ---------------------------------------------------------------------------
+
+# Each st.dataframe (glide-data-grid on a canvas) scrolls sideways inside its .dvn-scroller; each st.table inside its
+# stTable box. A table fits when what it draws is no wider than what it shows.
+TABLE_WIDTHS = """(selector) => [...document.querySelectorAll(selector)].flatMap((box) =>
+    [...box.querySelectorAll('.dvn-scroller, [data-testid="stTable"]')].map((scroller) =>
+        ({scroll: scroller.scrollWidth, client: scroller.clientWidth})))"""
+
+
+def table_widths(page: Page, selector: str) -> list[dict[str, int]]:
+    """(scrollWidth, clientWidth) of every table's sideways scroller inside the elements ``selector`` matches."""
+    return page.evaluate(TABLE_WIDTHS, selector)
+
+
+def expect_tables_fit(page: Page, selector: str) -> None:
+    """The tables under ``selector`` show every column in view: nothing to scroll sideways to."""
+    expect(page.locator(f"{selector} .dvn-scroller, {selector} [data-testid='stTable']").first).to_be_attached(timeout=RERUN_TIMEOUT_MS)
+    widths = table_widths(page, selector)
+    assert widths and all(w["scroll"] <= w["client"] + 1 for w in widths), f"{selector} scrolls sideways: {widths}"

@@ -20,6 +20,7 @@ from tests.browser import (
     assert_no_exception,
     checked_server,
     choose,
+    expect_tables_fit,
     go_to_page,
     key_selector,
     open_app,
@@ -53,8 +54,15 @@ def test_run_the_advisor_watch_its_stages_and_open_the_winner(blank_page, adviso
     expect(page.locator(f"{key_selector('advisor_chart')} .js-plotly-plot, .stPlotlyChart .js-plotly-plot").first).to_be_visible()
     page.locator(key_selector("advisor_table")).scroll_into_view_if_needed()
     screenshot(page, "advisor-1440x900")
+    expect_tables_fit(page, key_selector("advisor_table"))  # "verified" was cut at 1440
     page.set_viewport_size({"width": 1024, "height": 768})
     page.wait_for_timeout(800)
+    # rank, layout, fits, step ≥ and XLA's peak in view (2,313 px of columns before); both buttons' labels whole
+    expect_tables_fit(page, key_selector("advisor_table"))
+    for key, label in (("advisor_open", "Open on the Layout page"), ("advisor_compare", "Add to Compare")):
+        button = page.locator(f"{key_selector(key)} button").first
+        expect(button).to_have_text(label)
+        assert button.evaluate("(b) => b.scrollWidth <= b.clientWidth + 1"), f"{label!r} is cut"
     page.locator(key_selector("advisor_table")).scroll_into_view_if_needed()
     screenshot(page, "advisor-1024x768")
     page.set_viewport_size({"width": 1440, "height": 900})

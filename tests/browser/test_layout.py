@@ -23,10 +23,14 @@ from tests.browser import (
     grid_label_centres,
     grid_labels,
     expect_rule_rows,
+    expect_tables_fit,
+    key_selector,
     screenshot,
+    select_rule_cell,
     selected_summary,
     set_text,
     sidebar_errors,
+    wait_for_rerun,
 )
 
 pytestmark = pytest.mark.browser
@@ -166,4 +170,47 @@ def test_rule_edits_survive_renaming_a_mesh_axis(page: Page) -> None:
     expect_rule_rows(page, [["0", "embed", "data"], ["1", "hidden", "tensor"]])
     expect(sidebar_errors(page)).to_have_count(0)
     expect(selected_summary(page)).to_contain_text("spec P('data', 'tensor')")
+    assert_no_exception(page)
+
+
+def test_the_tables_fit_a_laptop_screen(page: Page) -> None:
+    """At 1024x768 beside the sidebar the arrays table (array, spec, shard, bytes), the rule trace and the Kinds
+    filter show whole: no sideways scroll (the arrays table drew 948 px of columns in 422 px), no cut chip; the other
+    columns are one click away in the table's Show/hide columns menu. Screenshots at both common sizes."""
+    for width, height in ((1024, 768), (1440, 900)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(500)
+        assert page.locator("[data-testid='stSidebar']").bounding_box()["width"] <= 0.32 * width  # 43% at 1024 before
+        expect_tables_fit(page, key_selector("arrays_table"))
+        expect_tables_fit(page, key_selector("trace_table"))
+        expect(page.locator(f"{key_selector('array_kinds')} button")).to_have_text(["param", "opt_state", "input", "activation"])
+        page.locator(key_selector("arrays_table")).scroll_into_view_if_needed()
+        screenshot(page, f"layout-tables-{width}x{height}")
+    expect(
+        page.locator(f"{key_selector('arrays_table')} [aria-label='Show/hide columns'], {key_selector('arrays_table')} button").first
+    ).to_be_attached()
+    assert_no_exception(page)
+
+
+def test_escape_keeps_a_typed_name(page: Page) -> None:
+    """The rules grid edits as a user expects: Escape in a name's editor keeps what was typed (glide threw it away)."""
+    select_rule_cell(page, 0, "logical name")
+    page.keyboard.press("Enter")
+    expect(page.locator("textarea.gdg-input")).to_be_focused()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type("embed")
+    expect(page.locator("textarea.gdg-input")).to_have_value("embed")
+    page.keyboard.press("Escape")
+    expect_rule_rows(page, [["0", "embed", "data"], ["1", "hidden", "model"]])
+    wait_for_rerun(page)
+    expect(selected_summary(page)).to_contain_text("spec P('data', 'model')")  # the kept name applies
+    assert_no_exception(page)
+
+
+def test_a_mesh_axis_the_mesh_lacks_can_be_typed(page: Page) -> None:
+    """An axis typed into the mesh cell is kept with Enter even before the mesh has it (the dropdown alone offered only
+    the mesh's axes, and typing another did nothing); the rules' message then names it."""
+    edit_rule_axes(page, 1, ["tensor"])
+    expect_rule_rows(page, [["0", "batch", "data"], ["1", "hidden", "tensor"]])
+    expect_only_error_in(page, "rules", "rules[1]", "'tensor'")
     assert_no_exception(page)

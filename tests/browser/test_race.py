@@ -8,6 +8,7 @@ from playwright.sync_api import Page, expect
 from tests.browser import (
     RUN_TIMEOUT_MS,
     assert_no_exception,
+    expect_tables_fit,
     go_to_page,
     key_selector,
     screenshot,
@@ -37,3 +38,12 @@ def test_race_shows_its_stage_and_stops_keeping_finished_rounds(page: Page) -> N
     expect(page.locator(".st-key-race_chart")).to_be_visible()
     assert_no_exception(page)
     screenshot(page, "browser-race-stopped")
+    # At a laptop's size the arrays sharded differently show their spec in both layouts (the point of the page),
+    # and the timings table its whole sentences.
+    for width, height in ((1024, 768), (1440, 900)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(500)
+        expect_tables_fit(page, key_selector("spec_diff"))
+        expect_tables_fit(page, key_selector("compare_timings"))
+        page.locator(key_selector("spec_diff")).scroll_into_view_if_needed()
+        screenshot(page, f"compare-{width}x{height}")

@@ -17,6 +17,7 @@ from tests.browser import (
     assert_no_exception,
     checked_server,
     choose,
+    expect_tables_fit,
     key_selector,
     open_app,
     screenshot,
@@ -60,8 +61,11 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(blank_page, targ
     screenshot(page, "target-1440x900")
     page.set_viewport_size({"width": 1024, "height": 768})
     page.wait_for_timeout(800)
+    expect_tables_fit(page, key_selector("target_collectives"))  # "time ≥" was cut at 1024
     verdict.scroll_into_view_if_needed()
     screenshot(page, "target-1024x768")
+    page.locator(key_selector("target_collectives")).scroll_into_view_if_needed()
+    screenshot(page, "target-collectives-1024x768")
     assert_no_exception(page)
 
 

@@ -23,6 +23,7 @@ from tests.browser import (
     MAIN,
     RUN_TIMEOUT_MS,
     assert_no_exception,
+    expect_tables_fit,
     go_to_page,
     key_selector,
     screenshot,
@@ -106,3 +107,8 @@ def test_live_chart_fills_while_timing(page: Page) -> None:
     assert len(all_reduce) == 1 and int(all_reduce[0][1]) > 0, collectives
     assert_no_exception(page)
     screenshot(page, "browser-timing-done")
+    for width, height in ((1024, 768), (1440, 900)):  # every table of the page whole beside the sidebar
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(500)
+        expect_tables_fit(page, MAIN)
+        screenshot(page, f"timing-{width}x{height}")

@@ -2,7 +2,8 @@
 
 import pytest
 
-from explorer import analysis, caches, compiled, plots
+from explorer import analysis, caches, compiled
+from explorer.plots import grid
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from explorer.reading import constraints as program, disk, memory, trace as tracing
@@ -52,7 +53,7 @@ def test_clear_empties_every_cache(seed_dict, monkeypatch, cleared):
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", EXPLICIT["model"]["name"])
     report = analyze(parse_layout(AUTO))
     analyze(parse_layout(EXPLICIT))
-    plots.mesh_figure(report.mesh)
+    grid.mesh_figure(report.mesh)
     compiled.compile_step(parse_layout(seed_dict))
     every = {
         "reading.memory.models",
@@ -61,11 +62,11 @@ def test_clear_empties_every_cache(seed_dict, monkeypatch, cleared):
         "reading.memory.typed",
         "explorer.analysis.jax_mesh",
         "explorer.analysis._mesh_info_cached",
-        "explorer.plots._mesh_figure",
+        "explorer.plots.grid._mesh_figure",
         "compiled.steps",
     }
     assert {name for name, size in sizes().items() if size} >= every
-    assert {analysis.jax_mesh, plots._sharding_grid, plots._binned_colorscale} <= set(caches.registered())
+    assert {analysis.jax_mesh, grid._sharding_grid, grid._binned_colorscale} <= set(caches.registered())
     assert set(memory.REGISTRIES.values()) | {compiled._steps} <= set(caches.registries())
 
     caches.clear()

@@ -72,3 +72,34 @@ def test_the_compile_summary_shows_the_prediction_under_the_bound_with_its_scope
     assert lines[-2].startswith("roofline lower bound (not a measurement)") and "step >= 2.000 ms" in lines[-2]
     assert lines[-1] == f"predicted step: 5.000 ms (the step model, kernel by kernel; {SCOPE})"
     assert "predicted" not in compile_text(compile_result("h200:1x1", estimate=Estimate(1e-3, 2e-3, 0.0)))
+
+
+def test_the_compile_text_names_the_target_once_and_rounds_no_figure_to_zero():
+    """Issue 38: `target h100:1x8 (h100:1x8, …)`, `0.0000 TFLOP`, `compute 0.000 ms`, and a cached compile's time read
+    as this run's."""
+    from explorer.roofline import Estimate
+    from explorer.text import compile_text
+    from tests.explorer import compile_result
+
+    result = compile_result("h100:1x8", compile_s=2.83, flops=3.2e7, bytes_accessed=2e6, estimate=Estimate(4.1e-8, 1e-6, 0.0))
+    fresh, cached = compile_text(result).splitlines(), compile_text(result, cached=True).splitlines()
+    assert fresh[0].startswith("target h100:1x8 (8 x ") and fresh[0].count("h100:1x8") == 1
+    assert fresh[1] == "compile 2.83 s; train state donated"
+    assert cached[1] == "read from the disk cache (the compile that wrote it took 2.83 s); train state donated"
+    assert "per device per step: 32.0 MFLOP, " in fresh[4]
+    roofline = fresh[-1]
+    assert "compute 41.0 ns, memory 1.00 µs, collectives 0 s -> step >= 1.00 µs" in roofline, roofline
+    tpu = compile_text(compile_result("v5litepod-8")).splitlines()[0]
+    assert tpu.startswith("target v5litepod-8 (v5e:2x4, 8 x ")  # a slice's name and its topology differ: both said
+
+
+def test_short_paths_keep_every_array_of_the_built_in_mlp_apart():
+    """The Layout and Compare tables show paths shortened to fit 1024 px: each still names one array."""
+    from explorer.analysis import analyze
+    from explorer.layout import seed_layout
+    from explorer.text import short_path
+
+    paths = [a.path for a in analyze(seed_layout()).arrays]
+    shown = [short_path(p) for p in paths]
+    assert len(set(shown)) == len(paths) and all(len(s) <= 40 for s in shown)
+    assert all(s.rsplit("/", 1)[-1] == p.rsplit("/", 1)[-1] for s, p in zip(shown, paths))  # the leaf whole

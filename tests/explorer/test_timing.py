@@ -246,3 +246,30 @@ def test_a_compiled_peak_over_the_limit_is_refused_before_allocation(seed_dict, 
     compiled_lib.check_timeable(report)  # the first gate passes
     with pytest.raises(ExplorerError, match=r"XLA's compiled memory analysis.*temporaries.*GiB are available"):
         time_layout(small, steps=1)
+
+
+@pytest.mark.parametrize("temp", [192, 5 * 2**20])
+def test_the_note_on_temporaries_claims_only_what_their_size_can_hold(temp):
+    """Issue 38: "temporaries (192 B) are XLA's own: gradients, Adam's update and activations…" (192 B hold none of them)."""
+    declared = 80 * 2**10
+    result = timing_lib.TimingResult(
+        layout_name="x",
+        platform="cpu",
+        devices=8,
+        compile_s=1.0,
+        cached=False,
+        warmup=1,
+        step_s=timing_lib.StepTimes.of([0.1]),
+        flops=1.0,
+        memory={"argument_bytes": 10, "output_bytes": 10, "temp_bytes": temp, "alias_bytes": 10},
+        estimate={"argument_bytes": 10, "output_bytes": 10, "declared_activation_bytes": declared},
+        collectives={},
+        activations=(),
+        state_leaves=1,
+    )
+    note = result.memory_notes()[-1]
+    assert note.startswith(f"temporaries ({temp:,} B) ")
+    if temp < declared:
+        assert "gradients" not in note and "less than the declared activations (81,920 B)" in note
+    else:
+        assert "activations it keeps for the backward pass" in note and "gradients and Adam's update" in note

@@ -68,6 +68,14 @@ def test_on_a_gpu_cluster_the_page_says_so_with_each_axis_placement_and_jaxs_sha
     assert len(inside) and inside["placement"].str.contains("tensor: NVLink").all()  # up to 8: inside a host
     assert (table[table["mesh"] == "tensor 16"]["placement"] == "tensor: 2 hosts").all()  # larger than a host: spans both
     assert any(c.startswith("Placed on the hosts and GPUs (host-major): ") for c in captions)
+    # Issue 38: the seed's 8-device layout was silently absent, and the intro said the tensor axis stays inside a host.
+    own = [plain(i.value) for i in at.info if "Your layout" in i.value]
+    assert own == [
+        "Your layout seed-2x4 is not ranked: its mesh has 8 devices and h100:2x8 has 16, so it cannot run there as it is. "
+        "Every candidate below uses all 16."
+    ]
+    assert not table["layout"].str.contains("(yours)", regex=False).any()
+    assert any("a tensor axis no larger than a host stays inside one, a larger one spans hosts" in m.value for m in at.markdown)
 
 
 def test_the_top_three_race_on_this_process_devices_runs_the_compare_race():

@@ -303,6 +303,14 @@ def test_compile_for_a_target_is_refused_on_a_layout_jax_refuses(app):
     assert re.search(r"HBM per chip \(0\.\d+%\)", state[0]), state[0]  # a small share is not rounded to 0%
 
 
+def test_on_a_gpu_the_state_is_set_against_the_memory_the_verdict_uses_with_the_whole_memory_beside_it(app):
+    """Issue 38: the blue box measured the state against 79.1 GiB while the verdict used JAX's 59.3 GiB, with no word."""
+    app.selectbox(key="target_choice").select("h100:1x8").run()
+    assert not app.exception
+    state = [plain(i.value) for i in app.main.info if "The state alone" in i.value]
+    assert state and "of the 59.3 GiB JAX lets one process use per GPU (75% of its 79.1 GiB)" in state[0], state
+
+
 def test_a_state_larger_than_the_chips_hbm_does_not_fit_before_any_compile(app):
     app.selectbox(key="model_name").select("transformer").run()
     app.selectbox(key="size_preset::transformer").select("llama2-7b").run()
@@ -368,12 +376,30 @@ def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismiss
     assert not at.exception and not [c for c in at.sidebar.code if "bogus" in c.value]
 
 
-def test_the_arrays_table_shows_every_column_with_what_the_layout_decides_first(app):
-    """At 1024 px beside the sidebar only the first columns are in view: spec, shard and bytes come right after the path."""
+def test_the_arrays_table_shows_what_the_layout_decides_and_keeps_every_other_column_one_click_away(app):
+    """At 1024 px beside the sidebar: the path shortened to its leaf, spec, shard and bytes in view; every other
+    column hidden, offered in the table's Show/hide columns menu (none left out)."""
+    import json
+
     table = next(d for d in app.dataframe if "path" in d.value.columns)
     order = list(table.proto.column_order)
-    assert order[:4] == ["path", "spec", "shard shape", "bytes/device"]
+    config = json.loads(table.proto.columns)
+    hidden = sorted(c for c, entry in config.items() if entry.get("hidden") and c in order)  # not the index
+    assert order[:4] == ["array", "spec", "shard shape", "bytes/device"]
     assert sorted(order) == sorted(table.value.columns)  # no column left out
+    assert hidden == sorted(set(order) - {"array", "spec", "shard shape", "bytes/device"})
+    assert "params/Logi…Dot_0/Dense_0/kernel" in set(table.value["array"])  # the leaf and the layer's number kept
+
+
+def test_a_new_rule_row_starts_empty_not_none(app):
+    """Issue 38: a double-click on the rules grid's empty row made a row showing `None`; a new row now starts with an empty
+    name and no axes (ignored until filled in), and its mesh cell takes a typed axis as well as a picked one."""
+    import json
+
+    editor = next(d for d in app.sidebar.dataframe if "mesh axes" in d.value.columns)
+    config = json.loads(editor.proto.columns)
+    assert config["logical name"]["default"] == "" and config["mesh axes"]["default"] == []
+    assert config["mesh axes"]["type_config"]["accept_new_options"] is True
 
 
 def test_the_explicit_example_opens_the_transformer_with_its_values_view(app):

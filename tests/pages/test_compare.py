@@ -1,6 +1,7 @@
 """AppTest of the Compare page, and of links restoring a layout on every page."""
 
 import copy
+import json
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -9,7 +10,7 @@ from explorer import library
 from explorer.analysis import analyze
 from explorer.layout import parse_layout
 from explorer.share import layout_to_params
-from explorer.text import human_bytes
+from explorer.text import human_bytes, human_seconds
 from tests.paths import APP
 
 LAYERS = 4
@@ -43,8 +44,10 @@ def test_two_layouts_differing_in_one_rule_show_exactly_the_changed_arrays(shelf
     expected |= {f"activations/{layer}/0" for layer in layers}  # the ('batch', 'hidden') constraints
     assert shown == expected
     row = differences.set_index("path").loc["params/LogicalDotReluDot_0/W2"]
-    assert row["library: tensor parallel"] == "P('model', None) → (256, 1024)"
-    assert row["library: data only"] == "P(None, None) → (1024, 1024)"
+    assert (row["library: tensor parallel"], row["library: tensor parallel · shard"]) == ("P('model', None)", "(256, 1024)")
+    assert (row["library: data only"], row["library: data only · shard"]) == ("P(None, None)", "(1024, 1024)")
+    long = differences.set_index("path").loc["opt_state/0/mu/LogicalDotReluDot_0/Dense_0/kernel"]
+    assert long["array"] == "opt_state/0/mu/Logi…Dot_0/Dense_0/kernel"  # the leaf and the layer's number in view
 
 
 def test_identical_layouts_show_no_differences(shelf):
@@ -121,8 +124,9 @@ def test_a_race_result_is_only_shown_for_the_layouts_it_raced(shelf):
     at.number_input(key="race_steps").set_value(1).run()
     at.button(key="race_button").click().run()
     assert not at.exception and not at.error
-    assert any("ratio to library: tensor parallel" in d.value.columns for d in at.dataframe)
-    timings = next(d.value for d in at.dataframe if "median step" in d.value.columns)  # issue 18 item 6: not "not timed"
+    race = next(d for d in at.dataframe if "ratio to library: tensor parallel" in d.value.columns)
+    assert json.loads(race.proto.columns)["median step (ms)"]["type_config"]["format"] == "%.2f"  # "69" beside "159.74"
+    timings = next(t.value for t in at.table if "median step" in t.value.columns)  # issue 18 item 6: not "not timed"
     assert all(value.endswith("ms, race") for value in timings["median step"]), timings
     at.multiselect(key="compare_sources").set_value(["data only", "tensor parallel"]).run()  # the other way round
     assert not any("ratio to" in str(list(d.value.columns)) for d in at.dataframe)
@@ -173,7 +177,8 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
         row = table.loc[f"library: {name}"]
         assert row["fits"] == "yes" and row["bound"] == result.estimate.bound
         assert row["XLA peak / device"] == human_bytes(result.memory.peak_bytes)
-        assert row["predicted step"] == f"{result.estimate.predicted_s * 1e3:.3g} ms"  # beside the bound, labelled
+        assert row["step ≥ (lower bound)"] == human_seconds(result.estimate.step_s)  # never "0.000383 ms"
+        assert row["predicted step"] == human_seconds(result.estimate.predicted_s)  # beside the bound, labelled
         predicted.append(result.estimate.predicted_s)
     assert any(c.value.startswith("Predicted step: the step model's prediction") for c in at.caption)
     assert len([c for c in at.get("plotly_chart")]) >= 2  # memory per device, and the layouts' rooflines on one chart
@@ -213,6 +218,8 @@ def test_layouts_with_explicit_axes_compare_by_their_types(tmp_path, monkeypatch
     assert not at.exception and not at.error
     differences = next(d.value for d in at.dataframe if "path" in d.value.columns).set_index("path")
     embedding = differences.loc["embedder/embedding"]
-    assert embedding["library: gemma 2x4"] == f"P('model', 'data') → {analyze(wide).array('embedder/embedding').shard_shape}"
-    assert embedding["library: gemma 4x2"] == f"P('data', 'model') → {analyze(tall).array('embedder/embedding').shard_shape}"
+    assert embedding["library: gemma 2x4"] == "P('model', 'data')"
+    assert embedding["library: gemma 2x4 · shard"] == str(analyze(wide).array("embedder/embedding").shard_shape)
+    assert embedding["library: gemma 4x2"] == "P('data', 'model')"
+    assert embedding["library: gemma 4x2 · shard"] == str(analyze(tall).array("embedder/embedding").shard_shape)
     assert any(path.startswith("activations/") for path in differences.index)  # rows read from the types
