@@ -77,7 +77,7 @@ def test_the_readme_names_a_runnable_explicit_example():
         defined = re.search(rf"^def {function}\(", source.read_text(), flags=re.MULTILINE) is not None
         assert defined, f"{module} has no {function}"
     allowed = re.search(r"EXPLORER_ALLOWED_FACTORIES=(\S+)", section).group(1)
-    (layout_path,) = set(re.findall(r"\b(layouts/[\w.-]+\.json)\b", section))
-    layout = json.loads((ROOT / layout_path).read_text())
-    assert layout["model"]["name"] == allowed == ":".join(factories[0])
-    assert layout["mesh"]["axis_types"] == ["explicit"] * len(layout["mesh"]["axes"])
+    layouts = {path: json.loads((ROOT / path).read_text()) for path in set(re.findall(r"\b(layouts/[\w.-]+\.json)\b", section))}
+    assert allowed == ":".join(factories[0]) in [layout["model"]["name"] for layout in layouts.values()]
+    for path, layout in layouts.items():  # the factory's example and the built-in transformer's: Explicit axes both
+        assert layout["mesh"]["axis_types"] == ["explicit"] * len(layout["mesh"]["axes"]), path

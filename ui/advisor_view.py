@@ -166,7 +166,9 @@ def show(search: advisor.Search, layout: Layout) -> None:
         st.error(markdown_literal(f"Compile failed: {failure}"))
     with st.container(key="advisor_table"):
         # The ranking's decision in view at 1024 px; the mesh, rules, bound, MFU and the rest in Show/hide columns.
-        tables.fitted(pd.DataFrame(advisor.table_rows(search)), ADVISOR_COLUMNS, {"XLA peak / device": "XLA peak", "predicted step": "predicted"})
+        tables.fitted(
+            pd.DataFrame(advisor.table_rows(search)), ADVISOR_COLUMNS, {"XLA peak / device": "XLA peak", "predicted step": "predicted"}
+        )
     st.caption("The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu.")
     st.plotly_chart(figure(search), key="advisor_chart")
     names = [c.layout.name for c in ranked]

@@ -69,8 +69,8 @@ def test_the_compile_summary_shows_the_prediction_under_the_bound_with_its_scope
     from tests.explorer import compile_result
 
     lines = compile_text(compile_result("h200:1x1", estimate=Estimate(1e-3, 2e-3, 0.0, 5e-3))).splitlines()
-    assert lines[-2].startswith("roofline lower bound (not a measurement)") and "step >= 2.000 ms" in lines[-2]
-    assert lines[-1] == f"predicted step: 5.000 ms (the step model, kernel by kernel; {SCOPE})"
+    assert lines[-2].startswith("roofline lower bound (not a measurement)") and "step >= 2.00 ms" in lines[-2]
+    assert lines[-1] == f"predicted step: 5.00 ms (the step model, kernel by kernel; {SCOPE})"
     assert "predicted" not in compile_text(compile_result("h200:1x1", estimate=Estimate(1e-3, 2e-3, 0.0)))
 
 
