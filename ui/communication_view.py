@@ -16,9 +16,12 @@ import pandas as pd
 import streamlit as st
 
 from explorer.sources import LineRow, Traced, by_line
-from explorer.text import human_bytes, markdown_literal
+from explorer.text import human_bytes, human_seconds, markdown_literal
+from ui import tables
 
 MAX_CODE = 120  # characters of a line's code shown in the table
+# What a user decides from, in view at 1024 px beside the sidebar; function, modules and exact bytes one click away.
+COLUMNS = {"line": 95, "bytes": 75, "time ≥ (estimate)": 85, "count": 50, "collectives": 150, "code": 170}
 
 
 def code_at(file: str | None, line: int | None) -> str:
@@ -30,12 +33,12 @@ def code_at(file: str | None, line: int | None) -> str:
 
 
 def rows_frame(rows: Sequence[LineRow]) -> pd.DataFrame:
-    """The table: one row per source line, what it costs first (at 1024 px the later columns scroll)."""
+    """The table: one row per source line, what it costs first."""
     costed = bool(rows) and rows[0].seconds is not None
     return pd.DataFrame(
         [
             {"line": f"{os.path.basename(row.file)}:{row.line}" if row.file else "(no model line)", "bytes": human_bytes(row.bytes)}
-            | ({"time ≥ (estimate)": f"{row.seconds * 1e6:.3g} µs"} if costed else {})
+            | ({"time ≥ (estimate)": human_seconds(row.seconds)} if costed else {})
             | {
                 "count": row.count,
                 "collectives": row.kinds + (" (XLA combined several ops)" if row.combined else ""),
@@ -58,14 +61,13 @@ def render(traced: Sequence[Traced], *, key: str, origin: str) -> None:
         return
     costed = rows[0].seconds is not None
     with st.container(key=f"communication_{key}"):
-        event = st.dataframe(
+        event = tables.fitted(
             rows_frame(rows),
-            hide_index=True,
-            width="stretch",
+            COLUMNS,
+            {"time ≥ (estimate)": "time ≥"},
             on_select="rerun",
             selection_mode="single-row",
             key=f"communication_table_{key}",
-            column_config={"collectives": st.column_config.TextColumn("collectives", width="medium")},
         )
     st.caption(
         ("Sorted by the roofline's time for each line's collectives (an estimate, shared out by bytes)" if costed else "Sorted by bytes")
@@ -81,6 +83,9 @@ def _values(row: LineRow) -> None:
     """What the selected line's collectives move: each value's producing op and its shape per device."""
     with st.container(key="communication_values"):
         st.markdown(f"**{markdown_literal(row.where)}** moves")
+        code = code_at(row.file, row.line)
+        if code:
+            st.code(code, language="python")
         st.dataframe(pd.DataFrame([{"op": v.op_name, "shape (per device)": v.shape} for v in row.values]), hide_index=True, width="stretch")
         if row.file:
             st.caption(markdown_literal(row.file))

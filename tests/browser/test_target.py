@@ -109,6 +109,7 @@ def test_after_a_compile_the_communication_view_names_the_guides_lines(blank_pag
     page.set_viewport_size({"width": 1024, "height": 768})
     page.wait_for_timeout(800)
     view.scroll_into_view_if_needed()
+    expect_tables_fit(page, key_selector("communication_target"))  # line, bytes, time, count, collectives and code in view
     screenshot(page, "communication-1024x768")
     assert_no_exception(page)
 
