@@ -11,7 +11,7 @@ constraint that names the axis, ``"input: 0"``, ``"output: 0"`` or ``"constraint
 propagation run by us on the program JAX hands XLA, not read back from XLA's compile (the compile does not keep
 the origins); ``tests/explorer/test_origins.py`` checks that the outputs' shardings agree with the compiled
 executable's. Each value's source line comes from the program's locations (``loc(callsite(...))``), the innermost
-frame outside JAX, Flax, optax, the standard library and the explorer (``sources.is_library``).
+frame outside JAX, Flax, optax, the standard library and the explorer (``sources.user_frame``: none for the optimizer).
 
     >>> axis_origins('[{data = "input: 0", model = "constraint_0"}]')
     {'data': 'input: 0', 'model': 'constraint_0'}
@@ -25,7 +25,7 @@ import os
 import re
 from typing import Any
 
-from explorer.sources import is_library
+from explorer.sources import Frame, user_frame
 
 PASS = "builtin.module(sdy-aggressive-propagate{debug-sharding-origins=true})"
 _OP = re.compile(
@@ -83,13 +83,13 @@ def values(text: str) -> tuple[PropagatedValue, ...]:
             continue
         origins = _ORIGINS.search(line)
         name, frames = _resolve(locations, int(op["loc"]))
-        user = next((f for f in frames if not is_library(f[0])), None)
+        user = _user(frames)
         found.append(
             PropagatedValue(
                 index=len(found),
                 op=op["op"],
                 op_name=name,
-                where=f"{os.path.basename(user[0])}:{user[1]}" if user else "",
+                where=f"{os.path.basename(user.file)}:{user.line}" if user else "",
                 spec=dimension_axes(sharding["value"]),
                 origins=axis_origins(origins["origins"]) if origins else {},
             )
@@ -110,9 +110,14 @@ def _origin_names(text: str, locations: dict[int, str]) -> dict[str, str]:
         constraint = re.search(r'sdy\.sharding_origin_name = "(?P<name>[^"]+)".*loc\(#loc(?P<loc>\d+)\)\s*$', line)
         if constraint:
             frames = _resolve(locations, int(constraint["loc"]))[1]
-            user = next((f for f in frames if not is_library(f[0])), None)
-            names[constraint["name"]] = f"the constraint at {os.path.basename(user[0])}:{user[1]}" if user else constraint["name"]
+            user = _user(frames)
+            names[constraint["name"]] = f"the constraint at {os.path.basename(user.file)}:{user.line}" if user else constraint["name"]
     return names
+
+
+def _user(frames: list[tuple[str, int]]) -> Frame | None:
+    """The model's line among a location's frames (innermost first), as for a collective (``sources.user_frame``)."""
+    return user_frame(Frame(file, line, "") for file, line in frames)
 
 
 def dimension_axes(sharding: str) -> tuple[tuple[str, ...], ...]:

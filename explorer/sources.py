@@ -152,8 +152,24 @@ def is_library(file: str) -> bool:
 
 
 def user_frame(chain: Iterable[Frame]) -> Frame | None:
-    """The innermost frame of ``chain`` (innermost first) in the user's code, or None."""
-    return next((f for f in chain if not is_library(f.file)), None)
+    """The innermost frame of ``chain`` (innermost first) in the user's code, or None.
+
+    The walk stops at the explorer's own code (its train step, the code that hands the step to JAX): every frame past
+    it is whoever called the explorer (a page, a test, a script), never the model. A value the optimizer computes
+    has no line of the model's code.
+    """
+    for frame in chain:
+        if _explorer_own(frame.file):
+            return None
+        if not is_library(frame.file):
+            return frame
+    return None
+
+
+def _explorer_own(file: str) -> bool:
+    """The explorer's code, not a model of it (``explorer/models/`` is model code)."""
+    absolute = os.path.abspath(file.replace("\\", "/"))
+    return absolute.startswith(os.path.join(_EXPLORER, "")) and not absolute.startswith(os.path.join(_USER_IN_EXPLORER, ""))
 
 
 def module_path(op_name: str) -> str:

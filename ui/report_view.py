@@ -12,7 +12,7 @@ from explorer.analysis import ERROR_CODES, INFO_CODES, KIND_LABELS, ArrayInfo, R
 from explorer.rules import RESOLUTION_ORDERS
 from explorer.text import arrays_frame, human_bytes, markdown_literal, short_path
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
-from ui import share_panel, tables
+from ui import propagated_view, share_panel, tables
 
 from ui.state import SELECTED
 
@@ -39,6 +39,8 @@ def render(report: Report, compiled_peak: tuple[str, int] | None = None, edited:
         _selected_array(report, info)
     if report.typed:
         _values_view(report)
+    else:
+        propagated_view.render(report)
 
 
 def _values_view(report: Report) -> None:
