@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from explorer.analysis import ERROR_CODES, analyze, logical_names, model_of
+from explorer.analysis import analyze, logical_names, model_of
+from explorer.findings import ERROR_CODES
 from explorer.layout import Layout
 from explorer.rules import PRESETS, RulePair, preset_rules
 

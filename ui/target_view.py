@@ -13,7 +13,8 @@ import pandas as pd
 import streamlit as st
 
 from explorer import plots
-from explorer.analysis import Report, analyze, indivisible_error
+from explorer.analysis import Report, analyze
+from explorer.findings import indivisible_error
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout

@@ -16,7 +16,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from explorer.reading import constraints as reader
-from explorer.reading.trace import path_to_str
+from explorer.reading.state import path_to_str
 
 
 def _read(function, *args, inputs=(1,), names=("batch", "embed", "mlp"), mesh_axes=("data",)):

@@ -4,7 +4,7 @@ the new rules only."""
 
 import pytest
 
-from explorer.reading import constraints as program, trace as tracing
+from explorer.reading import activations, build, constraints as program, contexts, resolve, state, trace as tracing
 from explorer.analysis import analyze, jax_mesh
 from explorer.layout import parse_layout
 from tests.paths import ROOT
@@ -45,7 +45,7 @@ def traces(fresh, monkeypatch):
     """Each trace, as "init" (a Linen init), "forward" (the forward pass under the probe or the tagged layout) or
     "layout" (the forward pass under the layout's mesh and rules alone)."""
     calls = []
-    real_init, real_read, real_layout = tracing._linen_state, program.constraints, tracing.received_by_forward
+    real_init, real_read, real_layout = tracing._linen_state, program.constraints, activations.received_by_forward
     in_layout = []
 
     def init(*args):
@@ -67,7 +67,7 @@ def traces(fresh, monkeypatch):
 
     monkeypatch.setattr(tracing, "_linen_state", init)
     monkeypatch.setattr(program, "constraints", read)
-    monkeypatch.setattr(tracing, "received_by_forward", layout_trace)
+    monkeypatch.setattr(activations, "received_by_forward", layout_trace)
     return calls
 
 
@@ -115,8 +115,13 @@ def test_the_tagged_layout_receives_what_the_layout_alone_receives(name, fresh, 
     spec = parse_layout({"name": name, "mesh": case["mesh"], "rules": case["rules"], "model": case["model"]})
     key, axes = spec.model.key(), tuple(case["mesh"]["axes"])
     mesh, rules = jax_mesh(tuple(case["mesh"]["shape"]), axes), spec.rules_for_flax()
-    reading = tracing.traced(key, frozenset(), axes, (mesh, rules))
-    from_init, from_forward = reading.received, tracing.received_by_forward(reading.stage, mesh, rules)
+    stage = state.read(tracing.trace(key, build.build(key), (mesh, rules)))
+    layout_alone = activations.received_by_forward
+    with monkeypatch.context() as patch:  # the tagged layout's own reading, not the layout alone's
+        patch.setattr(activations, "received_by_forward", lambda *a: pytest.fail("the tagged layout was refused"))
+        from_init = resolve.resolve(key, axes, stage, activations.read(stage, axes, frozenset(), (mesh, rules))).received
+    from_forward = resolve.resolve(key, axes, stage, activations.read(stage, axes, None, (mesh, rules))).received
+    assert activations.received_by_forward is layout_alone
 
     def rows(found):
         return [(a.path, a.shape, a.logical_axes, a.runs_per_step, a.module) for a in found.activations + (found.output,)]
@@ -178,13 +183,15 @@ def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_
     names = set(logical_names(spec.model, tuple(spec.mesh.axes)))
     assert moe_names <= names and {"exp", "embed_moe", "mlp_moe"} <= names
     assert spmd._logical_to_mesh_axes is original
-    reading = tracing.traced(spec.model.key(), frozenset(), tuple(spec.mesh.axes))  # under the probe alone
-    assert moe_names <= reading.traced.model.asked_names
+    key, axes = spec.model.key(), tuple(spec.mesh.axes)
+    stage = state.read(tracing.trace(key, build.build(key)))
+    probed = resolve.resolve(key, axes, stage, activations.read(stage, axes, frozenset(), None)).model  # under the probe alone
+    assert moe_names <= probed.asked_names
     caches.clear()
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
-    disk.store(spec.model.key(), tuple(spec.mesh.axes), [(frozenset(), reading.traced.model)])
-    ((_, loaded),) = disk.load(spec.model.key(), tuple(spec.mesh.axes))
-    assert loaded.asked_names == reading.traced.model.asked_names
+    disk.store(key, axes, [(frozenset(), probed)])
+    ((_, loaded),) = disk.load(key, axes)
+    assert loaded.asked_names == probed.asked_names
     assert abstract_model(spec.model, frozenset(), tuple(spec.mesh.axes)).asked_names >= moe_names
     assert spmd._logical_to_mesh_axes is original
 
@@ -198,7 +205,7 @@ def test_the_garbage_collector_runs_again_after_a_trace_and_after_a_refused_one(
     analyze(layout(EVERY_NAME))
     assert gc.isenabled()
     with pytest.raises(ExplorerError):
-        with tracing._tracing(("broken", "{}")):
+        with contexts.tracing("broken"):
             assert not gc.isenabled()  # paused while tracing
             raise RuntimeError("the model's own code failed")
     assert gc.isenabled()
@@ -216,7 +223,7 @@ def test_importing_the_tracing_code_runs_the_collector_once_and_leaves_it_on():
         "runs = []  # collections once the tracing module's import has begun\n"
         "gc.callbacks.append(lambda phase, info: runs.append(phase)\n"
         "                    if phase == 'start' and 'explorer.reading.trace' in sys.modules else None)\n"
-        "reading._trace()\n"
+        "reading._stage_modules()\n"
         "assert 'flax' in sys.modules and 'optax' in sys.modules\n"
         "print(len(runs), gc.isenabled())\n"
     )

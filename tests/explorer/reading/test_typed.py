@@ -1,4 +1,4 @@
-"""Explicit axes (explorer/reading/typed.py, through ``analyze``): every spec from its value's type, checked against
+"""Explicit axes (the reading's Explicit branch, explorer/reading/, through ``analyze``): every spec from its value's type, checked against
 ``tests/ground_truth_explicit.py`` (JAX and Flax alone), on real models written for Explicit axes and small ones."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 from explorer.analysis import analyze
 from explorer.errors import ExplorerError, NeedsExplicitAxes
 from explorer.layout import parse_layout
-from explorer.reading import typed
+from explorer.reading import trace
 from tests import explicit_models, ground_truth_explicit as truth
 from tests.external import factories
 
@@ -178,7 +178,7 @@ def test_a_model_written_for_explicit_axes_on_an_auto_mesh_says_so():
 
 def test_a_mixed_mesh_is_refused_for_nnx_before_tracing(monkeypatch):
     calls = []
-    monkeypatch.setattr(typed, "_nnx_state", lambda *a: calls.append(a))
+    monkeypatch.setattr(trace, "_typed_nnx_state", lambda *a: calls.append(a))
     mixed = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"), types=["auto", "explicit"])
     with pytest.raises(ExplorerError, match=re.escape("Mesh must have all axes as Explicit or all axes as Auto")) as caught:
         analyze(mixed)
