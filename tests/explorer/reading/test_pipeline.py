@@ -15,6 +15,7 @@ import pytest
 import explorer.reading
 from explorer import analysis
 from explorer.layout import SEED_LAYOUT, parse_layout
+from tests.explicit_models import ALLOWED, CLASSES, explicit_layout as layout
 
 READING = str(Path(explorer.reading.__file__).parent) + "/"
 STAGE_ORDER = ["__init__", "memory", "disk", "build", "trace", "state", "activations", "resolve"]
@@ -64,13 +65,13 @@ def entries(run) -> tuple[list[str], list[str]]:
 
 
 @pytest.fixture
-def fresh(cleared, monkeypatch, tmp_path):
+def empty_cache(cleared, monkeypatch, tmp_path):
     """Nothing read yet: memory cleared, an empty disk cache."""
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
 
 
 @pytest.mark.parametrize("data", [SEED_LAYOUT, EXPLICIT], ids=["auto-seed", "explicit"])
-def test_one_analysis_enters_each_reading_module_once_in_stage_order(data, fresh, monkeypatch):
+def test_one_analysis_enters_each_reading_module_once_in_stage_order(data, empty_cache, monkeypatch):
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", EXPLICIT["model"]["name"])
     layout = parse_layout(data)
     order, stray = entries(lambda: analysis.analyze(layout))
@@ -79,8 +80,20 @@ def test_one_analysis_enters_each_reading_module_once_in_stage_order(data, fresh
     assert again == ["__init__", "memory"]  # read again: memory answers
 
 
-def test_a_rule_edit_enters_the_forward_stages_only(fresh):
+def test_a_rule_edit_enters_the_forward_stages_only(empty_cache):
     analysis.analyze(parse_layout(SEED_LAYOUT))
     edited = parse_layout({**SEED_LAYOUT, "rules": [["batch", "data"], ["hidden", None]]})
     order, stray = entries(lambda: analysis.analyze(edited))
     assert order == ["__init__", "memory", "disk", "activations", "resolve"] and not stray  # the state is kept
+
+
+def test_two_meshes_of_one_shape_with_other_axis_names_are_read_apart(monkeypatch):
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", ALLOWED)
+    """The typed reading is cached per model, mesh shape, axis names, types and rules: renaming an axis re-reads."""
+    from explorer.analysis import model_of
+
+    rules = [("hidden", "model"), ("embed", None), ("batch", None)]  # no rule names the first axis
+    first = layout(f"{CLASSES}:make_ruled_only", (2, 4), ("data", "model"), rules)
+    renamed = layout(f"{CLASSES}:make_ruled_only", (2, 4), ("rows", "model"), rules)
+    assert analysis.analyze(first).array("kernel").spec == (None, "model") == analysis.analyze(renamed).array("kernel").spec
+    assert model_of(first).mesh_axes == ("data", "model") and model_of(renamed).mesh_axes == ("rows", "model")
