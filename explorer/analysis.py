@@ -1,10 +1,12 @@
 """Layout -> Report: how every array of the train step is sharded, and what to watch out for.
 
-``analyze`` takes the cached abstract model, resolves every array's logical axes with
-the layout's rules (keeping the trace), and derives shard shapes, bytes per device,
-replication and warnings. A mesh needing more devices than this process has is a
-*planned* mesh: JAX's ``AbstractMesh`` stands in, and device ids are 0..N-1 in mesh
-order.
+``analyze`` reads the abstract model with one call into the reading (``reading.read``: the
+model and the activations JAX receives under the layout, from its caches or its stages),
+resolves every array's logical axes with the layout's rules (keeping the trace), and derives
+shard shapes, bytes per device, replication and totals; ``findings.py`` says what to watch
+out for. A mesh needing more devices than this process has is a *planned* mesh: JAX's
+``AbstractMesh`` stands in, and device ids are 0..N-1 in mesh order. The report's JSON form
+(``report_to_dict``) is the command line's.
 """
 
 from __future__ import annotations
@@ -206,11 +208,12 @@ def analyze(layout: Layout, *, model: AbstractModel | None = None, received: boo
     """The sharding of every array in ``layout``'s train step.
 
     ``model``: the abstract model to read, already traced for (at least) this layout's rule names
-    and mesh axes (``model_for_layouts``); by default ``model_of(layout)``. ``received=False``
-    skips tracing the forward pass under this layout's mesh and rules (``reading.received``): the
-    activations' specs are then the rules applied to the names the probe read, which is what JAX
-    receives unless the model's own code resolves names (MaxText's ``maybe_shard_with_logical``).
-    Parameters, optimizer state and inputs do not depend on it.
+    and mesh axes (``model_for_layouts``); by default the layout's (``read_layout``).
+    ``received=False`` leaves out what JAX receives under this layout's mesh and rules (a given
+    model is then not traced under it, ``reading.received``): the activations' specs are the rules
+    applied to the names the probe read, which is what JAX receives unless the model's own code
+    resolves names (MaxText's ``maybe_shard_with_logical``). Parameters, optimizer state and inputs
+    do not depend on it.
 
     Example::
 
