@@ -1,10 +1,12 @@
 """Layout -> Report: how every array of the train step is sharded, and what to watch out for.
 
-``analyze`` takes the cached abstract model, resolves every array's logical axes with
-the layout's rules (keeping the trace), and derives shard shapes, bytes per device,
-replication and warnings. A mesh needing more devices than this process has is a
-*planned* mesh: JAX's ``AbstractMesh`` stands in, and device ids are 0..N-1 in mesh
-order.
+``analyze`` reads the abstract model with one call into the reading (``reading.read``: the
+model and the activations JAX receives under the layout, from its caches or its stages),
+resolves every array's logical axes with the layout's rules (keeping the trace), and derives
+shard shapes, bytes per device, replication and totals; ``findings.py`` says what to watch
+out for. A mesh needing more devices than this process has is a *planned* mesh: JAX's
+``AbstractMesh`` stands in, and device ids are 0..N-1 in mesh order. The report's JSON form
+(``report_to_dict``) is the command line's.
 """
 
 from __future__ import annotations
@@ -19,22 +21,18 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
-from explorer import caches, tiles as tiles_lib
+from explorer import caches, findings, tiles as tiles_lib
 from explorer import reading
 from explorer.reading import AbstractArray, AbstractModel, abstract_model, collector
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, MeshSpec
-from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, format_rule, resolve
-from explorer.specs import entry_json, spec_axes, spec_entry
+from explorer.findings import Finding
+from explorer.rules import RESOLUTION_ORDERS, DimTrace, RulePair, effective_axes, resolve
+from explorer.specs import entry_json, spec_entry
 from explorer.tiles import MeshInfo, Tile
 
-LARGE_REPLICATED_BYTES = 1 << 20
 KIND_LABELS = {"param": "parameters", "opt_state": "optimizer state", "input": "inputs", "activation": "declared activations"}
 KINDS = tuple(KIND_LABELS)
-ERROR_CODES = frozenset({"indivisible", "unknown-mesh-axis", "mesh-axis-twice"})  # JAX refuses these layouts
-INFO_CODES = frozenset({"semantics-differ"})  # worth knowing, nothing wrong with this layout
-
-
 MAX_TILE_ENTRIES = 1_000_000  # (block, device) pairs the command line lists at most (about 10 MB of text)
 
 
@@ -64,25 +62,6 @@ class ArrayInfo:
     def spec_text(self) -> str:
         """``P(None, 'model')``, as JAX prints it."""
         return repr(PartitionSpec(*self.spec))
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    """Something about a layout worth a person's attention: a ``code``, a sentence, and the array concerned.
-
-    ``level`` is ``"error"`` for what JAX would refuse (a dimension of a step argument the mesh does not
-    divide, a mesh axis the mesh lacks or used twice in one array) and ``"warning"`` for the rest (a rule that never applies, a name no rule
-    covers, a large replicated array); ``"info"`` says where Flax Linen and NNX would
-    read the rules differently, which matters only to someone moving between them.
-    """
-
-    code: str
-    message: str
-    path: str | None = None
-
-    @property
-    def level(self) -> str:
-        return "error" if self.code in ERROR_CODES else "info" if self.code in INFO_CODES else "warning"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,11 +172,17 @@ def layout_mesh(spec: MeshSpec) -> Mesh | AbstractMesh:
 def model_of(layout: Layout) -> AbstractModel:
     """The layout's abstract model, traced so that its rules' names and mesh axes are told apart (a first trace runs
     under the layout itself, which also gives the activations ``analyze`` reads under it)."""
+    return read_layout(layout).model
+
+
+def read_layout(layout: Layout) -> reading.Reading:
+    """The layout's model and the activations JAX receives under it (``reading.read``): under Auto axes on the
+    layout's Auto mesh, telling apart its rules' names; under Explicit axes on its own mesh, from the values' types."""
+    rules = layout.rules_for_flax()
     if layout.mesh.explicit:  # the sharding is in the values' types: read under the layout itself
-        return reading.typed_model(layout.model, layout_mesh(layout.mesh), layout.rules_for_flax())
+        return reading.read(layout.model, layout_mesh(layout.mesh), rules)
     names = frozenset(rule.logical for rule in layout.rules)
-    mesh = jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes))
-    return abstract_model(layout.model, names, tuple(layout.mesh.axes), mesh, layout.rules_for_flax())
+    return reading.read(layout.model, jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), rules, names)
 
 
 def logical_names(model_spec, mesh_axes: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -223,11 +208,12 @@ def analyze(layout: Layout, *, model: AbstractModel | None = None, received: boo
     """The sharding of every array in ``layout``'s train step.
 
     ``model``: the abstract model to read, already traced for (at least) this layout's rule names
-    and mesh axes (``model_for_layouts``); by default ``model_of(layout)``. ``received=False``
-    skips tracing the forward pass under this layout's mesh and rules (``reading.received``): the
-    activations' specs are then the rules applied to the names the probe read, which is what JAX
-    receives unless the model's own code resolves names (MaxText's ``maybe_shard_with_logical``).
-    Parameters, optimizer state and inputs do not depend on it.
+    and mesh axes (``model_for_layouts``); by default the layout's (``read_layout``).
+    ``received=False`` leaves out what JAX receives under this layout's mesh and rules (a given
+    model is then not traced under it, ``reading.received``): the activations' specs are the rules
+    applied to the names the probe read, which is what JAX receives unless the model's own code
+    resolves names (MaxText's ``maybe_shard_with_logical``). Parameters, optimizer state and inputs
+    do not depend on it.
 
     Example::
 
@@ -237,10 +223,17 @@ def analyze(layout: Layout, *, model: AbstractModel | None = None, received: boo
         (None, 'model')
     """
     with collector.paused():  # thousands of short-lived records: no collector passes over them (collector.py)
-        return _analyzed(layout, model if model is not None else model_of(layout), received)
+        if model is None:  # one call into the reading: the model and what JAX receives under the layout
+            found = read_layout(layout)
+            model, activations = found.model, found.received if received else None
+        elif received and not model.typed:
+            activations = reading.received(model, jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), layout.rules_for_flax())
+        else:
+            activations = None
+        return _analyzed(layout, model, activations)
 
 
-def _analyzed(layout: Layout, model: AbstractModel, received: bool) -> Report:
+def _analyzed(layout: Layout, model: AbstractModel, received: reading.Resolved | None) -> Report:
     mesh = mesh_info(layout.mesh)
     rules = layout.rules_for_flax()
     problems: list[Finding] = []
@@ -249,11 +242,9 @@ def _analyzed(layout: Layout, model: AbstractModel, received: bool) -> Report:
     notes: list[Finding] = []
     if model.typed:  # the types are the truth: what Flax built and what each equation's output is
         arrays = tuple(_as_typed(info, array, mesh) for info, array in zip(arrays, model.arrays))
-        received = False
-    if received:
-        found = reading.received(model, jax_mesh(tuple(layout.mesh.shape), tuple(layout.mesh.axes)), rules)
-        arrays, notes = _as_received(arrays, model, found, rules, mesh, problems)
-    warnings = problems + notes + _warnings(arrays, rules, mesh) + _semantics_differ(model, rules, mesh)
+    elif received is not None:
+        arrays, notes = _as_received(arrays, model, received, rules, mesh, problems)
+    warnings = problems + notes + findings.warnings(arrays, rules, mesh) + findings.semantics_differ(model, rules, mesh)
     if model.loops_without_length:
         warnings.append(
             Finding(
@@ -300,21 +291,6 @@ def _respecified(info: ArrayInfo, spec: tuple, mesh: MeshInfo, note: str) -> Arr
     )
 
 
-def effective_axes(array: AbstractArray, mesh_axes: Sequence[str]) -> tuple | None:
-    """The array's annotation as the framework reads it on this mesh.
-
-    A plain ``nn.Partitioned`` box (``nn.with_partitioning``) names mesh axes, as
-    ``nn.get_sharding`` reads it, when every name is an axis of the mesh; otherwise its
-    names are logical and the rules resolve them, as ``nn.logical_to_mesh_sharding`` does.
-    """
-    names = array.logical_axes
-    if names is None or array.annotation != "mesh-or-logical":
-        return names
-    if all(n is None or (isinstance(n, str) and n in mesh_axes) for n in names):
-        return tuple((n,) if isinstance(n, str) else n for n in names)
-    return names
-
-
 def _array_info(
     array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, problems: list, placements: dict | None = None
 ) -> ArrayInfo:
@@ -348,7 +324,7 @@ def _array_info(
 
 def _placement(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo) -> tuple:
     resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=array.semantics)
-    spec, refusals = _checked_spec(resolution, rules, mesh)
+    spec, refusals = findings.checked_spec(resolution, rules, mesh)
     shard = tiles_lib.shard_shape(array.shape, spec, mesh)
     nbytes = math.prod(shard) * np.dtype(array.dtype).itemsize
     return resolution, spec, tuple(refusals), shard, nbytes, tiles_lib.replication(spec, mesh)
@@ -412,111 +388,10 @@ def _with_received(info: ArrayInfo, received: AbstractArray, mesh: MeshInfo) -> 
     )
 
 
-def _checked_spec(resolution, rules, mesh: MeshInfo) -> tuple[tuple, list[tuple[str, str]]]:
-    """The spec, with what JAX would refuse reported as an error and left out of the drawing.
-
-    A mesh axis the mesh lacks (an NNX name with no rule, or a name the model fixed) and
-    a mesh axis used by two dimensions are refused by JAX; the report names them and
-    shows those dimensions replicated. The refusals come as (code, message), the message to follow the
-    array's path.
-    """
-    spec, used, refusals = [], {}, []
-    for dim, entry in enumerate(resolution.spec):
-        axes = spec_axes(entry)
-        unknown = [a for a in axes if a not in mesh.axes]
-        twice = [a for a in axes if a in used]
-        source = resolution.dims[dim].decided_by(rules)
-        trace = resolution.dims[dim]
-        if unknown:
-            refusals.append(
-                (
-                    "unknown-mesh-axis",
-                    f"dim {dim} is sharded over mesh axis '{unknown[0]}' by {source}, but the mesh has only "
-                    f"{list(mesh.axes)}; JAX refuses this sharding. Fix: add a rule for '{trace.logical}' or rename the axis.",
-                )
-            )
-            spec.append(None)
-        elif twice:
-            refusals.append(
-                (
-                    "mesh-axis-twice",
-                    f"mesh axis '{twice[0]}' shards dim {used[twice[0]]} and again dim {dim} (by {source}); "
-                    "JAX refuses a mesh axis used twice. Fix: map one of these names elsewhere or to null.",
-                )
-            )
-            spec.append(None)
-        else:
-            used.update({a: dim for a in axes})
-            spec.append(entry)
-    return tuple(spec), refusals
-
-
-def _semantics_differ(model: AbstractModel, rules: Sequence[RulePair], mesh: MeshInfo) -> list[Finding]:
-    """Where Linen and NNX semantics would shard this layout differently (people move between them).
-
-    Each array is compared under the semantics Flax applies to it here (its call's) and the other one.
-    """
-    ruled = {rule[0] for rule in rules}
-    differing = []
-    compared: dict = {}  # arrays with the same names, rank and semantics compare the same way
-    for array in model.arrays:
-        key = (array.logical_axes, array.annotation, len(array.shape), array.semantics)
-        if key not in compared:
-            compared[key] = _compared(array, rules, mesh, ruled)
-        if compared[key] is not None:
-            mine, theirs, other = compared[key]
-            differing.append((array.path, mine, theirs, array.semantics, other))
-    if not differing:
-        return []
-    path, mine, theirs, semantics, other = differing[0]
-    label = {"linen": "Linen", "nnx": "NNX"}
-    used = [axis for entry in theirs for axis in spec_axes(entry)]
-    twice = sorted({axis for axis in used if used.count(axis) > 1})
-    there = (
-        f"{label[other]} would put mesh axis {twice[0]!r} on two dimensions, a sharding JAX refuses"
-        if twice
-        else f"{PartitionSpec(*theirs)} under {label[other]}"
-    )
-    return [
-        Finding(
-            "semantics-differ",
-            f"{len(differing)} array(s) would be sharded differently under Flax {label[other]}'s rule semantics than under "
-            f"{label[semantics]}'s (the ones Flax applies to them here), e.g. {path}: {PartitionSpec(*mine)} here; "
-            f"{there}. {RESOLUTION_ORDERS[other]}.",
-            path,
-        )
-    ]
-
-
-def _compared(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo, ruled: set) -> tuple | None:
-    """(spec here, spec under the other semantics, the other's name) when a ruled name lands differently, else None."""
-    names = effective_axes(array, mesh.axes)
-    if not names:
-        return None
-    other = "nnx" if array.semantics == "linen" else "linen"
-    # a Linen user would write NNX's mesh-axis annotations with nn.with_partitioning: read them so
-    theirs_names = effective_axes(dataclasses.replace(array, annotation="mesh-or-logical"), mesh.axes) if other == "linen" else names
-    try:
-        mine = resolve(names, rules, len(array.shape), array.semantics).spec
-        theirs = resolve(theirs_names, rules, len(array.shape), other).spec
-    except ExplorerError:
-        return None
-    dims = [d for d, (a, b) in enumerate(zip(mine, theirs)) if a != b]
-    # a name with no rule differs by definition (replicated vs used as a mesh axis): that is not the news
-    if any(isinstance(names[d], str) and names[d] in ruled for d in dims):
-        return mine, theirs, other
-    return None
-
-
-def _counted_in_totals(info: ArrayInfo) -> bool:
-    """The output is the last declared activation itself, or undeclared: never counted twice."""
-    return info.path != "activations/output"
-
-
 def _totals(arrays: Sequence[ArrayInfo]) -> Totals:
     by_kind = {kind: 0 for kind in KINDS}
     for info in arrays:
-        if _counted_in_totals(info):
+        if findings.counted_in_totals(info):
             by_kind[info.kind] += info.bytes_per_device * info.runs_per_step
     params = [a for a in arrays if a.kind == "param"]
     return Totals(
@@ -527,107 +402,6 @@ def _totals(arrays: Sequence[ArrayInfo]) -> Totals:
         global_param_bytes=sum(a.global_bytes for a in params),
         param_count=sum(math.prod(a.shape) for a in params),
     )
-
-
-def _warnings(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair], mesh: MeshInfo) -> list[Finding]:
-    warnings = [w for info in arrays for w in _indivisible(info, mesh)]
-    warnings += _unused_rules(arrays, rules)
-    warnings += _unmatched_names(arrays)
-    warnings += _large_replicated(arrays, mesh)
-    return warnings
-
-
-def indivisible_error(report: Report) -> ExplorerError | None:
-    """The one message for dimensions of the step's arguments the mesh does not divide (JAX refuses to compile
-    them), or None. An activation's uneven constraint is accepted (XLA pads) and is not refused.
-
-    The Layout page shows it next to the rules; timing and racing refuse with it before compiling.
-    """
-    found = [w for w in report.warnings if w.code == "indivisible"]
-    if not found:
-        return None
-    return ExplorerError("rules", len(found), f"sharded dimension(s) do not divide evenly, e.g. {found[0].message}")
-
-
-def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Finding]:
-    found = []
-    for dim, (size, entry) in enumerate(zip(info.shape, info.spec)):
-        axes = spec_axes(entry)
-        product = math.prod(mesh.axis_size(a) for a in axes)
-        if product > 1 and size % product:
-            name = info.logical_axes[dim] if info.logical_axes else None
-            padded = -(-size // product) * product
-            if isinstance(name, str):
-                what, remedy = f"dim {dim} ('{name}')", f"or map '{name}' to a mesh axis whose size divides {size}, or replicate it"
-            else:  # fixed by the model itself (nn.with_partitioning, P(...) in a constraint): no rule can change it
-                what, remedy = f"dim {dim} (fixed by the model to {' x '.join(axes)})", "or change the mesh or the model"
-            where = f"{info.path}: {what} has size {size}, which mesh axes {' x '.join(axes)} (product {product}) do not divide"
-            if info.kind == "activation":  # a constraint inside the step: JAX accepts it and XLA pads the blocks
-                found.append(
-                    Finding(
-                        "indivisible-padded",
-                        f"{where}; JAX accepts this constraint and XLA pads each block to {padded // product} "
-                        f"({padded - size} of the {padded} padded entries are padding). To avoid the padding: make it a "
-                        f"multiple of {product}, {remedy}.",
-                        info.path,
-                    )
-                )
-            else:  # an argument of the step: jit and device_put refuse a sharding the mesh does not divide
-                found.append(
-                    Finding(
-                        "indivisible",
-                        f"{where}; JAX refuses this sharding. Fix: make it a multiple of {product} (e.g. {padded}), {remedy}.",
-                        info.path,
-                    )
-                )
-    return found
-
-
-def _unused_rules(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair]) -> list[Finding]:
-    used = {d.rule for info in arrays for d in info.trace if d.rule is not None}
-    names = {n for info in arrays if info.logical_axes for n in info.logical_axes if n}
-    found = []
-    for index, rule in enumerate(rules):
-        if index in used:
-            continue
-        if rule[0] not in names:
-            why = f"no array has a dimension named '{rule[0]}'"
-        else:
-            why = "every dimension it names was decided by an earlier rule or its mesh axes were taken"
-        found.append(Finding("rule-unused", f"rule {index} {format_rule(rule)} never applies: {why}.", None))
-    return found
-
-
-def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Finding]:
-    unmatched: dict[str, int] = {}
-    for info in arrays:
-        for dim in info.trace:
-            if dim.status == "unmatched":
-                unmatched[dim.logical] = unmatched.get(dim.logical, 0) + 1
-    return [
-        Finding(
-            "name-unmatched",
-            f"logical name '{name}' matches no rule, so it is replicated in {count} array dimension(s); "
-            f"add a rule ['{name}', <mesh axis>] to shard it, or ['{name}', null] to say replication is intended.",
-            None,
-        )
-        for name, count in sorted(unmatched.items())
-    ]
-
-
-def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3) -> list[Finding]:
-    if mesh.size == 1:
-        return []
-    replicated = [a for a in arrays if a.replication == mesh.size and a.global_bytes >= LARGE_REPLICATED_BYTES and _counted_in_totals(a)]
-    replicated.sort(key=lambda a: a.global_bytes, reverse=True)
-    return [
-        Finding(
-            "replicated-large",
-            f"{a.path} ({a.global_bytes / 2**20:,.1f} MiB) is fully replicated: every one of the {mesh.size} devices holds all of it.",
-            a.path,
-        )
-        for a in replicated[:top]
-    ]
 
 
 def state_shardings(report: Report, model: AbstractModel, mesh: Mesh, template: Any = None) -> Any:

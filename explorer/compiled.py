@@ -23,7 +23,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from explorer import caches, reading
 from explorer.train_step import abstract_inputs, make_init, make_train_step, with_sharding
-from explorer.analysis import Report, analyze, indivisible_error, input_shardings, layout_mesh, model_of, state_shardings
+from explorer.analysis import Report, analyze, input_shardings, layout_mesh, model_of, state_shardings
+from explorer.findings import indivisible_error
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.specs import normal_spec

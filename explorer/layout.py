@@ -138,7 +138,7 @@ class MeshSpec(_Frozen):
 
     @property
     def explicit(self) -> bool:
-        """Some axis is Explicit: the sharding is in the values' types (``explorer.reading.typed``)."""
+        """Some axis is Explicit: the sharding is in the values' types (the Explicit branch of ``explorer.reading``)."""
         return self.axis_types is not None
 
     @property

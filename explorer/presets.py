@@ -23,8 +23,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from explorer.analysis import ERROR_CODES, analyze, logical_names, model_of
+from explorer.analysis import analyze, logical_names, model_of
 from explorer.errors import ExplorerError, NeedsExplicitAxes
+from explorer.findings import ERROR_CODES
 from explorer.layout import SEED_LAYOUT, Layout
 from explorer.rules import PRESETS, RulePair, preset_rules
 

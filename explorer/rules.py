@@ -114,6 +114,21 @@ def format_rule(rule: RulePair) -> str:
     return f"({logical}, {mesh})"
 
 
+def effective_axes(array, mesh_axes: Sequence[str]) -> tuple | None:
+    """The annotation of ``array`` (a ``reading.AbstractArray``) as the framework reads it on this mesh.
+
+    A plain ``nn.Partitioned`` box (``nn.with_partitioning``) names mesh axes, as
+    ``nn.get_sharding`` reads it, when every name is an axis of the mesh; otherwise its
+    names are logical and the rules resolve them, as ``nn.logical_to_mesh_sharding`` does.
+    """
+    names = array.logical_axes
+    if names is None or array.annotation != "mesh-or-logical":
+        return names
+    if all(n is None or (isinstance(n, str) and n in mesh_axes) for n in names):
+        return tuple((n,) if isinstance(n, str) else n for n in names)
+    return names
+
+
 def resolve(
     logical_axes: Sequence[AxisName] | None,
     rules: Sequence[RulePair],

@@ -41,7 +41,7 @@ CPU_FILES = (
     "tests/explorer/test_compiled.py",  # ~38 s
     "tests/explorer/test_gpu_targets.py",  # ~37 s
     "tests/explorer/test_workers.py",  # ~33 s
-    "tests/explorer/reading/test_typed.py",  # ~28 s
+    "tests/explorer/reading/test_types.py",  # ~28 s
     "tests/explorer/test_timing.py",  # ~24 s
 )
 BROWSER_FILES = (

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import PartitionSpec as P, reshard
 
+from explorer.layout import Layout, parse_layout
 from explorer.models import InputSpec
 
 B, D, H = 8, 16, 32
@@ -115,3 +116,26 @@ class RuledOnly(nnx.Module):
 
 def make_ruled_only():
     return (lambda: RuledOnly(nnx.Rngs(0))), [InputSpec("x", (B, D), "float32", ("batch", None))], _loss
+
+
+# --- the layouts the tests read these models (and the external ones written for Explicit axes) under -----------------
+
+EXTERNAL = "tests.external.factories"
+CLASSES = "tests.explicit_models"
+# every factory here and the external models written for Explicit axes, for EXPLORER_ALLOWED_FACTORIES
+ALLOWED = ",".join(
+    [f"{EXTERNAL}:make_flax_gemma", f"{EXTERNAL}:make_bonsai_siglip", f"{EXTERNAL}:make_bonsai_qwen3"]
+    + [f"{CLASSES}:{name}" for name in sorted(globals()) if name.startswith("make_")]
+)
+
+
+def explicit_layout(factory: str, shape, axes, rules=(), options=None, types=None) -> Layout:
+    """A layout of ``factory``'s model on a mesh whose axes are all Explicit (or of ``types``)."""
+    return parse_layout(
+        {
+            "name": "explicit",
+            "rules": [list(r) for r in rules],
+            "mesh": {"shape": list(shape), "axes": list(axes), "axis_types": types or ["explicit"] * len(axes)},
+            "model": {"name": factory, "options": options or {}},
+        }
+    )

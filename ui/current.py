@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from explorer import devices
-from explorer.analysis import Report, analyze, indivisible_error
+from explorer.analysis import Report, analyze
+from explorer.findings import indivisible_error
 from explorer.errors import ExplorerError, NeedsExplicitAxes, shown as shown_value
 from explorer.layout import Layout, layout_errors, parse_layout, seed_layout
 from explorer.targets import Target

@@ -8,7 +8,8 @@ import streamlit as st
 
 from explorer.plots.grid import mesh_figure, sharding_grid
 from explorer.plots.memory import memory_bars
-from explorer.analysis import ERROR_CODES, INFO_CODES, KIND_LABELS, ArrayInfo, Report
+from explorer.analysis import KIND_LABELS, ArrayInfo, Report
+from explorer.findings import ERROR_CODES, INFO_CODES
 from explorer.rules import RESOLUTION_ORDERS
 from explorer.text import arrays_frame, human_bytes, markdown_literal, short_path
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts

@@ -14,7 +14,8 @@ import streamlit as st
 
 from explorer.plots.memory import target_memory_figure
 from explorer.plots.roofline import compare_roofline_figure, roofline_figure
-from explorer.analysis import Report, analyze, indivisible_error
+from explorer.analysis import Report, analyze
+from explorer.findings import indivisible_error
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout

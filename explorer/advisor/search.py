@@ -44,7 +44,8 @@ from explorer.advisor.estimate import (
     stage1_estimate,
 )
 from explorer.advisor.space import REMAT_ALIASES, candidate_layouts, chosen_roles, guessed_roles
-from explorer.analysis import ERROR_CODES, Finding, Report, analyze, model_for_layouts
+from explorer.analysis import Report, analyze, model_for_layouts
+from explorer.findings import ERROR_CODES, Finding
 from explorer.reading import names_of
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout

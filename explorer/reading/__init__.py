@@ -1,151 +1,161 @@
-"""How a model is read: a model configuration and mesh axis names in, the abstract model out.
+"""How a model is read: a model configuration and a layout's mesh in, the abstract model out.
 
-Four doors, each the same three steps: look in the caches (``memory.py``, then ``disk.py``),
-else run the pipeline (pure functions that trace and read, keeping nothing), then keep what it gave.
+One entry, ``read(request)`` behind the doors below, as a pipeline: the caches first (``memory.through``, then
+``disk.through``, each keyed by the one ``Request``), else the stages, each called once, in order, each a public
+function taking the previous one's frozen result (docs/architecture.md):
 
-- ``abstract_model(model_spec, logical_names, mesh_axes)``: the ``AbstractModel`` (every array of
-  the train state and the step, as plain data). Pipeline: ``trace.traced``, which traces the
-  init (the state), then the forward pass under the probe or the layout tagged with the names,
-  reads its constraints (``constraints.py``) and resolves them.
-- ``received(model, mesh, rules)``: the activations as JAX receives them under one layout's mesh
-  and rules, which the analysis shows where they differ from the rules applied to the probe's
-  names. Pipeline: ``trace.received_by_forward`` on the model's state (``live``).
-- ``typed_model(model_spec, mesh, rules)``: the model read under a mesh with Explicit axes, every
-  sharding from its value's type. Pipeline: ``typed.read``.
-- ``live(model)``: the objects a compile needs (the built model, the optimizer, the state's
-  shapes in the framework's own tree). Pipeline: ``trace.state`` (``typed.state`` for a typed model).
+1. ``build.build(key)`` -> ``BuiltModel``: the model from the registry;
+2. ``trace.trace(key, built, layout, explicit)`` -> ``TracedState``: the train state traced (Auto axes: without a
+   mesh, as Flax's guide does; Explicit axes: under the layout);
+3. ``state.read(traced)`` -> ``State``: its arrays (Linen boxes, NNX variables, types on Explicit meshes);
+4. ``activations.read(state, mesh_axes, names, layout)`` -> ``Activations``: the forward pass traced on the state
+   (under the probe or the layout tagged with the names; under the layout itself) and its constraints or types;
+5. ``resolve.resolve(key, mesh_axes, state, activations)`` -> ``Resolution``: the ``AbstractModel`` and the
+   activations as JAX receives them under the layout (``Resolved``), as plain data.
 
-Behind them: ``arrays.py``, the plain data (no Flax); ``memory.py``, what this process keeps;
-``disk.py``, what a later process reads without importing Flax; ``trace.py`` and ``typed.py``,
-tracing with Flax (imported on first need); ``constraints.py``, the sharding constraints of a
-traced program, from its jaxpr.
+Auto and Explicit axes are two branches of the same stages. Helpers the stages call: ``arrays.py`` (the plain data,
+no Flax), ``collector.py`` (the garbage collector paused while tracing), ``contexts.py`` (the mesh and rules a trace
+runs under; a refusal as one message), ``constraints.py`` (a program's sharding constraints, from its jaxpr) and
+``types.py`` (a program's values with their types' shardings).
 
-The trace depends on the model configuration and on the names it must tell apart (the
-rules' logical names and the mesh's axis names), never on which mesh axes the rules
-pick: editing a rule's mesh axes or their order does not re-trace.
+The doors:
+
+- ``read(model_spec, mesh, rules, names)``: the model read for a layout and the activations JAX receives under it
+  (``Reading``); under a mesh with Explicit axes the model read from its values' types (``AbstractModel.typed``).
+- ``abstract_model(model_spec, logical_names, mesh_axes)``: the model telling apart those names and mesh axes.
+- ``received(model, mesh, rules)``: a model's activations as JAX receives them under a layout.
+- ``live(model)``: the objects a compile needs (``state.State``: the built model, the optimizer, the state's shapes in
+  the framework's own tree), traced again if the model came from disk.
+
+Under Auto axes the trace depends on the model configuration and on the names it must tell apart (the rules'
+logical names and the mesh's axis names), never on which mesh axes the rules pick: editing a rule's mesh axes or
+their order does not re-trace the model (only the forward pass under the new layout, for what JAX receives).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from explorer.reading import disk, memory
-from explorer.reading.arrays import AbstractArray, AbstractModel, AxisName, Kind, Resolved, Traced, TypedValue, names_of
+from explorer.reading import contexts, disk, memory
+from explorer.reading.arrays import (
+    AbstractArray,
+    AbstractModel,
+    AxisName,
+    Kind,
+    Reading,
+    Request,
+    Resolved,
+    Traced,
+    TypedValue,
+    names_of,
+)
 
 __all__ = [
     "AbstractArray",
     "AbstractModel",
     "AxisName",
     "Kind",
+    "Reading",
     "Resolved",
     "TypedValue",
     "abstract_model",
     "live",
     "names_of",
+    "read",
     "received",
-    "typed_model",
 ]
 
 
-def abstract_model(
-    model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = (), mesh: Any = None, rules: tuple = ()
-) -> AbstractModel:
+def read(model_spec, mesh: Any, rules: tuple, names: frozenset[str] = frozenset()) -> Reading:
+    """The model of ``model_spec`` read for a layout's ``mesh`` (a JAX Mesh or AbstractMesh) and ``rules``.
+
+    Auto axes: the model telling apart ``names`` (the rules' logical names) and the mesh's axis names, and the
+    activations as JAX receives them under the layout (``Reading.received``); a first trace runs under the layout
+    tagged with the names, which gives both at once. Explicit axes (some axis Explicit): the model read under the
+    layout, every sharding from its value's type, kept per model, mesh shape, axis names and types, and rules.
+    """
+    from jax.sharding import AbstractMesh, AxisType
+
+    rules = contexts.flax_rules(rules)
+    if AxisType.Explicit in tuple(mesh.axis_types):
+        abstract = mesh if isinstance(mesh, AbstractMesh) else mesh.abstract_mesh
+        types = contexts.type_names(abstract)
+        key = (*model_spec.key(), "explicit", tuple(abstract.axis_sizes), tuple(abstract.axis_names), types, json.dumps(rules))
+        return _read(Request(key, tuple(abstract.axis_names), layout=(abstract, rules), explicit=True))
+    key = model_spec.key()
+    return _read(Request(key, tuple(mesh.axis_names), frozenset(names), (mesh, rules), _received_key(key, mesh, rules)))
+
+
+def abstract_model(model_spec, logical_names: frozenset[str] = frozenset(), mesh_axes: tuple[str, ...] = ()) -> AbstractModel:
     """The abstract model for a validated ``ModelSpec``.
 
     ``logical_names`` and ``mesh_axes`` are the names the activations' trace must tell
     apart (the layout's rule names and mesh axis names; the model's own parameter and
     input names are always added). A trace that already told apart every wanted name is
     reused, from memory or from the disk cache, so rule edits re-trace only when a rule
-    brings a name never seen before. ``mesh`` and ``rules``, when given, are the layout
-    the analysis will read the activations under: a first trace of the state runs under
-    them, which gives that layout's activations (``received``) at no extra cost.
+    brings a name never seen before.
     """
-    key, mesh_axes, wanted = model_spec.key(), tuple(mesh_axes), frozenset(logical_names)
-    entries = _traced_models(key, mesh_axes)
-    for traced in entries:
-        if wanted <= traced.traced_names:
-            return traced.model
-    known = frozenset().union(*(t.traced_names for t in entries))
-    layout = (mesh, rules) if mesh is not None else None
-    reading = _trace().traced(key, wanted | known, mesh_axes, layout, memory.stages.get((key, mesh_axes)))
-    memory.stages.keep_first((key, mesh_axes), reading.stage)
-    if reading.received is not None:
-        _keep_received(memory.received_key(key, mesh, rules), reading.received)
-    entries = memory.models.update((key, mesh_axes), lambda kept: (reading.traced, *(kept or ()))[:2])
-    disk.store(key, mesh_axes, [(t.traced_names, t.model) for t in entries])
-    return reading.traced.model
+    return _read(Request(model_spec.key(), tuple(mesh_axes), frozenset(logical_names))).model
 
 
 def received(model: AbstractModel, mesh: Any, rules: tuple) -> Resolved:
     """The activations as JAX receives them when ``model``'s forward pass runs under ``mesh`` (a JAX Mesh or
     AbstractMesh) and ``rules``: kept per model, mesh and rules, in memory and on disk."""
-    key = memory.received_key(model.key, mesh, rules)
-    found = memory.received.get(key)
-    if found is not None:
-        return found
-    found = disk.load_resolved(model.key, key[1:])
-    if found is not None:
-        return memory.received.put(key, found)
-    found = _trace().received_by_forward(live(model), mesh, rules)
-    _keep_received(key, found)
-    return found
-
-
-def typed_model(model_spec, mesh: Any, rules: tuple) -> AbstractModel:
-    """The abstract model read under a mesh with Explicit axes: every sharding from its value's type (``typed.py``).
-
-    Kept in memory per model, mesh shape, axis types and rules (``typed.key_of``).
-    """
-    typed = _typed()
-    key, mesh, rules = typed.key_of(model_spec, mesh, rules)
-    found = memory.typed.get(key)
-    if found is not None:
-        return found
-    model, stage = typed.read(key, mesh, rules)
-    memory.stages.keep_first((key, model.mesh_axes), stage)
-    return memory.typed.put(key, model)
+    rules = contexts.flax_rules(rules)
+    request = Request(model.key, model.mesh_axes, layout=(mesh, rules), received_key=_received_key(model.key, mesh, rules), model=model)
+    return _read(request).received
 
 
 def live(model: AbstractModel) -> Any:
-    """The model built and its train state traced (``built``, ``optimizer``, ``state``: the state's
+    """The model built and its train state traced (``state.State``: ``built``, ``optimizer``, ``state``: the state's
     ShapeDtypeStructs in the framework's tree, ``graphdefs`` for NNX), traced again if the arrays came from disk."""
-    key = (model.key, model.mesh_axes)
-    found = memory.stages.get(key)
-    if found is not None:
-        return found
-    stage = _typed().state(model.key, model.mesh_axes) if model.typed else _trace().state(model.key)
-    return memory.stages.keep_first(key, stage)
+    layout = None
+    if model.typed:  # the key says the layout: sizes, axis names, axis types, rules
+        from jax.sharding import AbstractMesh, AxisType
+
+        sizes, axes, types, rules = model.key[3], model.key[4], model.key[5], json.loads(model.key[6])
+        axis_types = tuple(AxisType.Explicit if t == "explicit" else AxisType.Auto for t in types)
+        layout = (AbstractMesh(tuple(sizes), tuple(axes), axis_types=axis_types), contexts.flax_rules(tuple(tuple(r) for r in rules)))
+    return _read(Request(model.key, model.mesh_axes, layout=layout, explicit=model.typed, model=model, live=True)).stage
 
 
-def _traced_models(key: tuple, mesh_axes: tuple[str, ...]) -> tuple[Traced, ...]:
-    """The models traced for ``key`` (newest first), from memory, else from the disk (then kept in memory)."""
-    found = memory.models.get((key, mesh_axes))
-    if found is not None:
-        return found
-    return memory.models.put((key, mesh_axes), tuple(Traced(model, names) for names, model in disk.load(key, mesh_axes)))
+def _read(request: Request) -> Reading:
+    """The entry: the caches, keyed once by ``request``, else the stages."""
+    return memory.through(request, lambda kept: disk.through(request, kept, lambda found: _stages(request, found)))
 
 
-def _keep_received(key: tuple, found: Resolved) -> None:
-    """Keep what a trace under a layout gave (a refusal only in memory: the next process says it again)."""
-    if not found.error:
-        disk.store_resolved(key[0], key[1:], found)
-    memory.received.put(key, found)
+def _stages(request: Request, found: Reading) -> Reading:
+    """The stages that ``found`` (what the caches hold) leaves to do, each called once, in order."""
+    build, trace, state, activations, resolve = _stage_modules()
+    stage = found.stage
+    if stage is None:
+        stage = state.read(trace.trace(request.key, build.build(request.key), request.layout, request.explicit))
+    if request.live:
+        return Reading(found.model, found.received, found.traced, stage)
+    known = frozenset().union(*(t.traced_names for t in found.traced or ()))
+    names = None if found.model is not None else request.names | known
+    layout = request.layout if request.explicit or request.received_key is not None else None
+    resolution = resolve.resolve(request.key, request.mesh_axes, stage, activations.read(stage, request.mesh_axes, names, layout))
+    traced = found.traced
+    if resolution.model is not None and not request.explicit:
+        traced = (Traced(resolution.model, resolution.traced_names), *(traced or ()))[:2]
+    return Reading(resolution.model or found.model, resolution.received, traced, stage)
 
 
-def _trace():
-    """The tracing module, imported on first need (the collector paused, as for a trace): reading a cached model needs no Flax."""
+def _received_key(model_key: tuple, mesh: Any, rules: tuple) -> tuple:
+    """A model under one layout: its key, the mesh's axis names and sizes, the rules as JSON (``disk`` takes all but
+    the key)."""
+    rules = tuple((name, list(axes) if isinstance(axes, tuple) else axes) for name, axes in rules)
+    return (model_key, tuple(mesh.axis_names), tuple(int(n) for n in mesh.axis_sizes), json.dumps(rules))
+
+
+def _stage_modules():
+    """The stages' modules, imported on first need (the collector paused, as for a trace): reading a cached model
+    needs no Flax."""
     from explorer.reading import collector
 
     with collector.paused():
-        from explorer.reading import trace
+        from explorer.reading import activations, build, resolve, state, trace
 
-    return trace
-
-
-def _typed():
-    from explorer.reading import collector
-
-    with collector.paused():
-        from explorer.reading import typed
-
-    return typed
+    return build, trace, state, activations, resolve

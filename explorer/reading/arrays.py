@@ -6,7 +6,7 @@ Nothing here imports Flax: a model read from the disk cache is these dataclasses
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal
 
 from explorer.rules import AxisName
 
@@ -110,7 +110,7 @@ class AbstractModel:
 
     @property
     def typed(self) -> bool:
-        """Read under a mesh with Explicit axes: specs come from the values' types (``reading/typed.py``)."""
+        """Read under a mesh with Explicit axes: specs come from the values' types (the Explicit branch of the reading's stages)."""
         return bool(self.axis_types)
 
     @property
@@ -142,6 +142,53 @@ class Traced:
 
     model: AbstractModel
     traced_names: frozenset[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What the entry (``explorer/reading/__init__.py``) is asked, keyed once; the caches and the stages take it.
+
+    ``key`` is the model configuration's (``ModelSpec.key()``; under Explicit axes followed by the mesh's sizes, axis
+    names, axis types and the rules as JSON); ``mesh_axes`` the axis names the trace tells apart; ``names`` the logical
+    names it must tell apart. ``layout`` is ``(mesh, rules)`` (the rules as Flax reads them): under Auto axes the
+    layout whose activations JAX receives are asked (``received_key`` keys them: the model's key, the mesh's axis
+    names and sizes, the rules as JSON), under Explicit axes (``explicit``) the layout the model is read under.
+    ``model``: a model already read, whose layout's activations or live state (``live``) are asked.
+    """
+
+    key: tuple
+    mesh_axes: tuple[str, ...]
+    names: frozenset[str] = frozenset()
+    layout: tuple | None = None
+    received_key: tuple | None = None
+    explicit: bool = False
+    model: AbstractModel | None = None
+    live: bool = False
+
+    def answered_by(self, reading: "Reading") -> bool:
+        """``reading`` holds all this request asks: the live state, or the model and (with a layout) its activations."""
+        if self.live:
+            return reading.stage is not None
+        return reading.model is not None and (self.received_key is None or reading.received is not None)
+
+    def told_apart(self, traced: "tuple[Traced, ...] | None") -> "AbstractModel | None":
+        """The newest traced model that told apart every name asked (``model`` when given), or None."""
+        if self.model is not None:
+            return self.model
+        return next((t.model for t in traced or () if self.names <= t.traced_names), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What the entry gives (and the caches keep): the model, the layout's activations as JAX receives them (None:
+    not asked, or Explicit axes), ``traced`` every model traced for the key and mesh axes with the names each told
+    apart, newest first (None: none kept in memory), and ``stage``, the live state (``state.State``; None where this
+    process has not traced it)."""
+
+    model: AbstractModel | None = None
+    received: Resolved | None = None
+    traced: tuple[Traced, ...] | None = None
+    stage: Any = None
 
 
 def names_of(arrays) -> frozenset[str]:

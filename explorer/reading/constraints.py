@@ -160,7 +160,7 @@ def tagged_rules(rules: Sequence[tuple[str, Any]], logical_names: Iterable[str])
     axis alone tags a name no rule placed (Linen leaves it replicated). NNX reads the rules
     as a dict, the last rule of a name winning: a name's last tagged rule is repeated after
     that. A name with no rule is tagged too, which NNX would have read as a mesh axis of that
-    name: the caller checks such constraints (``trace._tagged_forward``).
+    name: the caller checks such constraints (``activations.py``).
     """
     out: list[tuple[str, tuple[str, ...]]] = []
     last: dict[str, tuple[str, ...]] = {}

@@ -29,7 +29,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from explorer.reading.arrays import AbstractArray, AbstractModel, Resolved
+from typing import Callable
+
+from explorer.reading.arrays import AbstractArray, AbstractModel, Reading, Request, Resolved, Traced
 
 CACHE_ENV = "EXPLORER_CACHE_DIR"
 FORMAT = 2
@@ -45,6 +47,29 @@ def cache_dir() -> Path | None:
         return Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "partition-explorer"
+
+
+def through(request: Request, kept: Reading, run: Callable[[Reading], Reading]) -> Reading:
+    """What the disk keeps for ``request`` added to what memory ``kept`` when that answers it, else ``run``'s
+    reading, stored. A model read under Explicit axes and the live state are not kept here."""
+    if request.explicit or request.live:
+        return run(kept)
+    traced = kept.traced
+    if traced is None:  # nothing in memory: the disk's entries, if any
+        traced = tuple(Traced(model, names) for names, model in load(request.key, request.mesh_axes))
+    model = kept.model or request.told_apart(traced)
+    received = kept.received
+    if received is None and model is not None and request.received_key is not None:
+        received = load_resolved(request.key, request.received_key[1:])
+    found = Reading(model, received, traced, kept.stage)
+    if request.answered_by(found):
+        return found
+    reading = run(found)
+    if reading.traced is not traced:
+        store(request.key, request.mesh_axes, [(t.traced_names, t.model) for t in reading.traced])
+    if reading.received is not None and reading.received is not received and not reading.received.error:
+        store_resolved(request.key, request.received_key[1:], reading.received)
+    return reading
 
 
 def load(key: tuple, mesh_axes: tuple[str, ...]) -> list[tuple[frozenset[str], Any]]:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from explorer.analysis import ERROR_CODES, analyze
+from explorer.analysis import analyze
+from explorer.findings import ERROR_CODES
 from explorer.layout import parse_layout
 from explorer.models import MODELS
 from explorer.presets import fit_preset, model_preset

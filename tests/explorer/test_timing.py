@@ -190,7 +190,7 @@ def indivisible(seed_dict):
 
 
 def test_an_indivisible_layout_is_refused_before_compiling_with_the_layout_pages_message(seed_dict, monkeypatch):
-    from explorer.analysis import indivisible_error
+    from explorer.findings import indivisible_error
 
     monkeypatch.setattr(compiled_lib, "_compile", lambda *a: pytest.fail("compiled an indivisible layout"))
     bad = indivisible(seed_dict)

@@ -1,5 +1,5 @@
 """The per-value view's plain-data side (``explorer/values.py``): search, grouping, the spec as JAX prints it, JSON.
-The values themselves are read from real programs in ``tests/explorer/reading/test_typed.py``."""
+The values themselves are read from real programs in ``tests/explorer/reading/test_types.py``."""
 
 from jax.sharding import PartitionSpec
 

@@ -5,6 +5,7 @@ import gc
 import weakref
 
 from explorer.reading import collector
+from tests.paths import ROOT
 
 
 def test_the_collector_pause_nests_and_leaves_the_collector_as_the_user_had_it():
@@ -47,3 +48,24 @@ def test_what_was_made_while_paused_joins_the_oldest_generation_and_its_cycles_a
     assert dropped() is not None
     gc.collect()
     assert dropped() is None
+
+
+def test_importing_the_tracing_code_runs_the_collector_once_and_leaves_it_on():
+    """Importing Flax and optax makes tens of thousands of objects: with the collector on it runs about a hundred
+    times; paused, once, when it comes back on (the collection that fell due meanwhile)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc, sys\n"
+        "from explorer import reading\n"
+        "runs = []  # collections once the tracing module's import has begun\n"
+        "gc.callbacks.append(lambda phase, info: runs.append(phase)\n"
+        "                    if phase == 'start' and 'explorer.reading.trace' in sys.modules else None)\n"
+        "reading._stage_modules()\n"
+        "assert 'flax' in sys.modules and 'optax' in sys.modules\n"
+        "print(len(runs), gc.isenabled())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    collections, enabled = out.stdout.split()
+    assert int(collections) <= 1 and enabled == "True"

@@ -16,7 +16,6 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from explorer.reading import constraints as reader
-from explorer.reading.trace import path_to_str
 
 
 def _read(function, *args, inputs=(1,), names=("batch", "embed", "mlp"), mesh_axes=("data",)):
@@ -113,12 +112,6 @@ def test_rule_semantics_follow_the_call():
 
     found = _read(forward, W, X)
     assert [(c.dims, c.semantics) for c in found] == [(("batch", "embed"), "linen"), ((("data",), None), "hand"), (("batch", "mlp"), "nnx")]
-
-
-def test_paths_keep_a_module_named_value_and_drop_a_box_value():
-    params = {"attention": {"value": {"kernel": nn.LogicallyPartitioned(jnp.zeros(2), ("embed",))}}}
-    paths = [path_to_str(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
-    assert paths == ["attention/value/kernel"]
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import multiprocessing
 import pytest
 
 from explorer import caches, reading as abstract
-from explorer.reading import disk as trace_cache, trace as tracing
+from explorer.reading import activations, disk as trace_cache, trace as tracing
 from explorer.analysis import analyze, report_to_dict
 from explorer.layout import parse_layout
 
@@ -28,8 +28,8 @@ def test_a_second_run_reads_the_disk_and_does_not_trace(cache, monkeypatch):
     first = report_to_dict(analyze(parse_layout(LAYOUT)))
     assert len(list(cache.glob("traces/*.json"))) == 1
     caches.clear()  # what a new process sees: nothing in memory
-    for step in ("traced", "state", "received_by_forward"):
-        monkeypatch.setattr(tracing, step, lambda *a, **k: pytest.fail("traced although the disk had it"))
+    monkeypatch.setattr(tracing, "trace", lambda *a, **k: pytest.fail("traced although the disk had it"))
+    monkeypatch.setattr(activations, "read", lambda *a, **k: pytest.fail("traced although the disk had it"))
     assert report_to_dict(analyze(parse_layout(LAYOUT))) == first
 
 

@@ -1,5 +1,7 @@
-"""Explicit axes (explorer/reading/typed.py, through ``analyze``): every spec from its value's type, checked against
-``tests/ground_truth_explicit.py`` (JAX and Flax alone), on real models written for Explicit axes and small ones."""
+"""Explicit axes through ``analyze`` (``explorer/reading/types.py`` reads every value's type; the stages' Explicit
+branch the state's): every spec from its value's type, checked against ``tests/ground_truth_explicit.py`` (JAX and
+Flax alone), on real models written for Explicit axes and small ones; the axis types in files, links and the command
+line."""
 
 import json
 import re
@@ -7,34 +9,16 @@ import re
 import pytest
 
 from explorer.analysis import analyze
-from explorer.errors import ExplorerError, NeedsExplicitAxes
+from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
-from explorer.reading import typed
 from tests import explicit_models, ground_truth_explicit as truth
+from tests.explicit_models import ALLOWED, CLASSES, EXTERNAL, explicit_layout as layout
 from tests.external import factories
-
-EXTERNAL = "tests.external.factories"
-CLASSES = "tests.explicit_models"
-ALLOWED = ",".join(
-    [f"{EXTERNAL}:make_flax_gemma", f"{EXTERNAL}:make_bonsai_siglip", f"{EXTERNAL}:make_bonsai_qwen3"]
-    + [f"{CLASSES}:{name}" for name in dir(explicit_models) if name.startswith("make_")]
-)
 
 
 @pytest.fixture(autouse=True)
 def allow(monkeypatch):
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", ALLOWED)
-
-
-def layout(factory: str, shape, axes, rules=(), options=None, types=None):
-    return parse_layout(
-        {
-            "name": "explicit",
-            "rules": [list(r) for r in rules],
-            "mesh": {"shape": list(shape), "axes": list(axes), "axis_types": types or ["explicit"] * len(axes)},
-            "model": {"name": factory, "options": options or {}},
-        }
-    )
 
 
 # (factory, options, mesh shape, axes, rules, the inputs' specs as the ground truth types them)
@@ -110,15 +94,6 @@ def test_activation_rows_are_the_jaxprs_sharding_equations(case):
     assert _spec(output.spec) == truth.forward_output_spec(builder, inputs, the_mesh, input_specs, rules)
 
 
-def test_metadata_and_type_disagreeing_shows_the_type_and_says_why():
-    report = analyze(layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model")))
-    kernel = report.array("kernel")
-    assert kernel.spec == (None, "model")
-    assert kernel.logical_axes is None  # no Flax metadata: nnx.get_partition_spec says P()
-    assert "its type is sharded P(None, 'model')" in kernel.note and "out_sharding" in kernel.note
-    assert kernel.shard_shape == (16, 8)
-
-
 def test_a_reshard_and_a_contraction_are_marked_as_communication():
     report = analyze(layout(f"{CLASSES}:make_reshard_and_contract", (2, 4), ("data", "model"), [("batch", "data")]))
     marked = [v for v in report.values if v.communication]
@@ -151,49 +126,6 @@ def test_scanned_layers_run_once_per_layer():
     rows = [a for a in report.arrays if a.kind == "activation" and a.path != "activations/output"]
     assert [a.runs_per_step for a in rows] == [5, 5]
     assert report.totals.activation_bytes == sum(a.bytes_per_device * 5 for a in rows)
-
-
-def test_an_ambiguous_contraction_is_refused_naming_the_call_and_the_line():
-    with pytest.raises(ExplorerError) as caught:
-        analyze(layout(f"{CLASSES}:make_ambiguous_contraction", (2, 4), ("data", "model")))
-    message = str(caught.value)
-    line = next(i for i, text in enumerate(open(explicit_models.__file__).read().splitlines(), 1) if "the refused line" in text)
-    assert f"explicit_models.py:{line}" in message
-    assert "einsum" in message and "out_sharding=" in message
-    assert "Contracting dimensions are sharded" in message  # JAX's own words, quoted after the explanation
-
-
-def test_a_model_written_for_explicit_axes_on_an_auto_mesh_says_so():
-    auto = parse_layout(
-        {
-            "name": "auto",
-            "mesh": {"shape": [2, 4], "axes": ["data", "model"]},
-            "rules": [],
-            "model": {"name": f"{EXTERNAL}:make_flax_gemma", "options": {}},
-        }
-    )
-    with pytest.raises(NeedsExplicitAxes, match=r"needs a mesh with Explicit axes"):
-        analyze(auto)
-
-
-def test_a_mixed_mesh_is_refused_for_nnx_before_tracing(monkeypatch):
-    calls = []
-    monkeypatch.setattr(typed, "_nnx_state", lambda *a: calls.append(a))
-    mixed = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"), types=["auto", "explicit"])
-    with pytest.raises(ExplorerError, match=re.escape("Mesh must have all axes as Explicit or all axes as Auto")) as caught:
-        analyze(mixed)
-    assert caught.value.field == "mesh.axis_types" and not calls
-
-
-def test_two_meshes_of_one_shape_with_other_axis_names_are_read_apart():
-    """The typed reading is cached per model, mesh shape, axis names, types and rules: renaming an axis re-reads."""
-    from explorer.analysis import model_of
-
-    rules = [("hidden", "model"), ("embed", None), ("batch", None)]  # no rule names the first axis
-    first = layout(f"{CLASSES}:make_ruled_only", (2, 4), ("data", "model"), rules)
-    renamed = layout(f"{CLASSES}:make_ruled_only", (2, 4), ("rows", "model"), rules)
-    assert analyze(first).array("kernel").spec == (None, "model") == analyze(renamed).array("kernel").spec
-    assert model_of(first).mesh_axes == ("data", "model") and model_of(renamed).mesh_axes == ("rows", "model")
 
 
 def test_the_values_view_holds_every_value_with_its_type():
