@@ -272,9 +272,26 @@ def _url(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stoppable_by_ctrl_c() -> None:
+    """Make SIGINT raise KeyboardInterrupt in this process, whatever it inherited.
+
+    A process started with SIGINT ignored (a background job of a non-interactive shell, as a test suite
+    run in the background starts its children) keeps it ignored, and Python then installs no handler:
+    a Ctrl-C or ``kill -INT`` did nothing, and a timing across processes ran on. ``execute``'s handler
+    ends every worker on KeyboardInterrupt.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _time(args: argparse.Namespace) -> int:
     from explorer.errors import ExplorerError
     from explorer.text import timing_text
+
+    _stoppable_by_ctrl_c()
 
     joining = args.coordinator is not None
     if not joining and args.num_processes is not None:
