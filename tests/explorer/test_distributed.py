@@ -135,3 +135,31 @@ def test_distributed_arguments_are_checked_before_anything_starts(small_layout_f
 
     assert main(["time", str(small_layout_file), *args]) == 2
     assert capsys.readouterr().err.startswith(message)
+
+
+def test_a_joined_process_ends_on_sigterm(small_layout_file):
+    """JAX's preemption service would catch SIGTERM (to checkpoint at a sync point) and time on: a process
+    of a multi-host run, stopped by its scheduler or ``kill``, must end."""
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "explorer", "--devices", "8", "time", str(small_layout_file), "--steps", "10000"]
+    joined = command + ["--coordinator", f"127.0.0.1:{workers.free_port()}", "--num-processes", "1", "--process-id", "0"]
+    process = subprocess.Popen(
+        joined, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+    )
+    try:
+        lines = []
+        for line in process.stderr:
+            lines.append(line)
+            if line.startswith("timing..."):
+                break
+        else:
+            pytest.fail(f"the run ended before timing: {''.join(lines)}")
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        process.communicate(timeout=60)
+        assert process.returncode == -signal.SIGTERM, time.monotonic() - sent
+    finally:
+        process.kill()
+        process.wait()
