@@ -158,6 +158,10 @@ def test_time_command_prints_the_documented_json():
     assert set(data["memory"]) >= {"argument_bytes", "output_bytes", "temp_bytes", "alias_bytes"}
     assert data["devices"] == 8 and data["platform"] == "cpu"
     assert data["collectives"]["all-reduce"]["count"] > 0
+    # measured, predicted and the bound side by side; on CPU neither applies, and each says why
+    assert [row["what"] for row in data["expectations"]] == ["measured", "predicted", "lower bound"]
+    assert data["predicted_s"] is None and data["lower_bound_s"] is None and data["mfu"] is None
+    assert data["peak_bytes_in_use"] is None and data["memory"]["alias_bytes"] > 0
 
 
 def test_time_command_refuses_a_planned_mesh_with_exit_2(tmp_path):
@@ -346,3 +350,27 @@ def test_on_cpu_there_is_no_mfu_bound_or_peak_in_use_and_it_says_why(seed_dict):
     rows = {row["what"]: row for row in result.to_dict()["expectations"]}
     assert rows["measured"]["step_s"] == result.step_s.median
     assert rows["lower bound"]["step_s"] is None and "simulated CPU devices" in rows["lower bound"]["note"]
+
+
+def test_the_text_shows_measured_predicted_and_bound_with_ratios_mfu_and_the_peak_in_use(seed_dict):
+    import dataclasses
+
+    from explorer.text import timing_text
+
+    result = time_layout(layout(seed_dict, **ONE_DEVICE), steps=1, warmup=0)
+    on_a_gpu = dataclasses.replace(
+        result,
+        step_s=timing_lib.StepTimes.of([0.4]),
+        lower_bound_s=0.1,
+        matmul_peak_s=0.2,
+        peak_note="bf16 matmuls at bf16 dense 989 TFLOP/s",
+        peak_bytes_in_use=3 * 2**30,
+        bytes_limit=4 * 2**30,
+        expectation_note="the per-kernel step model is not in yet",
+    )
+    text = timing_text(on_a_gpu)
+    assert "MFU 50.0% (bf16 matmuls at bf16 dense 989 TFLOP/s)" in text
+    assert re.search(r"lower bound +100\.00 ms +measured/it +4\.00x", text)
+    assert re.search(r"predicted +— +measured/it +— +the per-kernel step model is not in yet", text)
+    assert "peak in use (memory_stats, this process's peak so far): 3.0 GiB of 4.0 GiB (JAX's limit)" in text
+    assert "not available" in timing_text(result) and "no MFU on CPU" in timing_text(result)
