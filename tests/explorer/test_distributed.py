@@ -137,6 +137,16 @@ def test_distributed_arguments_are_checked_before_anything_starts(small_layout_f
     assert capsys.readouterr().err.startswith(message)
 
 
+def wait_until_timing(process: subprocess.Popen) -> None:
+    """Read the command's progress on stderr until it says it is timing (fails if it ends first)."""
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("timing..."):
+            return
+    pytest.fail(f"the run ended before timing: {''.join(lines)}")
+
+
 def test_a_joined_process_ends_on_sigterm(small_layout_file):
     """JAX's preemption service would catch SIGTERM (to checkpoint at a sync point) and time on: a process
     of a multi-host run, stopped by its scheduler or ``kill``, must end."""
@@ -149,13 +159,7 @@ def test_a_joined_process_ends_on_sigterm(small_layout_file):
         joined, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
     )
     try:
-        lines = []
-        for line in process.stderr:
-            lines.append(line)
-            if line.startswith("timing..."):
-                break
-        else:
-            pytest.fail(f"the run ended before timing: {''.join(lines)}")
+        wait_until_timing(process)
         process.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         process.communicate(timeout=60)

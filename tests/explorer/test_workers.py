@@ -112,13 +112,7 @@ def _start_timing(layout_file, sigint_ignored=False):
         env=env,
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
-    lines = []
-    for line in process.stderr:
-        lines.append(line)
-        if line.startswith("timing..."):
-            break
-    else:
-        pytest.fail(f"the run ended before timing: {''.join(lines)}")
+    test_distributed.wait_until_timing(process)
     pids = children_of(process.pid)
     assert len(pids) == 2, pids
     by_id = {int(Path(f"/proc/{p}/cmdline").read_text().split("\0")[-2]): p for p in pids}
