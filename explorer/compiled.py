@@ -129,7 +129,7 @@ def memory_budget(device=None) -> MemoryBudget:
     if device.platform == "cpu":
         available = available_memory_bytes()
         return MemoryBudget("the host", True, int(MEMORY_FRACTION * available), available, "MemAvailable")
-    stats = device.memory_stats() or {}
+    stats = memory_stats_of(device)
     if stats.get("bytes_limit"):
         return MemoryBudget(device.device_kind, False, int(stats["bytes_limit"]), int(stats["bytes_limit"]), "JAX's limit")
     chip = accelerator_of(device)
@@ -143,6 +143,14 @@ def memory_budget(device=None) -> MemoryBudget:
     usable = chip.usable_bytes if isinstance(chip, Gpu) else chip.device_hbm_bytes
     source = "JAX's default share of its memory, by its kind" if isinstance(chip, Gpu) else "its HBM, by its kind"
     return MemoryBudget(device.device_kind, False, usable, usable, source)
+
+
+def memory_stats_of(device) -> dict[str, int]:
+    """``device.memory_stats()``, or {} where the backend gives none (CPU returns None; some backends raise)."""
+    try:
+        return device.memory_stats() or {}
+    except (RuntimeError, NotImplementedError):
+        return {}
 
 
 def accelerator_of(device) -> Chip | Gpu | None:

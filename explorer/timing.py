@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from explorer.targets import Gpu
 import numpy as np
 from jax.sharding import NamedSharding
 
@@ -36,11 +35,13 @@ from explorer.compiled import (
     flops_of,
     matmul_peak_flops,
     memory_of,
+    memory_stats_of,
     timing_device,
 )
 from explorer.errors import ExplorerError
 from explorer.hlo import collectives
 from explorer.layout import Layout
+from explorer.targets import Gpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,10 +360,10 @@ def timed_run(
     processes = [device.process_index for device in jax.devices()[: report.mesh.size]]
     device = timing_device()
     figures = device_figures(compiled, device, len(set(processes)), processes.count(jax.process_index()))
-    in_use = device.memory_stats() or {}  # the real peak beside XLA's analysis, where the backend gives it (not CPU)
+    in_use = memory_stats_of(device)  # the real peak beside XLA's analysis, where the backend gives it (not CPU)
     result = TimingResult(
         layout_name=layout.name,
-        platform=jax.devices()[0].platform,
+        platform=device.platform,
         devices=report.mesh.size,
         compile_s=compiled.compile_s,
         cached=cached,
