@@ -31,7 +31,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from explorer.ops import MATMUL_PRESET, PRESETS, parse_op, time_op  # noqa: E402
+from explorer.op_spec import MATMUL_PRESET, PRESETS, parse_op  # noqa: E402
+from explorer.ops import time_op  # noqa: E402
 
 
 def guide(size: int, steps: int) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Partition Explorer's pure core: layouts in, sharding reports out. Never imports Streamlit.
 
-The notebook API is ``explorer.analyze`` (the README's "In a notebook" section runs as a test)::
+The notebook API is ``explorer.analyze`` (docs/notebook.md's "In a notebook" section runs as a test)::
 
     import explorer
     report = explorer.analyze("layouts/seed-2x4.json")  # or a dict in the file format, or an explorer.layout.Layout

@@ -374,7 +374,8 @@ def _leave_the_run(code: int, message: str) -> None:
 
 
 def _op(args: argparse.Namespace) -> int:
-    from explorer.ops import analyze_op, load_op_file, time_op
+    from explorer.op_spec import load_op_file
+    from explorer.ops import analyze_op, time_op
     from explorer.text import op_text
 
     spec = load_op_file(args.spec)

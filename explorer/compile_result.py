@@ -1,6 +1,6 @@
 """What a compile for a target gives, as frozen types: XLA's memory and the verdict, flops, collectives, the roofline.
 
-``target_compile`` builds one ``TargetCompile`` per compile and never changes it (a cached result is
+``xla_results`` builds one ``TargetCompile`` per compile and never changes it (a cached result is
 judged again with ``dataclasses.replace``). Its ``to_json()`` is the documented JSON form: what
 ``python -m explorer compile --json`` prints (with ``cached``), what the compile's child process sends
 its parent and what the disk cache keeps; ``TargetCompile.from_json`` reads it back.
@@ -116,7 +116,7 @@ class AxisPlacement:
 
 @dataclasses.dataclass(frozen=True)
 class TargetMesh:
-    """The layout's mesh laid over the target's devices, and how (``target_compile.PLACEMENTS``)."""
+    """The layout's mesh laid over the target's devices, and how (``placement.PLACEMENTS``)."""
 
     shape: tuple[int, ...]
     axes: tuple[str, ...]
@@ -228,7 +228,7 @@ class Extrapolated:
 
 @dataclasses.dataclass(frozen=True)
 class TargetCompile:
-    """One compile of a layout's train step for a target, judged for this environment (README, "Compile for a target").
+    """One compile of a layout's train step for a target, judged for this environment (docs/targets.md).
 
     ``compiled`` is False when XLA refused the program for HBM (E1000, its figures under ``oom``):
     the memory, flops and collectives are then read from XLA's dump (``memory_source``,
@@ -318,7 +318,9 @@ class TargetCompile:
             loop_work=LoopWork(**data["loop_work"]),
             padding=Padding.from_json(data["padding"]),
             collectives=tuple(map(CollectiveCost.from_json, data["collectives"])),
-            estimate=None if estimate is None else Estimate(estimate["compute_s"], estimate["memory_s"], estimate["collective_s"]),
+            estimate=None
+            if estimate is None
+            else Estimate(estimate["compute_s"], estimate["memory_s"], estimate["collective_s"], estimate.get("predicted_s")),
             donated=data["donated"],
             cross_check=CrossCheck.from_json(data.get("cross_check")),
             extrapolated=None

@@ -363,13 +363,13 @@ def matmul_peak_flops(chip: Chip | Gpu, dtype: str) -> tuple[float, str]:
     """``chip``'s dense matmul peak (FLOP/s per device) for matmuls whose operands are ``dtype``, and what it is.
 
     bf16 (and narrower) at the table's dense bf16 peak. f32 at JAX's default precision: on an NVIDIA GPU
-    it runs on TF32 tensor cores, whose dense rate NVIDIA's data sheets give as half the bf16 one (H200:
-    494.5 TFLOP/s, "989 with sparsity", https://www.nvidia.com/en-us/data-center/h200/; A100 156, H100 494.5,
-    B200 1125); the H200 in ``../shared/measurements`` ran 8192^3 matmuls at 445 TFLOP/s in f32 and 871 in
-    bf16. On a TPU the default precision runs an f32 matmul as one bf16 pass: the bf16 peak.
+    it runs on TF32 tensor cores, at the spec sheet's dense TF32 rate (``step_rates.GPU_TF32``: H200
+    494.7 TFLOP/s, "989 with sparsity"); on a TPU the default precision runs it as one bf16 pass: the bf16 peak.
     """
+    from explorer.step_rates import GPU_TF32
+
     peak = chip.device_peak_flops
     if dtype == "f32" and isinstance(chip, Gpu):
-        return peak / 2, f"TF32 dense, half the bf16 dense {peak / 1e12:,.0f} TFLOP/s (NVIDIA's data sheet)"
+        return GPU_TF32[chip.generation], f"TF32 dense {GPU_TF32[chip.generation] / 1e12:,.1f} TFLOP/s (NVIDIA's data sheet)"
     kept = "" if dtype in ("bf16", "f16") or (dtype == "f32" and not isinstance(chip, Gpu)) else f" ({dtype} counted at the bf16 rate)"
     return peak, f"bf16 dense {peak / 1e12:,.0f} TFLOP/s" + kept

@@ -24,6 +24,13 @@ def shown(value: object) -> str:
     return _shorten(repr(value))
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (at most 500 characters), or its type's name when it has none:
+    how a message quotes an error from JAX or XLA, whose messages run to pages."""
+    text = str(error).strip()
+    return text.splitlines()[0][:500] if text else type(error).__name__
+
+
 def _shorten(text: str, limit: int = SHOWN_CHARACTERS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -80,7 +80,7 @@ def collectives(hlo_text: str) -> ProgramCollectives:
     Bytes are the size of the op's result on one device (a tuple's parts added up).
     Asynchronous pairs count once, at their ``-done``.
     """
-    computations, entry, runs, _, unbounded = _parsed(hlo_text)
+    computations, entry, runs, _, unbounded = parsed(hlo_text)
     found = {op: {"count": 0, "bytes": 0} for op in COLLECTIVES}
     for name, lines in computations.items():
         for line in lines:
@@ -88,12 +88,12 @@ def collectives(hlo_text: str) -> ProgramCollectives:
             if not match or match["phase"] == "-start":
                 continue
             found[match["op"]]["count"] += runs[name]
-            found[match["op"]]["bytes"] += runs[name] * _shape_bytes(match["shape"])
+            found[match["op"]]["bytes"] += runs[name] * shape_bytes(match["shape"])
     return ProgramCollectives(found, unbounded)
 
 
 @functools.lru_cache(maxsize=2)
-def _parsed(hlo_text: str):
+def parsed(hlo_text: str):
     """Computations, entry, runs per computation (with trip counts, and bodies once), loops without a trip count.
 
     Cached: the readers of one program (a large model's text is megabytes) share one parse.
@@ -176,7 +176,7 @@ def _trip_count(line: str, lines: list[str], computations: dict[str | None, list
     operand = re.search(r"\swhile\(%?([\w.\-]+)\)", line)
     if not condition or not operand or condition[1] not in computations:
         return None
-    symbols = _instructions(computations[condition[1]])
+    symbols = instructions(computations[condition[1]])
     root = next((l for l in computations[condition[1]] if l.lstrip().startswith("ROOT ")), "")
     compare = re.search(r"compare\(%?([\w.\-]+)(?:#(\d+))?, %?([\w.\-]+)\), direction=LT", root)
     if not compare:
@@ -186,11 +186,11 @@ def _trip_count(line: str, lines: list[str], computations: dict[str | None, list
     limit = _constant(symbols, compare[3])
     if element is None or limit is None:
         return None
-    start = _tuple_element_constant(_instructions(lines), operand[1], int(element))
+    start = _tuple_element_constant(instructions(lines), operand[1], int(element))
     return max(limit - start, 0) if start is not None else None
 
 
-def _instructions(lines: list[str]) -> dict[str, str]:
+def instructions(lines: list[str]) -> dict[str, str]:
     """Instruction name -> its line, for one computation."""
     found = {}
     for line in lines:
@@ -223,7 +223,7 @@ def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> i
     return _constant(symbols, parts[index]) if index < len(parts) else None
 
 
-def _shape_bytes(shape: str) -> int:
+def shape_bytes(shape: str) -> int:
     total = 0
     for part in _ARRAY_SHAPE.finditer(shape):
         dims = [int(d) for d in part["dims"].split(",") if d]
@@ -266,7 +266,7 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
 
     ``devices`` is the program's device count (for ``replica_groups={}``: one group of all).
     """
-    computations, _, runs, _, _ = _parsed(hlo_text)
+    computations, _, runs, _, _ = parsed(hlo_text)
     found = []
     for name, lines in computations.items():
         for line in lines:
@@ -276,14 +276,14 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
             groups = _source_target_pairs(line) if match["op"] == "collective-permute" else replica_groups(line, devices)
             if match["phase"] == "-done" and groups is None:
                 groups = _groups_of_start(line, lines, devices, match["op"])
-            found.append(CollectiveOp(match["op"], runs[name], _shape_bytes(match["shape"]), groups))
+            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups))
     return found
 
 
 def _groups_of_start(done_line: str, lines: list[str], devices: int, op: str):
     """An async ``-done`` names its ``-start``; the groups are written on the start."""
     operand = re.search(r"-done\(%?([\w.\-]+)", done_line)
-    start = _instructions(lines).get(operand[1], "") if operand else ""
+    start = instructions(lines).get(operand[1], "") if operand else ""
     return _source_target_pairs(start) if op == "collective-permute" else replica_groups(start, devices)
 
 
@@ -349,15 +349,15 @@ class LoopWork:
 
 def loop_work(hlo_text: str) -> LoopWork:
     """The dot/convolution flops and bytes in loop bodies' iterations after the first."""
-    computations, _, runs, once, _ = _parsed(hlo_text)
+    computations, _, runs, once, _ = parsed(hlo_text)
     flops = moved = 0.0
     for name, lines in computations.items():
         extra = runs[name] - once[name]
         if extra <= 0 or name is None:
             continue
-        symbols = _instructions(lines)
+        symbols = instructions(lines)
         for line in lines:
-            work = _matmul_work(line, symbols)
+            work = line_matmul_work(line, symbols)
             if work:
                 flops += extra * work[0]
                 moved += extra * work[1]
@@ -371,7 +371,7 @@ _GEMM_CALL = re.compile(
 )
 
 
-def _matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
+def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
     """(flops, bytes, the left operand's element type) of a dot or convolution line, or of a cuBLAS gemm custom
     call (the GPU compiler's dots it hands to cuBLAS): 2 x output elements x contracted size."""
     match = _MATMUL.search(line)
@@ -391,7 +391,7 @@ def _matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str]
         axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     flops = 2.0 * math.prod(out_dims) * contracted
-    return flops, float(_shape_bytes(match["shape"]) + _shape_bytes(lhs_shape) + _shape_bytes(rhs_shape)), _dtype(lhs_shape)
+    return flops, float(shape_bytes(match["shape"]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), _dtype(lhs_shape)
 
 
 def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
@@ -411,7 +411,7 @@ def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, s
     axes = [int(a) for a in re.findall(r"\d+", contracting[1])]
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     out_dims = [int(d) for d in out["dims"].split(",") if d]
-    moved = float(_shape_bytes(out[0]) + _shape_bytes(lhs_shape) + _shape_bytes(rhs_shape))
+    moved = float(shape_bytes(out[0]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape))
     return 2.0 * math.prod(out_dims) * contracted, moved, _dtype(lhs_shape)
 
 
@@ -501,13 +501,13 @@ def matmul_flops_by_dtype(hlo_text: str) -> dict[str, float]:
 
 def _matmuls(hlo_text: str):
     """(runs per step, (flops, bytes, left operand's element type)) of every dot, convolution and gemm call."""
-    computations, _, runs, _, _ = _parsed(hlo_text)
+    computations, _, runs, _, _ = parsed(hlo_text)
     for name, lines in computations.items():
         if name is None or runs.get(name, 0) <= 0:
             continue
-        symbols = _instructions(lines)
+        symbols = instructions(lines)
         for line in lines:
-            work = _matmul_work(line, symbols)
+            work = line_matmul_work(line, symbols)
             if work:
                 yield runs[name], work
 
@@ -526,7 +526,7 @@ def dumped_memory(buffer_assignment: str, usage_report: str) -> dict[str, int]:
     preallocated temporary buffer; the peak is the report's total for HBM. On a program that fits,
     arguments, outputs and aliased bytes equal ``memory_analysis()``'s to the byte and the peak and
     temporaries agree within 16 MiB (``memory_analysis()`` counts a few MiB of buffers outside the
-    HBM heap; ``tests/explorer/test_target_compile.py``).
+    HBM heap; ``tests/explorer/test_xla_results.py``).
     """
     memory = {"argument_bytes": 0, "output_bytes": 0, "alias_bytes": 0, "temp_bytes": 0}
     for allocation in _ALLOCATION.finditer(buffer_assignment):

@@ -38,7 +38,7 @@ MAX_DEVICES = 65_536
 MAX_MESH_AXES = 16  # MaxText's mesh has 12 axes, most of size 1
 AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,31}")  # whole name: re.fullmatch, so "data\n" fails
 
-# What the decoding path accepts, from files, uploads, the team library and links (README).
+# What the decoding path accepts, from files, uploads, the team library and links (docs/layout-file.md).
 MAX_FILE_BYTES = 1_000_000  # a layout file is a few hundred bytes; factory options leave room
 MAX_DEPTH = 32  # nesting of lists and objects
 MAX_INT_DIGITS = 30

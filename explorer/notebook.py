@@ -53,7 +53,7 @@ FRAME_COLUMNS = (
 def analyze(layout: str | os.PathLike | Mapping[str, Any] | Layout) -> NotebookReport:
     """The sharding of every array in ``layout``'s train step, as a ``NotebookReport``.
 
-    ``layout`` is a layout file's path, a dict in the layout file format (see the README)
+    ``layout`` is a layout file's path, a dict in the layout file format (see docs/layout-file.md)
     or an ``explorer.layout.Layout``. Bad input raises ``ExplorerError`` naming the field
     and the value. Meshes with more devices than this process has are analyzed as planned
     meshes (exact shard shapes and bytes, hypothetical device ids); call

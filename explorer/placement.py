@@ -1,10 +1,15 @@
-"""Where a mesh's axes fall on a target before anything is compiled, and what links each axis' collectives ride.
+"""How a mesh lies on a target's devices: the compile's placement, and before any compile the links each axis rides.
+
+This module's one job is placing a logical mesh on a target. The compile lays the mesh over the
+target's devices with ``place_mesh`` (over ``target_topology``'s devices: libtpu's for a TPU slice, the
+CUDA plugin's for a GPU cluster) and describes it per axis with ``placement`` (``torus_placement``: the
+torus axes a TPU mesh axis moves along; ``gpu_placement``: the hosts and GPUs a GPU mesh axis spans).
 
 The advisor's stage 1 costs each mesh axis' collectives with ``roofline.collective_seconds``; what it
 needs from the target is how the axis lies on it, read here the way the compile will lay it:
 
-- **A TPU slice.** The compile's own placement (``target_compile.place_mesh`` over libtpu's devices,
-  then ``target_compile.torus_placement``), computed in a child process (the parent never loads
+- **A TPU slice.** The compile's own placement (``place_mesh`` over libtpu's devices,
+  then ``torus_placement``), computed in a child process (the parent never loads
   libtpu; ``target_compile.child_environment``), once per slice and mesh shape in this process
   (``prefetch`` asks for every shape of a search at once: one child, about a second). One group of
   the axis (the devices that differ only along it) runs along some torus axes: along a whole axis
@@ -16,7 +21,7 @@ needs from the target is how the axis lies on it, read here the way the compile 
   the ``ici_axes`` the roofline reads.
 - **A GPU cluster.** JAX numbers the GPUs host-major and lays the mesh over them in that order
   (``targets.hosts_per_axis``): an axis whose groups stay inside one host rides NVLink, one that
-  spans hosts the network; described as the compile describes it (``target_compile.gpu_placement``).
+  spans hosts the network; described as the compile describes it (``gpu_placement``).
 
 Example: ``mesh_links(parse_target("h100:2x8"), (4, 4), ("fsdp", "tensor"))`` says fsdp spans 2
 hosts (the network) and tensor stays in one (NVLink).
@@ -33,7 +38,8 @@ import sys
 import threading
 from typing import Any, Iterable, Sequence
 
-from explorer.errors import ExplorerError
+from explorer.compile_result import AxisPlacement
+from explorer.errors import ExplorerError, first_line
 from explorer.targets import Target, hosts_per_axis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +52,7 @@ class AxisLink:
 
     axis: str
     size: int
-    torus_axes: tuple[str, ...]  # TPU: x, y, z, core; GPU: host, gpu (as ``target_compile.placement`` names them)
+    torus_axes: tuple[str, ...]  # TPU: x, y, z, core; GPU: host, gpu (as ``placement`` names them)
     rings: tuple[bool, ...]  # TPU: per torus axis, whether a group runs around it as a ring (else a line)
     ring_axes: float  # TPU: torus axes' worth of bidirectional bandwidth (roofline's ``ici_axes``); 1 on a GPU
     hosts: int  # GPU: hosts one group spans (1: NVLink only); 1 on a TPU slice
@@ -115,7 +121,7 @@ def prefetch(target: Target, shapes: Iterable[Sequence[int]]) -> None:
         from explorer.target_compile import child_environment
 
         done = subprocess.run(
-            [sys.executable, "-c", "from explorer.placement import _child; _child()", target.topology, json.dumps(missing)],
+            [sys.executable, "-m", "explorer.placement", target.topology, json.dumps(missing)],
             capture_output=True,
             text=True,
             env=child_environment(target),
@@ -147,8 +153,6 @@ def _gpu_links(target: Target, shape: tuple[int, ...], axes: tuple[str, ...]) ->
     """The compile's description of a GPU mesh (``gpu_placement``), over the device ids in JAX's host-major order."""
     import numpy as np
 
-    from explorer.target_compile import gpu_placement
-
     devices = np.empty(target.devices, dtype=object)
     devices[:] = [_DeviceId(i) for i in range(target.devices)]
     mesh = _Mesh(devices.reshape(shape), axes)
@@ -161,22 +165,149 @@ def _gpu_links(target: Target, shape: tuple[int, ...], axes: tuple[str, ...]) ->
     return tuple(out)
 
 
-def _child() -> None:
-    """In the child: each shape laid over the slice's devices as the compile lays it; per mesh axis the torus axes
-    a group runs along and whether it covers each whole. Prints one JSON line."""
-    import numpy as np
+# --- the compile's placement: the target's devices, the mesh laid over them, and how each axis lies -------------
+
+
+def target_topology(target: Target):
+    """The target's devices: libtpu's topology for a TPU slice, the CUDA plugin's from XLA's target config for GPUs."""
     from jax.experimental import topologies
 
-    from explorer.target_compile import _coords, _topology, place_mesh, torus_placement
+    if target.is_gpu:
+        try:
+            return topologies.get_topology_desc(platform="cuda", target_config=target.chip.target_config, topology=target.gpu_topology)
+        except Exception as error:  # the plugin refusing the config or the topology
+            raise ExplorerError(
+                "target", target.name, f"the CUDA plugin cannot describe {target.gpu_topology}: {first_line(error)}"
+            ) from None
+    kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
+    try:
+        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
+    except Exception as error:  # libtpu missing or refusing the name
+        raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
+
+
+PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order")
+
+
+def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], types: tuple[str, ...] | None = None):
+    """The slice's devices laid out as the logical mesh, and how: the first of ``PLACEMENTS`` that works.
+
+    ``mesh_utils``: ``topologies.make_mesh``'s own placement (each logical axis a product of
+    whole physical axes); ``split_physical_axes``: ``mesh_utils.create_device_mesh(...,
+    allow_split_physical_axes=True)``, which lets a logical axis take part of a physical one
+    (8x8 on a 4x4x4 torus); ``device_order``: the devices in libtpu's order, reshaped. The
+    result's ``mesh.placement`` says which torus axes each logical axis moves along. ``types`` are the
+    layout's axis types (``topologies.make_mesh`` and ``Mesh`` default to Auto).
+    """
+    from explorer.analysis import axis_types_of
+
+    import numpy as np
+    from jax.experimental import mesh_utils
+    from jax.sharding import Mesh
+
+    attempts = (
+        lambda: mesh_utils.create_device_mesh(shape, devices),
+        lambda: mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True),
+        lambda: np.array(devices, dtype=object).reshape(shape),
+    )
+    for method, attempt in zip(PLACEMENTS, attempts):
+        try:
+            return Mesh(attempt(), axes, axis_types=axis_types_of(types or ("auto",) * len(axes))), method
+        except Exception:  # mesh_utils refuses the shape: try the next placement
+            continue
+    raise ExplorerError("mesh.shape", list(shape), f"cannot be laid over {len(devices)} devices")
+
+
+def device_coords(device) -> tuple[int, ...]:
+    """A device's chip coordinates on the torus (its id where it has none)."""
+    return tuple(getattr(device, "coords", None) or (device.id,))
+
+
+def _torus_coords(device) -> tuple[int, ...]:
+    """A device's chip coordinates and its core on the chip (0 but on a TPU7x chip's second TensorCore)."""
+    return device_coords(device) + (getattr(device, "core_on_chip", 0) or 0,)
+
+
+def device_host(device, target: Target) -> int:
+    """The host of a GPU device: the CUDA plugin's coordinates are (partition, host, GPU); else host-major ids."""
+    coords = getattr(device, "coords", None)
+    return int(coords[1]) if coords is not None and len(coords) == 3 else device.id // target.gpus_per_host
+
+
+def placement(mesh, target: Target | None = None) -> tuple[AxisPlacement, ...]:
+    """How each logical mesh axis lies on the torus, or on a GPU cluster's hosts (``gpu_placement``)."""
+    if target is not None and target.is_gpu:
+        return gpu_placement(mesh, target)
+    return torus_placement(mesh)
+
+
+def gpu_placement(mesh, target: Target) -> tuple[AxisPlacement, ...]:
+    """How each mesh axis falls on the hosts and GPUs (devices are host-major): per axis, one group's spread.
+
+    ``hosts``: the hosts one group of the axis (the devices that differ only along it) spans;
+    ``gpus_per_host``: its GPUs in each of them; ``link``: ``nvlink`` when a group stays in one
+    host, ``network`` when it spans hosts; ``torus_axes`` names the levels it moves along (``host``,
+    ``gpu``), as a TPU axis names its torus axes.
+    """
+    import numpy as np
+
+    hosts = np.array([device_host(d, target) for d in mesh.devices.flat]).reshape(mesh.devices.shape)
+    out = []
+    for axis, name in enumerate(mesh.axis_names):
+        size = int(mesh.devices.shape[axis])
+        groups = np.moveaxis(hosts, axis, -1).reshape(-1, size)
+        spanned = max(len(set(g.tolist())) for g in groups)
+        per_host = size // spanned
+        levels = (["host"] if spanned > 1 else []) + (["gpu"] if per_host > 1 else [])
+        where = (
+            f"{per_host} GPU{'s' if per_host > 1 else ''} of one host, over NVLink"
+            if spanned == 1
+            else f"{per_host} GPU{'s' if per_host > 1 else ''} in each of {spanned} hosts, over the network"
+        )
+        out.append(
+            AxisPlacement(
+                name, size, tuple(levels), spanned, per_host, "nvlink" if spanned == 1 else "network", f"{name} ({size}): {where}"
+            )
+        )
+    return tuple(out)
+
+
+def torus_placement(mesh) -> tuple[AxisPlacement, ...]:
+    """How each logical mesh axis lies on the torus: for each, the torus axes its steps move along.
+
+    ``torus_axes`` lists the physical axes (x, y, z, or ``core`` for the two devices of a TPU7x
+    chip) along which the devices of one logical axis' groups differ: a logical axis of size 8
+    on a 4x4x4 torus spans two physical axes (it was split), and its collectives' rings cross both.
+    """
+    import numpy as np
+
+    devices = mesh.devices
+    coords = np.array([_torus_coords(d) for d in devices.flat]).reshape(devices.shape + (-1,))
+    names = ["x", "y", "z"][: coords.shape[-1] - 1] + ["core"]
+    out = []
+    for axis, name in enumerate(mesh.axis_names):
+        size = devices.shape[axis]
+        moved = coords.take(range(size), axis=axis)
+        spans = np.nonzero((moved.max(axis=axis) != moved.min(axis=axis)).reshape(-1, coords.shape[-1]).any(0))[0]
+        out.append(AxisPlacement(name, int(size), tuple(names[int(a)] for a in spans)))
+    return tuple(out)
+
+
+def child_main() -> None:
+    """In the child (``python -m explorer.placement TOPOLOGY SHAPES``, started by ``prefetch``): each shape laid
+    over the slice's devices as the compile lays it; per mesh axis the torus axes a group runs along and whether it
+    covers each whole. Prints one JSON line."""
+    import numpy as np
+
     from explorer.targets import parse_target
 
     target = parse_target(sys.argv[1])
-    devices = list(_topology(target, topologies).devices)
+    devices = list(target_topology(target).devices)
     out = []
     for shape in json.loads(sys.argv[2]):
         axes = tuple(f"axis{i}" for i in range(len(shape)))
         mesh, method = place_mesh(devices, tuple(shape), axes)
-        coords = np.array([_coords(d) + (getattr(d, "core_on_chip", 0) or 0,) for d in mesh.devices.flat])
+        coords = np.array([_torus_coords(d) for d in mesh.devices.flat])
         names = ["x", "y", "z"][: coords.shape[-1] - 1] + ["core"]
         extent = [len(set(coords[:, d].tolist())) for d in range(coords.shape[-1])]
         grid = coords.reshape(tuple(shape) + (-1,))
@@ -187,3 +318,7 @@ def _child() -> None:
             entries.append({"size": placed.size, "torus_axes": list(placed.torus_axes), "whole": whole})
         out.append({"method": method, "axes": entries})
     print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    child_main()

@@ -6,7 +6,7 @@ Three terms, each from the compiled program's own numbers and the chip's table:
 - memory: bytes accessed per device / the device's HBM bandwidth,
 
 (a device is a chip on every generation but TPU7x, whose chip is two devices each with half of
-its compute, HBM bandwidth and links: ``targets.Chip.device_*``),
+its compute, HBM bandwidth and links: ``accelerators.Chip.device_*``),
 - collectives: each collective costed with the formulas of "How to Scale Your Model"
   (Austin et al., 2025), part 3 "Sharded Matrices and How to Multiply Them",
   https://jax-ml.github.io/scaling-book/sharding/ (the summary table of
@@ -20,7 +20,7 @@ its compute, HBM bandwidth and links: ``targets.Chip.device_*``),
       CollectivePermute          T = bytes / W    (one hop to a neighbour; XLA's decomposed rings send
                                                    both ways at once, so both directions count)
 
-On an NVIDIA GPU cluster (``targets.Gpu``) the collective term has two levels, after the
+On an NVIDIA GPU cluster (``accelerators.Gpu``) the collective term has two levels, after the
 book's chapter on GPUs (https://jax-ml.github.io/scaling-book/gpus/): a group
 of N GPUs on h hosts, g = N / h of them per host, with W_nvlink the one-way NVLink bandwidth of
 one GPU (NVSwitch: every GPU of a host reaches every other at that rate) and W_net the one-way
@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from explorer.targets import Chip, Gpu
+from explorer.accelerators import Chip, Gpu
 
 BOOK = "https://jax-ml.github.io/scaling-book/sharding/"
 
@@ -122,9 +122,13 @@ def _gpu_seconds(c: Collective, gpu: Gpu) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
+    """The roofline's three terms and the bound they give (``step_s``); ``predicted_s`` is the step model's prediction
+    (``explorer.step_model``, per kernel), carried beside the bound where one was made (None where not)."""
+
     compute_s: float
     memory_s: float
     collective_s: float
+    predicted_s: float | None = None
 
     @property
     def step_s(self) -> float:
@@ -147,6 +151,7 @@ class Estimate:
             "step_s": self.step_s,
             "bound": self.bound,
             "mfu_ceiling": self.mfu_ceiling,
+            "predicted_s": self.predicted_s,
         }
 
 

@@ -330,7 +330,7 @@ def is_op_link(params: Mapping[str, Any]) -> bool:
 
 def params_to_op(params: Mapping[str, Any]):
     """Rebuild and validate an op spec from query parameters; ExplorerError if mangled. Nothing is evaluated."""
-    from explorer.ops import parse_op
+    from explorer.op_spec import parse_op
 
     for key in ("mesh", "axes", "arrays", "expr"):
         if key not in params:

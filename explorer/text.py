@@ -14,6 +14,7 @@ from explorer import hlo
 from explorer.analysis import KIND_LABELS, Report, tiled_arrays
 from explorer.compile_result import MemoryLimit, TargetCompile
 from explorer.specs import SpecEntry
+from explorer.step_model import SCOPE
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
 if TYPE_CHECKING:
@@ -484,4 +485,6 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
             f"{estimate.memory_s * 1e3:.3f} ms, collectives {estimate.collective_s * 1e3:.3f} ms -> step >= "
             f"{estimate.step_s * 1e3:.3f} ms, {estimate.bound}-bound, MFU at most {share(estimate.mfu_ceiling)}"
         )
+    if estimate and estimate.predicted_s is not None:
+        lines.append(f"predicted step: {estimate.predicted_s * 1e3:.3f} ms (the step model, kernel by kernel; {SCOPE})")
     return "\n".join(lines)

@@ -410,7 +410,7 @@ CPU_NOTE = (
     "accelerators (see explorer compile --target)"
 )
 CPU_PEAK_NOTE = "no MFU on CPU: the simulated devices share the host's cores, whose peak is not in the accelerator table"
-NO_PREDICTION = "the per-kernel step model is not in yet"
+NO_PREDICTION = "the per-kernel step model gave no prediction for this program"
 
 
 def device_figures(compiled: CompiledStep, device, processes: int, per_process: int) -> DeviceFigures:
@@ -418,8 +418,9 @@ def device_figures(compiled: CompiledStep, device, processes: int, per_process: 
 
     On simulated CPU devices: ``cost_analysis()``'s flops, and no peak, bound or prediction. On an
     accelerator in the table (``targets``), the program is read as ``explorer compile`` reads a target's
-    (``target_compile.analyze_compiled``, one home): on a GPU the optimized program's dots, since
-    ``cost_analysis()`` misses cuBLAS/Triton matmuls; the roofline's bound for this many devices.
+    (``xla_results.analyze_compiled``, one home): on a GPU the optimized program's dots, since
+    ``cost_analysis()`` misses cuBLAS/Triton matmuls; the roofline's bound and the step model's prediction
+    (``step_model``) for this many devices.
     """
     from explorer import hlo
 
@@ -431,8 +432,8 @@ def device_figures(compiled: CompiledStep, device, processes: int, per_process: 
         flops = hlo.matmul_work(text).flops
         unknown = f"{device.device_kind} is not in the accelerator table (explorer.targets)"
         return DeviceFigures(flops, "hlo_matmuls", None, f"no MFU: {unknown}", None, None, f"no bound or prediction: {unknown}")
-    from explorer.target_compile import analyze_compiled
     from explorer.targets import Target
+    from explorer.xla_results import analyze_compiled
 
     shape = (processes, per_process) if isinstance(chip, Gpu) else (processes * per_process,)
     target = Target(f"{chip.generation}:{'x'.join(map(str, shape))}", chip, shape)
@@ -442,14 +443,15 @@ def device_figures(compiled: CompiledStep, device, processes: int, per_process: 
         peak, label = matmul_peak_flops(chip, dtype)
         at_peak += flops / peak
         labels.append(f"{dtype} matmuls at {label}")
+    estimate = read.estimate
     return DeviceFigures(
         read.flops,
         read.flops_source,
         at_peak or None,
         "; ".join(labels) or "no matmuls",
-        read.estimate.step_s if read.estimate else None,
-        None,  # the per-kernel step model (branch predict): read.estimate.predicted_s once it exists
-        NO_PREDICTION,
+        estimate.step_s if estimate else None,
+        estimate.predicted_s if estimate else None,
+        "" if estimate and estimate.predicted_s is not None else NO_PREDICTION,
     )
 
 

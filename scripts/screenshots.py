@@ -1,4 +1,4 @@
-"""Save the README's screenshots into docs/screenshots/: ``python scripts/screenshots.py`` from the repo root.
+"""Save the reference pages' screenshots (docs/*.md) into docs/screenshots/: ``python scripts/screenshots.py`` from the repo root.
 
 Starts ``streamlit run app.py`` on 8 simulated CPU devices with the browser tests'
 support code, then draws four pages:

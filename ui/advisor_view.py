@@ -115,7 +115,7 @@ def show(search: advisor.Search) -> None:
     st.caption(
         f"Searched {search.searched} candidate(s), of which {search.refused} refused (layouts JAX would refuse), {search.compiles} compiled "
         f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s. "
-        "**step ≥** is a lower bound: the roofline of XLA's compiled program where *verified*, else an *estimate* "
+        f"**predicted step** is {markdown_literal(advisor.PREDICTION_NOTE)}. **step ≥** is a lower bound: the roofline of XLA's compiled program where *verified*, else an *estimate* "
         f"({advisor.STAGE1_NOTE}). **fits** is XLA's verdict where verified, else whether the exact state fits "
         f"({advisor.limit_text(search.target)})."
     )
@@ -193,4 +193,4 @@ def race_section(search: advisor.Search) -> None:
             st.info(
                 f"Stopped after {len(stored[2].round_medians[0])} of {st.session_state.get(RACE + '_rounds')} rounds; the rounds finished are shown."
             )
-        race_view.show_race(stored[1], stored[2], chart_key="advisor_race_chart")
+        race_view.show_race(stored[1], stored[2], "advisor_race_chart", [c.predicted_s for c in top], search.target.name)

@@ -14,19 +14,15 @@ from explorer import plots
 from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import seed_layout
+from explorer.op_spec import DTYPES, MATMUL_PRESET, PRESETS, OpSpec, parse_op
 from explorer.ops import (
-    DTYPES,
-    MATMUL_PRESET,
-    PRESETS,
     ArrayView,
     OpAnalysis,
-    OpSpec,
     OpTiming,
     analyze_op,
     check_op_timeable,
     host_bytes_to_time,
     op_key,
-    parse_op,
     time_op,
 )
 from explorer.specs import spec_axes, spec_text

@@ -16,11 +16,13 @@ from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
 from explorer.share import layout_from_link
+from explorer.targets import Target
 from explorer.text import human_bytes, markdown_literal
 from ui import report_view
 from ui.current import simulated_devices_note
 from ui.race_view import RACE, RACE_ROUNDS, race_now, raced_medians, show_race
 from ui.state import TIMING_RESULTS
+from ui.target_view import predicted_steps
 
 CURRENT = "Current layout (sidebar)"
 MAX_WARNINGS = 8  # per layout; the rest are counted
@@ -143,8 +145,9 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
     )
 
 
-def race_section(labels: list[str], layouts: list[Layout], reports: list[Report]) -> None:
-    """The race's controls, the race when started, and the last race's result while it raced these layouts."""
+def race_section(labels: list[str], layouts: list[Layout], reports: list[Report], target: Target | None = None) -> None:
+    """The race's controls, the race when started, and the last race's result while it raced these layouts (with the
+    ratios the prediction expects on ``target``, the sidebar's, when one is chosen)."""
     st.subheader("Race")
     st.caption(
         "Times the layouts in alternation (A B A B …): each round's ratio compares runs made moments apart, so machine noise largely cancels."
@@ -180,6 +183,7 @@ def race_section(labels: list[str], layouts: list[Layout], reports: list[Report]
             asked = st.session_state.get(RACE_ROUNDS)
             st.info(f"Stopped after {len(result.round_medians[0])} of {asked} rounds; the rounds finished are shown.")
         if result.round_medians and result.round_medians[0]:
-            show_race(labels_raced, result)
+            expected = predicted_steps([layout for _, layout in timeable], target) if target else None
+            show_race(labels_raced, result, expected=expected, on=target.name if target else "")
     elif stored:
         st.caption("The last race was run on other layouts; start a new one to compare these.")

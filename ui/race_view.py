@@ -15,6 +15,7 @@ from explorer import plots
 from explorer.compare import RaceResult, race
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
+from explorer.step_model import SCOPE
 from explorer.text import markdown_literal
 from ui.turnstile import TURNSTILE
 
@@ -67,17 +68,28 @@ def raced_medians() -> dict[str, float]:
     return {key: statistics.median(medians) for key, medians in zip(racing, result.round_medians) if medians}
 
 
-def show_race(labels: list[str], result: RaceResult, chart_key: str = "race_chart") -> None:
+def show_race(
+    labels: list[str], result: RaceResult, chart_key: str = "race_chart", expected: list[float | None] | None = None, on: str = ""
+) -> None:
+    """The race's rounds; with ``expected`` (each layout's predicted step on the target ``on``), the ratio the
+    prediction expects beside the one measured here."""
     rows = []
     for index, label in enumerate(labels):
         medians = result.round_medians[index]
         summary = result.summary(index)
-        rows.append(
-            {
-                "layout": label,
-                "median step (ms)": round(statistics.median(medians) * 1e3, 2),
-                f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
-            }
-        )
+        row = {
+            "layout": label,
+            "median step (ms)": round(statistics.median(medians) * 1e3, 2),
+            f"ratio to {labels[0]}": f"{summary['median']:.3f} (min {summary['min']:.3f}, max {summary['max']:.3f})",
+        }
+        if expected is not None:
+            ratio = expected[index] / expected[0] if expected[index] and expected[0] else None
+            row[f"predicted ratio on {on}"] = f"{ratio:.3f}" if ratio else "not compiled"
+        rows.append(row)
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    if expected is not None:
+        st.caption(
+            f"Predicted ratio: the step model's prediction on {on} (kernel by kernel from XLA's program; {SCOPE}), the ratio "
+            "a race on that target is expected to show; the race runs on this machine's devices."
+        )
     st.plotly_chart(plots.race_figure(labels, result.round_medians), key=chart_key)

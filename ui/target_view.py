@@ -17,7 +17,9 @@ from explorer.analysis import Report, analyze, indivisible_error
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.target_compile import Stopped, cached, compile_target
+from explorer.compile_cache import cached
+from explorer.step_model import SCOPE
+from explorer.target_compile import Stopped, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
 from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
 from ui import state
@@ -108,6 +110,10 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
     return result
 
 
+PREDICTION_CAPTION = (
+    f"Predicted step: the step model's prediction on the target, kernel by kernel from XLA's program ({SCOPE}). "
+    "Step ≥: the roofline, a lower bound."
+)
 WALL = "target_wall_s"  # (layout, target) -> seconds from the click to the result, for compiles this session ran
 
 
@@ -300,6 +306,12 @@ def placement_text(result: TargetCompile) -> str:
     )
 
 
+def predicted_steps(layouts: list[Layout], target: Target) -> list[float | None]:
+    """Each layout's predicted step on ``target`` from its cached compile (None: not compiled for it yet)."""
+    results = [cached(layout, target) for layout in layouts]
+    return [r.estimate.predicted_s if r is not None and r.estimate is not None else None for r in results]
+
+
 def summary_row(label: str, result: TargetCompile | None) -> dict:
     """One Compare-page row for a layout's result on the chosen target."""
     if result is None:
@@ -308,6 +320,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
             "fits": "not compiled",
             "XLA peak / device": "—",
             "headroom": "—",
+            "predicted step": "—",
             "step ≥ (lower bound)": "—",
             "bound": "—",
             "collective time ≥": "—",
@@ -321,6 +334,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
         "fits": "yes" if result.fits else "NO",
         "XLA peak / device": human_bytes(result.memory.peak_bytes),
         "headroom": human_bytes(result.headroom_bytes),
+        "predicted step": f"{estimate.predicted_s * 1e3:.3g} ms" if estimate and estimate.predicted_s else "—",
         "step ≥ (lower bound)": f"{step_s * 1e3:.3g} ms",
         "bound": bound,
         "collective time ≥": f"{collective_s * 1e3:.3g} ms",
@@ -373,6 +387,7 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
         st.dataframe(
             pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]), hide_index=True, width="stretch", key="compare_targets"
         )
+        st.caption(PREDICTION_CAPTION)
     shown = [(l, r) for l, r in zip(labels, results) if r is not None]
     if shown:
         st.markdown("**Roofline** — lower bounds on the step, not measurements; the term that bounds each layout's step outlined")

@@ -24,6 +24,6 @@ else:  # not st.stop(): a full run, so Streamlit forgets the widgets no longer d
     target_view.compare_section(labels, layouts, current.target)
     compare_view.show_warnings(labels, reports)
     timings_slot = st.container()  # filled after the race, so a race just run shows in it
-    compare_view.race_section(labels, layouts, reports)
+    compare_view.race_section(labels, layouts, reports, current.target)
     with timings_slot:
         compare_view.show_timings(labels, layouts)

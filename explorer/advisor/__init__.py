@@ -6,8 +6,9 @@ the target and ranks by XLA's figures. One job a module:
 
 - ``space``: the search space (roles of the logical names, mesh axes, factorizations, rules, candidates);
 - ``estimate``: stage 1's roofline of one analyzed layout (compute, HBM traffic, collectives);
-- ``search``: ``Search`` and ``Candidate``, stage 1, the shortlist and ranking, stage 2 and its
-  calibration, ``advise`` (both stages) and the race of the top three;
+- ``candidates``: ``Search`` and ``Candidate`` (the record both stages write), the shortlist and the ranking;
+- ``search``: stage 1, stage 2 and its calibration, ``advise`` (both stages);
+- ``race``: the race of the top three on this process's devices;
 - ``depth``: the depth shortcut (compile at two small depths, extrapolate to the model's);
 - ``output``: JSON, the verdict, the table's rows and the text ``python -m explorer advise`` prints.
 
@@ -40,6 +41,7 @@ from explorer.advisor.estimate import (
     tokens_per_step,
 )
 from explorer.advisor.output import (
+    PREDICTION_NOTE,
     TABLE_COLUMNS,
     candidate_to_dict,
     extrapolation_text,
@@ -51,20 +53,24 @@ from explorer.advisor.output import (
     target_text,
     verdict_text,
 )
-from explorer.advisor.search import (
-    RACE_COUNT,
+from explorer.advisor.candidates import (
     Candidate,
     Search,
-    advise,
-    calibrated,
-    calibration,
     limit_bytes,
-    next_to_compile,
+    rank,
+    shortlist,
+)
+from explorer.advisor.race import (
+    RACE_COUNT,
     race_candidates,
     race_refusal,
     race_top,
-    rank,
-    shortlist,
+)
+from explorer.advisor.search import (
+    advise,
+    calibrated,
+    calibration,
+    next_to_compile,
     stage1,
     stage2,
     verified,
@@ -87,6 +93,7 @@ __all__ = [
     "DEPTH_OPTIONS",
     "KV_NAMES",
     "MEMORY_FIELDS",
+    "PREDICTION_NOTE",
     "RACE_COUNT",
     "ROLES",
     "ROLE_NAMES",

@@ -17,7 +17,7 @@ from explorer.compile_result import CollectiveCost, Extrapolated, Memory, Target
 from explorer.errors import ExplorerError
 from explorer.hlo import LoopWork
 from explorer.layout import Layout, parse_layout
-from explorer.target_compile import memory_limit
+from explorer.xla_results import memory_limit
 from explorer.targets import Target
 
 DEPTH_OPTIONS = (
@@ -103,7 +103,7 @@ def extrapolate(
     Every figure that grows with depth (XLA's memory, flops, bytes accessed, the loops' extra work,
     each collective's count and bytes, matched by op, mesh axes and group) is ``f(full) = f(d1) +
     (f(d2) - f(d1)) x (full - d1) / (d2 - d1)``; the roofline is recomputed from them and the peak
-    judged against the device's HBM. Labelled ``extrapolated`` with the depths and the depth
+    judged against the device's HBM; the step model's prediction is extrapolated as the other figures. Labelled ``extrapolated`` with the depths and the depth
     ``options``; what describes one program only (XLA's refusal, padding, messages, the dump's
     cross-check) is left empty, the rest (mesh, memory limit, sources) is the deeper compile's.
     """
@@ -130,6 +130,8 @@ def extrapolate(
         )
         if c.bytes:
             collectives.append(c)
+    estimate = roofline.estimate(flops, accessed, collectives, target.chip) if flops is not None and accessed is not None else None
+    predicted = line(*(r.estimate.predicted_s if r.estimate else None for r in (low, high)))  # the step model's, per kernel
     hbm = memory_limit(target).bytes  # a TPU device's HBM; on a GPU, JAX's share of it (as the compile's verdict)
     peak = memory["peak_bytes"]
     compiled = bool(low.compiled) and bool(high.compiled)
@@ -150,24 +152,27 @@ def extrapolate(
         loop_work=LoopWork(line(low.loop_work.flops, high.loop_work.flops), line(low.loop_work.bytes, high.loop_work.bytes)),
         padding=None,
         collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
-        estimate=roofline.estimate(flops, accessed, collectives, target.chip) if flops is not None and accessed is not None else None,
+        estimate=None if estimate is None else dataclasses.replace(estimate, predicted_s=predicted),
         cross_check=None,
         extrapolated=Extrapolated(tuple(depths), full, tuple(options)),
     )
 
 
 def extrapolation_error(extrapolated: TargetCompile, full: TargetCompile) -> dict[str, float | None]:
-    """Extrapolated over compiled, per figure (1.0: exact): peak, flops, bytes accessed, collective bytes, step."""
+    """Extrapolated over compiled, per figure (1.0: exact): peak, flops, bytes accessed, collective bytes, step (the
+    bound) and the predicted step."""
 
     def ratio(a, b):
         return None if a is None or not b else a / b
 
     collective = lambda r: sum(c.bytes for c in r.collectives)
     step = lambda r: r.estimate.step_s if r.estimate else None
+    predicted = lambda r: r.estimate.predicted_s if r.estimate else None
     return {
         "peak_bytes": ratio(extrapolated.memory.peak_bytes, full.memory.peak_bytes),
         "flops": ratio(extrapolated.flops, full.flops),
         "bytes_accessed": ratio(extrapolated.bytes_accessed, full.bytes_accessed),
         "collective_bytes": ratio(collective(extrapolated), collective(full)),
         "step_s": ratio(step(extrapolated), step(full)),
+        "predicted_s": ratio(predicted(extrapolated), predicted(full)),
     }

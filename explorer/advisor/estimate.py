@@ -24,6 +24,11 @@ Scale Your Model" (Austin et al., 2025), https://jax-ml.github.io/scaling-book/:
   the compile places the mesh): on a TPU slice the torus axes a group runs along, each a ring
   (wraparound, both directions) or a line (one direction: half); on a GPU cluster NVLink inside a
   host and the network per GPU between hosts (``roofline``'s two levels).
+
+The three terms give the lower bound (``Estimate.step_s``: the largest); beside it, ``Estimate.predicted_s``
+is the step predicted from the same work (``step_model.predict_totals``): the flops at the rate a step's
+matmuls of the activations' element type get, the bytes at the HBM rate a kernel gets, the collectives,
+added. That is what ranks (``search.rank``); the bound stays shown.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from explorer.analysis import Report
 from explorer.placement import AxisLink, mesh_links
 from explorer.roofline import Collective, Estimate, collective_seconds
 from explorer.specs import SpecEntry, spec_axes
+from explorer.step_model import predict_totals
 from explorer.targets import Target
 
 KV_NAMES = ("kv_heads", "activation_kv_heads")
@@ -96,7 +102,8 @@ def estimate_candidate(
     input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
     splitting = math.prod(size for axis, size in mesh.items() if axis in input_axes or axis in tensor_like)
     active = param_count if moe is None else active_params(report, roles, tokens)
-    compute_s = 6.0 * active * tokens * REMAT_COMPUTE.get(remat, 1.0) / splitting / chip.device_peak_flops
+    flops = 6.0 * active * tokens * REMAT_COMPUTE.get(remat, 1.0) / splitting
+    compute_s = flops / chip.device_peak_flops
     # Tokens each device holds: the token grid split over the axes that split the inputs.
     tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in input_axes)
     projections = _projections(report, roles, tensor_like, mesh, moe)
@@ -157,7 +164,10 @@ def estimate_candidate(
                 )
     timed = [(label, collective_seconds(c, chip)) for label, c in collectives]
     largest = max(timed, key=lambda t: (t[1], t[0]), default=("none", 0.0))
-    estimate = Estimate(compute_s, memory_s, sum(t for _, t in timed))
+    collective_s = sum(t for _, t in timed)
+    # The prediction beside the bound (explorer.step_model): the same work at the rates its element type gets, added.
+    predicted = predict_totals(flops, traffic, collective_s, chip, "f32" if width >= 4 else "bf16")
+    estimate = Estimate(compute_s, memory_s, collective_s, predicted)
     by_axis: dict[str, float] = {}
     for (_, c), (_, seconds) in zip(collectives, timed):
         by_axis[c.mesh_axes[0]] = by_axis.get(c.mesh_axes[0], 0.0) + seconds
@@ -395,7 +405,7 @@ def activation_bytes(report: Report, roles: dict[str, str], remat: str = "none",
 
     and under any remat policy, the layer whose backward pass is running holds its recomputed activations: ``none``'s
     for one layer. Divided over the microbatches (one microbatch's activations are alive at a time). Measured
-    (README): Llama-2-7B shapes on v5p-128, FSDP 64 without remat: 45.4 GB against XLA's 45.4 GB of temporaries (5.3 GB
+    (docs/advisor.md): Llama-2-7B shapes on v5p-128, FSDP 64 without remat: 45.4 GB against XLA's 45.4 GB of temporaries (5.3 GB
     without the scores and the projections' outputs). An estimate: XLA decides."""
     acts = [a for a in report.arrays if a.kind == "activation" and not a.path.endswith("/output")]
     declared = sum(a.bytes_per_device * a.runs_per_step for a in acts)

@@ -10,18 +10,23 @@ from typing import Any
 
 from explorer.advisor.depth import SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
-from explorer.advisor.search import Candidate, Search
+from explorer.advisor.candidates import Candidate, Search
 from explorer.compile_result import TargetCompile
 from explorer.layout import Layout
 from explorer.roofline import collective_seconds
-from explorer.target_compile import memory_limit
+from explorer.step_model import SCOPE
+from explorer.xla_results import memory_limit
 from explorer.targets import Target
 from explorer.text import human_bytes, memory_room, plain_table, share
 
+PREDICTION_NOTE = (
+    f"the step model's prediction, what ranks (XLA's program kernel by kernel where verified, else stage 1's work added; {SCOPE})"
+)
 TABLE_COLUMNS = (
     "rank",
     "layout",
     "fits",
+    "predicted step",
     "step ≥",
     "XLA peak / device",
     "state / device",
@@ -58,6 +63,7 @@ def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) ->
         "peak_bytes": c.peak_bytes,
         "headroom_bytes": c.headroom_bytes,
         "step_s": c.step_s,
+        "predicted_s": c.predicted_s,
         "bound": c.bound,
         "mfu_ceiling": c.mfu_ceiling,
         "step_source": ("xla_extrapolated" if c.extrapolated else "xla_roofline") if c.verified else "stage1_estimate",
@@ -70,6 +76,7 @@ def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) ->
             "memory_s": c.estimate.memory_s,
             "collective_s": c.estimate.collective_s,
             "step_s": c.estimate.step_s,
+            "predicted_s": c.estimate.predicted_s,
             "bound": c.estimate.bound,
             "note": STAGE1_NOTE,
             "collectives": [
@@ -111,6 +118,7 @@ def _extrapolation_dict(result: TargetCompile) -> dict[str, Any]:
         "bytes_accessed": result.bytes_accessed,
         "collective_bytes": sum(c.bytes for c in result.collectives),
         "step_s": estimate.step_s if estimate else None,
+        "predicted_s": estimate.predicted_s if estimate else None,
         "bound": estimate.bound if estimate else None,
     }
 
@@ -196,7 +204,8 @@ def verdict_text(search: Search) -> str:
         )
     how = "XLA-verified" if best.verified else "estimated only (not compiled)"
     return (
-        f"Advice for {search.target.name}: {best.layout.name} — step ≥ {best.step_s * 1e3:.3g} ms ({best.bound}-bound, "
+        f"Advice for {search.target.name}: {best.layout.name} — step ≥ {best.step_s * 1e3:.3g} ms (the lower bound), predicted "
+        f"{best.predicted_s * 1e3:.3g} ms ({best.bound}-bound, "
         f"{how}), peak {human_bytes(best.peak_bytes) if best.peak_bytes is not None else 'not compiled'} of {limit_text(search.target)}."
     )
 
@@ -216,6 +225,7 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
                 "rank": i,
                 "layout": c.layout.name + (" (yours)" if c.own else ""),
                 "fits": ("yes" if c.fits else "NO") + (label if c.verified else " (state only)"),
+                "predicted step": f"{c.predicted_s * 1e3:.3g} ms" + (label if c.verified else " (estimate)"),
                 "step ≥": f"{c.step_s * 1e3:.3g} ms" + (label if c.verified else " (estimate)"),
                 "XLA peak / device": human_bytes(c.peak_bytes) + label if c.peak_bytes is not None else "not compiled",
                 "state / device": human_bytes(c.state_bytes),
@@ -286,5 +296,5 @@ def search_text(search: Search) -> str:
     rows = table_rows(search)
     columns = TABLE_COLUMNS + (("extrapolated figures",) if any(row["extrapolated figures"] for row in rows) else ())
     lines.append(plain_table(rows, columns))
-    lines.append("step ≥: XLA's roofline lower bound where verified; else an estimate (" + STAGE1_NOTE + ").")
+    lines.append(f"predicted step: {PREDICTION_NOTE}; step ≥: XLA's roofline lower bound where verified; else an estimate ({STAGE1_NOTE}).")
     return "\n".join(lines)

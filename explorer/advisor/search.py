@@ -1,4 +1,7 @@
-"""The search: stage 1 over every candidate, the shortlist and the ranking, stage 2 and its calibration, the race.
+"""The search's stages: stage 1 over every candidate, stage 2 and its calibration, ``advise`` (both).
+
+This module's one job is running the stages that fill a ``Search``; the record itself, the shortlist and the
+ranking are ``explorer.advisor.candidates``', the race of the best three ``explorer.advisor.race``'s.
 
 Two stages, as a person would do it, but over every candidate:
 
@@ -21,18 +24,17 @@ Two stages, as a person would do it, but over every candidate:
    ``explorer.advisor.depth``) compiles each at two small depths and extrapolates linearly in depth.
 
 A ``Search`` is the record both stages write as they go; the best three can then be raced on this
-process's own devices (``race_top``).
+process's own devices (``race.race_top``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable
 
-import jax
-
-from explorer.advisor.depth import SHORTCUT_DEPTHS, Depth, at_depth, depth_of, extrapolate, extrapolation_error
+from explorer.advisor.candidates import Candidate, Search, estimate_key, limit_bytes, shortlist
+from explorer.advisor.depth import SHORTCUT_DEPTHS, Depth, at_depth, depth_of, extrapolate
 from explorer.advisor.estimate import (
     REMAT_POLICIES,
     STACK_NAMES,
@@ -46,120 +48,12 @@ from explorer.analysis import ERROR_CODES, Finding, Report, analyze, model_for_l
 from explorer.reading import names_of
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
-from explorer.placement import AxisLink, mesh_links, prefetch
+from explorer.placement import mesh_links, prefetch
 from explorer.specs import spec_axes
-from explorer.roofline import Collective, Estimate
+from explorer.roofline import Estimate
 from explorer.compile_result import TargetCompile
-from explorer.target_compile import Stopped, compile_target, memory_limit
+from explorer.target_compile import Stopped, compile_target
 from explorer.targets import Target, parse_target
-
-if TYPE_CHECKING:
-    from explorer.compare import RaceResult
-
-
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """One layout's figures. Stage 1 fills the estimate; stage 2 (``verified``) XLA's figures.
-
-    ``state_bytes`` is exact (parameters, optimizer state, inputs per device, from the analysis).
-    ``step_s``, ``bound`` and ``mfu_ceiling`` are stage 1's estimate until ``verified``, then the
-    compiled program's roofline (a lower bound). ``peak_bytes`` is XLA's, only when verified.
-    """
-
-    layout: Layout
-    state_bytes: int
-    estimate: Estimate
-    largest_collective: str
-    own: bool = False  # the layout the user brought
-    verified: bool = False
-    extrapolated: bool = False
-    fits: bool | None = None  # stage 1: the state fits the memory limit (``limit_bytes``); stage 2: XLA's verdict
-    peak_bytes: int | None = None
-    headroom_bytes: int | None = None
-    compiled: TargetCompile | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
-    extrapolation: TargetCompile | None = None  # the extrapolated result, kept when the candidate was then compiled in full
-    collective_by_axis: dict[str, float] = dataclasses.field(default_factory=dict)  # stage 1's collective seconds per mesh axis
-    active_params: int = 0  # the parameters each token runs through (a mixture of experts: top-k x capacity of the experts)
-    remat: str | None = None  # the model's remat policy in this candidate (None: the model has no such option)
-    microbatches: int = 1  # gradient accumulation steps
-    activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
-    links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.placement``)
-    collectives: tuple[tuple[str, Collective], ...] = ()  # stage 1's collectives, each with its label
-
-    @property
-    def refused(self) -> bool:
-        """XLA refused the program (E1000: it does not fit): its figures are not a step's and never calibrate."""
-        return self.verified and self.compiled is not None and self.compiled.compiled is False
-
-    @property
-    def extrapolation_error(self) -> dict[str, float | None] | None:
-        """Extrapolated over compiled in full, per figure, when both were made (1.0: exact)."""
-        return extrapolation_error(self.extrapolation, self.compiled) if self.extrapolation and self.compiled else None
-
-    @property
-    def step_s(self) -> float:
-        return self.compiled.estimate.step_s if self.verified and self.compiled.estimate else self.estimate.step_s
-
-    @property
-    def bound(self) -> str:
-        return self.compiled.estimate.bound if self.verified and self.compiled.estimate else self.estimate.bound
-
-    @property
-    def mfu_ceiling(self) -> float:
-        return self.compiled.estimate.mfu_ceiling if self.verified and self.compiled.estimate else self.estimate.mfu_ceiling
-
-
-@dataclasses.dataclass
-class Search:
-    """A search's state: a mutable record that ``stage1`` and ``stage2`` fill as they run.
-
-    Deliberately not frozen: the Advisor page keeps it in its session while the search runs and
-    draws it after every step, so a search that is stopped still shows what was compiled.
-    ``stage1`` counts the candidates (``searched``, ``refused``) and appends them; ``stage2`` sets
-    ``depth``, sets ``stage`` before each compile, replaces each compiled candidate in ``candidates``
-    by its verified copy (``Candidate`` itself is frozen), counts the compiles (``compiles``,
-    ``cached_compiles``, ``full_compiles``) and the ``failures``, and updates ``calibration`` and
-    ``elapsed_s`` after each; ``stopped`` is set on Stop (by ``stage2``, or by the page when the run
-    before was cut short). Read it through ``ranked()`` and ``smallest_state()``; nothing else writes it.
-    """
-
-    target: Target
-    stage: str = "stage 1"
-    searched: int = 0
-    refused: int = 0
-    refused_examples: list[str] = dataclasses.field(default_factory=list)
-    candidates: list[Candidate] = dataclasses.field(default_factory=list)
-    compiles: int = 0
-    cached_compiles: int = 0
-    stage1_s: float = 0.0
-    elapsed_s: float = 0.0
-    stopped: bool = False
-    failures: list[str] = dataclasses.field(default_factory=list)
-    depth: Depth | None = None  # the depth shortcut's option(s), or why it was not used; None: not asked
-    full_compiles: int = 0  # extrapolated candidates then compiled in full
-    calibration: dict[str, float] = dataclasses.field(default_factory=dict)  # XLA's over stage 1's terms (``calibration``)
-    roles: dict[str, str] = dataclasses.field(default_factory=dict)  # every logical name's role in the generated rules
-    guessed_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the names no convention knows, with the role chosen
-    scanned: bool = False  # the trace shows a scan over the layer stack (``scanned``)
-
-    @property
-    def limit_bytes(self) -> int:
-        """What a device's peak is judged against: a TPU device's HBM; on a GPU, what JAX lets one process use of it
-        (``target_compile.memory_limit``: 75% of the GPU's memory unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise)."""
-        return limit_bytes(self.target)
-
-    def ranked(self) -> list[Candidate]:
-        """The candidates best first (``rank``)."""
-        return rank(self.candidates, self.limit_bytes)
-
-    def smallest_state(self) -> Candidate | None:
-        """The candidate with the least state per device (the verdict when nothing fits)."""
-        return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
-
-
-def limit_bytes(target: Target) -> int:
-    """The memory per device a layout must fit in on ``target``: the figure XLA's verdict uses (``memory_limit``)."""
-    return memory_limit(target).bytes
 
 
 def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None) -> Search:
@@ -321,51 +215,6 @@ def _errors(report: Report) -> list[Finding]:
     return [w for w in report.warnings if w.code in ERROR_CODES]
 
 
-def shortlist(search: Search) -> list[Candidate]:
-    """The candidates whose state fits the device's memory limit, best estimated step first (deterministic)."""
-    return sorted((c for c in search.candidates if _may_fit(c, search.limit_bytes)), key=_estimate_key)
-
-
-CLEARLY_OVER = 2.0  # estimated activations this many times what is left beside the state: clearly does not fit
-
-
-def _may_fit(c: Candidate, hbm: int) -> bool:
-    """The exact state fits, and the estimated activations are not clearly over what is left (an estimate: XLA decides)."""
-    return c.state_bytes <= hbm and c.activation_bytes <= CLEARLY_OVER * (hbm - c.state_bytes)
-
-
-def _estimate_key(c: Candidate) -> tuple:
-    """Stage 1's order: the estimated step (to three significant figures: closer is a tie the estimate cannot tell);
-    where that ties (every candidate compute-bound at the same estimate), the terms XLA will add on top first:
-    HBM traffic and collectives together (the overlap is never perfect; collectives on the links each mesh axis lies
-    on: a torus axis run around as a ring costs half what one run along as a line does), then collectives alone, then less state,
-    then the name."""
-    return (
-        float(f"{c.estimate.step_s:.3g}"),
-        c.estimate.memory_s + c.estimate.collective_s,
-        c.estimate.collective_s,
-        c.state_bytes,
-        c.layout.name,
-    )
-
-
-def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
-    """Best first: XLA-verified and fitting by step bound; then stage-1 estimates whose state fits, by
-    estimated step; then everything that does not fit, by how much (XLA's peak, else the state, over
-    ``hbm_bytes``; least first). Ties by state, then name."""
-
-    def key(c: Candidate):
-        if c.verified and c.fits:
-            return (0, c.step_s, c.state_bytes, c.layout.name)
-        if not c.verified and c.fits:
-            return (1,) + _estimate_key(c)
-        # Does not fit (XLA refused it, E1000, or its peak is over): by how much it misses, then what it needs.
-        over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
-        return (2, over, c.state_bytes, c.layout.name)
-
-    return sorted(candidates, key=key)
-
-
 # --- stage 2 ---------------------------------------------------------------------------------------
 
 
@@ -388,7 +237,7 @@ def stage2(
     best-ranked in full (up to ``full_compiles`` times, while the top row is extrapolated) and keep
     both figures and their ratio. None: on where it saves time, for a model with a depth option
     whose layers are not scanned (a scanned model compiles in about the same time at any depth,
-    measured in the README). ``depth_option`` names the model's depth option when no known name is.
+    measured in docs/advisor.md). ``depth_option`` names the model's depth option when no known name is.
     Stop (``should_stop()`` True) kills the running compile and keeps what was compiled.
     """
     start = time.perf_counter() - search.elapsed_s
@@ -463,7 +312,7 @@ def calibration(search: Search) -> dict[str, float]:
     """Per roofline term, XLA's over stage 1's for the candidates compiled so far: the lower median of the ratios,
     clipped (``_robust``; 1 before any). A program XLA refused (E1000) never calibrates: its figures are not a step's.
 
-    Stage 1's terms are coarse in different ways for different models (measured in the README: on
+    Stage 1's terms are coarse in different ways for different models (measured in docs/benchmarks.md: on
     Llama-2-7B shapes XLA's bytes accessed were 3-13x the estimate's HBM traffic, on T5 4-22x), but
     the error of one term varies much less between layouts of one model than between terms. Scaling
     each term by what the compiled candidates showed ranks the rest by an estimate corrected on this
@@ -473,7 +322,7 @@ def calibration(search: Search) -> dict[str, float]:
     axis (``collective_s:AXIS``: XLA's collectives over the axis over stage 1's for it), or per group
     of axes where XLA ran a collective over several at once (``collective_s:fsdp+sequence``: the two
     together, never either alone; on T5, such a compile shared between its two axes put every FSDP
-    collective at 9x stage 1's and kept the best FSDP layout from being compiled: README). An
+    collective at 9x stage 1's and kept the best FSDP layout from being compiled: docs/advisor.md). An
     *estimate* still, used to choose what to compile next, never shown as XLA's.
     """
     ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}
@@ -542,7 +391,7 @@ def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate 
     """The shortlisted candidate to compile next: the best by the estimate calibrated on what was compiled so far."""
     factors = calibration(search)
     pool = [c for c in shortlist(search) if not c.verified and not c.own and c.layout.name not in tried]  # the own layout has its own turn
-    return min(pool, key=lambda c: (calibrated(c, factors).step_s,) + _estimate_key(c), default=None)
+    return min(pool, key=lambda c: (calibrated(c, factors).step_s,) + estimate_key(c), default=None)
 
 
 def _compile(
@@ -607,36 +456,3 @@ def advise(
     if on_progress:
         on_progress(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused", search.stage1_s)
     return stage2(search, compiles, on_progress, should_stop, shortcut=shortcut, depth_option=depth_option)
-
-
-# --- the race of the top three ---------------------------------------------------------------------
-
-RACE_COUNT = 3
-
-
-def race_refusal(search: Search) -> str | None:
-    """None when the top candidates can be raced on this process's own devices (as many as the target has), else why not."""
-    here, kind = jax.device_count(), jax.devices()[0].device_kind
-    if here != search.target.devices:
-        return (
-            f"This process has {here} device(s) ({kind}) and {search.target.name} has {search.target.devices}: a race runs "
-            "the candidates on this process's own devices, so it needs as many as the target."
-        )
-    if len(race_candidates(search)) < 2:
-        return "Fewer than two candidates fit the target: nothing to race."
-    return None
-
-
-def race_candidates(search: Search, count: int = RACE_COUNT) -> list[Candidate]:
-    """The best ``count`` candidates that fit (rank order), for ``compare.race`` on this process's devices."""
-    return [c for c in search.ranked() if c.fits][:count]
-
-
-def race_top(search: Search, rounds: int = 3, steps: int = 5, **kwargs) -> RaceResult:
-    """Race the top three on this process's devices with ``compare.race`` (A B C A B C ...); its ``RaceResult``."""
-    from explorer.compare import race  # imports the timing module and Flax: only when a race is run
-
-    why = race_refusal(search)
-    if why:
-        raise ExplorerError("race", search.target.name, why)
-    return race([c.layout for c in race_candidates(search)], rounds=rounds, steps=steps, **kwargs)

@@ -70,7 +70,7 @@ class TransformerOptions(_Options):
         return _divides(kv_heads, info, "heads", "each key/value head serves a group of query heads")
 
 
-# Each preset's batch is 16 so that a 16-way data axis (the README's 16x16 mesh) divides it.
+# Each preset's batch is 16 so that a 16-way data axis (docs/pages.md's planned 16x16 mesh) divides it.
 SIZE_PRESETS: dict[str, dict] = {
     "gpt2-small": dict(
         batch=16,

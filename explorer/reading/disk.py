@@ -33,7 +33,7 @@ from explorer.reading.arrays import AbstractArray, AbstractModel, Resolved
 
 CACHE_ENV = "EXPLORER_CACHE_DIR"
 FORMAT = 2
-FOLDERS = ("traces", "resolved", "compiles")  # compiles/: explorer/target_compile.py's results for TPU targets
+FOLDERS = ("traces", "resolved", "compiles")  # compiles/: explorer/compile_cache.py's results for TPU targets
 _TRACING_SOURCES = ("reading", "models")  # folders of explorer/ whose code decides what a trace gives
 
 

@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from explorer.compile_result import Memory, TargetCompile, TargetMesh
 from explorer.hlo import LoopWork
-from explorer.target_compile import memory_limit
+from explorer.layout import Layout, parse_layout
+from explorer.xla_results import memory_limit
 from explorer.targets import parse_target
+
+
+# The documented JSON form of a target compile, its keys in order (README, "Compile for a target"); then
+# ``cross_check`` for a TPU program XLA accepted, ``extrapolated`` for the depth shortcut's, ``cached`` on the command line.
+DOCUMENTED_KEYS = [
+    "target",
+    "mesh",
+    "compile_s",
+    "compiled",
+    "memory",
+    "memory_source",
+    "memory_limit",
+    "fits",
+    "fits_device",
+    "headroom_bytes",
+    "oom",
+    "xla_messages",
+    "flops",
+    "bytes_accessed",
+    "flops_source",
+    "bytes_source",
+    "loop_work",
+    "padding",
+    "collectives",
+    "estimate",
+    "donated",
+]
 
 
 def compile_result(target: str = "v5litepod-8", **fields) -> TargetCompile:
@@ -36,3 +65,23 @@ def compile_result(target: str = "v5litepod-8", **fields) -> TargetCompile:
         estimate=None,
     )
     return dataclasses.replace(base, **fields)
+
+
+COMPILE_TARGET = "v5litepod-8"  # the slice the compile tests use: 8 v5e chips, a few seconds per compile of the guide's MLP
+
+
+def mlp_layout(seed_dict, mesh=(2, 4), axes=("data", "model"), rules=None, **options) -> Layout:
+    """The guide's MLP (``seed_dict``) on another mesh, rules or model options."""
+    data = copy.deepcopy(seed_dict)
+    data["mesh"] = {"shape": list(mesh), "axes": list(axes)}
+    if rules is not None:
+        data["rules"] = rules
+    data["model"]["options"].update(options)
+    return parse_layout(data)
+
+
+def small_mlp(seed_dict, **options) -> Layout:
+    """The guide's MLP (``seed_dict``) made small: 2 layers 512 wide, unless ``options`` say otherwise."""
+    data = copy.deepcopy(seed_dict)
+    data["model"]["options"].update({"layers": 2, "depth": 512, **options})
+    return parse_layout(data)

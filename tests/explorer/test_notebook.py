@@ -21,12 +21,13 @@ SEED_FILE = ROOT / "layouts" / "seed-2x4.json"
 W2 = "params/LogicalDotReluDot_0/W2"
 
 
-def test_the_readme_notebook_example_runs(monkeypatch):
-    """Every ``>>>`` example in README.md runs, from the project folder as a reader would."""
+def test_the_docs_notebook_example_runs(monkeypatch):
+    """Every ``>>>`` example in docs/notebook.md runs, from the project folder as a reader would."""
     monkeypatch.chdir(ROOT)
+    page = ROOT / "docs" / "notebook.md"
     # A code fence right after an example's output would read as part of the output: fences become blank lines.
-    text = re.sub(r"^```.*$", "", (ROOT / "README.md").read_text(), flags=re.MULTILINE)
-    test = doctest.DocTestParser().get_doctest(text, {}, "README.md", str(ROOT / "README.md"), 0)
+    text = re.sub(r"^```.*$", "", page.read_text(), flags=re.MULTILINE)
+    test = doctest.DocTestParser().get_doctest(text, {}, "docs/notebook.md", str(page), 0)
     assert len(test.examples) >= 8  # the notebook section is there and parsed
     output = []
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)

@@ -23,7 +23,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from explorer import ops
 from explorer.errors import ExplorerError
 from explorer.expr import parse_expr
-from explorer.ops import PRESETS, analyze_op, check_op_timeable, parse_op, time_op
+from explorer.op_spec import PRESETS, parse_op
+from explorer.ops import analyze_op, check_op_timeable, time_op
 from explorer.specs import normal_spec, spec_text
 from tests.paths import ROOT
 
@@ -194,54 +195,10 @@ def test_timing_runs_both_and_the_results_agree():
     assert stopped.stopped and len(stopped.sharded.samples) == 1
 
 
-@pytest.mark.parametrize(
-    "data,field",
-    [
-        ({"arrays": {"a": {"shape": [4], "spec": ["z"]}}}, r"arrays\.a\.spec\[0\]: 'z'"),
-        ({"arrays": {"a": {"shape": [4], "dtype": "float64"}}}, r"arrays\.a\.dtype: 'float64'"),
-        ({"arrays": {"a": {"shape": [4, 0]}}}, r"arrays\.a\.shape: \[4, 0\]"),
-        ({"arrays": {"jnp": {"shape": [4]}}, "expr": "jnp"}, r"arrays\['jnp'\]: 'jnp'"),
-        ({"arrays": {"a": {"shape": [4], "spec": ["x", "y"]}}}, r"arrays\.a\.spec: \['x', 'y'\] has 2 entries"),
-        ({"arrays": {"a": {"shape": [4, 4], "spec": [["x", "y"], "y"]}}}, r"arrays\.a\.spec\[1\]: 'y' is used by two"),
-        ({"out_spec": ["q"]}, r"out_spec\[0\]: 'q'"),
-        ({"extra": 1}, r"extra: 1 is not a field"),
-        ({"arrays": {}}, r"arrays: \{\}"),
-    ],
-)
-def test_bad_specs_name_the_field_and_value(data, field):
-    base = {"mesh": {"shape": [4, 2], "axes": ["x", "y"]}, "arrays": {"a": {"shape": [4]}}, "expr": "a"}
-    with pytest.raises(ExplorerError, match=field):
-        parse_op(base | data)
-
-
 def test_a_shape_error_in_the_expression_names_the_expression():
     data = {"mesh": {"shape": [4, 2], "axes": ["x", "y"]}, "arrays": {"a": {"shape": [4, 3]}, "b": {"shape": [4, 3]}}, "expr": "a @ b"}
     with pytest.raises(ExplorerError, match=r"^expr: 'a @ b' does not apply to these arrays"):
         analyze_op(parse_op(data))
-
-
-@pytest.mark.parametrize(
-    "text,spec",
-    [
-        ("a, None", ["a", None]),
-        ("P('a', None)", ["a", None]),
-        ("(x, y), -", [["x", "y"], None]),
-        ("x*y", [["x", "y"]]),
-        ("", []),
-        ("P()", []),
-        ("P(('x', 'y'),)", [["x", "y"]]),
-        ("-, y", [None, "y"]),
-    ],
-)
-def test_spec_text_as_typed(text, spec):
-    assert ops.parse_spec_text("f", text) == spec
-    assert ops.parse_spec_text("f", ops.spec_input_text(ops.ArraySpec(shape=[1] * len(spec), spec=spec).spec)) == spec
-
-
-@pytest.mark.parametrize("text", ["a, (b", "a b", "a, , b", "x)"])
-def test_bad_spec_text_is_named(text):
-    with pytest.raises(ExplorerError, match=r"^f: "):
-        ops.parse_spec_text("f", text)
 
 
 def test_spec_text_is_jaxs():
@@ -255,12 +212,6 @@ def test_integer_inputs_are_small_and_time(monkeypatch):
     timing = time_op(parse_op(data), steps=1, warmup=0)
     assert timing.max_abs_difference == 0
     assert np.isfinite(timing.sharded.median)
-
-
-def test_the_example_ops_folder_holds_the_presets():
-    folder = ROOT / "examples" / "ops"
-    found = {json.dumps(json.loads(path.read_text()), sort_keys=True) for path in folder.glob("*.json")}
-    assert found == {json.dumps(data, sort_keys=True) for _, data in PRESETS.values()}
 
 
 def test_a_planned_mesh_where_jax_cannot_decide_says_why():

@@ -1,4 +1,5 @@
-"""Where a mesh's axes fall on a target before any compile, against JAX's own placement.
+"""How a mesh lies on a target: the compile's placement (split physical axes, a TPU7x chip's two cores), and before
+any compile where its axes fall, against JAX's own placement.
 
 On a TPU slice the ground truth is ``tests/ground_truth_torus.py`` (libtpu's devices laid out by
 ``mesh_utils``, in a child process that imports no explorer code; rings and lines by the book's
@@ -10,9 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from explorer.layout import parse_layout
 from explorer.placement import mesh_links
+from explorer.target_compile import compile_target
 from explorer.targets import parse_target
 from tests import ground_truth_torus
+from tests.explorer import mlp_layout
 
 SHAPES = {
     "v5p:4x4x4": [(64,), (4, 16), (16, 4), (8, 8), (2, 32), (2, 8, 4), (4, 4, 4)],  # whole cubes: every axis wraps
@@ -55,3 +59,26 @@ def test_each_gpu_mesh_axis_spans_the_hosts_of_jax_host_major_numbering(cluster,
         spanned = max(len(set(g.tolist())) for g in groups)
         assert link.hosts == spanned and link.link == ("nvlink" if spanned == 1 else "network"), (cluster, shape, link.text)
         assert link.text.startswith(f"a{axis} ({shape[axis]}): ") and ("NVLink" in link.text) == (spanned == 1)
+
+
+@pytest.mark.usefixtures("own_compile_cache")
+def test_a_tpu7x_slice_compiles_with_two_devices_per_chip(seed_dict):
+    """tpu7x:2x2x1 is 4 Ironwood chips, 8 devices (two TensorCores each), each device with half the chip's HBM."""
+    result, _ = compile_target(parse_layout(seed_dict), "tpu7x:2x2x1")
+    target = result.target
+    assert (target.chips, target.devices, target.chip.device_kind) == (4, 8, "TPU7x")
+    assert target.chip.device_hbm_bytes == 96 * 2**30 and target.chip.hbm_bytes == 192 * 2**30
+    assert result.fits is True and result.headroom_bytes == 96 * 2**30 - result.memory.peak_bytes
+    axes = {a.axis: a.torus_axes for a in result.mesh.placement}
+    assert "core" in axes["data"] + axes["model"]  # the two devices of a chip are one logical axis' neighbours
+    assert {c.mesh_axes for c in result.collectives} == {("data",), ("model",)}
+
+
+@pytest.mark.usefixtures("own_compile_cache")
+def test_an_8x8_mesh_on_a_4x4x4_torus_is_placed_by_splitting_physical_axes(seed_dict):
+    layout = mlp_layout(seed_dict, mesh=(8, 8), axes=("data", "model"), batch=64, layers=1, depth=512)
+    result, _ = compile_target(layout, "v5p-128")
+    assert result.mesh.placement_method == "split_physical_axes"
+    spans = {a.axis: a.torus_axes for a in result.mesh.placement}
+    assert len(spans["data"]) == 2 or len(spans["model"]) == 2  # an 8 on a torus of 4s crosses two physical axes
+    assert result.fits is True

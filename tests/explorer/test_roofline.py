@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.roofline import Collective, collective_seconds, estimate
-from explorer.targets import CHIPS
+from explorer.accelerators import CHIPS
 
 
 def test_collective_costs_follow_the_scaling_book():

@@ -1,4 +1,4 @@
-"""Compiling for a TPU slice this machine does not have: libtpu's topology, XLA's figures, the cache, Stop.
+"""Compiling for a target in a child process: the command line's JSON and messages, Stop, the mesh's device count.
 
 Each compile runs in a child process as the app runs it (a few seconds for the guide's
 MLP on an 8-chip slice); results are cached in a per-test folder.
@@ -6,7 +6,6 @@ MLP on an 8-chip slice); results are cached in a per-test folder.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -14,211 +13,13 @@ import sys
 
 import pytest
 
-from explorer.analysis import analyze
 from explorer.errors import ExplorerError
-from explorer.hlo import ParameterLayout
-from explorer.layout import SEED_LAYOUT, parse_layout
-from explorer.target_compile import Stopped, cache_key, compile_target
-from explorer.reading.disk import cache_dir
-from explorer.targets import parse_target
+from explorer.layout import parse_layout
+from explorer.target_compile import Stopped, compile_target
+from tests.explorer import COMPILE_TARGET as TARGET
+from tests.explorer import DOCUMENTED_KEYS
 
-TARGET = "v5litepod-8"
-
-
-def mlp_layout(seed_dict, mesh=(2, 4), axes=("data", "model"), rules=None, **options):
-    data = copy.deepcopy(seed_dict)
-    data["mesh"] = {"shape": list(mesh), "axes": list(axes)}
-    if rules is not None:
-        data["rules"] = rules
-    data["model"]["options"].update(options)
-    return parse_layout(data)
-
-
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module")
-def seed_compile(tmp_path_factory):
-    """The guide's MLP compiled once for the tests that read its result: (layout, result, its cache folder)."""
-    folder = tmp_path_factory.mktemp("seed-cache")
-    layout = parse_layout(copy.deepcopy(SEED_LAYOUT))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("EXPLORER_CACHE_DIR", str(folder))
-        result, cached = compile_target(layout, TARGET)
-    assert not cached
-    return layout, result, folder
-
-
-@pytest.fixture
-def seed_result(seed_compile):
-    return seed_compile[:2]
-
-
-def test_the_guides_mlp_compiles_for_an_8_chip_slice_and_fits(seed_result):
-    _, result = seed_result
-    assert result.target.topology == "v5e:2x4" and result.target.chips == 8
-    assert result.target.chip.device_kind == "TPU v5 lite"
-    assert result.fits is True
-    assert result.headroom_bytes == result.target.chip.device_hbm_bytes - result.memory.peak_bytes
-    assert all(v is not None for v in result.memory.to_json().values())
-    assert set(result.memory.to_json()) == {
-        "argument_bytes",
-        "output_bytes",
-        "alias_bytes",
-        "temp_bytes",
-        "peak_bytes",
-        "generated_code_bytes",
-    }
-    assert result.estimate.bound in ("compute", "memory", "collective")
-    assert result.estimate.step_s == max(getattr(result.estimate, k) for k in ("compute_s", "memory_s", "collective_s"))
-
-
-def test_arguments_are_the_analysis_state_and_inputs_plus_tpu_padding_to_the_byte(seed_result):
-    layout, result = seed_result
-    totals = analyze(layout).totals
-    state_and_inputs = totals.param_bytes + totals.opt_state_bytes + totals.input_bytes
-    padding = result.padding
-    assert padding.bytes == state_and_inputs
-    # TPU lays a scalar out as one tile of 128 elements: the step counter and Adam's count, 512 B each.
-    assert padding.padded == (ParameterLayout(shape="s32[]{:T(128)}", bytes=4, padded_bytes=512),) * 2
-    assert result.memory.argument_bytes == state_and_inputs + 2 * (512 - 4)
-
-
-def test_collectives_name_the_mesh_axes_they_span(seed_result):
-    _, result = seed_result
-    spans = {c.mesh_axes for c in result.collectives}
-    assert spans == {("data",), ("model",)}
-    for c in result.collectives:
-        assert c.group_size == {"data": 2, "model": 4}[c.mesh_axes[0]]
-
-
-def test_a_second_request_is_a_cache_hit_and_a_corrupt_entry_is_a_miss(seed_compile, monkeypatch):
-    layout, first, folder = seed_compile
-    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(folder))  # the folder the first compile wrote
-    second, cached = compile_target(layout, parse_target(TARGET))
-    assert cached and second == first
-    path = os.path.join(cache_dir(), "compiles", cache_key(layout, parse_target(TARGET)) + ".json")
-    with open(path, "w") as handle:
-        handle.write('{"memory": ')  # a writer that died half-way
-    third, cached = compile_target(layout, TARGET)
-    assert not cached and third.memory == first.memory
-
-
-def test_under_pure_data_parallelism_the_all_reduce_bytes_are_the_parameter_bytes(seed_dict):
-    layout = mlp_layout(seed_dict, mesh=(8,), axes=("data",), rules=[["batch", "data"]], batch=64, layers=4, depth=512)
-    result, _ = compile_target(layout, TARGET)
-    reduces = [c for c in result.collectives if c.op == "all-reduce"]
-    assert [c.mesh_axes for c in reduces] == [("data",)]
-    assert sum(c.bytes for c in reduces) == analyze(layout).totals.param_bytes
-
-
-def test_a_scanned_models_flops_count_the_loop_body_once_per_layer(seed_dict):
-    """24 layers: cost_analysis() counts the scanned body once; the trip count comes from the loop condition."""
-    rules = [["batch", "data"]]
-    scanned, _ = compile_target(mlp_layout(seed_dict, (8,), ("data",), rules, batch=256, layers=24, depth=512, scan=True), TARGET)
-    unrolled, _ = compile_target(mlp_layout(seed_dict, (8,), ("data",), rules, batch=256, layers=24, depth=512, scan=False), TARGET)
-    assert scanned.loop_work.flops > 0 and unrolled.loop_work.flops == 0
-    assert scanned.flops == pytest.approx(unrolled.flops, rel=0.02)
-    assert [c.count for c in scanned.collectives if c.op == "all-reduce"] == [24]
-
-
-def test_a_layout_far_too_large_for_the_chip_reports_that_it_does_not_fit(seed_dict):
-    """libtpu >= 0.0.47.1 refuses xla_tpu_no_crash_on_oom's programs; the figures come from XLA's dump instead."""
-    layout = mlp_layout(seed_dict, rules=[["batch", "data"]], layers=4, depth=16384)
-    result, _ = compile_target(layout, TARGET)
-    hbm = result.target.chip.device_hbm_bytes
-    assert result.fits is False and result.compiled is False and result.memory_source == "xla_dump"
-    assert result.memory.peak_bytes > hbm
-    assert result.headroom_bytes == hbm - result.memory.peak_bytes < 0
-    # XLA's own E1000 figures: its total rounded to 0.01 GiB, and the HBM it had (15.75 GiB of v5e's 16).
-    assert result.oom.message.startswith("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom")
-    assert abs(result.oom.required_bytes - result.memory.peak_bytes) <= 0.005 * 2**30
-    assert result.oom.available_bytes == int(15.75 * 2**30)
-    # Replicated parameters and Adam's two moments (4 layers of two 16384x16384 f32 kernels: 8 GiB each) are the arguments.
-    state = analyze(layout).totals
-    assert result.memory.argument_bytes >= state.param_bytes + state.opt_state_bytes + state.input_bytes
-    assert [c.mesh_axes for c in result.collectives if c.op == "all-reduce"] == [("data",)]
-    assert result.flops_source == "hlo_matmuls" and result.flops > 0 and result.estimate.step_s > 0
-
-
-def test_a_refused_scanned_transformer_counts_its_dots_once_per_layer():
-    """Issue 30: XLA refuses a scanned transformer for HBM (E1000); its flops, read from the dump, count the scanned body
-    once per layer: within 2% of the model's own dots, the train step's three times the forward's (per device, T tokens:
-    2 T x each weight matrix, 2 x 2 T^2 per head for the scores and the weighted values, and the head's 2 T x d x vocab)."""
-    options = {
-        "batch": 8,
-        "seq_len": 128,
-        "layers": 4,
-        "d_model": 4096,
-        "heads": 32,
-        "kv_heads": 32,
-        "head_dim": 128,
-        "mlp_dim": 16384,
-        "vocab": 256,
-        "gated_mlp": True,
-        "scan": True,
-        "dtype": "float32",
-    }
-    layout = parse_layout(
-        {
-            "name": "scanned-too-big",
-            "mesh": {"shape": [8], "axes": ["data"]},
-            "rules": [["batch", "data"]],
-            "model": {"name": "transformer", "options": options},
-        }
-    )
-    result, _ = compile_target(layout, TARGET)
-    assert result.compiled is False and result.oom is not None and result.flops_source == "hlo_matmuls"
-    tokens, d, heads, kv_heads, head_dim = 128, 4096, 32, 32, 128  # batch 8 over 8 devices: one sequence of 128 each
-    weights = d * head_dim * (2 * heads + 2 * kv_heads) + 3 * d * options["mlp_dim"]  # q, o, k, v; gated MLP in, gate, out
-    layer = 2 * tokens * weights + 2 * 2 * tokens**2 * heads * head_dim
-    expected = 3 * (options["layers"] * layer + 2 * tokens * d * options["vocab"])
-    assert result.flops == pytest.approx(expected, rel=0.02)
-
-
-def test_the_route_for_a_program_that_does_not_fit_agrees_with_xla_on_one_that_fits(seed_dict):
-    """The same dump read for a program that fits: memory_analysis() to the byte, peak and temporaries within 16 MiB."""
-    layout = mlp_layout(seed_dict, rules=[["batch", "data"]], layers=4, depth=2048)
-    result, _ = compile_target(layout, TARGET)
-    assert result.fits is True and result.memory_source == "memory_analysis" and result.oom is None
-    dumped, memory = result.cross_check.memory, result.memory
-    for key in ("argument_bytes", "output_bytes", "alias_bytes"):
-        assert getattr(dumped, key) == getattr(memory, key), key
-    # memory_analysis() adds a few MiB of buffers outside the HBM heap (14 MiB of 512 here, 0.6 of 6,400 MiB at depth 8192).
-    assert abs(dumped.peak_bytes - memory.peak_bytes) <= 16 * 2**20
-    assert abs(dumped.temp_bytes - memory.temp_bytes) <= 16 * 2**20
-    # The dots alone are most of an MLP's flops and never more than cost_analysis() counts.
-    assert 0.5 * result.flops <= result.cross_check.matmul_flops <= result.flops
-
-
-@pytest.mark.parametrize("target, mesh", [("v5e:1x1", (1,)), ("v6e:1x1", (1,)), ("v5p:1x1x1", (1,))])
-def test_a_single_chip_slice_compiles(seed_dict, target, mesh):
-    result, _ = compile_target(mlp_layout(seed_dict, mesh=mesh, axes=("data",), rules=[["batch", "data"]]), target)
-    assert result.target.chips == 1 and result.fits is True and result.collectives == ()
-    assert result.memory.peak_bytes > 0
-
-
-def test_a_tpu7x_slice_compiles_with_two_devices_per_chip(seed_dict):
-    """tpu7x:2x2x1 is 4 Ironwood chips, 8 devices (two TensorCores each), each device with half the chip's HBM."""
-    result, _ = compile_target(parse_layout(seed_dict), "tpu7x:2x2x1")
-    target = result.target
-    assert (target.chips, target.devices, target.chip.device_kind) == (4, 8, "TPU7x")
-    assert target.chip.device_hbm_bytes == 96 * 2**30 and target.chip.hbm_bytes == 192 * 2**30
-    assert result.fits is True and result.headroom_bytes == 96 * 2**30 - result.memory.peak_bytes
-    axes = {a.axis: a.torus_axes for a in result.mesh.placement}
-    assert "core" in axes["data"] + axes["model"]  # the two devices of a chip are one logical axis' neighbours
-    assert {c.mesh_axes for c in result.collectives} == {("data",), ("model",)}
-
-
-def test_an_8x8_mesh_on_a_4x4x4_torus_is_placed_by_splitting_physical_axes(seed_dict):
-    layout = mlp_layout(seed_dict, mesh=(8, 8), axes=("data", "model"), batch=64, layers=1, depth=512)
-    result, _ = compile_target(layout, "v5p-128")
-    assert result.mesh.placement_method == "split_physical_axes"
-    spans = {a.axis: a.torus_axes for a in result.mesh.placement}
-    assert len(spans["data"]) == 2 or len(spans["model"]) == 2  # an 8 on a torus of 4s crosses two physical axes
-    assert result.fits is True
+pytestmark = pytest.mark.usefixtures("own_compile_cache")
 
 
 def test_a_device_count_mismatch_names_both_counts(seed_dict):
@@ -243,31 +44,7 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
     )
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout)
-    assert list(result) == [
-        "target",
-        "mesh",
-        "compile_s",
-        "compiled",
-        "memory",
-        "memory_source",
-        "memory_limit",
-        "fits",
-        "fits_device",
-        "headroom_bytes",
-        "oom",
-        "xla_messages",
-        "flops",
-        "bytes_accessed",
-        "flops_source",
-        "bytes_source",
-        "loop_work",
-        "padding",
-        "collectives",
-        "estimate",
-        "donated",
-        "cross_check",
-        "cached",
-    ]
+    assert list(result) == [*DOCUMENTED_KEYS, "cross_check", "cached"]
     assert set(result["target"]) >= {
         "name",
         "topology",
@@ -278,7 +55,8 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
         "hbm_bandwidth",
         "ici_bandwidth",
     }
-    assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling"}
+    assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling", "predicted_s"}
+    assert result["estimate"]["predicted_s"] >= result["estimate"]["step_s"] > 0  # the prediction beside the lower bound, never below
     assert all(set(c) >= {"op", "count", "bytes", "mesh_axes"} for c in result["collectives"])
 
 

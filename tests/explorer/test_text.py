@@ -60,3 +60,15 @@ def test_more_than_eight_replicas_are_abbreviated():
     assert cells(sharding_text((8, 8), ("a",), planned, "dev")) == [
         [f"dev {4 * 512 * i},{4 * 512 * i + 1}…{4 * 512 * (i + 1) - 1} (2048)"] for i in range(4)
     ]
+
+
+def test_the_compile_summary_shows_the_prediction_under_the_bound_with_its_scope():
+    from explorer.roofline import Estimate
+    from explorer.step_model import SCOPE
+    from explorer.text import compile_text
+    from tests.explorer import compile_result
+
+    lines = compile_text(compile_result("h200:1x1", estimate=Estimate(1e-3, 2e-3, 0.0, 5e-3))).splitlines()
+    assert lines[-2].startswith("roofline lower bound (not a measurement)") and "step >= 2.000 ms" in lines[-2]
+    assert lines[-1] == f"predicted step: 5.000 ms (the step model, kernel by kernel; {SCOPE})"
+    assert "predicted" not in compile_text(compile_result("h200:1x1", estimate=Estimate(1e-3, 2e-3, 0.0)))

@@ -166,13 +166,24 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
     at.button(key="compare_compile_button").click().run()
     assert not at.exception and not at.error
     table = next(d.value for d in at.dataframe if "XLA peak / device" in d.value.columns).set_index("layout")
+    predicted = []
     for name in ("tensor parallel", "data only"):
         result, cached = compile_target(library.load(name).layout, "v5litepod-8")
         assert cached  # the page's compile, from the disk cache
         row = table.loc[f"library: {name}"]
         assert row["fits"] == "yes" and row["bound"] == result.estimate.bound
         assert row["XLA peak / device"] == human_bytes(result.memory.peak_bytes)
+        assert row["predicted step"] == f"{result.estimate.predicted_s * 1e3:.3g} ms"  # beside the bound, labelled
+        predicted.append(result.estimate.predicted_s)
+    assert any(c.value.startswith("Predicted step: the step model's prediction") for c in at.caption)
     assert len([c for c in at.get("plotly_chart")]) >= 2  # memory per device, and the layouts' rooflines on one chart
+    # The race shows the ratio the prediction expects on the target beside the one it measures here.
+    at.number_input(key="race_rounds").set_value(1).run()
+    at.number_input(key="race_steps").set_value(1).run()
+    at.button(key="race_button").click().run()
+    assert not at.exception and not at.error
+    race = next(d.value for d in at.dataframe if "predicted ratio on v5litepod-8" in d.value.columns)
+    assert list(race["predicted ratio on v5litepod-8"]) == ["1.000", f"{predicted[1] / predicted[0]:.3f}"]
 
 
 def test_layouts_with_explicit_axes_compare_by_their_types(tmp_path, monkeypatch):

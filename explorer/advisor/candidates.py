@@ -1,0 +1,178 @@
+"""A search's record and its order: ``Candidate`` (one layout's figures), ``Search`` (what both stages write), the
+memory limit a candidate must fit, the shortlist and the ranking.
+
+This module's one job is holding and ordering the candidates; ``search`` runs the stages that fill them
+(stage 1's estimates, stage 2's compiles and calibration) and ``race`` races the best on this process's devices.
+The shortlist is the candidates whose state fits the device's memory (``limit_bytes``: a TPU device's HBM,
+JAX's share of a GPU's), best estimate first; ``rank`` puts XLA-verified candidates that fit first, by their
+step bound, then stage 1's estimates that fit, then everything that does not fit, by how much.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from explorer.advisor.depth import Depth, extrapolation_error
+from explorer.compile_result import TargetCompile
+from explorer.layout import Layout
+from explorer.placement import AxisLink
+from explorer.roofline import Collective, Estimate
+from explorer.targets import Target
+from explorer.xla_results import memory_limit
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One layout's figures. Stage 1 fills the estimate; stage 2 (``verified``) XLA's figures.
+
+    ``state_bytes`` is exact (parameters, optimizer state, inputs per device, from the analysis).
+    ``step_s``, ``bound`` and ``mfu_ceiling`` are stage 1's estimate until ``verified``, then the
+    compiled program's roofline (a lower bound). ``peak_bytes`` is XLA's, only when verified.
+    """
+
+    layout: Layout
+    state_bytes: int
+    estimate: Estimate
+    largest_collective: str
+    own: bool = False  # the layout the user brought
+    verified: bool = False
+    extrapolated: bool = False
+    fits: bool | None = None  # stage 1: the state fits the memory limit (``limit_bytes``); stage 2: XLA's verdict
+    peak_bytes: int | None = None
+    headroom_bytes: int | None = None
+    compiled: TargetCompile | None = None  # compile_target's result, when verified (``extrapolate``'s, when extrapolated)
+    extrapolation: TargetCompile | None = None  # the extrapolated result, kept when the candidate was then compiled in full
+    collective_by_axis: dict[str, float] = dataclasses.field(default_factory=dict)  # stage 1's collective seconds per mesh axis
+    active_params: int = 0  # the parameters each token runs through (a mixture of experts: top-k x capacity of the experts)
+    remat: str | None = None  # the model's remat policy in this candidate (None: the model has no such option)
+    microbatches: int = 1  # gradient accumulation steps
+    activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
+    links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.placement``)
+    collectives: tuple[tuple[str, Collective], ...] = ()  # stage 1's collectives, each with its label
+
+    @property
+    def refused(self) -> bool:
+        """XLA refused the program (E1000: it does not fit): its figures are not a step's and never calibrate."""
+        return self.verified and self.compiled is not None and self.compiled.compiled is False
+
+    @property
+    def extrapolation_error(self) -> dict[str, float | None] | None:
+        """Extrapolated over compiled in full, per figure, when both were made (1.0: exact)."""
+        return extrapolation_error(self.extrapolation, self.compiled) if self.extrapolation and self.compiled else None
+
+    @property
+    def step_s(self) -> float:
+        return self.compiled.estimate.step_s if self.verified and self.compiled.estimate else self.estimate.step_s
+
+    @property
+    def predicted_s(self) -> float:
+        """The predicted step (``explorer.step_model``): the compiled program's once verified, else stage 1's; what ranks."""
+        estimate = self.compiled.estimate if self.verified and self.compiled and self.compiled.estimate else self.estimate
+        return estimate.predicted_s if estimate.predicted_s is not None else estimate.step_s
+
+    @property
+    def bound(self) -> str:
+        return self.compiled.estimate.bound if self.verified and self.compiled.estimate else self.estimate.bound
+
+    @property
+    def mfu_ceiling(self) -> float:
+        return self.compiled.estimate.mfu_ceiling if self.verified and self.compiled.estimate else self.estimate.mfu_ceiling
+
+
+@dataclasses.dataclass
+class Search:
+    """A search's state: a mutable record that ``stage1`` and ``stage2`` fill as they run.
+
+    Deliberately not frozen: the Advisor page keeps it in its session while the search runs and
+    draws it after every step, so a search that is stopped still shows what was compiled.
+    ``stage1`` counts the candidates (``searched``, ``refused``) and appends them; ``stage2`` sets
+    ``depth``, sets ``stage`` before each compile, replaces each compiled candidate in ``candidates``
+    by its verified copy (``Candidate`` itself is frozen), counts the compiles (``compiles``,
+    ``cached_compiles``, ``full_compiles``) and the ``failures``, and updates ``calibration`` and
+    ``elapsed_s`` after each; ``stopped`` is set on Stop (by ``stage2``, or by the page when the run
+    before was cut short). Read it through ``ranked()`` and ``smallest_state()``; nothing else writes it.
+    """
+
+    target: Target
+    stage: str = "stage 1"
+    searched: int = 0
+    refused: int = 0
+    refused_examples: list[str] = dataclasses.field(default_factory=list)
+    candidates: list[Candidate] = dataclasses.field(default_factory=list)
+    compiles: int = 0
+    cached_compiles: int = 0
+    stage1_s: float = 0.0
+    elapsed_s: float = 0.0
+    stopped: bool = False
+    failures: list[str] = dataclasses.field(default_factory=list)
+    depth: Depth | None = None  # the depth shortcut's option(s), or why it was not used; None: not asked
+    full_compiles: int = 0  # extrapolated candidates then compiled in full
+    calibration: dict[str, float] = dataclasses.field(default_factory=dict)  # XLA's over stage 1's terms (``calibration``)
+    roles: dict[str, str] = dataclasses.field(default_factory=dict)  # every logical name's role in the generated rules
+    guessed_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the names no convention knows, with the role chosen
+    scanned: bool = False  # the trace shows a scan over the layer stack (``scanned``)
+
+    @property
+    def limit_bytes(self) -> int:
+        """What a device's peak is judged against: a TPU device's HBM; on a GPU, what JAX lets one process use of it
+        (``xla_results.memory_limit``: 75% of the GPU's memory unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise)."""
+        return limit_bytes(self.target)
+
+    def ranked(self) -> list[Candidate]:
+        """The candidates best first (``rank``)."""
+        return rank(self.candidates, self.limit_bytes)
+
+    def smallest_state(self) -> Candidate | None:
+        """The candidate with the least state per device (the verdict when nothing fits)."""
+        return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
+
+
+def limit_bytes(target: Target) -> int:
+    """The memory per device a layout must fit in on ``target``: the figure XLA's verdict uses (``memory_limit``)."""
+    return memory_limit(target).bytes
+
+
+def shortlist(search: Search) -> list[Candidate]:
+    """The candidates whose state fits the device's memory limit, best estimated step first (deterministic)."""
+    return sorted((c for c in search.candidates if _may_fit(c, search.limit_bytes)), key=estimate_key)
+
+
+CLEARLY_OVER = 2.0  # estimated activations this many times what is left beside the state: clearly does not fit
+
+
+def _may_fit(c: Candidate, hbm: int) -> bool:
+    """The exact state fits, and the estimated activations are not clearly over what is left (an estimate: XLA decides)."""
+    return c.state_bytes <= hbm and c.activation_bytes <= CLEARLY_OVER * (hbm - c.state_bytes)
+
+
+def estimate_key(c: Candidate) -> tuple:
+    """Stage 1's order: the predicted step (to three significant figures: closer is a tie the estimate cannot tell);
+    where that ties (every candidate compute-bound at the same estimate), the terms XLA will add on top first:
+    HBM traffic and collectives together (the overlap is never perfect; collectives on the links each mesh axis lies
+    on: a torus axis run around as a ring costs half what one run along as a line does), then collectives alone, then less state,
+    then the name."""
+    return (
+        float(f"{c.predicted_s:.3g}"),
+        c.estimate.memory_s + c.estimate.collective_s,
+        c.estimate.collective_s,
+        c.state_bytes,
+        c.layout.name,
+    )
+
+
+def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
+    """Best first: XLA-verified and fitting by predicted step (``Candidate.predicted_s``); then stage-1 estimates whose state fits, by
+    estimated step; then everything that does not fit, by how much (XLA's peak, else the state, over
+    ``hbm_bytes``; least first). Ties by state, then name."""
+
+    def key(c: Candidate):
+        if c.verified and c.fits:
+            return (0, c.predicted_s, c.state_bytes, c.layout.name)
+        if not c.verified and c.fits:
+            return (1,) + estimate_key(c)
+        # Does not fit (XLA refused it, E1000, or its peak is over): by how much it misses, then what it needs.
+        over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
+        return (2, over, c.state_bytes, c.layout.name)
+
+    return sorted(candidates, key=key)

@@ -1,0 +1,273 @@
+"""The step model's prediction against steps measured on a real H200, and the rules it counts kernels by.
+
+The measurements (``tests/data/h200-2026-11-27.json``, copied from the project's shared folder; see
+``tests/data/README.md``) are four single-GPU layouts timed on one NVIDIA H200. The programs they ran
+are predicted from the optimized HLO text of each compiled deviceless for ``h200:1x1`` (recorded in
+``tests/data/hlo/``: a compile of the 1.7B-parameter layouts takes 15-20 s here; the recipe is in the
+README). One live compile (``x @ y``, f32 and bf16) proves the path from XLA's program to the
+prediction; ``test_gpu_targets`` checks that ``explorer compile`` carries it as ``estimate.predicted_s``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import pathlib
+from types import SimpleNamespace
+
+import pytest
+
+from explorer import step_model
+from explorer.step_rates import H200_BF16, H200_F32
+from explorer.target_compile import gpu_plugin
+from explorer.targets import GPUS
+
+DATA = pathlib.Path(__file__).parent.parent / "data"
+MEASURED = json.loads((DATA / "h200-2026-11-27.json").read_text())["layouts"]
+H200 = GPUS["h200"]
+
+
+def recorded_text(key: str) -> str:
+    with gzip.open(DATA / "hlo" / f"{key}.h200_1x1.hlo.txt.gz", "rt") as handle:
+        return handle.read()
+
+
+@pytest.fixture(scope="module")
+def predicted() -> dict[str, float]:
+    return {key: step_model.predict(recorded_text(key), H200).step_s for key in MEASURED}
+
+
+def test_predicts_each_measured_h200_step_within_1_25x(predicted):
+    ratios = {key: MEASURED[key]["step_median_s"] / predicted[key] for key in MEASURED}
+    assert set(ratios) == {"mlp_h200", "llama_dots", "gpt2s_f32", "l17_mb2"}
+    assert all(1 / 1.25 <= r <= 1.25 for r in ratios.values()), ratios
+    assert sum(abs(r - 1) for r in ratios.values()) / len(ratios) < 0.10, ratios  # the issue's goal: a mean error under 10%
+
+
+def test_the_prediction_is_never_below_the_lower_bound(predicted):
+    for key, record in MEASURED.items():
+        assert record["lower_bound_s"] < predicted[key] < 1.25 * record["step_median_s"], key
+
+
+def test_ranks_the_remat_and_microbatch_variants_of_one_model(predicted):
+    """Variants of one model (options equal but remat and microbatches): the least predicted is within 1.05x of the fastest."""
+
+    def model(key):
+        options = dict(MEASURED[key]["layout"]["model"]["options"])
+        options.pop("remat", None), options.pop("microbatches", None)
+        return MEASURED[key]["layout"]["model"]["name"], sorted(options.items())
+
+    variants = [key for key in MEASURED if model(key) == model("llama_dots")]
+    assert len(variants) >= 2, variants
+    least = min(variants, key=predicted.get)
+    fastest = min(MEASURED[key]["step_median_s"] for key in variants)
+    assert MEASURED[least]["step_median_s"] <= 1.05 * fastest
+    # The bound tied them (0.187 s each); the prediction tells them apart, in the GPU's order.
+    assert sorted(variants, key=predicted.get) == sorted(variants, key=lambda key: MEASURED[key]["step_median_s"])
+    assert len({round(predicted[key], 2) for key in variants}) == len(variants)
+
+
+@pytest.mark.skipif(gpu_plugin() is None, reason='needs JAX\'s CUDA plugin: pip install "partition-explorer[gpu]"')
+def test_f32_and_bf16_matmuls_of_one_shape_are_the_measured_rates_apart():
+    """XLA's own H200 program for ``x @ y`` (8192^3): f32 runs on TF32 at 445 TFLOP/s, bf16 at 871 (the shared measurement)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import topologies
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    topology = topologies.get_topology_desc(platform="cuda", target_config=H200.target_config, topology="1x1x1")
+    sharding = NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
+    seconds = {}
+    for dtype in (jnp.float32, jnp.bfloat16):
+        a = jax.ShapeDtypeStruct((8192, 8192), dtype, sharding=sharding)
+        text = jax.jit(lambda x, y: x @ y).lower(a, a).compile({"xla_gpu_experimental_use_collective_kernels": ""}).as_text()
+        seconds[dtype] = step_model.predict(text, H200).step_s
+    assert seconds[jnp.float32] / seconds[jnp.bfloat16] == pytest.approx(H200_BF16 / H200_F32, rel=0.01)
+    assert H200_BF16 / H200_F32 == pytest.approx(870.9 / 445.2)
+
+
+# --- the rules, on small programs written out ------------------------------------------------
+
+STACKED = """HloModule stacked
+
+%slice_layer (p0: bf16[24,2048,8192], p1: s32[]) -> bf16[1,2048,8192] {
+  %p0 = bf16[24,2048,8192]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  ROOT %layer = bf16[1,2048,8192]{2,1,0} dynamic-slice(%p0, %p1, %zero, %zero), dynamic_slice_sizes={1,2048,8192}
+}
+
+%update_layer (q0: bf16[24,2048,8192], q1: bf16[1,2048,8192], q2: s32[]) -> bf16[24,2048,8192] {
+  %q0 = bf16[24,2048,8192]{2,1,0} parameter(0)
+  %q1 = bf16[1,2048,8192]{2,1,0} parameter(1)
+  %q2 = s32[] parameter(2)
+  %zero.1 = s32[] constant(0)
+  ROOT %updated = bf16[24,2048,8192]{2,1,0} dynamic-update-slice(%q0, %q1, %q2, %zero.1, %zero.1)
+}
+
+%scale (r0: bf16[24,2048,8192]) -> bf16[24,2048,8192] {
+  %r0 = bf16[24,2048,8192]{2,1,0} parameter(0)
+  ROOT %twice = bf16[24,2048,8192]{2,1,0} add(%r0, %r0)
+}
+
+ENTRY %main (w: bf16[24,2048,8192], i: s32[]) -> (bf16[1,2048,8192], bf16[24,2048,8192], bf16[24,2048,8192]) {
+  %w = bf16[24,2048,8192]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %sliced = bf16[1,2048,8192]{2,1,0} fusion(%w, %i), kind=kLoop, calls=%slice_layer
+  %written = bf16[24,2048,8192]{2,1,0} fusion(%w, %sliced, %i), kind=kLoop, calls=%update_layer
+  %whole = bf16[24,2048,8192]{2,1,0} fusion(%w), kind=kLoop, calls=%scale
+  ROOT %out = (bf16[1,2048,8192]{2,1,0}, bf16[24,2048,8192]{2,1,0}, bf16[24,2048,8192]{2,1,0}) tuple(%sliced, %written, %whole)
+}
+"""
+
+
+def test_a_fusion_that_slices_one_layer_of_a_stacked_weight_reads_that_layer():
+    layer, stack = 2048 * 8192 * 2, 24 * 2048 * 8192 * 2
+    moved = {k.name: k.bytes for k in step_model.kernels(STACKED, H200)}
+    assert moved == {"sliced": 2 * layer + 4, "written": 2 * layer + 4, "whole": 2 * stack}
+
+
+LOOP = """HloModule loop
+
+%double (p: f32[1024,1024]) -> f32[1024,1024] {
+  %p = f32[1024,1024]{1,0} parameter(0)
+  ROOT %d = f32[1024,1024]{1,0} add(%p, %p)
+}
+
+%less (c: s32[]) -> pred[] {
+  %c = s32[] parameter(0)
+  %n = s32[] constant(24)
+  ROOT %lt = pred[] compare(%c, %n), direction=LT
+}
+
+%body (t: (s32[], f32[1024,1024])) -> (s32[], f32[1024,1024]) {
+  %t = (s32[], f32[1024,1024]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = f32[1024,1024]{1,0} get-tuple-element(%t), index=1
+  %y = f32[1024,1024]{1,0} fusion(%x), kind=kLoop, calls=%double
+  ROOT %next = (s32[], f32[1024,1024]{1,0}) tuple(%i, %y)
+}
+
+%condition (u: (s32[], f32[1024,1024])) -> pred[] {
+  %u = (s32[], f32[1024,1024]{1,0}) parameter(0)
+  %j = s32[] get-tuple-element(%u), index=0
+  ROOT %go = pred[] fusion(%j), kind=kLoop, calls=%less
+}
+
+ENTRY %main (a: f32[1024,1024]) -> (s32[], f32[1024,1024]) {
+  %a = f32[1024,1024]{1,0} parameter(0)
+  %zero = s32[] constant(0)
+  %start = (s32[], f32[1024,1024]{1,0}) tuple(%zero, %a)
+  ROOT %loop = (s32[], f32[1024,1024]{1,0}) while(%start), condition=%condition, body=%body, backend_config={"known_trip_count":{"n":"24"}}
+}
+"""
+
+
+def test_a_loop_body_counts_once_per_trip():
+    runs = {k.name: k.runs for k in step_model.kernels(LOOP, H200)}
+    assert runs == {"y": 24, "go": 25}
+    body = next(k for k in step_model.kernels(LOOP, H200) if k.name == "y")
+    assert body.seconds == pytest.approx(2 * 1024 * 1024 * 4 / 4.217e12 + 1e-6)
+    prediction = step_model.predict(LOOP, H200)
+    assert prediction.launches == 49
+    assert prediction.step_s == pytest.approx(24 * body.seconds + 25 * (5 / 4.217e12 + 1e-6) + 30e-6)  # and the dispatch, once
+
+
+ASYNC = """HloModule async
+
+%work (p: f32[{n}]) -> f32[{n}] {{
+  %p = f32[{n}]{{0}} parameter(0)
+  ROOT %w = f32[{n}]{{0}} multiply(%p, %p)
+}}
+
+ENTRY %main (x: f32[1024], y: f32[{n}]) -> (f32[8192], f32[{n}]) {{
+  %x = f32[1024]{{0}} parameter(0)
+  %y = f32[{n}]{{0}} parameter(1)
+  %gather = (f32[1024]{{0}}, f32[8192]{{0}}) all-gather-start(%x), replica_groups={{{{0,1,2,3,4,5,6,7}}}}, dimensions={{0}}
+  %between = f32[{n}]{{0}} fusion(%y), kind=kLoop, calls=%work
+  %gathered = f32[8192]{{0}} all-gather-done(%gather)
+  ROOT %out = (f32[8192]{{0}}, f32[{n}]{{0}}) tuple(%gathered, %between)
+}}
+"""
+
+
+def test_an_async_collective_costs_only_what_the_kernels_between_its_start_and_done_do_not_hide():
+    costed = [SimpleNamespace(op="all-gather", bytes=8192 * 4, seconds=1e-3)]
+    collective = 1e-3 + 5e-6  # roofline's time and a NCCL launch
+    long = step_model.predict(ASYNC.format(n=2**30), H200, costed)  # 8 GiB moved: about 2 ms
+    assert long.collective_s == 0.0
+    assert long.step_s == pytest.approx(long.memory_s + long.dispatch_s)
+    short = step_model.predict(ASYNC.format(n=2**16), H200, costed)  # 512 KiB: about 125 us
+    assert short.collective_s == pytest.approx(collective - short.memory_s)
+    assert math.isclose(short.step_s, collective + short.dispatch_s)
+
+
+def test_collective_seconds_per_byte_spreads_each_ops_time_over_its_bytes():
+    costed = [SimpleNamespace(op="all-gather", bytes=100, seconds=2.0), SimpleNamespace(op="all-gather", bytes=300, seconds=2.0)]
+    assert step_model.collective_seconds_per_byte(costed) == {"all-gather": 0.01}
+
+
+def test_parse_instruction_reads_tuple_shapes_and_operands():
+    line = "  ROOT %f = ((bf16[2]{0}, s32[]), bf16[1]{0}, u32[]) fusion-start(%a, %b.1), kind=kLoop, calls=%g"
+    instruction = step_model.parse_instruction(line)
+    assert (instruction.name, instruction.op, instruction.operands, instruction.root) == ("f", "fusion-start", ("a", "b.1"), True)
+    assert instruction.shape == "((bf16[2]{0}, s32[]), bf16[1]{0}, u32[])"
+    assert step_model.parse_instruction("}") is None
+
+
+def test_a_tpu_array_in_vmem_moves_no_hbm_bytes():
+    assert step_model.hbm_bytes("(f32[4,1024]{1,0:T(4,128)S(1)}, f32[8]{0:T(128)})") == 32
+    assert step_model.hbm_bytes("bf16[2,2]{1,0}") == 8
+
+
+def test_the_prediction_is_never_below_the_bound():
+    from explorer.roofline import Estimate
+
+    bound = Estimate(1.0, 2.0, 0.0)  # far above what the written-out program's kernels add up to
+    assert step_model.with_prediction(bound, LOOP, H200).predicted_s == 2.0
+    assert step_model.with_prediction(Estimate(0.0, 0.0, 0.0), LOOP, H200).predicted_s == step_model.predict(LOOP, H200).step_s
+    assert step_model.with_prediction(bound, "", H200).predicted_s is None
+
+
+def test_an_async_wrappers_computation_holds_kernels():
+    wrapped = LOOP.replace(
+        "ROOT %loop = (s32[], f32[1024,1024]{1,0}) while(%start)",
+        "%wrapped = ((f32[1024,1024]{1,0}), f32[1024,1024]{1,0}) async-start(%a), calls=%async_body\n"
+        "  %unwrapped = f32[1024,1024]{1,0} async-done(%wrapped)\n"
+        "  ROOT %loop = (s32[], f32[1024,1024]{1,0}) while(%start)",
+    ).replace(
+        "ENTRY %main",
+        "%async_body (q: f32[1024,1024]) -> f32[1024,1024] {\n"
+        "  %q = f32[1024,1024]{1,0} parameter(0)\n"
+        "  ROOT %inner = f32[1024,1024]{1,0} fusion(%q), kind=kLoop, calls=%double\n}\n\nENTRY %main",
+    )
+    assert {k.name: k.runs for k in step_model.kernels(wrapped, H200)} == {"y": 24, "go": 25, "inner": 1}
+
+
+SKINNY = """HloModule skinny
+
+%gemm (p0: bf16[8192,256], p1: bf16[256,8192]) -> bf16[8192,8192] {
+  %p0 = bf16[8192,256]{1,0} parameter(0)
+  %p1 = bf16[256,8192]{1,0} parameter(1)
+  ROOT %d = bf16[8192,8192]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: bf16[8192,256], b: bf16[256,8192]) -> bf16[8192,8192] {
+  %a = bf16[8192,256]{1,0} parameter(0)
+  %b = bf16[256,8192]{1,0} parameter(1)
+  ROOT %g = bf16[8192,8192]{1,0} fusion(%a, %b), kind=kCustom, calls=%gemm
+}
+"""
+
+
+def test_a_matmul_contracting_little_pays_its_tiles_fixed_cost():
+    """K = 256: each tile's fixed cost (256 contracted elements' worth) doubles the compute of its 256 steps."""
+    from explorer.step_rates import MATMUL_FIXED_K, rates
+
+    [kernel] = step_model.kernels(SKINNY, H200)
+    flops = 2 * 8192 * 8192 * 256
+    compute = flops * (256 + MATMUL_FIXED_K) / 256 / rates(H200).matmul_rate("bf16")
+    memory = (2 * 8192 * 256 * 2 + 8192 * 8192 * 2) / 4.217e12
+    assert (kernel.kind, kernel.flops, kernel.dtype) == ("matmul", flops, "bf16")
+    assert kernel.seconds == pytest.approx(compute + memory - 0.95 * memory + 1e-6)
