@@ -24,8 +24,30 @@ import dataclasses
 import math
 
 from explorer.analysis import ERROR_CODES, analyze, logical_names, model_of
-from explorer.layout import Layout
+from explorer.errors import ExplorerError, NeedsExplicitAxes
+from explorer.layout import SEED_LAYOUT, Layout
 from explorer.rules import PRESETS, RulePair, preset_rules
+
+# Whole layouts a newcomer opens in one pick (the sidebar's Examples), each a file of ``layouts/`` too (the same layout,
+# for the command line). The transformer's rules are the fsdp+tensor-parallel preset fitted to its mesh and sizes.
+EXAMPLES: dict[str, dict] = {
+    "Flax guide's MLP, Auto axes": SEED_LAYOUT,
+    "Transformer, Explicit axes": {
+        "name": "transformer-explicit-2x4",
+        "mesh": {"shape": [2, 4], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
+        "rules": [
+            ["batch", "data"],
+            ["mlp", "model"],
+            ["heads", "model"],
+            ["kv_heads", "model"],
+            ["vocab", "model"],
+            ["embed", "data"],
+            ["kv", None],
+            ["length", None],
+        ],
+        "model": {"name": "transformer", "options": {}},
+    },
+}
 
 # The preset a model's own guide or recipe uses: what the sidebar offers after a model switch.
 MODEL_PRESETS = {"mlp": "flax-guide", "nnx-guide": "flax-guide", "transformer": "fsdp+tensor-parallel"}
@@ -48,6 +70,15 @@ class FittedPreset:
     refused: tuple[str, ...]
 
 
+def example_layout(title: str) -> Layout:
+    """The example layout ``title`` (a key of ``EXAMPLES``), validated."""
+    from explorer.layout import parse_layout
+
+    if title not in EXAMPLES:
+        raise ExplorerError("example", title, f"is not an example layout; choose one of {sorted(EXAMPLES)}")
+    return parse_layout(EXAMPLES[title])
+
+
 def model_preset(model_name: str) -> str:
     """The preset to offer for ``model_name`` (its guide's, else FSDP)."""
     return MODEL_PRESETS.get(model_name, DEFAULT_PRESET)
@@ -64,7 +95,7 @@ def fit_preset(preset: str, layout: Layout) -> FittedPreset:
     sizes = dict(zip(layout.mesh.axes, layout.mesh.shape))
     notes: list[str] = []
     for _ in range(len(rules) + 1):
-        report = analyze(_with_rules(layout, rules))
+        report = _fitting_report(_with_rules(layout, rules))
         bad = _refused_rules(report, sizes)
         if not bad:
             break
@@ -74,6 +105,22 @@ def fit_preset(preset: str, layout: Layout) -> FittedPreset:
             rules[index] = (name, None)
     refused = tuple(w.message for w in report.warnings if w.code in ERROR_CODES)
     return FittedPreset(preset, tuple(rules), tuple(notes), refused)
+
+
+def _fitting_report(layout: Layout):
+    """The report a preset is fitted on. On Explicit axes JAX refuses a dimension the mesh does not divide while
+    tracing, so the report comes from the same layout on Auto axes, where it is a finding (the rules resolve the same
+    way); a model written for Explicit axes only (``NeedsExplicitAxes`` on Auto) is read on its own mesh."""
+    from explorer.layout import parse_layout
+
+    if "explicit" in layout.mesh.types:
+        data = layout.to_dict()
+        data["mesh"] = {key: value for key, value in data["mesh"].items() if key != "axis_types"}
+        try:
+            return analyze(parse_layout(data))
+        except NeedsExplicitAxes:
+            pass
+    return analyze(layout)
 
 
 def _with_rules(layout: Layout, rules: list[RulePair]) -> Layout:

@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from explorer import hlo
 from explorer.roofline import Estimate
 from explorer.step_rates import MATMUL_FIXED_K, Rates, rates
-from explorer.targets import Chip, Gpu
+from explorer.accelerators import Chip, Gpu
 
 SCOPE = "validated on real hardware on one H200 only: docs/step-time.md"  # said wherever a prediction is shown
 OVERLAP = 0.95  # XLA's kMemoryComputeParallelism: how much of the shorter of compute and memory hides under the longer

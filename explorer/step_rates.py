@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from explorer.targets import Chip, Gpu
+from explorer.accelerators import Chip, Gpu
 
 MEASURED = "tests/data/h200-2026-11-27.json"
 JAX_DISPATCH = "https://github.com/jax-ml/jax/pull/4128 (benchmarks/api_benchmark.py: jit_trivial)"

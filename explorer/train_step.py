@@ -16,7 +16,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import optax
-from jax.sharding import NamedSharding
+from jax.sharding import NamedSharding, PartitionSpec
 from flax.training import train_state
 
 from explorer import reading
@@ -71,7 +71,7 @@ def accumulated_grads(loss_fn, params, inputs: tuple, microbatches: int):
     """Gradient accumulation: the mean of ``loss_fn``'s gradients over ``microbatches`` equal slices of every input's
     leading (batch) dimension, one slice at a time (``lax.scan``: one slice's activations alive at once). For a
     loss that is a mean over the batch, the same gradient as the whole batch's."""
-    sliced = tuple(x.reshape((microbatches, x.shape[0] // microbatches) + x.shape[1:]) for x in inputs)
+    sliced = tuple(_sliced(x, microbatches) for x in inputs)
 
     def one(total, batch):
         grads = jax.grad(loss_fn)(params, batch)
@@ -80,6 +80,16 @@ def accumulated_grads(loss_fn, params, inputs: tuple, microbatches: int):
     zeros = jax.tree_util.tree_map(jax.numpy.zeros_like, params)
     total, _ = jax.lax.scan(one, zeros, sliced)
     return jax.tree_util.tree_map(lambda g: g / microbatches, total)
+
+
+def _sliced(x, microbatches: int):
+    """``x`` as ``microbatches`` slices of its leading dimension. On Explicit axes the slices' axis is replicated
+    (``lax.scan`` runs over it) and each slice keeps the batch's sharding, given as the reshape's ``out_sharding``."""
+    shape = (microbatches, x.shape[0] // microbatches) + x.shape[1:]
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not mesh.are_all_axes_explicit:
+        return x.reshape(shape)
+    return x.reshape(shape, out_sharding=PartitionSpec(None, *jax.typeof(x).sharding.spec))
 
 
 def _nnx_train_step(model: AbstractModel):

@@ -71,6 +71,9 @@ def current_layout(page: str) -> Current:
                 "The model sets shardings in its values' types, so it needs a mesh with Explicit axes "
                 "(the sidebar's Model section says more)."
             )
+        refused = _explicit_refusal(draft, errors)
+        if refused is not None:
+            _show_explicit_refusal(refused)
         layout, report = _last_valid()
         valid = False
     _flag_layout_problems(report, slots)
@@ -85,6 +88,26 @@ def current_layout(page: str) -> Current:
     with st.sidebar:
         share_panel.render(layout)
     return Current(layout, report, valid, slots, target)
+
+
+def _explicit_refusal(draft: dict, errors: list[ExplorerError]) -> ExplorerError | None:
+    """The model's refusal of a mesh with Explicit axes among ``errors`` (a model that needs them is another case)."""
+    if "explicit" not in (draft.get("mesh") or {}).get("axis_types", ()):
+        return None
+    return next((e for e in errors if e.field == "model" and not isinstance(e, NeedsExplicitAxes)), None)
+
+
+def _show_explicit_refusal(error: ExplorerError) -> None:
+    """The refusal in the main area, where a user looks: the reason and the fix on one line, JAX's own words under it,
+    and the one-click fix of Auto axes (the sidebar's Model section says it too)."""
+    reason, _, jax_words = str(error).partition(" (JAX: ")
+    with st.container(key="explicit_refusal"):
+        st.error(f"**Refused on Explicit axes.** {markdown_literal(reason)}" + ("" if reason.endswith(".") else "."))
+        if jax_words:
+            st.caption(f"JAX's own words: {markdown_literal(jax_words.removesuffix(')'))}")
+        row = st.container(horizontal=True, vertical_alignment="center")
+        row.button("Make the mesh's axes Auto", key="make_axes_auto_main", on_click=state.make_axes_auto)
+        row.caption("On Auto axes XLA chooses the shardings the model leaves open; Flax Linen's constraints work there.")
 
 
 def _last_valid() -> tuple[Layout, Report]:
@@ -121,7 +144,7 @@ def describe(error: ExplorerError) -> str:
             typed = st.session_state.get(key) if key else None
             quoted = markdown_literal(shown_value(str(typed))) if typed else "nothing"
             text = f"**{where}**" + (f" (you typed {quoted})" if typed is not None else "")
-            text += f": {markdown_literal(str(error))}."
+            text += f": {markdown_literal(str(error))}" + ("" if str(error).endswith(".") else ".")
             return text + (f" Allowed: {allowed}." if allowed else "")
     return markdown_literal(str(error))
 

@@ -19,7 +19,7 @@ from explorer import devices
 from explorer.models import MODELS, allowed_factories, is_factory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
-from explorer.presets import fit_preset, model_preset
+from explorer.presets import EXAMPLES, fit_preset, model_preset
 from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules
 from explorer.specs import spec_axes, spec_entry
 from explorer.text import markdown_literal
@@ -55,6 +55,7 @@ def render(page: str) -> tuple[dict[str, Any], Slots]:
     state.keep_widgets_across_pages(page)
     with st.sidebar:
         _devices_section()
+        _examples_section()
         st.text_input("Layout name", key=state.NAME)
         name_slot = st.container(key="name_messages")
         mesh, mesh_slot = _mesh_section()
@@ -74,6 +75,18 @@ def devices_line() -> None:
 def _devices_section() -> None:
     devices_line()
     st.caption(f"Set {devices.DEVICES_ENV} before starting the app to simulate another count.")
+
+
+def _examples_section() -> None:
+    st.selectbox(
+        "Examples",
+        list(EXAMPLES),
+        index=None,
+        placeholder="open an example layout",
+        key=state.EXAMPLE,
+        on_change=state.open_example,
+        help="A whole layout (mesh, rules, model) in one pick; it replaces the sidebar's layout.",
+    )
 
 
 def _mesh_section() -> tuple[dict[str, Any], Any]:

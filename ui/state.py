@@ -33,6 +33,7 @@ RULES_MODEL = "rules_model"  # the model the rules table was last written for (l
 LOADED = "loaded_layout"  # the layout last loaded (file format): the name is marked edited once the layout differs
 PRESET_NOTES = "preset_notes"  # what the last preset left unsharded and why, shown under the rules until a load
 TARGET_CHOICE = "target_choice"  # the sidebar's Target selectbox
+EXAMPLE = "example_layout"  # the sidebar's Examples selectbox: a pick loads that layout and clears itself
 TARGET_OTHER = "target_other"  # the slice typed when the choice is TARGET_TYPE_OWN
 TARGET_HERE = "this process's devices"
 TARGET_TYPE_OWN = "another slice or GPU cluster (type its name)"
@@ -140,6 +141,21 @@ def load_layout(layout: Layout, keep_selection: bool = False) -> None:
 def make_axes_explicit() -> None:
     """Every axis of the sidebar's mesh Explicit (the button offered when a model needs Explicit axes)."""
     st.session_state[MESH_EXPLICIT] = parse_names(st.session_state.get(MESH_AXES, ""))
+
+
+def make_axes_auto() -> None:
+    """Every axis of the sidebar's mesh Auto (the button offered when a model is refused on Explicit axes)."""
+    st.session_state[MESH_EXPLICIT] = []
+
+
+def open_example() -> None:
+    """Load the example layout picked in the sidebar's Examples (its callback), then clear the pick."""
+    from explorer.presets import example_layout
+
+    title = st.session_state.get(EXAMPLE)
+    st.session_state[EXAMPLE] = None  # set, not dropped: the browser's selectbox shows the placeholder again
+    if title:
+        load_layout(example_layout(title))
 
 
 def set_target(name: str | None) -> None:

@@ -50,3 +50,13 @@ class BuiltModel:
     def model_args(self, inputs: tuple) -> tuple:
         """The inputs the model itself takes (labels go to the loss only)."""
         return tuple(x for x, spec in zip(inputs, self.inputs) if spec.model_arg)
+
+
+def on_explicit_axes() -> bool:
+    """The model is being traced on a mesh whose axes are all Explicit (``jax.make_mesh``'s default since JAX 0.9):
+    shardings live in the values' types, so a model writes them as ``out_sharding=`` and ``jax.sharding.reshard``
+    (Flax's ``examples/gemma``, bonsai's qwen3), and ``with_sharding_constraint`` is an assert."""
+    import jax
+
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and mesh.are_all_axes_explicit

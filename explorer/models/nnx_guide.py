@@ -19,7 +19,10 @@ activation constrained to ``P('data', None)``, meant for the guide's rules
 The guide builds its mesh with ``jax.make_mesh((2, 4), ('data', 'model'))`` and calls
 it an auto mesh; since JAX 0.9 that call makes Explicit axes, so the explorer makes
 the mesh with ``axis_types=(AxisType.Auto, AxisType.Auto)`` explicitly, which is what
-the guide's ``jax.lax.with_sharding_constraint`` needs.
+the guide's ``jax.lax.with_sharding_constraint`` needs. On a mesh of Explicit axes the guide's
+code cannot run (its constraints are asserts there, and ``jnp.dot(y, w2)`` contracts a dimension
+both operands shard with no ``out_sharding=``), so building it there is refused with that reason
+and the fix, before JAX's own, vaguer, refusal.
 """
 
 from __future__ import annotations
@@ -29,10 +32,17 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from explorer.models.base import BuiltModel, InputSpec
+from explorer.errors import ExplorerError
+from explorer.models.base import BuiltModel, InputSpec, on_explicit_axes
 from explorer.models.options import NnxGuideOptions
 
 GUIDE_RULES = (("batch", "data"), ("hidden", "model"), ("embed", None))
+EXPLICIT_REFUSAL = (
+    "is the Flax NNX guide's code, written for Auto axes: on Explicit axes its with_sharding_constraint calls are "
+    "asserts and its jnp.dot(y, w2) contracts a sharded dimension with no out_sharding=, which JAX refuses. Fix: make "
+    "every mesh axis Auto (no mesh.axis_types; in the app, Mesh › Explicit axes empty), or pick the transformer, "
+    "which runs on both"
+)
 
 
 class DotReluDot(nnx.Module):
@@ -125,6 +135,8 @@ def build_nnx_guide(options: NnxGuideOptions) -> BuiltModel:
     model_class = LogicalMultiDotReluDot if options.logical else MultiDotReluDot
 
     def build():
+        if on_explicit_axes():
+            raise ExplorerError("model", "nnx-guide", EXPLICIT_REFUSAL)
         return model_class(options.depth, options.layers, rngs=nnx.Rngs(0))
 
     placed = (("data",), None)  # jax.device_put(..., P('data', None)), as the guide places input and label

@@ -1,4 +1,5 @@
-"""Explicit axes in a real Chromium: a model written for them, opened on Auto axes, fixed with one button.
+"""Explicit axes in a real Chromium: a model written for them, opened on Auto axes, fixed with one button; and the
+built-in transformer opened on Explicit axes from the sidebar's Examples, as a newcomer would, and shared.
 
 The vendored Flax Gemma example (a user factory, allow-listed for this module's own server) sets
 shardings in its values' types, so on an Auto mesh the sidebar says it needs Explicit axes and offers
@@ -19,8 +20,10 @@ from tests.browser import (
     checked_server,
     click_button,
     key_selector,
+    choose,
     new_page,
     open_app,
+    rule_rows,
     screenshot,
     sidebar_errors,
     toggle_expander,
@@ -72,9 +75,19 @@ def value_types(page: Page) -> list[str]:
     return cells.all_text_contents()
 
 
-def expect_values_view(page: Page) -> None:
+def search_values(page: Page, text: str) -> None:
+    search = page.locator(f"{key_selector('values_search')} input")
+    search.fill(text)
+    search.press("Enter")
+    wait_for_rerun(page)
+
+
+def expect_values_view(page: Page, search: str | None = None) -> None:
+    """The values heading and table, its rows in view typed over both mesh axes (those matching ``search``, if given)."""
     expect(page.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)).to_be_visible(timeout=RERUN_TIMEOUT_MS)
     expect(values_table(page)).to_be_visible()
+    if search is not None:
+        search_values(page, search)
     types = value_types(page)
     assert types, "the values table shows no type"
     assert any("@data" in t for t in types) and any("@model" in t for t in types), types
@@ -121,10 +134,7 @@ def test_model_needing_explicit_axes_is_fixed_with_one_button_and_shared(browser
     expect_values_view(page)
     total, places = values_count(page)
     assert total > 0 and places > 0
-    search = page.locator(f"{key_selector('values_search')} input")
-    search.fill("attention")
-    search.press("Enter")
-    wait_for_rerun(page)
+    search_values(page, "attention")
     found, found_places = values_count(page)
     assert 0 < found < total and found_places <= places, (found, total)
     assert_no_exception(page)
@@ -156,6 +166,55 @@ def test_model_needing_explicit_axes_is_fixed_with_one_button_and_shared(browser
             assert_no_exception(reopened)
             values_table(reopened).scroll_into_view_if_needed()
             screenshot(reopened, "explicit-reopened")
+    finally:
+        reopened.context.close()
+    assert_no_exception(page)
+
+
+def test_a_newcomer_opens_the_transformer_on_explicit_axes_sees_its_values_and_shares_it(
+    browser: Browser, blank_page: Page, app_url: str
+) -> None:
+    page = blank_page
+    # (1) The app's first page; one pick in the sidebar's Examples opens the transformer on Explicit axes.
+    open_app(page, app_url)
+    expect(page.locator(EXPLICIT_TAGS)).to_have_count(0)
+    choose(page, "example_layout", "Transformer, Explicit axes")
+    expect(page.locator(EXPLICIT_TAGS)).to_have_text(["data", "model"])
+    expect(page.locator(f"{key_selector('model_name')} input")).to_have_value(re.compile(r"^transformer"))
+    expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("transformer-explicit-2x4")
+    expect(page.locator(f"{key_selector('example_layout')} input")).to_have_value("")  # the pick cleared itself
+    expect(sidebar_errors(page)).to_have_count(0)
+    expect(page.locator(f"{MAIN} [data-testid='stAlertContentWarning']")).to_have_count(0)
+    # (2) The per-value view: every value of the forward pass with the sharding in its type; the attention's typed
+    # over both axes (the first values, the embedding lookup's, are on JAX's Auto copy of the mesh).
+    expect(page.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)).to_be_visible(timeout=RERUN_TIMEOUT_MS)
+    total, places = values_count(page)
+    expect_values_view(page, search="attention")
+    found, found_places = values_count(page)
+    assert 0 < found < total and 0 < found_places < places, (found, total)
+    rules = rule_rows(page)
+    assert [row[1:] for row in rules][:2] == [["batch", "data"], ["mlp", "model"]], rules
+    assert_no_exception(page)
+    shoot_at_sizes(page, "transformer-values", scroll_to=values_table(page))
+
+    # (3) Shared: the address bar carries the layout; opened in a fresh page it shows the same one.
+    page.wait_for_function(
+        "() => new URLSearchParams(window.location.search).get('types') === 'explicit,explicit'", timeout=RERUN_TIMEOUT_MS
+    )
+    params = dict(parse_qsl(urlsplit(page.url).query))
+    assert params["model"] == "transformer" and params["name"] == "transformer-explicit-2x4", params
+    reopened = new_page(browser)
+    try:
+        open_app(reopened, page.url)
+        expect(reopened.locator(EXPLICIT_TAGS)).to_have_text(["data", "model"])
+        expect(sidebar_errors(reopened)).to_have_count(0)
+        expect(reopened.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)).to_be_visible(timeout=RERUN_TIMEOUT_MS)
+        assert values_count(reopened) == (total, places)  # a fresh session: no search typed
+        expect_values_view(reopened, search="attention")
+        assert values_count(reopened) == (found, found_places)
+        assert rule_rows(reopened) == rules
+        assert dict(parse_qsl(urlsplit(reopened.url).query)) == params  # the address bar follows the layout shown
+        assert_no_exception(reopened)
     finally:
         reopened.context.close()
     assert_no_exception(page)

@@ -56,3 +56,16 @@ def test_the_logical_nnx_guide_gets_a_rule_for_embed():
 
 def test_each_model_has_a_preset_to_offer():
     assert {model_preset(name) for name in MODELS} <= set(PRESETS)
+
+
+def test_a_preset_is_fitted_on_explicit_axes_where_jax_refuses_an_indivisible_dimension_while_tracing():
+    gpt2 = MODELS["transformer"].presets["gpt2-small"]
+    layout = parse_layout(
+        {
+            "mesh": {"shape": [2, 4], "axes": ["data", "model"], "axis_types": ["explicit", "explicit"]},
+            "model": {"name": "transformer", "options": {**gpt2, "layers": 1, "seq_len": 64}},
+        }
+    )
+    fitted = fit_preset("fsdp+tensor-parallel", layout)
+    assert ("vocab", None) in fitted.rules and fitted.notes[0].startswith("'vocab' left unsharded: params/embedding dim 0 has size 50257")
+    assert analyze(parse_layout({**layout.to_dict(), "rules": [[n, a] for n, a in fitted.rules]})).mesh  # JAX traces it

@@ -20,8 +20,8 @@ import pytest
 
 from explorer import step_model
 from explorer.step_rates import H200_BF16, H200_F32
-from explorer.target_compile import gpu_plugin
-from explorer.targets import GPUS
+from explorer.xla_compile import gpu_plugin
+from explorer.accelerators import GPUS
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 MEASURED = json.loads((DATA / "h200-2026-11-27.json").read_text())["layouts"]

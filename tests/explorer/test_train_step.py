@@ -62,3 +62,19 @@ def test_an_nnx_models_microbatches_accumulate_the_whole_batchs_gradient(monkeyp
     for count in (2, 4):
         for a, b in zip(whole, one_step(count)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6, err_msg=f"{count} microbatches")
+
+
+def test_microbatches_of_a_batch_sharded_on_explicit_axes_keep_its_sharding():
+    """``lax.scan`` runs over the slices' axis, which must be replicated; each slice keeps the batch's 'data'."""
+    from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
+
+    mesh = AbstractMesh((2, 4), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+
+    def typed(shape, *spec):
+        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, P(*spec)))
+
+    params = {"w": typed((4, 3)), "b": typed((3,))}
+    with jax.sharding.use_abstract_mesh(mesh):
+        program = jax.make_jaxpr(lambda p, *xs: accumulated_grads(_loss, p, xs, 2))(params, typed((8, 4), "data"), typed((8, 3), "data"))
+    scan = next(e for e in program.eqns if e.primitive.name == "scan")
+    assert [v.aval.sharding.spec for v in scan.invars[-2:]] == [P(None, "data", None)] * 2

@@ -374,3 +374,41 @@ def test_the_arrays_table_shows_every_column_with_what_the_layout_decides_first(
     order = list(table.proto.column_order)
     assert order[:4] == ["path", "spec", "shard shape", "bytes/device"]
     assert sorted(order) == sorted(table.value.columns)  # no column left out
+
+
+def test_the_explicit_example_opens_the_transformer_with_its_values_view(app):
+    app.selectbox(key="example_layout").select("Transformer, Explicit axes").run()
+    assert not app.exception and not app.error and not app.warning
+    assert app.session_state["mesh_explicit_axes"] == ["data", "model"] and app.session_state["model_name"] == "transformer"
+    assert app.session_state["layout_name"] == "transformer-explicit-2x4"
+    assert app.selectbox(key="example_layout").value is None  # the pick clears itself: the layout is the user's now
+    assert "Values and their types" in [h.value for h in app.subheader]
+    assert any(re.fullmatch(r"[\d,]+ value\(s\) in [\d,]+ place\(s\); [\d,]+ imply communication\.", c.value) for c in app.caption)
+
+
+def test_a_model_refused_on_explicit_axes_says_why_and_the_fix_in_the_main_area(app):
+    app.multiselect(key="mesh_explicit_axes").set_value(["data", "model"]).run()
+    app.selectbox(key="model_name").select("nnx-guide").run()
+    assert not app.exception
+    main = [plain(e.value) for e in app.main.error]
+    assert len(main) == 1 and main[0].startswith("**Refused on Explicit axes.** model: 'nnx-guide' is the Flax NNX guide's code")
+    assert "Fix: make every mesh axis Auto" in main[0] and not main[0].endswith("..")
+    sidebar = [plain(e.value) for e in app.sidebar.error]
+    assert any("nnx-guide" in e and "Fix:" in e for e in sidebar) and not any(e.endswith("..") for e in sidebar)
+    app.button(key="make_axes_auto_main").click().run()
+    assert not app.exception and not app.error and app.session_state["mesh_explicit_axes"] == []
+
+
+def test_an_error_that_ends_with_a_period_gets_no_second_one():
+    def page():
+        import streamlit as st
+
+        from explorer.errors import ExplorerError
+        from ui.current import describe
+
+        st.markdown(describe(ExplorerError("model", "m", "is not found in mesh: ('data', 'model').")))
+        st.markdown(describe(ExplorerError("model", "m", "has no period")))
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    assert [plain(m.value)[-12:] for m in at.markdown] == ["', 'model').", "s no period."]
