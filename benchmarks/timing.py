@@ -4,7 +4,8 @@ Both time the same layout (the guide's MLP on its 2x4 mesh) in the same process,
 in alternation (A B A B ...), each round timing ``--steps`` steps after warm-up and
 taking the median. The hand-written side is the guide's code: eval_shape,
 logical_to_mesh_sharding, jit(init_fn, out_shardings=...), jit(train_step,
-in_shardings=..., out_shardings=...), block_until_ready.
+in_shardings=..., out_shardings=..., donate_argnums=0: the state donated, as the tool's step is),
+block_until_ready.
 
     python benchmarks/timing.py [--rounds 6] [--steps 10]
 
@@ -70,7 +71,8 @@ def guide_loop(steps: int, warmup: int = 2):
         init = jax.jit(
             init_fn, static_argnums=(2, 3), in_shardings=(NamedSharding(mesh, PartitionSpec()), x_sharding), out_shardings=state_sharding
         )
-        step = jax.jit(train_step, in_shardings=(state_sharding, x_sharding), out_shardings=state_sharding)
+        # the state donated, as the tool's timed step and every training loop do (the loop below threads it)
+        step = jax.jit(train_step, in_shardings=(state_sharding, x_sharding), out_shardings=state_sharding, donate_argnums=0)
 
     def run() -> float:
         state = init(jax.random.key(0), x, model, optimizer)

@@ -2,7 +2,8 @@
 
 The step is the Flax guide's (``explorer.train_step``, which the target compile uses too):
 ``jax.jit(init, out_shardings=...)`` builds the state, and the train step is
-jitted with in and out shardings, traced under ``jax.set_mesh`` and
+jitted with in and out shardings and the state donated (``donate_argnums=0``: its output reuses the
+state's buffers, as every training loop and the target compile do), traced under ``jax.set_mesh`` and
 ``nn.logical_axis_rules``. Shardings come from the analysis. Compiled steps are kept
 in a bounded cache keyed by the layout without its name. The readers turn
 ``memory_analysis()`` and ``cost_analysis()`` into plain numbers, and the forward pass
@@ -28,6 +29,7 @@ from explorer.findings import indivisible_error
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.specs import normal_spec
+from explorer.accelerators import CHIPS, GPUS, Chip, Gpu
 
 MEMORY_FRACTION = 0.6  # refuse a timing whose host footprint (estimated, then XLA's) exceeds this share of available memory
 CACHE_SIZE = 4
@@ -56,6 +58,7 @@ class CompiledStep:
     input_shardings: tuple[NamedSharding, ...]
     compile_s: float
     activations: tuple[ActivationCheck, ...]
+    mesh: Any = None  # the jax Mesh both were compiled for
 
 
 # --- guard rails ---------------------------------------------------------------------------
@@ -80,16 +83,92 @@ def host_footprint_bytes(report: Report) -> int:
     held as input and output, gradients and Adam's update as temporaries (~2x
     params), plus inputs and declared activations.
     """
+    return device_footprint_bytes(report) * report.mesh.size
+
+
+def device_footprint_bytes(report: Report) -> int:
+    """``host_footprint_bytes`` for one device: the first gate's estimate where each device has its own memory."""
     t = report.totals
-    per_device = 2 * (t.param_bytes + t.opt_state_bytes) + 2 * t.param_bytes + t.input_bytes + t.activation_bytes
-    return per_device * report.mesh.size
+    return 2 * (t.param_bytes + t.opt_state_bytes) + 2 * t.param_bytes + t.input_bytes + t.activation_bytes
+
+
+def timing_device():
+    """The device whose kind and memory the gates and the result read: this process's first."""
+    return jax.local_devices()[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBudget:
+    """Where a timing's buffers live, and how much of it the gates allow.
+
+    Simulated CPU devices all live in this host's RAM: every device's need together against
+    ``MEMORY_FRACTION`` of the host's available memory. An accelerator holds its own buffers: one
+    device's need against its memory, ``memory_stats()['bytes_limit']`` (what JAX allows itself) where
+    the backend gives it, else the device kind's figure (``targets``: on a GPU, JAX's default share).
+    """
+
+    device: str  # "the host" for simulated devices, else the device's kind ("NVIDIA H200")
+    simulated: bool
+    limit_bytes: int  # what the gates allow: for the host, MEMORY_FRACTION of ``available_bytes``
+    available_bytes: int
+    source: str  # where ``available_bytes`` comes from
+
+    def needed(self, per_device: int, devices: int) -> int:
+        """What the gate compares with ``limit_bytes``: every simulated device's, or one accelerator's."""
+        return per_device * devices if self.simulated else per_device
+
+    def refusal(self, needed: int, what: str) -> str:
+        """An accelerator's message for ``needed`` bytes over its limit, naming the device (``what``: where the figure comes from)."""
+        return (
+            f"would need {needed / 2**30:,.2f} GiB on the {self.device}, of its {self.available_bytes / 2**30:,.2f} GiB "
+            f"({self.source}): {what}"
+        )
+
+
+def memory_budget(device=None) -> MemoryBudget:
+    """The budget for timing on ``device`` (default ``timing_device()``), see ``MemoryBudget``."""
+    device = device if device is not None else timing_device()
+    if device.platform == "cpu":
+        available = available_memory_bytes()
+        return MemoryBudget("the host", True, int(MEMORY_FRACTION * available), available, "MemAvailable")
+    stats = memory_stats_of(device)
+    if stats.get("bytes_limit"):
+        return MemoryBudget(device.device_kind, False, int(stats["bytes_limit"]), int(stats["bytes_limit"]), "JAX's limit")
+    chip = accelerator_of(device)
+    if chip is None:
+        raise ExplorerError(
+            "device",
+            device.device_kind,
+            "gives no memory_stats() and is not in the accelerator table (explorer.targets): its memory is unknown, "
+            "so the timing is refused before anything is allocated",
+        )
+    usable = chip.usable_bytes if isinstance(chip, Gpu) else chip.device_hbm_bytes
+    source = "JAX's default share of its memory, by its kind" if isinstance(chip, Gpu) else "its HBM, by its kind"
+    return MemoryBudget(device.device_kind, False, usable, usable, source)
+
+
+def memory_stats_of(device) -> dict[str, int]:
+    """``device.memory_stats()``, or {} where the backend gives none (CPU returns None; some backends raise)."""
+    try:
+        return device.memory_stats() or {}
+    except (RuntimeError, NotImplementedError):
+        return {}
+
+
+def accelerator_of(device) -> Chip | Gpu | None:
+    """The table's entry (``targets.CHIPS``, ``targets.GPUS``) for ``device``'s kind; None for a CPU or an unknown kind."""
+    kind = device.device_kind
+    for entry in (*CHIPS.values(), *GPUS.values()):
+        if entry.device_kind == kind or (isinstance(entry, Gpu) and kind.startswith(f"NVIDIA {entry.generation.upper()}")):
+            return entry
+    return None
 
 
 def check_timeable(report: Report) -> None:
     """Refuse layouts that cannot be timed here, before compiling: the first gate, with the numbers.
 
     A planned mesh, a dimension the mesh does not divide (the Layout page's message),
-    and a state whose estimated footprint does not fit. ``check_compiled_memory`` is
+    and a state whose estimated footprint does not fit (``memory_budget``). ``check_compiled_memory`` is
     the second gate, after compiling and before anything is allocated.
     """
     if report.mesh.abstract:
@@ -107,14 +186,17 @@ def check_timeable(report: Report) -> None:
     indivisible = indivisible_error(report)
     if indivisible:
         raise indivisible
-    needed, available = host_footprint_bytes(report), available_memory_bytes()
-    if needed > MEMORY_FRACTION * available:
-        raise ExplorerError(
-            "model",
-            report.layout.model.name,
-            f"would need about {needed / 2**30:,.1f} GiB on the host to time ({report.mesh.size} simulated devices); "
-            f"{available / 2**30:,.1f} GiB are available and the limit is {MEMORY_FRACTION:.0%} of that",
-        )
+    budget = memory_budget()
+    needed = budget.needed(device_footprint_bytes(report), report.mesh.size)
+    if needed > budget.limit_bytes:
+        if budget.simulated:
+            problem = (
+                f"would need about {needed / 2**30:,.1f} GiB on the host to time ({report.mesh.size} simulated devices); "
+                f"{budget.available_bytes / 2**30:,.1f} GiB are available and the limit is {MEMORY_FRACTION:.0%} of that"
+            )
+        else:
+            problem = budget.refusal(needed, "the analysis' estimate of one device's state, gradients, inputs and activations")
+        raise ExplorerError("model", report.layout.model.name, problem)
 
 
 def compiled_peak_bytes(compiled) -> int:
@@ -128,24 +210,30 @@ def compiled_peak_bytes(compiled) -> int:
 
 
 def check_compiled_memory(step: "CompiledStep", report: Report) -> None:
-    """The second gate: refuse, with XLA's numbers, a step whose compiled peak does not fit this host.
+    """The second gate: refuse, with XLA's numbers, a step whose compiled peak does not fit (``memory_budget``).
 
-    Every simulated device lives in this process, so the host needs the per-device
-    peak times the device count. Runs after compiling and before anything is allocated.
+    Simulated devices all live in this process, so the host needs the per-device peak times the
+    device count; an accelerator needs one device's peak. Runs after compiling and before anything is allocated.
     """
     per_device = max(compiled_peak_bytes(step.init), compiled_peak_bytes(step.step))
-    needed, available = per_device * report.mesh.size, available_memory_bytes()
-    if needed > MEMORY_FRACTION * available:
+    budget = memory_budget()
+    needed = budget.needed(per_device, report.mesh.size)
+    if needed > budget.limit_bytes:
         stats = step.step.memory_analysis()
-        raise ExplorerError(
-            "model",
-            report.layout.model.name,
-            f"would need {needed / 2**30:,.2f} GiB on the host to time: XLA's compiled memory analysis gives "
-            f"{per_device / 2**30:,.2f} GiB per device (arguments {stats.argument_size_in_bytes / 2**30:,.2f} + outputs "
-            f"{stats.output_size_in_bytes / 2**30:,.2f} + temporaries {stats.temp_size_in_bytes / 2**30:,.2f} - aliased "
-            f"{stats.alias_size_in_bytes / 2**30:,.2f} GiB for the step) x {report.mesh.size} simulated devices; "
-            f"{available / 2**30:,.1f} GiB are available and the limit is {MEMORY_FRACTION:.0%} of that. Nothing was allocated.",
+        analysis = (
+            f"XLA's compiled memory analysis gives {per_device / 2**30:,.2f} GiB per device (arguments "
+            f"{stats.argument_size_in_bytes / 2**30:,.2f} + outputs {stats.output_size_in_bytes / 2**30:,.2f} + temporaries "
+            f"{stats.temp_size_in_bytes / 2**30:,.2f} - aliased {stats.alias_size_in_bytes / 2**30:,.2f} GiB for the step)"
         )
+        if budget.simulated:
+            problem = (
+                f"would need {needed / 2**30:,.2f} GiB on the host to time: {analysis} x {report.mesh.size} simulated devices; "
+                f"{budget.available_bytes / 2**30:,.1f} GiB are available and the limit is {MEMORY_FRACTION:.0%} of that. "
+                "Nothing was allocated."
+            )
+        else:
+            problem = budget.refusal(needed, f"{analysis}. Nothing was allocated.")
+        raise ExplorerError("model", report.layout.model.name, problem)
 
 
 # --- compiling ------------------------------------------------------------------------------
@@ -186,7 +274,7 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
             if model.framework == "linen"
             else ()
         )
-    return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations)
+    return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations, mesh)
 
 
 def lower_step(layout: Layout, report: Report | None = None):
@@ -210,7 +298,8 @@ def _lowering(layout: Layout, report: Report):
         template = jax.eval_shape(init, jax.random.key(0), *inputs)
         shardings = state_shardings(report, model, mesh, template)
         abstract_state = jax.tree_util.tree_map(with_sharding, shardings, template)
-        step = jax.jit(make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings).lower(
+        # the state donated, as a training loop does: XLA reuses its buffers for the new state (alias_bytes)
+        step = jax.jit(make_train_step(model), in_shardings=(shardings, *inputs_sharding), out_shardings=shardings, donate_argnums=0).lower(
             abstract_state, *inputs
         )
         yield model, mesh, inputs_sharding, inputs, init, template, shardings, step
@@ -286,3 +375,19 @@ def flops_of(compiled) -> float:
     if isinstance(cost, list):  # older JAX returned one dict per program
         cost = cost[0] if cost else {}
     return float((cost or {}).get("flops", 0.0))
+
+
+def matmul_peak_flops(chip: Chip | Gpu, dtype: str) -> tuple[float, str]:
+    """``chip``'s dense matmul peak (FLOP/s per device) for matmuls whose operands are ``dtype``, and what it is.
+
+    bf16 (and narrower) at the table's dense bf16 peak. f32 at JAX's default precision: on an NVIDIA GPU
+    it runs on TF32 tensor cores, at the spec sheet's dense TF32 rate (``step_rates.GPU_TF32``: H200
+    494.7 TFLOP/s, "989 with sparsity"); on a TPU the default precision runs it as one bf16 pass: the bf16 peak.
+    """
+    from explorer.step_rates import GPU_TF32
+
+    peak = chip.device_peak_flops
+    if dtype == "f32" and isinstance(chip, Gpu):
+        return GPU_TF32[chip.generation], f"TF32 dense {GPU_TF32[chip.generation] / 1e12:,.1f} TFLOP/s (NVIDIA's data sheet)"
+    kept = "" if dtype in ("bf16", "f16") or (dtype == "f32" and not isinstance(chip, Gpu)) else f" ({dtype} counted at the bf16 rate)"
+    return peak, f"bf16 dense {peak / 1e12:,.0f} TFLOP/s" + kept

@@ -73,11 +73,14 @@ def join(
     """``jax.distributed.initialize`` with checked arguments. Call before anything starts a JAX backend.
 
     ``bind_address`` is where process 0's coordinator listens; JAX's default is every
-    interface (``[::]:PORT``), so a local run passes its loopback address.
+    interface (``[::]:PORT``), so a local run passes its loopback address. JAX's preemption
+    service is turned off: it catches SIGTERM (to checkpoint at a sync point) and the process
+    timed on; a timing has nothing to checkpoint, and a stopped process must end.
     """
     import jax
 
     check_join_arguments(coordinator, num_processes, process_id)
+    jax.config.update("jax_enable_preemption_service", False)
     jax.distributed.initialize(
         coordinator,
         num_processes=num_processes,
@@ -191,8 +194,6 @@ def main(argv: list[str] | None = None) -> int:
         from explorer.layout import load_layout_file
 
         devices.configure(args.devices)
-        # JAX's preemption service would swallow the launcher's SIGTERM; a timing has nothing to checkpoint.
-        jax.config.update("jax_enable_preemption_service", False)
         layout = load_layout_file(args.layout)
         join(
             args.coordinator,

@@ -373,9 +373,9 @@ _GEMM_CALL = re.compile(
 )
 
 
-def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float] | None:
-    """(flops, bytes) of a dot or convolution line, or of a cuBLAS gemm custom call (the GPU compiler's
-    dots it hands to cuBLAS): 2 x output elements x contracted size."""
+def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
+    """(flops, bytes, the left operand's element type) of a dot or convolution line, or of a cuBLAS gemm custom
+    call (the GPU compiler's dots it hands to cuBLAS): 2 x output elements x contracted size."""
     match = _MATMUL.search(line)
     if not match:
         return _gemm_call_work(line, symbols)
@@ -393,10 +393,10 @@ def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float] 
         axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     flops = 2.0 * math.prod(out_dims) * contracted
-    return flops, float(shape_bytes(match["shape"]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape))
+    return flops, float(shape_bytes(match["shape"]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), _dtype(lhs_shape)
 
 
-def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float] | None:
+def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
     """A cuBLAS gemm custom call: its result is the first array of its shape (a workspace may follow), its
     contracted dimensions are in ``backend_config``'s ``dot_dimension_numbers``."""
     if "__cublas$" not in line:
@@ -413,7 +413,13 @@ def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float] |
     axes = [int(a) for a in re.findall(r"\d+", contracting[1])]
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     out_dims = [int(d) for d in out["dims"].split(",") if d]
-    return 2.0 * math.prod(out_dims) * contracted, float(shape_bytes(out[0]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape))
+    moved = float(shape_bytes(out[0]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape))
+    return 2.0 * math.prod(out_dims) * contracted, moved, _dtype(lhs_shape)
+
+
+def _dtype(shape: str) -> str:
+    match = _ARRAY_SHAPE.search(shape)
+    return match["dtype"] if match else "?"
 
 
 def _dims(shape: str) -> list[int] | None:
@@ -475,11 +481,29 @@ def matmul_work(hlo_text: str) -> LoopWork:
 
     The lower bound on a program's work that its optimized HLO text alone gives: used where XLA
     has no ``cost_analysis()`` to offer (a program that does not fit the chip, read from XLA's
-    dump). Elementwise work is left out, so it is at most ``cost_analysis()``'s flops (a test
-    checks both on a program that fits).
+    dump), and where it misses library calls (on a GPU: cuBLAS and Triton matmuls). Elementwise
+    work is left out, so it is at most ``cost_analysis()``'s flops (a test checks both on a
+    program that fits).
     """
-    computations, _, runs, _, _ = parsed(hlo_text)
     flops = moved = 0.0
+    for runs, work in _matmuls(hlo_text):
+        flops += runs * work[0]
+        moved += runs * work[1]
+    return LoopWork(flops, moved)
+
+
+def matmul_flops_by_dtype(hlo_text: str) -> dict[str, float]:
+    """``matmul_work``'s flops split by the element type of each matmul's left operand (``bf16``, ``f32``, ...):
+    what decides the rate a device runs them at."""
+    found: dict[str, float] = {}
+    for runs, work in _matmuls(hlo_text):
+        found[work[2]] = found.get(work[2], 0.0) + runs * work[0]
+    return found
+
+
+def _matmuls(hlo_text: str):
+    """(runs per step, (flops, bytes, left operand's element type)) of every dot, convolution and gemm call."""
+    computations, _, runs, _, _ = parsed(hlo_text)
     for name, lines in computations.items():
         if name is None or runs.get(name, 0) <= 0:
             continue
@@ -487,9 +511,7 @@ def matmul_work(hlo_text: str) -> LoopWork:
         for line in lines:
             work = line_matmul_work(line, symbols)
             if work:
-                flops += runs[name] * work[0]
-                moved += runs[name] * work[1]
-    return LoopWork(flops, moved)
+                yield runs[name], work
 
 
 _ALLOCATION = re.compile(r"^allocation \d+: size (?P<size>\d+),(?: color (?P<color>\d+),)? (?P<rest>.*)$", re.M)

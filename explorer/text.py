@@ -341,16 +341,42 @@ def timing_text(result) -> str:
         f"step: median {steps.median * 1e3:.2f} ms, p10 {steps.p10 * 1e3:.2f}, p90 {steps.p90 * 1e3:.2f}, "
         f"min {steps.min * 1e3:.2f}, max {steps.max * 1e3:.2f} ms over {len(steps.samples)} steps "
         f"(after {result.warmup} warm-up)",
-        f"{result.steps_per_s:.2f} steps/s, {result.flops / 1e9:.3f} GFLOP per step, {result.flops_per_s / 1e9:.2f} GFLOP/s",
+        f"{result.steps_per_s:.2f} steps/s, {result.flops / 1e9:.3f} GFLOP per step ({result.flops_source}), "
+        f"{result.flops_per_s / 1e9:.2f} GFLOP/s",
+        f"MFU {result.mfu:.1%} ({result.peak_note})" if result.mfu is not None else result.peak_note,
+        "step, measured beside what was expected:",
+        *[f"  {line}" for line in expectations_text(result)],
         "memory per device (XLA): " + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in result.memory.items()),
     ]
     lines += [f"  - {note}" for note in result.memory_notes()]
+    lines.append(peak_in_use_text(result))
     used = hlo.used(result.collectives)
     lines.append("collectives: " + (", ".join(f"{op} x{c['count']} ({human_bytes(c['bytes'])})" for op, c in used.items()) or "none"))
     differing = [a for a in result.activations if a.differs]
     lines.append(f"module outputs: {len(result.activations)}, {len(differing)} where XLA's sharding differs from the declared one")
     lines += [f"  - {a.path} {a.shape}: declared {a.declared}, XLA chose {a.chosen}" for a in differing]
     return "\n".join(lines + communication_lines(by_line(result.sources)))
+
+
+def expectations_text(result) -> list[str]:
+    """The measured step, the predicted step and the lower bound, one line each with the ratio measured / it."""
+    lines = []
+    for row in result.expectations():
+        seconds = "—" if row["step_s"] is None else f"{row['step_s'] * 1e3:,.2f} ms"
+        ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        lines.append(f"{row['what']:<12} {seconds:>12}  measured/it {ratio:>7}  {row['note']}")
+    return lines
+
+
+def peak_in_use_text(result) -> str:
+    """The device's real peak in use beside XLA's analysis, or why there is none."""
+    if result.peak_bytes_in_use is None:
+        return "peak in use (memory_stats): not available, the backend gives no memory_stats() (the CPU backend has none)"
+    limit = "" if result.bytes_limit is None else f" of {human_bytes(result.bytes_limit)} (JAX's limit)"
+    return (
+        f"peak in use (memory_stats, this process's peak so far): {human_bytes(result.peak_bytes_in_use)}{limit}; "
+        f"XLA's peak for the step {human_bytes(result.memory['peak_bytes'])}"
+    )
 
 
 # --- box-drawing device grids (like jax.debug.visualize_array_sharding, any rank) ----------------

@@ -27,13 +27,25 @@ from explorer import reading
 from explorer.reading import AbstractModel
 from explorer.analysis import Report, analyze, model_of
 from explorer.specs import entry_json
-from explorer.compiled import ActivationCheck, check_timeable, compile_step, flops_of, memory_of
+from explorer.compiled import (
+    ActivationCheck,
+    CompiledStep,
+    accelerator_of,
+    check_timeable,
+    compile_step,
+    flops_of,
+    matmul_peak_flops,
+    memory_of,
+    memory_stats_of,
+    timing_device,
+)
 from explorer.errors import ExplorerError
 from explorer.hlo import collective_ops as hlo_collective_ops
 from explorer.hlo import collectives
 from explorer.sources import Traced
 from explorer.xla_results import aggregate_collectives
 from explorer.layout import Layout
+from explorer.accelerators import Gpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +90,15 @@ class TimingResult:
     processes: int = 1  # JAX processes the mesh spans (jax.distributed); each ran the same step
     devices_per_process: int | None = None  # this process's devices in the mesh; None: all ``devices``
     sources: tuple[Traced, ...] = ()  # the collectives by kind and mesh axes, with the lines of the model they come from
+    device_kind: str = ""  # jax's device_kind of this process's first device ("cpu", "NVIDIA H200")
+    flops_source: str = "cost_analysis"  # or "hlo_matmuls": the optimized program's dots, where cost_analysis() misses them
+    peak_bytes_in_use: int | None = None  # memory_stats() after the run (the process's peak); None where the backend has none
+    bytes_limit: int | None = None  # memory_stats()'s bytes_limit: what JAX allows itself on the device
+    matmul_peak_s: float | None = None  # the step's matmuls at the device's dense peak for their dtypes (MFU = this / step)
+    peak_note: str = ""  # which peak MFU is against, or why there is none
+    lower_bound_s: float | None = None  # roofline.estimate's step_s for this device: a lower bound, not a prediction
+    predicted_s: float | None = None  # the per-kernel step model's seconds per step (None until it exists)
+    expectation_note: str = ""  # why there is no bound or prediction, where one is missing
 
     def __post_init__(self) -> None:
         if self.devices_per_process is None:
@@ -101,6 +122,8 @@ class TimingResult:
             notes.append(f"outputs differ from the state by {outputs:+,} B")
         else:
             notes.append("outputs match the state exactly")
+        if self.memory["alias_bytes"]:
+            notes.append(f"the state is donated: XLA reuses its {self.memory['alias_bytes']:,} B for the outputs (aliased)")
         notes.append(self._temporaries_note())
         return notes
 
@@ -125,6 +148,36 @@ class TimingResult:
     def flops_per_s(self) -> float:
         return self.flops / self.step_s.median
 
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOP utilisation: the step's matmul flops at the device's peak for their dtypes, over the step."""
+        return None if self.matmul_peak_s is None else self.matmul_peak_s / self.step_s.median
+
+    def ratio(self, expected_s: float | None) -> float | None:
+        """The measured median over an expected step time (the bound or the prediction)."""
+        return None if not expected_s else self.step_s.median / expected_s
+
+    def expectations(self) -> list[dict[str, Any]]:
+        """The measured step, the predicted step and the lower bound side by side, each with its ratio and what it is."""
+        missing = self.expectation_note or "none applies"
+        return [
+            {"what": "measured", "step_s": self.step_s.median, "ratio": 1.0, "note": f"median of {len(self.step_s.samples)} steps"},
+            {
+                "what": "predicted",
+                "step_s": self.predicted_s,
+                "ratio": self.ratio(self.predicted_s),
+                "note": "the per-kernel step model" if self.predicted_s is not None else missing,
+            },
+            {
+                "what": "lower bound",
+                "step_s": self.lower_bound_s,
+                "ratio": self.ratio(self.lower_bound_s),
+                "note": "the roofline (max of flops over peak, bytes over bandwidth, collectives): a bound, not a prediction"
+                if self.lower_bound_s is not None
+                else missing,
+            },
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "layout": self.layout_name,
@@ -138,7 +191,18 @@ class TimingResult:
             "step_s": dataclasses.asdict(self.step_s) | {"samples": list(self.step_s.samples)},
             "steps_per_s": self.steps_per_s,
             "flops": self.flops,
+            "flops_source": self.flops_source,
             "flops_per_s": self.flops_per_s,
+            "device_kind": self.device_kind,
+            "mfu": self.mfu,
+            "matmul_peak_s": self.matmul_peak_s,
+            "peak_note": self.peak_note,
+            "predicted_s": self.predicted_s,
+            "lower_bound_s": self.lower_bound_s,
+            "expectation_note": self.expectation_note,
+            "expectations": self.expectations(),
+            "peak_bytes_in_use": self.peak_bytes_in_use,
+            "bytes_limit": self.bytes_limit,
             "memory": self.memory,
             "estimate": self.estimate,
             "collectives": self.collectives,
@@ -190,6 +254,15 @@ class TimingResult:
             processes=data["processes"],
             devices_per_process=data["devices_per_process"],
             sources=tuple(Traced.from_json(t) for t in data.get("sources", ())),
+            device_kind=data["device_kind"],
+            flops_source=data["flops_source"],
+            peak_bytes_in_use=data["peak_bytes_in_use"],
+            bytes_limit=data["bytes_limit"],
+            matmul_peak_s=data["matmul_peak_s"],
+            peak_note=data["peak_note"],
+            lower_bound_s=data["lower_bound_s"],
+            predicted_s=data["predicted_s"],
+            expectation_note=data["expectation_note"],
         )
 
 
@@ -312,15 +385,18 @@ def timed_run(
     text = compiled.step.as_text()
     program = collectives(text)
     processes = [device.process_index for device in jax.devices()[: report.mesh.size]]
+    device = timing_device()
+    figures = device_figures(compiled, device, len(set(processes)), processes.count(jax.process_index()))
+    in_use = memory_stats_of(device)  # the real peak beside XLA's analysis, where the backend gives it (not CPU)
     result = TimingResult(
         layout_name=layout.name,
-        platform=jax.devices()[0].platform,
+        platform=device.platform,
         devices=report.mesh.size,
         compile_s=compiled.compile_s,
         cached=cached,
         warmup=warmup,
         step_s=StepTimes.of(samples),
-        flops=flops_of(compiled.step),
+        flops=figures.flops,
         memory=memory_of(compiled.step),
         estimate=estimate_from(report),
         collectives=program.ops,
@@ -331,8 +407,80 @@ def timed_run(
         stopped=stopped,
         processes=len(set(processes)),
         devices_per_process=processes.count(jax.process_index()),
+        device_kind=device.device_kind,
+        flops_source=figures.flops_source,
+        peak_bytes_in_use=in_use.get("peak_bytes_in_use"),
+        bytes_limit=in_use.get("bytes_limit"),
+        matmul_peak_s=figures.matmul_peak_s,
+        peak_note=figures.peak_note,
+        lower_bound_s=figures.lower_bound_s,
+        predicted_s=figures.predicted_s,
+        expectation_note=figures.expectation_note,
     )
     return TimedRun(result, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFigures:
+    """What the step's program and the device's table entry say, beside the measured step (``TimingResult``'s fields)."""
+
+    flops: float
+    flops_source: str
+    matmul_peak_s: float | None
+    peak_note: str
+    lower_bound_s: float | None
+    predicted_s: float | None
+    expectation_note: str
+
+
+CPU_NOTE = (
+    "no bound or prediction applies to timing on simulated CPU devices: the roofline and the step model describe "
+    "accelerators (see explorer compile --target)"
+)
+CPU_PEAK_NOTE = "no MFU on CPU: the simulated devices share the host's cores, whose peak is not in the accelerator table"
+NO_PREDICTION = "the per-kernel step model gave no prediction for this program"
+
+
+def device_figures(compiled: CompiledStep, device, processes: int, per_process: int) -> DeviceFigures:
+    """FLOPs, MFU's peak, the lower bound and the prediction for ``compiled`` on ``device``'s kind.
+
+    On simulated CPU devices: ``cost_analysis()``'s flops, and no peak, bound or prediction. On an
+    accelerator in the table (``targets``), the program is read as ``explorer compile`` reads a target's
+    (``xla_results.analyze_compiled``, one home): on a GPU the optimized program's dots, since
+    ``cost_analysis()`` misses cuBLAS/Triton matmuls; the roofline's bound and the step model's prediction
+    (``step_model``) for this many devices.
+    """
+    from explorer import hlo
+
+    text = compiled.step.as_text()
+    if device.platform == "cpu":
+        return DeviceFigures(flops_of(compiled.step), "cost_analysis", None, CPU_PEAK_NOTE, None, None, CPU_NOTE)
+    chip = accelerator_of(device)
+    if chip is None:
+        flops = hlo.matmul_work(text).flops
+        unknown = f"{device.device_kind} is not in the accelerator table (explorer.targets)"
+        return DeviceFigures(flops, "hlo_matmuls", None, f"no MFU: {unknown}", None, None, f"no bound or prediction: {unknown}")
+    from explorer.targets import Target
+    from explorer.xla_results import analyze_compiled
+
+    shape = (processes, per_process) if isinstance(chip, Gpu) else (processes * per_process,)
+    target = Target(f"{chip.generation}:{'x'.join(map(str, shape))}", chip, shape)
+    read = analyze_compiled(compiled.step, target, compiled.mesh, "timing", compiled.compile_s)
+    at_peak, labels = 0.0, []
+    for dtype, flops in sorted(hlo.matmul_flops_by_dtype(text).items()):
+        peak, label = matmul_peak_flops(chip, dtype)
+        at_peak += flops / peak
+        labels.append(f"{dtype} matmuls at {label}")
+    estimate = read.estimate
+    return DeviceFigures(
+        read.flops,
+        read.flops_source,
+        at_peak or None,
+        "; ".join(labels) or "no matmuls",
+        estimate.step_s if estimate else None,
+        estimate.predicted_s if estimate else None,
+        "" if estimate and estimate.predicted_s is not None else NO_PREDICTION,
+    )
 
 
 def _timed_steps(step, state, inputs, steps, on_step, should_stop) -> tuple[list[float], bool, Any]:

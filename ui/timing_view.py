@@ -11,11 +11,11 @@ import streamlit as st
 
 from explorer.plots.times import step_times_figure
 from explorer.analysis import Report
-from explorer.compiled import check_timeable, host_footprint_bytes
+from explorer.compiled import check_timeable, device_footprint_bytes, host_footprint_bytes, memory_budget
 from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import Layout
-from explorer.text import human_bytes, markdown_literal, memory_relation
+from explorer.text import human_bytes, markdown_literal, memory_relation, peak_in_use_text
 from explorer.timing import TimingResult, time_layout
 from explorer.workers import time_local_processes
 from ui import live_timing
@@ -78,10 +78,16 @@ def controls(report: Report, can_time: bool) -> tuple[int, int, int, bool]:
 
 
 def host_note(report: Report) -> None:
-    """The host memory a timing needs, and the queue."""
+    """The memory a timing needs (the host's for simulated devices, else one device's), and the queue."""
+    budget = memory_budget()
+    needed = (
+        f"Host memory needed on {report.mesh.size} simulated devices: at most about {human_bytes(host_footprint_bytes(report))}"
+        if budget.simulated
+        else f"Memory needed on each {budget.device}: at most about {human_bytes(device_footprint_bytes(report))} of its "
+        f"{human_bytes(budget.available_bytes)} ({budget.source})"
+    )
     st.caption(
-        f"Host memory needed on {report.mesh.size} simulated devices: at most about {human_bytes(host_footprint_bytes(report))} "
-        "(an estimate that bounds XLA's buffers for the step; XLA's compiled memory analysis is checked again before "
+        f"{needed} (an estimate that bounds XLA's buffers for the step; XLA's compiled memory analysis is checked again before "
         "anything is allocated). "
         f"Timings queued right now: {TURNSTILE.queue_length()}."
     )
@@ -140,8 +146,9 @@ def show_last(key: str) -> None:
 
 
 def show_result(result: TimingResult) -> None:
-    """The figures, the step times, memory and collectives one above the other, then the activations."""
+    """The figures, the step times, what was expected, memory and collectives one above the other, then the activations."""
     show_steps(result)
+    show_expectations(result)
     # One above the other: side by side, both tables lost their last column at 1024 px.
     memory_column, collective_column = st.container(), st.container()
     with memory_column:
@@ -164,7 +171,10 @@ def show_steps(result: TimingResult) -> None:
     metric("p10", f"{steps.p10 * 1e3:.1f} ms")
     metric("p90", f"{steps.p90 * 1e3:.1f} ms")
     metric("Steps / s", f"{result.steps_per_s:.2f}")
-    metric("GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", f"{result.flops:,.0f} FLOP per step (cost_analysis) / median step")
+    metric(
+        "GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", f"{result.flops:,.0f} FLOP per step ({result.flops_source}) / median step"
+    )
+    metric("MFU", "—" if result.mfu is None else f"{result.mfu:.1%}", result.peak_note)
     st.plotly_chart(step_times_figure(steps.samples), key="step_times")
     spread = (
         f" In {result.processes} processes × {result.devices_per_process} devices (jax.distributed, gloo between "
@@ -175,6 +185,27 @@ def show_steps(result: TimingResult) -> None:
     st.caption(
         f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
         "Each sample is one call plus block_until_ready on the whole new state." + spread
+    )
+
+
+def show_expectations(result: TimingResult) -> None:
+    """The measured step beside the predicted step and the lower bound, with the ratio, or why one is missing."""
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "step": row["what"],
+                    "seconds": "—" if row["step_s"] is None else f"{row['step_s'] * 1e3:,.2f} ms",
+                    "measured / it": "—" if row["ratio"] is None else f"{row['ratio']:.2f}x",
+                    "what it is": row["note"],
+                }
+                for row in result.expectations()
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+        key="timing_expectations",
+        column_config={"what it is": st.column_config.TextColumn("what it is", width="large")},
     )
 
 
@@ -208,6 +239,7 @@ def show_memory(result: TimingResult) -> None:
         st.caption(memory_relation(result.memory))
     for note in result.memory_notes():
         st.caption("• " + note)
+    st.caption(peak_in_use_text(result))
 
 
 def show_collectives(result: TimingResult) -> None:

@@ -135,3 +135,68 @@ def test_distributed_arguments_are_checked_before_anything_starts(small_layout_f
 
     assert main(["time", str(small_layout_file), *args]) == 2
     assert capsys.readouterr().err.startswith(message)
+
+
+def wait_until_timing(process: subprocess.Popen) -> None:
+    """Read the command's progress on stderr until it says it is timing (fails if it ends first)."""
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("timing..."):
+            return
+    pytest.fail(f"the run ended before timing: {''.join(lines)}")
+
+
+def test_a_joined_process_ends_on_sigterm(small_layout_file):
+    """JAX's preemption service would catch SIGTERM (to checkpoint at a sync point) and time on: a process
+    of a multi-host run, stopped by its scheduler or ``kill``, must end."""
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "explorer", "--devices", "8", "time", str(small_layout_file), "--steps", "10000"]
+    joined = command + ["--coordinator", f"127.0.0.1:{workers.free_port()}", "--num-processes", "1", "--process-id", "0"]
+    process = subprocess.Popen(
+        joined, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+    )
+    try:
+        wait_until_timing(process)
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        process.communicate(timeout=60)
+        assert process.returncode == -signal.SIGTERM, time.monotonic() - sent
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_stopped_process_of_a_joined_run_ends_and_so_do_the_others(small_layout_file):
+    """Ctrl-C on one host of a multi-host run: it leaves at once (JAX's exit handler would wait at the shutdown
+    barrier for the others, who wait in a collective for it: 42 s to over 150 s before), and the others end on
+    their next collective with one line naming what happened, not a traceback."""
+    import signal
+
+    port = workers.free_port()
+    hosts = [
+        subprocess.Popen(
+            [sys.executable, "-m", "explorer", "--devices", "4", "time", str(small_layout_file), "--steps", "10000"]
+            + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        )
+        for i in range(2)
+    ]
+    try:
+        wait_until_timing(hosts[0])
+        hosts[1].send_signal(signal.SIGINT)
+        (_, err1), (_, err0) = [host.communicate(timeout=60) for host in (hosts[1], hosts[0])]
+        assert hosts[1].returncode == 130 and "interrupted: stopped" in err1, err1[-2000:]
+        assert hosts[0].returncode == 2, err0[-2000:]
+        assert err0.strip().splitlines()[-1].startswith("error: process 0 of 2: another process of the run is gone (")
+        assert "Traceback" not in err0 + err1
+    finally:
+        for host in hosts:
+            host.kill()
+            host.wait()

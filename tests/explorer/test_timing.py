@@ -1,6 +1,7 @@
 """Timing: XLA's own numbers are reported as they are, collectives are counted, guard rails hold."""
 
 import copy
+import re
 import json
 import subprocess
 import sys
@@ -163,6 +164,10 @@ def test_time_command_prints_the_documented_json():
     assert data["devices"] == 8 and data["platform"] == "cpu"
     assert data["collectives"]["all-reduce"]["count"] > 0
     assert {s["file"] for t in data["sources"] for s in t["sources"]} == {str(ROOT / "explorer" / "models" / "mlp.py")}
+    # measured, predicted and the bound side by side; on CPU neither applies, and each says why
+    assert [row["what"] for row in data["expectations"]] == ["measured", "predicted", "lower bound"]
+    assert data["predicted_s"] is None and data["lower_bound_s"] is None and data["mfu"] is None
+    assert data["peak_bytes_in_use"] is None and data["memory"]["alias_bytes"] > 0
 
 
 def test_time_command_refuses_a_planned_mesh_with_exit_2(tmp_path):
@@ -273,3 +278,134 @@ def test_the_note_on_temporaries_claims_only_what_their_size_can_hold(temp):
         assert "gradients" not in note and "less than the declared activations (81,920 B)" in note
     else:
         assert "activations it keeps for the backward pass" in note and "gradients and Adam's update" in note
+
+
+# --- on an accelerator: a GPU's kind and memory injected, the program run on the simulated CPU devices ---------
+
+ONE_DEVICE = {"mesh": {"shape": [1], "axes": ["data"]}, "rules": [["batch", "data"]]}
+H200_KIND = "NVIDIA H200"
+
+
+class FakeGpu:
+    """What the gates and the result read of a device: its platform, its kind and ``memory_stats()``."""
+
+    platform = "gpu"
+
+    def __init__(self, stats, kind=H200_KIND):
+        self.stats, self.device_kind = stats, kind
+
+    def memory_stats(self):
+        return self.stats
+
+
+@pytest.fixture
+def on_gpu(monkeypatch):
+    """Time as on a GPU with ``stats`` as its memory_stats(), on a host with 1 MiB available."""
+
+    def use(stats, kind=H200_KIND):
+        device = FakeGpu(stats, kind)
+        monkeypatch.setattr(compiled_lib, "timing_device", lambda: device)
+        monkeypatch.setattr(timing_lib, "timing_device", lambda: device)
+        monkeypatch.setattr(compiled_lib, "available_memory_bytes", lambda: 2**20)
+        return device
+
+    return use
+
+
+def test_the_gates_use_the_devices_memory_not_the_hosts(seed_dict, on_gpu, monkeypatch):
+    """Over the host's (1 MiB) but under the device's memory: timed. Over the device's: refused with its figures."""
+    small = layout(seed_dict, **ONE_DEVICE)
+    monkeypatch.setattr(compiled_lib, "available_memory_bytes", lambda: 2**20)
+    with pytest.raises(ExplorerError, match="GiB on the host"):
+        time_layout(small, steps=1, warmup=0)  # simulated devices: the host is the gate
+    on_gpu({"bytes_limit": 16 * 2**30, "peak_bytes_in_use": 5 * 2**20})
+    result = time_layout(small, steps=1, warmup=0)
+    assert result.device_kind == H200_KIND and result.bytes_limit == 16 * 2**30
+    assert result.peak_bytes_in_use == 5 * 2**20  # the real peak in use, beside XLA's analysis
+    on_gpu({"bytes_limit": 2 * 2**20})
+    with pytest.raises(ExplorerError) as refused:
+        time_layout(small, steps=1, warmup=0)
+    assert refused.value.field == "model"
+    assert re.search(r"would need \d+\.\d\d GiB on the NVIDIA H200, of its 0\.00 GiB \(JAX's limit\)", str(refused.value))
+    assert "host" not in str(refused.value) and "simulated" not in str(refused.value)
+
+
+def test_without_memory_stats_the_gate_takes_the_device_kinds_memory():
+    from explorer.accelerators import GPUS
+
+    budget = compiled_lib.memory_budget(FakeGpu(None))
+    assert budget.limit_bytes == GPUS["h200"].usable_bytes > 100 * 2**30 and not budget.simulated
+    with pytest.raises(ExplorerError, match=r"device: 'Mystery GPU' gives no memory_stats\(\)"):
+        compiled_lib.memory_budget(FakeGpu(None, "Mystery GPU"))
+
+
+def test_the_timed_step_donates_the_state(seed_dict):
+    """As a training loop does: XLA aliases the state's buffers to the outputs, so the step holds one copy of it."""
+    import jax
+
+    small = layout(seed_dict, **ONE_DEVICE)
+    run = timing_lib.timed_run(small, steps=2, warmup=1)  # the state threaded through the donated steps
+    device = jax.devices()[0]
+    state_bytes = sum(s.data.nbytes for leaf in jax.tree_util.tree_leaves(run.state) for s in leaf.addressable_shards if s.device == device)
+    assert compile_step(small)[0].step.memory_analysis().alias_size_in_bytes == state_bytes > 0
+    assert run.result.memory["alias_bytes"] == state_bytes
+
+
+def test_on_a_gpu_flops_are_the_programs_matmuls_and_mfu_is_against_tf32_for_f32(seed_dict, on_gpu):
+    """cost_analysis() misses cuBLAS/Triton matmuls on a GPU: the FLOP count is the optimized program's dots.
+
+    Every matmul of this MLP (batch 8, width 256, forward and backward) multiplies 8 x 256 by 256 x 256 or
+    256 x 8 by 8 x 256: 2 x 8 x 256 x 256 flops each, and the optimized program holds that many dots (XLA
+    dropped the input's gradient, which the jaxpr still has). f32 matmuls are held to TF32's dense peak."""
+    small = layout(seed_dict, **ONE_DEVICE)
+    on_gpu({"bytes_limit": 16 * 2**30})
+    result = time_layout(small, steps=1, warmup=0)
+    dots = re.findall(r"= f32\[\d+,\d+\]\S* dot\(", compile_step(small)[0].step.as_text())
+    expected = len(dots) * 2 * 8 * 256 * 256
+    assert result.flops_source == "hlo_matmuls" and result.flops == expected and len(dots) == 10
+    assert result.matmul_peak_s == pytest.approx(expected / 494.7e12)  # H200 TF32 dense (f32 at JAX's default precision)
+    assert result.mfu == pytest.approx(result.matmul_peak_s / result.step_s.median)
+    assert 0 < result.lower_bound_s <= result.predicted_s  # the step model's prediction never falls below the bound
+    rows = {row["what"]: row for row in result.expectations()}
+    assert rows["predicted"]["ratio"] == pytest.approx(result.step_s.median / result.predicted_s)
+
+
+def test_bf16_and_f32_matmuls_have_their_own_peak():
+    from explorer.accelerators import CHIPS, GPUS
+
+    assert compiled_lib.matmul_peak_flops(GPUS["h200"], "bf16")[0] == 989e12
+    assert compiled_lib.matmul_peak_flops(GPUS["h200"], "f32")[0] == 494.7e12
+    assert compiled_lib.matmul_peak_flops(CHIPS["v5p"], "f32")[0] == CHIPS["v5p"].peak_flops  # one bf16 pass on TPU
+
+
+def test_on_cpu_there_is_no_mfu_bound_or_peak_in_use_and_it_says_why(seed_dict):
+    result = time_layout(layout(seed_dict, **ONE_DEVICE), steps=1, warmup=0)
+    assert result.flops_source == "cost_analysis" and result.mfu is None and "no MFU on CPU" in result.peak_note
+    assert result.peak_bytes_in_use is None and result.lower_bound_s is None and result.predicted_s is None
+    rows = {row["what"]: row for row in result.to_dict()["expectations"]}
+    assert rows["measured"]["step_s"] == result.step_s.median
+    assert rows["lower bound"]["step_s"] is None and "simulated CPU devices" in rows["lower bound"]["note"]
+
+
+def test_the_text_shows_measured_predicted_and_bound_with_ratios_mfu_and_the_peak_in_use(seed_dict):
+    import dataclasses
+
+    from explorer.text import timing_text
+
+    result = time_layout(layout(seed_dict, **ONE_DEVICE), steps=1, warmup=0)
+    on_a_gpu = dataclasses.replace(
+        result,
+        step_s=timing_lib.StepTimes.of([0.4]),
+        lower_bound_s=0.1,
+        matmul_peak_s=0.2,
+        peak_note="bf16 matmuls at bf16 dense 989 TFLOP/s",
+        peak_bytes_in_use=3 * 2**30,
+        bytes_limit=4 * 2**30,
+        expectation_note="the per-kernel step model is not in yet",
+    )
+    text = timing_text(on_a_gpu)
+    assert "MFU 50.0% (bf16 matmuls at bf16 dense 989 TFLOP/s)" in text
+    assert re.search(r"lower bound +100\.00 ms +measured/it +4\.00x", text)
+    assert re.search(r"predicted +— +measured/it +— +the per-kernel step model is not in yet", text)
+    assert "peak in use (memory_stats, this process's peak so far): 3.0 GiB of 4.0 GiB (JAX's limit)" in text
+    assert "not available" in timing_text(result) and "no MFU on CPU" in timing_text(result)

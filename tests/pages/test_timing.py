@@ -24,7 +24,13 @@ def test_times_a_small_layout_to_completion(page):
     assert metrics["Median step"].endswith(" ms") and metrics["Compile"].endswith(" s")
     assert any("3 timed steps" in c.value for c in page.caption)
     assert any("arguments match the analysis exactly" in c.value for c in page.caption)
-    assert "all-reduce" in page.dataframe[1].value["op"].tolist()
+    assert "all-reduce" in page.dataframe[2].value["op"].tolist()
+    # measured, predicted and the bound side by side: on simulated CPU devices the slots say why they are empty
+    expected = page.dataframe[0].value.set_index("step")
+    assert expected.loc["measured", "measured / it"] == "1.00x" and expected.loc["measured", "seconds"].endswith(" ms")
+    assert expected.loc["predicted", "seconds"] == "—" and "simulated CPU devices" in expected.loc["predicted", "what it is"]
+    assert metrics["MFU"] == "—"
+    assert any(c.value.startswith("peak in use (memory_stats): not available") for c in page.caption)
     assert any("XLA's peak" in c.value and "most bytes live at one moment" in c.value for c in page.caption)  # item 4
     page.button(key="time_button").click().run()  # issue 18 item 6: the second timing says its compile was cached
     metrics = {m.label: m.value for m in page.metric}
@@ -58,10 +64,22 @@ def test_times_a_small_layout_in_two_local_processes(page):
     assert not page.exception and not page.error
     assert any("In 2 processes × 4 devices (jax.distributed" in c.value for c in page.caption)
     assert any("3 timed steps" in c.value for c in page.caption)
-    assert "all-reduce" in page.dataframe[1].value["op"].tolist()
+    assert "all-reduce" in page.dataframe[2].value["op"].tolist()
 
 
 def test_only_process_counts_that_divide_the_mesh_are_offered(page):
     page.text_input(key="mesh_shape_text").input("2, 3").run()
     assert not page.exception
     assert page.selectbox(key="timing_processes").options == ["1", "2"]  # 4 does not divide 6 devices
+
+
+def test_on_an_accelerator_the_note_names_the_device_and_its_memory(page, monkeypatch):
+    from explorer import compiled
+    from tests.explorer.test_timing import FakeGpu
+
+    monkeypatch.setattr(compiled, "timing_device", lambda: FakeGpu({"bytes_limit": 16 * 2**30}))
+    page.run()
+    assert not page.exception
+    notes = [c.value for c in page.caption if c.value.startswith("Memory needed on each NVIDIA H200")]
+    assert notes and "of its 16.0 GiB (JAX's limit)" in notes[0]
+    assert not any("simulated devices" in c.value and "Host memory" in c.value for c in page.caption)
