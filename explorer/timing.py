@@ -178,35 +178,23 @@ class TimingResult:
             },
         ]
 
+    # Fields written to JSON under their own names and as they are (plain numbers, strings, dicts); the others below.
+    PLAIN_FIELDS = (
+        "platform", "devices", "processes", "devices_per_process", "compile_s", "flops", "flops_source", "device_kind",
+        "matmul_peak_s", "peak_note", "predicted_s", "lower_bound_s", "expectation_note", "peak_bytes_in_use", "bytes_limit",
+        "memory", "estimate", "collectives", "loops_without_trip_count", "state_leaves", "stopped",
+    )  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        return {field: getattr(self, field) for field in self.PLAIN_FIELDS} | {
             "layout": self.layout_name,
-            "platform": self.platform,
-            "devices": self.devices,
-            "processes": self.processes,
-            "devices_per_process": self.devices_per_process,
-            "compile_s": self.compile_s,
             "compile_cached": self.cached,
             "warmup_steps": self.warmup,
             "step_s": dataclasses.asdict(self.step_s) | {"samples": list(self.step_s.samples)},
             "steps_per_s": self.steps_per_s,
-            "flops": self.flops,
-            "flops_source": self.flops_source,
             "flops_per_s": self.flops_per_s,
-            "device_kind": self.device_kind,
             "mfu": self.mfu,
-            "matmul_peak_s": self.matmul_peak_s,
-            "peak_note": self.peak_note,
-            "predicted_s": self.predicted_s,
-            "lower_bound_s": self.lower_bound_s,
-            "expectation_note": self.expectation_note,
             "expectations": self.expectations(),
-            "peak_bytes_in_use": self.peak_bytes_in_use,
-            "bytes_limit": self.bytes_limit,
-            "memory": self.memory,
-            "estimate": self.estimate,
-            "collectives": self.collectives,
-            "loops_without_trip_count": self.loops_without_trip_count,
             "activations": [
                 {
                     "path": a.path,
@@ -218,8 +206,6 @@ class TimingResult:
                 for a in self.activations
             ],
             "memory_notes": self.memory_notes(),
-            "state_leaves": self.state_leaves,
-            "stopped": self.stopped,
             "sources": [t.to_json() for t in self.sources],
         }
 
@@ -228,17 +214,11 @@ class TimingResult:
         """The inverse of ``to_dict`` (a worker process sends its result as JSON)."""
         steps = data["step_s"]
         return cls(
+            **{field: data[field] for field in cls.PLAIN_FIELDS},
             layout_name=data["layout"],
-            platform=data["platform"],
-            devices=data["devices"],
-            compile_s=data["compile_s"],
             cached=data["compile_cached"],
             warmup=data["warmup_steps"],
             step_s=StepTimes(steps["median"], steps["p10"], steps["p90"], steps["min"], steps["max"], tuple(steps["samples"])),
-            flops=data["flops"],
-            memory=data["memory"],
-            estimate=data["estimate"],
-            collectives=data["collectives"],
             activations=tuple(
                 ActivationCheck(
                     a["path"],
@@ -248,21 +228,7 @@ class TimingResult:
                 )
                 for a in data["activations"]
             ),
-            state_leaves=data["state_leaves"],
-            loops_without_trip_count=data["loops_without_trip_count"],
-            stopped=data["stopped"],
-            processes=data["processes"],
-            devices_per_process=data["devices_per_process"],
             sources=tuple(Traced.from_json(t) for t in data.get("sources", ())),
-            device_kind=data["device_kind"],
-            flops_source=data["flops_source"],
-            peak_bytes_in_use=data["peak_bytes_in_use"],
-            bytes_limit=data["bytes_limit"],
-            matmul_peak_s=data["matmul_peak_s"],
-            peak_note=data["peak_note"],
-            lower_bound_s=data["lower_bound_s"],
-            predicted_s=data["predicted_s"],
-            expectation_note=data["expectation_note"],
         )
 
 
