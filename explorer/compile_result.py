@@ -267,6 +267,7 @@ class TargetCompile:
     donated: bool = True
     cross_check: CrossCheck | None = None
     extrapolated: Extrapolated | None = None
+    compiled_at: str = ""  # when XLA compiled it (UTC, ISO 8601 to the second): a result read from the cache says so
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON form (the keys in this order; ``cross_check`` only for a TPU program XLA accepted)."""
@@ -292,12 +293,18 @@ class TargetCompile:
             "collectives": [c.to_json() for c in self.collectives],
             "estimate": None if self.estimate is None else self.estimate.to_dict(),
             "donated": self.donated,
+            "compiled_at": self.compiled_at,
         }
         if self.compiled and not self.target.is_gpu:
             data["cross_check"] = None if self.cross_check is None else self.cross_check.to_json()
         if self.extrapolated is not None:
             data["extrapolated"] = self.extrapolated.to_json()
         return data
+
+    @property
+    def compiled_when(self) -> str:
+        """When XLA compiled it, as a person reads it (``2026-11-27 18:02:11 UTC``); "" when not recorded."""
+        return self.compiled_at.replace("T", " ").replace("+00:00", " UTC")
 
     def traced(self) -> tuple[Traced, ...]:
         """The collectives with their source lines and roofline times (``sources.by_line`` reads them)."""
@@ -332,6 +339,7 @@ class TargetCompile:
             if estimate is None
             else Estimate(estimate["compute_s"], estimate["memory_s"], estimate["collective_s"], estimate.get("predicted_s")),
             donated=data["donated"],
+            compiled_at=data.get("compiled_at", ""),
             cross_check=CrossCheck.from_json(data.get("cross_check")),
             extrapolated=None
             if extrapolated is None

@@ -516,7 +516,8 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
     verdict = "fits" if result.fits else "does NOT fit"
     topology = "" if target.topology == target.name else f"{target.topology}, "  # a GPU cluster's name is its topology
     if cached:  # this run compiled nothing: say so, and what the original compile took
-        compiled = f"read from the disk cache (the compile that wrote it took {result.compile_s:.2f} s)"
+        when = f" on {result.compiled_when}" if result.compiled_when else ""
+        compiled = f"read from the disk cache (the compile that wrote it{when} took {result.compile_s:.2f} s)"
     else:
         compiled = f"compile {result.compile_s:.2f} s"
     lines = [

@@ -23,6 +23,7 @@ cluster whose devices are host-major (``placement.device_host``).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import re
 
@@ -247,6 +248,7 @@ def _result(
     known = flops is not None
     source = source or ("cost_analysis" if oom is None else ("hlo_matmuls" if known else None))
     return TargetCompile(
+        compiled_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         target=target,
         mesh=TargetMesh(tuple(mesh.devices.shape), tuple(mesh.axis_names), placement(mesh, target), method),
         compile_s=compile_s,

@@ -277,7 +277,8 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
             + (
                 f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
                 if wall_s
-                else " (read from the compile cache; tracing and starting the compile process not included)."
+                else (f" on {result.compiled_when}" if result.compiled_when else "")
+                + " (read from the compile cache; tracing and starting the compile process not included)."
             )
         )
     st.markdown(f"**Collectives per mesh axis** (per {per} per step)")

@@ -36,6 +36,7 @@ DOCUMENTED_KEYS = [
     "collectives",
     "estimate",
     "donated",
+    "compiled_at",
 ]
 
 

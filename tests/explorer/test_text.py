@@ -1,5 +1,6 @@
 """Box-drawing grids against jax.debug.visualize_array_sharding (the ``op`` command that prints them: ``test_ops.py``)."""
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import pytest
@@ -86,6 +87,12 @@ def test_the_compile_text_names_the_target_once_and_rounds_no_figure_to_zero():
     assert fresh[0].startswith("target h100:1x8 (8 x ") and fresh[0].count("h100:1x8") == 1
     assert fresh[1] == "compile 2.83 s; train state donated"
     assert cached[1] == "read from the disk cache (the compile that wrote it took 2.83 s); train state donated"
+    dated = dataclasses.replace(result, compiled_at="2026-11-27T18:02:11+00:00")
+    assert (
+        compile_text(dated, cached=True)
+        .splitlines()[1]
+        .startswith("read from the disk cache (the compile that wrote it on 2026-11-27 18:02:11 UTC took 2.83 s)")
+    )
     assert "per device per step: 32.0 MFLOP, " in fresh[4]
     roofline = fresh[-1]
     assert "compute 41.0 ns, memory 1.00 µs, collectives 0 s -> step >= 1.00 µs" in roofline, roofline

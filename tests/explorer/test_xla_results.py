@@ -8,6 +8,7 @@ MLP on an 8-chip slice); results are cached in a per-test folder.
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -50,6 +51,7 @@ def test_the_guides_mlp_compiles_for_an_8_chip_slice_and_fits(seed_result):
         "generated_code_bytes",
     }
     assert result.estimate.bound in ("compute", "memory", "collective")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", result.compiled_at)  # a cached result says when it was made
     assert result.estimate.step_s == max(getattr(result.estimate, k) for k in ("compute_s", "memory_s", "collective_s"))
 
 
