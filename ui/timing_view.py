@@ -15,7 +15,7 @@ from explorer.compiled import check_timeable, device_footprint_bytes, host_footp
 from explorer.errors import ExplorerError
 from explorer.hlo import used as used_collectives
 from explorer.layout import Layout
-from explorer.text import human_bytes, markdown_literal, memory_relation, peak_in_use_text
+from explorer.text import human_bytes, human_seconds, markdown_literal, memory_relation, peak_in_use_text
 from explorer.timing import TimingResult, time_layout
 from explorer.workers import time_local_processes
 from ui import live_timing
@@ -190,23 +190,19 @@ def show_steps(result: TimingResult) -> None:
 
 def show_expectations(result: TimingResult) -> None:
     """The measured step beside the predicted step and the lower bound, with the ratio, or why one is missing."""
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "step": row["what"],
-                    "seconds": "—" if row["step_s"] is None else f"{row['step_s'] * 1e3:,.2f} ms",
-                    "measured / it": "—" if row["ratio"] is None else f"{row['ratio']:.2f}x",
-                    "what it is": row["note"],
-                }
-                for row in result.expectations()
-            ]
-        ),
-        hide_index=True,
-        width="stretch",
-        key="timing_expectations",
-        column_config={"what it is": st.column_config.TextColumn("what it is", width="large")},
+    frame = pd.DataFrame(
+        [
+            {
+                "step": row["what"],
+                "seconds": "—" if row["step_s"] is None else human_seconds(row["step_s"]),
+                "measured / it": "—" if row["ratio"] is None else f"{row['ratio']:.2f}x",
+                "what it is": row["note"],
+            }
+            for row in result.expectations()
+        ]
     )
+    with st.container(key="timing_expectations"):  # three rows of sentences: a static table wraps them, none is cut
+        st.table(frame, hide_index=True)
 
 
 def show_memory(result: TimingResult) -> None:

@@ -80,7 +80,7 @@ def test_the_pages_read_on_common_screens(browser: Browser, app_url: str, screen
         click_button(page, "time_button")
         expect(page.get_by_test_id("stMetricValue").first).to_be_visible(timeout=RUN_TIMEOUT_MS)
         wait_for_rerun(page, timeout_ms=RUN_TIMEOUT_MS)
-        expect_metrics_whole(page, 6)
+        expect_metrics_whole(page, 7)  # the MFU beside the step figures
         screenshot(page, f"screen-{name}-timing")
 
         go_to_page(page, "Compare", "h1")
