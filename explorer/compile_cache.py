@@ -21,7 +21,7 @@ from explorer.layout import Layout
 from explorer.targets import Target
 from explorer.xla_results import with_verdict
 
-CACHE_FORMAT = 4  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json)
+CACHE_FORMAT = 5  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: slices, DCN)
 
 
 def versions() -> dict[str, str]:

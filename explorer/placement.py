@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -180,16 +181,24 @@ def target_topology(target: Target):
                 "target", target.name, f"the CUDA plugin cannot describe {target.gpu_topology}: {first_line(error)}"
             ) from None
     kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
+    if target.multislice:  # the slices' devices, slice by slice (each a MegaScale device with its slice_index)
+        kwargs["num_slices"] = target.num_slices
     try:
-        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
+        return topologies.get_topology_desc(topology_name=target.slice_topology, platform="tpu", **kwargs)
     except Exception as error:  # libtpu missing or refusing the name
         raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
 
 
-PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order")
+PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order", "hybrid_mesh", "hybrid_split_physical_axes")
 
 
-def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], types: tuple[str, ...] | None = None):
+def place_mesh(
+    devices: list,
+    shape: tuple[int, ...],
+    axes: tuple[str, ...],
+    types: tuple[str, ...] | None = None,
+    dcn: tuple[int, ...] | None = None,
+):
     """The slice's devices laid out as the logical mesh, and how: the first of ``PLACEMENTS`` that works.
 
     ``mesh_utils``: ``topologies.make_mesh``'s own placement (each logical axis a product of
@@ -198,6 +207,11 @@ def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], typ
     (8x8 on a 4x4x4 torus); ``device_order``: the devices in libtpu's order, reshaped. The
     result's ``mesh.placement`` says which torus axes each logical axis moves along. ``types`` are the
     layout's axis types (``topologies.make_mesh`` and ``Mesh`` default to Auto).
+
+    Several slices (``dcn``: per axis, the slices it spans, ``targets.slice_split``): MaxText's
+    ``mesh_utils.create_hybrid_device_mesh(ici_shape, dcn_shape, devices)``, each axis ``dcn`` slices of
+    ``shape // dcn`` devices (``hybrid_mesh``; ``hybrid_split_physical_axes`` where a slice's part needs
+    ``allow_split_physical_axes``).
     """
     from explorer.analysis import axis_types_of
 
@@ -205,6 +219,15 @@ def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], typ
     from jax.experimental import mesh_utils
     from jax.sharding import Mesh
 
+    if dcn is not None and math.prod(dcn) > 1:
+        ici = tuple(size // count for size, count in zip(shape, dcn))
+        for method, split in zip(PLACEMENTS[3:], (False, True)):
+            try:
+                grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, allow_split_physical_axes=split)
+                return Mesh(grid, axes, axis_types=axis_types_of(types or ("auto",) * len(axes))), method
+            except Exception:  # mesh_utils refuses the slice's part: split its physical axes
+                continue
+        raise ExplorerError("mesh.dcn", list(dcn), f"cannot lay {list(shape)} over {len(devices)} devices of {math.prod(dcn)} slices")
     attempts = (
         lambda: mesh_utils.create_device_mesh(shape, devices),
         lambda: mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True),
@@ -235,10 +258,39 @@ def device_host(device, target: Target) -> int:
 
 
 def placement(mesh, target: Target | None = None) -> tuple[AxisPlacement, ...]:
-    """How each logical mesh axis lies on the torus, or on a GPU cluster's hosts (``gpu_placement``)."""
+    """How each logical mesh axis lies on the torus, on a GPU cluster's hosts (``gpu_placement``) or across slices."""
     if target is not None and target.is_gpu:
         return gpu_placement(mesh, target)
+    if target is not None and target.multislice:
+        return slice_placement(mesh)
     return torus_placement(mesh)
+
+
+def device_slice(device) -> int:
+    """The slice a device lies in (a multi-slice target's MegaScale device says it; 0 on one slice)."""
+    return int(getattr(device, "slice_index", 0) or 0)
+
+
+def slice_placement(mesh) -> tuple[AxisPlacement, ...]:
+    """How each mesh axis lies on several slices: the slices one group spans (``slices``; link ``dcn`` when more than
+    one: its collectives cross the data-center network), and the torus axes it moves along inside each slice."""
+    import numpy as np
+
+    indices = np.array([device_slice(d) for d in mesh.devices.flat]).reshape(mesh.devices.shape)
+    out = []
+    for torus, name in zip(torus_placement(mesh), mesh.axis_names):
+        axis = mesh.axis_names.index(name)
+        groups = np.moveaxis(indices, axis, -1).reshape(-1, torus.size)
+        spanned = max(len(set(g.tolist())) for g in groups)
+        inside = torus.size // spanned
+        where = f"{inside} device{'s' if inside > 1 else ''}" + (f" along {', '.join(torus.torus_axes)}" if torus.torus_axes else "")
+        text = (
+            f"{name} ({torus.size}): across {spanned} slices over the DCN, {where} in each"
+            if spanned > 1
+            else f"{name} ({torus.size}): inside each slice, {where} over ICI"
+        )
+        out.append(dataclasses.replace(torus, slices=spanned, link="dcn" if spanned > 1 else "ici", text=text))
+    return tuple(out)
 
 
 def gpu_placement(mesh, target: Target) -> tuple[AxisPlacement, ...]:

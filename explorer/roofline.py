@@ -40,6 +40,21 @@ V (h - 1) / h crosses into each host, split over them; the two levels overlap (t
 pipelined), so the slower one counts. Latency, NCCL's protocol overheads, SHARP/NVLS in-network
 reductions and rail-optimised switch topologies are left out.
 
+Several TPU slices joined by the data-center network (DCN): a group of N devices on s slices, g = N / s of
+them in each, with W_dcn the DCN bandwidth of one chip (one way: its share of its host's NICs,
+``accelerators.DCN``) and W the ICI bandwidth as above, is costed as the GPU cluster's two levels are,
+the slices in the hosts' place (the ring enters each slice once, over the g chips' NICs; the slower
+level counts):
+
+    AllGather, ReduceScatter   T = V * max((g - 1) / g / (W * n_axes)  [g > 1],  (s - 1) / s / (g * W_dcn))
+    AllReduce                  T = 2 * AllGather
+    AllToAll                   T = B * max((g - 1) / N / W, (N - g) / N / W_dcn)
+    CollectivePermute          T = bytes / W_dcn
+
+A collective XLA splits into an in-slice and a cross-slice part (a hierarchical all-reduce) is two
+collectives in the program, each costed on its own level. DCN congestion between jobs, latency and the
+hosts' own PCIe hops are left out.
+
 The step takes at least the largest of the three (perfect overlap), so that is the
 estimate; it is a lower bound, not a measurement: latency, imperfect overlap,
 missing wraparound links (where a ring cannot use both directions) and everything
@@ -51,7 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from explorer.accelerators import Chip, Gpu
+from explorer.accelerators import DCN, Chip, Gpu
 
 BOOK = "https://jax-ml.github.io/scaling-book/sharding/"
 
@@ -70,6 +85,7 @@ class Collective:
     # (wraparound links, both directions), 0.5 per axis it runs along as a line (one direction).
     ici_axes: float
     hosts: int = 1  # GPU clusters: the hosts one group spans (1: inside a host, over NVLink)
+    slices: int = 1  # several TPU slices: the slices one group spans (more than 1: it crosses the DCN)
 
 
 def collective_seconds(c: Collective, chip: Chip | Gpu) -> float:
@@ -79,6 +95,8 @@ def collective_seconds(c: Collective, chip: Chip | Gpu) -> float:
         return 0.0
     if isinstance(chip, Gpu):
         return _gpu_seconds(c, chip)
+    if c.slices > 1:
+        return _dcn_seconds(c, chip)
     bandwidth = chip.ici_bidirectional_bandwidth * (c.ici_axes if c.ici_axes > 0 else 1)
     share = (n - 1) / n
     if c.op == "all-gather":
@@ -97,8 +115,29 @@ def collective_seconds(c: Collective, chip: Chip | Gpu) -> float:
 def link(c: Collective, chip: Chip | Gpu) -> str:
     """What ``c``'s data rides: ``ici`` on a TPU slice; ``nvlink`` inside a GPU host, ``network`` across hosts."""
     if not isinstance(chip, Gpu):
-        return "ici"
+        return "dcn" if c.slices > 1 else "ici"
     return "network" if c.hosts > 1 else "nvlink"
+
+
+def _dcn_seconds(c: Collective, chip: Chip) -> float:
+    """The two-level time of the module docstring for a group across slices: the ICI hops and the DCN crossings."""
+    n, s = c.group_size, max(min(c.slices, c.group_size), 1)
+    g = n / s
+    ici = chip.ici_bidirectional_bandwidth * (c.ici_axes if c.ici_axes > 0 else 1)
+    dcn = DCN[chip.generation].bandwidth / chip.devices_per_chip
+    inside = (g - 1) / g / ici if g > 1 else 0.0
+    across = (s - 1) / s / (g * dcn)
+    if c.op == "all-gather":
+        return c.bytes * max(inside, across)
+    if c.op == "reduce-scatter":  # the result is one shard: the full array is N of them
+        return c.bytes * n * max(inside, across)
+    if c.op == "all-reduce":
+        return 2 * c.bytes * max(inside, across)
+    if c.op == "all-to-all":
+        return c.bytes * max((g - 1) / n / ici, (n - g) / n / dcn)
+    if c.op == "collective-permute":
+        return c.bytes / dcn
+    raise ValueError(c.op)
 
 
 def _gpu_seconds(c: Collective, gpu: Gpu) -> float:
