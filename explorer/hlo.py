@@ -294,7 +294,7 @@ class MegascaleOp:
     part, an ordinary collective) a ``send`` to the MegaScale runtime whose ``_xla_megascale_transfer_type`` names
     the collective (``ALL_REDUCE``, ``ALL_GATHER``, ``REDUCE_SCATTER``, ...) and whose ``_xla_megascale_target``
     names who takes part: groups of global device ids (``{{100000,300000},...}``), or ``"{1,2}x{0:3}"`` (slices 1
-    and 2, counted from 1, each of the slice's devices 0 to 3 with its peers). ``bytes`` is what one device sends
+    and 2, counted from 1, each of the slice's devices 0 to 3 with its peers; ``{0}``, ``{0:3,5}`` alike). ``bytes`` is what one device sends
     per run (the collective's input); ``groups`` global device ids, or None for the compact form, whose slices
     (from 0) are ``slices`` and its in-slice devices ``devices``.
     """
@@ -309,6 +309,12 @@ class MegascaleOp:
     @property
     def group_size(self) -> int:
         return max(len(g) for g in self.groups) if self.groups else len(self.slices)
+
+
+def _id_range(part: str) -> range:
+    """``3`` or ``0:3`` (both ends included) of a MegaScale target's device list."""
+    low, _, high = part.partition(":")
+    return range(int(low), int(high or low) + 1)
 
 
 def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
@@ -327,10 +333,10 @@ def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
             if not match:
                 continue
             op, target = match["kind"].lower().replace("_", "-"), match["target"]
-            compact = re.fullmatch(r'"\{(?P<slices>[\d,]+)\}x\{(?P<low>\d+):(?P<high>\d+)\}"', target)
+            compact = re.fullmatch(r'"\{(?P<slices>[\d,]+)\}x\{(?P<devices>[\d:,]+)\}"', target)
             if compact:
                 slices = tuple(int(s) - 1 for s in compact["slices"].split(","))
-                devices = tuple(range(int(compact["low"]), int(compact["high"]) + 1))
+                devices = tuple(d for part in compact["devices"].split(",") for d in _id_range(part))
                 found.append(MegascaleOp(op, runs[name], _shape_bytes(match["shape"]), None, slices, devices))
             else:
                 groups = tuple(tuple(int(i) for i in g.split(",") if i.strip()) for g in re.findall(r"\{([\d,\s]*)\}", target))

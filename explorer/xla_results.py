@@ -215,6 +215,8 @@ def _slice_ops(text: str, mesh, slices) -> list:
             groups = tuple(tuple(place_of[i] for i in g if i in place_of) for g in op.groups)
         else:
             groups = tuple(tuple(in_slice[s][d] for s in op.slices if s in in_slice and d < len(in_slice[s])) for d in op.devices)
+        if not any(len(g) > 1 for g in groups):  # a target this reader does not place: across slices all the same
+            groups = (tuple(positions[0] for positions in in_slice.values()),)
         n = max((len(g) for g in groups), default=1)
         size = op.bytes * n if op.op == "all-gather" else op.bytes // n if op.op == "reduce-scatter" else op.bytes
         ops.append(hlo.CollectiveOp(op.op, op.runs, size, groups))

@@ -170,7 +170,8 @@ def _dims(shape: str) -> list[int]:
     return [int(d) for d in array.group(2).split(",") if d]
 
 
-def _bytes(shape: str) -> int:
+def array_bytes(shape: str) -> int:
+    """The bytes of an HLO shape (a tuple's arrays added up)."""
     return sum(math.prod(int(d) for d in dims.split(",") if d) * BYTES[dtype] for dtype, dims in _ARRAY.findall(shape))
 
 
@@ -211,5 +212,5 @@ def collectives(text: str) -> dict[str, dict[str, int]]:
             opcode = match.group(3).removesuffix("-done")
             if opcode in COLLECTIVES and not match.group(3).endswith("-start"):
                 found[opcode]["count"] += runs[name]
-                found[opcode]["bytes"] += runs[name] * _bytes(match.group(2))
+                found[opcode]["bytes"] += runs[name] * array_bytes(match.group(2))
     return {op: stats for op, stats in found.items() if stats["count"]}
