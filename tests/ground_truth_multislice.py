@@ -5,6 +5,7 @@ The recipe of the issue, step by step, in a child process (the caller must not l
 
 - ``get_topology_desc(topology_name=SLICE, platform="tpu", num_slices=N)``: N slices' devices, slice by slice;
 - the mesh in libtpu's device order (``np.array(devices).reshape(shape)``): the outermost axis spans the slices;
+  or, where a case says per axis how many slices it spans (``dcn``), ``mesh_utils.create_hybrid_device_mesh``;
 - the Flax guide's model (https://flax.readthedocs.io/en/latest/guides/parallel_training/flax_on_pjit.html:
   ``LogicalDotReluDot`` layers, ``nn.scan`` when asked) and its ``train_step`` (``jax.grad`` of the sum of the
   output, Adam's ``apply_gradients``), the state's shardings from ``nn.get_partition_spec`` and
@@ -107,14 +108,19 @@ def compile_case(case: dict) -> dict:
     import numpy as np
     import optax
     from flax.training import train_state
-    from jax.experimental import topologies
+    from jax.experimental import mesh_utils, topologies
     from jax.sharding import Mesh, NamedSharding
 
     from tests import ground_truth_gpu
 
     topology = topologies.get_topology_desc(topology_name=case["slice"], platform="tpu", num_slices=case["slices"])
     devices = list(topology.devices)
-    mesh = Mesh(np.array(devices, dtype=object).reshape(tuple(case["mesh"])), tuple(case["axes"]))
+    if "dcn" in case:  # the slices each axis spans, as MaxText lays them
+        ici = tuple(size // count for size, count in zip(case["mesh"], case["dcn"]))
+        grid = mesh_utils.create_hybrid_device_mesh(ici, tuple(case["dcn"]), devices)
+    else:  # libtpu's device order: slice by slice, so the outermost axis spans the slices
+        grid = np.array(devices, dtype=object).reshape(tuple(case["mesh"]))
+    mesh = Mesh(grid, tuple(case["axes"]))
     rules = tuple((logical, tuple(axes) if isinstance(axes, list) else axes) for logical, axes in case["rules"])
     options = case["options"]
     module = _guide_model()(options["layers"], options["depth"], options["scan"])

@@ -34,6 +34,15 @@ CASES = {
         "rules": [["batch", "data"], ["embed", "data"], ["hidden", "model"]],
         "options": GUIDE,
     },
+    # The same two slices with the slices' axis inner (mesh.dcn, MaxText's dcn_*_parallelism): tensor (2) outer, inside
+    # each slice; data (4) over both slices x 2 inside. The ground truth lays it with create_hybrid_device_mesh.
+    "2xv5p:2x2x1 inner": {
+        "mesh": [2, 4],
+        "axes": ["model", "data"],
+        "dcn": [1, 2],
+        "rules": [["batch", "data"], ["hidden", "model"]],
+        "options": GUIDE,
+    },
     # Too big: the guide's MLP 16384 wide, replicated (data parallelism only) on two v5e slices of one chip.
     "2xv5e:1x1": {
         "mesh": [2],
@@ -45,12 +54,16 @@ CASES = {
 NAMES = list(CASES)
 
 
+def target_of(name: str) -> str:
+    return name.split()[0]
+
+
 def layout_of(name: str):
     case = CASES[name]
     return parse_layout(
         {
-            "name": f"multislice-{name}",
-            "mesh": {"shape": case["mesh"], "axes": case["axes"]},
+            "name": f"multislice-{name.replace(' ', '-')}",
+            "mesh": {"shape": case["mesh"], "axes": case["axes"]} | ({"dcn": case["dcn"]} if "dcn" in case else {}),
             "rules": case["rules"],
             "model": {"name": "mlp", "options": case["options"]},
         }
@@ -63,10 +76,10 @@ def results(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EXPLORER_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         with concurrent.futures.ThreadPoolExecutor(len(NAMES)) as pool:
-            futures = {name: pool.submit(compile_target, layout_of(name), name) for name in NAMES}
+            futures = {name: pool.submit(compile_target, layout_of(name), target_of(name)) for name in NAMES}
             cases = [
-                {"slice": name.split("x", 1)[1], "slices": int(name.split("x", 1)[0])}
-                | {k: CASES[name][k] for k in ("mesh", "axes", "rules", "options")}
+                {"slice": target_of(name).split("x", 1)[1], "slices": int(target_of(name).split("x", 1)[0])}
+                | {k: CASES[name][k] for k in ("mesh", "axes", "rules", "options", "dcn") if k in CASES[name]}
                 for name in NAMES
             ]
             truth = dict(zip(NAMES, ground_truth_multislice.compile_cases(cases)))
@@ -74,7 +87,7 @@ def results(tmp_path_factory):
     return {name: (explorer[name][0], truth[name]) for name in NAMES}
 
 
-FITTING = NAMES[:2]
+FITTING = NAMES[:3]
 
 
 @pytest.mark.parametrize("name", FITTING)
@@ -111,6 +124,9 @@ def test_exactly_the_cross_slice_collectives_ride_the_dcn_over_the_axis_that_spa
     placed = {p.axis: p for p in ours.mesh.placement}
     assert placed["data"].slices == ours.target.num_slices and placed["data"].link == "dcn" and "DCN" in placed["data"].text
     assert placed["model"].slices == 1 and placed["model"].link == "ici"
+    # The tensor axis stays inside each slice: its all-reduce (of the activations' gradients) rides the ICI, read as
+    # over model from the slice's own program (whose device ids are places in the slice, not in the whole mesh).
+    assert [c.link for c in ours.collectives if c.mesh_axes == ("model",)] == ["ici"]
     for c in ours.collectives:
         assert (c.link == "dcn") == (c.slices > 1)
         if c.link == "dcn":
