@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import json
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -152,3 +155,29 @@ def test_the_ground_truth_imports_no_explorer_code():
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert not [n for n in names if n.startswith("explorer")]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "explorer", "compile", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_line_refuses_an_unknown_slice_type_in_one_line():
+    completed = _cli("layouts/seed-2x4.json", "--target", "2xv9-16")
+    assert completed.returncode == 2 and completed.stderr.count("\n") == 1
+    assert completed.stderr.startswith("error: target: '2xv9-16' is N slices of a TPU slice (NxSLICE), but 'v9-16' is not")
+
+
+def test_the_command_line_refuses_a_device_count_mismatch_naming_both_counts():
+    completed = _cli("layouts/seed-2x4.json", "--target", "2xv5p-16")
+    assert completed.returncode == 2 and completed.stderr.count("\n") == 1
+    assert completed.stderr.startswith("error: target: '2xv5p-16' has 16 chips (2 slices of 8) but the mesh needs 8 devices;")
+
+
+def test_a_split_the_slices_cannot_hold_is_refused_before_compiling(tmp_path):
+    layout = layout_of("4xv5e:2x2").to_dict()
+    layout["mesh"] = {"shape": [2, 8], "axes": ["data", "model"]}
+    path = tmp_path / "layout.json"
+    path.write_text(json.dumps(layout))
+    completed = _cli(str(path), "--target", "4xv5e:2x2")
+    assert completed.returncode == 2 and completed.stderr.count("\n") == 1
+    assert "outermost axis data (2) to span the 4 slices of 4xv5e:2x2" in completed.stderr and "model (8)" in completed.stderr
