@@ -7,7 +7,7 @@ import dataclasses
 
 from explorer.compile_result import Memory, TargetCompile, TargetMesh
 from explorer.hlo import LoopWork
-from explorer.layout import SEED_LAYOUT, Layout, parse_layout
+from explorer.layout import Layout, parse_layout
 from explorer.xla_results import memory_limit
 from explorer.targets import parse_target
 
@@ -78,20 +78,6 @@ def mlp_layout(seed_dict, mesh=(2, 4), axes=("data", "model"), rules=None, **opt
         data["rules"] = rules
     data["model"]["options"].update(options)
     return parse_layout(data)
-
-
-def compile_seed(folder) -> tuple[Layout, TargetCompile]:
-    """The guide's MLP compiled for ``COMPILE_TARGET`` in a child process, its result cached in ``folder``."""
-    import pytest
-
-    from explorer.target_compile import compile_target
-
-    layout = parse_layout(copy.deepcopy(SEED_LAYOUT))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("EXPLORER_CACHE_DIR", str(folder))
-        result, cached = compile_target(layout, COMPILE_TARGET)
-    assert not cached
-    return layout, result
 
 
 def small_mlp(seed_dict, **options) -> Layout:

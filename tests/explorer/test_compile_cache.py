@@ -1,4 +1,5 @@
-"""The disk cache of target compiles: a second request is read back, a corrupt file is a miss."""
+"""The disk cache of target compiles: a stored result is what a second request gets, without a compile; a corrupt file
+is a miss, and is dropped."""
 
 from __future__ import annotations
 
@@ -6,30 +7,33 @@ import os
 
 import pytest
 
-from explorer.compile_cache import cache_key
+from explorer.compile_cache import cache_key, cached, store
+from explorer.layout import parse_layout
 from explorer.reading.disk import cache_dir
 from explorer.target_compile import compile_target
 from explorer.targets import parse_target
+from explorer.xla_results import with_verdict
 from tests.explorer import COMPILE_TARGET as TARGET
-from tests.explorer import compile_seed
+from tests.explorer import compile_result
 
 pytestmark = pytest.mark.usefixtures("own_compile_cache")
 
 
-@pytest.fixture(scope="module")
-def seed_compile(tmp_path_factory):
-    """The guide's MLP compiled once: (layout, result, its cache folder)."""
-    folder = tmp_path_factory.mktemp("seed-cache")
-    return (*compile_seed(folder), folder)
-
-
-def test_a_second_request_is_a_cache_hit_and_a_corrupt_entry_is_a_miss(seed_compile, monkeypatch):
-    layout, first, folder = seed_compile
-    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(folder))  # the folder the first compile wrote
-    second, cached = compile_target(layout, parse_target(TARGET))
-    assert cached and second == first
-    path = os.path.join(cache_dir(), "compiles", cache_key(layout, parse_target(TARGET)) + ".json")
+def test_a_second_request_is_a_cache_hit_and_a_corrupt_entry_is_a_miss(seed_dict):
+    layout, target = parse_layout(seed_dict), parse_target(TARGET)
+    first = compile_result(TARGET, compile_s=12.5)
+    assert cached(layout, target) is None
+    store(layout, target, first)
+    second, hit = compile_target(layout, TARGET)  # no child process: the stored result, judged here
+    assert hit and second == with_verdict(first, target) and second.compile_s == 12.5
+    path = os.path.join(cache_dir(), "compiles", cache_key(layout, target) + ".json")
     with open(path, "w") as handle:
         handle.write('{"memory": ')  # a writer that died half-way
-    third, cached = compile_target(layout, TARGET)
-    assert not cached and third.memory == first.memory
+    assert cached(layout, target) is None and not os.path.exists(path)
+
+
+def test_the_key_changes_with_the_layout_and_the_target():
+    layout = parse_layout({"name": "a", "mesh": {"shape": [8], "axes": ["data"]}, "rules": [], "model": {"name": "mlp"}})
+    other = parse_layout({"name": "a", "mesh": {"shape": [2, 4], "axes": ["data", "model"]}, "rules": [], "model": {"name": "mlp"}})
+    keys = {cache_key(layout, parse_target(TARGET)), cache_key(other, parse_target(TARGET)), cache_key(layout, parse_target("v5p-16"))}
+    assert len(keys) == 3

@@ -7,14 +7,16 @@ MLP on an 8-chip slice); results are cached in a per-test folder.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from explorer.analysis import analyze
 from explorer.hlo import ParameterLayout
-from explorer.layout import parse_layout
+from explorer.layout import SEED_LAYOUT, parse_layout
 from explorer.target_compile import compile_target
 from tests.explorer import COMPILE_TARGET as TARGET
-from tests.explorer import compile_seed, mlp_layout
+from tests.explorer import mlp_layout
 
 pytestmark = pytest.mark.usefixtures("own_compile_cache")
 
@@ -22,7 +24,12 @@ pytestmark = pytest.mark.usefixtures("own_compile_cache")
 @pytest.fixture(scope="module")
 def seed_result(tmp_path_factory):
     """The guide's MLP compiled once for the tests that read its result: (layout, result)."""
-    return compile_seed(tmp_path_factory.mktemp("seed-cache"))
+    layout = parse_layout(copy.deepcopy(SEED_LAYOUT))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EXPLORER_CACHE_DIR", str(tmp_path_factory.mktemp("seed-cache")))
+        result, cached = compile_target(layout, TARGET)
+    assert not cached
+    return layout, result
 
 
 def test_the_guides_mlp_compiles_for_an_8_chip_slice_and_fits(seed_result):
