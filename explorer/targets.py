@@ -250,9 +250,19 @@ def gpu_names() -> list[str]:
     return [f"{gpu}:{hosts}x{per_host}" for gpu in GPUS for hosts, per_host in GPU_CLUSTERS]
 
 
+MULTISLICE_NAMES = (
+    "2xv5litepod-4",
+    "2xv5p-16",
+    "2xv5p-128",
+    "4xv5p-512",
+    "2xv5litepod-256",
+    "4xv6e-256",
+)  # examples the app lists (any NxSLICE parses)
+
+
 def valid_names() -> list[str]:
-    """Examples of every accepted form, for the app's choices: the TPU slices, then the GPU clusters."""
-    return tpu_names() + gpu_names()
+    """Examples of every accepted form, for the app's choices: the TPU slices, several slices, then the GPU clusters."""
+    return tpu_names() + list(MULTISLICE_NAMES) + gpu_names()
 
 
 def gpu_cluster(gpu: Gpu, devices: int) -> Target | None:

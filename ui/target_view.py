@@ -19,7 +19,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.compile_cache import cached
 from explorer.target_compile import Stopped, compile_target
-from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
+from explorer.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.text import human_bytes, human_flops, markdown_literal, memory_relation, memory_room, share
 from ui import state
 from ui.turnstile import TURNSTILE
@@ -72,6 +72,7 @@ def choose() -> Target | None:
     st.caption(
         f"{target.topology}: {target.chips} × {target.chip.device_kind}, {human_bytes(target.chip.hbm_bytes)} HBM, "
         f"{target.chip.peak_flops / 1e12:,.0f} bf16 TFLOP/s per chip"
+        + (f"; {target.num_slices} slices joined by the DCN, {target.dcn.bandwidth / 1e9:g} GB/s per chip" if target.multislice else "")
     )
     return target
 
@@ -93,6 +94,7 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
     st.subheader(f"Planned for {markdown_literal(target.name)}")
     try:
         check_mesh_fits(target, layout_size(layout))
+        slice_split(target, tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.dcn)  # several slices: which axes span them
     except ExplorerError as error:
         st.error(markdown_literal(str(error)))
         return None
@@ -277,6 +279,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
                         "group": c.group_size,
                     }
                     | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
+                    | ({"rides": c.link.upper()} if target.multislice else {})
                     | {"time ≥": f"{c.seconds * 1e3:.3g} ms"}
                     for c in result.collectives
                 ]
@@ -292,6 +295,8 @@ def placement_text(result: TargetCompile) -> str:
     """Where the layout's mesh axes fall on the target, from the compile: on a GPU cluster the hosts and GPUs of one group and
     what it rides; on a TPU slice the torus axes it moves along."""
     axes = [p for p in result.mesh.placement if p.size > 1]
+    if result.target.multislice:
+        return f"Placed on {result.target.num_slices} slices: " + "; ".join(p.text for p in axes) + "." + dcn_traffic(result)
     if result.target.is_gpu:
         return "Placed on the hosts and GPUs (host-major): " + ("; ".join(p.text for p in axes) or "no axis larger than 1") + "."
     return (
@@ -299,6 +304,12 @@ def placement_text(result: TargetCompile) -> str:
         + ("; ".join(f"{p.axis} ({p.size}) along {' and '.join(p.torus_axes)}" for p in axes) or "no axis larger than 1")
         + "."
     )
+
+
+def dcn_traffic(result: TargetCompile) -> str:
+    """Several slices: the bytes per device per step that cross the DCN, and their time at the DCN figure (an estimate)."""
+    seconds = sum(c.seconds for c in result.dcn_collectives)
+    return f" Across the DCN: {human_bytes(result.dcn_bytes)} per chip per step, ≥ {seconds * 1e3:.3g} ms (an estimate)."
 
 
 def summary_row(label: str, result: TargetCompile | None) -> dict:
@@ -325,7 +336,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
         "step ≥ (lower bound)": f"{step_s * 1e3:.3g} ms",
         "bound": bound,
         "collective time ≥": f"{collective_s * 1e3:.3g} ms",
-    }
+    } | ({"DCN / step": human_bytes(result.dcn_bytes)} if result.target.multislice else {})
 
 
 def compare_section(labels: list[str], layouts: list[Layout], target: Target | None) -> None:

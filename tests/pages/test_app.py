@@ -374,3 +374,14 @@ def test_the_arrays_table_shows_every_column_with_what_the_layout_decides_first(
     order = list(table.proto.column_order)
     assert order[:4] == ["path", "spec", "shard shape", "bytes/device"]
     assert sorted(order) == sorted(table.value.columns)  # no column left out
+
+
+def test_on_several_slices_the_layout_page_says_which_axes_cross_the_dcn_and_its_traffic(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
+    app.selectbox(key="target_choice").select("2xv5litepod-4").run()
+    assert not app.exception
+    app.button(key="target_compile_button").click().run()
+    assert not app.exception and not app.main.error, [plain(e.value) for e in app.main.error]
+    placed = [plain(c.value) for c in app.main.caption if "Placed on 2 slices" in c.value]
+    assert placed and "data (2): across 2 slices over the DCN" in placed[0] and "Across the DCN: " in placed[0], placed
+    assert [plain(s.value) for s in app.main.success if "Fits" in s.value]
