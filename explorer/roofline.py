@@ -121,41 +121,34 @@ def link(c: Collective, chip: Chip | Gpu) -> str:
 
 def _dcn_seconds(c: Collective, chip: Chip) -> float:
     """The two-level time of the module docstring for a group across slices: the ICI hops and the DCN crossings."""
-    n, s = c.group_size, max(min(c.slices, c.group_size), 1)
-    g = n / s
+    s = max(min(c.slices, c.group_size), 1)
+    g = c.group_size / s
     ici = chip.ici_bidirectional_bandwidth * (c.ici_axes if c.ici_axes > 0 else 1)
-    dcn = DCN[chip.generation].bandwidth / chip.devices_per_chip
-    inside = (g - 1) / g / ici if g > 1 else 0.0
-    across = (s - 1) / s / (g * dcn)
-    if c.op == "all-gather":
-        return c.bytes * max(inside, across)
-    if c.op == "reduce-scatter":  # the result is one shard: the full array is N of them
-        return c.bytes * n * max(inside, across)
-    if c.op == "all-reduce":
-        return 2 * c.bytes * max(inside, across)
-    if c.op == "all-to-all":
-        return c.bytes * max((g - 1) / n / ici, (n - g) / n / dcn)
-    if c.op == "collective-permute":
-        return c.bytes / dcn
-    raise ValueError(c.op)
+    return _two_levels(c, s, (g - 1) / g, ici, DCN[chip.generation].bandwidth / chip.devices_per_chip)
 
 
 def _gpu_seconds(c: Collective, gpu: Gpu) -> float:
     """The two-level time of the module docstring: the NVLink hops and the network crossings, the slower one."""
-    n, h = c.group_size, max(min(c.hosts, c.group_size), 1)
-    g = n / h
-    nvlink = (n - 1) / n / gpu.nvlink_bandwidth if g > 1 else 0.0
-    network = (h - 1) / h / (g * gpu.network_bandwidth)
+    n = c.group_size
+    return _two_levels(c, max(min(c.hosts, n), 1), (n - 1) / n, gpu.nvlink_bandwidth, gpu.network_bandwidth)
+
+
+def _two_levels(c: Collective, parts: int, inner_share: float, inner: float, outer: float) -> float:
+    """A group over ``parts`` hosts or slices, g = N / parts in each: ``inner_share`` of the array over the inner
+    level's bandwidth, (parts - 1) / parts of it over g links of the outer one; the slower counts (module docstring)."""
+    n = c.group_size
+    g = n / parts
+    per_byte = max(inner_share / inner if g > 1 else 0.0, (parts - 1) / parts / (g * outer))
     if c.op == "all-gather":
-        return c.bytes * max(nvlink, network)
+        return c.bytes * per_byte
     if c.op == "reduce-scatter":  # the result is one shard: the full array is N of them
-        return c.bytes * n * max(nvlink, network)
+        return c.bytes * n * per_byte
     if c.op == "all-reduce":
-        return 2 * c.bytes * max(nvlink, network)
+        return 2 * c.bytes * per_byte
     if c.op == "all-to-all":
-        return c.bytes * max((g - 1) / n / gpu.nvlink_bandwidth, (n - g) / n / gpu.network_bandwidth)
+        return c.bytes * max((g - 1) / n / inner, (n - g) / n / outer)
     if c.op == "collective-permute":
-        return c.bytes / (gpu.network_bandwidth if h > 1 else gpu.nvlink_bandwidth)
+        return c.bytes / (outer if parts > 1 else inner)
     raise ValueError(c.op)
 
 

@@ -145,18 +145,11 @@ def compile_case(case: dict) -> dict:
         compiled = lowered.compile()
     except Exception as error:  # XLA's refusal for HBM: its own line
         return {"devices": len(devices), "slice_index": [d.slice_index for d in devices], "error": str(error).splitlines()[0]}
-    stats = compiled.memory_analysis()
     text = compiled.as_text()
     return {
         "devices": len(devices),
         "slice_index": [d.slice_index for d in devices],
-        "memory": {
-            "argument_bytes": stats.argument_size_in_bytes,
-            "output_bytes": stats.output_size_in_bytes,
-            "alias_bytes": stats.alias_size_in_bytes,
-            "temp_bytes": stats.temp_size_in_bytes,
-            "peak_bytes": stats.peak_memory_in_bytes,
-        },
+        "memory": ground_truth_gpu.memory_of(compiled),
         "flops": compiled.cost_analysis()["flops"],
         "ici": ground_truth_gpu.collectives(text),
         "dcn": cross_slice(text),

@@ -17,14 +17,13 @@ import ast
 import concurrent.futures
 import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
 from explorer.layout import parse_layout
 from explorer.target_compile import compile_target
 from tests import ground_truth_multislice
+from tests.explorer import compile_cli
 
 GUIDE = {"batch": 64, "layers": 2, "depth": 512, "scan": False}
 CASES = {
@@ -157,18 +156,14 @@ def test_the_ground_truth_imports_no_explorer_code():
     assert not [n for n in names if n.startswith("explorer")]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "explorer", "compile", *args], capture_output=True, text=True, timeout=120)
-
-
 def test_the_command_line_refuses_an_unknown_slice_type_in_one_line():
-    completed = _cli("layouts/seed-2x4.json", "--target", "2xv9-16")
+    completed = compile_cli("layouts/seed-2x4.json", "--target", "2xv9-16")
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1
     assert completed.stderr.startswith("error: target: '2xv9-16' is N slices of a TPU slice (NxSLICE), but 'v9-16' is not")
 
 
 def test_the_command_line_refuses_a_device_count_mismatch_naming_both_counts():
-    completed = _cli("layouts/seed-2x4.json", "--target", "2xv5p-16")
+    completed = compile_cli("layouts/seed-2x4.json", "--target", "2xv5p-16")
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1
     assert completed.stderr.startswith("error: target: '2xv5p-16' has 16 chips (2 slices of 8) but the mesh needs 8 devices;")
 
@@ -178,6 +173,6 @@ def test_a_split_the_slices_cannot_hold_is_refused_before_compiling(tmp_path):
     layout["mesh"] = {"shape": [2, 8], "axes": ["data", "model"]}
     path = tmp_path / "layout.json"
     path.write_text(json.dumps(layout))
-    completed = _cli(str(path), "--target", "4xv5e:2x2")
+    completed = compile_cli(str(path), "--target", "4xv5e:2x2")
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1
     assert "outermost axis data (2) to span the 4 slices of 4xv5e:2x2" in completed.stderr and "model (8)" in completed.stderr
