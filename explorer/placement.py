@@ -30,7 +30,9 @@ hosts (the network) and tensor stays in one (NVLink).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -41,7 +43,7 @@ from typing import Any, Iterable, Sequence
 
 from explorer.compile_result import AxisPlacement
 from explorer.errors import ExplorerError, first_line
-from explorer.targets import Target, hosts_per_axis
+from explorer.targets import Target, hosts_per_axis, parse_target, slice_split
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINE = 0.5  # a torus axis run along as a line (no wraparound, or part of the axis): one direction of its links
@@ -57,14 +59,17 @@ class AxisLink:
     rings: tuple[bool, ...]  # TPU: per torus axis, whether a group runs around it as a ring (else a line)
     ring_axes: float  # TPU: torus axes' worth of bidirectional bandwidth (roofline's ``ici_axes``); 1 on a GPU
     hosts: int  # GPU: hosts one group spans (1: NVLink only); 1 on a TPU slice
-    link: str  # "ici", "nvlink" or "network"
+    link: str  # "ici", "nvlink", "network" or "dcn" (several TPU slices: a group spans more than one)
     text: str
+    slices: int = 1  # several TPU slices: the slices one group spans (its collectives cross the DCN when more than 1)
 
     @property
     def short(self) -> str:
         """One table cell: ``fsdp: x ring, y line``, ``tensor: NVLink``, ``fsdp: 8 hosts``."""
         if self.size <= 1:
             return f"{self.axis}: -"
+        if self.link == "dcn":
+            return f"{self.axis}: {self.slices} slices (DCN)"
         if self.link == "ici":
             return f"{self.axis}: " + ", ".join(f"{t} {'ring' if r else 'line'}" for t, r in zip(self.torus_axes, self.rings))
         return f"{self.axis}: NVLink" if self.hosts == 1 else f"{self.axis}: {self.hosts} hosts"
@@ -79,6 +84,7 @@ class AxisLink:
             "hosts": self.hosts,
             "link": self.link,
             "text": self.text,
+            "slices": self.slices,
         }
 
 
@@ -86,9 +92,27 @@ _torus: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}  # (topology, mes
 _lock = threading.Lock()
 
 
-def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str]) -> tuple[AxisLink, ...]:
-    """Each mesh axis' placement on ``target`` and the links it rides (see the module docstring)."""
+def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str], dcn: Sequence[int] | None = None) -> tuple[AxisLink, ...]:
+    """Each mesh axis' placement on ``target`` and the links it rides (see the module docstring).
+
+    Several slices: ``dcn`` (the layout's ``mesh.dcn``; by default the outermost axis spans them, ``targets.slice_split``)
+    says how many slices each axis spans; each axis' part inside a slice is placed on one slice as above, and an axis
+    over more than one slice rides the DCN.
+    """
     shape = tuple(int(s) for s in shape)
+    if target.multislice:
+        split = slice_split(target, shape, tuple(axes), tuple(dcn) if dcn is not None else None)
+        inside = mesh_links(parse_target(target.slice_topology), tuple(s // d for s, d in zip(shape, split)), axes)
+        return tuple(
+            dataclasses.replace(
+                link,
+                size=size,
+                slices=count,
+                link="dcn" if count > 1 else link.link,
+                text=f"{link.axis} ({size}): across {count} slices over the DCN; inside each, {link.text}" if count > 1 else link.text,
+            )
+            for link, size, count in zip(inside, shape, split)
+        )
     if target.is_gpu:
         return _gpu_links(target, shape, tuple(axes))
     prefetch(target, [shape])
@@ -109,9 +133,19 @@ def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str]) -> tup
     return tuple(links)
 
 
-def prefetch(target: Target, shapes: Iterable[Sequence[int]]) -> None:
-    """Place every shape not yet placed for this TPU slice, in one child process (nothing for a GPU cluster)."""
+def prefetch(target: Target, shapes: Iterable[Sequence[int]], dcns: Iterable[Sequence[int] | None] | None = None) -> None:
+    """Place every shape not yet placed for this TPU slice, in one child process (nothing for a GPU cluster). Several
+    slices: each shape's part inside one slice (``dcns``: each mesh's ``mesh.dcn``), on one slice; a split the slices
+    cannot hold is left for ``mesh_links`` to refuse."""
     if target.is_gpu:
+        return
+    if target.multislice:
+        inside = []
+        for shape, dcn in zip(shapes, dcns or itertools.repeat(None)):
+            with contextlib.suppress(ExplorerError):
+                split = slice_split(target, tuple(shape), tuple(f"axis{i}" for i in range(len(shape))), dcn)
+                inside.append(tuple(s // d for s, d in zip(shape, split)))
+        prefetch(parse_target(target.slice_topology), inside)
         return
     with _lock:
         missing = sorted(
