@@ -38,6 +38,7 @@ from explorer.compile_result import (
 )
 from explorer.errors import first_line
 from explorer.hlo import LoopWork
+from explorer.megascale import megascale_ops
 from explorer.placement import device_coords, device_host, device_slice, placement
 from explorer.accelerators import JAX_MEMORY_FRACTION, MEMORY_FRACTION_ENV, memory_fraction
 from explorer.targets import Target
@@ -190,7 +191,7 @@ def _slice_ops(text: str, mesh, slices) -> list:
 
     XLA compiles one program per slice: its in-slice collectives name the slice's devices by their
     place in it (the mesh's devices of slice 0, in mesh order); its cross-slice parts are MegaScale
-    transfers (``hlo.megascale_ops``) naming global device ids, or slices and in-slice places. Their
+    transfers (``megascale.megascale_ops``) naming global device ids, or slices and in-slice places. Their
     bytes are put as the roofline reads a collective's: the result (an all-gather's input times the
     group, a reduce-scatter's over it).
     """
@@ -210,7 +211,7 @@ def _slice_ops(text: str, mesh, slices) -> list:
         )
         for op in hlo.collective_ops(text, len(first))
     ]
-    for op in hlo.megascale_ops(text):
+    for op in megascale_ops(text):
         if op.groups is not None:
             groups = tuple(tuple(place_of[i] for i in g if i in place_of) for g in op.groups)
         else:
