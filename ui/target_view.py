@@ -52,7 +52,8 @@ def choose() -> Target | None:
         name = st.text_input(
             "Slice or GPU cluster",
             key=OTHER,
-            help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16) or a GPU cluster (h100:2x8)",
+            help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16), N slices of one (2xv5p-128) or a GPU "
+            "cluster (h100:2x8)",
         )
     else:
         name = choice
