@@ -266,6 +266,8 @@ def maxtext_yaml(layout: Layout) -> str:
     if layout.mesh.explicit:  # MaxText's shard_mode: explicit builds every mesh axis Explicit
         mixed = " (this layout mixes Auto and Explicit axes; MaxText's shard_mode sets all of them)" if layout.mesh.mixed else ""
         lines.append(f"shard_mode: explicit{'  #' + mixed if mixed else ''}")
+    for axis, count in zip(layout.mesh.axes, layout.mesh.dcn or ()):  # several slices: MaxText's dcn_<axis>_parallelism
+        lines.append(f"dcn_{axis}_parallelism: {count}")
     lines.append("logical_axis_rules: [")
     for rule in layout.rules:
         axes = rule.mesh_axes

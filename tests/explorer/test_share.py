@@ -188,3 +188,11 @@ def test_a_links_dcn_carries_the_slices_each_axis_spans_and_only_where_given(see
     assert "dcn=2x1" in query and "target=2xv5p-16" in query and layout_from_link(query) == layout
     with pytest.raises(ExplorerError, match="mesh.dcn"):
         layout_from_link(query.replace("dcn=2x1", "dcn=3x1"))
+
+
+def test_maxtext_yaml_says_how_many_slices_each_axis_spans(seed_dict):
+    seed_dict["mesh"]["dcn"] = [2, 1]
+    text = maxtext_yaml(parse_layout(seed_dict))
+    assert "dcn_data_parallelism: 2\ndcn_model_parallelism: 1\n" in text
+    del seed_dict["mesh"]["dcn"]
+    assert "dcn_" not in maxtext_yaml(parse_layout(seed_dict))
