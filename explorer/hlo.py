@@ -80,7 +80,7 @@ def collectives(hlo_text: str) -> ProgramCollectives:
     Bytes are the size of the op's result on one device (a tuple's parts added up).
     Asynchronous pairs count once, at their ``-done``.
     """
-    computations, entry, runs, _, unbounded = _parsed(hlo_text)
+    computations, entry, runs, _, unbounded = parsed(hlo_text)
     found = {op: {"count": 0, "bytes": 0} for op in COLLECTIVES}
     for name, lines in computations.items():
         for line in lines:
@@ -88,23 +88,12 @@ def collectives(hlo_text: str) -> ProgramCollectives:
             if not match or match["phase"] == "-start":
                 continue
             found[match["op"]]["count"] += runs[name]
-            found[match["op"]]["bytes"] += runs[name] * _shape_bytes(match["shape"])
+            found[match["op"]]["bytes"] += runs[name] * shape_bytes(match["shape"])
     return ProgramCollectives(found, unbounded)
 
 
-def computation_runs(hlo_text: str) -> tuple[dict[str | None, list[str]], dict[str | None, int]]:
-    """Each computation's lines and how many times it runs per call of the entry (loop trip counts included)."""
-    computations, _, runs, _, _ = _parsed(hlo_text)
-    return computations, runs
-
-
-def shape_bytes(shape: str) -> int:
-    """The bytes of an HLO shape (a tuple's arrays added up)."""
-    return _shape_bytes(shape)
-
-
 @functools.lru_cache(maxsize=2)
-def _parsed(hlo_text: str):
+def parsed(hlo_text: str):
     """Computations, entry, runs per computation (with trip counts, and bodies once), loops without a trip count.
 
     Cached: the readers of one program (a large model's text is megabytes) share one parse.
@@ -234,7 +223,7 @@ def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> i
     return _constant(symbols, parts[index]) if index < len(parts) else None
 
 
-def _shape_bytes(shape: str) -> int:
+def shape_bytes(shape: str) -> int:
     total = 0
     for part in _ARRAY_SHAPE.finditer(shape):
         dims = [int(d) for d in part["dims"].split(",") if d]
@@ -277,7 +266,7 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
 
     ``devices`` is the program's device count (for ``replica_groups={}``: one group of all).
     """
-    computations, _, runs, _, _ = _parsed(hlo_text)
+    computations, _, runs, _, _ = parsed(hlo_text)
     found = []
     for name, lines in computations.items():
         for line in lines:
@@ -287,7 +276,7 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
             groups = _source_target_pairs(line) if match["op"] == "collective-permute" else replica_groups(line, devices)
             if match["phase"] == "-done" and groups is None:
                 groups = _groups_of_start(line, lines, devices, match["op"])
-            found.append(CollectiveOp(match["op"], runs[name], _shape_bytes(match["shape"]), groups))
+            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups))
     return found
 
 
@@ -360,7 +349,7 @@ class LoopWork:
 
 def loop_work(hlo_text: str) -> LoopWork:
     """The dot/convolution flops and bytes in loop bodies' iterations after the first."""
-    computations, _, runs, once, _ = _parsed(hlo_text)
+    computations, _, runs, once, _ = parsed(hlo_text)
     flops = moved = 0.0
     for name, lines in computations.items():
         extra = runs[name] - once[name]
@@ -402,7 +391,7 @@ def _matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float] | No
         axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     flops = 2.0 * math.prod(out_dims) * contracted
-    return flops, float(_shape_bytes(match["shape"]) + _shape_bytes(lhs_shape) + _shape_bytes(rhs_shape))
+    return flops, float(shape_bytes(match["shape"]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape))
 
 
 def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float] | None:
@@ -422,7 +411,7 @@ def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float] |
     axes = [int(a) for a in re.findall(r"\d+", contracting[1])]
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     out_dims = [int(d) for d in out["dims"].split(",") if d]
-    return 2.0 * math.prod(out_dims) * contracted, float(_shape_bytes(out[0]) + _shape_bytes(lhs_shape) + _shape_bytes(rhs_shape))
+    return 2.0 * math.prod(out_dims) * contracted, float(shape_bytes(out[0]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape))
 
 
 def _dims(shape: str) -> list[int] | None:
@@ -487,7 +476,7 @@ def matmul_work(hlo_text: str) -> LoopWork:
     dump). Elementwise work is left out, so it is at most ``cost_analysis()``'s flops (a test
     checks both on a program that fits).
     """
-    computations, _, runs, _, _ = _parsed(hlo_text)
+    computations, _, runs, _, _ = parsed(hlo_text)
     flops = moved = 0.0
     for name, lines in computations.items():
         if name is None or runs.get(name, 0) <= 0:

@@ -56,7 +56,7 @@ def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
     >>> megascale_ops("ENTRY %main () -> f32[] {\\n  " + line + "\\n}\\n")
     [MegascaleOp(op='all-reduce', runs=1, bytes=4096, groups=None, slices=(0, 1), devices=(0, 1, 2, 3))]
     """
-    computations, runs = hlo.computation_runs(hlo_text)
+    computations, _, runs, _, _ = hlo.parsed(hlo_text)
     found = []
     for name, lines in computations.items():
         for line in lines:
