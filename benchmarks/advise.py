@@ -44,6 +44,11 @@ layer). Experts, each with remat as one would write it: FSDP 256 with full remat
 x tensor 4 with full remat (Megatron within 4 chips; the user's own). Not ``dots_saveable`` with tensor 4: it keeps the
 attention scores as well (10 heads x 2048² x 2 B x 4 sequences = 335 MB a layer, 13 GB over 40: over 16 GiB).
 
+``--case multislice``: the same Llama-2-7B shapes, batch 128 x 2048, on **2xv5p-128** (two v5p slices of 64 chips
+joined by the data-center network; docs/multislice.md), against three layouts written for it: data 2 across the slices x
+FSDP 64 inside each (MaxText's default split: data parallelism over the DCN); FSDP 128 across everything (the FSDP
+axis spans both slices, ``mesh.dcn``); data 2 across the slices x FSDP 16 x tensor 4 inside (the user's own).
+
 ``--case t5``: T5X's T5 network from ``tests/external/t5x_t5`` (a production codebase's model,
 T5.1.1-style, 4+4 layers, d_model 512, 8 heads, MLP 1024, vocab 32128, batch 32 x 128 tokens) on
 an 8-chip v5e slice, with T5X's own rules as the user's layout and three hand-written layouts
@@ -139,6 +144,18 @@ T5_EXPERTS = {
     },
     "expert-data2-fsdp4": {"mesh": {"shape": [2, 4], "axes": ["data", "fsdp"]}, "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"]]},
 }
+MULTISLICE_OPTIONS = {**OPTIONS, "batch": 128}
+MULTISLICE_EXPERTS = {  # two v5p slices of 64 chips: which axis spans the slices is mesh.dcn (default: the outermost)
+    "expert-data2-fsdp64": {
+        "mesh": {"shape": [2, 64], "axes": ["data", "fsdp"], "dcn": [2, 1]},
+        "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"], ["layer", None]],
+    },
+    "expert-fsdp128": {"mesh": {"shape": [128], "axes": ["fsdp"], "dcn": [2]}, "rules": EXPERTS["expert-fsdp64"]["rules"]},
+    "expert-data2-fsdp16-tensor4": {
+        "mesh": {"shape": [2, 16, 4], "axes": ["data", "fsdp", "tensor"], "dcn": [2, 1, 1]},
+        "rules": [["batch", ["data", "fsdp"]], ["embed", "fsdp"], *TENSOR, ["layer", None]],
+    },
+}
 GPU_TARGET = "h100:8x8"
 GPU_EXPERTS = {  # 8 hosts of 8 GPUs: the device order is host-major, so the first mesh axis spans the hosts
     "expert-fsdp64": EXPERTS["expert-fsdp64"],
@@ -205,16 +222,21 @@ def layout(name: str) -> dict:
 
         return {"name": name, **MOE_EXPERTS[name], "rules": maxtext_rules(), "model": {"name": MOE_FACTORY, "options": dict(MOE_OPTIONS)}}
     expert = dict(experts()[name])
-    options = {**(L13_OPTIONS if CASE == "llama13b-remat" else OPTIONS)}
+    options = {**{"llama13b-remat": L13_OPTIONS, "multislice": MULTISLICE_OPTIONS}.get(CASE, OPTIONS)}
     if "remat" in expert:
         options["remat"] = expert.pop("remat")
     return {"name": name, **expert, "model": {"name": "transformer", "options": options}}
 
 
 def experts() -> dict:
-    return {"t5": T5_EXPERTS, "gpu": GPU_EXPERTS, "maxtext-moe": MOE_EXPERTS, "llama-v5e": V5E_EXPERTS, "llama13b-remat": L13_EXPERTS}.get(
-        CASE, EXPERTS
-    )
+    return {
+        "t5": T5_EXPERTS,
+        "gpu": GPU_EXPERTS,
+        "maxtext-moe": MOE_EXPERTS,
+        "llama-v5e": V5E_EXPERTS,
+        "llama13b-remat": L13_EXPERTS,
+        "multislice": MULTISLICE_EXPERTS,
+    }.get(CASE, EXPERTS)
 
 
 def main() -> None:
@@ -222,7 +244,9 @@ def main() -> None:
     parser.add_argument("--compiles", type=int, default=4, help="as the CLI's advise (default 4)")
     parser.add_argument("--cache", default=None)
     parser.add_argument("--target", default=None)
-    parser.add_argument("--case", choices=("llama", "t5", "gpu", "maxtext-moe", "llama-v5e", "llama13b-remat"), default="llama")
+    parser.add_argument(
+        "--case", choices=("llama", "t5", "gpu", "maxtext-moe", "llama-v5e", "llama13b-remat", "multislice"), default="llama"
+    )
     parser.add_argument("--shortcut", choices=("auto", "on", "off"), default="auto", help="the depth shortcut (advise --depth-shortcut)")
     args = parser.parse_args()
     global CASE
@@ -235,6 +259,7 @@ def main() -> None:
         "maxtext-moe": "v5p-64",
         "llama-v5e": "v5litepod-64",
         "llama13b-remat": "v5litepod-256",
+        "multislice": "2xv5p-128",
     }.get(CASE, "v5p-128")
     if CASE in ("t5", "maxtext-moe"):
         os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5_FACTORY if CASE == "t5" else MOE_FACTORY
@@ -255,6 +280,7 @@ def main() -> None:
                 "maxtext-moe": "maxtext-fsdp32",
                 "llama-v5e": "expert-fsdp16-tensor4-full",
                 "llama13b-remat": "expert-fsdp64-tensor4-full",
+                "multislice": "expert-data2-fsdp16-tensor4",
             }.get(CASE, "expert-fsdp16-tensor4")
         )
     )

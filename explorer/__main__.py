@@ -89,7 +89,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     compile_.add_argument(
         "--target",
         required=True,
-        help="a Cloud TPU type (v5p-128, v5litepod-16), a libtpu topology (v5p:4x4x4), or a GPU cluster GPU:HOSTSxGPUS of "
+        help="a Cloud TPU type (v5p-128, v5litepod-16), a libtpu topology (v5p:4x4x4), N slices of either (2xv5p-128), or a "
+        "GPU cluster GPU:HOSTSxGPUS of "
         'a100, h100, h200, b200 (h100:1x8, h100:8x8; needs pip install "partition-explorer[gpu]")',
     )
     compile_.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -98,7 +99,11 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "advise", help="rank meshes and rules for a TPU slice or GPU cluster: stage 1 estimates, stage 2 XLA compiles"
     )
     advise.add_argument("layout", help="a layout JSON file: its model, and its mesh and rules as one candidate")
-    advise.add_argument("--target", required=True, help="a Cloud TPU type (v5p-128), libtpu topology (v5p:4x4x4) or GPU cluster (h100:8x8)")
+    advise.add_argument(
+        "--target",
+        required=True,
+        help="a Cloud TPU type (v5p-128), libtpu topology (v5p:4x4x4), N slices (2xv5p-128) or GPU cluster (h100:8x8)",
+    )
     advise.add_argument("--json", action="store_true", help="print the result as one JSON object")
     advise.add_argument("--compiles", type=int, default=4, help="shortlisted candidates to compile for the target (default 4)")
     advise.add_argument("--role", action="append", default=[], metavar="NAME=ROLE", help="a logical name's role (repeatable)")

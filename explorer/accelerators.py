@@ -195,6 +195,51 @@ CHIPS: dict[str, Chip] = {
 BY_CLOUD_PREFIX = {chip.cloud_prefix: chip for chip in CHIPS.values() if chip.cloud_prefix}
 MAX_CHIPS = {"v4": 4096, "v5e": 256, "v5p": 8192, "v6e": 256, "tpu7x": 9216}
 
+
+@dataclasses.dataclass(frozen=True)
+class Dcn:
+    """The data-center network (DCN) between TPU slices, per chip: one-way egress bytes/s, and where the figure is from.
+
+    Cloud TPU publishes it per host (its NICs) or per pod, not per chip; ``bandwidth`` is that figure divided
+    over the host's chips (every chip's share of its host's NICs), which is how the step model costs a
+    collective that crosses slices. ``what`` says which published figure it is and how it was divided.
+    """
+
+    bandwidth: float  # one-way bytes/s per chip
+    what: str
+    source: str
+
+
+# Per TPU generation (see ``Dcn``). v4 and TPU7x publish no per-host NIC figure that the sources here give: their
+# figures are labelled as assumptions.
+DCN: dict[str, Dcn] = {
+    "v5e": Dcn(
+        3.125e9,
+        "2 x 100 Gbps NICs per 8-chip host = 25 Gbps per chip (the pod's 6.4 Tbps over 256 chips agrees)",
+        "https://cloud.google.com/tpu/docs/v5e",
+    ),
+    "v6e": Dcn(
+        12.5e9,
+        "4 x 200 Gbps NICs per 8-chip host = 100 Gbps per chip (the pod's 25.6 Tbps over 256 chips agrees)",
+        "https://cloud.google.com/tpu/docs/v6e",
+    ),
+    "v5p": Dcn(
+        6.25e9,
+        "200 Gbps of network per 4-chip ct5p-hightpu-4t VM = 50 Gbps per chip",
+        "https://cloud.google.com/compute/docs/tpus/tpu-machines",
+    ),
+    "v4": Dcn(
+        6.25e9,
+        "assumed v5p's 50 Gbps per chip (4 chips per host as on v5p); no per-host figure in the sources here",
+        "https://cloud.google.com/tpu/docs/v4",
+    ),
+    "tpu7x": Dcn(
+        6.25e9,
+        "assumed v5p's 50 Gbps per chip; no per-host figure in the sources here",
+        "https://cloud.google.com/tpu/docs/tpu7x",
+    ),
+}
+
 # --- NVIDIA GPUs -------------------------------------------------------------------------------
 
 JAX_MEMORY_FRACTION = 0.75  # what JAX's GPU client takes of a GPU's memory by default

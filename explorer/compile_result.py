@@ -86,6 +86,7 @@ class AxisPlacement:
 
     A GPU cluster's axis also says how many hosts and GPUs per host one group spans, what its
     collectives ride (``nvlink`` or ``network``) and a sentence; a TPU slice's leaves them None.
+    On several TPU slices, ``slices`` is how many one group spans (``link`` ``dcn`` when more than one, else ``ici``).
     """
 
     axis: str
@@ -95,11 +96,14 @@ class AxisPlacement:
     gpus_per_host: int | None = None
     link: str | None = None
     text: str | None = None
+    slices: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"axis": self.axis, "size": self.size, "torus_axes": list(self.torus_axes)}
         if self.hosts is not None:
             data |= {"hosts": self.hosts, "gpus_per_host": self.gpus_per_host, "link": self.link, "text": self.text}
+        if self.slices is not None:
+            data |= {"slices": self.slices, "link": self.link, "text": self.text}
         return data
 
     @classmethod
@@ -112,6 +116,7 @@ class AxisPlacement:
             data.get("gpus_per_host"),
             data.get("link"),
             data.get("text"),
+            data.get("slices"),
         )
 
 
@@ -153,6 +158,7 @@ class CollectiveCost:
     hosts: int
     link: str
     seconds: float
+    slices: int = 1  # several TPU slices: the slices one group spans (link "dcn" when more than one)
     sources: tuple[Source, ...] = ()
 
     @classmethod
@@ -168,12 +174,13 @@ class CollectiveCost:
             c.hosts,
             link(c, target.chip),
             collective_seconds(c, target.chip),
+            c.slices,
             sources,
         )
 
     @property
     def collective(self) -> Collective:
-        return Collective(self.op, self.count, self.bytes, self.mesh_axes, self.group_size, self.ici_axes, self.hosts)
+        return Collective(self.op, self.count, self.bytes, self.mesh_axes, self.group_size, self.ici_axes, self.hosts, self.slices)
 
     def to_json(self) -> dict[str, Any]:
         plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -268,6 +275,16 @@ class TargetCompile:
     cross_check: CrossCheck | None = None
     extrapolated: Extrapolated | None = None
     compiled_at: str = ""  # when XLA compiled it (UTC, ISO 8601 to the second): a result read from the cache says so
+
+    @property
+    def dcn_collectives(self) -> tuple[CollectiveCost, ...]:
+        """The collectives that cross the data-center network between slices (several TPU slices only)."""
+        return tuple(c for c in self.collectives if c.link == "dcn")
+
+    @property
+    def dcn_bytes(self) -> int:
+        """Bytes per device per step of the collectives that cross the DCN (their results, as the roofline counts them)."""
+        return sum(c.bytes for c in self.dcn_collectives)
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON form (the keys in this order; ``cross_check`` only for a TPU program XLA accepted)."""

@@ -66,6 +66,21 @@ class MeshSpec(_Frozen):
     shape: tuple[StrictInt, ...] = Field(min_length=1, max_length=MAX_MESH_AXES)
     axes: tuple[Any, ...] = Field(min_length=1, max_length=MAX_MESH_AXES)
     axis_types: tuple[Any, ...] | None = None
+    # Per axis, how many TPU slices it spans on a multi-slice target (MaxText's dcn_*_parallelism; the rest of the axis
+    # stays inside each slice). None: the outermost axis spans them all (targets.slice_split).
+    dcn: tuple[Any, ...] | None = None
+
+    @field_validator("dcn", mode="before")
+    @classmethod
+    def _slice_counts(cls, dcn: Any) -> Any:
+        if dcn is None:
+            return None
+        if not isinstance(dcn, (list, tuple)):
+            raise ExplorerError("mesh.dcn", dcn, "is not a list with the slices each mesh axis spans, like [2, 1]")
+        for i, count in enumerate(dcn):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ExplorerError(f"mesh.dcn[{i}]", count, "is not a positive whole number of slices")
+        return tuple(dcn)
 
     @field_validator("axis_types", mode="before")
     @classmethod
@@ -127,6 +142,15 @@ class MeshSpec(_Frozen):
                 list(self.axis_types),
                 f"has {len(self.axis_types)} entries but the mesh has {len(self.axes)} axes {list(self.axes)}",
             )
+        if self.dcn is not None and len(self.dcn) != len(self.axes):
+            raise ExplorerError(
+                "mesh.dcn", list(self.dcn), f"has {len(self.dcn)} entries but the mesh has {len(self.axes)} axes {list(self.axes)}"
+            )
+        for axis, size, count in zip(self.axes, self.shape, self.dcn or ()):
+            if size % count:
+                raise ExplorerError(
+                    "mesh.dcn", list(self.dcn), f"spreads axis {shown(axis)} ({size}) over {count} slices; {count} does not divide {size}"
+                )
         if self.axis_types is not None and "explicit" not in self.axis_types:
             object.__setattr__(self, "axis_types", None)  # one spelling per meaning: all Auto is the default
         return self
@@ -147,9 +171,11 @@ class MeshSpec(_Frozen):
         return self.explicit and "auto" in self.axis_types
 
     def as_dict(self) -> dict[str, Any]:
-        """The mesh in the file format (``axis_types`` only where some axis is Explicit)."""
-        return {"shape": list(self.shape), "axes": list(self.axes)} | (
-            {"axis_types": list(self.axis_types)} if self.axis_types is not None else {}
+        """The mesh in the file format (``axis_types`` only where some axis is Explicit, ``dcn`` only where given)."""
+        return (
+            {"shape": list(self.shape), "axes": list(self.axes)}
+            | ({"axis_types": list(self.axis_types)} if self.axis_types is not None else {})
+            | ({"dcn": list(self.dcn)} if self.dcn is not None else {})
         )
 
     @property

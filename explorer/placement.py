@@ -30,8 +30,11 @@ hosts (the network) and tensor stays in one (NVLink).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -40,7 +43,7 @@ from typing import Any, Iterable, Sequence
 
 from explorer.compile_result import AxisPlacement
 from explorer.errors import ExplorerError, first_line
-from explorer.targets import Target, hosts_per_axis
+from explorer.targets import Target, hosts_per_axis, parse_target, slice_split
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINE = 0.5  # a torus axis run along as a line (no wraparound, or part of the axis): one direction of its links
@@ -56,14 +59,17 @@ class AxisLink:
     rings: tuple[bool, ...]  # TPU: per torus axis, whether a group runs around it as a ring (else a line)
     ring_axes: float  # TPU: torus axes' worth of bidirectional bandwidth (roofline's ``ici_axes``); 1 on a GPU
     hosts: int  # GPU: hosts one group spans (1: NVLink only); 1 on a TPU slice
-    link: str  # "ici", "nvlink" or "network"
+    link: str  # "ici", "nvlink", "network" or "dcn" (several TPU slices: a group spans more than one)
     text: str
+    slices: int = 1  # several TPU slices: the slices one group spans (its collectives cross the DCN when more than 1)
 
     @property
     def short(self) -> str:
         """One table cell: ``fsdp: x ring, y line``, ``tensor: NVLink``, ``fsdp: 8 hosts``."""
         if self.size <= 1:
             return f"{self.axis}: -"
+        if self.link == "dcn":
+            return f"{self.axis}: {self.slices} slices (DCN)"
         if self.link == "ici":
             return f"{self.axis}: " + ", ".join(f"{t} {'ring' if r else 'line'}" for t, r in zip(self.torus_axes, self.rings))
         return f"{self.axis}: NVLink" if self.hosts == 1 else f"{self.axis}: {self.hosts} hosts"
@@ -78,6 +84,7 @@ class AxisLink:
             "hosts": self.hosts,
             "link": self.link,
             "text": self.text,
+            "slices": self.slices,
         }
 
 
@@ -85,9 +92,27 @@ _torus: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}  # (topology, mes
 _lock = threading.Lock()
 
 
-def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str]) -> tuple[AxisLink, ...]:
-    """Each mesh axis' placement on ``target`` and the links it rides (see the module docstring)."""
+def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str], dcn: Sequence[int] | None = None) -> tuple[AxisLink, ...]:
+    """Each mesh axis' placement on ``target`` and the links it rides (see the module docstring).
+
+    Several slices: ``dcn`` (the layout's ``mesh.dcn``; by default the outermost axis spans them, ``targets.slice_split``)
+    says how many slices each axis spans; each axis' part inside a slice is placed on one slice as above, and an axis
+    over more than one slice rides the DCN.
+    """
     shape = tuple(int(s) for s in shape)
+    if target.multislice:
+        split = slice_split(target, shape, tuple(axes), tuple(dcn) if dcn is not None else None)
+        inside = mesh_links(parse_target(target.slice_topology), tuple(s // d for s, d in zip(shape, split)), axes)
+        return tuple(
+            dataclasses.replace(
+                link,
+                size=size,
+                slices=count,
+                link="dcn" if count > 1 else link.link,
+                text=f"{link.axis} ({size}): across {count} slices over the DCN; inside each, {link.text}" if count > 1 else link.text,
+            )
+            for link, size, count in zip(inside, shape, split)
+        )
     if target.is_gpu:
         return _gpu_links(target, shape, tuple(axes))
     prefetch(target, [shape])
@@ -108,9 +133,19 @@ def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str]) -> tup
     return tuple(links)
 
 
-def prefetch(target: Target, shapes: Iterable[Sequence[int]]) -> None:
-    """Place every shape not yet placed for this TPU slice, in one child process (nothing for a GPU cluster)."""
+def prefetch(target: Target, shapes: Iterable[Sequence[int]], dcns: Iterable[Sequence[int] | None] | None = None) -> None:
+    """Place every shape not yet placed for this TPU slice, in one child process (nothing for a GPU cluster). Several
+    slices: each shape's part inside one slice (``dcns``: each mesh's ``mesh.dcn``), on one slice; a split the slices
+    cannot hold is left for ``mesh_links`` to refuse."""
     if target.is_gpu:
+        return
+    if target.multislice:
+        inside = []
+        for shape, dcn in zip(shapes, dcns or itertools.repeat(None)):
+            with contextlib.suppress(ExplorerError):
+                split = slice_split(target, tuple(shape), tuple(f"axis{i}" for i in range(len(shape))), dcn)
+                inside.append(tuple(s // d for s, d in zip(shape, split)))
+        prefetch(parse_target(target.slice_topology), inside)
         return
     with _lock:
         missing = sorted(
@@ -180,16 +215,24 @@ def target_topology(target: Target):
                 "target", target.name, f"the CUDA plugin cannot describe {target.gpu_topology}: {first_line(error)}"
             ) from None
     kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
+    if target.multislice:  # the slices' devices, slice by slice (each a MegaScale device with its slice_index)
+        kwargs["num_slices"] = target.num_slices
     try:
-        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu", **kwargs)
+        return topologies.get_topology_desc(topology_name=target.slice_topology, platform="tpu", **kwargs)
     except Exception as error:  # libtpu missing or refusing the name
         raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
 
 
-PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order")
+PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order", "hybrid_mesh", "hybrid_split_physical_axes")
 
 
-def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], types: tuple[str, ...] | None = None):
+def place_mesh(
+    devices: list,
+    shape: tuple[int, ...],
+    axes: tuple[str, ...],
+    types: tuple[str, ...] | None = None,
+    dcn: tuple[int, ...] | None = None,
+):
     """The slice's devices laid out as the logical mesh, and how: the first of ``PLACEMENTS`` that works.
 
     ``mesh_utils``: ``topologies.make_mesh``'s own placement (each logical axis a product of
@@ -198,6 +241,11 @@ def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], typ
     (8x8 on a 4x4x4 torus); ``device_order``: the devices in libtpu's order, reshaped. The
     result's ``mesh.placement`` says which torus axes each logical axis moves along. ``types`` are the
     layout's axis types (``topologies.make_mesh`` and ``Mesh`` default to Auto).
+
+    Several slices (``dcn``: per axis, the slices it spans, ``targets.slice_split``): MaxText's
+    ``mesh_utils.create_hybrid_device_mesh(ici_shape, dcn_shape, devices)``, each axis ``dcn`` slices of
+    ``shape // dcn`` devices (``hybrid_mesh``; ``hybrid_split_physical_axes`` where a slice's part needs
+    ``allow_split_physical_axes``).
     """
     from explorer.analysis import axis_types_of
 
@@ -205,6 +253,15 @@ def place_mesh(devices: list, shape: tuple[int, ...], axes: tuple[str, ...], typ
     from jax.experimental import mesh_utils
     from jax.sharding import Mesh
 
+    if dcn is not None and math.prod(dcn) > 1:
+        ici = tuple(size // count for size, count in zip(shape, dcn))
+        for method, split in zip(PLACEMENTS[3:], (False, True)):
+            try:
+                grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, allow_split_physical_axes=split)
+                return Mesh(grid, axes, axis_types=axis_types_of(types or ("auto",) * len(axes))), method
+            except Exception:  # mesh_utils refuses the slice's part: split its physical axes
+                continue
+        raise ExplorerError("mesh.dcn", list(dcn), f"cannot lay {list(shape)} over {len(devices)} devices of {math.prod(dcn)} slices")
     attempts = (
         lambda: mesh_utils.create_device_mesh(shape, devices),
         lambda: mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True),
@@ -235,10 +292,39 @@ def device_host(device, target: Target) -> int:
 
 
 def placement(mesh, target: Target | None = None) -> tuple[AxisPlacement, ...]:
-    """How each logical mesh axis lies on the torus, or on a GPU cluster's hosts (``gpu_placement``)."""
+    """How each logical mesh axis lies on the torus, on a GPU cluster's hosts (``gpu_placement``) or across slices."""
     if target is not None and target.is_gpu:
         return gpu_placement(mesh, target)
+    if target is not None and target.multislice:
+        return slice_placement(mesh)
     return torus_placement(mesh)
+
+
+def device_slice(device) -> int:
+    """The slice a device lies in (a multi-slice target's MegaScale device says it; 0 on one slice)."""
+    return int(getattr(device, "slice_index", 0) or 0)
+
+
+def slice_placement(mesh) -> tuple[AxisPlacement, ...]:
+    """How each mesh axis lies on several slices: the slices one group spans (``slices``; link ``dcn`` when more than
+    one: its collectives cross the data-center network), and the torus axes it moves along inside each slice."""
+    import numpy as np
+
+    indices = np.array([device_slice(d) for d in mesh.devices.flat]).reshape(mesh.devices.shape)
+    out = []
+    for torus, name in zip(torus_placement(mesh), mesh.axis_names):
+        axis = mesh.axis_names.index(name)
+        groups = np.moveaxis(indices, axis, -1).reshape(-1, torus.size)
+        spanned = max(len(set(g.tolist())) for g in groups)
+        inside = torus.size // spanned
+        where = f"{inside} device{'s' if inside > 1 else ''}" + (f" along {', '.join(torus.torus_axes)}" if torus.torus_axes else "")
+        text = (
+            f"{name} ({torus.size}): across {spanned} slices over the DCN, {where} in each"
+            if spanned > 1
+            else f"{name} ({torus.size}): inside each slice, {where} over ICI"
+        )
+        out.append(dataclasses.replace(torus, slices=spanned, link="dcn" if spanned > 1 else "ici", text=text))
+    return tuple(out)
 
 
 def gpu_placement(mesh, target: Target) -> tuple[AxisPlacement, ...]:

@@ -40,6 +40,21 @@ V (h - 1) / h crosses into each host, split over them; the two levels overlap (t
 pipelined), so the slower one counts. Latency, NCCL's protocol overheads, SHARP/NVLS in-network
 reductions and rail-optimised switch topologies are left out.
 
+Several TPU slices joined by the data-center network (DCN): a group of N devices on s slices, g = N / s of
+them in each, with W_dcn the DCN bandwidth of one chip (one way: its share of its host's NICs,
+``accelerators.DCN``) and W the ICI bandwidth as above, is costed as the GPU cluster's two levels are,
+the slices in the hosts' place (the ring enters each slice once, over the g chips' NICs; the slower
+level counts):
+
+    AllGather, ReduceScatter   T = V * max((g - 1) / g / (W * n_axes)  [g > 1],  (s - 1) / s / (g * W_dcn))
+    AllReduce                  T = 2 * AllGather
+    AllToAll                   T = B * max((g - 1) / N / W, (N - g) / N / W_dcn)
+    CollectivePermute          T = bytes / W_dcn
+
+A collective XLA splits into an in-slice and a cross-slice part (a hierarchical all-reduce) is two
+collectives in the program, each costed on its own level. DCN congestion between jobs, latency and the
+hosts' own PCIe hops are left out.
+
 The step takes at least the largest of the three (perfect overlap), so that is the
 estimate; it is a lower bound, not a measurement: latency, imperfect overlap,
 missing wraparound links (where a ring cannot use both directions) and everything
@@ -51,7 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from explorer.accelerators import Chip, Gpu
+from explorer.accelerators import DCN, Chip, Gpu
 
 BOOK = "https://jax-ml.github.io/scaling-book/sharding/"
 
@@ -70,6 +85,7 @@ class Collective:
     # (wraparound links, both directions), 0.5 per axis it runs along as a line (one direction).
     ici_axes: float
     hosts: int = 1  # GPU clusters: the hosts one group spans (1: inside a host, over NVLink)
+    slices: int = 1  # several TPU slices: the slices one group spans (more than 1: it crosses the DCN)
 
 
 def collective_seconds(c: Collective, chip: Chip | Gpu) -> float:
@@ -79,6 +95,8 @@ def collective_seconds(c: Collective, chip: Chip | Gpu) -> float:
         return 0.0
     if isinstance(chip, Gpu):
         return _gpu_seconds(c, chip)
+    if c.slices > 1:
+        return _dcn_seconds(c, chip)
     bandwidth = chip.ici_bidirectional_bandwidth * (c.ici_axes if c.ici_axes > 0 else 1)
     share = (n - 1) / n
     if c.op == "all-gather":
@@ -97,26 +115,40 @@ def collective_seconds(c: Collective, chip: Chip | Gpu) -> float:
 def link(c: Collective, chip: Chip | Gpu) -> str:
     """What ``c``'s data rides: ``ici`` on a TPU slice; ``nvlink`` inside a GPU host, ``network`` across hosts."""
     if not isinstance(chip, Gpu):
-        return "ici"
+        return "dcn" if c.slices > 1 else "ici"
     return "network" if c.hosts > 1 else "nvlink"
+
+
+def _dcn_seconds(c: Collective, chip: Chip) -> float:
+    """The two-level time of the module docstring for a group across slices: the ICI hops and the DCN crossings."""
+    s = max(min(c.slices, c.group_size), 1)
+    g = c.group_size / s
+    ici = chip.ici_bidirectional_bandwidth * (c.ici_axes if c.ici_axes > 0 else 1)
+    return _two_levels(c, s, (g - 1) / g, ici, DCN[chip.generation].bandwidth / chip.devices_per_chip)
 
 
 def _gpu_seconds(c: Collective, gpu: Gpu) -> float:
     """The two-level time of the module docstring: the NVLink hops and the network crossings, the slower one."""
-    n, h = c.group_size, max(min(c.hosts, c.group_size), 1)
-    g = n / h
-    nvlink = (n - 1) / n / gpu.nvlink_bandwidth if g > 1 else 0.0
-    network = (h - 1) / h / (g * gpu.network_bandwidth)
+    n = c.group_size
+    return _two_levels(c, max(min(c.hosts, n), 1), (n - 1) / n, gpu.nvlink_bandwidth, gpu.network_bandwidth)
+
+
+def _two_levels(c: Collective, parts: int, inner_share: float, inner: float, outer: float) -> float:
+    """A group over ``parts`` hosts or slices, g = N / parts in each: ``inner_share`` of the array over the inner
+    level's bandwidth, (parts - 1) / parts of it over g links of the outer one; the slower counts (module docstring)."""
+    n = c.group_size
+    g = n / parts
+    per_byte = max(inner_share / inner if g > 1 else 0.0, (parts - 1) / parts / (g * outer))
     if c.op == "all-gather":
-        return c.bytes * max(nvlink, network)
+        return c.bytes * per_byte
     if c.op == "reduce-scatter":  # the result is one shard: the full array is N of them
-        return c.bytes * n * max(nvlink, network)
+        return c.bytes * n * per_byte
     if c.op == "all-reduce":
-        return 2 * c.bytes * max(nvlink, network)
+        return 2 * c.bytes * per_byte
     if c.op == "all-to-all":
-        return c.bytes * max((g - 1) / n / gpu.nvlink_bandwidth, (n - g) / n / gpu.network_bandwidth)
+        return c.bytes * max((g - 1) / n / inner, (n - g) / n / outer)
     if c.op == "collective-permute":
-        return c.bytes / (gpu.network_bandwidth if h > 1 else gpu.nvlink_bandwidth)
+        return c.bytes / (outer if parts > 1 else inner)
     raise ValueError(c.op)
 
 

@@ -6,7 +6,8 @@ The link carries the whole layout in query parameters a person can read and edit
      &model=mlp&options=batch:8;layers:4;depth:1024;scan:false[&types=explicit,explicit][&target=v5p-128]
 
 In ``rules``, ``-`` replicates and ``,`` joins mesh axes (``batch:data,fsdp``). Option
-``types`` (only where some axis is Explicit) gives each mesh axis's type. Option
+``types`` (only where some axis is Explicit) gives each mesh axis's type; ``dcn`` (``2x1``, only where given)
+the slices each mesh axis spans on a multi-slice target (``mesh.dcn``). Option
 values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``;
 ``NaN`` and ``Infinity`` are words too, never floats). Each parameter is at most
 ``MAX_PARAM_LENGTH`` characters, and ``layout_to_query`` refuses a layout whose link
@@ -27,7 +28,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout, json_value, layout_errors, parse_layout
 from explorer.specs import spec_entry
 
-PARAMS = ("name", "mesh", "axes", "types", "rules", "model", "options", "target")
+PARAMS = ("name", "mesh", "axes", "types", "dcn", "rules", "model", "options", "target")
 _SAFE = "_-."
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # always re.fullmatch: "word\n" is not a word
 _JSON_WORDS = ("true", "false", "null")
@@ -58,6 +59,7 @@ def layout_to_params(layout: Layout) -> dict[str, str]:
             "axes": ",".join(_token(a) for a in layout.mesh.axes),
         }
         | ({"types": ",".join(layout.mesh.axis_types)} if layout.mesh.explicit else {})
+        | ({"dcn": "x".join(str(s) for s in layout.mesh.dcn)} if layout.mesh.dcn is not None else {})
         | {
             "rules": ";".join(rules),
             "model": layout.model.name,
@@ -129,6 +131,8 @@ def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
     mesh = {"shape": read(_mesh_shape, params["mesh"], [1]), "axes": [unquote(a) for a in params["axes"].split(",") if a]}
     if params.get("types"):  # validated with the layout: each "auto" or "explicit", one per axis
         mesh["axis_types"] = [unquote(t) for t in params["types"].split(",")]
+    if params.get("dcn"):  # the slices each mesh axis spans on a multi-slice target (mesh.dcn), sizes like the mesh's
+        mesh["dcn"] = read(_mesh_shape, params["dcn"], None)
     data = {
         "name": params.get("name") or "shared",
         "mesh": mesh,
@@ -262,6 +266,8 @@ def maxtext_yaml(layout: Layout) -> str:
     if layout.mesh.explicit:  # MaxText's shard_mode: explicit builds every mesh axis Explicit
         mixed = " (this layout mixes Auto and Explicit axes; MaxText's shard_mode sets all of them)" if layout.mesh.mixed else ""
         lines.append(f"shard_mode: explicit{'  #' + mixed if mixed else ''}")
+    for axis, count in zip(layout.mesh.axes, layout.mesh.dcn or ()):  # several slices: MaxText's dcn_<axis>_parallelism
+        lines.append(f"dcn_{axis}_parallelism: {count}")
     lines.append("logical_axis_rules: [")
     for rule in layout.rules:
         axes = rule.mesh_axes

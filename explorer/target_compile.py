@@ -34,7 +34,7 @@ from explorer.compile_cache import cached, store
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.targets import Target, check_mesh_fits, parse_target
+from explorer.targets import Target, check_mesh_fits, parse_target, slice_split
 from explorer.xla_compile import GPU_FLAG, require_gpu_plugin
 from explorer.xla_results import with_verdict
 
@@ -128,6 +128,7 @@ def compile_target(
     """
     target = parse_target(target) if isinstance(target, str) else target
     check_mesh_fits(target, layout.mesh.size)
+    slice_split(target, tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.dcn)  # a split the slices cannot hold
     require_gpu_plugin(target)
     hit = cached(layout, target)
     if hit is not None:

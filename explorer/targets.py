@@ -33,12 +33,14 @@ import re
 from explorer.accelerators import (
     BY_CLOUD_PREFIX,
     CHIPS,
+    DCN,
     GPU_CLUSTERS,
     GPUS,
     MAX_CHIPS,
     MAX_GPUS_PER_HOST,
     MAX_HOSTS,
     Chip,
+    Dcn,
     Gpu,
     memory_fraction,
 )
@@ -51,7 +53,8 @@ class Target:
 
     name: str
     chip: Chip | Gpu
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # one slice's topology (a GPU cluster's hosts x GPUs per host)
+    num_slices: int = 1  # TPU slices joined by the data-center network (``2xv5p-16``: 2)
 
     @property
     def is_gpu(self) -> bool:
@@ -68,8 +71,23 @@ class Target:
 
     @property
     def topology(self) -> str:
-        """libtpu's topology (``v5p:4x4x4``), or the GPU cluster's own name (``h100:2x8``): what parse_target reads back."""
+        """libtpu's topology (``v5p:4x4x4``; ``2xv5p:4x4x4`` for slices), or the GPU cluster's own name (``h100:2x8``):
+        what parse_target reads back."""
+        return (f"{self.num_slices}x" if self.num_slices > 1 else "") + self.slice_topology
+
+    @property
+    def slice_topology(self) -> str:
+        """One slice's libtpu topology (``v5p:4x4x4``): what ``get_topology_desc`` is given, with ``num_slices``."""
         return f"{self.chip.generation}:{'x'.join(str(s) for s in self.shape)}"
+
+    @property
+    def multislice(self) -> bool:
+        return self.num_slices > 1
+
+    @property
+    def dcn(self) -> Dcn | None:
+        """The data-center network between the slices (``accelerators.DCN``), or None for one slice or a GPU cluster."""
+        return DCN.get(self.chip.generation) if self.multislice else None
 
     @property
     def wraparound(self) -> tuple[bool, ...]:
@@ -99,6 +117,11 @@ class Target:
 
     @property
     def chips(self) -> int:
+        """All chips: ``num_slices`` times one slice's."""
+        return math.prod(self.shape) * self.num_slices
+
+    @property
+    def slice_chips(self) -> int:
         return math.prod(self.shape)
 
     @property
@@ -109,9 +132,11 @@ class Target:
     @property
     def cloud_name(self) -> str:
         """Cloud TPU's type name, or the topology where the generation has none here (TPU7x)."""
-        if self.is_gpu or not self.chip.cloud_prefix or self.chips < self.chip.cloud_min_chips:
+        if self.is_gpu or not self.chip.cloud_prefix or self.slice_chips < self.chip.cloud_min_chips:
             return self.topology
-        return f"{self.chip.cloud_prefix}-{self.chips * self.chip.cores_per_chip}"
+        return (
+            f"{self.num_slices}x" if self.multislice else ""
+        ) + f"{self.chip.cloud_prefix}-{self.slice_chips * self.chip.cores_per_chip}"
 
     def to_dict(self) -> dict:
         """Per-device figures (a device is a chip on every generation but TPU7x, where it is half of one)."""
@@ -158,6 +183,19 @@ class Target:
             "chip_peak_flops": chip.peak_flops,
             "chip_hbm_bandwidth": chip.hbm_bandwidth,
             "sources": list(chip.sources),
+        } | self._dcn_dict()
+
+    def _dcn_dict(self) -> dict:
+        """A multi-slice target's slices and DCN figure (per chip, one way; what it is and its source)."""
+        if not self.multislice:
+            return {}
+        dcn = self.dcn
+        return {
+            "slices": self.num_slices,
+            "slice_topology": self.slice_topology,
+            "dcn_bandwidth": dcn.bandwidth,
+            "dcn_bandwidth_what": dcn.what,
+            "dcn_bandwidth_source": dcn.source,
         }
 
 
@@ -190,6 +228,8 @@ def slices(chip: Chip) -> list[int]:
     ]
 
 
+MAX_SLICES = 64  # slices of one multi-slice target (MaxText's compile_topology_num_slices)
+_SLICES = re.compile(r"(?P<count>\d+)x(?P<slice>[a-z].*)")
 _CLOUD_NAME = re.compile(r"(?P<prefix>[a-z0-9]+)-(?P<count>\d+)")
 _TOPOLOGY = re.compile(r"(?P<generation>[a-z0-9]+):(?P<shape>\d+(?:x\d+)+)")
 GPU_FORM = (
@@ -210,9 +250,19 @@ def gpu_names() -> list[str]:
     return [f"{gpu}:{hosts}x{per_host}" for gpu in GPUS for hosts, per_host in GPU_CLUSTERS]
 
 
+MULTISLICE_NAMES = (
+    "2xv5litepod-4",
+    "2xv5p-16",
+    "2xv5p-128",
+    "4xv5p-512",
+    "2xv5litepod-256",
+    "4xv6e-256",
+)  # examples the app lists (any NxSLICE parses)
+
+
 def valid_names() -> list[str]:
-    """Examples of every accepted form, for the app's choices: the TPU slices, then the GPU clusters."""
-    return tpu_names() + gpu_names()
+    """Examples of every accepted form, for the app's choices: the TPU slices, several slices, then the GPU clusters."""
+    return tpu_names() + list(MULTISLICE_NAMES) + gpu_names()
 
 
 def gpu_cluster(gpu: Gpu, devices: int) -> Target | None:
@@ -277,6 +327,9 @@ def parse_target(name: str) -> Target:
         (2, 8, 16, '1x2x8')
     """
     text = str(name).strip().lower()
+    several = _SLICES.fullmatch(text)
+    if several:
+        return _parse_slices(name, text, int(several["count"]), several["slice"])
     cloud, topology = _CLOUD_NAME.fullmatch(text), _TOPOLOGY.fullmatch(text)
     if topology and topology["generation"] in GPUS:
         return _parse_gpu(name, text, GPUS[topology["generation"]], topology["shape"])
@@ -321,6 +374,63 @@ def parse_target(name: str) -> Target:
     )
 
 
+def _parse_slices(name: str, text: str, count: int, slice_name: str) -> Target:
+    """``NxSLICE``: ``count`` slices of the TPU slice ``slice_name`` (one line naming what is wrong otherwise)."""
+    try:
+        one = parse_target(slice_name)
+    except ExplorerError as error:
+        raise ExplorerError(
+            "target",
+            name,
+            f"is N slices of a TPU slice (NxSLICE), but {slice_name!r} is not a TPU slice type this tool knows "
+            f"({error.problem.split(';')[0]}); e.g. 2xv5p-16, 4xv5litepod-16, 4xv6e-256, 2xv5p:4x4x4",
+        ) from None
+    if one.is_gpu:
+        raise ExplorerError("target", name, f"names slices of a GPU cluster; several slices are TPU slices, e.g. 2xv5p-16; or {GPU_FORM}")
+    if not 2 <= count <= MAX_SLICES:
+        raise ExplorerError("target", name, f"has {count} slices; a multi-slice target has 2 to {MAX_SLICES} (NxSLICE, e.g. 2xv5p-16)")
+    return Target(text, one.chip, one.shape, count)
+
+
+def slice_split(target: Target, shape: tuple[int, ...], axes: tuple[str, ...], dcn: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """How many slices each mesh axis spans (MaxText's ``dcn_*_parallelism``): ``dcn``, or by default the outermost axis
+    all of them (data parallelism over the DCN); refused in one line where the slices cannot hold it.
+
+    >>> slice_split(parse_target("2xv5p-16"), (4, 4), ("data", "fsdp"))
+    (2, 1)
+    >>> slice_split(parse_target("4xv5e:2x2"), (2, 8), ("data", "fsdp"), (1, 4))
+    (1, 4)
+    """
+    n = target.num_slices
+    if not target.multislice:
+        if dcn is not None and math.prod(dcn) != 1:
+            raise ExplorerError("mesh.dcn", list(dcn), f"spreads axes over slices, but the target {target.name} is one slice")
+        return (1,) * len(shape)
+    fitting = [i for i, size in enumerate(shape) if size % n == 0]
+    would = (
+        f"an axis that could span all {n}: {', '.join(f'{axes[i]} ({shape[i]})' for i in fitting)}, "
+        f"e.g. mesh.dcn {[n if i == fitting[0] else 1 for i in range(len(shape))]}"
+        if fitting
+        else f"no axis has a multiple of {n} devices"
+    )
+    if dcn is None:
+        if shape[0] % n:
+            raise ExplorerError(
+                "mesh.dcn",
+                None,
+                f"leaves the outermost axis {axes[0]} ({shape[0]}) to span the {n} slices of {target.name}, but {shape[0]} "
+                f"is not a multiple of {n}; {would}",
+            )
+        return (n,) + (1,) * (len(shape) - 1)
+    if math.prod(dcn) != n:
+        raise ExplorerError(
+            "mesh.dcn",
+            list(dcn),
+            f"spans {math.prod(dcn)} slices in all, but the target {target.name} has {n}; {would}",
+        )
+    return tuple(dcn)
+
+
 def check_mesh_fits(target: Target, mesh_size: int) -> None:
     """Refuse a mesh whose device count is not the target's device count, naming both and the targets that would fit."""
     if mesh_size == target.devices:
@@ -344,6 +454,8 @@ def check_mesh_fits(target: Target, mesh_size: int) -> None:
     else:
         advice = "; ".join(tpu_advice + gpu_advice)
         has = f"{target.chips} chips" + (f" ({target.devices} devices)" if target.devices != target.chips else "")
+        if target.multislice:
+            has += f" ({target.num_slices} slices of {target.slice_chips})"
     raise ExplorerError(
         "target",
         target.name,

@@ -509,6 +509,22 @@ def memory_room(target: Target, limit: MemoryLimit) -> str:
     )
 
 
+def multislice_lines(result: TargetCompile) -> list[str]:
+    """For several TPU slices: the slices, the DCN figure, which mesh axes cross the DCN, and its traffic per step."""
+    target = result.target
+    if not target.multislice:
+        return []
+    crossing = [p.axis for p in result.mesh.placement if p.link == "dcn"]
+    seconds = sum(c.seconds for c in result.dcn_collectives)
+    return [
+        f"{target.num_slices} slices of {target.slice_topology} joined by the data-center network: "
+        f"{target.dcn.bandwidth / 1e9:g} GB/s per chip one way ({target.dcn.what}; {target.dcn.source})",
+        "placement: " + "; ".join(p.text or p.axis for p in result.mesh.placement),
+        f"across the DCN: {', '.join(crossing) or 'no axis'}; {human_bytes(result.dcn_bytes)} per device per step in "
+        f"{len(result.dcn_collectives)} collective kind(s), {seconds * 1e3:.3f} ms at the DCN figure (an estimate)",
+    ]
+
+
 def compile_text(result: TargetCompile, cached: bool = False) -> str:
     """A readable summary of a compile for a target (``target_compile``'s result)."""
     target, memory, estimate = result.target, result.memory, result.estimate
@@ -540,10 +556,14 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
     lines.append(
         "collectives: "
         + (
-            "; ".join(f"{c.op} x{c.count} over {'x'.join(c.mesh_axes) or '-'} ({human_bytes(c.bytes)})" for c in result.collectives)
+            "; ".join(
+                f"{c.op} x{c.count} over {'x'.join(c.mesh_axes) or '-'} ({human_bytes(c.bytes)}{', DCN' if c.link == 'dcn' else ''})"
+                for c in result.collectives
+            )
             or "none"
         )
     )
+    lines += multislice_lines(result)
     if estimate:
         lines.append(
             f"roofline lower bound (not a measurement): compute {human_seconds(estimate.compute_s)}, memory "

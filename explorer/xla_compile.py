@@ -50,7 +50,7 @@ from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError, first_line
 from explorer.layout import Layout
 from explorer.placement import place_mesh, target_topology
-from explorer.targets import Target, check_mesh_fits
+from explorer.targets import Target, check_mesh_fits, slice_split
 from explorer.xla_results import analyze_compiled, analyze_dump, dump_cross_check, parse_oom
 
 COMPILER_OPTIONS: dict[str, Any] = {}  # no xla_tpu_no_crash_on_oom: libtpu >= 0.0.47.1 refuses its programs
@@ -73,13 +73,15 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
 
     stage = on_stage or (lambda _: None)
     check_mesh_fits(target, layout.mesh.size)
+    shape, axes = tuple(layout.mesh.shape), tuple(layout.mesh.axes)
+    dcn = slice_split(target, shape, axes, layout.mesh.dcn)  # per axis, the slices it spans (all 1 on one slice)
     if target.is_gpu:
         require_gpu_plugin(target)
     stage("trace")
     report = analyze(layout)
     model = model_of(layout)
     topology = target_topology(target)
-    mesh, method = place_mesh(list(topology.devices), tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.types)
+    mesh, method = place_mesh(list(topology.devices), shape, axes, layout.mesh.types, dcn)
     shardings = state_shardings(report, model, mesh)
     inputs_sharding = input_shardings(report, mesh)
     inputs = abstract_inputs(model, inputs_sharding)

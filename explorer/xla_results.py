@@ -39,7 +39,8 @@ from explorer.compile_result import (
 )
 from explorer.errors import first_line
 from explorer.hlo import LoopWork
-from explorer.placement import device_coords, device_host, placement
+from explorer.megascale import megascale_ops
+from explorer.placement import device_coords, device_host, device_slice, placement
 from explorer.accelerators import JAX_MEMORY_FRACTION, MEMORY_FRACTION_ENV, memory_fraction
 from explorer.targets import Target
 
@@ -92,7 +93,9 @@ def analyze_dump(folder: str, oom: Oom, target: Target, mesh, method: str, compi
     except (OSError, ValueError):  # no dump: E1000's own figures only
         return _result(target, mesh, method, compile_s, Memory(peak_bytes=oom.required_bytes), None, None, [], "", oom)
     work = hlo.matmul_work(text)
-    return _result(target, mesh, method, compile_s, Memory(**memory), work.flops, work.bytes, _mesh_collectives(text, mesh), text, oom)
+    return _result(
+        target, mesh, method, compile_s, Memory(**memory), work.flops, work.bytes, _mesh_collectives(text, mesh, target), text, oom
+    )
 
 
 def dump_cross_check(folder: str) -> CrossCheck | None:
@@ -177,9 +180,51 @@ def _mesh_collectives(text: str, mesh, target: Target | None = None) -> list:
 
     coords = np.array([device_coords(d) for d in mesh.devices.flat])
     hosts = np.array([device_host(d, target) for d in mesh.devices.flat]) if target is not None and target.is_gpu else None
-    return aggregate_collectives(
-        hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts, text
-    )
+    if target is None or not target.multislice:
+        return aggregate_collectives(
+            hlo.collective_ops(text, mesh.size), tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts, text
+        )
+    slices = np.array([device_slice(d) for d in mesh.devices.flat])
+    ops = _slice_ops(text, mesh, slices)
+    return aggregate_collectives(ops, tuple(mesh.devices.shape), tuple(mesh.axis_names), coords, hosts, text, slices)
+
+
+def _slice_ops(text: str, mesh, slices) -> list:
+    """A multi-slice program's collectives with their groups as positions in the whole mesh.
+
+    XLA compiles one program per slice: its in-slice collectives name the slice's devices by their
+    place in it (the mesh's devices of slice 0, in mesh order); its cross-slice parts are MegaScale
+    transfers (``megascale.megascale_ops``) naming global device ids, or slices and in-slice places. Their
+    bytes are put as the roofline reads a collective's: the result (an all-gather's input times the
+    group, a reduce-scatter's over it).
+    """
+    import dataclasses
+
+    from explorer import hlo
+
+    ids = [int(d.id) for d in mesh.devices.flat]
+    place_of = {device: position for position, device in enumerate(ids)}
+    in_slice: dict[int, list[int]] = {}  # slice -> the mesh positions of its devices, in mesh order
+    for position, index in enumerate(slices.tolist()):
+        in_slice.setdefault(index, []).append(position)
+    first = in_slice[min(in_slice)]
+    ops = [
+        dataclasses.replace(
+            op, groups=None if op.groups is None else tuple(tuple(first[i] for i in g if i < len(first)) for g in op.groups)
+        )
+        for op in hlo.collective_ops(text, len(first))
+    ]
+    for op in megascale_ops(text):
+        if op.groups is not None:
+            groups = tuple(tuple(place_of[i] for i in g if i in place_of) for g in op.groups)
+        else:
+            groups = tuple(tuple(in_slice[s][d] for s in op.slices if s in in_slice and d < len(in_slice[s])) for d in op.devices)
+        if not any(len(g) > 1 for g in groups):  # a target this reader does not place: across slices all the same
+            groups = (tuple(positions[0] for positions in in_slice.values()),)
+        n = max((len(g) for g in groups), default=1)
+        size = op.bytes * n if op.op == "all-gather" else op.bytes // n if op.op == "reduce-scatter" else op.bytes
+        ops.append(hlo.CollectiveOp(op.op, op.runs, size, groups))
+    return ops
 
 
 def memory_limit(target: Target) -> MemoryLimit:
@@ -286,12 +331,17 @@ def _padding(parameters) -> Padding:
     )
 
 
-def aggregate_collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None, text: str = "") -> list:
-    """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned, hosts spanned),
-    each with the lines of the user's code its instructions come from (``sources.line_sources`` of ``text``).
+def aggregate_collectives(
+    ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str, ...], coords, hosts=None, text: str = "", slices=None
+) -> list:
+    """Aggregate the program's collectives per (op, mesh axes spanned, group size, torus axes spanned, hosts spanned,
+    slices spanned), each with the lines of the user's code its instructions come from (``sources.line_sources`` of
+    ``text``).
 
     ``hosts``, for a GPU cluster, holds each mesh position's host: a group's collective crosses
-    the network when its members sit on more than one.
+    the network when its members sit on more than one. ``slices``, for several TPU slices, each
+    position's slice: a group's collective crosses the DCN when its members sit on more than one
+    (each part of one XLA split into an in-slice and a cross-slice collective is judged on its own groups).
     """
     from explorer.roofline import Collective
     from explorer.sources import line_sources
@@ -299,14 +349,15 @@ def aggregate_collectives(ops, mesh_shape: tuple[int, ...], mesh_axes: tuple[str
     totals: dict[tuple, list] = {}
     for op in ops:
         spanned, torus, across = _spanned(op.groups, mesh_shape, mesh_axes, coords, hosts)
-        key = (op.op, spanned, op.group_size, torus, across)
+        crossing = _spanned(op.groups, mesh_shape, mesh_axes, coords, slices)[2] if slices is not None else 1
+        key = (op.op, spanned, op.group_size, torus, across, crossing)
         entry = totals.setdefault(key, [0, 0, []])
         entry[0] += op.runs
         entry[1] += op.runs * op.bytes
         entry[2].append(op)
     return [
-        (Collective(op, count, size, axes, group, torus, across), line_sources(text, members) if text else ())
-        for (op, axes, group, torus, across), (count, size, members) in sorted(totals.items(), key=lambda item: item[0])
+        (Collective(op, count, size, axes, group, torus, across, crossing), line_sources(text, members) if text else ())
+        for (op, axes, group, torus, across, crossing), (count, size, members) in sorted(totals.items(), key=lambda item: item[0])
     ]
 
 

@@ -98,22 +98,27 @@ def compile_step(
             train_step, in_shardings=(state_sharding, *input_shardings), out_shardings=state_sharding, donate_argnums=0
         ).lower(abstract_state, *abstract_inputs)
     compiled = lowered.compile(COLLECTIVE_KERNELS_OFF)
-    stats = compiled.memory_analysis()
     text = compiled.as_text()
     return {
         "device_kind": topology.devices[0].device_kind,
         "devices": len(topology.devices),
-        "memory": {
-            "argument_bytes": stats.argument_size_in_bytes,
-            "output_bytes": stats.output_size_in_bytes,
-            "alias_bytes": stats.alias_size_in_bytes,
-            "temp_bytes": stats.temp_size_in_bytes,
-            "peak_bytes": stats.peak_memory_in_bytes,
-        },
+        "memory": memory_of(compiled),
         "cost_analysis": compiled.cost_analysis(),
         "dot_flops": dot_flops(text),
         "collectives": collectives(text),
         "text": text,
+    }
+
+
+def memory_of(compiled) -> dict[str, int]:
+    """``memory_analysis()``'s figures per device, by the names the explorer's JSON gives them."""
+    stats = compiled.memory_analysis()
+    return {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "alias_bytes": stats.alias_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "peak_bytes": stats.peak_memory_in_bytes,
     }
 
 
@@ -178,7 +183,8 @@ def _dims(shape: str) -> list[int]:
     return [int(d) for d in array.group(2).split(",") if d]
 
 
-def _bytes(shape: str) -> int:
+def array_bytes(shape: str) -> int:
+    """The bytes of an HLO shape (a tuple's arrays added up)."""
     return sum(math.prod(int(d) for d in dims.split(",") if d) * BYTES[dtype] for dtype, dims in _ARRAY.findall(shape))
 
 
@@ -219,5 +225,5 @@ def collectives(text: str) -> dict[str, dict[str, int]]:
             opcode = match.group(3).removesuffix("-done")
             if opcode in COLLECTIVES and not match.group(3).endswith("-start"):
                 found[opcode]["count"] += runs[name]
-                found[opcode]["bytes"] += runs[name] * _bytes(match.group(2))
+                found[opcode]["bytes"] += runs[name] * array_bytes(match.group(2))
     return {op: stats for op, stats in found.items() if stats["count"]}

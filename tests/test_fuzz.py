@@ -189,3 +189,17 @@ def test_any_options_in_a_link(options):
     layout = decodes_or_refuses(params_to_layout, params)
     if layout is not None:
         link_round_trips(layout)
+
+
+@FUZZ
+@given(
+    json_values | st.lists(st.integers(-2, 9), max_size=3),
+    st.from_regex(r"[0-9]{1,3}x(v5p|v5litepod|v6e|v4|tpu7x|v9|h100)[-:][0-9x]{1,8}", fullmatch=True) | hostile_tokens,
+)
+def test_several_slices_a_fuzzed_mesh_dcn_and_target_decode_or_refuse_in_one_line(dcn, target):
+    """A layout's ``mesh.dcn`` (the slices each axis spans) and an NxSLICE target: valid, or one line naming the field."""
+    data = copy.deepcopy(SEED_LAYOUT)
+    data["mesh"]["dcn"], data["target"] = dcn, target
+    layout = decodes_or_refuses(load_layout_bytes, json.dumps(data).encode())
+    if layout is not None:
+        link_round_trips(layout)

@@ -22,7 +22,7 @@ from explorer.layout import Layout
 from explorer.compile_cache import cached
 from explorer.step_model import SCOPE
 from explorer.target_compile import Stopped, compile_target
-from explorer.targets import Target, check_mesh_fits, parse_target, valid_names
+from explorer.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.text import human_bytes, human_flops, human_seconds, markdown_literal, memory_relation, memory_room, share
 from explorer.xla_results import memory_limit
 from ui import state, tables
@@ -62,7 +62,8 @@ def choose() -> Target | None:
         name = st.text_input(
             "Slice or GPU cluster",
             key=OTHER,
-            help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16) or a GPU cluster (h100:2x8)",
+            help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16), N slices of one (2xv5p-128) or a GPU "
+            "cluster (h100:2x8)",
         )
     else:
         name = choice
@@ -82,6 +83,7 @@ def choose() -> Target | None:
     st.caption(
         f"{target.topology}: {target.chips} × {target.chip.device_kind}, {human_bytes(target.chip.hbm_bytes)} HBM, "
         f"{target.chip.peak_flops / 1e12:,.0f} bf16 TFLOP/s per chip"
+        + (f"; {target.num_slices} slices joined by the DCN, {target.dcn.bandwidth / 1e9:g} GB/s per chip" if target.multislice else "")
     )
     return target
 
@@ -103,6 +105,7 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
     st.subheader(f"Planned for {markdown_literal(target.name)}")
     try:
         check_mesh_fits(target, layout_size(layout))
+        slice_split(target, tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.dcn)  # several slices: which axes span them
     except ExplorerError as error:
         st.error(markdown_literal(str(error)))
         return None
@@ -293,6 +296,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
                     "group": c.group_size,
                 }
                 | ({"rides": "NVLink" if c.link == "nvlink" else "network"} if target.is_gpu else {})
+                | ({"rides": c.link.upper()} if target.multislice else {})
                 | {"time ≥": human_seconds(c.seconds)}
                 for c in result.collectives
             ]
@@ -307,6 +311,8 @@ def placement_text(result: TargetCompile) -> str:
     """Where the layout's mesh axes fall on the target, from the compile: on a GPU cluster the hosts and GPUs of one group and
     what it rides; on a TPU slice the torus axes it moves along."""
     axes = [p for p in result.mesh.placement if p.size > 1]
+    if result.target.multislice:
+        return f"Placed on {result.target.num_slices} slices: " + "; ".join(p.text for p in axes) + "." + dcn_traffic(result)
     if result.target.is_gpu:
         return "Placed on the hosts and GPUs (host-major): " + ("; ".join(p.text for p in axes) or "no axis larger than 1") + "."
     return (
@@ -314,6 +320,12 @@ def placement_text(result: TargetCompile) -> str:
         + ("; ".join(f"{p.axis} ({p.size}) along {' and '.join(p.torus_axes)}" for p in axes) or "no axis larger than 1")
         + "."
     )
+
+
+def dcn_traffic(result: TargetCompile) -> str:
+    """Several slices: the bytes per device per step that cross the DCN, and their time at the DCN figure (an estimate)."""
+    seconds = sum(c.seconds for c in result.dcn_collectives)
+    return f" Across the DCN: {human_bytes(result.dcn_bytes)} per chip per step, ≥ {human_seconds(seconds)} (an estimate)."
 
 
 def predicted_steps(layouts: list[Layout], target: Target) -> list[float | None]:
@@ -348,7 +360,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
         "step ≥ (lower bound)": human_seconds(step_s) if estimate else "—",
         "bound": bound,
         "collective time ≥": human_seconds(collective_s) if estimate else "—",
-    }
+    } | ({"DCN / step": human_bytes(result.dcn_bytes)} if result.target.multislice else {})
 
 
 def compare_section(labels: list[str], layouts: list[Layout], target: Target | None) -> None:
@@ -396,7 +408,8 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
     with st.container(key="compare_targets_table"):
         tables.fitted(
             pd.DataFrame([summary_row(l, r) for l, r in zip(labels, results)]),
-            SUMMARY_COLUMNS,
+            # several slices: what crosses the DCN in view, in the place of the bound (one click away)
+            {k: v for k, v in SUMMARY_COLUMNS.items() if k != "bound"} | {"DCN / step": 80} if target.multislice else SUMMARY_COLUMNS,
             {"XLA peak / device": "XLA peak", "predicted step": "predicted", "step ≥ (lower bound)": "step ≥"},
             key="compare_targets",
         )

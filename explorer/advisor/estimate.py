@@ -54,7 +54,9 @@ STAGE1_NOTE = "stage 1, no compile: 6·N·tokens compute (N: the active paramete
 def _collective(op: str, bytes_: float, axis: str, group: int, links: dict[str, AxisLink]) -> Collective:
     """One collective over mesh axis ``axis`` (a group of ``group`` devices), once, on the links the axis lies on."""
     link = links.get(axis)
-    return Collective(op, 1, int(bytes_), (axis,), group, link.ring_axes if link else 1, link.hosts if link else 1)
+    return Collective(
+        op, 1, int(bytes_), (axis,), group, link.ring_axes if link else 1, link.hosts if link else 1, link.slices if link else 1
+    )
 
 
 class Stage1(NamedTuple):
@@ -92,7 +94,7 @@ def estimate_candidate(
     chip = target.chip
     mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
     if links is None:
-        links = mesh_links(target, report.layout.mesh.shape, report.layout.mesh.axes)
+        links = mesh_links(target, report.layout.mesh.shape, report.layout.mesh.axes, report.layout.mesh.dcn)
     by_link = {link.axis: link for link in links}
     totals = report.totals
     moe = moe_profile(report, roles, tokens)

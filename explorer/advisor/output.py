@@ -180,6 +180,12 @@ def target_text(target: Target) -> str:
                 f"a {shape} torus with wraparound links on {where}: a mesh axis that goes around a whole torus axis with them "
                 "moves data both ways, any other one way"
             )
+        if target.multislice:  # each slice's torus as above; the slices joined by the DCN
+            return (
+                f"{target.name}: {target.num_slices} TPU slices of {target.slice_chips} {target.chip.device_kind} chips "
+                f"({target.devices} devices) joined by the data-center network ({target.dcn.bandwidth / 1e9:g} GB/s per chip), "
+                f"each {links}"
+            )
         return f"{target.name}: a TPU slice of {target.chips} {target.chip.device_kind} chips ({target.devices} devices), {links}"
     gpu = target.chip
     return (

@@ -80,7 +80,8 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
         shared = None
     if shared is not None and shared.probe_error:
         shared = None
-    prefetch(target, [c.mesh.shape for c in layouts if c.mesh.size == target.devices])  # one child places every mesh (TPU)
+    placed = [c.mesh for c in layouts if c.mesh.size == target.devices]
+    prefetch(target, [m.shape for m in placed], [m.dcn for m in placed])  # one child places every mesh (TPU)
     limit = limit_bytes(target)
     # Names the model's code resolved itself (MaxText's maybe_shard_with_logical) reach no constraint under the probe:
     # each candidate's activations are then read under its own mesh and rules
@@ -109,7 +110,13 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
         state = report.totals.state_bytes
         chosen = report_roles(report, roles)
         active = active_params(report, chosen)
-        links = mesh_links(target, candidate.mesh.shape, candidate.mesh.axes)
+        try:
+            links = mesh_links(target, candidate.mesh.shape, candidate.mesh.axes, candidate.mesh.dcn)
+        except ExplorerError as error:  # several slices: a split of the mesh over them that they cannot hold
+            search.refused += 1
+            if len(search.refused_examples) < 5:
+                search.refused_examples.append(f"{candidate.name}: {error}")
+            continue
         for variant, remat, microbatches in memory_variants(candidate, report, chosen, target, own):
             estimate, largest, by_axis, collectives = stage1_estimate(report, target, roles, remat_cost(remat), microbatches, links)
             search.candidates.append(

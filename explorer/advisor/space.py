@@ -294,9 +294,29 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
                 "model": {"name": layout.model.name, "options": dict(layout.model.options)},
             }
         )
-        if _identity(candidate) not in seen:
-            seen.add(_identity(candidate))
-            out.append(candidate)
+        for spread in across_slices(candidate, target):
+            if _identity(spread) not in seen:
+                seen.add(_identity(spread))
+                out.append(spread)
+    return out
+
+
+SLICE_AXES = ("data", "fsdp")  # the axes a candidate may spread over several slices: data or FSDP over the DCN, never tensor
+
+
+def across_slices(candidate: Layout, target: Target) -> list[Layout]:
+    """On several slices, one candidate per axis that can span them all (``SLICE_AXES`` whose size the slice count
+    divides: ``mesh.dcn`` puts that axis over the slices, its rest and the other axes inside each); on one slice, the
+    candidate itself."""
+    if not target.multislice:
+        return [candidate]
+    out = []
+    for index, (axis, size) in enumerate(zip(candidate.mesh.axes, candidate.mesh.shape)):
+        if axis in SLICE_AXES and size % target.num_slices == 0:
+            data = candidate.to_dict()
+            data["name"] = f"{candidate.name}, {axis} across slices"
+            data["mesh"]["dcn"] = [target.num_slices if i == index else 1 for i in range(len(candidate.mesh.axes))]
+            out.append(parse_layout(data))
     return out
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import subprocess
+import sys
 
 from explorer.compile_result import Memory, TargetCompile, TargetMesh
 from explorer.hlo import LoopWork
@@ -86,3 +88,8 @@ def small_mlp(seed_dict, **options) -> Layout:
     data = copy.deepcopy(seed_dict)
     data["model"]["options"].update({"layers": 2, "depth": 512, **options})
     return parse_layout(data)
+
+
+def compile_cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -m explorer compile ARGS``, as a user runs it: its exit code, stdout and stderr."""
+    return subprocess.run([sys.executable, "-m", "explorer", "compile", *args], capture_output=True, text=True, timeout=120)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from explorer import advisor
+from explorer.accelerators import DCN
 from explorer.analysis import analyze, model_for_layouts
 from explorer.compile_result import CollectiveCost, Extrapolated, Memory
 from explorer.errors import ExplorerError
@@ -565,3 +567,29 @@ def test_stage_1_costs_a_tpu_collective_on_the_rings_and_lines_its_axis_lies_on(
             assert collective_seconds(k, target.chip) == pytest.approx(expected, rel=1e-9), (c.layout.name, label)
         assert c.estimate.collective_s == pytest.approx(sum(collective_seconds(k, target.chip) for _, k in c.collectives), rel=1e-9)
     assert len(chosen) >= 8 and any(r % 1 for r in ring_factors) and any(r % 1 == 0 for r in ring_factors)  # lines and rings both
+
+
+def test_on_several_slices_candidates_put_data_or_fsdp_across_them_never_tensor_and_cost_it_over_the_dcn(seed_dict):
+    """2xv5litepod-4 (two v5e slices of 4 chips): every generated candidate spreads one data or FSDP axis over the two
+    slices (mesh.dcn), never a tensor axis; that axis rides the DCN in stage 1, its collectives costed at the DCN
+    bandwidth per chip (``roofline``), the others on one slice's torus as ``placement.mesh_links`` places them."""
+    search = advisor.stage1(small(seed_dict), "2xv5litepod-4")
+    target, generated = search.target, [c for c in search.candidates if not c.own]
+    spread = {(c.layout.mesh.axes[c.layout.mesh.dcn.index(2)]) for c in generated}
+    assert spread == {"data", "fsdp"} and all(sorted(c.layout.mesh.dcn)[-1] == 2 and math.prod(c.layout.mesh.dcn) == 2 for c in generated)
+    assert "tensor8" not in {c.layout.name for c in search.candidates}  # no data or FSDP axis to put across the slices
+    crossing = 0
+    for c in generated:
+        links = {link.axis: link for link in c.links}
+        for axis, count in zip(c.layout.mesh.axes, c.layout.mesh.dcn):
+            assert (links[axis].link == "dcn") == (count > 1) and links[axis].slices == count
+        for _, k in c.collectives:
+            [axis] = k.mesh_axes
+            assert k.slices == links[axis].slices
+            crossing += k.slices > 1
+            if k.slices > 1 and k.op == "all-reduce":
+                g = k.group_size / 2
+                inside = (g - 1) / g / (target.chip.ici_bidirectional_bandwidth * links[axis].ring_axes) if g > 1 else 0.0
+                expected = 2 * k.bytes * max(inside, 1 / 2 / (g * DCN["v5e"].bandwidth))
+                assert collective_seconds(k, target.chip) == pytest.approx(expected)
+    assert crossing > 0

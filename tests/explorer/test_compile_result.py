@@ -109,3 +109,20 @@ def test_an_extrapolated_result_says_from_which_depths_and_the_command_lines_cac
     data = result.to_json()
     assert list(data)[-1] == "extrapolated" and data["extrapolated"] == {"depths": [1, 2], "depth": 32, "options": ["layers"]}
     assert TargetCompile.from_json(data | {"cached": True}) == result
+
+
+def test_a_multislice_results_json_keeps_its_slices_and_dcn_marking():
+    target = parse_target("2xv5e:2x2")
+    across = Collective("all-reduce", 2, 1024, ("data",), 2, 0, 1, 2)
+    result = compile_result(
+        "2xv5e:2x2",
+        mesh=TargetMesh(
+            (2, 4), ("data", "model"), (AxisPlacement("data", 2, (), None, None, "dcn", "data (2): across", 2),), "hybrid_mesh"
+        ),
+        collectives=(CollectiveCost.of(across, target),),
+    )
+    data = json.loads(json.dumps(result.to_json()))
+    assert data["target"]["slices"] == 2 and data["collectives"][0]["link"] == "dcn" and data["collectives"][0]["slices"] == 2
+    assert data["mesh"]["placement"][0]["slices"] == 2 and data["mesh"]["placement"][0]["link"] == "dcn"
+    back = TargetCompile.from_json(data)
+    assert back == result and back.target.num_slices == 2 and back.dcn_bytes == 1024

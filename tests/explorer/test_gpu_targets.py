@@ -19,8 +19,6 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -34,7 +32,7 @@ from explorer.xla_compile import gpu_plugin
 from explorer.accelerators import GPUS
 from explorer.targets import hosts_per_axis, parse_target
 from tests import ground_truth_gpu
-from tests.explorer import compile_result
+from tests.explorer import compile_cli, compile_result
 
 pytestmark = pytest.mark.skipif(gpu_plugin() is None, reason='needs JAX\'s CUDA plugin: pip install "partition-explorer[gpu]"')
 
@@ -270,12 +268,8 @@ def test_a_cached_result_is_judged_with_this_processs_memory_fraction(seed_dict,
     assert "with XLA_PYTHON_CLIENT_MEM_FRACTION=.95" in again.memory_limit.what
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "explorer", "compile", *args], capture_output=True, text=True, timeout=120)
-
-
 def test_the_command_line_refuses_an_unknown_gpu_with_one_line_naming_the_valid_targets():
-    completed = _cli("layouts/seed-2x4.json", "--target", "v100:1x8")
+    completed = compile_cli("layouts/seed-2x4.json", "--target", "v100:1x8")
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1
     assert completed.stderr.startswith("error: target: 'v100:1x8' is not a TPU slice name or a GPU cluster")
     assert "GPU:HOSTSxGPUS of a100, h100, h200, b200" in completed.stderr and "v5p-128" in completed.stderr
@@ -285,13 +279,13 @@ def test_the_command_line_refuses_a_device_count_mismatch_with_both_counts(tmp_p
     layout = tmp_path / "layout.json"
     data = copy.deepcopy(CASES["h200:2x8"])
     layout.write_text(json.dumps(data))
-    completed = _cli(str(layout), "--target", "h100:1x8")
+    completed = compile_cli(str(layout), "--target", "h100:1x8")
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1
     assert completed.stderr.startswith(
         "error: target: 'h100:1x8' has 8 GPUs (1 host of 8) but the mesh needs 16 devices; GPU clusters of 16 GPUs: h100:2x8, "
     )
     assert "v5litepod-16 (v5e:4x4)" in completed.stderr and "Traceback" not in completed.stderr
-    too_many = _cli("layouts/seed-2x4.json", "--target", "h100:1x16")
+    too_many = compile_cli("layouts/seed-2x4.json", "--target", "h100:1x16")
     assert too_many.returncode == 2 and "1 to 8 GPUs" in too_many.stderr and too_many.stderr.count("\n") == 1
 
 

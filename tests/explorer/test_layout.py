@@ -141,3 +141,29 @@ def test_every_invalid_field_is_reported_at_once(seed_dict):
         parse_layout(seed_dict)
     assert str(caught.value) in [str(e) for e in errors]
     assert layout_errors(SEED_LAYOUT) == ()
+
+
+def test_mesh_dcn_says_how_many_slices_each_axis_spans_and_old_files_stay_valid():
+    data = json.loads(json.dumps(SEED_LAYOUT))
+    assert parse_layout(data).mesh.dcn is None and "dcn" not in parse_layout(data).to_dict()["mesh"]
+    data["mesh"]["dcn"] = [2, 1]
+    layout = parse_layout(data)
+    assert layout.mesh.dcn == (2, 1) and layout.to_dict()["mesh"]["dcn"] == [2, 1] and parse_layout(layout.to_dict()) == layout
+
+
+@pytest.mark.parametrize(
+    "dcn, field, says",
+    [
+        ([3, 1], "mesh.dcn", "spreads axis 'data' (2) over 3 slices; 3 does not divide 2"),
+        ([2], "mesh.dcn", "has 1 entries but the mesh has 2 axes"),
+        ([0, 1], "mesh.dcn[0]", "is not a positive whole number of slices"),
+        ([True, 1], "mesh.dcn[0]", "is not a positive whole number of slices"),
+        ("2x1", "mesh.dcn", "is not a list"),
+    ],
+)
+def test_a_bad_mesh_dcn_is_refused_naming_the_field_and_value(dcn, field, says):
+    data = json.loads(json.dumps(SEED_LAYOUT))
+    data["mesh"]["dcn"] = dcn
+    with pytest.raises(ExplorerError) as error:
+        parse_layout(data)
+    assert error.value.field == field and says in str(error.value)

@@ -177,3 +177,22 @@ def test_a_bad_target_in_a_link_is_named():
 
     with pytest.raises(ExplorerError, match=r"target: 'v9-3' is not a TPU slice name"):
         layout_from_link("mesh=2x4&axes=data,model&model=mlp&target=v9-3")
+
+
+def test_a_links_dcn_carries_the_slices_each_axis_spans_and_only_where_given(seed_dict):
+    data = seed_dict
+    assert "dcn=" not in layout_to_query(parse_layout(data))
+    data["mesh"]["dcn"], data["target"] = [2, 1], "2xv5p-16"
+    layout = parse_layout(data)
+    query = layout_to_query(layout)
+    assert "dcn=2x1" in query and "target=2xv5p-16" in query and layout_from_link(query) == layout
+    with pytest.raises(ExplorerError, match="mesh.dcn"):
+        layout_from_link(query.replace("dcn=2x1", "dcn=3x1"))
+
+
+def test_maxtext_yaml_says_how_many_slices_each_axis_spans(seed_dict):
+    seed_dict["mesh"]["dcn"] = [2, 1]
+    text = maxtext_yaml(parse_layout(seed_dict))
+    assert "dcn_data_parallelism: 2\ndcn_model_parallelism: 1\n" in text
+    del seed_dict["mesh"]["dcn"]
+    assert "dcn_" not in maxtext_yaml(parse_layout(seed_dict))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from explorer.errors import ExplorerError
 from explorer.roofline import Collective, collective_seconds, estimate, link
-from explorer.accelerators import CHIPS, GPUS
-from explorer.targets import check_mesh_fits, gpu_names, parse_target, valid_names
+from explorer.accelerators import CHIPS, DCN, GPUS
+from explorer.targets import check_mesh_fits, gpu_names, parse_target, slice_split, valid_names
 
 
 @pytest.mark.parametrize(
@@ -169,3 +171,107 @@ def test_wraparound_links_follow_the_scaling_book(name, wraps):
     """ "Any multiple of a full cube (e.g. 4x4x4 or 4x4x8) will have wraparounds"; "a 2x2x4 won't"; "A TPU v5e 8x16 will
     have a wraparound on the longer axis" (How to Scale Your Model, part 2)."""
     assert parse_target(name).wraparound == wraps
+
+
+# --- several slices joined by the data-center network -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, slices, slice_topology, chips, cloud",
+    [
+        ("2xv5p-16", 2, "v5p:2x2x2", 16, "2xv5p-16"),
+        ("4xv6e-256", 4, "v6e:16x16", 1024, "4xv6e-256"),
+        ("2xv5p:4x4x4", 2, "v5p:4x4x4", 128, "2xv5p-128"),
+        ("4xv5litepod-4", 4, "v5e:2x2", 16, "4xv5litepod-4"),
+    ],
+)
+def test_n_slices_are_spelled_nxslice_with_n_times_the_chips(name, slices, slice_topology, chips, cloud):
+    target = parse_target(name)
+    assert (target.num_slices, target.slice_topology, target.chips, target.devices, target.cloud_name) == (
+        slices,
+        slice_topology,
+        chips,
+        chips,
+        cloud,
+    )
+    assert parse_target(target.topology) == dataclasses.replace(target, name=target.topology)  # the topology reads back
+    data = target.to_dict()
+    dcn = DCN[target.chip.generation]
+    assert data["slices"] == slices and data["dcn_bandwidth"] == dcn.bandwidth and data["dcn_bandwidth_source"].startswith("https://")
+    assert "per chip" in data["dcn_bandwidth_what"]
+    assert "slices" not in parse_target("v5p-16").to_dict()  # one slice: as before
+
+
+def test_the_dcn_figures_are_each_generations_nics_per_chip():
+    assert DCN["v5e"].bandwidth == 2 * 100e9 / 8 / 8  # 2 x 100 Gbps per 8-chip host, in bytes/s per chip
+    assert DCN["v6e"].bandwidth == 4 * 200e9 / 8 / 8  # 4 x 200 Gbps per 8-chip host
+    assert DCN["v5p"].bandwidth == 200e9 / 4 / 8  # 200 Gbps per 4-chip VM
+    assert set(DCN) == set(CHIPS) and all("assumed" in DCN[g].what for g in ("v4", "tpu7x"))
+
+
+@pytest.mark.parametrize("bad", ["2xv9-16", "2xv5p-15", "3xbanana"])
+def test_an_unknown_slice_type_is_refused_in_one_line(bad):
+    with pytest.raises(ExplorerError) as error:
+        parse_target(bad)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"target: {bad!r} is N slices of a TPU slice (NxSLICE), but")
+    assert "2xv5p-16" in message
+
+
+@pytest.mark.parametrize("bad, says", [("1xv5p-16", "2 to 64"), ("65xv5p-16", "2 to 64"), ("2xh100:1x8", "GPU cluster")])
+def test_a_slice_count_out_of_range_or_slices_of_gpus_are_refused(bad, says):
+    with pytest.raises(ExplorerError, match=says):
+        parse_target(bad)
+
+
+def test_a_multislice_device_count_mismatch_names_both_counts():
+    with pytest.raises(ExplorerError) as error:
+        check_mesh_fits(parse_target("2xv5p-16"), 8)
+    message = str(error.value)
+    assert message.startswith("target: '2xv5p-16' has 16 chips (2 slices of 8) but the mesh needs 8 devices;") and "\n" not in message
+
+
+def test_the_outermost_axis_spans_the_slices_unless_the_layout_says_otherwise():
+    target = parse_target("4xv5e:2x2")
+    assert slice_split(target, (4, 4), ("data", "model")) == (4, 1)
+    assert slice_split(target, (2, 8), ("data", "fsdp"), (2, 2)) == (2, 2)
+    assert slice_split(parse_target("v5e:4x4"), (4, 4), ("data", "model")) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "shape, axes, dcn, says",
+    [
+        (
+            (2, 8),
+            ("data", "fsdp"),
+            None,
+            "outermost axis data (2) to span the 4 slices of 4xv5e:2x2, but 2 is not a multiple of 4; "
+            "an axis that could span all 4: fsdp (8), e.g. mesh.dcn [1, 4]",
+        ),
+        ((4, 4), ("data", "model"), (2, 1), "spans 2 slices in all, but the target 4xv5e:2x2 has 4"),
+    ],
+)
+def test_a_split_the_slices_cannot_hold_is_refused_naming_the_axis_and_what_would_fit(shape, axes, dcn, says):
+    with pytest.raises(ExplorerError) as error:
+        slice_split(parse_target("4xv5e:2x2"), shape, axes, dcn)
+    assert says in str(error.value) and str(error.value).startswith("mesh.dcn: ")
+
+
+def test_a_split_over_slices_on_one_slice_is_refused():
+    with pytest.raises(ExplorerError, match="is one slice"):
+        slice_split(parse_target("v5e:4x4"), (4, 4), ("data", "model"), (2, 1))
+
+
+def test_collectives_across_slices_ride_the_dcn_at_its_bandwidth():
+    chip = CHIPS["v5e"]
+    across = Collective("all-reduce", 1, 2**20, ("data",), 2, 0, 1, 2)
+    inside = Collective("all-reduce", 1, 2**20, ("data",), 2, 1, 1, 1)
+    assert link(across, chip) == "dcn" and link(inside, chip) == "ici"
+    # Two slices, one device each: the array crosses once each way, at one chip's DCN share (the book's ring formula).
+    assert collective_seconds(across, chip) == pytest.approx(2 * 2**20 * (1 / 2) / DCN["v5e"].bandwidth)
+    assert collective_seconds(across, chip) > 10 * collective_seconds(inside, chip)
+    # A group of 8 over 2 slices (4 in each): the in-slice hops and the crossing over 4 chips' NICs, the slower counts.
+    wide = Collective("all-gather", 1, 2**20, ("data",), 8, 1, 1, 2)
+    assert collective_seconds(wide, chip) == pytest.approx(
+        2**20 * max(3 / 4 / chip.ici_bidirectional_bandwidth, 1 / 2 / (4 * DCN["v5e"].bandwidth))
+    )

@@ -446,3 +446,14 @@ def test_an_error_that_ends_with_a_period_gets_no_second_one():
     at = AppTest.from_function(page).run()
     assert not at.exception
     assert [plain(m.value)[-12:] for m in at.markdown] == ["', 'model').", "s no period."]
+
+
+def test_on_several_slices_the_layout_page_says_which_axes_cross_the_dcn_and_its_traffic(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
+    app.selectbox(key="target_choice").select("2xv5litepod-4").run()
+    assert not app.exception
+    app.button(key="target_compile_button").click().run()
+    assert not app.exception and not app.main.error, [plain(e.value) for e in app.main.error]
+    placed = [plain(c.value) for c in app.main.caption if "Placed on 2 slices" in c.value]
+    assert placed and "data (2): across 2 slices over the DCN" in placed[0] and "Across the DCN: " in placed[0], placed
+    assert [plain(s.value) for s in app.main.success if "Fits" in s.value]

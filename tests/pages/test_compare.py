@@ -223,3 +223,22 @@ def test_layouts_with_explicit_axes_compare_by_their_types(tmp_path, monkeypatch
     assert embedding["library: gemma 4x2"] == "P('data', 'model')"
     assert embedding["library: gemma 4x2 · shard"] == str(analyze(tall).array("embedder/embedding").shard_shape)
     assert any(path.startswith("activations/") for path in differences.index)  # rows read from the types
+
+
+def test_on_several_slices_every_layout_gets_its_verdict_and_dcn_traffic(shelf, tmp_path, monkeypatch):
+    """Two v5e slices of 4 chips: the verdict and the bytes per chip per step that cross the DCN, for each layout."""
+    from explorer.target_compile import compile_target
+
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
+    at = compare_page()
+    at.multiselect(key="compare_sources").set_value(["tensor parallel", "data only"]).run()
+    at.selectbox(key="target_choice").set_value("2xv5litepod-4").run()
+    assert not at.exception and not at.error
+    at.button(key="compare_compile_button").click().run()
+    assert not at.exception and not at.error
+    table = next(d.value for d in at.dataframe if "DCN / step" in d.value.columns).set_index("layout")
+    for name in ("tensor parallel", "data only"):
+        result, cached = compile_target(library.load(name).layout, "2xv5litepod-4")
+        assert cached and result.target.num_slices == 2 and result.dcn_bytes > 0
+        row = table.loc[f"library: {name}"]
+        assert row["fits"] == "yes" and row["DCN / step"] == human_bytes(result.dcn_bytes)
