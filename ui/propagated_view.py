@@ -20,7 +20,7 @@ from explorer.text import markdown_literal
 from ui import tables
 
 PROPAGATED = "propagated_values"  # Layout.key -> the propagated values (explorer.origins.PropagatedValue)
-COLUMNS = {"where": 200, "sharding": 150, "origin of each axis": 260}
+COLUMNS = {"where": 110, "sharding": 130, "origin of each axis": 380}
 
 
 def render(report: Report) -> None:
@@ -76,7 +76,7 @@ def _table(found) -> None:
         {
             "where": value.where or "(no line of the model's code)",
             "sharding": "(" + ", ".join("x".join(d) or "-" for d in value.spec) + ")",
-            "origin of each axis": "; ".join(f"{axis} from {what}" for axis, what in value.described.items())
+            "origin of each axis": "; ".join(f"{axis} ← {what.removeprefix('the ')}" for axis, what in value.described.items())
             or ("replicated" if not any(value.spec) else "no origin recorded"),
             "op": value.op_name.rsplit("/", 1)[-1],
             "module": module_path(value.op_name),

@@ -33,8 +33,8 @@ def test_the_values_come_on_demand_with_each_axis_origin(seed_dict):
     assert set(frame["pass"]) == {"forward", "backward"}
     # The guide's MLP: its hidden activations are sharded over model by its constraint, the batch over data from the input.
     sharded = frame[frame["sharding"] != "(" + ", ".join("-" * 1 for _ in range(2)) + ")"]
-    assert any("model from the constraint at mlp.py:" in o for o in sharded["origin of each axis"])
-    assert any(re.search(r"data from input", o) for o in sharded["origin of each axis"])
+    assert any("model ← constraint at mlp.py:" in o for o in sharded["origin of each axis"])
+    assert any(re.search(r"data ← input inputs\[0\]", o) for o in sharded["origin of each axis"])
     assert all(w.startswith("mlp.py:") or w == "(no line of the model's code)" for w in frame["where"])
     at.text_input(key="propagated_search").input("backward").run()
     assert not at.exception
