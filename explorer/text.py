@@ -582,7 +582,9 @@ def communication_lines(rows: Sequence[LineRow], top: int = 10) -> list[str]:
     out = [f"top lines by communication ({min(top, len(rows))} of {len(rows)}; per device per step):"]
     for row in rows[:top]:
         modules = ", ".join(m or "(top)" for m in row.modules[:3]) + (f" +{len(row.modules) - 3}" if len(row.modules) > 3 else "")
-        timing = f", ~{row.seconds * 1e6:.1f} us (roofline estimate)" if row.seconds is not None else ""
+        timing = f", ~{human_seconds(row.seconds)} (roofline estimate)" if row.seconds is not None else ""
         combined = " [XLA combined several ops]" if row.combined else ""
-        out.append(f"  {human_bytes(row.bytes)} in {row.count}{timing}: {row.where}: {row.kinds}; modules {modules}{combined}")
+        out.append(
+            f"  {human_bytes(row.bytes)} in {row.count} collective(s){timing}: {row.where}: {row.kinds}; modules {modules}{combined}"
+        )
     return out
