@@ -36,6 +36,7 @@ class MegascaleOp:
     groups: tuple[tuple[int, ...], ...] | None
     slices: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
+    name: str = ""  # the send's name in the module: where ``explorer.sources`` finds the line that asked for it
 
     @property
     def group_size(self) -> int:
@@ -54,7 +55,7 @@ def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
     >>> line = ('%send = (f32[8,128]{1,0}, u32[], token[]) send(%x, %a), is_host_transfer=true, frontend_attributes='
     ...         '{_xla_megascale_target="{1,2}x{0:3}",_xla_megascale_transfer_type="ALL_REDUCE"}')
     >>> megascale_ops("ENTRY %main () -> f32[] {\\n  " + line + "\\n}\\n")
-    [MegascaleOp(op='all-reduce', runs=1, bytes=4096, groups=None, slices=(0, 1), devices=(0, 1, 2, 3))]
+    [MegascaleOp(op='all-reduce', runs=1, bytes=4096, groups=None, slices=(0, 1), devices=(0, 1, 2, 3), name='send')]
     """
     computations, _, runs, _, _ = hlo.parsed(hlo_text)
     found = []
@@ -64,12 +65,14 @@ def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
             if not match:
                 continue
             op, target = match["kind"].lower().replace("_", "-"), match["target"]
+            head = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", line)
+            instruction = head[1] if head else ""
             compact = re.fullmatch(r'"\{(?P<slices>[\d,]+)\}x\{(?P<devices>[\d:,]+)\}"', target)
             if compact:
                 slices = tuple(int(s) - 1 for s in compact["slices"].split(","))
                 devices = tuple(d for part in compact["devices"].split(",") for d in _id_range(part))
-                found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), None, slices, devices))
+                found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), None, slices, devices, instruction))
             else:
                 groups = tuple(tuple(int(i) for i in g.split(",") if i.strip()) for g in re.findall(r"\{([\d,\s]*)\}", target))
-                found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), groups or None))
+                found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), groups or None, name=instruction))
     return found

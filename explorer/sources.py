@@ -263,8 +263,10 @@ def instruction_source(hlo_text: str, name: str) -> InstructionSource:
     line = lines.get(name, "")
     op_name, frame_id = _metadata(line)
     match = _INSTRUCTION.match(line)
-    if frame_id is None and match and match["opcode"].endswith("-done"):  # an async pair's metadata may sit on its start
-        op_name, frame_id = _metadata(lines.get(_operands(match["operands"])[0] if _operands(match["operands"]) else "", ""))
+    if frame_id is None and match and _operands(match["operands"]):
+        # An async pair's metadata may sit on its start; on several TPU slices XLA drops a collective's own metadata:
+        # it then comes from the value it moves (the operand's producer), which is the line that asked for it.
+        op_name, frame_id = _metadata(lines.get(_operands(match["operands"])[0], ""))
     chain = stack_frames(hlo_text).get(frame_id, ()) if frame_id is not None else ()
     own = op_names(op_name)
     values = _values(lines, match, op_name) if match else ()

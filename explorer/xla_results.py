@@ -223,7 +223,7 @@ def _slice_ops(text: str, mesh, slices) -> list:
             groups = (tuple(positions[0] for positions in in_slice.values()),)
         n = max((len(g) for g in groups), default=1)
         size = op.bytes * n if op.op == "all-gather" else op.bytes // n if op.op == "reduce-scatter" else op.bytes
-        ops.append(hlo.CollectiveOp(op.op, op.runs, size, groups))
+        ops.append(hlo.CollectiveOp(op.op, op.runs, size, groups, op.name))
     return ops
 
 
