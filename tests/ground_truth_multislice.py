@@ -106,8 +106,6 @@ def compile_case(case: dict) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    import optax
-    from flax.training import train_state
     from jax.experimental import mesh_utils, topologies
     from jax.sharding import Mesh, NamedSharding
 
@@ -125,14 +123,7 @@ def compile_case(case: dict) -> dict:
     options = case["options"]
     module = _guide_model()(options["layers"], options["depth"], options["scan"])
     x = jax.ShapeDtypeStruct((options["batch"], options["depth"]), jnp.float32)
-
-    def init_fn(key, x):
-        variables = module.init(key, x)
-        return train_state.TrainState.create(apply_fn=module.apply, params=variables["params"], tx=optax.adam(1e-3))
-
-    def train_step(state, x):
-        return state.apply_gradients(grads=jax.grad(lambda params: module.apply({"params": params}, x).sum())(state.params))
-
+    init_fn, train_step = ground_truth_gpu.guide_functions(module, [x], ground_truth_gpu.guide_loss)
     key = jax.random.key(0)  # on this process' CPU, outside the mesh: the slices' devices run nothing
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         abstract_state = jax.eval_shape(functools.partial(init_fn, key), x)
