@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import math
 import re
+from typing import Iterable
 
 from explorer.errors import ExplorerError
 
@@ -56,6 +57,7 @@ _CALLEE = re.compile(
     r"|\b(?:branch_computations|called_computations)=\{(?P<names>[^}]*)\}"
 )
 _WHILE = re.compile(r"\swhile\(")
+_INSTRUCTION_NAME = re.compile(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
 
 
@@ -190,14 +192,15 @@ def _trip_count(line: str, lines: list[str], computations: dict[str | None, list
     return max(limit - start, 0) if start is not None else None
 
 
-def instructions(lines: list[str]) -> dict[str, str]:
-    """Instruction name -> its line, for one computation."""
-    found = {}
-    for line in lines:
-        match = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", line)
-        if match:
-            found[match[1]] = line
-    return found
+def instruction_name(line: str) -> str:
+    """The name of the instruction a line of HLO text defines (``all-reduce.3``), or "" for any other line."""
+    match = _INSTRUCTION_NAME.match(line)
+    return match[1] if match else ""
+
+
+def instructions(lines: Iterable[str]) -> dict[str, str]:
+    """Instruction name -> its line (names are unique in a module: one computation's lines, or the whole text's)."""
+    return {name: line for line in lines if (name := instruction_name(line))}
 
 
 def _constant(symbols: dict[str, str], name: str) -> int | None:
@@ -277,8 +280,7 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
             groups = _source_target_pairs(line) if match["op"] == "collective-permute" else replica_groups(line, devices)
             if match["phase"] == "-done" and groups is None:
                 groups = _groups_of_start(line, lines, devices, match["op"])
-            instruction = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", line)
-            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups, instruction[1] if instruction else ""))
+            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups, instruction_name(line)))
     return found
 
 

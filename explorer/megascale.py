@@ -65,8 +65,7 @@ def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
             if not match:
                 continue
             op, target = match["kind"].lower().replace("_", "-"), match["target"]
-            head = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", line)
-            instruction = head[1] if head else ""
+            instruction = hlo.instruction_name(line)
             compact = re.fullmatch(r'"\{(?P<slices>[\d,]+)\}x\{(?P<devices>[\d:,]+)\}"', target)
             if compact:
                 slices = tuple(int(s) - 1 for s in compact["slices"].split(","))

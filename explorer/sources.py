@@ -143,7 +143,7 @@ def is_library(file: str) -> bool:
         return True
     absolute = os.path.abspath(path)
     if absolute.startswith(os.path.join(_EXPLORER, "")):
-        return not absolute.startswith(os.path.join(_USER_IN_EXPLORER, ""))
+        return _explorer_own(absolute)
     packages, stdlib = _library_folders()
     if any(absolute.startswith(folder) for folder in packages):
         return True
@@ -278,13 +278,8 @@ def instruction_source(hlo_text: str, name: str) -> InstructionSource:
 
 @functools.lru_cache(maxsize=2)
 def _instruction_lines(hlo_text: str) -> dict[str, str]:
-    """Every instruction's line by its name (names are unique in an HLO module)."""
-    found = {}
-    for line in hlo_text.splitlines():
-        match = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s", line)
-        if match:
-            found[match[1]] = line
-    return found
+    """Every instruction's line by its name, for the whole module (kept for the program's collectives read one by one)."""
+    return hlo.instructions(hlo_text.splitlines())
 
 
 def _metadata(line: str) -> tuple[str, int | None]:
