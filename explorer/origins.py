@@ -49,6 +49,11 @@ class PropagatedValue:
     origins: dict[str, str]
     described: dict[str, str] = dataclasses.field(default_factory=dict)  # each origin in words: the input's path, the constraint's line
 
+    @property
+    def spec_text(self) -> str:
+        """The sharding per dimension as the text and the page write it: ``(data, -)``, ``(dataxmodel, -)``."""
+        return "(" + ", ".join("x".join(d) or "-" for d in self.spec) + ")"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "op": self.op,

@@ -75,7 +75,7 @@ def _table(found) -> None:
     frame = pd.DataFrame(
         {
             "where": value.where or "(no line of the model's code)",
-            "sharding": "(" + ", ".join("x".join(d) or "-" for d in value.spec) + ")",
+            "sharding": value.spec_text,
             "origin of each axis": "; ".join(f"{axis} ← {what.removeprefix('the ')}" for axis, what in value.described.items())
             or ("replicated" if not any(value.spec) else "no origin recorded"),
             "op": value.op_name.rsplit("/", 1)[-1],
