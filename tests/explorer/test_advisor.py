@@ -183,16 +183,19 @@ def test_stage_2_figures_are_explorer_compiles_for_the_same_layout(seed_dict, tm
 
 
 def test_stop_ends_a_running_search_and_keeps_what_was_compiled(seed_dict, tmp_path, monkeypatch):
-    # an empty cache of its own: a compile another test left on disk would report no trace stage to stop at
+    # an empty cache of its own: a compile another test left on disk would come back without a child to stop
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     search = advisor.stage1(small(seed_dict), TARGET)
     stages: list[str] = []
+    # Stop at the second compile's first report, which comes before its child can have finished; waiting for a
+    # named stage ("trace") raced the 0.2 s poll on a fast machine, and the search then ran to its end.
     search = advisor.stage2(
         search,
         compiles=3,
         on_progress=lambda stage, _: stages.append(stage),
-        should_stop=lambda: any(s.startswith("stage 2: compiling 2 of") and s.endswith(": trace") for s in stages),
+        should_stop=lambda: any(s.startswith("stage 2: compiling 2 of") for s in stages),
     )
+    assert any(s.startswith("stage 2: compiling 2 of") for s in stages)
     assert search.stopped is True and search.stage == "stopped"
     assert search.compiles == 1
     verified = [c for c in search.candidates if c.verified]
