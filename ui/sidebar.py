@@ -22,6 +22,7 @@ from explorer.layout import parse_layout
 from explorer.presets import EXAMPLES, fit_preset, model_preset
 from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules
 from explorer.specs import spec_axes, spec_entry
+from explorer.targets import parse_target
 from explorer.text import markdown_literal
 from ui import share_panel, state
 
@@ -127,6 +128,17 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
         "in JAX's 2023 guides and Flax Linen's logical constraints. Flax NNX refuses a mesh that mixes both.",
     )
     explicit = set(st.session_state[state.MESH_EXPLICIT])
+    if st.session_state.get(state.MESH_DCN, "").strip() or _multislice(state.chosen_target()):
+        st.text_input(
+            "Slices per axis (mesh.dcn)",
+            key=state.MESH_DCN,
+            placeholder="empty: the first axis spans every slice",
+            help="On a target of several TPU slices (2xv5p-16): how many slices each mesh axis spans, as MaxText's "
+            "dcn_*_parallelism, e.g. 2, 1 (their product is the slice count; the devices are ordered as "
+            "mesh_utils.create_hybrid_device_mesh orders them). Empty: the outermost axis spans them all, MaxText's "
+            "default (data parallelism over the data-center network).",
+        )
+    dcn = state.parse_list(st.session_state.get(state.MESH_DCN, ""))
     slot = st.container(key="mesh_messages")
     if shape and all(isinstance(s, int) and s > 0 for s in shape):
         needed, have = math.prod(shape), devices.describe()["count"]
@@ -135,7 +147,19 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
     mesh = {"shape": shape, "axes": axes}
     if explicit:
         mesh["axis_types"] = ["explicit" if axis in explicit else "auto" for axis in axes]
+    if dcn:
+        mesh["dcn"] = dcn
     return mesh, slot
+
+
+def _multislice(name: str | None) -> bool:
+    """Whether ``name`` is a target of several TPU slices (a name the Target section cannot read is not: it says why)."""
+    if not name:
+        return False
+    try:
+        return parse_target(name).multislice
+    except ExplorerError:
+        return False
 
 
 def _rules_section(page: str, mesh: dict[str, Any]) -> tuple[list[Any], Any]:

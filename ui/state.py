@@ -20,6 +20,7 @@ NAME = "layout_name"
 MESH_SHAPE = "mesh_shape_text"
 MESH_AXES = "mesh_axes_text"
 MESH_EXPLICIT = "mesh_explicit_axes"  # the mesh axes whose type is Explicit (the others are Auto)
+MESH_DCN = "mesh_dcn_text"  # how many TPU slices each mesh axis spans (mesh.dcn), empty for the default
 RULES = "rules_base"
 RULES_VERSION = "rules_version"
 MODEL = "model_name"
@@ -46,6 +47,7 @@ KEPT_WIDGETS = (
     MESH_SHAPE,
     MESH_AXES,
     MESH_EXPLICIT,
+    MESH_DCN,
     MODEL,
     FACTORY_OPTIONS,
     SELECTED,
@@ -117,6 +119,7 @@ def load_layout(layout: Layout, keep_selection: bool = False) -> None:
     state[MESH_SHAPE] = ", ".join(str(s) for s in layout.mesh.shape)
     state[MESH_AXES] = ", ".join(layout.mesh.axes)
     state[MESH_EXPLICIT] = [axis for axis, kind in zip(layout.mesh.axes, layout.mesh.types) if kind == "explicit"]
+    state[MESH_DCN] = ", ".join(str(count) for count in layout.mesh.dcn) if layout.mesh.dcn is not None else ""
     rules = [[r.logical, list(r.mesh_axes)] for r in layout.rules]
     set_rules(rules, model=layout.model.name)
     state[RULES_SHOWN] = rules
@@ -170,6 +173,14 @@ def set_target(name: str | None) -> None:
     else:
         state[TARGET_CHOICE] = TARGET_TYPE_OWN
         state[TARGET_OTHER] = name
+
+
+def chosen_target() -> str | None:
+    """The name of the target the sidebar's Target section holds (None: this process's devices), as typed."""
+    choice = st.session_state.get(TARGET_CHOICE)
+    if choice in (None, TARGET_HERE):
+        return None
+    return st.session_state.get(TARGET_OTHER, "") if choice == TARGET_TYPE_OWN else choice
 
 
 def edited_since_loaded(layout: Layout) -> bool:

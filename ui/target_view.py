@@ -59,14 +59,13 @@ def choose() -> Target | None:
         return None
     if choice == TYPE_OWN:
         st.session_state.setdefault(OTHER, "v5p:4x4x4")
-        name = st.text_input(
+        st.text_input(
             "Slice or GPU cluster",
             key=OTHER,
             help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16), N slices of one (2xv5p-128) or a GPU "
             "cluster (h100:2x8)",
         )
-    else:
-        name = choice
+    name = state.chosen_target()
     try:
         target = parse_target(name)
     except ExplorerError as error:

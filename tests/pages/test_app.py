@@ -457,3 +457,32 @@ def test_on_several_slices_the_layout_page_says_which_axes_cross_the_dcn_and_its
     placed = [plain(c.value) for c in app.main.caption if "Placed on 2 slices" in c.value]
     assert placed and "data (2): across 2 slices over the DCN" in placed[0] and "Across the DCN: " in placed[0], placed
     assert [plain(s.value) for s in app.main.success if "Fits" in s.value]
+
+
+def test_the_slices_each_axis_spans_are_kept_from_a_link_and_edited_in_the_mesh_section():
+    """A link's ``dcn`` (mesh.dcn) fills the Mesh section's "Slices per axis" and stays in the layout and the address
+    bar; an edit changes the layout, and a split the mesh cannot hold is refused there, naming the field and value."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    link = {"mesh": "4x2", "axes": "data,model", "rules": "batch:data;hidden:model", "model": "mlp", "target": "2xv5litepod-4"}
+    at.query_params.update(link | {"dcn": "2x1"})
+    at.run()
+    assert not at.exception and not at.error
+    assert at.sidebar.text_input(key="mesh_dcn_text").value == "2, 1"
+    assert at.query_params["dcn"] == "2x1" and at.session_state["last_valid_layout"]["mesh"]["dcn"] == [2, 1]
+    at.text_input(key="mesh_dcn_text").input("1, 2").run()
+    assert not at.exception and not at.error
+    assert at.query_params["dcn"] == "1x2" and at.session_state["last_valid_layout"]["mesh"]["dcn"] == [1, 2]
+    at.text_input(key="mesh_dcn_text").input("3, 1").run()
+    refused = [plain(e.value) for e in at.sidebar.error if "mesh.dcn" in plain(e.value)]
+    assert refused and "[3, 1]" in refused[0] and "3 does not divide 4" in refused[0], refused
+    assert at.session_state["mesh_dcn_text"] == "3, 1"  # the typed value is kept to fix
+    assert at.session_state["last_valid_layout"]["mesh"]["dcn"] == [1, 2]
+
+
+def test_the_slices_per_axis_are_offered_only_for_a_target_of_several_slices():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"mesh": "4x2", "axes": "data,model", "rules": "batch:data;hidden:model", "model": "mlp", "target": "v5litepod-8"})
+    at.run()
+    assert not at.exception and not at.error
+    assert not [t for t in at.sidebar.text_input if t.key == "mesh_dcn_text"]
+    assert "dcn" not in at.query_params
