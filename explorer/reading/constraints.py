@@ -41,16 +41,13 @@ import functools
 import os
 from typing import Any, Iterable, Sequence
 
-import jax
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
+
+from explorer.sources import is_library
 
 PROBE_PREFIX = "logical:"
 _VALUE_PRESERVING = frozenset({"sharding_constraint", "convert_element_type", "copy", "copy_p"})
 
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(module.__file__) + os.sep for module in (jax, __import__("jaxlib"), __import__("flax"), __import__("optax"))
-) + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
-_MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models") + os.sep  # user code
 _FLAX_DIR = os.path.dirname(__import__("flax").__file__) + os.sep
 # the Flax files that resolve logical names, and the semantics each applies
 _RESOLVERS = {
@@ -437,11 +434,6 @@ def _join(prefix: str, stack: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def library_file(path: str) -> bool:
-    """A file of JAX, Flax, optax or the explorer's own machinery (the built-in models are the user's code)."""
-    return path.startswith("<") or (path.startswith(_LIBRARY_DIRS) and not path.startswith(_MODELS_DIR))
-
-
 @dataclasses.dataclass(frozen=True)
 class SourceLine:
     """Where a frame is: file, line and qualified function name (as ``jax``'s traceback frames say it)."""
@@ -452,11 +444,11 @@ class SourceLine:
 
 
 def user_frame(source_info) -> SourceLine | None:
-    """The innermost frame of an equation's traceback outside JAX, Flax, optax and the explorer, or None (only the
-    frame found is turned into a line)."""
+    """The innermost frame of an equation's traceback outside JAX, Flax, optax, the standard library and the explorer
+    (``sources.is_library``, the rule the collectives' lines follow), or None (only the frame found is turned into a line)."""
     codes, lastis = _raw_frames(source_info)
     for code, lasti in zip(codes, lastis):
-        if not library_file(code.co_filename):
+        if not is_library(code.co_filename):
             return SourceLine(code.co_filename, type(source_info.traceback).code_addr2line(code, lasti), code.co_qualname)
     return None
 

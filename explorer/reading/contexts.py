@@ -26,6 +26,7 @@ import jax
 
 from explorer.errors import ExplorerError, NeedsExplicitAxes
 from explorer.reading import collector
+from explorer.sources import is_library
 
 # What JAX says when a model written for Explicit axes is traced without a mesh or on Auto axes.
 _EXPLICIT_SIGNS = (
@@ -138,14 +139,12 @@ def refusal(model_name: str, error: Exception) -> ExplorerError:
 
 def _where(error: Exception) -> tuple[str, str]:
     """The model's source line the error came from (``file:line `code```) and the library call made there."""
-    from explorer.reading.constraints import library_file  # imports Flax: only once a model is refused
-
     frames = traceback.extract_tb(error.__traceback__)
-    index = max((i for i, f in enumerate(frames) if not library_file(f.filename)), default=None)
+    index = max((i for i, f in enumerate(frames) if not is_library(f.filename)), default=None)
     if index is None:
         return "an unknown line", ""
     frame = frames[index]
     code = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
     where = f"{os.path.basename(frame.filename)}:{frame.lineno} ({frame.name}: `{code}`)"
-    call = next((f.name for f in frames[index + 1 :] if library_file(f.filename)), "")
+    call = next((f.name for f in frames[index + 1 :] if is_library(f.filename)), "")
     return where, f" in {call}()" if call else ""

@@ -481,7 +481,9 @@ def test_the_slices_each_axis_spans_are_kept_from_a_link_and_edited_in_the_mesh_
 
 def test_the_slices_per_axis_are_offered_only_for_a_target_of_several_slices():
     at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params.update({"mesh": "4x2", "axes": "data,model", "rules": "batch:data;hidden:model", "model": "mlp", "target": "v5litepod-8"})
+    at.query_params.update(
+        {"mesh": "4x2", "axes": "data,model", "rules": "batch:data;hidden:model", "model": "mlp", "target": "v5litepod-8"}
+    )
     at.run()
     assert not at.exception and not at.error
     assert not [t for t in at.sidebar.text_input if t.key == "mesh_dcn_text"]
