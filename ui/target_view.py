@@ -110,12 +110,16 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
         return None
     result = cached(layout, target)
     if result is None:
-        _state_verdict(report, target)
+        before = st.empty()  # what is certain before compiling; XLA's verdict replaces it once the compile is done
+        with before.container():
+            _state_verdict(report, target)
         refusal = refused(report)
         if refusal is not None:
             with st.container(key="target_refused"):
                 st.error(markdown_literal(str(refusal)))
         result = _compile_action(layout, target, disabled=refusal is not None)
+        if result is not None:
+            before.empty()
     if result is not None:
         show(result, wall_s=st.session_state.get(WALL, {}).get(_wall_key(layout, target)))
     return result
