@@ -140,11 +140,11 @@ class MeshSpec(_Frozen):
             raise ExplorerError(
                 "mesh.axis_types",
                 list(self.axis_types),
-                f"has {len(self.axis_types)} entries but the mesh has {len(self.axes)} axes {list(self.axes)}",
+                f"has {len(self.axis_types)} {_entries(len(self.axis_types))} but the mesh has {len(self.axes)} axes {list(self.axes)}",
             )
         if self.dcn is not None and len(self.dcn) != len(self.axes):
             raise ExplorerError(
-                "mesh.dcn", list(self.dcn), f"has {len(self.dcn)} entries but the mesh has {len(self.axes)} axes {list(self.axes)}"
+                "mesh.dcn", list(self.dcn), f"has {len(self.dcn)} {_entries(len(self.dcn))} but the mesh has {len(self.axes)} axes {list(self.axes)}"
             )
         for axis, size, count in zip(self.axes, self.shape, self.dcn or ()):
             if size % count:
@@ -571,3 +571,7 @@ SEED_LAYOUT = {
 def seed_layout() -> Layout:
     """The Flax guide's example: LogicalMLP on a 2x4 (data, model) mesh."""
     return parse_layout(SEED_LAYOUT)
+
+
+def _entries(count: int) -> str:
+    return "entry" if count == 1 else "entries"

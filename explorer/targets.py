@@ -426,7 +426,7 @@ def slice_split(target: Target, shape: tuple[int, ...], axes: tuple[str, ...], d
         raise ExplorerError(
             "mesh.dcn",
             list(dcn),
-            f"spans {math.prod(dcn)} slices in all, but the target {target.name} has {n}; {would}",
+            f"spans {math.prod(dcn)} slice{'' if math.prod(dcn) == 1 else 's'} in all, but the target {target.name} has {n}; {would}",
         )
     return tuple(dcn)
 

@@ -211,7 +211,11 @@ def set_rules(rules: list[list[Any]], model: str | None = None) -> None:
 
 
 def parse_list(text: str) -> list[Any]:
-    """``"2, 4"`` or ``"2x4"`` -> ``[2, 4]``; items that are not integers stay strings for the validator to name."""
+    """``"2, 4"``, ``"2x4"`` or ``"[2, 4]"`` (as the file format and the messages write it) -> ``[2, 4]``; items that
+    are not integers stay strings for the validator to name."""
+    text = text.strip()
+    if len(text) >= 2 and (text[0], text[-1]) in (("[", "]"), ("(", ")")):
+        text = text[1:-1]
     text = re.sub(r"(?<=\d)\s*[x×]\s*(?=[-+]?\d)", ",", text.strip())
     items = [item for item in re.split(r"[,\s]+", text) if item]
     return [int(item) if re.fullmatch(r"-?\d{1,30}", item) else item for item in items]

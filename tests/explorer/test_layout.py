@@ -155,7 +155,7 @@ def test_mesh_dcn_says_how_many_slices_each_axis_spans_and_old_files_stay_valid(
     "dcn, field, says",
     [
         ([3, 1], "mesh.dcn", "spreads axis 'data' (2) over 3 slices; 3 does not divide 2"),
-        ([2], "mesh.dcn", "has 1 entries but the mesh has 2 axes"),
+        ([2], "mesh.dcn", "has 1 entry but the mesh has 2 axes"),
         ([0, 1], "mesh.dcn[0]", "is not a positive whole number of slices"),
         ([True, 1], "mesh.dcn[0]", "is not a positive whole number of slices"),
         ("2x1", "mesh.dcn", "is not a list"),

@@ -154,7 +154,7 @@ def test_axis_types_default_to_auto_and_old_files_keep_their_meaning(seed_dict):
 @pytest.mark.parametrize(
     "types, field, quoted, fragment",
     [
-        (["explicit"], "mesh.axis_types", "['explicit']", "has 1 entries but the mesh has 2 axes"),
+        (["explicit"], "mesh.axis_types", "['explicit']", "has 1 entry but the mesh has 2 axes"),
         (["explicit", "manual"], "mesh.axis_types[1]", "'manual'", 'use "auto" or "explicit"'),
         ("explicit", "mesh.axis_types", "'explicit'", "is not a list"),
     ],
