@@ -144,7 +144,9 @@ class MeshSpec(_Frozen):
             )
         if self.dcn is not None and len(self.dcn) != len(self.axes):
             raise ExplorerError(
-                "mesh.dcn", list(self.dcn), f"has {len(self.dcn)} {_entries(len(self.dcn))} but the mesh has {len(self.axes)} axes {list(self.axes)}"
+                "mesh.dcn",
+                list(self.dcn),
+                f"has {len(self.dcn)} {_entries(len(self.dcn))} but the mesh has {len(self.axes)} axes {list(self.axes)}",
             )
         for axis, size, count in zip(self.axes, self.shape, self.dcn or ()):
             if size % count:

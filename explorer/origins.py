@@ -54,6 +54,15 @@ class PropagatedValue:
         """The sharding per dimension as the text and the page write it: ``(data, -)``, ``(dataxmodel, -)``."""
         return "(" + ", ".join("x".join(d) or "-" for d in self.spec) + ")"
 
+    @property
+    def origin_text(self) -> str:
+        """Where each mesh axis of the sharding came from, as the text and the page write it (``model ← constraint at
+        mlp.py:23``); an axis Shardy recorded no origin for says so; ``replicated`` where no axis shards the value."""
+        axes = dict.fromkeys([axis for dimension in self.spec for axis in dimension] + list(self.described))
+        if not axes:
+            return "replicated"
+        return "; ".join(f"{axis} ← {self.described.get(axis, 'no origin recorded').removeprefix('the ')}" for axis in axes)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "op": self.op,

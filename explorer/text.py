@@ -267,10 +267,9 @@ def origins_text(values, query: str = "") -> str:
         if value.where != where:
             where = value.where
             lines += ["", where or "(no line of the model's code)"]
-        origin = "; ".join(f"{axis} from {what}" for axis, what in value.described.items()) or "replicated"
         name = "/".join(p for p in (module_path(value.op_name), value.op_name.rsplit("/", 1)[-1]) if p)
         name += " (backward)" if "transpose(" in value.op_name else ""
-        lines.append(f"  {name:<44} {value.spec_text:<16} {origin}")
+        lines.append(f"  {name:<44} {value.spec_text:<16} {value.origin_text}")
     return "\n".join(lines)
 
 

@@ -76,8 +76,7 @@ def _table(found) -> None:
         {
             "where": value.where or "(no line of the model's code)",
             "sharding": value.spec_text,
-            "origin of each axis": "; ".join(f"{axis} ← {what.removeprefix('the ')}" for axis, what in value.described.items())
-            or ("replicated" if not any(value.spec) else "no origin recorded"),
+            "origin of each axis": value.origin_text,
             "op": value.op_name.rsplit("/", 1)[-1],
             "module": module_path(value.op_name),
             "pass": "backward" if "transpose(" in value.op_name else "forward",

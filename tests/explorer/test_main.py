@@ -295,3 +295,4 @@ def test_analyze_origins_lists_each_values_propagated_sharding_and_its_origin(ca
     assert main(["analyze", str(ROOT / "layouts" / "seed-2x4.json"), "--origins", "LogicalDotReluDot_1/dot_general"]) == 0
     text = capsys.readouterr().out
     assert "after Shardy's propagation" in text and "LogicalDotReluDot_1/dot_general (backward)" in text
+    assert "data ← constraint at mlp.py:" in text  # as the page writes an origin

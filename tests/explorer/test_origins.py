@@ -60,3 +60,17 @@ def test_the_seed_steps_values_name_the_model_lines_their_shardings_come_from_an
         assert matmul.spec == tuple(() if e is None else (e,) for e in chosen[f"LogicalDotReluDot_{layer}"])
     backward = [v for v in found if "transpose(" in v.op_name]
     assert backward and all(v.origins for v in backward)  # the backward pass's values too, each with an origin
+
+
+def test_origin_text_names_each_sharding_axis_and_says_where_no_origin_was_recorded():
+    value = origins.PropagatedValue(
+        index=0,
+        op="stablehlo.dot_general",
+        op_name="jit(train_step)/dot_general",
+        where="mlp.py:23",
+        spec=(("data",), ("model",)),
+        origins={"data": "input: 0"},
+        described={"data": "the input inputs[0]"},
+    )
+    assert value.origin_text == "data ← input inputs[0]; model ← no origin recorded"  # not guessed, not "replicated"
+    assert origins.PropagatedValue(0, "stablehlo.add", "add", "", ((), ()), {}).origin_text == "replicated"
