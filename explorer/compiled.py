@@ -370,13 +370,6 @@ def memory_of(compiled) -> dict[str, int]:
     }
 
 
-def flops_of(compiled) -> float:
-    cost = compiled.cost_analysis()
-    if isinstance(cost, list):  # older JAX returned one dict per program
-        cost = cost[0] if cost else {}
-    return float((cost or {}).get("flops", 0.0))
-
-
 def matmul_peak_flops(chip: Chip | Gpu, dtype: str) -> tuple[float, str]:
     """``chip``'s dense matmul peak (FLOP/s per device) for matmuls whose operands are ``dtype``, and what it is.
 

@@ -33,7 +33,6 @@ from explorer.compiled import (
     accelerator_of,
     check_timeable,
     compile_step,
-    flops_of,
     matmul_peak_flops,
     memory_of,
     memory_stats_of,
@@ -410,7 +409,8 @@ NO_PREDICTION = "the per-kernel step model gave no prediction for this program"
 def device_figures(compiled: CompiledStep, device, processes: int, per_process: int) -> DeviceFigures:
     """FLOPs, MFU's peak, the lower bound and the prediction for ``compiled`` on ``device``'s kind.
 
-    On simulated CPU devices: ``cost_analysis()``'s flops, and no peak, bound or prediction. On an
+    On simulated CPU devices: ``cost_analysis()``'s flops with each loop's further iterations added
+    (``xla_results.counted_work``, as a TPU target's), and no peak, bound or prediction. On an
     accelerator in the table (``targets``), the program is read as ``explorer compile`` reads a target's
     (``xla_results.analyze_compiled``, one home): on a GPU the optimized program's dots, since
     ``cost_analysis()`` misses cuBLAS/Triton matmuls; the roofline's bound and the step model's prediction
@@ -418,9 +418,12 @@ def device_figures(compiled: CompiledStep, device, processes: int, per_process: 
     """
     from explorer import hlo
 
+    from explorer.xla_results import counted_work
+
     text = compiled.step.as_text()
     if device.platform == "cpu":
-        return DeviceFigures(flops_of(compiled.step), "cost_analysis", None, CPU_PEAK_NOTE, None, None, CPU_NOTE)
+        flops = counted_work(compiled.step, text)[0]
+        return DeviceFigures(flops, "cost_analysis", None, CPU_PEAK_NOTE, None, None, CPU_NOTE)
     chip = accelerator_of(device)
     if chip is None:
         flops = hlo.matmul_work(text).flops

@@ -117,6 +117,19 @@ def dump_cross_check(folder: str) -> CrossCheck | None:
     return CrossCheck(Memory(**memory), work.flops)
 
 
+def counted_work(compiled, text: str) -> tuple[float, float, LoopWork]:
+    """``cost_analysis()``'s flops and bytes with every loop's further iterations added: XLA counts a while loop's body
+    once, so a scanned model's layers past the first are the dots ``hlo.loop_work`` finds (also returned). The count
+    a TPU target's figures and a timing run on CPU devices give."""
+    from explorer import hlo
+
+    cost = compiled.cost_analysis() or {}
+    if isinstance(cost, list):  # older JAX returned one dict per program
+        cost = cost[0] if cost else {}
+    extra = hlo.loop_work(text)
+    return float(cost.get("flops", 0.0)) + extra.flops, float(cost.get("bytes accessed", 0.0)) + extra.bytes, extra
+
+
 def analyze_compiled(
     compiled,
     target: Target,
@@ -145,16 +158,12 @@ def analyze_compiled(
         peak_bytes=int(stats.peak_memory_in_bytes) or arguments + outputs - aliased + temporaries,
         generated_code_bytes=int(stats.generated_code_size_in_bytes),
     )
-    cost = compiled.cost_analysis() or {}
     text = compiled.as_text()
-    extra = hlo.loop_work(text)
+    flops, bytes_accessed, extra = counted_work(compiled, text)
+    source = "cost_analysis"
     if target.is_gpu:  # no cost_analysis(): the optimized program's dots, loops counted per iteration
         work = hlo.matmul_work(text)
         flops, bytes_accessed, source = work.flops, work.bytes, "hlo_matmuls"
-    else:
-        flops = float(cost.get("flops", 0.0)) + extra.flops
-        bytes_accessed = float(cost.get("bytes accessed", 0.0)) + extra.bytes
-        source = "cost_analysis"
     return _result(
         target,
         mesh,

@@ -190,7 +190,8 @@ def test_the_moe_compute_estimate_is_xlas_flops_of_the_compiled_step_within_10_p
     """flaxformer's MoE (4 experts, T5X's MoE rules, data 2 x expert 2 x model 2 on this process's 8 CPU devices):
     stage 1's compute counts the active parameters (the experts' slots: capacity from the traced dispatch), within
     10% of XLA's flops per device for the compiled step; counting every expert (6 x all parameters) is about 2x over."""
-    from explorer.compiled import compile_step, flops_of
+    from explorer.compiled import compile_step
+    from explorer.xla_results import counted_work
 
     layout = parse_layout(
         {
@@ -204,7 +205,7 @@ def test_the_moe_compute_estimate_is_xlas_flops_of_the_compiled_step_within_10_p
     target = parse_target(TARGET)
     estimated = advisor.stage1_estimate(report, target)[0].compute_s * target.chip.device_peak_flops
     compiled, _ = compile_step(layout, report)
-    xla = flops_of(compiled.step)
+    xla = counted_work(compiled.step, compiled.step.as_text())[0]
     assert xla == pytest.approx(estimated, rel=0.10)
     roles = estimate.report_roles(report)
     active = estimate.active_params(report, roles)

@@ -57,6 +57,16 @@ def test_reported_memory_is_memory_analysis_of_the_same_compiled_step(seed_dict)
     assert result.flops == compiled.step.cost_analysis()["flops"] > 0
 
 
+def test_a_scanned_models_flops_count_every_layer_as_the_same_model_unscanned(seed_dict):
+    """cost_analysis() counts a while loop's body once: a scanned model's step reports every layer's flops (the loop's
+    further iterations added, as a TPU target's figures do), within 10% of the unscanned model's."""
+    models = {scan: {"name": "mlp", "options": SMALL_MLP["options"] | {"layers": 4, "scan": scan}} for scan in (False, True)}
+    unscanned, scanned = (time_layout(layout(seed_dict, model=models[scan]), steps=1, warmup=0) for scan in (False, True))
+    assert scanned.flops == pytest.approx(unscanned.flops, rel=0.10)
+    compiled, _ = compile_step(layout(seed_dict, model=models[True]))
+    assert scanned.flops > 1.5 * compiled.step.cost_analysis()["flops"]  # 4 layers, not the loop body's 1 (and the rest)
+
+
 def test_analysis_bytes_agree_with_xla_arguments(seed_dict):
     seed = layout(seed_dict)
     result = time_layout(seed, steps=1, warmup=0)
