@@ -21,8 +21,8 @@ from explorer.layout import Layout
 from explorer.targets import Target
 from explorer.xla_results import with_verdict
 
-CACHE_FORMAT = 8  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
-# 6: collectives' sources; 7: compiled_at; 8: slices, DCN)
+CACHE_FORMAT = 9  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
+# 6: collectives' sources; 7: compiled_at; 8: slices, DCN; 9: a MegaScale send's line through the bitcast it moves)
 
 
 def versions() -> dict[str, str]:

@@ -45,6 +45,9 @@ _FIELDS = re.compile(r"(\w+)=(\d+)")
 _METADATA = re.compile(r'metadata=\{[^}]*?op_name="(?P<op_name>[^"]*)"(?:[^}]*?stack_frame_id=(?P<frame>\d+))?')
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<opcode>[\w\-]+)\((?P<operands>[^)]*)\)")
 _PASS_THROUGH = ("get-tuple-element", "copy", "copy-start", "copy-done", "bitcast", "convert", "reshape", "transpose")
+# A collective XLA left without metadata moves its operand's value (on several slices, the in-slice part of a
+# hierarchical all-reduce feeds the cross-slice send): the line is the operand's producer's.
+_MOVES_ITS_OPERAND = tuple(f"{op}{suffix}" for op in hlo.COLLECTIVES for suffix in ("", "-start", "-done"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,7 +269,11 @@ def instruction_source(hlo_text: str, name: str) -> InstructionSource:
     if frame_id is None and match and _operands(match["operands"]):
         # An async pair's metadata may sit on its start; on several TPU slices XLA drops a collective's own metadata:
         # it then comes from the value it moves (the operand's producer), which is the line that asked for it.
-        op_name, frame_id = _metadata(lines.get(_operands(match["operands"])[0], ""))
+        op_name, frame_id = _producer_metadata(lines, _operands(match["operands"])[0])
+    if frame_id is None and match and match["opcode"] == "send":
+        # A MegaScale send of a parameter (an FSDP gather across slices) has no producer with a line: the line is
+        # where the value its paired recv received is used, as XLA names a gather by the op that needed it.
+        op_name, frame_id = _receiver_metadata(hlo_text, lines, line)
     chain = stack_frames(hlo_text).get(frame_id, ()) if frame_id is not None else ()
     own = op_names(op_name)
     values = _values(lines, match, op_name) if match else ()
@@ -355,18 +362,63 @@ def _values(lines: dict[str, str], match: re.Match, op_name: str) -> tuple[Value
     return tuple(values)
 
 
+_RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([^"]+)"')
+
+
+def _receiver_metadata(hlo_text: str, lines: dict[str, str], send_line: str) -> tuple[str, int | None]:
+    """The metadata of the first instruction using what the recv paired with a MegaScale send (the same rendezvous
+    key) received, through the recv-done and tuple reads (8 steps at most); empty where there is none."""
+    key = _RENDEZVOUS.search(send_line)
+    if key is None:
+        return "", None
+    pair = f'_xla_host_transfer_rendezvous="{key[1]}"'
+    frontier = [n for n, text in lines.items() if pair in text and (m := _INSTRUCTION.match(text)) and m["opcode"] == "recv"]
+    users, seen = _users(hlo_text), set(frontier)
+    for _ in range(8):
+        following = []
+        for name in frontier:
+            for user in users.get(name, ()):
+                if user in seen:
+                    continue
+                seen.add(user)
+                op_name, frame_id = _metadata(lines.get(user, ""))
+                if op_name:
+                    return op_name, frame_id
+                following.append(user)
+        frontier = following
+    return "", None
+
+
+@functools.lru_cache(maxsize=2)
+def _users(hlo_text: str) -> dict[str, tuple[str, ...]]:
+    """Every instruction's users by its name, for the whole module."""
+    found: dict[str, list[str]] = {}
+    for name, line in _instruction_lines(hlo_text).items():
+        match = _INSTRUCTION.match(line)
+        for operand in _operands(match["operands"]) if match else ():
+            found.setdefault(operand, []).append(name)
+    return {name: tuple(users) for name, users in found.items()}
+
+
 def _producer_op_name(lines: dict[str, str], name: str) -> str:
     """The op name of the instruction producing ``name``, through copies, bitcasts and tuple reads (8 steps at most)."""
+    return _producer_metadata(lines, name)[0]
+
+
+def _producer_metadata(lines: dict[str, str], name: str) -> tuple[str, int | None]:
+    """The metadata (op name, stack frame) of the instruction producing ``name``, through copies, bitcasts, tuple reads
+    and collectives without metadata of their own (8 steps at most): a MegaScale send moves a bitcast of an in-slice
+    reduce-scatter of the fusion that computed the value."""
     for _ in range(8):
         line = lines.get(name, "")
-        op_name, _ = _metadata(line)
+        op_name, frame_id = _metadata(line)
         if op_name:
-            return op_name
+            return op_name, frame_id
         match = _INSTRUCTION.match(line)
-        if not match or match["opcode"] not in _PASS_THROUGH or not _operands(match["operands"]):
-            return ""
+        if not match or match["opcode"] not in _PASS_THROUGH + _MOVES_ITS_OPERAND or not _operands(match["operands"]):
+            return "", None
         name = _operands(match["operands"])[0]
-    return ""
+    return "", None
 
 
 def _plain_shape(shape: str) -> str:

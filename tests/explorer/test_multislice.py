@@ -142,6 +142,9 @@ def test_exactly_the_cross_slice_collectives_ride_the_dcn_over_the_axis_that_spa
     # (A collective whose moved value has no metadata either keeps no line: said so, never guessed.)
     names = {os.path.basename(s.file or "") for c in ours.collectives if c.link == "ici" for s in c.sources}
     assert "mlp.py" in names and names <= {"mlp.py", ""}
+    # A cross-slice part is a MegaScale send of a bitcast of the fusion that computed the gradient: its line is that
+    # fusion's, followed through the bitcast, for every part.
+    assert {os.path.basename(s.file or "") for c in ours.dcn_collectives for s in c.sources} == {"mlp.py"}
 
 
 def test_a_layout_too_big_for_the_slices_is_refused_with_xlas_figures(results):
