@@ -37,7 +37,6 @@ constraint the mesh axes JAX receives under the layout and the names that put th
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from typing import Any, Iterable, Sequence
 
@@ -433,7 +432,6 @@ def _join(prefix: str, stack: str) -> str:
     return "/".join(part for part in (prefix, stack) if part)
 
 
-@functools.lru_cache(maxsize=4096)
 @dataclasses.dataclass(frozen=True)
 class SourceLine:
     """Where a frame is: file, line and qualified function name (as ``jax``'s traceback frames say it)."""

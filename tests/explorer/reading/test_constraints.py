@@ -182,3 +182,14 @@ def test_a_tagged_mesh_adds_only_size_one_axes():
     mesh = reader.tagged_mesh(["mlp", "batch"], ("data", "model"), (2, 4))
     assert dict(zip(mesh.axis_names, mesh.axis_sizes)) == {"data": 2, "model": 4, "logical:batch": 1, "logical:mlp": 1}
     assert reader.mesh_spec(P(("data", "logical:batch"), "logical:mlp", "model"), 4) == (("data",), None, ("model",), None)
+
+
+def test_an_equations_user_frame_is_this_files_line_as_a_source_line():
+    """The innermost frame outside JAX, Flax and the standard library (sources.is_library, one rule) is this test's."""
+
+    def forward(x):
+        return nn.with_logical_constraint(x * 2, ("batch", "embed"))
+
+    closed = jax.make_jaxpr(forward)(X)
+    frame = reader.user_frame(closed.jaxpr.eqns[0].source_info)
+    assert isinstance(frame, reader.SourceLine) and frame.file_name == __file__ and frame.function_name.endswith("forward")
