@@ -130,6 +130,7 @@ def _library_folders() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(dict.fromkeys(packages)), tuple(dict.fromkeys(stdlib))
 
 
+@functools.lru_cache(maxsize=4096)  # the reading asks for every frame of every traced equation
 def is_library(file: str) -> bool:
     """Whether a frame in ``file`` is JAX's, Flax's, optax's, the standard library's or the explorer's (not a model's).
 
@@ -371,8 +372,7 @@ def _receiver_metadata(hlo_text: str, lines: dict[str, str], send_line: str) -> 
     key = _RENDEZVOUS.search(send_line)
     if key is None:
         return "", None
-    pair = f'_xla_host_transfer_rendezvous="{key[1]}"'
-    frontier = [n for n, text in lines.items() if pair in text and (m := _INSTRUCTION.match(text)) and m["opcode"] == "recv"]
+    frontier = list(_receivers(hlo_text).get(key[1], ()))
     users, seen = _users(hlo_text), set(frontier)
     for _ in range(8):
         following = []
@@ -387,6 +387,17 @@ def _receiver_metadata(hlo_text: str, lines: dict[str, str], send_line: str) -> 
                 following.append(user)
         frontier = following
     return "", None
+
+
+@functools.lru_cache(maxsize=2)
+def _receivers(hlo_text: str) -> dict[str, tuple[str, ...]]:
+    """The module's recv instructions by their MegaScale rendezvous key (read once, not once per send)."""
+    found: dict[str, list[str]] = {}
+    for name, line in _instruction_lines(hlo_text).items():
+        match, key = _INSTRUCTION.match(line), _RENDEZVOUS.search(line)
+        if match and key and match["opcode"] == "recv":
+            found.setdefault(key[1], []).append(name)
+    return {key: tuple(names) for key, names in found.items()}
 
 
 @functools.lru_cache(maxsize=2)
