@@ -417,7 +417,6 @@ def device_figures(compiled: CompiledStep, device, processes: int, per_process: 
     (``step_model``) for this many devices.
     """
     from explorer import hlo
-
     from explorer.xla_results import counted_work
 
     text = compiled.step.as_text()
