@@ -6,7 +6,7 @@ and runs the one the address asks for. Each page draws the shared sidebar itself
 
 import streamlit as st
 
-from explorer import devices
+from explorer.hardware import devices
 from explorer.errors import ExplorerError
 
 # First of all, so the sidebar mounts at this width; each page sets its own title later. 320 px holds the

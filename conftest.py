@@ -9,7 +9,7 @@ os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
 # The traced-model disk cache goes to a fresh folder per test session, never the user's ~/.cache.
 os.environ["EXPLORER_CACHE_DIR"] = tempfile.mkdtemp(prefix="explorer-trace-cache-")
 
-from explorer import devices  # noqa: E402
+from explorer.hardware import devices  # noqa: E402
 
 devices.configure(8)
 

@@ -250,7 +250,7 @@ def main() -> None:
     parser.add_argument("--shortcut", choices=("auto", "on", "off"), default="auto", help="the depth shortcut (advise --depth-shortcut)")
     args = parser.parse_args()
     global CASE
-    from explorer.targets import parse_target
+    from explorer.hardware.targets import parse_target
 
     CASE = "gpu" if args.case == "gpu" or (args.case == "llama" and args.target and parse_target(args.target).is_gpu) else args.case
     args.target = args.target or {
@@ -265,12 +265,12 @@ def main() -> None:
         os.environ["EXPLORER_ALLOWED_FACTORIES"] = T5_FACTORY if CASE == "t5" else MOE_FACTORY
     os.environ["EXPLORER_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="explorer-advise-bench-")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from explorer import devices
+    from explorer.hardware import devices
 
     devices.configure(8)
     from explorer import advisor
     from explorer.layout import parse_layout
-    from explorer.text import human_bytes, plain_table
+    from explorer.formats import human_bytes, plain_table
 
     own = parse_layout(
         layout(

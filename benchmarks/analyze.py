@@ -153,7 +153,7 @@ def _value_shardings(jaxpr) -> list:
 
 
 def explorer_gemma() -> int:
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
     from explorer.layout import parse_layout
 
     report = analyze(parse_layout(GEMMA_7B))
@@ -242,14 +242,14 @@ def bare_maxtext() -> int:
 
 
 def explorer_maxtext() -> int:
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
     from explorer.layout import parse_layout
 
     return len(analyze(parse_layout(maxtext_layout())).arrays)
 
 
 def explorer_t5x() -> int:
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
     from explorer.layout import parse_layout
 
     return len(analyze(parse_layout(t5x_layout())).arrays)
@@ -305,7 +305,7 @@ def explorer_every_name() -> int:
 
 
 def explorer_analysis(rules=None, model=None) -> int:
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
     from explorer.layout import parse_layout
 
     layout = dict(LLAMA_7B, rules=rules or LLAMA_7B["rules"], model=model or LLAMA_7B["model"])
@@ -389,7 +389,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
     if args.child:
-        from explorer import devices
+        from explorer.hardware import devices
 
         devices.configure()
         os.environ["EXPLORER_ALLOWED_FACTORIES"] = f"{T5X},{MAXTEXT},{GEMMA}"
@@ -502,7 +502,7 @@ def _maxtext(rounds: int) -> None:
 
 
 def _llama_in_process(rounds: int, explorer_cold: list[float]) -> None:
-    from explorer import devices
+    from explorer.hardware import devices
 
     devices.configure()
     os.environ["EXPLORER_CACHE_DIR"] = "off"

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from explorer.models.options import SIZE_PRESETS  # noqa: E402  (the Llama-2-7B shapes: one home)
 
 if TYPE_CHECKING:
-    from explorer.compile_result import TargetCompile
+    from explorer.compile.compile_result import TargetCompile
 
 TARGET = "v5p-128"  # 64 chips, v5p:4x4x4
 LLAMA_7B = {
@@ -79,9 +79,9 @@ import flax.linen as nn, jax, jax.numpy as jnp
 from jax.experimental import topologies
 from jax.sharding import NamedSharding, PartitionSpec
 from explorer.layout import parse_layout
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.reading import abstract_model, live
-from explorer.train_step import make_train_step, with_sharding
+from explorer.compile.train_step import make_train_step, with_sharding
 
 layout = parse_layout(json.load(open(sys.argv[1])))
 report, model = analyze(layout), abstract_model(layout.model)
@@ -105,7 +105,7 @@ print(json.dumps({"compile_s": time.perf_counter() - start, "peak_bytes": stats.
 
 
 def run_tool(layout, target: str) -> tuple[float, TargetCompile]:
-    from explorer.target_compile import compile_target
+    from explorer.compile.target_compile import compile_target
 
     with tempfile.TemporaryDirectory() as cache:
         os.environ["EXPLORER_CACHE_DIR"] = cache
@@ -116,8 +116,8 @@ def run_tool(layout, target: str) -> tuple[float, TargetCompile]:
 
 
 def run_bare(path: str, target: str) -> tuple[float, dict]:
-    from explorer.target_compile import child_environment
-    from explorer.targets import parse_target
+    from explorer.hardware.devices import child_environment
+    from explorer.hardware.targets import parse_target
 
     parsed = parse_target(target)
     where = ["tpu"] if not parsed.is_gpu else [str(ROOT / "explorer" / "gpu_targets" / parsed.chip.config_file), parsed.gpu_topology]

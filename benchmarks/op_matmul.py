@@ -2,7 +2,7 @@
 
 The guide times ``jnp.dot(y, z).block_until_ready()`` with y sharded P('a', None) and z
 P(None, 'b') on a 4x2 mesh, and ``jnp.dot(x_single, x_single)`` on one device. This script
-does exactly that by hand and runs ``explorer.ops.time_op`` on the same op, in the same
+does exactly that by hand and runs ``explorer.ops.ops.time_op`` on the same op, in the same
 process, in alternation (tool, hand, tool, hand, ...), and prints the median over rounds of
 each side's medians and the ratios tool / hand.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
 
-from explorer import devices  # noqa: E402
+from explorer.hardware import devices  # noqa: E402
 
 devices.configure()
 
@@ -31,8 +31,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from explorer.op_spec import MATMUL_PRESET, PRESETS, parse_op  # noqa: E402
-from explorer.ops import time_op  # noqa: E402
+from explorer.ops.op_spec import MATMUL_PRESET, PRESETS, parse_op  # noqa: E402
+from explorer.ops.ops import time_op  # noqa: E402
 
 
 def guide(size: int, steps: int) -> tuple[float, float]:

@@ -23,13 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
 
-from explorer import devices  # noqa: E402
+from explorer.hardware import devices  # noqa: E402
 
 devices.configure(8)
 
 from explorer.layout import parse_layout, seed_layout  # noqa: E402
-from explorer.timing import time_layout  # noqa: E402
-from explorer.workers import time_local_processes  # noqa: E402
+from explorer.timing.timing import time_layout  # noqa: E402
+from explorer.timing.workers import time_local_processes  # noqa: E402
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
 
-from explorer import devices  # noqa: E402
+from explorer.hardware import devices  # noqa: E402
 
 devices.configure()
 
@@ -37,7 +37,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec  # noqa: E402
 
 from explorer.layout import seed_layout  # noqa: E402
 from explorer.models.mlp import LogicalMLP  # noqa: E402
-from explorer.timing import time_layout  # noqa: E402
+from explorer.timing.timing import time_layout  # noqa: E402
 
 
 def guide_loop(steps: int, warmup: int = 2):

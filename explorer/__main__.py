@@ -25,7 +25,7 @@ import json
 import os
 import sys
 
-from explorer import devices
+from explorer.hardware import devices
 
 
 INSTALLED_SCRIPT = "partition-explorer"  # pyproject.toml's [project.scripts] entry
@@ -168,8 +168,8 @@ def _program_name() -> str:
 
 
 def _distributed_arguments(timing: argparse.ArgumentParser) -> None:
-    from explorer.distributed import JOIN_TIMEOUT_S
-    from explorer.workers import STALL_TIMEOUT_S
+    from explorer.timing.distributed import JOIN_TIMEOUT_S
+    from explorer.timing.workers import STALL_TIMEOUT_S
 
     local = timing.add_argument_group("local processes")
     local.add_argument(
@@ -205,7 +205,7 @@ def _load(path: str):
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from explorer.analysis import analyze, array_to_dict, report_to_dict
+    from explorer.analysis.analyzer import analyze, array_to_dict, report_to_dict
 
     report = analyze(_load(args.layout))
     tiles, pattern = args.tiles or args.tiles_for is not None, args.tiles_for or "*"
@@ -218,7 +218,7 @@ def _analyze(args: argparse.Namespace) -> int:
             "needs a mesh with Explicit axes (mesh.axis_types), where every value's type carries its sharding; this layout's axes are Auto",
         )
     if args.origins is not None:
-        from explorer import origins
+        from explorer.compile import origins
 
         found = origins.matching(origins.of_layout(report.layout), args.origins)
         if not args.json:
@@ -239,7 +239,7 @@ def _analyze(args: argparse.Namespace) -> int:
     elif args.json:
         data = report_to_dict(report, include_tiles=tiles, tiles_for=pattern)
         if args.values is not None:
-            from explorer.values import matching, value_to_dict
+            from explorer.analysis.values import matching, value_to_dict
 
             data["values"] = [value_to_dict(v) for v in matching(report.values, args.values)]
         if args.origins is not None:
@@ -292,7 +292,7 @@ def _array_text(report, info, args: argparse.Namespace) -> str:
 
 
 def _url(args: argparse.Namespace) -> int:
-    from explorer.share import layout_to_query
+    from explorer.sharing.share import layout_to_query
 
     print(layout_to_query(_load(args.layout)))
     return 0
@@ -334,7 +334,7 @@ def _time(args: argparse.Namespace) -> int:
         if result is None:
             return 0
     elif args.processes != 1:
-        from explorer.workers import time_local_processes
+        from explorer.timing.workers import time_local_processes
 
         result = time_local_processes(
             _load(args.layout),
@@ -346,7 +346,7 @@ def _time(args: argparse.Namespace) -> int:
             join_timeout_s=args.join_timeout,
         )
     else:
-        from explorer.timing import time_layout
+        from explorer.timing.timing import time_layout
 
         result = time_layout(_load(args.layout), steps=args.steps, warmup=args.warmup, on_phase=progress)
     if args.json:
@@ -361,7 +361,7 @@ def _time_joined(args: argparse.Namespace, progress):
     """Join the run, time, and return the result in process 0 (None in the others)."""
     import jax
 
-    from explorer.distributed import check_join_arguments, join, parse_coordinator, reserve_stdout, time_joined
+    from explorer.timing.distributed import check_join_arguments, join, parse_coordinator, reserve_stdout, time_joined
 
     layout = _load(args.layout)
     check_join_arguments(args.coordinator, args.num_processes, args.process_id)
@@ -400,8 +400,8 @@ def _leave_the_run(code: int, message: str) -> None:
 
 
 def _op(args: argparse.Namespace) -> int:
-    from explorer.op_spec import load_op_file
-    from explorer.ops import analyze_op, time_op
+    from explorer.ops.op_spec import load_op_file
+    from explorer.ops.ops import analyze_op, time_op
     from explorer.text import op_text
 
     spec = load_op_file(args.spec)
@@ -423,7 +423,7 @@ def _advise(args: argparse.Namespace) -> int:
     from explorer.advisor import advise, depth_of, search_text, search_to_dict
     from explorer.errors import ExplorerError
     from explorer.layout import load_layout_file
-    from explorer.targets import parse_target
+    from explorer.hardware.targets import parse_target
 
     if args.compiles < 0:
         raise ExplorerError("--compiles", args.compiles, "is not a whole number of compiles (0 or more)")
@@ -457,12 +457,12 @@ def _advise(args: argparse.Namespace) -> int:
 
 def _compile(args: argparse.Namespace) -> int:
     if args.in_process:  # the child process compile_target starts
-        from explorer.target_compile import child_main
+        from explorer.compile.target_compile import child_main
 
         return child_main(args.layout, args.target)
     from explorer.layout import load_layout_file
-    from explorer.target_compile import compile_target
-    from explorer.targets import parse_target
+    from explorer.compile.target_compile import compile_target
+    from explorer.hardware.targets import parse_target
 
     layout, target = load_layout_file(args.layout), parse_target(args.target)
     shown = [None]

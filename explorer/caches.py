@@ -21,6 +21,7 @@ Value = TypeVar("Value")
 
 _registered: list[Callable] = []
 _registries: list["Registry"] = []
+_disk_clearers: list[Callable[[], None]] = []
 
 
 class Registry(Generic[Value]):
@@ -77,6 +78,13 @@ def registered() -> tuple[Callable, ...]:
     return tuple(_registered)
 
 
+def register_disk(clear_files: Callable[[], None]) -> Callable[[], None]:
+    """Have ``clear(disk=True)`` call ``clear_files`` (``explorer/reading/disk.py`` registers its own on import, so this
+    module, at the bottom of the stages, never imports the reading)."""
+    _disk_clearers.append(clear_files)
+    return clear_files
+
+
 def clear(*, disk: bool = False) -> None:
     """Clear every cache, as if the process had just started.
 
@@ -84,7 +92,7 @@ def clear(*, disk: bool = False) -> None:
       (``models``), the activations received per layout (``received``), the traced stages,
       each a built model and its train state (``stages``), and the models read under
       Explicit axes (``typed``)), and ``compiled``'s compiled train steps;
-    - the ``lru_cache``s registered here: in ``analysis`` (meshes) and ``plots.grid`` (figures and
+    - the ``lru_cache``s registered here: in ``meshes`` and ``plots.grid`` (figures and
       colour scales);
     - with ``disk=True``, the files kept on disk (``explorer/reading/disk.py``: ``traces/``,
       ``resolved/`` and ``compiles/`` under the cache folder; the folder itself stays).
@@ -92,11 +100,10 @@ def clear(*, disk: bool = False) -> None:
     Not cleared: what cannot change while the process runs (the library versions and source
     hash that name the files on disk, which files are library code), and JAX's own caches.
     """
-    from explorer.reading import disk as on_disk
-
     for registry in _registries:
         registry.clear()
     for function in _registered:
         function.cache_clear()
     if disk:
-        on_disk.clear()
+        for clear_files in _disk_clearers:
+            clear_files()

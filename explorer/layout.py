@@ -222,7 +222,7 @@ class Layout(_Frozen):
     rules: tuple[Rule, ...] = ()
     model: ModelSpec
     # The TPU slice the layout is planned for (a Cloud TPU type or a libtpu topology, see
-    # explorer.targets); None: the devices of the process that opens it. Optional in files
+    # explorer.hardware.targets); None: the devices of the process that opens it. Optional in files
     # and links, so layouts written before it existed load unchanged.
     target: StrictStr | None = Field(default=None, min_length=1, max_length=40)
 
@@ -231,7 +231,7 @@ class Layout(_Frozen):
     def _known_target(cls, target: str | None) -> str | None:
         if target is None:
             return None
-        from explorer.targets import parse_target
+        from explorer.hardware.targets import parse_target
 
         return parse_target(target).name  # ExplorerError("target", ...) names the value
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from explorer.analysis import KIND_LABELS, ArrayInfo, Report
-from explorer.analysis import analyze as analyze_layout
+from explorer.analysis.report import KIND_LABELS, ArrayInfo, Report
+from explorer.analysis.analyzer import analyze as analyze_layout
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, load_layout_file, parse_layout
-from explorer.text import human_bytes
+from explorer.formats import human_bytes
 from explorer.tiles import default_dims, grid_view
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def analyze(layout: str | os.PathLike | Mapping[str, Any] | Layout) -> NotebookR
     or an ``explorer.layout.Layout``. Bad input raises ``ExplorerError`` naming the field
     and the value. Meshes with more devices than this process has are analyzed as planned
     meshes (exact shard shapes and bytes, hypothetical device ids); call
-    ``explorer.devices.configure(8)`` before JAX starts for 8 simulated CPU devices.
+    ``explorer.hardware.devices.configure(8)`` before JAX starts for 8 simulated CPU devices.
 
     >>> report = analyze({"mesh": {"shape": [2, 4], "axes": ["data", "model"]},
     ...                   "rules": [["batch", "data"], ["hidden", "model"]],

@@ -32,17 +32,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
 
-from explorer import devices  # noqa: E402
+from explorer.hardware import devices  # noqa: E402
 
 devices.configure()
 
 import yaml  # noqa: E402
 
-from explorer import library  # noqa: E402
+from explorer.sharing import library  # noqa: E402
 from explorer.__main__ import main as cli  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
 from explorer.layout import SEED_LAYOUT, parse_layout  # noqa: E402
-from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet  # noqa: E402
+from explorer.sharing.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet  # noqa: E402
 from explorer.text import markdown_literal  # noqa: E402
 
 SEED_TEXT = json.dumps(SEED_LAYOUT)
@@ -251,7 +251,7 @@ def probe_library_names(folder: Path) -> None:
 
 def _racer(folder, worker, barrier, plan, results):
     os.environ["EXPLORER_LIBRARY"] = folder
-    from explorer import library
+    from explorer.sharing import library
     from explorer.errors import ExplorerError
     from explorer.layout import SEED_LAYOUT, parse_layout
 

@@ -21,9 +21,9 @@ import time
 def main(measurements: str, target_name: str, folder: str) -> None:
     import jax
 
-    from explorer import xla_compile
+    from explorer.compile import xla_compile
     from explorer.layout import parse_layout
-    from explorer.targets import parse_target
+    from explorer.hardware.targets import parse_target
 
     target = parse_target(target_name)
     texts: dict[str, str] = {}

@@ -15,7 +15,7 @@ import pytest
 from explorer.__main__ import main
 from explorer.errors import ExplorerError
 from explorer.layout import MAX_FILE_BYTES, SEED_LAYOUT, load_layout_bytes, parse_layout
-from explorer.share import MAX_PARAM_LENGTH, layout_to_query, params_to_dict, params_to_layout
+from explorer.sharing.share import MAX_PARAM_LENGTH, layout_to_query, params_to_dict, params_to_layout
 from tests.paths import APP
 
 SEED_TEXT = json.dumps(SEED_LAYOUT)

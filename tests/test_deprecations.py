@@ -56,9 +56,9 @@ MODELS = [
 
 PROBE = """
 import json, sys, warnings
-from explorer import devices
+from explorer.hardware import devices
 devices.configure(8)
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
 seen = []
 for name, options in json.loads(sys.argv[1]):

@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec
 
-from explorer.analysis import analyze, report_to_dict
+from explorer.analysis.analyzer import analyze, report_to_dict
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.rules import resolve
-from explorer.timing import time_layout
+from explorer.timing.timing import time_layout
 from tests.class_models import ALL as CLASS_FACTORIES
 from tests.paths import ROOT
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from explorer.__main__ import main
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, Layout, load_layout_bytes, parse_layout
-from explorer.share import PARAMS, layout_to_params, layout_to_query, params_to_layout
+from explorer.sharing.share import PARAMS, layout_to_params, layout_to_query, params_to_layout
 
 EXAMPLES = int(os.environ.get("EXPLORER_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(

@@ -9,7 +9,7 @@ import functools
 
 import pytest
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
 from explorer.models import build_model
 from tests import ground_truth

@@ -19,12 +19,13 @@ import collections
 
 import pytest
 
-from explorer import hlo, sources
-from explorer.analysis import analyze
-from explorer.compiled import compile_step
+from explorer.hlo import program as hlo
+from explorer.hlo import sources
+from explorer.analysis.analyzer import analyze
+from explorer.compile.compiled import compile_step
 from explorer.layout import parse_layout
-from explorer.target_compile import compile_target
-from explorer.timing import traced_collectives
+from explorer.compile.target_compile import compile_target
+from explorer.timing.timing import traced_collectives
 from tests import ground_truth, ground_truth_sources
 from tests.external import factories as external
 

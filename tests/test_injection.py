@@ -7,9 +7,9 @@ from urllib.parse import parse_qsl
 import yaml
 from streamlit.testing.v1 import AppTest
 
-from explorer import library
+from explorer.sharing import library
 from explorer.layout import SEED_LAYOUT, load_layout_bytes, parse_layout
-from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.sharing.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from explorer.text import markdown_literal
 from tests.paths import APP
 

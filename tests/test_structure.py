@@ -79,7 +79,7 @@ def test_the_checker_finds_each_kind_of_private_use():
         "trace._padded(1)\n"
         "ui.state._key\n"
         "make()._hidden\n"
-        "cmd = 'from explorer.placement import _child; _child()'\n"
+        "cmd = 'from explorer.hardware.placement import _child; _child()'\n"
         "self._own, trace.__name__, public\n"
     )
     assert sorted(line for line, _ in private_uses(source)) == [1, 4, 5, 6, 7]
@@ -91,3 +91,148 @@ def test_no_module_of_the_core_or_the_ui_is_over_600_lines():
     too_long = {path: n for path, n in lengths.items() if n > MAX_LINES and path not in ALLOWED_LONG}
     assert too_long == {}
     assert {path for path in ALLOWED_LONG if lengths[path] > MAX_LINES} == ALLOWED_LONG  # fixed here: leave the list
+
+
+# The stages, lowest first: a module imports only from its own stage or lower ones (docs/architecture.md draws them).
+# A module is placed by the longest prefix listed; within a stage, imports may go either way but never in a circle.
+STAGES = (
+    (
+        "explorer.errors",
+        "explorer.specs",
+        "explorer.formats",
+        "explorer.caches",
+        "explorer.tiles",
+        "explorer.rules",
+        "explorer.layout",
+        "explorer.meshes",
+        "explorer.hardware",
+        "explorer.models",
+    ),
+    ("explorer.hlo",),
+    ("explorer.reading",),
+    ("explorer.analysis",),
+    ("explorer.predict",),
+    ("explorer.compile",),
+    ("explorer.timing",),
+    ("explorer.advisor",),
+    ("explorer.ops",),
+    ("explorer.sharing",),
+    ("explorer.plots",),
+    ("explorer.text", "explorer.notebook", "explorer.__main__", "explorer"),
+    ("ui",),
+    ("views", "app"),
+)
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports(source: str, here: str, known: set[str], package: bool = False) -> list[tuple[int, str]]:
+    """Every project module that module ``here`` (its ``source``) imports, at any depth of the file (a function's
+    lazy import and a ``TYPE_CHECKING`` block count: they are the same dependency), as (line, module);
+    ``from a import b`` names ``a.b`` when that is a module."""
+    package = here if package else here.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != here:
+                found.append((node.lineno, name))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = _sources(CHECKED) + [ROOT / "app.py"]
+    known = {module_name(path) for path in files}
+    return {
+        module_name(path): {
+            name for _, name in project_imports(path.read_text(encoding="utf-8"), module_name(path), known, path.name == "__init__.py")
+        }
+        for path in files
+    }
+
+
+def stage_of(module: str) -> int:
+    best = max(
+        (
+            (len(prefix), index)
+            for index, prefixes in enumerate(STAGES)
+            for prefix in prefixes
+            if module == prefix or module.startswith(prefix + ".")
+        ),
+        default=None,
+    )
+    assert best is not None, f"{module} is in no stage: add it to STAGES"
+    return best[1]
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each import circle once, as the modules around it (Tarjan's strongly connected components of two or more)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles():
+    graph = import_graph()
+    assert len(graph) > 50 and sum(map(len, graph.values())) > 200  # the walk found the code and its imports
+    assert circles(graph) == []
+
+
+def test_imports_run_down_the_stages():
+    graph = import_graph()
+    upward = sorted(f"{module} -> {other}" for module, others in graph.items() for other in others if stage_of(other) > stage_of(module))
+    assert upward == []
+
+
+def test_the_checkers_find_a_circle_and_an_upward_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": {"e"}}
+    assert circles(graph) == [["a", "b", "c"], ["e", "e2"]]
+    assert stage_of("explorer.hardware.targets") < stage_of("explorer.reading.trace") < stage_of("explorer.compile.xla_results")
+    assert stage_of("explorer.compile.xla_results") > stage_of("explorer.predict.step_model")
+    source = "def f():\n    from explorer.compile import xla_results\nif TYPE_CHECKING:\n    from explorer.analysis.report import Report\n"
+    known = {"explorer.compile.xla_results", "explorer.compile", "explorer.analysis.report", "explorer.analysis"}
+    assert project_imports(source, "explorer.hardware.probe", known) == [
+        (2, "explorer.compile.xla_results"),
+        (4, "explorer.analysis.report"),
+    ]

@@ -10,8 +10,8 @@ from explorer import advisor
 from explorer.plots.advisor import AdvisorPoint, advisor_figure
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.share import layout_to_query
-from explorer.targets import Target
+from explorer.sharing.share import layout_to_query
+from explorer.hardware.targets import Target
 from explorer.text import markdown_literal
 from ui import race_view, state, tables
 from ui.turnstile import TURNSTILE

@@ -13,10 +13,10 @@ from streamlit.delta_generator import DeltaGenerator
 from explorer.plots.grid import mesh_figure, sharding_grid
 from explorer.plots.times import op_times_figure
 from explorer.errors import ExplorerError
-from explorer.hlo import used as used_collectives
+from explorer.hlo.program import used as used_collectives
 from explorer.layout import seed_layout
-from explorer.op_spec import DTYPES, MATMUL_PRESET, PRESETS, OpSpec, parse_op
-from explorer.ops import (
+from explorer.ops.op_spec import DTYPES, MATMUL_PRESET, PRESETS, OpSpec, parse_op
+from explorer.ops.ops import (
     ArrayView,
     OpAnalysis,
     OpTiming,
@@ -27,8 +27,9 @@ from explorer.ops import (
     time_op,
 )
 from explorer.specs import spec_axes, spec_text
-from explorer.share import op_to_query
-from explorer.text import code_literal, human_bytes, markdown_literal
+from explorer.sharing.share import op_to_query
+from explorer.formats import human_bytes
+from explorer.text import code_literal, markdown_literal
 from explorer.tiles import grid_view, shard_counts
 from ui import live_timing, op_state, share_panel, sidebar, state
 from ui.turnstile import TURNSTILE

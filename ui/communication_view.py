@@ -1,6 +1,6 @@
 """The Communication view: which lines of the model make the compiled step move data, and what they move.
 
-Reads a compiled step's collectives with their source lines (``explorer.sources``: a target compile's
+Reads a compiled step's collectives with their source lines (``explorer.hlo.sources``: a target compile's
 ``TargetCompile.traced()`` or a timing run's ``TimingResult.sources``) and shows one row per line of the
 user's code, the most time first where a target costed the collectives (the roofline's estimate), else the
 most bytes; a row opens the values it moves.
@@ -15,8 +15,9 @@ from typing import Sequence
 import pandas as pd
 import streamlit as st
 
-from explorer.sources import LineRow, Traced, by_line
-from explorer.text import human_bytes, human_seconds, markdown_literal
+from explorer.hlo.sources import LineRow, Traced, by_line
+from explorer.formats import human_bytes, human_seconds
+from explorer.text import markdown_literal
 from ui import tables
 
 MAX_CODE = 120  # characters of a line's code shown in the table

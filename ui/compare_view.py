@@ -1,6 +1,6 @@
 """The Compare page's steps: the layouts picked, their differences, memory and warnings, the timings and the race.
 
-The comparison itself is ``explorer.compare`` (``spec_differences``, ``race``); the race runs through ``ui.race_view``.
+The comparison itself is ``explorer.timing.compare`` (``spec_differences``, ``race``); the race runs through ``ui.race_view``.
 """
 
 from __future__ import annotations
@@ -8,17 +8,18 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from explorer import library
+from explorer.sharing import library
 from explorer.plots.memory import compare_memory
-from explorer.analysis import Report
-from explorer.compare import spec_differences
-from explorer.compiled import check_timeable
+from explorer.analysis.report import Report
+from explorer.timing.compare import spec_differences
+from explorer.compile.compiled import check_timeable
 from explorer.errors import ExplorerError
-from explorer.hlo import used as used_collectives
+from explorer.hlo.program import used as used_collectives
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
-from explorer.share import layout_from_link
-from explorer.targets import Target
-from explorer.text import human_bytes, markdown_literal, short_path
+from explorer.sharing.share import layout_from_link
+from explorer.hardware.targets import Target
+from explorer.formats import human_bytes, short_path
+from explorer.text import markdown_literal
 from ui import report_view, tables
 from ui.current import simulated_devices_note
 from ui.race_view import RACE, RACE_ROUNDS, race_now, raced_medians, show_race

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from explorer import devices
-from explorer.analysis import Report, analyze
-from explorer.findings import indivisible_error
+from explorer.hardware import devices
+from explorer.analysis.analyzer import analyze
+from explorer.analysis.report import Report
+from explorer.analysis.findings import indivisible_error
 from explorer.errors import ExplorerError, NeedsExplicitAxes, shown as shown_value
 from explorer.layout import Layout, layout_errors, parse_layout, seed_layout
-from explorer.targets import Target
+from explorer.hardware.targets import Target
 from explorer.text import markdown_literal
 from ui import share_panel, sidebar, state, target_view
 

@@ -12,8 +12,8 @@ from typing import Any
 import streamlit as st
 
 from explorer.errors import ExplorerError
-from explorer.op_spec import MATMUL_PRESET, PRESETS, OpSpec, parse_op, parse_spec_text, spec_input_text
-from explorer.share import is_op_link, op_to_params, params_to_op
+from explorer.ops.op_spec import MATMUL_PRESET, PRESETS, OpSpec, parse_op, parse_spec_text, spec_input_text
+from explorer.sharing.share import is_op_link, op_to_params, params_to_op
 from ui import share_panel, state
 
 MAX_ARRAYS = 4

@@ -3,7 +3,7 @@
 On Explicit axes the Layout page lists every value with the sharding in its type (``report_view``). On Auto axes
 the model declares shardings only at its parameters, inputs and constraints; what every other value gets is
 propagation's choice. This view asks for it on demand (it lowers the train step and runs Shardy's propagation on
-the program JAX hands XLA: ``explorer.origins``) and shows each value, forward and backward, with its sharding and
+the program JAX hands XLA: ``explorer.compile.origins``) and shows each value, forward and backward, with its sharding and
 each mesh axis' origin (an input, an output or a constraint, named with its path or line). A value Shardy records
 no origin for says so rather than guess.
 """
@@ -13,19 +13,19 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from explorer.analysis import Report
+from explorer.analysis.report import Report
 from explorer.errors import ExplorerError
-from explorer.sources import module_path
+from explorer.hlo.sources import module_path
 from explorer.text import markdown_literal
 from ui import tables
 
-PROPAGATED = "propagated_values"  # Layout.key -> the propagated values (explorer.origins.PropagatedValue)
+PROPAGATED = "propagated_values"  # Layout.key -> the propagated values (explorer.compile.origins.PropagatedValue)
 COLUMNS = {"where": 110, "sharding": 130, "origin of each axis": 380}
 
 
 def render(report: Report) -> None:
     """The section under the arrays table of an Auto layout on this process's devices."""
-    from explorer import origins
+    from explorer.compile import origins
 
     st.subheader("Every value's sharding after propagation")
     if report.mesh.abstract:
@@ -59,7 +59,7 @@ def render(report: Report) -> None:
 
 
 def _table(found) -> None:
-    from explorer import origins
+    from explorer.compile import origins
 
     query = st.text_input("Search propagated values", key="propagated_search", placeholder="e.g. dot_general, 'model', constraint")
     chosen = origins.matching(found, query)

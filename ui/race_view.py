@@ -1,6 +1,6 @@
 """The alternating timing race as the pages run it (Compare, and the Advisor's top three): its stage, Stop, the result.
 
-The race itself is ``explorer.compare.race``; this runs it in the server-wide queue with its true stage
+The race itself is ``explorer.timing.compare.race``; this runs it in the server-wide queue with its true stage
 on show, keeps the finished rounds in the session (Stop is a rerun), and draws the result.
 """
 
@@ -12,10 +12,10 @@ import pandas as pd
 import streamlit as st
 
 from explorer.plots.times import race_figure
-from explorer.compare import RaceResult, race
+from explorer.timing.compare import RaceResult, race
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.step_model import SCOPE
+from explorer.predict.step_model import SCOPE
 from explorer.text import markdown_literal
 from ui.turnstile import TURNSTILE
 

@@ -8,10 +8,11 @@ import streamlit as st
 
 from explorer.plots.grid import mesh_figure, sharding_grid
 from explorer.plots.memory import memory_bars
-from explorer.analysis import KIND_LABELS, ArrayInfo, Report
-from explorer.findings import ERROR_CODES, INFO_CODES
+from explorer.analysis.report import KIND_LABELS, ArrayInfo, Report
+from explorer.analysis.report import ERROR_CODES, INFO_CODES
 from explorer.rules import RESOLUTION_ORDERS
-from explorer.text import arrays_frame, human_bytes, markdown_literal, short_path
+from explorer.formats import human_bytes, short_path
+from explorer.text import arrays_frame, markdown_literal
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
 from ui import propagated_view, share_panel, tables
 
@@ -46,7 +47,7 @@ def render(report: Report, compiled_peak: tuple[str, int] | None = None, edited:
 
 def _values_view(report: Report) -> None:
     """Explicit axes: every value of the forward pass with the sharding in its type, searchable, grouped by place."""
-    from explorer.values import grouped, matching, spec_text
+    from explorer.analysis.values import grouped, matching, spec_text
 
     st.subheader("Values and their types")
     st.caption(

@@ -6,15 +6,15 @@ from urllib.parse import quote, urlencode
 
 import streamlit as st
 
-from explorer import library
+from explorer.sharing import library
 from explorer.errors import ExplorerError
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes, parse_layout, seed_layout
-from explorer.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.sharing.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from explorer.text import markdown_literal
 from ui import state
 
 MESSAGES = "share_messages"  # section ("link", "upload", "library") -> (level, text), shown once where it belongs
-ARRAY_PARAM = "array"  # the link's selected array: the page's, not the layout's, so not in explorer.share
+ARRAY_PARAM = "array"  # the link's selected array: the page's, not the layout's, so not in explorer.sharing.share
 LINK_ARRAY = "link_array"  # the array a link named, until the Layout page has checked the layout has it
 LOADED_VERSION = "library_loaded"  # (name, version) of the library entry last loaded or saved
 REFUSED_LINK = "refused_link"  # the query of a link that could not be opened, kept to copy and fix until dismissed

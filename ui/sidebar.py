@@ -15,14 +15,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from explorer import devices
+from explorer.hardware import devices
 from explorer.models import MODELS, allowed_factories, is_factory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
-from explorer.presets import EXAMPLES, fit_preset, model_preset
+from explorer.analysis.presets import EXAMPLES, fit_preset, model_preset
 from explorer.rules import PRESET_DESCRIPTIONS, PRESETS, preset_rules
 from explorer.specs import spec_axes, spec_entry
-from explorer.targets import parse_target
+from explorer.hardware.targets import parse_target
 from explorer.text import markdown_literal
 from ui import share_panel, state
 

@@ -153,7 +153,7 @@ def make_axes_auto() -> None:
 
 def open_example() -> None:
     """Load the example layout picked in the sidebar's Examples (its callback), then clear the pick."""
-    from explorer.presets import example_layout
+    from explorer.analysis.presets import example_layout
 
     title = st.session_state.get(EXAMPLE)
     st.session_state[EXAMPLE] = None  # set, not dropped: the browser's selectbox shows the placeholder again
@@ -163,7 +163,7 @@ def open_example() -> None:
 
 def set_target(name: str | None) -> None:
     """Point the sidebar's Target at ``name`` (None: this process's devices)."""
-    from explorer.targets import valid_names
+    from explorer.hardware.targets import valid_names
 
     state = st.session_state
     if name is None:

@@ -1,6 +1,6 @@
 """The target a layout is planned for: the sidebar's choice, the compile action, and what XLA says.
 
-The compile itself runs in a child process (``explorer.target_compile``), one at a
+The compile itself runs in a child process (``explorer.compile.target_compile``), one at a
 time per server through the turnstile timings use, and can be stopped. Results are
 kept on disk by (layout, target, versions), so returning to a layout is instant.
 """
@@ -14,17 +14,20 @@ import streamlit as st
 
 from explorer.plots.memory import target_memory_figure
 from explorer.plots.roofline import compare_roofline_figure, roofline_figure
-from explorer.analysis import Report, analyze
-from explorer.findings import indivisible_error
-from explorer.compile_result import TargetCompile
+from explorer.analysis.analyzer import analyze
+from explorer.analysis.report import Report
+from explorer.analysis.findings import indivisible_error
+from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.compile_cache import cached
-from explorer.step_model import SCOPE
-from explorer.target_compile import Stopped, compile_target
-from explorer.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
-from explorer.text import human_bytes, human_flops, human_seconds, markdown_literal, memory_relation, memory_room, share
-from explorer.xla_results import memory_limit
+from explorer.compile.compile_cache import cached
+from explorer.predict.step_model import SCOPE
+from explorer.compile.target_compile import Stopped, compile_target
+from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
+from explorer.formats import human_bytes, human_flops, human_seconds, share
+from explorer.compile.compile_result import memory_room
+from explorer.text import markdown_literal, memory_relation
+from explorer.compile.xla_results import memory_limit
 from ui import state, tables
 from ui.communication_view import top_lines
 from ui.turnstile import TURNSTILE

@@ -1,6 +1,6 @@
 """The Timing page's steps: the gate before any compile, the controls, the live timing, and what XLA compiled.
 
-The timing itself is ``explorer.timing.time_layout`` (or ``explorer.workers.time_local_processes`` over several
+The timing itself is ``explorer.timing.timing.time_layout`` (or ``explorer.timing.workers.time_local_processes`` over several
 local processes), run through ``ui.live_timing``; the results are kept per layout key in ``ui.state.TIMING_RESULTS``.
 """
 
@@ -10,14 +10,15 @@ import pandas as pd
 import streamlit as st
 
 from explorer.plots.times import step_times_figure
-from explorer.analysis import Report
-from explorer.compiled import check_timeable, device_footprint_bytes, host_footprint_bytes, memory_budget
+from explorer.analysis.report import Report
+from explorer.compile.compiled import check_timeable, device_footprint_bytes, host_footprint_bytes, memory_budget
 from explorer.errors import ExplorerError
-from explorer.hlo import used as used_collectives
+from explorer.hlo.program import used as used_collectives
 from explorer.layout import Layout
-from explorer.text import human_bytes, human_seconds, markdown_literal, memory_relation, peak_in_use_text
-from explorer.timing import TimingResult, time_layout
-from explorer.workers import time_local_processes
+from explorer.formats import human_bytes, human_seconds
+from explorer.text import markdown_literal, memory_relation, peak_in_use_text
+from explorer.timing.timing import TimingResult, time_layout
+from explorer.timing.workers import time_local_processes
 from ui import live_timing
 from ui.current import simulated_devices_note
 from ui.state import TIMING_RESULTS as RESULTS

@@ -1,11 +1,11 @@
 """Compare page: two or more layouts side by side, and a timing race that holds on a noisy machine.
 
-Thin: reads the widgets, calls ``explorer.compare`` (through ``ui.compare_view``), renders.
+Thin: reads the widgets, calls ``explorer.timing.compare`` (through ``ui.compare_view``), renders.
 """
 
 import streamlit as st
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from ui import compare_view, target_view
 from ui.current import current_layout
 

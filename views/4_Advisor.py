@@ -5,7 +5,7 @@ Thin: reads the widgets, calls ``explorer.advisor`` (through ``ui.advisor_view``
 
 import streamlit as st
 
-from explorer.analysis import logical_names
+from explorer.analysis.analyzer import logical_names
 from ui import advisor_view
 from ui.current import current_layout
 

@@ -13,7 +13,7 @@ the target and ranks by XLA's figures. One job a module:
 - ``output``: JSON, the verdict, the table's rows and the text ``python -m explorer advise`` prints.
 
 Where each mesh axis lies on the target (a TPU slice's torus, a GPU cluster's hosts) and what its
-collectives ride is ``explorer.placement``'s.
+collectives ride is ``explorer.hardware.placement``'s.
 
 Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``, or ``"h100:2x8"``.
 """

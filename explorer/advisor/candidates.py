@@ -14,12 +14,12 @@ import dataclasses
 from typing import Sequence
 
 from explorer.advisor.depth import Depth, extrapolation_error
-from explorer.compile_result import TargetCompile
+from explorer.compile.compile_result import TargetCompile
 from explorer.layout import Layout
-from explorer.placement import AxisLink
-from explorer.roofline import Collective, Estimate
-from explorer.targets import Target
-from explorer.xla_results import memory_limit
+from explorer.hardware.placement import AxisLink
+from explorer.predict.roofline import Collective, Estimate
+from explorer.hardware.targets import Target
+from explorer.compile.xla_results import memory_limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Candidate:
     remat: str | None = None  # the model's remat policy in this candidate (None: the model has no such option)
     microbatches: int = 1  # gradient accumulation steps
     activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
-    links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.placement``)
+    links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.hardware.placement``)
     collectives: tuple[tuple[str, Collective], ...] = ()  # stage 1's collectives, each with its label
 
     @property
@@ -67,7 +67,7 @@ class Candidate:
 
     @property
     def predicted_s(self) -> float:
-        """The predicted step (``explorer.step_model``): the compiled program's once verified, else stage 1's; what ranks."""
+        """The predicted step (``explorer.predict.step_model``): the compiled program's once verified, else stage 1's; what ranks."""
         estimate = self.compiled.estimate if self.verified and self.compiled and self.compiled.estimate else self.estimate
         return estimate.predicted_s if estimate.predicted_s is not None else estimate.step_s
 

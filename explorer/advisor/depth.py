@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from explorer import roofline
-from explorer.compile_result import CollectiveCost, Extrapolated, Memory, TargetCompile
+from explorer.predict import roofline
+from explorer.compile.compile_result import CollectiveCost, Extrapolated, Memory, TargetCompile
 from explorer.errors import ExplorerError
-from explorer.hlo import LoopWork
+from explorer.hlo.program import LoopWork
 from explorer.layout import Layout, parse_layout
-from explorer.xla_results import memory_limit
-from explorer.targets import Target
+from explorer.compile.xla_results import memory_limit
+from explorer.hardware.targets import Target
 
 DEPTH_OPTIONS = (
     "layers",

@@ -20,7 +20,7 @@ Scale Your Model" (Austin et al., 2025), https://jax-ml.github.io/scaling-book/:
   AllGather (forward) and a ReduceScatter (backward) of the key/value
   activations; expert (a mixture of experts): four all-to-alls of the routed tokens (dispatch, combine, forward and
   backward), or, where the routed tokens keep the axis on their batch (``Moe.gathered``), no all-to-all: the
-  experts' weights gathered as over FSDP. Each collective rides the links its mesh axis lies on (``explorer.placement``, as
+  experts' weights gathered as over FSDP. Each collective rides the links its mesh axis lies on (``explorer.hardware.placement``, as
   the compile places the mesh): on a TPU slice the torus axes a group runs along, each a ring
   (wraparound, both directions) or a line (one direction: half); on a GPU cluster NVLink inside a
   host and the network per GPU between hosts (``roofline``'s two levels).
@@ -40,12 +40,12 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from explorer.advisor.space import default_roles
-from explorer.analysis import Report
-from explorer.placement import AxisLink, mesh_links
-from explorer.roofline import Collective, Estimate, collective_seconds
+from explorer.analysis.report import Report
+from explorer.hardware.placement import AxisLink, mesh_links
+from explorer.predict.roofline import Collective, Estimate, collective_seconds
 from explorer.specs import SpecEntry, spec_axes
-from explorer.step_model import predict_totals
-from explorer.targets import Target
+from explorer.predict.step_model import predict_totals
+from explorer.hardware.targets import Target
 
 KV_NAMES = ("kv_heads", "activation_kv_heads")
 STAGE1_NOTE = "stage 1, no compile: 6·N·tokens compute (N: the active parameters), state and projection traffic, the book's collectives"
@@ -167,7 +167,7 @@ def estimate_candidate(
     timed = [(label, collective_seconds(c, chip)) for label, c in collectives]
     largest = max(timed, key=lambda t: (t[1], t[0]), default=("none", 0.0))
     collective_s = sum(t for _, t in timed)
-    # The prediction beside the bound (explorer.step_model): the same work at the rates its element type gets, added.
+    # The prediction beside the bound (explorer.predict.step_model): the same work at the rates its element type gets, added.
     predicted = predict_totals(flops, traffic, collective_s, chip, "f32" if width >= 4 else "bf16")
     estimate = Estimate(compute_s, memory_s, collective_s, predicted)
     by_axis: dict[str, float] = {}

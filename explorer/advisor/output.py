@@ -1,7 +1,7 @@
 """A search for people and programs: the JSON object (``search_to_dict``), the verdict, the ranked table's rows, the text report.
 
 The page and the command line draw the same rows (``table_rows``); ``search_text`` is what
-``python -m explorer advise`` prints, its table through ``text.plain_table``.
+``python -m explorer advise`` prints, its table through ``formats.plain_table``.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from typing import Any
 from explorer.advisor.depth import SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
 from explorer.advisor.candidates import Candidate, Search
-from explorer.compile_result import TargetCompile
+from explorer.compile.compile_result import TargetCompile
 from explorer.layout import Layout
-from explorer.roofline import collective_seconds
-from explorer.step_model import SCOPE
-from explorer.xla_results import memory_limit
-from explorer.targets import Target
-from explorer.text import human_bytes, memory_room, plain_table, share
+from explorer.predict.roofline import collective_seconds
+from explorer.predict.step_model import SCOPE
+from explorer.compile.xla_results import memory_limit
+from explorer.hardware.targets import Target
+from explorer.formats import human_bytes, plain_table, share
+from explorer.compile.compile_result import memory_room
 
 PREDICTION_NOTE = (
     f"the step model's prediction, what ranks (XLA's program kernel by kernel where verified, else stage 1's work added; {SCOPE})"
@@ -163,7 +164,7 @@ def search_to_dict(search: Search) -> dict[str, Any]:
 
 
 def limit_text(target: Target) -> str:
-    """The memory a device's peak is judged against, in words, as the compile's verdict says it (``text.memory_room``)."""
+    """The memory a device's peak is judged against, in words, as the compile's verdict says it (``compile_result.memory_room``)."""
     return memory_room(target, memory_limit(target))
 
 

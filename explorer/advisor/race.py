@@ -14,7 +14,7 @@ from explorer.advisor.candidates import Candidate, Search
 from explorer.errors import ExplorerError
 
 if TYPE_CHECKING:
-    from explorer.compare import RaceResult
+    from explorer.timing.compare import RaceResult
 
 RACE_COUNT = 3
 
@@ -39,7 +39,7 @@ def race_candidates(search: Search, count: int = RACE_COUNT) -> list[Candidate]:
 
 def race_top(search: Search, rounds: int = 3, steps: int = 5, **kwargs) -> RaceResult:
     """Race the top three on this process's devices with ``compare.race`` (A B C A B C ...); its ``RaceResult``."""
-    from explorer.compare import race  # imports the timing module and Flax: only when a race is run
+    from explorer.timing.compare import race  # imports the timing module and Flax: only when a race is run
 
     why = race_refusal(search)
     if why:

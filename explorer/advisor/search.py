@@ -11,7 +11,7 @@ Two stages, as a person would do it, but over every candidate:
    (the analysis), layouts JAX would refuse are dropped and counted, and an analytic roofline
    estimates the step (``explorer.advisor.estimate``). The shortlist is the candidates whose
    state fits the device's memory (``limit_bytes``: a TPU device's HBM, JAX's share of a GPU's), best
-   estimate first. Each collective is costed on the links its mesh axis lies on (``explorer.placement``:
+   estimate first. Each collective is costed on the links its mesh axis lies on (``explorer.hardware.placement``:
    a TPU slice's torus rings and lines, a GPU cluster's NVLink and network).
 2. **Stage 2, XLA-verified** (``stage2``). Up to ``compiles`` shortlisted candidates (and the
    model's own layout) are compiled for the target through ``target_compile.compile_target`` (its
@@ -44,17 +44,18 @@ from explorer.advisor.estimate import (
     stage1_estimate,
 )
 from explorer.advisor.space import REMAT_ALIASES, candidate_layouts, chosen_roles, guessed_roles
-from explorer.analysis import Report, analyze, model_for_layouts
-from explorer.findings import ERROR_CODES, Finding
+from explorer.analysis.analyzer import analyze, model_for_layouts
+from explorer.analysis.report import Report
+from explorer.analysis.report import ERROR_CODES, Finding
 from explorer.reading import names_of
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
-from explorer.placement import mesh_links, prefetch
+from explorer.hardware.placement import mesh_links, prefetch
 from explorer.specs import spec_axes
-from explorer.roofline import Estimate
-from explorer.compile_result import TargetCompile
-from explorer.target_compile import Stopped, compile_target
-from explorer.targets import Target, parse_target
+from explorer.predict.roofline import Estimate
+from explorer.compile.compile_result import TargetCompile
+from explorer.compile.target_compile import Stopped, compile_target
+from explorer.hardware.targets import Target, parse_target
 
 
 def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None) -> Search:
@@ -161,7 +162,7 @@ def remat_cost(value: str | None) -> str:
     return next((table[value] for table in REMAT_OPTIONS.values() if value in table), "none")
 
 
-MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.train_step reads it)
+MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.compile.train_step reads it)
 MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
 FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of the memory limit is not taken as fitting
 

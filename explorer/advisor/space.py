@@ -34,10 +34,10 @@ import json
 import re
 from typing import Sequence
 
-from explorer.analysis import logical_names
+from explorer.analysis.analyzer import logical_names
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
-from explorer.targets import Target, hosts_per_axis
+from explorer.hardware.targets import Target, hosts_per_axis
 
 ROLES = ("batch", "embed", "tensor", "sequence", "expert", "batch_no_expert", "embed_no_expert", "none")
 # Logical names by convention, each by its role (activation-only names included: a name the parameters do not carry
@@ -326,7 +326,7 @@ def nvlink_first(target: Target, axes: Sequence[tuple[str, int]]) -> bool:
     host-major), and a tensor axis no larger than a host must not straddle two (4 on hosts of 6 would; 2, 3 and 6
     do not). A larger one spans hosts of necessity and is kept (the network then costs it). True on a TPU slice.
 
-    >>> from explorer.targets import parse_target
+    >>> from explorer.hardware.targets import parse_target
     >>> [nvlink_first(parse_target("h100:2x6"), [("fsdp", 12 // t), ("tensor", t)]) for t in (2, 3, 4, 6, 12)]
     [True, True, False, True, True]
     """

@@ -60,3 +60,13 @@ def on_explicit_axes() -> bool:
 
     mesh = jax.sharding.get_abstract_mesh()
     return not mesh.empty and mesh.are_all_axes_explicit
+
+
+LEARNING_RATE = 1e-3
+
+
+def make_optimizer():
+    """The guides' optimizer: Adam with learning rate 1e-3 (the reading traces its state, the train step applies it)."""
+    import optax
+
+    return optax.adam(LEARNING_RATE)

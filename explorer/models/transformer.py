@@ -14,7 +14,7 @@ carry logical names:
 
 ``remat`` recomputes each block's activations in the backward pass (``nn.remat`` with a
 ``jax.checkpoint_policies`` policy); ``microbatches`` is read by the train step
-(``explorer.train_step``: gradient accumulation over that many slices of the batch).
+(``explorer.compile.train_step``: gradient accumulation over that many slices of the batch).
 
 Rotary position embeddings have no parameters and do not change any sharding, so
 the Llama presets leave them out; GPT-2 keeps its learned positions.

@@ -7,7 +7,7 @@ from typing import Iterable, NamedTuple
 
 import plotly.graph_objects as go
 
-from explorer.text import human_bytes
+from explorer.formats import human_bytes
 
 
 class AdvisorPoint(NamedTuple):

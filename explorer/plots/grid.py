@@ -16,7 +16,7 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from explorer import caches
-from explorer.text import human_bytes
+from explorer.formats import human_bytes
 from explorer.tiles import GridView, MeshInfo, Tile, devices_label
 
 

@@ -7,9 +7,9 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from explorer.analysis import KIND_LABELS, Totals
-from explorer.compile_result import Memory
-from explorer.text import human_bytes, share
+from explorer.analysis.report import KIND_LABELS, Totals
+from explorer.compile.compile_result import Memory
+from explorer.formats import human_bytes, share
 from explorer.plots.scales import KIND_COLORS, LEGEND_ABOVE, byte_unit
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import plotly.colors
 import plotly.graph_objects as go
 
-from explorer.roofline import Estimate
+from explorer.predict.roofline import Estimate
 
 
 ROOFLINE_COLORS = {"compute": "#4C78A8", "memory": "#54A24B", "collective": "#E45756"}

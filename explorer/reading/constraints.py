@@ -42,7 +42,7 @@ from typing import Any, Iterable, Sequence
 
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
-from explorer.sources import is_library
+from explorer.hlo.sources import is_library
 
 PROBE_PREFIX = "logical:"
 _VALUE_PRESERVING = frozenset({"sharding_constraint", "convert_element_type", "copy", "copy_p"})

@@ -26,7 +26,7 @@ import jax
 
 from explorer.errors import ExplorerError, NeedsExplicitAxes
 from explorer.reading import collector
-from explorer.sources import is_library
+from explorer.hlo.sources import is_library
 
 # What JAX says when a model written for Explicit axes is traced without a mesh or on Auto axes.
 _EXPLICIT_SIGNS = (

@@ -31,11 +31,12 @@ from typing import Any
 
 from typing import Callable
 
+from explorer import caches
 from explorer.reading.arrays import AbstractArray, AbstractModel, Reading, Request, Resolved, Traced
 
 CACHE_ENV = "EXPLORER_CACHE_DIR"
 FORMAT = 2
-FOLDERS = ("traces", "resolved", "compiles")  # compiles/: explorer/compile_cache.py's results for TPU targets
+FOLDERS = ("traces", "resolved", "compiles")  # compiles/: explorer/compile/compile_cache.py's results for TPU targets
 _TRACING_SOURCES = ("reading", "models")  # folders of explorer/ whose code decides what a trace gives
 
 
@@ -131,6 +132,7 @@ def store_resolved(key: tuple, layout: tuple, resolved) -> None:
         )
 
 
+@caches.register_disk
 def clear() -> None:
     """Remove the traces, the received activations and the compiles kept on disk (the folders the explorer writes)."""
     folder = cache_dir()

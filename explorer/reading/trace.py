@@ -29,7 +29,7 @@ from flax.training import train_state
 from explorer.errors import ExplorerError
 from explorer.models import BuiltModel
 from explorer.reading import contexts
-from explorer.train_step import make_optimizer
+from explorer.models.base import make_optimizer
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from jax.sharding import AxisType, PartitionSpec
 
-from explorer import auto_regions
+from explorer.reading import auto_regions
 from explorer.reading.arrays import TypedValue
 from explorer.reading.constraints import user_frame
 from explorer.specs import spec_axes, spec_entry
@@ -149,7 +149,7 @@ def _axes(entries) -> list[str]:
 
 def _communication(eqn, var) -> str:
     """The communication an equation implies, from its operands' and output's types; "" for none."""
-    if auto_regions.crossing(eqn):  # into or out of auto_axes (explorer/auto_regions.py)
+    if auto_regions.crossing(eqn):  # into or out of auto_axes (explorer/reading/auto_regions.py)
         return auto_regions.communication(eqn, var)
     name = eqn.primitive.name
     if name == "reshard" and var is eqn.outvars[0]:

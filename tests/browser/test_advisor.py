@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from explorer.advisor import candidate_layouts
 from explorer.layout import seed_layout
-from explorer.targets import parse_target
+from explorer.hardware.targets import parse_target
 from tests.browser import (
     start_advisor,
     MAIN,

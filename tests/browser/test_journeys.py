@@ -17,9 +17,9 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from playwright.sync_api import Page, expect
 
-from explorer import library
+from explorer.sharing import library
 from explorer.layout import parse_layout
-from explorer.share import layout_to_params
+from explorer.sharing.share import layout_to_params
 from tests.browser import (
     MAIN,
     RERUN_TIMEOUT_MS,

@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from explorer.layout import parse_layout
-from explorer.share import layout_to_query
+from explorer.sharing.share import layout_to_query
 from tests.browser import (
     MAIN,
     RERUN_TIMEOUT_MS,

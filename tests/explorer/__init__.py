@@ -7,11 +7,11 @@ import dataclasses
 import subprocess
 import sys
 
-from explorer.compile_result import Memory, TargetCompile, TargetMesh
-from explorer.hlo import LoopWork
+from explorer.compile.compile_result import Memory, TargetCompile, TargetMesh
+from explorer.hlo.program import LoopWork
 from explorer.layout import Layout, parse_layout
-from explorer.xla_results import memory_limit
-from explorer.targets import parse_target
+from explorer.compile.xla_results import memory_limit
+from explorer.hardware.targets import parse_target
 
 
 # The documented JSON form of a target compile, its keys in order (README, "Compile for a target"); then

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.accelerators import CHIPS, GPUS, memory_fraction
-from explorer.targets import parse_target
+from explorer.hardware.accelerators import CHIPS, GPUS, memory_fraction
+from explorer.hardware.targets import parse_target
 from tests.paths import ROOT
 
 
@@ -36,7 +36,7 @@ def test_the_vendored_configs_are_package_data():
 
     root = ROOT
     data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert "*.txtpb" in data["explorer.gpu_targets"] and "SOURCE.md" in data["explorer.gpu_targets"]
+    assert "*.txtpb" in data["explorer.hardware.gpu_targets"] and "SOURCE.md" in data["explorer.hardware.gpu_targets"]
     assert {gpu.config_file for gpu in GPUS.values()} <= {p.name for p in (root / "explorer" / "gpu_targets").iterdir()}
 
 

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from explorer import advisor
-from explorer.accelerators import DCN
-from explorer.analysis import analyze, model_for_layouts
-from explorer.compile_result import CollectiveCost, Extrapolated, Memory
+from explorer.hardware.accelerators import DCN
+from explorer.analysis.analyzer import analyze, model_for_layouts
+from explorer.compile.compile_result import CollectiveCost, Extrapolated, Memory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
-from explorer.roofline import Estimate, collective_seconds
-from explorer.xla_compile import gpu_plugin
-from explorer.targets import parse_target
+from explorer.predict.roofline import Estimate, collective_seconds
+from explorer.compile.xla_compile import gpu_plugin
+from explorer.hardware.targets import parse_target
 from tests import ground_truth_torus
 from tests.explorer import compile_result
 from tests.explorer import small_mlp as small
@@ -132,7 +132,7 @@ def test_a_model_that_fits_no_layout_says_so_with_the_smallest_state(seed_dict):
 
 
 def test_the_text_report_is_the_verdict_the_counts_and_the_ranked_table(seed_dict):
-    """What ``python -m explorer advise`` prints (``search_text``), its table drawn by ``text.plain_table``."""
+    """What ``python -m explorer advise`` prints (``search_text``), its table drawn by ``formats.plain_table``."""
     search = advisor.stage1(small(seed_dict), TARGET)
     lines = advisor.search_text(search).splitlines()
     assert lines[0] == advisor.verdict_text(search)
@@ -266,7 +266,7 @@ def _result(peak, flops, accessed, collectives, compiled=True):
 
 
 def test_extrapolation_is_linear_in_depth_per_figure_and_per_collective():
-    from explorer import roofline
+    from explorer.predict import roofline
 
     target = parse_target(TARGET)
     low = _result(1_000, 2e9, 4e8, [("all-gather", 2, 100, ("fsdp",), 8), ("all-reduce", 1, 50, ("fsdp",), 8)])

@@ -16,10 +16,10 @@ import pytest
 
 from explorer import advisor
 from explorer.advisor import estimate, search as search_module, space
-from explorer.analysis import analyze, logical_names
+from explorer.analysis.analyzer import analyze, logical_names
 from explorer.layout import parse_layout
-from explorer.roofline import Estimate
-from explorer.targets import parse_target
+from explorer.predict.roofline import Estimate
+from explorer.hardware.targets import parse_target
 from tests.explorer import compile_result
 from tests.external import factories as external
 
@@ -190,8 +190,8 @@ def test_the_moe_compute_estimate_is_xlas_flops_of_the_compiled_step_within_10_p
     """flaxformer's MoE (4 experts, T5X's MoE rules, data 2 x expert 2 x model 2 on this process's 8 CPU devices):
     stage 1's compute counts the active parameters (the experts' slots: capacity from the traced dispatch), within
     10% of XLA's flops per device for the compiled step; counting every expert (6 x all parameters) is about 2x over."""
-    from explorer.compiled import compile_step
-    from explorer.xla_results import counted_work
+    from explorer.compile.compiled import compile_step
+    from explorer.compile.xla_results import counted_work
 
     layout = parse_layout(
         {
@@ -454,7 +454,8 @@ def transformer(**options):
 def test_microbatches_accumulate_the_same_gradient_and_remat_keeps_the_loss():
     """The train step with 2 microbatches applies the gradient of the whole batch (a mean loss), and each remat policy
     computes the same step as none."""
-    from explorer import analysis, train_step
+    from explorer.analysis.analyzer import analyze as analysis
+    from explorer.compile import train_step
     from explorer.reading import live
 
     def step_result(**options):
@@ -505,7 +506,7 @@ def test_remat_and_microbatch_candidates_memory_against_explorer_compile_on_a_tp
     2 sequences x 8 heads x 2048 x 2048 a layer per device, and the projections' outputs, which no constraint declares,
     are counted: without them it was 0.03x XLA's); with full remat and 2 microbatches within 4x (it counts the whole
     recomputed layer alive at once: 3.4x over here, the safe side)."""
-    from explorer.target_compile import compile_target
+    from explorer.compile.target_compile import compile_target
 
     options = dict(
         batch=16, seq_len=2048, d_model=256, heads=8, kv_heads=8, head_dim=32, mlp_dim=1024, layers=2, vocab=256, dtype="bfloat16"
@@ -526,7 +527,7 @@ def test_maxtexts_remat_policy_lowers_xlas_temporaries_and_is_the_advisors_remat
     """MaxText's ``remat_policy`` (decoders.py's nn.remat policies, on the vendored decoder): full remat compiles to fewer
     temporaries than none for a v5e slice. The advisor searches it as it searches the transformer's ``remat``, with
     MaxText's own values (none, minimal, save_dot_except_mlp, full), each costed as the policy it is like."""
-    from explorer.target_compile import compile_target
+    from explorer.compile.target_compile import compile_target
 
     results = [compile_target(maxtext_moe(external.MAXTEXT_MESH_SHAPE, length=64, remat_policy=p), TARGET)[0] for p in ("none", "full")]
     assert all(r.compiled and r.fits for r in results)

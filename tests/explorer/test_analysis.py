@@ -9,7 +9,8 @@ import pytest
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
 from explorer.reading import activations, trace as tracing
-from explorer.analysis import analyze, jax_mesh, report_to_dict
+from explorer.analysis.analyzer import analyze, report_to_dict
+from explorer.meshes import jax_mesh
 from explorer.layout import parse_layout
 from explorer.rules import preset_rules
 from explorer.tiles import tiles

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
 from tests.external import factories
 from tests.external.bonsai_qwen3 import modeling

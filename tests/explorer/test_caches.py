@@ -2,9 +2,11 @@
 
 import pytest
 
-from explorer import analysis, caches, compiled
+from explorer.analysis.analyzer import analyze as analysis
+from explorer import caches
+from explorer.compile import compiled
 from explorer.plots import grid
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
 from explorer.reading import constraints as program, disk, memory, trace as tracing
 
@@ -60,8 +62,8 @@ def test_clear_empties_every_cache(seed_dict, monkeypatch, cleared):
         "reading.memory.received",
         "reading.memory.stages",
         "reading.memory.typed",
-        "explorer.analysis.jax_mesh",
-        "explorer.analysis._mesh_info_cached",
+        "explorer.meshes.jax_mesh",
+        "explorer.meshes._mesh_info_cached",
         "explorer.plots.grid._mesh_figure",
         "compiled.steps",
     }

@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from explorer import compare
-from explorer.analysis import analyze
+from explorer.timing import compare
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
 
 

@@ -7,12 +7,12 @@ import os
 
 import pytest
 
-from explorer.compile_cache import cache_key, cached, store
+from explorer.compile.compile_cache import cache_key, cached, store
 from explorer.layout import parse_layout
 from explorer.reading.disk import cache_dir
-from explorer.target_compile import compile_target
-from explorer.targets import parse_target
-from explorer.xla_results import with_verdict
+from explorer.compile.target_compile import compile_target
+from explorer.hardware.targets import parse_target
+from explorer.compile.xla_results import with_verdict
 from tests.explorer import COMPILE_TARGET as TARGET
 from tests.explorer import compile_result
 

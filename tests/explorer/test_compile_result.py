@@ -1,6 +1,6 @@
 """A target compile's result as frozen types: the documented JSON form and its inverse, for every optional part.
 
-No compile here: the results are built from their parts (``tests.explorer.compile_result``), as the child process
+No compile here: the results are built from their parts (``tests.explorer.compile.compile_result``), as the child process
 and the disk cache pass them along as JSON.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from explorer.compile_result import (
+from explorer.compile.compile_result import (
     AxisPlacement,
     CollectiveCost,
     CrossCheck,
@@ -20,9 +20,9 @@ from explorer.compile_result import (
     TargetCompile,
     TargetMesh,
 )
-from explorer.hlo import LoopWork, ParameterLayout
-from explorer.roofline import Collective, Estimate
-from explorer.targets import parse_target
+from explorer.hlo.program import LoopWork, ParameterLayout
+from explorer.predict.roofline import Collective, Estimate
+from explorer.hardware.targets import parse_target
 from tests.explorer import DOCUMENTED_KEYS, compile_result
 
 MEMORY = Memory(argument_bytes=100, output_bytes=90, alias_bytes=80, temp_bytes=70, peak_bytes=180, generated_code_bytes=60)

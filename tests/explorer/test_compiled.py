@@ -1,8 +1,8 @@
 """Compiling the train step on this process's devices: the host-memory estimate bounds XLA's buffers, the cache is bounded."""
 
-from explorer import compiled as compiled_lib
-from explorer.analysis import analyze
-from explorer.compiled import compile_step
+from explorer.compile import compiled as compiled_lib
+from explorer.analysis.analyzer import analyze
+from explorer.compile.compiled import compile_step
 from tests.explorer.test_timing import SMALL_MLP, layout
 from tests.small_models import SMALL_TRANSFORMER_OPTIONS
 

@@ -1,9 +1,9 @@
-"""The simulated CPU devices (``explorer/devices.py``): how many are asked for, and one message for a bad count."""
+"""The simulated CPU devices (``explorer/hardware/devices.py``): how many are asked for, and one message for a bad count."""
 
 import jax
 import pytest
 
-from explorer import devices
+from explorer.hardware import devices
 from explorer.errors import ExplorerError
 
 

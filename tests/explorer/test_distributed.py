@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 
-from explorer import workers
+from explorer.timing import workers
 from explorer.layout import parse_layout
-from explorer.timing import timed_run, time_layout
-from explorer.distributed import state_arrays
-from explorer.workers import time_local_processes
+from explorer.timing.timing import timed_run, time_layout
+from explorer.timing.distributed import state_arrays
+from explorer.timing.workers import time_local_processes
 from tests.paths import ROOT
 
 SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from explorer.errors import ExplorerError
-from explorer.expr import FUNCTIONS, parse_expr
+from explorer.ops.expr import FUNCTIONS, parse_expr
 from tests.paths import ROOT
 
 A = jnp.arange(12.0).reshape(3, 4) / 7

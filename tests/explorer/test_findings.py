@@ -1,12 +1,12 @@
-"""explorer/findings.py, through ``analyze``: what the report says beside the arrays, checked against JAX where JAX
+"""explorer/analysis/findings.py, through ``analyze``: what the report says beside the arrays, checked against JAX where JAX
 decides (an uneven constraint compiles and is padded; an uneven argument is refused)."""
 
 import jax
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from explorer.analysis import analyze
-from explorer.findings import indivisible_error
+from explorer.analysis.analyzer import analyze
+from explorer.analysis.findings import indivisible_error
 from explorer.layout import parse_layout
 
 KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"

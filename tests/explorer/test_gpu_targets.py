@@ -22,15 +22,15 @@ import json
 
 import pytest
 
-from explorer.compile_result import Memory, MemoryLimit, TargetCompile
+from explorer.compile.compile_result import Memory, MemoryLimit, TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.models import build_model
-from explorer.roofline import Collective, collective_seconds
-from explorer.target_compile import compile_target
-from explorer.xla_compile import gpu_plugin
-from explorer.accelerators import GPUS
-from explorer.targets import hosts_per_axis, parse_target
+from explorer.predict.roofline import Collective, collective_seconds
+from explorer.compile.target_compile import compile_target
+from explorer.compile.xla_compile import gpu_plugin
+from explorer.hardware.accelerators import GPUS
+from explorer.hardware.targets import hosts_per_axis, parse_target
 from tests import ground_truth_gpu
 from tests.explorer import compile_cli, compile_result
 
@@ -182,7 +182,7 @@ def test_a_layout_that_fits_an_h100_is_judged_against_the_75_percent_jax_takes(e
     assert estimate.compute_s == pytest.approx(result.flops / 989e12)
     assert estimate.memory_s == pytest.approx(result.bytes_accessed / 3350e9)
     assert estimate.collective_s == pytest.approx(sum(c.seconds for c in result.collectives))
-    assert estimate.predicted_s > estimate.step_s  # the step model's prediction (explorer.step_model) beside the bound
+    assert estimate.predicted_s > estimate.step_s  # the step model's prediction (explorer.predict.step_model) beside the bound
 
 
 def test_a_layout_too_large_for_an_a100_does_not_fit_and_xla_says_so(explorer_results, bare_results):
@@ -229,7 +229,7 @@ def test_a_scanned_model_counts_its_loop_per_iteration(explorer_results):
 
 
 def test_without_the_cuda_plugin_a_gpu_target_says_how_to_install_it(seed_dict, monkeypatch):
-    from explorer import xla_compile
+    from explorer.compile import xla_compile
 
     monkeypatch.setattr(xla_compile, "GPU_PLUGINS", ("jax_plugins.not_installed",))
     with pytest.raises(ExplorerError) as error:
@@ -241,7 +241,7 @@ def test_without_the_cuda_plugin_a_gpu_target_says_how_to_install_it(seed_dict, 
 
 
 def test_the_compile_child_gets_nccl_collectives_and_xlas_warnings(monkeypatch):
-    from explorer.target_compile import child_environment
+    from explorer.hardware.devices import child_environment
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
@@ -254,8 +254,8 @@ def test_the_compile_child_gets_nccl_collectives_and_xlas_warnings(monkeypatch):
 
 def test_a_cached_result_is_judged_with_this_processs_memory_fraction(seed_dict, tmp_path, monkeypatch):
     """XLA_PYTHON_CLIENT_MEM_FRACTION is not part of the cache key: the verdict is made again on every read."""
-    from explorer.compile_cache import cached, store
-    from explorer.xla_results import with_verdict
+    from explorer.compile.compile_cache import cached, store
+    from explorer.compile.xla_results import with_verdict
 
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     layout, target = parse_layout(seed_dict), parse_target("h100:1x8")

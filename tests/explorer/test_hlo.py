@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer import hlo
+from explorer.hlo import program as hlo
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from explorer import models
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, Layout, layout_errors, load_layout_json, parse_layout
 

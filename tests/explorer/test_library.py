@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from explorer import library
+from explorer.sharing import library
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, parse_layout
 from tests.paths import APP
@@ -75,7 +75,7 @@ def test_saved_file_is_the_layout_file_format(shelf, seed_dict):
 def _racer(folder: str, worker: int, barrier, plan: list, results) -> None:
     """Run each planned operation at the same moment as the other workers; report what happened."""
     os.environ["EXPLORER_LIBRARY"] = folder
-    from explorer import library
+    from explorer.sharing import library
     from explorer.errors import ExplorerError
     from explorer.layout import SEED_LAYOUT, parse_layout
 

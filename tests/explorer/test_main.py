@@ -122,7 +122,7 @@ def jax_grid(shape, spec):
 
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from explorer.analysis import jax_mesh
+    from explorer.meshes import jax_mesh
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -146,7 +146,7 @@ def our_grid(text):
     "spec", [("data", "model"), ("model", "data"), (None, "model"), ("data", None), (None, None), ((("data", "model")), None)]
 )
 def test_grid_text_shows_the_devices_jax_visualize_sharding_shows(spec):
-    from explorer.analysis import mesh_info
+    from explorer.meshes import mesh_info
     from explorer.layout import MeshSpec
     from explorer.text import grid_text
 

@@ -1,8 +1,8 @@
-"""The cross-slice transfers of a program compiled for several slices (``explorer/megascale.py``)."""
+"""The cross-slice transfers of a program compiled for several slices (``explorer/hlo/megascale.py``)."""
 
 from __future__ import annotations
 
-from explorer.megascale import megascale_ops
+from explorer.hlo.megascale import megascale_ops
 
 
 def test_cross_slice_transfers_are_read_with_their_groups_and_runs():

@@ -22,7 +22,7 @@ import pathlib
 import pytest
 
 from explorer.layout import parse_layout
-from explorer.target_compile import compile_target
+from explorer.compile.target_compile import compile_target
 from tests import ground_truth_multislice
 from tests.explorer import compile_cli
 

@@ -11,8 +11,8 @@ import pytest
 
 import explorer
 from explorer import notebook
-from explorer.analysis import analyze as analyze_layout
-from explorer.analysis import report_to_dict
+from explorer.analysis.analyzer import analyze as analyze_layout
+from explorer.analysis.analyzer import report_to_dict
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, parse_layout
 from tests.paths import ROOT

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from explorer import op_spec
+from explorer.ops import op_spec
 from explorer.errors import ExplorerError
-from explorer.op_spec import PRESETS, parse_op
+from explorer.ops.op_spec import PRESETS, parse_op
 from tests.paths import ROOT
 
 

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding, PartitionSpec
 
-from explorer import ops
+from explorer.ops import ops
 from explorer.errors import ExplorerError
-from explorer.expr import parse_expr
-from explorer.op_spec import PRESETS, parse_op
-from explorer.ops import analyze_op, check_op_timeable, time_op
+from explorer.ops.expr import parse_expr
+from explorer.ops.op_spec import PRESETS, parse_op
+from explorer.ops.ops import analyze_op, check_op_timeable, time_op
 from explorer.specs import normal_spec, spec_text
 from tests.paths import ROOT
 
@@ -270,7 +270,7 @@ def test_an_ambiguous_contraction_on_explicit_axes_is_one_message_on_the_express
 
 
 def test_op_links_carry_the_axis_types():
-    from explorer.share import op_to_query, params_to_op
+    from explorer.sharing.share import op_to_query, params_to_op
     from urllib.parse import parse_qsl
 
     op = _explicit_op(["x", None], [None, "y"])

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from explorer import origins
-from explorer.compiled import compile_step
+from explorer.compile import origins
+from explorer.compile.compiled import compile_step
 from explorer.layout import SEED_LAYOUT, parse_layout
 from explorer.models import mlp
 

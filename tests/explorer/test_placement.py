@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from explorer.layout import parse_layout
-from explorer.placement import mesh_links
-from explorer.target_compile import compile_target
-from explorer.targets import parse_target
+from explorer.hardware.placement import mesh_links
+from explorer.compile.target_compile import compile_target
+from explorer.hardware.targets import parse_target
 from tests import ground_truth_torus
 from tests.explorer import mlp_layout
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from explorer.analysis import analyze
-from explorer.findings import ERROR_CODES
+from explorer.analysis.analyzer import analyze
+from explorer.analysis.report import ERROR_CODES
 from explorer.layout import parse_layout
 from explorer.models import MODELS
-from explorer.presets import fit_preset, model_preset
+from explorer.analysis.presets import fit_preset, model_preset
 from explorer.rules import PRESETS
 
 MODELS_AND_SIZES = [("mlp", {}), ("nnx-guide", {}), ("nnx-guide", {"logical": True}), ("transformer", {})] + [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.roofline import Collective, collective_seconds, estimate
-from explorer.accelerators import CHIPS
+from explorer.predict.roofline import Collective, collective_seconds, estimate
+from explorer.hardware.accelerators import CHIPS
 
 
 def test_collective_costs_follow_the_scaling_book():

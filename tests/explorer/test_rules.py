@@ -102,7 +102,7 @@ def test_flax_guide_preset_is_the_guides_rules():
 
 
 def _layout(preset, mesh, axes, model):
-    from explorer.analysis import logical_names
+    from explorer.analysis.analyzer import logical_names
     from explorer.layout import ModelSpec, parse_layout
     from explorer.models import validate_model
 
@@ -131,14 +131,14 @@ SMALL_TRANSFORMER = {
     ids=["mlp", "mlp-scan", "transformer", "transformer-scan"],
 )
 def test_a_preset_written_for_a_model_leaves_no_rule_unused_and_no_name_unmatched(preset, model):
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
 
     report = analyze(_layout(preset, [2, 4], ["data", "model"], model))
     assert not [w.message for w in report.warnings if w.code in ("rule-unused", "name-unmatched", "indivisible")]
 
 
 def test_llama_7b_with_fsdp_and_tensor_parallel_on_16x16_is_clean():
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
     from explorer.models import MODELS
 
     llama = {"name": "transformer", "options": dict(MODELS["transformer"].presets["llama2-7b"])}

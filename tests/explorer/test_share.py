@@ -15,7 +15,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import load_layout_json, parse_layout
 from explorer.models import MODELS
 from explorer.rules import PRESETS, preset_rules
-from explorer.share import layout_from_link, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.sharing.share import layout_from_link, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
 from tests.paths import ROOT
 
 
@@ -130,7 +130,7 @@ def test_copy_as_code_is_a_complete_script_that_shards_like_the_analysis(seed_di
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == 'it\'s "odd"' and lines[1] == "print('injected')"  # the name is printed, never run
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
 
     expected = [
         f"{a.path.removeprefix('params/')} {a.shape} {a.spec_text()} {a.shard_shape}" for a in analyze(layout).arrays if a.kind == "param"
@@ -159,7 +159,7 @@ def test_url_command_prints_the_query():
 def test_the_target_travels_in_links_and_files_and_is_not_compiled():
     """Issue 18 item 6: a teammate opening the link or the file gets the plan's target too."""
     from explorer.layout import load_layout_json, parse_layout, seed_layout
-    from explorer.share import layout_from_link, layout_to_query
+    from explorer.sharing.share import layout_from_link, layout_to_query
 
     planned = parse_layout({**seed_layout().to_dict(), "target": "v5litepod-8"})
     assert layout_to_query(planned).endswith("&target=v5litepod-8")
@@ -173,7 +173,7 @@ def test_a_bad_target_in_a_link_is_named():
     import pytest
 
     from explorer.errors import ExplorerError
-    from explorer.share import layout_from_link
+    from explorer.sharing.share import layout_from_link
 
     with pytest.raises(ExplorerError, match=r"target: 'v9-3' is not a TPU slice name"):
         layout_from_link("mesh=2x4&axes=data,model&model=mlp&target=v9-3")

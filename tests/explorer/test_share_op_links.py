@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from explorer.errors import ExplorerError
-from explorer.op_spec import PRESETS, parse_op
-from explorer.share import OP_PARAMS, is_op_link, op_to_query, params_to_op
+from explorer.ops.op_spec import PRESETS, parse_op
+from explorer.sharing.share import OP_PARAMS, is_op_link, op_to_query, params_to_op
 from tests.explorer.test_ops import random_ops
 
 

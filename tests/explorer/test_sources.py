@@ -13,12 +13,13 @@ import re
 
 import pytest
 
-from explorer import hlo, sources
-from explorer.compiled import compile_step
+from explorer.hlo import program as hlo
+from explorer.hlo import sources
+from explorer.compile.compiled import compile_step
 from explorer.layout import SEED_LAYOUT, parse_layout
 from explorer.models import mlp
 from explorer.text import communication_lines
-from explorer.timing import traced_collectives
+from explorer.timing.timing import traced_collectives
 
 # Frame 3 is called from frame 2 (its parent_frame_id is 3, so the caller is frame 2), which is called from frame 1.
 TABLES = """

@@ -18,10 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from explorer import step_model
-from explorer.step_rates import H200_BF16, H200_F32
-from explorer.xla_compile import gpu_plugin
-from explorer.accelerators import GPUS
+from explorer.hlo.instructions import parse_instruction
+from explorer.predict import step_model
+from explorer.predict.step_rates import H200_BF16, H200_F32
+from explorer.compile.xla_compile import gpu_plugin
+from explorer.hardware.accelerators import GPUS
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 MEASURED = json.loads((DATA / "h200-2026-11-27.json").read_text())["layouts"]
@@ -210,10 +211,10 @@ def test_collective_seconds_per_byte_spreads_each_ops_time_over_its_bytes():
 
 def test_parse_instruction_reads_tuple_shapes_and_operands():
     line = "  ROOT %f = ((bf16[2]{0}, s32[]), bf16[1]{0}, u32[]) fusion-start(%a, %b.1), kind=kLoop, calls=%g"
-    instruction = step_model.parse_instruction(line)
+    instruction = parse_instruction(line)
     assert (instruction.name, instruction.op, instruction.operands, instruction.root) == ("f", "fusion-start", ("a", "b.1"), True)
     assert instruction.shape == "((bf16[2]{0}, s32[]), bf16[1]{0}, u32[])"
-    assert step_model.parse_instruction("}") is None
+    assert parse_instruction("}") is None
 
 
 def test_a_tpu_array_in_vmem_moves_no_hbm_bytes():
@@ -222,7 +223,7 @@ def test_a_tpu_array_in_vmem_moves_no_hbm_bytes():
 
 
 def test_the_prediction_is_never_below_the_bound():
-    from explorer.roofline import Estimate
+    from explorer.predict.roofline import Estimate
 
     bound = Estimate(1.0, 2.0, 0.0)  # far above what the written-out program's kernels add up to
     assert step_model.with_prediction(bound, LOOP, H200).predicted_s == 2.0
@@ -263,7 +264,7 @@ ENTRY %main (a: bf16[8192,256], b: bf16[256,8192]) -> bf16[8192,8192] {
 
 def test_a_matmul_contracting_little_pays_its_tiles_fixed_cost():
     """K = 256: each tile's fixed cost (256 contracted elements' worth) doubles the compute of its 256 steps."""
-    from explorer.step_rates import MATMUL_FIXED_K, rates
+    from explorer.predict.step_rates import MATMUL_FIXED_K, rates
 
     [kernel] = step_model.kernels(SKINNY, H200)
     flops = 2 * 8192 * 8192 * 256

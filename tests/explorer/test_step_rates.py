@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from explorer.step_rates import MATMUL_EFFICIENCY, rates
-from explorer.accelerators import CHIPS, GPUS
+from explorer.predict.step_rates import MATMUL_EFFICIENCY, rates
+from explorer.hardware.accelerators import CHIPS, GPUS
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 

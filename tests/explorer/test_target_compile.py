@@ -15,7 +15,7 @@ import pytest
 
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
-from explorer.target_compile import Stopped, compile_target
+from explorer.compile.target_compile import Stopped, compile_target
 from tests.explorer import COMPILE_TARGET as TARGET
 from tests.explorer import DOCUMENTED_KEYS
 

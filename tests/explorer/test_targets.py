@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from explorer.errors import ExplorerError
-from explorer.roofline import Collective, collective_seconds, estimate, link
-from explorer.accelerators import CHIPS, DCN, GPUS
-from explorer.targets import check_mesh_fits, gpu_names, parse_target, slice_split, valid_names
+from explorer.predict.roofline import Collective, collective_seconds, estimate, link
+from explorer.hardware.accelerators import CHIPS, DCN, GPUS
+from explorer.hardware.targets import check_mesh_fits, gpu_names, parse_target, slice_split, valid_names
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from explorer.analysis import mesh_info
+from explorer.meshes import mesh_info
 from explorer.layout import MeshSpec
 from explorer.text import sharding_text
 
@@ -64,8 +64,8 @@ def test_more_than_eight_replicas_are_abbreviated():
 
 
 def test_the_compile_summary_shows_the_prediction_under_the_bound_with_its_scope():
-    from explorer.roofline import Estimate
-    from explorer.step_model import SCOPE
+    from explorer.predict.roofline import Estimate
+    from explorer.predict.step_model import SCOPE
     from explorer.text import compile_text
     from tests.explorer import compile_result
 
@@ -78,7 +78,7 @@ def test_the_compile_summary_shows_the_prediction_under_the_bound_with_its_scope
 def test_the_compile_text_names_the_target_once_and_rounds_no_figure_to_zero():
     """Issue 38: `target h100:1x8 (h100:1x8, …)`, `0.0000 TFLOP`, `compute 0.000 ms`, and a cached compile's time read
     as this run's."""
-    from explorer.roofline import Estimate
+    from explorer.predict.roofline import Estimate
     from explorer.text import compile_text
     from tests.explorer import compile_result
 
@@ -102,9 +102,9 @@ def test_the_compile_text_names_the_target_once_and_rounds_no_figure_to_zero():
 
 def test_short_paths_keep_every_array_of_the_built_in_mlp_apart():
     """The Layout and Compare tables show paths shortened to fit 1024 px: each still names one array."""
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
     from explorer.layout import seed_layout
-    from explorer.text import short_path
+    from explorer.formats import short_path
 
     paths = [a.path for a in analyze(seed_layout()).arrays]
     shown = [short_path(p) for p in paths]

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from explorer.analysis import jax_mesh, mesh_info
+from explorer.meshes import jax_mesh, mesh_info
 from explorer.layout import MeshSpec
 from explorer.tiles import default_dims, grid_view, shard_shape, tiles
 

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from explorer import compiled as compiled_lib
-from explorer.analysis import analyze
+from explorer.compile import compiled as compiled_lib
+from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.models import mlp
-from explorer.compiled import compile_step
-from explorer import timing as timing_lib
-from explorer.timing import time_layout
+from explorer.compile.compiled import compile_step
+from explorer.timing import timing as timing_lib
+from explorer.timing.timing import time_layout
 from tests.paths import ROOT
 
 SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}
@@ -205,7 +205,7 @@ def indivisible(seed_dict):
 
 
 def test_an_indivisible_layout_is_refused_before_compiling_with_the_layout_pages_message(seed_dict, monkeypatch):
-    from explorer.findings import indivisible_error
+    from explorer.analysis.findings import indivisible_error
 
     monkeypatch.setattr(compiled_lib, "_compile", lambda *a: pytest.fail("compiled an indivisible layout"))
     bad = indivisible(seed_dict)
@@ -216,7 +216,7 @@ def test_an_indivisible_layout_is_refused_before_compiling_with_the_layout_pages
 
 
 def test_a_race_with_an_indivisible_layout_is_refused_before_any_timing(seed_dict, monkeypatch):
-    from explorer import compare
+    from explorer.timing import compare
 
     monkeypatch.setattr(compare, "time_layout", lambda *a, **k: pytest.fail("timed a layout of a refused race"))
     with pytest.raises(ExplorerError, match="has size 3"):
@@ -246,7 +246,7 @@ def test_a_compiled_peak_over_the_limit_is_refused_before_allocation(seed_dict, 
     Long sequences and a narrow model: attention scores make XLA's temporaries dwarf the state (as in the
     issue's seq_len 8192, d_model 64 transformer, scaled down).
     """
-    from explorer import timing
+    from explorer.timing import timing
 
     options = {"batch": 8, "seq_len": 512, "layers": 1, "d_model": 16, "heads": 2, "kv_heads": 2, "head_dim": 8, "mlp_dim": 32, "vocab": 64}
     small = layout(seed_dict, rules=[["batch", "data"]], model={"name": "transformer", "options": options})
@@ -341,7 +341,7 @@ def test_the_gates_use_the_devices_memory_not_the_hosts(seed_dict, on_gpu, monke
 
 
 def test_without_memory_stats_the_gate_takes_the_device_kinds_memory():
-    from explorer.accelerators import GPUS
+    from explorer.hardware.accelerators import GPUS
 
     budget = compiled_lib.memory_budget(FakeGpu(None))
     assert budget.limit_bytes == GPUS["h200"].usable_bytes > 100 * 2**30 and not budget.simulated
@@ -381,7 +381,7 @@ def test_on_a_gpu_flops_are_the_programs_matmuls_and_mfu_is_against_tf32_for_f32
 
 
 def test_bf16_and_f32_matmuls_have_their_own_peak():
-    from explorer.accelerators import CHIPS, GPUS
+    from explorer.hardware.accelerators import CHIPS, GPUS
 
     assert compiled_lib.matmul_peak_flops(GPUS["h200"], "bf16")[0] == 989e12
     assert compiled_lib.matmul_peak_flops(GPUS["h200"], "f32")[0] == 494.7e12

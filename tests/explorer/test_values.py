@@ -1,10 +1,10 @@
-"""The per-value view's plain-data side (``explorer/values.py``): search, grouping, the spec as JAX prints it, JSON.
+"""The per-value view's plain-data side (``explorer/analysis/values.py``): search, grouping, the spec as JAX prints it, JSON.
 The values themselves are read from real programs in ``tests/explorer/reading/test_types.py``."""
 
 from jax.sharding import PartitionSpec
 
 from explorer.reading import TypedValue
-from explorer.values import grouped, matching, spec_text, value_to_dict
+from explorer.analysis.values import grouped, matching, spec_text, value_to_dict
 
 
 def _value(

@@ -1,4 +1,4 @@
-"""The local launcher of a multi-process timing (``explorer/workers.py``): its result, its refusals, and faults.
+"""The local launcher of a multi-process timing (``explorer/timing/workers.py``): its result, its refusals, and faults.
 
 Faults end every worker: a killed worker ends the run with exit 2 naming it, Ctrl+C stops them all, and they end
 themselves when the launcher is killed.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from explorer import workers
+from explorer.timing import workers
 from explorer.errors import ExplorerError
-from explorer.timing import TimingResult, time_layout
-from explorer.workers import time_local_processes, what_it_said
+from explorer.timing.timing import TimingResult, time_layout
+from explorer.timing.workers import time_local_processes, what_it_said
 from tests.explorer import test_distributed
 from tests.explorer.test_distributed import small_layout
 from tests.paths import ROOT

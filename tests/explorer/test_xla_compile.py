@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.target_compile import compile_target
+from explorer.compile.target_compile import compile_target
 from tests.explorer import mlp_layout
 
 pytestmark = pytest.mark.usefixtures("own_compile_cache")

@@ -12,11 +12,11 @@ import re
 
 import pytest
 
-from explorer.analysis import analyze
-from explorer.hlo import ParameterLayout
+from explorer.analysis.analyzer import analyze
+from explorer.hlo.program import ParameterLayout
 from explorer.layout import SEED_LAYOUT, parse_layout
 from explorer.models import mlp
-from explorer.target_compile import compile_target
+from explorer.compile.target_compile import compile_target
 from explorer.text import compile_text
 from tests.explorer import COMPILE_TARGET as TARGET
 from tests.explorer import mlp_layout

@@ -217,8 +217,8 @@ def test_a_library_name_too_long_is_refused_with_the_librarys_own_limit(app, tmp
 
 def test_after_a_timing_xlas_peak_is_the_memory_headline(app, seed_dict):
     from explorer.layout import parse_layout
-    from explorer.text import human_bytes
-    from explorer.timing import time_layout
+    from explorer.formats import human_bytes
+    from explorer.timing.timing import time_layout
     from ui.state import TIMING_RESULTS
 
     import dataclasses
@@ -247,9 +247,9 @@ LOADED = {
 
 def test_loading_from_the_library_replaces_the_whole_layout(app, tmp_path, monkeypatch):
     """Issue 18 item 1: after a load, the rules, the target and the address bar are the loaded layout's, not a mix."""
-    from explorer import library
+    from explorer.sharing import library
     from explorer.layout import parse_layout
-    from explorer.share import layout_to_params
+    from explorer.sharing.share import layout_to_params
 
     monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
     library.save("team fsdp", parse_layout(LOADED))

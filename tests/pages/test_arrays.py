@@ -3,7 +3,7 @@
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.op_spec import PRESETS
+from explorer.ops.op_spec import PRESETS
 from tests.pages.test_app import plain
 from tests.paths import APP
 
@@ -102,8 +102,8 @@ def test_times_a_small_matmul_to_completion(page):
 
 
 def test_a_stopped_timing_keeps_its_calls(page):
-    from explorer.op_spec import MATMUL_PRESET, parse_op
-    from explorer.ops import op_key
+    from explorer.ops.op_spec import MATMUL_PRESET, parse_op
+    from explorer.ops.ops import op_key
 
     key = op_key(parse_op(PRESETS[MATMUL_PRESET][1]))
     page.session_state["arrays_partial"] = {"key": key, "samples": {"sharded": [1.5, 1.25], "single": []}}

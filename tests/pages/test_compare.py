@@ -6,11 +6,11 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer import library
-from explorer.analysis import analyze
+from explorer.sharing import library
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
-from explorer.share import layout_to_params
-from explorer.text import human_bytes, human_seconds
+from explorer.sharing.share import layout_to_params
+from explorer.formats import human_bytes, human_seconds
 from tests.paths import APP
 
 LAYERS = 4
@@ -160,7 +160,7 @@ def test_the_array_count_covers_every_layout_when_models_differ(shelf, seed_dict
 
 def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_path, monkeypatch, seed_dict):
     """The Compare page compiles the layouts for the sidebar's target and shows XLA's figures for each."""
-    from explorer.target_compile import compile_target
+    from explorer.compile.target_compile import compile_target
 
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
     at = compare_page()
@@ -227,7 +227,7 @@ def test_layouts_with_explicit_axes_compare_by_their_types(tmp_path, monkeypatch
 
 def test_on_several_slices_every_layout_gets_its_verdict_and_dcn_traffic(shelf, tmp_path, monkeypatch):
     """Two v5e slices of 4 chips: the verdict and the bytes per chip per step that cross the DCN, for each layout."""
-    from explorer.target_compile import compile_target
+    from explorer.compile.target_compile import compile_target
 
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
     at = compare_page()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from explorer.models import mlp
-from explorer.sources import Source, Traced, Value
+from explorer.hlo.sources import Source, Traced, Value
 from ui.communication_view import code_at, rows_frame, top_lines
-from explorer.sources import by_line
+from explorer.hlo.sources import by_line
 
 
 def _line_of(code: str) -> int:

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 def page():
     import streamlit as st
 
-    from explorer.analysis import analyze
+    from explorer.analysis.analyzer import analyze
     from explorer.layout import parse_layout
     from ui import propagated_view
 

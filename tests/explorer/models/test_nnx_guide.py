@@ -3,7 +3,7 @@ for Auto axes, so it is refused there with one line saying why and the fix (its 
 
 import pytest
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 

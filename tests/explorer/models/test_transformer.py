@@ -8,10 +8,10 @@ shows is checked against ``tests/ground_truth_explicit.py`` (no explorer code). 
 
 import pytest
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
 from explorer.models import build_model
-from explorer.presets import EXAMPLES, example_layout
+from explorer.analysis.presets import EXAMPLES, example_layout
 from tests import ground_truth_explicit as truth
 from tests.paths import ROOT
 from tests.small_models import SMALL_TRANSFORMER_OPTIONS

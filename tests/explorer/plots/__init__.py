@@ -1,7 +1,7 @@
 """Tests of ``explorer/plots/``: ``plots/<module>.py`` is tested in ``tests/explorer/plots/test_<module>.py``; the
 layouts they draw are here."""
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
 from explorer.tiles import grid_view
 

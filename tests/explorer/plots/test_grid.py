@@ -2,7 +2,7 @@
 
 import pytest
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.layout import parse_layout
 from explorer.tiles import grid_view
 from explorer.plots import grid

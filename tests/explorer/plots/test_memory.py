@@ -2,7 +2,7 @@
 
 import pytest
 
-from explorer.compile_result import Memory
+from explorer.compile.compile_result import Memory
 from explorer.plots.memory import compare_memory, memory_bars, target_memory_figure
 from tests.explorer.plots import planned_256x256
 
@@ -15,7 +15,7 @@ def test_memory_bars_of_a_huge_mesh_are_one_bar_per_kind():
 
 def test_memory_axes_use_a_unit_that_fits_the_numbers():
     """Issue 18 item 9: 150,000 MiB is drawn as about 146 GiB, not as ticks "50k 100k 150k" of MiB."""
-    from explorer.analysis import Totals
+    from explorer.analysis.report import Totals
 
     big = Totals(
         param_bytes=50_000 * 2**20, opt_state_bytes=100_000 * 2**20, input_bytes=0, activation_bytes=0, global_param_bytes=0, param_count=0
@@ -64,7 +64,7 @@ def test_a_small_program_is_drawn_in_its_own_unit_with_the_far_memory_lines_said
 
 def test_compare_memory_keeps_each_label_inside_its_bar_or_leaves_it_to_the_hover():
     """Labels of small bars printed outside them ran together ("16.0 KiB80.0 KiB") at 1024 px."""
-    from explorer.analysis import Totals
+    from explorer.analysis.report import Totals
 
     totals = [Totals(8 << 20, 16 << 20, 16 << 10, 80 << 10, 64 << 20, 1 << 21)] * 2
     figure = compare_memory(["a", "b"], totals)

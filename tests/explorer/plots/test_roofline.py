@@ -7,7 +7,7 @@ from explorer.plots.roofline import compare_roofline_figure
 
 def test_compared_rooflines_share_one_axis_one_bar_per_layout_and_term_the_bound_outlined():
     """Compare drew one roofline per layout in columns, each on its own scale, cut at 1024 px: now one grouped chart."""
-    from explorer.roofline import Estimate
+    from explorer.predict.roofline import Estimate
 
     figure = compare_roofline_figure(["a", "b"], [Estimate(1e-3, 2e-3, 4e-3), Estimate(3e-3, 1e-3, 0.0)])
     assert figure.layout.barmode == "group" and len(figure.data) == 2

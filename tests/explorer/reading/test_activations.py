@@ -5,7 +5,8 @@ asks Flax to resolve are read though its constraints carry none."""
 
 import pytest
 
-from explorer.analysis import analyze, jax_mesh
+from explorer.analysis.analyzer import analyze
+from explorer.meshes import jax_mesh
 from explorer.layout import parse_layout
 from explorer.reading import activations, build, resolve, state, trace as tracing
 from tests.explorer.reading.test_trace import EVERY_NAME, layout
@@ -81,7 +82,7 @@ def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_
     from one under the layout, and kept on disk; Flax's function is as it was after each trace."""
     from flax.linen import spmd
 
-    from explorer.analysis import logical_names
+    from explorer.analysis.analyzer import logical_names
     from explorer import caches
     from explorer.reading import abstract_model, disk
     from tests.external import factories as external

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError, NeedsExplicitAxes
 from explorer.layout import parse_layout
 from explorer.reading import contexts

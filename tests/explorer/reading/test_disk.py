@@ -5,9 +5,10 @@ import multiprocessing
 
 import pytest
 
-from explorer import caches, reading as abstract
+from explorer import reading as abstract
+from explorer import caches
 from explorer.reading import activations, disk as trace_cache, trace as tracing
-from explorer.analysis import analyze, report_to_dict
+from explorer.analysis.analyzer import analyze, report_to_dict
 from explorer.layout import parse_layout
 
 LAYOUT = {
@@ -64,7 +65,7 @@ def _analyze_in_child(folder: str) -> int:
     import os
 
     os.environ[trace_cache.CACHE_ENV] = folder
-    from explorer import devices
+    from explorer.hardware import devices
 
     devices.configure(8)
     return len(analyze(parse_layout(LAYOUT)).arrays)
@@ -98,7 +99,7 @@ def test_a_disk_hit_imports_no_flax(cache):
         "import json, sys\n"
         "from explorer import devices\n"
         "devices.configure(8)\n"
-        "from explorer.analysis import analyze\n"
+        "from explorer.analysis.analyzer import analyze\n"
         "from explorer.layout import parse_layout\n"
         f"report = analyze(parse_layout(json.loads({json.dumps(json.dumps(LAYOUT))})))\n"
         "print(json.dumps([len(report.arrays), sorted({m.split('.')[0] for m in sys.modules} & {'flax', 'optax', 'pandas'}),"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import explorer.reading
-from explorer import analysis
+from explorer.analysis.analyzer import analyze as analysis
 from explorer.layout import SEED_LAYOUT, parse_layout
 from tests.explicit_models import ALLOWED, CLASSES, explicit_layout as layout
 
@@ -90,7 +90,7 @@ def test_a_rule_edit_enters_the_forward_stages_only(empty_cache):
 def test_two_meshes_of_one_shape_with_other_axis_names_are_read_apart(monkeypatch):
     monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", ALLOWED)
     """The typed reading is cached per model, mesh shape, axis names, types and rules: renaming an axis re-reads."""
-    from explorer.analysis import model_of
+    from explorer.analysis.analyzer import model_of
 
     rules = [("hidden", "model"), ("embed", None), ("batch", None)]  # no rule names the first axis
     first = layout(f"{CLASSES}:make_ruled_only", (2, 4), ("data", "model"), rules)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 from flax import linen as nn
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
 from explorer.reading.state import padded, path_to_str
 from tests.explicit_models import ALLOWED, CLASSES, explicit_layout as layout

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
 from explorer.reading import trace as tracing
 from explorer.layout import parse_layout

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from explorer.analysis import analyze
+from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from tests import explicit_models, ground_truth_explicit as truth
@@ -167,7 +167,7 @@ def test_bad_axis_types_name_the_field_and_the_value(seed_dict, types, field, qu
 
 
 def test_links_files_code_and_yaml_carry_the_axis_types():
-    from explorer import share
+    from explorer.sharing import share
     from explorer.layout import load_layout_json
 
     explicit = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"))

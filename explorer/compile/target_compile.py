@@ -1,0 +1,193 @@
+"""Compile the layout's train step for a target in a child process: start it, follow its stages, stop it.
+
+This module's one job is the compile child process and the protocol between it and its parent; the
+compile the child runs is ``xla_compile.compile_for_target``, what XLA built is read by
+``xla_results``, and results are kept on disk by ``compile_cache`` (by layout, target and versions).
+
+Compiles run in a child process (``python -m explorer compile ... --in-process``, started by
+``compile_target``): the one loading libtpu must be the only one in this process tree to have done
+so (libtpu's lock file), a compile can take minutes and must be stoppable, and the child's memory
+goes back when it ends. The parent never loads libtpu. Parent and child talk through one protocol
+(``child_command``, ``child_main``, ``report_stage``, ``_read_stages``, ``_read_result``): the child
+writes a ``STAGE_PREFIX`` line on stderr as it enters each of ``STAGES`` and the result's JSON on
+stdout.
+
+The result is a ``compile_result.TargetCompile``, built once per compile; its ``to_json()`` is the
+documented JSON form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Callable
+
+from explorer.compile.compile_cache import cached, store
+from explorer.compile.compile_result import TargetCompile
+from explorer.errors import ExplorerError
+from explorer.layout import Layout
+from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split
+from explorer.compile.xla_compile import require_gpu_plugin
+from explorer.hardware.devices import child_environment
+from explorer.hardware.placement import ROOT
+from explorer.compile.xla_results import with_verdict
+
+STAGES = ("trace", "lower", "compile", "analyze")
+
+
+# --- the protocol between parent and child: how the child is started, reports its stages and sends its result --
+
+STAGE_PREFIX = "stage: "  # the child's stderr line as it enters one of STAGES; every other line is kept for its error
+
+
+def child_command(layout_path: str, target: Target) -> list[str]:
+    """The child's command line. One CPU device: the child only needs the CPU backend for tracing; the target's
+    devices come from libtpu (or the CUDA plugin)."""
+    return [sys.executable, "-m", "explorer", "--devices", "1", "compile", layout_path, "--target", target.topology, "--in-process"]
+
+
+def child_main(layout_path: str, target_name: str) -> int:
+    """The child (``python -m explorer compile LAYOUT --target NAME --in-process``): compile in this process,
+    reporting each stage (``report_stage``), then write the result's JSON on stdout."""
+    from explorer.layout import load_layout_file
+    from explorer.compile.xla_compile import compile_for_target
+
+    result = compile_for_target(load_layout_file(layout_path), parse_target(target_name), on_stage=report_stage)
+    json.dump(result.to_json(), sys.stdout)
+    print()
+    return 0
+
+
+def report_stage(stage: str) -> None:
+    """In the child: tell the parent that ``stage`` begins."""
+    print(STAGE_PREFIX + stage, file=sys.stderr, flush=True)
+
+
+def _read_stages(stream, stages: list[str], errors: list[str]) -> None:
+    """In the parent: the child's stderr, its stages into ``stages``, the last 50 other lines into ``errors``."""
+    for line in stream:
+        line = line.rstrip("\n")
+        if line.startswith(STAGE_PREFIX):
+            stages.append(line[len(STAGE_PREFIX) :])
+        elif line.strip():
+            errors.append(line)
+            del errors[:-50]
+
+
+def _read_result(output: str) -> TargetCompile:
+    """In the parent: the result the child wrote on stdout."""
+    return TargetCompile.from_json(json.loads(output))
+
+
+# --- in the parent: a child process, live stages, stop -----------------------------------------------
+
+
+class Stopped(Exception):
+    """The compile was stopped before it finished."""
+
+
+def compile_target(
+    layout: Layout,
+    target: Target | str,
+    on_stage: Callable[[str, float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    poll_s: float = 0.2,
+    on_start: Callable[[int], None] | None = None,
+) -> tuple[TargetCompile, bool]:
+    """The result for (layout, target) and whether it came from the disk cache.
+
+    Otherwise compiles in a child process, calling ``on_stage(stage, elapsed_s)`` as
+    the child reports stages and every ``poll_s``; ``should_stop()`` returning True
+    kills the child (and its process group) and raises ``Stopped``. ``on_start``
+    gets the child's process id.
+    """
+    target = parse_target(target) if isinstance(target, str) else target
+    check_mesh_fits(target, layout.mesh.size)
+    slice_split(target, tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.dcn)  # a split the slices cannot hold
+    require_gpu_plugin(target)
+    hit = cached(layout, target)
+    if hit is not None:
+        return hit, True
+    report = on_stage or (lambda *_: None)
+    with tempfile.TemporaryDirectory(prefix="explorer-compile-") as folder:
+        path = os.path.join(folder, "layout.json")
+        with open(path, "w") as handle:
+            json.dump(layout.to_dict(), handle)
+        child = subprocess.Popen(
+            child_command(path, target),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_environment(target),
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        if on_start:
+            on_start(child.pid)
+        stages: list[str] = ["starting"]
+        errors: list[str] = []
+        reader = threading.Thread(target=_read_stages, args=(child.stderr, stages, errors), daemon=True)
+        reader.start()
+        started = time.monotonic()
+        try:
+            while child.poll() is None:
+                report(stages[-1], time.monotonic() - started)
+                if should_stop and should_stop():
+                    stop(child)
+                    raise Stopped(f"stopped during {stages[-1]} after {time.monotonic() - started:.1f} s")
+                time.sleep(poll_s)
+        except BaseException:
+            stop(child)
+            raise
+        output = child.stdout.read()
+        reader.join(timeout=5)
+    if child.returncode != 0:
+        raise ExplorerError("target", target.name, f"compile failed: {child_error(errors, child.returncode)}")
+    result = with_verdict(_read_result(output), target)
+    store(layout, target, result)
+    return result, False
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exhausted|Interrupt)\w*: ")
+_JAX_PREFACE = ("For simplicity, JAX has removed its internal frames", "-" * 20)
+
+
+def child_error(lines: list[str], returncode: int) -> str:
+    """The compile child's own error from its last stderr lines: the explorer's message, else the exception's
+    (its type and message, without JAX's "For simplicity, JAX has removed its internal frames..." preface).
+
+    >>> child_error(["Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: One of pjit's inputs "
+    ...              "is incompatible", "--------------------", "For simplicity, JAX has removed its internal frames from "
+    ...              "the traceback of the following exception. Set JAX_TRACEBACK_FILTERING=off to include these."], 1)
+    "ValueError: One of pjit's inputs is incompatible"
+    """
+    message = next((line for line in reversed(lines) if line.startswith("error: ")), None)
+    if message:
+        return message[len("error: ") :]
+    for index in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_LINE.match(lines[index]):
+            text = [lines[index]]
+            for line in lines[index + 1 :]:
+                if line.startswith(_JAX_PREFACE) or line.startswith("Traceback") or line.startswith("The above exception"):
+                    break
+                text.append(line.strip())
+            return " ".join(text)
+    useful = [line for line in lines if not line.startswith(_JAX_PREFACE)]
+    return useful[-1] if useful else f"exit status {returncode}"
+
+
+def stop(child: subprocess.Popen) -> None:
+    """Kill the child's process group and reap it."""
+    if child.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()

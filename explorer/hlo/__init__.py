@@ -1,0 +1,10 @@
+"""One reader of XLA's programs (the compiled HLO text) and of where in the user's code a value comes from.
+
+Takes program text and tracebacks; gives plain records. Below the reading (which asks ``sources`` which frames are
+library code) and every stage that reads a compiled program (compile, predict, timing, ops):
+
+- ``program``: instructions (one ``Instruction`` record), callees, loops and their trip counts, collectives,
+  the parameters' layouts;
+- ``sources``: a program's stack-frame tables, and which line of the model made each instruction;
+- ``megascale``: the sends and receives that cross TPU slices over the data-center network.
+"""

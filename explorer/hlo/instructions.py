@@ -1,0 +1,90 @@
+"""One instruction of XLA's HLO text as a record (``Instruction``: name, shape, opcode, operands, attributes), and
+an instruction's name read off its line: what every reader of a program (loops, collectives, sources, MegaScale
+sends, the step model) parses a line with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Iterable
+
+_INSTRUCTION_HEAD = re.compile(r"\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    """One HLO instruction: its name, result shape, opcode, operand names and the rest of its line."""
+
+    name: str
+    shape: str
+    op: str
+    operands: tuple[str, ...]
+    attributes: str
+    root: bool = False
+
+
+def parse_instruction(line: str) -> Instruction | None:
+    """The instruction a line of HLO text holds, or None (a header, a closing brace, a blank).
+
+    >>> parse_instruction("  %d = (f32[2]{0}, s32[]) fusion(%a, %b), kind=kLoop, calls=%f").operands
+    ('a', 'b')
+    """
+    head = _INSTRUCTION_HEAD.match(line)
+    if not head:
+        return None
+    position = head.end()
+    shape, position = _balanced(line, position) if line[position : position + 1] == "(" else _token(line, position)
+    opcode = re.match(r"\s*([\w\-]+)\(", line[position:])
+    if not opcode:
+        return None
+    arguments, end = _balanced(line, position + opcode.end() - 1)
+    operands = tuple(part.split()[-1].lstrip("%") for part in _top_level_split(arguments[1:-1]) if part.strip())
+    return Instruction(head["name"], shape, opcode[1], operands, line[end:], head["root"] is not None)
+
+
+def _balanced(text: str, start: int) -> tuple[str, int]:
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start : i + 1], i + 1
+    return text[start:], len(text)
+
+
+def _token(text: str, start: int) -> tuple[str, int]:
+    end = text.find(" ", start)
+    end = len(text) if end < 0 else end
+    return text[start:end], end
+
+
+def _top_level_split(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in text:
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def tuple_element(shape: str, index: int) -> str:
+    """Element ``index`` of a tuple shape (the shape itself when it is not a tuple)."""
+    if not shape.startswith("("):
+        return shape
+    parts = _top_level_split(shape[1:-1])
+    return parts[index].strip() if index < len(parts) else ""
+
+
+def instruction_name(line: str) -> str:
+    """The name of the instruction a line of HLO text defines (``all-reduce.3``), or "" for any other line."""
+    match = _INSTRUCTION_HEAD.match(line)
+    return match["name"] if match else ""
+
+
+def instructions(lines: Iterable[str]) -> dict[str, str]:
+    """Instruction name -> its line (names are unique in a module: one computation's lines, or the whole text's)."""
+    return {name: line for line in lines if (name := instruction_name(line))}

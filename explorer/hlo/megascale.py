@@ -1,0 +1,78 @@
+"""The collectives across TPU slices of a program compiled for several slices: XLA's MegaScale transfers.
+
+This module's one job is reading them from the optimized program's text (``hlo`` reads the in-slice collectives);
+``xla_results`` places their groups on the mesh and the roofline costs them over the DCN (docs/multislice.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from explorer.hlo import program as hlo
+from explorer.hlo.instructions import instruction_name
+
+_MEGASCALE_SEND = re.compile(
+    r"=\s*\((?P<shape>[a-z]+\d*[a-z0-9]*\[[\d,]*\]).*?\s+send\(.*_xla_megascale_target=(?P<target>\"[^\"]*\"|\{(?:\{[\d,\s]*\},?\s*)*\})"
+    r".*_xla_megascale_transfer_type=\"(?P<kind>\w+)\""
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MegascaleOp:
+    """One collective across TPU slices, as XLA compiles it for several slices: a host transfer over the DCN.
+
+    XLA compiles one program per slice; a collective over devices of several slices becomes (beside any in-slice
+    part, an ordinary collective) a ``send`` to the MegaScale runtime whose ``_xla_megascale_transfer_type`` names
+    the collective (``ALL_REDUCE``, ``ALL_GATHER``, ``REDUCE_SCATTER``, ...) and whose ``_xla_megascale_target``
+    names who takes part: groups of global device ids (``{{100000,300000},...}``), or ``"{1,2}x{0:3}"`` (slices 1
+    and 2, counted from 1, each of the slice's devices 0 to 3 with its peers; ``{0}``, ``{0:3,5}`` alike). ``bytes`` is what one device sends
+    per run (the collective's input); ``groups`` global device ids, or None for the compact form, whose slices
+    (from 0) are ``slices`` and its in-slice devices ``devices``.
+    """
+
+    op: str
+    runs: int
+    bytes: int
+    groups: tuple[tuple[int, ...], ...] | None
+    slices: tuple[int, ...] = ()
+    devices: tuple[int, ...] = ()
+    name: str = ""  # the send's name in the module: where ``explorer.hlo.sources`` finds the line that asked for it
+
+    @property
+    def group_size(self) -> int:
+        return max(len(g) for g in self.groups) if self.groups else len(self.slices)
+
+
+def _id_range(part: str) -> range:
+    """``3`` or ``0:3`` (both ends included) of a MegaScale target's device list."""
+    low, _, high = part.partition(":")
+    return range(int(low), int(high or low) + 1)
+
+
+def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
+    """Every collective across slices (``MegascaleOp``) with its runs per call, loop trip counts included.
+
+    >>> line = ('%send = (f32[8,128]{1,0}, u32[], token[]) send(%x, %a), is_host_transfer=true, frontend_attributes='
+    ...         '{_xla_megascale_target="{1,2}x{0:3}",_xla_megascale_transfer_type="ALL_REDUCE"}')
+    >>> megascale_ops("ENTRY %main () -> f32[] {\\n  " + line + "\\n}\\n")
+    [MegascaleOp(op='all-reduce', runs=1, bytes=4096, groups=None, slices=(0, 1), devices=(0, 1, 2, 3), name='send')]
+    """
+    computations, _, runs, _, _ = hlo.parsed(hlo_text)
+    found = []
+    for name, lines in computations.items():
+        for line in lines:
+            match = _MEGASCALE_SEND.search(line)
+            if not match:
+                continue
+            op, target = match["kind"].lower().replace("_", "-"), match["target"]
+            instruction = instruction_name(line)
+            compact = re.fullmatch(r'"\{(?P<slices>[\d,]+)\}x\{(?P<devices>[\d:,]+)\}"', target)
+            if compact:
+                slices = tuple(int(s) - 1 for s in compact["slices"].split(","))
+                devices = tuple(d for part in compact["devices"].split(",") for d in _id_range(part))
+                found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), None, slices, devices, instruction))
+            else:
+                groups = tuple(tuple(int(i) for i in g.split(",") if i.strip()) for g in re.findall(r"\{([\d,\s]*)\}", target))
+                found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), groups or None, name=instruction))
+    return found

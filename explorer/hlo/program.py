@@ -1,0 +1,590 @@
+"""The collectives in a compiled program's HLO text, weighted by how often each runs.
+
+An op in a loop body with a known trip count of n (``nn.scan`` over n layers) counts
+n times. Byte sizes come from the HLO element types; an element type this module does
+not know raises ``ExplorerError`` instead of being guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+
+from explorer.hlo.instructions import instruction_name, instructions, parse_instruction
+from explorer.errors import ExplorerError
+
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+    "s4": 1,
+    "u4": 1,
+    "s2": 1,
+    "u2": 1,
+    "f8e4m3fnuz": 1,
+    "f8e5m2fnuz": 1,
+    "f8e4m3b11fnuz": 1,
+    "f8e4m3": 1,
+    "f8e3m4": 1,
+    "f8e8m0fnu": 1,
+    "f4e2m1fn": 1,
+    "token": 0,
+}
+
+
+_COLLECTIVE_LINE = re.compile(r"=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<op>" + "|".join(COLLECTIVES) + r")(?P<phase>-start|-done)?\(")
+_ARRAY_SHAPE = re.compile(r"(?P<dtype>[a-z]+\d*[a-z0-9]*)\[(?P<dims>[\d,]*)\]")
+_COMPUTATION_HEADER = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*->.*\{\s*$")
+_CALLEE = re.compile(
+    r"\b(?P<role>calls|to_apply|condition|body|true_computation|false_computation)=%?(?P<name>[\w.\-]+)"
+    r"|\b(?P<roles>branch_computations|called_computations)=\{(?P<names>[^}]*)\}"
+)
+_WHILE = re.compile(r"\swhile\(")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramCollectives:
+    """The collectives a compiled program runs in one call.
+
+    ``ops`` maps each collective to its count and per-device bytes, weighted by how many
+    times the computation holding it runs: an op in the body of a loop with a known trip
+    count of n (``nn.scan`` over n layers) counts n times. ``loops_without_trip_count``
+    is the number of loops XLA could not bound; ops in their bodies count once per entry
+    into the loop, so the totals are then a lower bound.
+    """
+
+    ops: dict[str, dict[str, int]]
+    loops_without_trip_count: int
+
+
+def collectives(hlo_text: str) -> ProgramCollectives:
+    """Count and per-device bytes of each collective in an HLO module's text.
+
+    Bytes are the size of the op's result on one device (a tuple's parts added up).
+    Asynchronous pairs count once, at their ``-done``.
+    """
+    computations, entry, runs, _, unbounded = parsed(hlo_text)
+    found = {op: {"count": 0, "bytes": 0} for op in COLLECTIVES}
+    for name, lines in computations.items():
+        for line in lines:
+            match = _COLLECTIVE_LINE.search(line)
+            if not match or match["phase"] == "-start":
+                continue
+            found[match["op"]]["count"] += runs[name]
+            found[match["op"]]["bytes"] += runs[name] * shape_bytes(match["shape"])
+    return ProgramCollectives(found, unbounded)
+
+
+@functools.lru_cache(maxsize=2)
+def parsed(hlo_text: str):
+    """Computations, entry, runs per computation (with trip counts, and bodies once), loops without a trip count.
+
+    Cached: the readers of one program (a large model's text is megabytes) share one parse.
+    """
+    computations, entry = _split_computations(hlo_text)
+    runs, unbounded = _times_each_computation_runs(computations, entry)
+    once, _ = _times_each_computation_runs(computations, entry, once=True)
+    return computations, entry, runs, once, unbounded
+
+
+def _split_computations(hlo_text: str) -> tuple[dict[str | None, list[str]], str | None]:
+    """The instruction lines of each computation (lines outside any go under None), and the entry's name."""
+    computations: dict[str | None, list[str]] = {None: []}
+    current, entry = None, None
+    for line in hlo_text.splitlines():
+        header = _COMPUTATION_HEADER.match(line)
+        if header:
+            current = header["name"]
+            computations[current] = []
+            entry = current if header["entry"] else entry
+        elif line.startswith("}"):
+            current = None
+        else:
+            computations[current].append(line)
+    return computations, entry
+
+
+def _times_each_computation_runs(
+    computations: dict[str | None, list[str]],
+    entry: str | None,
+    once: bool = False,
+) -> tuple[dict[str | None, int], int]:
+    """How many times each computation runs in one call of the entry, and how many loops have no known trip count.
+
+    Without an entry (a fragment of a module) every computation counts as running once.
+    With ``once``, every loop body counts once per entry into the loop, as XLA's
+    ``cost_analysis()`` counts it.
+    """
+    if entry is None:
+        return {name: 1 for name in computations}, 0
+    callers: dict[str, list[tuple[str | None, int]]] = {}
+    unbounded = 0
+    for caller, lines in computations.items():
+        for line in lines:
+            is_loop = _WHILE.search(line) is not None
+            trip = _trip_count(line, lines, computations) if is_loop and not once else None
+            unbounded += is_loop and trip is None and not once
+            for role, name in callees(line):
+                times = 1
+                if trip is not None and role == "body":
+                    times = trip
+                elif trip is not None and role == "condition":
+                    times = trip + 1
+                callers.setdefault(name, []).append((caller, times))
+
+    @functools.cache
+    def runs(name: str | None) -> int:
+        if name == entry or name is None:
+            return 1
+        return sum(runs(caller) * times for caller, times in callers.get(name, ()))
+
+    return {name: runs(name) for name in computations}, unbounded
+
+
+def _trip_count(line: str, lines: list[str], computations: dict[str | None, list[str]]) -> int | None:
+    """The loop's trip count: XLA's ``known_trip_count`` if present, else read from its condition.
+
+    The TPU compiler drops ``known_trip_count``; the loops ``scan`` makes then keep a
+    condition ``counter < N`` on a tuple element whose start is a constant in the
+    caller (followed through copies), giving ``N - start`` iterations. The element is a
+    ``get-tuple-element`` or, in the text XLA dumps for a program it refused
+    (``xla_dump_to``), written inline as ``%param#0``.
+    """
+    known = _TRIP_COUNT.search(line)
+    if known:
+        return int(known["n"])
+    condition = re.search(r"\bcondition=%?([\w.\-]+)", line)
+    operand = re.search(r"\swhile\(%?([\w.\-]+)\)", line)
+    if not condition or not operand or condition[1] not in computations:
+        return None
+    symbols = instructions(computations[condition[1]])
+    root = next((l for l in computations[condition[1]] if l.lstrip().startswith("ROOT ")), "")
+    compare = re.search(r"compare\(%?([\w.\-]+)(?:#(\d+))?, %?([\w.\-]+)\), direction=LT", root)
+    if not compare:
+        return None
+    gte = re.search(r"get-tuple-element\(%?[\w.\-]+\), index=(\d+)", symbols.get(compare[1], ""))
+    element = compare[2] or (gte[1] if gte else None)
+    limit = _constant(symbols, compare[3])
+    if element is None or limit is None:
+        return None
+    start = _tuple_element_constant(instructions(lines), operand[1], int(element))
+    return max(limit - start, 0) if start is not None else None
+
+
+CONTROL_ROLES = frozenset({"condition", "body", "true_computation", "false_computation", "branch_computations"})
+
+
+def callees(text: str) -> list[tuple[str, str]]:
+    """Every computation an instruction's line (or its attributes) names, as (role, name): the one walk over callees
+    that the loop counts and the step model's control flow share. Roles: ``calls``, ``to_apply``, ``condition``,
+    ``body``, ``true_computation``, ``false_computation``, ``branch_computations``, ``called_computations``.
+
+    >>> callees("%w = (s32[]) while(%t), condition=%cond.1, body=%body.2")
+    [('condition', 'cond.1'), ('body', 'body.2')]
+    >>> callees("%c = f32[] conditional(%p, %a, %b), branch_computations={%b0, %b1}")
+    [('branch_computations', 'b0'), ('branch_computations', 'b1')]
+    """
+    found = []
+    for match in _CALLEE.finditer(text):
+        if match["name"]:
+            found.append((match["role"], match["name"]))
+        else:
+            found.extend((match["roles"], name.strip().lstrip("%")) for name in match["names"].split(",") if name.strip())
+    return found
+
+
+def element_type(shape: str) -> str | None:
+    """The element type of the first array in ``shape`` (``bf16`` of ``bf16[8,128]{1,0}``), or None."""
+    match = _ARRAY_SHAPE.search(shape)
+    return match["dtype"] if match else None
+
+
+def _constant(symbols: dict[str, str], name: str) -> int | None:
+    """The integer value of ``name`` if it is a scalar constant, possibly behind copies."""
+    for _ in range(8):
+        line = symbols.get(name, "")
+        constant = re.search(r"\sconstant\((-?\d+)\)", line)
+        if constant:
+            return int(constant[1])
+        copy = re.search(r"\scopy\(%?([\w.\-]+)\)", line)
+        if not copy:
+            return None
+        name = copy[1]
+    return None
+
+
+def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> int | None:
+    line = symbols.get(name, "")
+    args = re.search(r"\stuple\((.*?)\)(?:,|$)", line)
+    if not args:
+        return None
+    parts = [re.sub(r"/\*.*?\*/", "", p).strip().lstrip("%") for p in args[1].split(",")]  # /*index=5*/ marks every fifth
+    return _constant(symbols, parts[index]) if index < len(parts) else None
+
+
+def shape_bytes(shape: str) -> int:
+    total = 0
+    for part in _ARRAY_SHAPE.finditer(shape):
+        dims = [int(d) for d in part["dims"].split(",") if d]
+        if part["dtype"] not in DTYPE_BYTES:
+            raise ExplorerError("HLO element type", part["dtype"], f"is unknown; known: {sorted(DTYPE_BYTES)}")
+        total += math.prod(dims) * DTYPE_BYTES[part["dtype"]]
+    return total
+
+
+def used(ops: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Only the collectives that occur at least once."""
+    return {op: stats for op, stats in ops.items() if stats["count"]}
+
+
+# --- per instruction: who takes part, and the work loops repeat ----------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveOp:
+    """One collective instruction: how often it runs per call, its result bytes per run, its groups.
+
+    ``groups`` are the replica groups as logical device ids (positions in the
+    program's device assignment, i.e. the mesh's devices in mesh order), or None
+    when XLA wrote them in a form this module does not read. A collective-permute's
+    groups are its source -> target pairs.
+    """
+
+    op: str
+    runs: int
+    bytes: int
+    groups: tuple[tuple[int, ...], ...] | None
+    name: str = ""  # the instruction's name in the module (``all-reduce.3``): where ``explorer.hlo.sources`` finds its line
+
+    @property
+    def group_size(self) -> int:
+        return max((len(g) for g in self.groups), default=1) if self.groups else 1
+
+
+def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
+    """Every collective instruction with its runs per call (loop trip counts included) and replica groups.
+
+    ``devices`` is the program's device count (for ``replica_groups={}``: one group of all).
+    """
+    computations, _, runs, _, _ = parsed(hlo_text)
+    found = []
+    for name, lines in computations.items():
+        for line in lines:
+            match = _COLLECTIVE_LINE.search(line)
+            if not match or match["phase"] == "-start":
+                continue
+            groups = _source_target_pairs(line) if match["op"] == "collective-permute" else replica_groups(line, devices)
+            if match["phase"] == "-done" and groups is None:
+                groups = _groups_of_start(line, lines, devices, match["op"])
+            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups, instruction_name(line)))
+    return found
+
+
+def _groups_of_start(done_line: str, lines: list[str], devices: int, op: str):
+    """An async ``-done`` names its ``-start``; the groups are written on the start."""
+    operand = re.search(r"-done\(%?([\w.\-]+)", done_line)
+    start = instructions(lines).get(operand[1], "") if operand else ""
+    return _source_target_pairs(start) if op == "collective-permute" else replica_groups(start, devices)
+
+
+def replica_groups(line: str, devices: int) -> tuple[tuple[int, ...], ...] | None:
+    """The replica groups of an HLO instruction in any of XLA's syntaxes, as tuples of device ids.
+
+    Example::
+
+        >>> replica_groups("all-reduce(x), replica_groups={{0,2},{1,3}}", 4)
+        ((0, 2), (1, 3))
+        >>> replica_groups("all-gather(x), replica_groups=[2,2]<=[2,2]T(1,0)", 4)
+        ((0, 2), (1, 3))
+        >>> replica_groups("all-reduce(x), replica_groups=mesh['a'=2,'b'=2] {'a'}", 4)
+        ((0, 2), (1, 3))
+    """
+    import numpy as np
+
+    explicit = re.search(r"replica_groups=\{((?:\{[\d,\s]*\},?\s*)*)\}", line)
+    if explicit:
+        groups = tuple(tuple(int(i) for i in g.split(",") if i.strip()) for g in re.findall(r"\{([\d,\s]*)\}", explicit[1]))
+        return groups or (tuple(range(devices)),)
+    iota = re.search(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?", line)
+    if iota:
+        shape = [int(d) for d in iota["shape"].split(",")]
+        dims = [int(d) for d in iota["dims"].split(",")]
+        ids = np.arange(math.prod(dims)).reshape(dims)
+        if iota["perm"]:
+            ids = ids.transpose([int(p) for p in iota["perm"].split(",")])
+        return tuple(tuple(int(i) for i in row) for row in ids.reshape(shape[0], -1))
+    mesh = re.search(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<over>[^}]*)\}", line)
+    if mesh:
+        axes = re.findall(r"'([^']+)'=(\d+)", mesh["axes"])
+        over = re.findall(r"'([^']+)'(?!:)", mesh["over"])
+        names = [a for a, _ in axes]
+        if ":" in mesh["over"] or any(o not in names for o in over):
+            return None  # sub-axes ('a':(1)2): not read
+        ids = np.arange(math.prod(int(n) for _, n in axes)).reshape([int(n) for _, n in axes])
+        kept = [names.index(o) for o in over]
+        rest = [i for i in range(len(names)) if i not in kept]
+        size = math.prod(int(axes[i][1]) for i in kept)
+        return tuple(tuple(int(i) for i in row) for row in ids.transpose(rest + kept).reshape(-1, size))
+    return None
+
+
+def _source_target_pairs(line: str) -> tuple[tuple[int, ...], ...] | None:
+    pairs = re.search(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}", line)
+    if not pairs:
+        return None
+    return tuple(tuple(int(i) for i in p.split(",")) for p in re.findall(r"\{(\d+,\d+)\}", pairs[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopWork:
+    """Matmul work that loops repeat beyond what ``cost_analysis()`` counts (it counts a loop body once).
+
+    ``flops`` are 2 x M x N x K of every dot and convolution, ``bytes`` their
+    operands and result, each times (runs with trip counts - runs with bodies once).
+    """
+
+    flops: float
+    bytes: float
+
+
+def loop_work(hlo_text: str) -> LoopWork:
+    """The dot/convolution flops and bytes in loop bodies' iterations after the first."""
+    computations, _, runs, once, _ = parsed(hlo_text)
+    flops = moved = 0.0
+    for name, lines in computations.items():
+        extra = runs[name] - once[name]
+        if extra <= 0 or name is None:
+            continue
+        symbols = instructions(lines)
+        for line in lines:
+            work = line_matmul_work(line, symbols)
+            if work:
+                flops += extra * work[0]
+                moved += extra * work[1]
+    return LoopWork(flops, moved)
+
+
+_MATMUL = re.compile(r"=\s*(?P<shape>\S+)\s+(?P<op>dot|convolution)\(%?(?P<lhs>[\w.\-]+),\s*%?(?P<rhs>[\w.\-]+)\)")
+_GEMM_CALL = re.compile(
+    r"=\s*(?P<shape>\(.*?\)|\S+)\s+custom-call\((?:[^%,)]*\s)?%?(?P<lhs>[\w.\-]+),\s*(?:[^%,)]*\s)?%?(?P<rhs>[\w.\-]+)[,)]"
+    r".*custom_call_target=\"__cublas\$(?:lt\$matmul|gemm)"
+)
+
+
+def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
+    """(flops, bytes, the left operand's element type) of a dot or convolution line, or of a cuBLAS gemm custom
+    call (the GPU compiler's dots it hands to cuBLAS): 2 x output elements x contracted size."""
+    match = _MATMUL.search(line)
+    if not match:
+        return _gemm_call_work(line, symbols)
+    out_dims = _dims(match["shape"])
+    lhs_shape = _result_shape(symbols.get(match["lhs"], ""))
+    rhs_shape = _result_shape(symbols.get(match["rhs"], ""))
+    if out_dims is None or lhs_shape is None or rhs_shape is None:
+        return None
+    lhs_dims = _dims(lhs_shape)
+    if match["op"] == "dot":
+        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
+        axes = [int(a) for a in contracting[1].split(",") if a] if contracting else []
+    else:
+        labels = re.search(r"dim_labels=(\w+)_(\w+)->", line)
+        axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
+    contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
+    flops = 2.0 * math.prod(out_dims) * contracted
+    return flops, float(shape_bytes(match["shape"]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), element_type(lhs_shape) or "?"
+
+
+def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
+    """A cuBLAS gemm custom call: its result is the first array of its shape (a workspace may follow), its
+    contracted dimensions are in ``backend_config``'s ``dot_dimension_numbers``."""
+    if "__cublas$" not in line:
+        return None
+    match = _GEMM_CALL.search(line)
+    contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', line)
+    if not match or not contracting:
+        return None
+    out = _ARRAY_SHAPE.search(match["shape"])
+    lhs_shape, rhs_shape = _result_shape(symbols.get(match["lhs"], "")), _result_shape(symbols.get(match["rhs"], ""))
+    if out is None or lhs_shape is None or rhs_shape is None:
+        return None
+    lhs_dims = _dims(lhs_shape)
+    axes = [int(a) for a in re.findall(r"\d+", contracting[1])]
+    contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
+    out_dims = [int(d) for d in out["dims"].split(",") if d]
+    moved = float(shape_bytes(out[0]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape))
+    return 2.0 * math.prod(out_dims) * contracted, moved, element_type(lhs_shape) or "?"
+
+
+def _dims(shape: str) -> list[int] | None:
+    match = _ARRAY_SHAPE.search(shape)
+    return [int(d) for d in match["dims"].split(",") if d] if match else None
+
+
+def _result_shape(line: str) -> str | None:
+    match = re.search(r"=\s*(\S+)\s+[\w\-]+\(", line)
+    return match[1] if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterLayout:
+    """One entry parameter as the compiled program lays it out in memory."""
+
+    shape: str  # e.g. ``s32[]{:T(128)}``
+    bytes: int  # elements x element size
+    padded_bytes: int  # after rounding the tiled dimensions up to the tile
+
+
+def entry_parameters(hlo_text: str) -> list[ParameterLayout]:
+    """The entry computation's parameters with their tiled sizes (TPU pads small arrays to whole tiles).
+
+    Example: a scalar ``s32[]{:T(128)}`` occupies one tile of 128 elements, 512 bytes.
+
+        >>> [p.padded_bytes for p in entry_parameters("entry_computation_layout={(s32[]{:T(128)}, f32[4,1024]{1,0:T(4,128)})->s32[]}")]
+        [512, 16384]
+    """
+    layout = re.search(r"entry_computation_layout=\{\((?P<params>.*?)\)->", hlo_text)
+    if not layout:
+        return []
+    found = []
+    for part in re.finditer(r"(?P<dtype>[a-z]+\d*[a-z0-9]*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[^}]*)\})?", layout["params"]):
+        if part["dtype"] not in DTYPE_BYTES:
+            raise ExplorerError("HLO element type", part["dtype"], f"is unknown; known: {sorted(DTYPE_BYTES)}")
+        dims = [int(d) for d in part["dims"].split(",") if d]
+        size = DTYPE_BYTES[part["dtype"]]
+        found.append(ParameterLayout(part[0], math.prod(dims) * size, _padded_elements(dims, part["layout"] or "") * size))
+    return found
+
+
+def _padded_elements(dims: list[int], layout: str) -> int:
+    """Elements after the first tile ``T(a,b,...)`` rounds the most-minor dimensions up."""
+    minor_to_major, _, rest = layout.partition(":")
+    order = [int(d) for d in minor_to_major.split(",") if d.strip()] or list(range(len(dims) - 1, -1, -1))
+    physical = [dims[d] for d in reversed(order)]  # major to minor
+    tile = re.search(r"T\(([\d,]+)\)", rest)
+    if tile:
+        sizes = [int(t) for t in tile[1].split(",")]
+        physical = [1] * max(len(sizes) - len(physical), 0) + physical
+        for offset, t in enumerate(reversed(sizes), start=1):
+            physical[-offset] = -(-physical[-offset] // t) * t
+    return math.prod(physical)
+
+
+def matmul_work(hlo_text: str) -> LoopWork:
+    """Every dot/convolution's flops and bytes, times how often its computation runs per step.
+
+    The lower bound on a program's work that its optimized HLO text alone gives: used where XLA
+    has no ``cost_analysis()`` to offer (a program that does not fit the chip, read from XLA's
+    dump), and where it misses library calls (on a GPU: cuBLAS and Triton matmuls). Elementwise
+    work is left out, so it is at most ``cost_analysis()``'s flops (a test checks both on a
+    program that fits).
+    """
+    flops = moved = 0.0
+    for runs, work in _matmuls(hlo_text):
+        flops += runs * work[0]
+        moved += runs * work[1]
+    return LoopWork(flops, moved)
+
+
+def matmul_flops_by_dtype(hlo_text: str) -> dict[str, float]:
+    """``matmul_work``'s flops split by the element type of each matmul's left operand (``bf16``, ``f32``, ...):
+    what decides the rate a device runs them at."""
+    found: dict[str, float] = {}
+    for runs, work in _matmuls(hlo_text):
+        found[work[2]] = found.get(work[2], 0.0) + runs * work[0]
+    return found
+
+
+def _matmuls(hlo_text: str):
+    """(runs per step, (flops, bytes, left operand's element type)) of every dot, convolution and gemm call."""
+    computations, _, runs, _, _ = parsed(hlo_text)
+    for name, lines in computations.items():
+        if name is None or runs.get(name, 0) <= 0:
+            continue
+        symbols = instructions(lines)
+        for line in lines:
+            work = line_matmul_work(line, symbols)
+            if work:
+                yield runs[name], work
+
+
+_ALLOCATION = re.compile(r"^allocation \d+: size (?P<size>\d+),(?: color (?P<color>\d+),)? (?P<rest>.*)$", re.M)
+_USAGE_TOTAL = re.compile(r"^Memory Space: default \(color=0\)\s*\nTotal bytes: (?P<total>\d+)", re.M)
+
+
+def dumped_memory(buffer_assignment: str, usage_report: str) -> dict[str, int]:
+    """Per-device memory from XLA's dump of a compile (``xla_dump_to``), in ``memory_analysis()``'s terms.
+
+    The TPU compiler writes its buffer assignment and memory-usage report before it refuses a
+    program that does not fit (``RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom``), so this is how
+    such a program's figures are read. In HBM (color 0): arguments are the allocations of entry
+    parameters, outputs those that may be live out, aliased those that are both, temporaries the
+    preallocated temporary buffer; the peak is the report's total for HBM. On a program that fits,
+    arguments, outputs and aliased bytes equal ``memory_analysis()``'s to the byte and the peak and
+    temporaries agree within 16 MiB (``memory_analysis()`` counts a few MiB of buffers outside the
+    HBM heap; ``tests/explorer/test_xla_results.py``).
+    """
+    memory = {"argument_bytes": 0, "output_bytes": 0, "alias_bytes": 0, "temp_bytes": 0}
+    for allocation in _ALLOCATION.finditer(buffer_assignment):
+        if allocation["color"] not in (None, "0"):
+            continue
+        size, rest = int(allocation["size"]), allocation["rest"]
+        parameter = re.search(r"\bparameter \d+", rest) is not None
+        out = "maybe-live-out" in rest
+        memory["argument_bytes"] += size if parameter else 0
+        memory["output_bytes"] += size if out else 0
+        memory["alias_bytes"] += size if parameter and out else 0
+        memory["temp_bytes"] += size if "preallocated-temp" in rest else 0
+    total = _USAGE_TOTAL.search(usage_report)
+    if total is None:
+        raise ValueError("no HBM total in XLA's memory-usage report")
+    memory["peak_bytes"] = int(total["total"])
+    return memory
+
+
+class Program:
+    """The program's computations as ``Instruction`` records, how many times each runs per step (``parsed``), and
+    which of them run as control flow (the entry, loop bodies and conditions, branches, calls, async wrappers: the
+    computations whose instructions are kernels; a fusion's computation is inside its kernel)."""
+
+    def __init__(self, hlo_text: str):
+        computations, entry, runs, _, _ = parsed(hlo_text)
+        self.runs = runs
+        self.entry = entry
+        self.computations = {
+            name: [i for i in map(parse_instruction, lines) if i is not None] for name, lines in computations.items() if name is not None
+        }
+        self.symbols = {name: {i.name: i for i in instructions} for name, instructions in self.computations.items()}
+        self.control = self._control(entry)
+
+    def _control(self, entry: str | None) -> list[str]:
+        """The entry and every computation it runs as control flow (not fused): loop bodies, branches, calls, and the
+        computations async wrappers (``async-start``) run."""
+        found, todo = [], [entry] if entry else list(self.computations)
+        while todo:
+            name = todo.pop()
+            if name in found or name not in self.computations:
+                continue
+            found.append(name)
+            for instruction in self.computations[name]:
+                for role, callee in callees(instruction.attributes):
+                    if role in CONTROL_ROLES or (role in ("calls", "to_apply") and instruction.op in ("call", "async-start")):
+                        todo.append(callee)
+        return found

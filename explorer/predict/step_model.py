@@ -1,0 +1,344 @@
+"""A prediction of the step time, kernel by kernel, from the optimized program and the device's rates.
+
+``roofline`` gives a lower bound: all of the step's flops at the peak, all of its bytes at full
+bandwidth, perfectly overlapped. A step is slower: its kernels run one after another, each bound by
+its own flops or its own bytes, each at the rate its element type gets, each with a launch. This
+module adds those up, for the program XLA built (``compiled.as_text()``):
+
+- **Kernels.** Every instruction of the entry computation and of the control-flow computations it
+  runs (loop bodies and conditions, conditional branches, calls) that launches work: a fusion (or an
+  async ``fusion-start``), a library call (cuBLAS gemm), a copy and a collective. Bitcasts, tuples,
+  parameters and constants are free.
+- **Flops.** 2 x output elements x contracted size for every dot or convolution inside the kernel
+  (a Triton gemm fusion's, a cuBLAS call's), at the matmul rate of the dot's operand type
+  (``step_rates``: bf16 and f32 apart, times the share of it a training step's matmuls were measured to
+  get), each matmul's tiles paying a fixed cost besides their steps along the contracted dimension K
+  (``step_rates.MATMUL_FIXED_K``: the flops count (K + 256) / K times). Elementwise flops are left out (memory bounds those kernels).
+- **Bytes.** What the kernel reads and writes, as XLA's own GPU cost analysis counts them
+  (``gpu_hlo_cost_analysis``): each operand once, except one the fusion only slices (a layer of a
+  stacked, scanned weight: the slice is read, not the stack) or only updates in place (the buffer of a
+  ``dynamic-update-slice``: nothing read); each output once, except an in-place update (the update
+  is written, not the buffer).
+- **A kernel's time** is XLA's GPU performance model's: compute + memory - 0.95 x min(compute,
+  memory) (``kMemoryComputeParallelism``), plus the launch cost (``step_rates``).
+- **The step** adds the host's dispatch of it and its wait for the result, once (``step_rates``).
+- **Loops.** A computation's kernels count as often as it runs: a loop body times its trip count
+  (``hlo.parsed``: XLA's ``known_trip_count``, or the ``scan`` condition's bound).
+- **Collectives** take ``roofline``'s time (torus or two-level NVLink/network), spread over the
+  program's collective instructions by their bytes (each instruction gets its op's seconds per byte),
+  plus a NCCL launch on GPUs. A synchronous one adds its time; an async pair (``-start`` ...
+  ``-done``) adds only what the kernels XLA scheduled between its start and its done do not hide.
+
+On a TPU the same rules run on its program: arrays its layout places in the core's VMEM (``S(1)``) move no HBM
+bytes, its async copies and slices (DMAs) move theirs, and ``with_prediction`` never lets the prediction fall
+below the bound (whose bytes are ``cost_analysis()``'s).
+
+What XLA's models gave: the per-kernel max-with-overlap formula, the launch costs and the bytes
+rules are XLA's GPU performance model and cost analysis (``xla/service/gpu/model/
+gpu_performance_model_base.cc``, ``gpu_hlo_cost_analysis.cc``); the start/done overlap is how its
+latency-hiding scheduler's estimators (``analytical_latency_estimator``, ``sol_latency_estimator``)
+see async collectives. What is not modelled: tile shapes and wave quantisation (beyond K, a matmul
+gets the large-matmul rate whatever its shape), caches (every byte goes to HBM), kernels running
+concurrently on several streams, host work beyond one dispatch per step, the autotuner's choices (a
+deviceless compile has none), and collectives' latency beyond the launch (``docs/step-time.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable
+
+from explorer.hlo import program as hlo
+from explorer.hlo.instructions import Instruction, tuple_element
+from explorer.predict.roofline import Estimate
+from explorer.predict.step_rates import MATMUL_FIXED_K, Rates, rates
+from explorer.hardware.accelerators import Chip, Gpu
+
+SCOPE = "validated on real hardware on one H200 only: docs/step-time.md"  # said wherever a prediction is shown
+OVERLAP = 0.95  # XLA's kMemoryComputeParallelism: how much of the shorter of compute and memory hides under the longer
+FREE = frozenset(
+    {
+        "parameter",
+        "get-tuple-element",
+        "tuple",
+        "bitcast",
+        "constant",
+        "while",
+        "conditional",
+        "call",
+        "after-all",
+        "add-dependency",
+        "opt-barrier",
+        "partition-id",
+        "replica-id",
+        "fusion-done",
+        "copy-done",
+        "async-done",
+        "async-start",  # its wrapped computation's kernels are counted there (``hlo.Program``'s control walk)
+        "async-update",
+        "iota",
+    }
+)
+COPIES = frozenset({"copy", "copy-start"})
+BITCASTS = frozenset({"ConcatBitcast"})  # TPU custom calls that move nothing
+SLICES = frozenset({"slice", "dynamic-slice", "slice-start"})  # unfused slices (a TPU's async ones: DMAs) read what they keep
+_ARRAY_LAYOUT = re.compile(r"([a-z]+\d*[a-z0-9]*\[[\d,]*\])(\{[^}]*\})?")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One kernel of the program: per run, its flops and bytes and predicted seconds (launch included)."""
+
+    name: str
+    kind: str  # matmul | memory | copy | collective
+    runs: int  # per step (a loop body's kernel: its trip count)
+    flops: float
+    bytes: float
+    dtype: str | None  # a matmul's operand element type
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """The predicted step: seconds per step on one device, and what they are made of (each per step)."""
+
+    step_s: float
+    matmul_s: float  # matmul kernels (their launches included)
+    memory_s: float  # every other kernel
+    collective_s: float  # collectives not hidden under the kernels XLA scheduled beside them
+    dispatch_s: float  # the host's dispatch of the step and its wait for the result
+    launches: int  # kernels per step
+    validated: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def hbm_bytes(shape: str) -> int:
+    """Bytes of the arrays of ``shape`` that live in HBM: a TPU array whose layout puts it in another memory space
+    (``S(1)``: the core's VMEM) moves no HBM bytes.
+
+    >>> hbm_bytes("(f32[4,1024]{1,0:T(4,128)S(1)}, f32[8]{0})")
+    32
+    """
+    return sum(hlo.shape_bytes(part[1]) for part in _ARRAY_LAYOUT.finditer(shape) if not re.search(r"S\([1-9]", part[2] or ""))
+
+
+def kernels(hlo_text: str, chip: Chip | Gpu, collective_rates: dict[str, float] | None = None) -> list[Kernel]:
+    """Every kernel of the program with its predicted time per run (see the module docstring).
+
+    ``collective_rates`` gives seconds per result byte for each collective op (``roofline``'s
+    times over the program's bytes: ``collective_seconds_per_byte``); without it collectives cost
+    their launch only.
+    """
+    program, device = hlo.Program(hlo_text), rates(chip)
+    found = []
+    for computation in program.control:
+        runs = program.runs.get(computation, 1)
+        for instruction in program.computations[computation]:
+            kernel = _kernel(instruction, program, computation, runs, device, collective_rates or {})
+            if kernel is not None:
+                found.append(kernel)
+    return found
+
+
+def _kernel(instruction: Instruction, program: hlo.Program, computation: str, runs: int, device: Rates, per_byte: dict[str, float]):
+    op = instruction.op
+    if op in FREE or op.endswith("-done"):
+        return None
+    collective = op.removesuffix("-start")
+    if collective in hlo.COLLECTIVES:
+        size = hlo.shape_bytes(tuple_element(instruction.shape, 1) if op.endswith("-start") else instruction.shape)
+        seconds = size * per_byte.get(collective, 0.0) + device.collective_launch_s
+        return Kernel(instruction.name, "collective", runs, 0.0, size, None, seconds)
+    if op in COPIES or op in SLICES:
+        return _timed(instruction.name, "copy", runs, 0.0, _copied(instruction, program, computation), None, device)
+    if op == "custom-call":
+        if any(f'custom_call_target="{name}"' in instruction.attributes for name in BITCASTS):
+            return None
+        work = hlo.line_matmul_work(_line(instruction), _shape_lines(program.symbols[computation]))
+        if work is None:
+            moved = _operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape)
+            return _timed(instruction.name, "memory", runs, 0.0, moved, None, device)
+        lhs = program.symbols[computation].get(instruction.operands[0])
+        costed = _costed_flops(work[0], tuple_element(instruction.shape, 0))
+        return _timed(instruction.name, "matmul", runs, work[0], work[1], hlo.element_type(lhs.shape) if lhs else None, device, costed)
+    called = (
+        next((name for role, name in hlo.callees(instruction.attributes) if role in ("calls", "to_apply")), None)
+        if op in ("fusion", "fusion-start")
+        else None
+    )
+    if called is None or called not in program.computations:  # an unfused op: reads its operands, writes its result
+        moved = _operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape)
+        return _timed(instruction.name, "memory", runs, 0.0, moved, None, device)
+    flops, costed, dtype = _fused_matmul(called, program)
+    moved = _fused_bytes(called, program)
+    return _timed(instruction.name, "matmul" if flops else "memory", runs, flops, moved, dtype, device, costed)
+
+
+def _timed(
+    name: str, kind: str, runs: int, flops: float, moved: float, dtype: str | None, device: Rates, costed: float | None = None
+) -> Kernel:
+    """A kernel's time: its compute (``costed`` flops, the matmuls' with their tiles' fixed cost; else ``flops``) and its
+    memory, combined as XLA's GPU model combines them, and its launch."""
+    compute = (costed or flops) / device.matmul_rate(dtype) if flops else 0.0
+    memory = moved / device.hbm_bandwidth
+    seconds = compute + memory - OVERLAP * min(compute, memory) + device.launch_s
+    return Kernel(name, kind, runs, flops, moved, dtype, seconds)
+
+
+def _line(instruction: Instruction) -> str:
+    operands = ", ".join(f"%{o}" for o in instruction.operands)
+    return f"%{instruction.name} = {instruction.shape} {instruction.op}({operands}){instruction.attributes}"
+
+
+def _shape_lines(symbols: dict[str, Instruction]) -> dict[str, str]:
+    return {name: f"%{name} = {i.shape} {i.op}(" for name, i in symbols.items()}
+
+
+def _operand_bytes(instruction: Instruction, program: hlo.Program, computation: str) -> int:
+    symbols = program.symbols[computation]
+    return sum(hbm_bytes(symbols[o].shape) for o in instruction.operands if o in symbols)
+
+
+def _copied(instruction: Instruction, program: hlo.Program, computation: str) -> float:
+    """HBM bytes a copy or slice moves: it reads its result's worth of its source and writes its result (an async
+    one's result is a tuple: the destination, then the source, for a copy; the source, then the slice, for a slice)."""
+    shape, op = instruction.shape, instruction.op
+    if op == "copy-start":
+        return float(hbm_bytes(tuple_element(shape, 0)) + hbm_bytes(tuple_element(shape, 1)))
+    result = tuple_element(shape, 1) if op == "slice-start" else shape
+    source = program.symbols[computation].get(instruction.operands[0]) if instruction.operands else None
+    read = hlo.shape_bytes(result) if source is None or hbm_bytes(source.shape) else 0
+    return float(read + hbm_bytes(result))
+
+
+def _fused_matmul(called: str, program: hlo.Program) -> tuple[float, float, str | None]:
+    """The flops of the dots and convolutions inside a fused computation (nested fusions too), the flops they cost
+    (``_costed_flops``), and their operand type."""
+    flops, costed, dtype = 0.0, 0.0, None
+    symbols = program.symbols[called]
+    for instruction in program.computations[called]:
+        if instruction.op in ("dot", "convolution"):
+            work = hlo.line_matmul_work(_line(instruction), _shape_lines(symbols))
+            if work:
+                flops += work[0]
+                costed += _costed_flops(work[0], instruction.shape)
+                lhs = symbols.get(instruction.operands[0])
+                dtype = dtype or (hlo.element_type(lhs.shape) if lhs else None)
+        elif instruction.op == "fusion":
+            nested = next((name for role, name in hlo.callees(instruction.attributes) if role in ("calls", "to_apply")), None)
+            if nested in program.computations and nested != called:
+                more, more_costed, kind = _fused_matmul(nested, program)
+                flops, costed, dtype = flops + more, costed + more_costed, dtype or kind
+    return flops, costed, dtype
+
+
+def _costed_flops(flops: float, result: str) -> float:
+    """A matmul's flops with its tiles' fixed cost: each output tile runs K / 64 steps and pays about ``MATMUL_FIXED_K``
+    / 64 more (``step_rates``), so a matmul contracting K costs flops x (K + MATMUL_FIXED_K) / K."""
+    elements = hlo.shape_bytes(result) / max(hlo.DTYPE_BYTES.get(hlo.element_type(result) or "f32", 4), 1)
+    contracted = flops / (2 * elements) if elements else 0.0
+    return flops * (contracted + MATMUL_FIXED_K) / contracted if contracted > 0 else flops
+
+
+def _fused_bytes(called: str, program: hlo.Program) -> float:
+    """Bytes a fusion reads and writes: each parameter once unless only sliced or updated in place; each output once."""
+    instructions = program.computations[called]
+    users: dict[str, list[Instruction]] = {}
+    for instruction in instructions:
+        for operand in instruction.operands:
+            users.setdefault(operand, []).append(instruction)
+    read = sum(_read(p, users) for p in instructions if p.op == "parameter")
+    root = next((i for i in instructions if i.root), None)
+    return read + (_written(root, program.symbols[called]) if root else 0.0)
+
+
+def _read(value: Instruction, users: dict[str, list[Instruction]]) -> float:
+    """Bytes read of ``value``: a slice's worth where it is only sliced, nothing where it is only updated in place."""
+    full = float(hbm_bytes(value.shape))
+    total = 0.0
+    for user in users.get(value.name, ()):
+        if user.op == "bitcast":
+            total += _read(user, users)
+        elif user.op in ("dynamic-slice", "slice", "gather") and user.operands[0] == value.name:
+            total += hbm_bytes(user.shape) if full else 0
+        elif user.op == "dynamic-update-slice" and user.operands[0] == value.name:
+            continue
+        else:
+            return full
+    return min(total, full)
+
+
+def _written(root: Instruction, symbols: dict[str, Instruction]) -> float:
+    """Bytes a fusion's root writes: an in-place update writes the update only."""
+    if root.op == "tuple":
+        return sum(_written(symbols[o], symbols) for o in root.operands if o in symbols)
+    if root.op == "bitcast" and root.operands and root.operands[0] in symbols:
+        return _written(symbols[root.operands[0]], symbols)
+    if root.op == "dynamic-update-slice" and len(root.operands) > 1 and root.operands[1] in symbols:
+        return float(hbm_bytes(symbols[root.operands[1]].shape))
+    return float(hbm_bytes(root.shape))
+
+
+def collective_seconds_per_byte(collectives: Iterable) -> dict[str, float]:
+    """Seconds per result byte of each collective op, from costed collectives (``op``, ``bytes``, ``seconds`` each)."""
+    seconds: dict[str, float] = {}
+    moved: dict[str, float] = {}
+    for c in collectives:
+        seconds[c.op] = seconds.get(c.op, 0.0) + c.seconds
+        moved[c.op] = moved.get(c.op, 0.0) + c.bytes
+    return {op: seconds[op] / moved[op] for op in seconds if moved[op]}
+
+
+def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Prediction:
+    """The predicted seconds per step of the program on one device of ``chip`` (see the module docstring).
+
+    ``collectives`` are the program's costed collectives (``compile_result.CollectiveCost``: op, bytes, seconds).
+    """
+    program, device = hlo.Program(hlo_text), rates(chip)
+    per_byte = collective_seconds_per_byte(collectives)
+    totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0}
+    launches = 0
+    for computation in program.control:
+        runs = program.runs.get(computation, 1)
+        pending: dict[str, list[float]] = {}  # an async collective's name -> [its seconds, kernel time since its start]
+        for instruction in program.computations[computation]:
+            if instruction.op.endswith("-done") and instruction.operands and instruction.operands[0] in pending:
+                cost, hidden = pending.pop(instruction.operands[0])
+                totals["collective"] += runs * max(cost - hidden, 0.0)
+                continue
+            kernel = _kernel(instruction, program, computation, runs, device, per_byte)
+            if kernel is None:
+                continue
+            launches += runs
+            if kernel.kind == "collective" and instruction.op.endswith("-start"):
+                pending[instruction.name] = [kernel.seconds, 0.0]
+                continue
+            bucket = "matmul" if kernel.kind == "matmul" else "collective" if kernel.kind == "collective" else "memory"
+            totals[bucket] += runs * kernel.seconds
+            for entry in pending.values():
+                entry[1] += kernel.seconds
+        totals["collective"] += runs * sum(cost for cost, _ in pending.values())  # a start whose done this text does not show
+    step = math.fsum(totals.values()) + device.dispatch_s
+    return Prediction(step, totals["matmul"], totals["memory"], totals["collective"], device.dispatch_s, launches, device.validated)
+
+
+def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Estimate:
+    """``estimate`` (the roofline's bound) with the program's predicted step beside it; unchanged without a program text.
+
+    Never below the bound: where the kernels add up to less (a TPU program's work the text does not show, which XLA's
+    ``cost_analysis()`` counts in the bound's bytes), the bound is the prediction."""
+    if not hlo_text:
+        return estimate
+    return dataclasses.replace(estimate, predicted_s=max(predict(hlo_text, chip, collectives).step_s, estimate.step_s))
+
+
+def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chip: Chip | Gpu, dtype: str = "bf16") -> float:
+    """A step predicted without a program (the advisor's stage 1): its matmul flops at the rate ``dtype`` gets, its
+    bytes at the HBM rate, its collectives, added: kernels run one after another, and without XLA's schedule no
+    collective is known to hide under them. Per device, in seconds."""
+    device = rates(chip)
+    return flops / device.matmul_rate(dtype) + bytes_accessed / device.hbm_bandwidth + collective_s + device.dispatch_s

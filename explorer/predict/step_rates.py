@@ -1,0 +1,132 @@
+"""The rates the step model (``explorer.predict.step_model``) runs each kernel at, per device, with their sources.
+
+Three figures per device, and what they rest on:
+
+- ``matmul_flops``: FLOP/s a large matmul gets, per operand element type, at JAX's default precision.
+  On the H200 they are measured (``tests/data/h200-2026-11-27.json``, ``device_rates``: ``jit(x @ y)``
+  of 8192^3 ones, mean of 10 after 3 warm-ups): bf16 870.9 TFLOP/s, f32 445.2 TFLOP/s (JAX's default
+  precision runs f32 matmuls on TF32 tensor cores on this GPU). Other GPUs: their spec sheet's dense
+  figure (bf16; TF32 for f32) times the fraction of it the H200 reached (bf16 870.9 / 989 = 0.881,
+  TF32 445.2 / 494.7 = 0.900).
+  TPUs: the spec sheet's bf16 peak times the same bf16 fraction. An f32 matmul on a TPU runs at the
+  bf16 rate: by default JAX's f32 dots run in bfloat16 on a TPU (JAX's "Matmul precision" page,
+  https://docs.jax.dev/en/latest/201/precision.html: "float32 dot products may be computed with
+  reduced-precision arithmetic internally (bfloat16 on TPU, TF32 on recent GPUs)"; Cloud TPU's
+  https://cloud.google.com/tpu/docs/bfloat16: "By default, TPUs perform matrix multiplication
+  operations with bfloat16 values and accumulations with IEEE float32 values"); operands still move as f32.
+- ``MATMUL_FIXED_K``: a matmul's tiles each pay a fixed cost besides their K / 64 steps of 64
+  contracted elements: the pipeline filling (the default Triton gemm configs of XLA's GPU programs run
+  3 stages, ``num_stages`` in their ``backend_config``) and the epilogue writing the tile, about 4 steps
+  in all, 256 elements: a matmul contracting K costs its flops x (K + 256) / K. It matters below
+  K of a few thousand (GPT-2's 768, attention's head dimension 64-128).
+- ``matmul_efficiency``: the share of the rates above a training step's matmuls get, 0.73 on every
+  device. Calibrated on the H200: ``mlp_h200`` in the same file is a step of 46 f32 matmuls of 8192^3
+  (and an Adam update); its measured step less its memory-bound kernels leaves its matmuls running at
+  0.708 of the benchmark's rate, 0.73 once their K of 8192 has paid its fixed 256. Two reasons are
+  known: the benchmark multiplies arrays of ones, and random data draws more power and lowers the
+  clock (Horace He, 2024, https://www.thonking.ai/p/strangely-matrix-multiplications: 13% on an A100
+  between zeros and normal values); a step's backward matmuls read transposed operands. The three
+  transformers of the file, not used to set it, are then predicted within 1.11x (``docs/step-time.md``).
+- ``hbm_bandwidth``: bytes/s a memory-bound kernel moves, reads plus writes. H200: 4.217 TB/s
+  measured (the same file: an elementwise pass over 4 GiB of f32; the spec says 4.8 TB/s, 0.879 of
+  it); other devices: their spec sheet's bandwidth times 0.879.
+- ``launch_s``: the fixed cost of one kernel on a GPU, 1 us, and ``collective_launch_s`` of one NCCL
+  collective, 5 us: XLA's own GPU performance model's ``kKernelLaunchOverhead`` and
+  ``kNcclKernelLaunchOverhead`` (openxla/xla ``xla/service/gpu/model/gpu_performance_model_base.h``).
+  A TPU runs the whole program as one executable: no per-kernel launch (0).
+- ``dispatch_s``: once per step, what the host adds around the program as the Timing page times a
+  step (the jitted call's dispatch, then waiting for its result): 30 us, every device, from JAX's own
+  dispatch benchmark (``benchmarks/api_benchmark.py``, jax-ml/jax pull request 4128: "jit_trivial
+  31.5 us", a call and its wait). Not measured on the H200 (its four layouts' steps are 0.16-0.64 s);
+  it matters only for steps of a few milliseconds or less.
+
+Only the H200's figures are measured; every other device's are the spec sheet scaled by what the
+H200 reached of its own, which ``validated`` says in words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from explorer.hardware.accelerators import Chip, Gpu
+
+MEASURED = "tests/data/h200-2026-11-27.json"
+JAX_DISPATCH = "https://github.com/jax-ml/jax/pull/4128 (benchmarks/api_benchmark.py: jit_trivial)"
+XLA_GPU_MODEL = "openxla/xla xla/service/gpu/model/gpu_performance_model_base.h (kKernelLaunchOverhead, kNcclKernelLaunchOverhead)"
+JAX_PRECISION = "https://docs.jax.dev/en/latest/201/precision.html"
+TPU_BF16 = "https://cloud.google.com/tpu/docs/bfloat16"
+NVIDIA = "https://www.nvidia.com/en-us/data-center/"
+
+H200_BF16 = 870.9e12  # measured, MEASURED device_rates.matmul_8192_bf16_flops_per_s
+H200_F32 = 445.2e12  # measured, MEASURED device_rates.matmul_8192_f32_flops_per_s (TF32 tensor cores)
+H200_HBM = 4.217e12  # measured, MEASURED device_rates.elementwise_4GiB_f32_bytes_per_s_read_plus_write
+BF16_FRACTION = H200_BF16 / 989e12  # of the H200's dense bf16 spec (989 TFLOP/s, NVIDIA + "h200/")
+TF32_FRACTION = H200_F32 / 494.7e12  # of its dense TF32 spec (989.4 TFLOP/s with sparsity, half dense)
+HBM_FRACTION = H200_HBM / 4.8e12  # of its HBM spec (4.8 TB/s)
+MATMUL_FIXED_K = 256  # a tile's fixed cost in contracted elements: 3 pipeline stages of 64 and the epilogue, see above
+MATMUL_EFFICIENCY = 0.73  # calibrated on MEASURED's mlp_h200 (0.708 x (8192 + 256) / 8192), see the module docstring
+DISPATCH_S = 30e-6  # per step: JAX's jit_trivial benchmark (jax-ml/jax pull request 4128), see the module docstring
+GPU_LAUNCH_S = 1e-6
+NCCL_LAUNCH_S = 5e-6
+
+# Dense TF32 tensor-core FLOP/s from the spec sheets (they print the sparse figure, twice this).
+GPU_TF32 = {"a100": 156e12, "h100": 494.7e12, "h200": 494.7e12, "b200": 1.1e15}
+
+
+@dataclasses.dataclass(frozen=True)
+class Rates:
+    """What one device of a target does per second, and where each figure comes from."""
+
+    matmul_flops: dict[str, float]  # per operand element type: bf16, f16, f32, f8 (all fp8 kinds); a large matmul of ones
+    matmul_efficiency: float  # the share of matmul_flops a training step's matmuls get
+    hbm_bandwidth: float  # bytes/s, reads plus writes
+    launch_s: float  # per kernel
+    collective_launch_s: float  # per collective
+    validated: str  # in words: measured on real hardware, or derived
+    sources: tuple[str, ...]
+    dispatch_s: float = DISPATCH_S  # per step, the host's dispatch and wait
+
+    def matmul_rate(self, dtype: str) -> float:
+        """FLOP/s a step's matmul whose operands are ``dtype`` gets (fp8 kinds as f8; anything else at the f32 rate)."""
+        key = "f8" if dtype.startswith("f8") else dtype
+        return self.matmul_flops.get(key, self.matmul_flops["f32"]) * self.matmul_efficiency
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"sources": list(self.sources)}
+
+
+def rates(chip: Chip | Gpu) -> Rates:
+    """The step model's rates for one device of ``chip`` (see the module docstring)."""
+    if isinstance(chip, Gpu) and chip.generation == "h200":
+        return Rates(
+            {"bf16": H200_BF16, "f16": H200_BF16, "f32": H200_F32, "f8": 2 * H200_BF16},
+            MATMUL_EFFICIENCY,
+            H200_HBM,
+            GPU_LAUNCH_S,
+            NCCL_LAUNCH_S,
+            f"measured on one H200 ({MEASURED}): matmul and HBM rates, the matmul efficiency calibrated on its mlp_h200; "
+            "fp8 assumed at twice bf16 (not measured)",
+            (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, *chip.sources),
+        )
+    if isinstance(chip, Gpu):
+        bf16 = chip.peak_flops * BF16_FRACTION
+        return Rates(
+            {"bf16": bf16, "f16": bf16, "f32": GPU_TF32[chip.generation] * TF32_FRACTION, "f8": 2 * bf16},
+            MATMUL_EFFICIENCY,
+            chip.hbm_bandwidth * HBM_FRACTION,
+            GPU_LAUNCH_S,
+            NCCL_LAUNCH_S,
+            f"not measured: {chip.generation}'s spec sheet figures times the fractions of its own the H200 reached ({MEASURED})",
+            (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, *chip.sources),
+        )
+    bf16 = chip.device_peak_flops * BF16_FRACTION
+    return Rates(
+        {"bf16": bf16, "f16": bf16, "f32": bf16, "f8": bf16},
+        MATMUL_EFFICIENCY,
+        chip.device_hbm_bandwidth * HBM_FRACTION,
+        0.0,
+        0.0,
+        f"not measured: {chip.generation}'s spec sheet figures times the fractions of the H200's own it reached ({MEASURED}); "
+        "f32 matmuls at the bf16 rate (one bf16 pass at default precision)",
+        (MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, *chip.sources),
+    )

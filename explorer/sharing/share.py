@@ -1,0 +1,373 @@
+"""Sharing a layout: a readable link, and code for a training script.
+
+The link carries the whole layout in query parameters a person can read and edit::
+
+    ?name=seed-2x4&mesh=2x4&axes=data,model&rules=batch:data;hidden:model
+     &model=mlp&options=batch:8;layers:4;depth:1024;scan:false[&types=explicit,explicit][&target=v5p-128]
+
+In ``rules``, ``-`` replicates and ``,`` joins mesh axes (``batch:data,fsdp``). Option
+``types`` (only where some axis is Explicit) gives each mesh axis's type; ``dcn`` (``2x1``, only where given)
+the slices each mesh axis spans on a multi-slice target (``mesh.dcn``). Option
+values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``;
+``NaN`` and ``Infinity`` are words too, never floats). Each parameter is at most
+``MAX_PARAM_LENGTH`` characters, and ``layout_to_query`` refuses a layout whose link
+the decoder would refuse.
+Tokens that contain a separator are percent-escaped. Decoding never imports anything:
+it only builds a layout dict, which ``parse_layout`` validates (user factories stay
+allow-listed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+from urllib.parse import parse_qsl, quote, unquote, urlencode
+
+from explorer.errors import ExplorerError
+from explorer.layout import Layout, json_value, layout_errors, parse_layout
+from explorer.specs import spec_entry
+
+PARAMS = ("name", "mesh", "axes", "types", "dcn", "rules", "model", "options", "target")
+_SAFE = "_-."
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # always re.fullmatch: "word\n" is not a word
+_JSON_WORDS = ("true", "false", "null")
+MAX_PARAM_LENGTH = 20_000
+
+
+def _token(text: str) -> str:
+    return quote(str(text), safe=_SAFE)
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str) and _WORD.fullmatch(value) and value not in _JSON_WORDS:
+        return _token(value)
+    return _token(json.dumps(value, separators=(",", ":")))
+
+
+def layout_to_params(layout: Layout) -> dict[str, str]:
+    """The layout as query parameters (a dict of strings), in the readable form above."""
+    rules = []
+    for rule in layout.rules:
+        axes = rule.mesh_axes
+        rules.append(f"{_token(rule.logical)}:{','.join(_token(a) for a in axes) if axes else '-'}")
+    options = [f"{_token(k)}:{_value_text(v)}" for k, v in layout.model.options.items()]
+    return (
+        {
+            "name": layout.name,
+            "mesh": "x".join(str(s) for s in layout.mesh.shape),
+            "axes": ",".join(_token(a) for a in layout.mesh.axes),
+        }
+        | ({"types": ",".join(layout.mesh.axis_types)} if layout.mesh.explicit else {})
+        | ({"dcn": "x".join(str(s) for s in layout.mesh.dcn)} if layout.mesh.dcn is not None else {})
+        | {
+            "rules": ";".join(rules),
+            "model": layout.model.name,
+            "options": ";".join(options),
+        }
+        | ({"target": layout.target} if layout.target is not None else {})
+    )
+
+
+def layout_to_query(layout: Layout) -> str:
+    """``?name=...&mesh=...``: what ``python -m explorer url`` prints; refused if the decoder would refuse it."""
+    params = layout_to_params(layout)
+    _check_lengths(params)
+    return "?" + urlencode(params, safe=",:;")
+
+
+def params_to_layout(params: Mapping[str, str]) -> Layout:
+    """Rebuild and validate a layout from query parameters; ExplorerError if mangled, naming every problem.
+
+    >>> params_to_layout({"mesh": "2xfour", "axes": "data", "model": "mlp", "rules": "batch"})
+    Traceback (most recent call last):
+    ...
+    explorer.errors.ExplorerError: link: 2 problems: link parameter 'mesh': '2xfour' is not sizes joined by 'x', like 2x4; link parameter 'rules', item 0: 'batch' is not logical:mesh-axes
+    """
+    data = params_to_dict(params)
+    errors = layout_errors(data)
+    if errors:
+        raise _all(list(errors))
+    return parse_layout(data)
+
+
+def _all(errors: list[ExplorerError]) -> ExplorerError:
+    """One error for a link's problems: itself when there is one, else all of them in one sentence."""
+    if len(errors) == 1:
+        return errors[0]
+    return ExplorerError("link", len(errors), "problems: " + "; ".join(str(e) for e in errors))
+
+
+def layout_from_link(link: str) -> Layout:
+    """The layout in a pasted link: a whole address, or only its query (with or without the ``?``).
+
+    >>> layout_from_link("http://localhost:8501/?mesh=8&axes=data&rules=batch:data&model=mlp").mesh.shape
+    (8,)
+    >>> layout_from_link("mesh=2x4&axes=data,model&model=mlp").rules
+    ()
+    """
+    text = link.strip()
+    query = text.partition("?")[2] if "?" in text else text
+    return params_to_layout(dict(parse_qsl(query.partition("#")[0])))
+
+
+def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The layout dict a link's parameters spell, not yet validated; ExplorerError naming every unreadable parameter."""
+    missing = [key for key in ("mesh", "axes", "model") if key not in params]
+    if missing:
+        raise ExplorerError(
+            "link", sorted(params), f"has no {', '.join(repr(k) for k in missing)} parameter (it needs mesh, axes and model)"
+        )
+    _check_lengths(params)
+    errors: list[ExplorerError] = []
+
+    def read(parse, text, default):
+        try:
+            return parse(text)
+        except ExplorerError as error:
+            errors.append(error)
+            return default
+
+    mesh = {"shape": read(_mesh_shape, params["mesh"], [1]), "axes": [unquote(a) for a in params["axes"].split(",") if a]}
+    if params.get("types"):  # validated with the layout: each "auto" or "explicit", one per axis
+        mesh["axis_types"] = [unquote(t) for t in params["types"].split(",")]
+    if params.get("dcn"):  # the slices each mesh axis spans on a multi-slice target (mesh.dcn), sizes like the mesh's
+        mesh["dcn"] = read(_mesh_shape, params["dcn"], None)
+    data = {
+        "name": params.get("name") or "shared",
+        "mesh": mesh,
+        "rules": read(_rules, params.get("rules", ""), []),
+        "model": {"name": params["model"], "options": read(_options, params.get("options", ""), {})},
+    } | ({"target": params["target"]} if params.get("target") else {})
+    if errors:
+        raise _all(errors)
+    return data
+
+
+def _check_lengths(params: Mapping[str, Any]) -> None:
+    for key in PARAMS:
+        value = params.get(key, "")
+        if not isinstance(value, str):
+            raise ExplorerError(f"link parameter '{key}'", value, "is not text")
+        if len(value) > MAX_PARAM_LENGTH:
+            raise ExplorerError(
+                f"link parameter '{key}'", value[:40], f"is longer than {MAX_PARAM_LENGTH:,} characters, the limit for a link"
+            )
+
+
+def _mesh_shape(text: str) -> list[Any]:
+    sizes = []
+    for part in re.split(r"[x,]", text):
+        if not re.fullmatch(r"\d{1,7}", part):
+            raise ExplorerError("link parameter 'mesh'", text, "is not sizes joined by 'x', like 2x4")
+        sizes.append(int(part))
+    return sizes
+
+
+def _rules(text: str) -> list[list[Any]]:
+    rules = []
+    for index, item in enumerate(t for t in text.split(";") if t):
+        if item.count(":") != 1:
+            raise ExplorerError(f"link parameter 'rules', item {index}", item, "is not logical:mesh-axes")
+        logical, axes = item.split(":")
+        if axes == "-":
+            mesh: Any = None
+        else:
+            parts = [unquote(a) for a in axes.split(",")]
+            mesh = parts[0] if len(parts) == 1 else parts
+        rules.append([unquote(logical), mesh])
+    return rules
+
+
+def _options(text: str) -> dict[str, Any]:
+    options = {}
+    for item in (t for t in text.split(";") if t):
+        if item.count(":") != 1:
+            raise ExplorerError("link parameter 'options'", item, "is not name:value")
+        key, raw = item.split(":")
+        name, value = unquote(key), unquote(raw)
+        if _WORD.fullmatch(value) and value not in _JSON_WORDS:
+            options[name] = value
+        else:
+            options[name] = json_value(value, f"link option {name!r}")
+    return options
+
+
+def python_snippet(layout: Layout) -> str:
+    """A complete script: the mesh, the rules and the Flax guide's recipe, sharding a real train state.
+
+    It runs as pasted from the project folder (the model comes from the explorer's
+    registry; replace that block with your own module and inputs) on a process with as
+    many devices as the mesh needs, e.g. ``JAX_NUM_CPU_DEVICES=8`` on a laptop. The
+    layout's name, rules and options appear only as Python literals.
+    """
+    rules = "\n".join(f"    ({rule.logical!r}, {spec_entry(rule.mesh)!r})," for rule in layout.rules)
+    allow = ""
+    if ":" in layout.model.name:  # a user's factory: the registry builds only allow-listed ones
+        allow = f"import os\n\nos.environ.setdefault('EXPLORER_ALLOWED_FACTORIES', {layout.model.name!r})\n"
+    return (
+        '"""A partition layout generated by Partition Explorer: mesh, rules, and the Flax guide\'s recipe."""\n\n'
+        "import functools\n\n"
+        "import flax.linen as nn\n"
+        "import jax\n"
+        "import jax.numpy as jnp\n"
+        "import optax\n"
+        "from flax.training import train_state\n"
+        "from jax.sharding import AxisType\n\n"
+        "from explorer.layout import ModelSpec\n"
+        "from explorer.models import build_model, validate_model\n\n"
+        f"layout_name = {layout.name!r}\n"
+        f"mesh = jax.make_mesh({tuple(layout.mesh.shape)!r}, {tuple(layout.mesh.axes)!r}, axis_types={_axis_types_code(layout)})\n"
+        "# Linen resolves rules in order (the first whose mesh axes are still free wins); NNX reads them as a dict.\n"
+        f"rules = (\n{rules}\n)\n\n"
+        "# The model: replace these lines with your own Linen module (or NNX builder) and example inputs.\n"
+        f"{allow}"
+        f"built = build_model(validate_model(ModelSpec(name={layout.model.name!r}, options={dict(layout.model.options)!r})))\n"
+        "inputs = tuple(jnp.zeros(i.shape, i.dtype) for i in built.inputs)\n\n\n"
+        "def init_fn(key, *inputs, model, optimizer):\n"
+        "    variables = model.init(key, *inputs)\n"
+        "    return train_state.TrainState.create(apply_fn=model.apply, params=variables['params'], tx=optimizer)\n\n\n"
+        "print(layout_name)\n"
+        "if isinstance(built.module, nn.Module):  # Flax Linen: the guide's init_fn under the mesh and rules\n"
+        "    init = functools.partial(init_fn, model=built.module, optimizer=optax.adam(1e-3))\n"
+        "    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):\n"
+        "        abstract_state = jax.eval_shape(init, jax.random.key(0), *inputs)\n"
+        "        state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract_state), mesh, rules)\n"
+        "        state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(0), *inputs)\n"
+        "    leaves = jax.tree_util.tree_leaves_with_path(nn.unbox(state.params))\n"
+        "else:  # Flax NNX: eager sharding shards each variable as it is created under the mesh\n"
+        "    from flax import nnx\n\n"
+        "    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):\n"
+        "        network = jax.jit(built.nnx_builder())()\n"
+        "    leaves = jax.tree_util.tree_leaves_with_path(nnx.state(network))\n"
+        "for path, leaf in leaves:\n"
+        "    print(jax.tree_util.keystr(path, simple=True, separator='/'), leaf.shape, leaf.sharding.spec, "
+        "leaf.addressable_shards[0].data.shape)\n"
+    )
+
+
+def _axis_types_code(layout: Layout) -> str:
+    """``(AxisType.Auto,) * 2`` or ``(AxisType.Explicit, AxisType.Explicit)``: the mesh's axis types as Python."""
+    types = layout.mesh.types
+    if len(set(types)) == 1:
+        return f"(AxisType.{types[0].capitalize()},) * {len(types)}"
+    return "(" + ", ".join(f"AxisType.{t.capitalize()}" for t in types) + ")"
+
+
+def maxtext_yaml(layout: Layout) -> str:
+    """The mesh axes and rules as MaxText-style YAML (``[]`` replicates).
+
+    Names are JSON-quoted (valid YAML double-quoted scalars, ASCII escapes only), so none can start a line.
+    """
+    lines = [
+        f"# Generated by Partition Explorer from the layout {json.dumps(layout.name)}",
+        f"mesh_axes: {json.dumps(list(layout.mesh.axes))}",
+    ]
+    if layout.mesh.explicit:  # MaxText's shard_mode: explicit builds every mesh axis Explicit
+        mixed = " (this layout mixes Auto and Explicit axes; MaxText's shard_mode sets all of them)" if layout.mesh.mixed else ""
+        lines.append(f"shard_mode: explicit{'  #' + mixed if mixed else ''}")
+    for axis, count in zip(layout.mesh.axes, layout.mesh.dcn or ()):  # several slices: MaxText's dcn_<axis>_parallelism
+        lines.append(f"dcn_{axis}_parallelism: {count}")
+    lines.append("logical_axis_rules: [")
+    for rule in layout.rules:
+        axes = rule.mesh_axes
+        target = json.dumps(axes[0]) if len(axes) == 1 else json.dumps(list(axes))
+        lines.append(f"  [{json.dumps(rule.logical)}, {target}],")
+    lines.append("]")
+    return "\n".join(lines)
+
+
+# --- the Arrays page's op links -------------------------------------------------------------
+#
+#   ?mesh=4x2&axes=a,b&arrays=y:8192x8192:float32:a,-;z:8192x8192:float32:-,b&expr=jnp.dot(y, z)
+#
+# In ``arrays``, items are name:shape:dtype:spec; a spec's entries are joined by ``,``,
+# ``-`` replicates a dimension and ``*`` joins mesh axes (``x*y``: sharded over their product). ``out`` is the output
+# constraint in the same spelling (empty: replicated, P()); without it XLA chooses.
+
+OP_PARAMS = ("mesh", "axes", "types", "arrays", "expr", "out")
+
+
+def _spec_token(spec) -> str:
+    from explorer.specs import spec_axes
+
+    return ",".join("*".join(_token(a) for a in spec_axes(e)) or "-" for e in spec)
+
+
+def _spec_from_token(field: str, text: str) -> list[Any]:
+    entries: list[Any] = []
+    for part in (p for p in text.split(",") if p) if text else ():
+        axes = [unquote(a) for a in part.split("*")]
+        if part == "-":
+            entries.append(None)
+        elif any(not a for a in axes):
+            raise ExplorerError(field, text, "has an empty mesh axis name (write - to replicate a dimension)")
+        else:
+            entries.append(axes[0] if len(axes) == 1 else axes)
+    return entries
+
+
+def op_to_params(op) -> dict[str, str]:
+    """The op spec as query parameters (a dict of strings), in the readable form above."""
+    arrays = ";".join(f"{name}:{'x'.join(str(s) for s in a.shape)}:{a.dtype}:{_spec_token(a.spec)}" for name, a in op.arrays.items())
+    params = (
+        {
+            "mesh": "x".join(str(s) for s in op.mesh.shape),
+            "axes": ",".join(_token(a) for a in op.mesh.axes),
+        }
+        | ({"types": ",".join(op.mesh.axis_types)} if op.mesh.explicit else {})
+        | {
+            "arrays": arrays,
+            "expr": op.expr,
+        }
+    )
+    if op.out_spec is not None:
+        params["out"] = _spec_token(op.out_spec)
+    return params
+
+
+def op_to_query(op) -> str:
+    return "?" + urlencode(op_to_params(op), safe=",:;()*", quote_via=quote)
+
+
+def is_op_link(params: Mapping[str, Any]) -> bool:
+    return "arrays" in params or "expr" in params
+
+
+def params_to_op(params: Mapping[str, Any]):
+    """Rebuild and validate an op spec from query parameters; ExplorerError if mangled. Nothing is evaluated."""
+    from explorer.ops.op_spec import parse_op
+
+    for key in ("mesh", "axes", "arrays", "expr"):
+        if key not in params:
+            raise ExplorerError("link", sorted(params), f"has no '{key}' parameter (an op link needs mesh, axes, arrays and expr)")
+    for key in OP_PARAMS:
+        value = params.get(key, "")
+        if not isinstance(value, str):
+            raise ExplorerError(f"link parameter '{key}'", value, "is not text")
+        if len(value) > MAX_PARAM_LENGTH:
+            raise ExplorerError(f"link parameter '{key}'", value[:40], f"is longer than {MAX_PARAM_LENGTH:,} characters")
+    arrays: dict[str, Any] = {}
+    for index, item in enumerate(t for t in params["arrays"].split(";") if t):
+        fields = item.split(":")
+        if len(fields) != 4:
+            raise ExplorerError(f"link parameter 'arrays', item {index}", item, "is not name:shape:dtype:spec")
+        name, shape, dtype, spec = fields
+        sizes = [p for p in shape.split("x") if p]
+        if not all(re.fullmatch(r"\d{1,10}", s) for s in sizes):
+            raise ExplorerError(f"link parameter 'arrays', item {index}", shape, "is not sizes joined by 'x', like 8192x8192")
+        name = unquote(name)
+        if name in arrays:
+            raise ExplorerError("link parameter 'arrays'", name, "names two arrays")
+        arrays[name] = {"shape": [int(s) for s in sizes], "dtype": unquote(dtype), "spec": _spec_from_token(f"arrays.{name}.spec", spec)}
+    mesh = {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]}
+    if params.get("types"):
+        mesh["axis_types"] = [unquote(t) for t in params["types"].split(",")]
+    return parse_op(
+        {
+            "mesh": mesh,
+            "arrays": arrays,
+            "expr": params["expr"],
+            "out_spec": _spec_from_token("out_spec", params["out"]) if "out" in params else None,
+        }
+    )
