@@ -1,6 +1,6 @@
 """Record the optimized HLO text of a layout's train step compiled deviceless for a target (gzip).
 
-The step model's tests (tests/explorer/test_step_model.py) predict from these recorded texts: compiling the
+The step model's tests (tests/explorer/predict/test_step_model.py) predict from these recorded texts: compiling the
 1.7B-parameter layouts takes minutes on a 2-core machine. Recipe: the layouts of
 tests/data/h200-2026-11-27.json, each compiled as ``explorer compile LAYOUT --target h200:1x1`` does it
 (``xla_compile.compile_for_target``), the text of ``compiled.as_text()`` written gzipped.

@@ -34,17 +34,17 @@ def cleared():
 # waits for the page are the other's compile time. Seconds from a local run of the whole suite; the other files follow
 # in the collection's order.
 CPU_FILES = (
-    "tests/explorer/test_advisor_models.py",  # ~160 s
-    "tests/explorer/test_xla_results.py",  # ~40 s (of test_target_compile.py's ~60 s before the split)
+    "tests/explorer/advisor/test_advisor_models.py",  # ~160 s
+    "tests/explorer/compile/test_xla_results.py",  # ~40 s (of test_target_compile.py's ~60 s before the split)
     "tests/test_ground_truth.py",  # ~56 s
     "tests/test_ground_truth_sources.py",  # ~40 s (three bare compiles and a TPU slice's)
-    "tests/explorer/test_presets.py",  # ~53 s
-    "tests/explorer/test_advisor.py",  # ~50 s
-    "tests/explorer/test_compiled.py",  # ~38 s
-    "tests/explorer/test_gpu_targets.py",  # ~37 s
-    "tests/explorer/test_workers.py",  # ~33 s
+    "tests/explorer/analysis/test_presets.py",  # ~53 s
+    "tests/explorer/advisor/test_advisor.py",  # ~50 s
+    "tests/explorer/compile/test_compiled.py",  # ~38 s
+    "tests/explorer/hardware/test_gpu_targets.py",  # ~37 s
+    "tests/explorer/timing/test_workers.py",  # ~33 s
     "tests/explorer/reading/test_types.py",  # ~28 s
-    "tests/explorer/test_timing.py",  # ~24 s
+    "tests/explorer/timing/test_timing.py",  # ~24 s
 )
 BROWSER_FILES = (
     "tests/browser/test_journeys.py",  # ~63 s

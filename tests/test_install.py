@@ -115,7 +115,7 @@ def test_the_console_script_analyzes_a_layout_file(installed):
 def test_import_explorer_comes_from_the_environment_and_analyzes(installed):
     probe = (
         "import json, explorer\n"
-        "from explorer import devices\n"
+        "from explorer.hardware import devices\n"
         "devices.configure(8)\n"
         "frame = explorer.analyze('my-layout.json').to_pandas()\n"
         f"print(json.dumps([explorer.__file__, len(frame), frame.set_index('path').loc[{KERNEL!r}, 'spec']]))\n"

@@ -145,7 +145,7 @@ def estimate_candidate(
             # Expert parallelism: the routed tokens (top-k x capacity of each token's embedding) are sent to their experts'
             # devices and back (dispatch and combine all-to-alls), forward and backward. XLA emits four all-to-alls over
             # the axis, each of the dispatched tokens on a device, tokens here x slots x embed (flaxformer's MoE under
-            # T5X's rules, whose sharding constraints induce them: tests/explorer/test_advisor_models.py).
+            # T5X's rules, whose sharding constraints induce them: tests/explorer/advisor/test_advisor_models.py).
             moved = 4 * tokens_here * moe.slots_per_token * moe.embed * width
             collectives.append((f"all-to-all x4 of routed tokens over {axis}", _collective("all-to-all", moved, axis, size, by_link)))
         # The batch is split over this axis but a parameter is not: its gradient is all-reduced over it.

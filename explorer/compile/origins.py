@@ -9,7 +9,7 @@ program (``lowered.compiler_ir("stablehlo")``, a copy), it writes on every value
 constraint that names the axis, ``"input: 0"``, ``"output: 0"`` or ``"constraint_3"`` (a
 ``sdy.sharding_constraint`` named ``sdy.sharding_origin_name``) on a value that received it. This is Shardy's
 propagation run by us on the program JAX hands XLA, not read back from XLA's compile (the compile does not keep
-the origins); ``tests/explorer/test_origins.py`` checks that the outputs' shardings agree with the compiled
+the origins); ``tests/explorer/compile/test_origins.py`` checks that the outputs' shardings agree with the compiled
 executable's. Each value's source line comes from the program's locations (``loc(callsite(...))``), the innermost
 frame outside JAX, Flax, optax, the standard library and the explorer (``sources.user_frame``: none for the optimizer).
 

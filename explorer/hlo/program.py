@@ -539,7 +539,7 @@ def dumped_memory(buffer_assignment: str, usage_report: str) -> dict[str, int]:
     preallocated temporary buffer; the peak is the report's total for HBM. On a program that fits,
     arguments, outputs and aliased bytes equal ``memory_analysis()``'s to the byte and the peak and
     temporaries agree within 16 MiB (``memory_analysis()`` counts a few MiB of buffers outside the
-    HBM heap; ``tests/explorer/test_xla_results.py``).
+    HBM heap; ``tests/explorer/compile/test_xla_results.py``).
     """
     memory = {"argument_bytes": 0, "output_bytes": 0, "alias_bytes": 0, "temp_bytes": 0}
     for allocation in _ALLOCATION.finditer(buffer_assignment):

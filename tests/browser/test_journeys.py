@@ -170,7 +170,7 @@ def test_a_compile_shows_its_stage_and_time_without_a_click_and_the_whole_time_a
     assert_no_exception(page)
 
 
-# Every preset on every built-in model and size is checked without a browser (tests/explorer/test_presets.py, the
+# Every preset on every built-in model and size is checked without a browser (tests/explorer/analysis/test_presets.py, the
 # same fit_preset and analyze the page calls); here, the page's wiring on one combination of each kind: a Linen
 # model, the logical NNX guide (its embed rule) and GPT-2 small under tensor parallelism (its vocabulary left
 # unsharded, and said so).

@@ -1,4 +1,5 @@
-"""Tests of the core, one file per module: ``explorer/<module>.py`` is tested in ``tests/explorer/test_<module>.py``."""
+"""Tests of the core, one file per module, laid out as the code: ``explorer/<stage>/<module>.py`` is tested in
+``tests/explorer/<stage>/test_<module>.py`` (the vocabulary at the root: ``explorer/layout.py`` in ``test_layout.py``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from explorer.analysis.analyzer import analyze as analysis
+from explorer.analysis import analyzer as analysis
 from explorer import caches
 from explorer.compile import compiled
 from explorer.plots import grid

@@ -149,7 +149,7 @@ def test_import_explorer_is_light_and_a_warm_analysis_loads_no_flax_pandas_or_pl
         "heavy = lambda: sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'flax', 'optax', 'pandas', 'plotly', 'pydantic'})\n"
         "import explorer\n"
         "on_import = heavy()\n"
-        "from explorer import devices\n"
+        "from explorer.hardware import devices\n"
         "devices.configure(8)\n"
         f"report = explorer.analyze({str(SEED_FILE)!r})\n"
         "after_analysis = heavy()\n"

@@ -75,7 +75,7 @@ def test_only_process_counts_that_divide_the_mesh_are_offered(page):
 
 def test_on_an_accelerator_the_note_names_the_device_and_its_memory(page, monkeypatch):
     from explorer.compile import compiled
-    from tests.explorer.test_timing import FakeGpu
+    from tests.explorer.timing.test_timing import FakeGpu
 
     monkeypatch.setattr(compiled, "timing_device", lambda: FakeGpu({"bytes_limit": 16 * 2**30}))
     page.run()

@@ -97,7 +97,7 @@ def test_a_disk_hit_imports_no_flax(cache):
     analyze(parse_layout(LAYOUT))
     script = (
         "import json, sys\n"
-        "from explorer import devices\n"
+        "from explorer.hardware import devices\n"
         "devices.configure(8)\n"
         "from explorer.analysis.analyzer import analyze\n"
         "from explorer.layout import parse_layout\n"

@@ -2,7 +2,7 @@
 the entry, the caches (memory, then the disk), then the stages build, trace, state, activations, resolve. Recorded with
 ``sys.setprofile``: a module is *entered* when a frame of its code starts while none of its frames runs (a call from
 outside it; JAX or Flax calling back into code it is running, such as a traced forward function, is not an entry).
-The helpers the stages call (``constraints.py``, ``types.py``, ``contexts.py``) are entered only while the entry or a
+The helpers the stages call (``constraints.py``, ``types.py``, ``auto_regions.py``, ``contexts.py``) are entered only while the entry or a
 stage runs; ``arrays.py`` (the plain data, read by the analysis too) and ``collector.py`` (the collector paused by the
 analysis too) are left out."""
 
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 import explorer.reading
-from explorer.analysis.analyzer import analyze as analysis
+from explorer.analysis import analyzer as analysis
 from explorer.layout import SEED_LAYOUT, parse_layout
 from tests.explicit_models import ALLOWED, CLASSES, explicit_layout as layout
 
 READING = str(Path(explorer.reading.__file__).parent) + "/"
 STAGE_ORDER = ["__init__", "memory", "disk", "build", "trace", "state", "activations", "resolve"]
-HELPERS = {"constraints", "types", "contexts"}
+HELPERS = {"constraints", "types", "contexts", "auto_regions"}
 LEFT_OUT = {"arrays", "collector"}
 EXPLICIT = {
     "name": "explicit",

@@ -20,8 +20,8 @@ from explorer.timing import workers
 from explorer.errors import ExplorerError
 from explorer.timing.timing import TimingResult, time_layout
 from explorer.timing.workers import time_local_processes, what_it_said
-from tests.explorer import test_distributed
-from tests.explorer.test_distributed import small_layout
+from tests.explorer.timing import test_distributed
+from tests.explorer.timing.test_distributed import small_layout
 from tests.paths import ROOT
 
 SLACK_S = 20  # for a loaded machine, on top of the launcher's stated bound

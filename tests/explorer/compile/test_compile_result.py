@@ -9,17 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from explorer.compile.compile_result import (
-    AxisPlacement,
-    CollectiveCost,
-    CrossCheck,
-    Extrapolated,
-    Memory,
-    Oom,
-    Padding,
-    TargetCompile,
-    TargetMesh,
-)
+from explorer.hardware.placement import AxisPlacement
+from explorer.compile.compile_result import CollectiveCost, CrossCheck, Extrapolated, Memory, Oom, Padding, TargetCompile, TargetMesh
 from explorer.hlo.program import LoopWork, ParameterLayout
 from explorer.predict.roofline import Collective, Estimate
 from explorer.hardware.targets import parse_target

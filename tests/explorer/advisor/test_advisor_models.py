@@ -454,7 +454,7 @@ def transformer(**options):
 def test_microbatches_accumulate_the_same_gradient_and_remat_keeps_the_loss():
     """The train step with 2 microbatches applies the gradient of the whole batch (a mean loss), and each remat policy
     computes the same step as none."""
-    from explorer.analysis.analyzer import analyze as analysis
+    from explorer.analysis import analyzer as analysis
     from explorer.compile import train_step
     from explorer.reading import live
 

@@ -437,7 +437,7 @@ def test_a_layout_with_explicit_axes_searches_the_sizes_of_its_own_axes(monkeypa
 
 def _host_spans(target, shape, axis: int) -> int:
     """The hosts one group of mesh axis ``axis`` spans: JAX numbers a cluster's GPUs host by host (the CUDA plugin's
-    order, which ``tests/explorer/test_gpu_targets.py`` checks against a compile)."""
+    order, which ``tests/explorer/hardware/test_gpu_targets.py`` checks against a compile)."""
     hosts = (np.arange(target.devices) // target.gpus_per_host).reshape(shape)
     return max(len(set(g.tolist())) for g in np.moveaxis(hosts, axis, -1).reshape(-1, shape[axis]))
 

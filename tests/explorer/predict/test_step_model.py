@@ -24,7 +24,7 @@ from explorer.predict.step_rates import H200_BF16, H200_F32
 from explorer.compile.xla_compile import gpu_plugin
 from explorer.hardware.accelerators import GPUS
 
-DATA = pathlib.Path(__file__).parent.parent / "data"
+DATA = pathlib.Path(__file__).parents[2] / "data"
 MEASURED = json.loads((DATA / "h200-2026-11-27.json").read_text())["layouts"]
 H200 = GPUS["h200"]
 

@@ -10,7 +10,7 @@ import pytest
 from explorer.predict.step_rates import MATMUL_EFFICIENCY, rates
 from explorer.hardware.accelerators import CHIPS, GPUS
 
-DATA = pathlib.Path(__file__).parent.parent / "data"
+DATA = pathlib.Path(__file__).parents[2] / "data"
 
 
 def test_the_h200s_rates_are_the_measured_ones():

@@ -3,7 +3,7 @@
 from explorer.compile import compiled as compiled_lib
 from explorer.analysis.analyzer import analyze
 from explorer.compile.compiled import compile_step
-from tests.explorer.test_timing import SMALL_MLP, layout
+from tests.explorer.timing.test_timing import SMALL_MLP, layout
 from tests.small_models import SMALL_TRANSFORMER_OPTIONS
 
 

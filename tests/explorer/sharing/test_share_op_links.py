@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from explorer.errors import ExplorerError
 from explorer.ops.op_spec import PRESETS, parse_op
 from explorer.sharing.share import OP_PARAMS, is_op_link, op_to_query, params_to_op
-from tests.explorer.test_ops import random_ops
+from tests.explorer.ops.test_ops import random_ops
 
 
 def from_query(query):

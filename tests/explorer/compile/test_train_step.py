@@ -1,5 +1,5 @@
 """The train step's own pieces (``explorer/compile/train_step.py``): the guides' optimizer and gradient accumulation. The
-whole step is checked against Flax's recipe in tests/explorer/test_compiled.py and test_advisor_models.py."""
+whole step is checked against Flax's recipe in tests/explorer/compile/test_compiled.py and test_advisor_models.py."""
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +39,7 @@ def test_the_optimizer_is_the_guides_adam_at_1e_3():
 def test_an_nnx_models_microbatches_accumulate_the_whole_batchs_gradient(monkeypatch):
     """NNX's step splits the parameters from the rest of the model and accumulates their gradients slice by slice:
     one step with 2 or 4 microbatches gives the parameters one step on the whole batch gives."""
-    from explorer.analysis.analyzer import analyze as analysis
+    from explorer.analysis import analyzer as analysis
     from explorer.compile import train_step
     from explorer.compile.compiled import compile_step
     from explorer.layout import parse_layout

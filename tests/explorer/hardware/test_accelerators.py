@@ -37,7 +37,7 @@ def test_the_vendored_configs_are_package_data():
     root = ROOT
     data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "*.txtpb" in data["explorer.hardware.gpu_targets"] and "SOURCE.md" in data["explorer.hardware.gpu_targets"]
-    assert {gpu.config_file for gpu in GPUS.values()} <= {p.name for p in (root / "explorer" / "gpu_targets").iterdir()}
+    assert {gpu.config_file for gpu in GPUS.values()} <= {p.name for p in (root / "explorer" / "hardware" / "gpu_targets").iterdir()}
 
 
 def test_jax_takes_75_percent_of_a_gpu_unless_told(monkeypatch):

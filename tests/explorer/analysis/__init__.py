@@ -1,0 +1,1 @@
+"""Tests of ``explorer/analysis/``: one file per module."""

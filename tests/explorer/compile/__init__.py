@@ -1,0 +1,1 @@
+"""Tests of ``explorer/compile/``: one file per module."""

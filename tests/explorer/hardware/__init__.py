@@ -1,0 +1,1 @@
+"""Tests of ``explorer/hardware/``: one file per module."""

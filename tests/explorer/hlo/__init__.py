@@ -1,0 +1,1 @@
+"""Tests of ``explorer/hlo/``: one file per module."""

@@ -1,0 +1,1 @@
+"""Tests of ``explorer/ops/``: one file per module."""

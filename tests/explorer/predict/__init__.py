@@ -1,0 +1,1 @@
+"""Tests of ``explorer/predict/``: one file per module."""

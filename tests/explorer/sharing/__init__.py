@@ -1,0 +1,1 @@
+"""Tests of ``explorer/sharing/``: one file per module."""

@@ -1,0 +1,1 @@
+"""Tests of ``explorer/timing/``: one file per module."""
