@@ -381,12 +381,12 @@ def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, 
     match = _MATMUL.search(line)
     if not match:
         return _gemm_call_work(line, symbols)
-    out_dims = _dims(match["shape"])
+    out_dims = array_dims(match["shape"])
     lhs_shape = _result_shape(symbols.get(match["lhs"], ""))
     rhs_shape = _result_shape(symbols.get(match["rhs"], ""))
     if out_dims is None or lhs_shape is None or rhs_shape is None:
         return None
-    lhs_dims = _dims(lhs_shape)
+    lhs_dims = array_dims(lhs_shape)
     if match["op"] == "dot":
         contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
         axes = [int(a) for a in contracting[1].split(",") if a] if contracting else []
@@ -411,7 +411,7 @@ def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, s
     lhs_shape, rhs_shape = _result_shape(symbols.get(match["lhs"], "")), _result_shape(symbols.get(match["rhs"], ""))
     if out is None or lhs_shape is None or rhs_shape is None:
         return None
-    lhs_dims = _dims(lhs_shape)
+    lhs_dims = array_dims(lhs_shape)
     axes = [int(a) for a in re.findall(r"\d+", contracting[1])]
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     out_dims = [int(d) for d in out["dims"].split(",") if d]
@@ -424,7 +424,8 @@ def _dtype(shape: str) -> str:
     return match["dtype"] if match else "?"
 
 
-def _dims(shape: str) -> list[int] | None:
+def array_dims(shape: str) -> list[int] | None:
+    """The dimensions of the first array in ``shape`` (None where it holds none)."""
     match = _ARRAY_SHAPE.search(shape)
     return [int(d) for d in match["dims"].split(",") if d] if match else None
 
@@ -548,3 +549,33 @@ def dumped_memory(buffer_assignment: str, usage_report: str) -> dict[str, int]:
         raise ValueError("no HBM total in XLA's memory-usage report")
     memory["peak_bytes"] = int(total["total"])
     return memory
+
+
+_COST_ESTIMATE = re.compile(r'"cost_estimate":\{(?P<fields>[^{}]*)\}')
+HOST_MEMORY_SPACE = re.compile(r"S\(5\)")  # a TPU layout's memory space 5: pinned host memory (host offload's destination)
+
+
+def kernel_cost_estimate(line: str) -> tuple[float, float] | None:
+    """A Pallas/Mosaic kernel's own cost estimate (flops, bytes accessed), as ``pl.pallas_call(..., cost_estimate=
+    pl.CostEstimate(...))`` writes it into the TPU custom call's ``backend_config``; None where the call carries none.
+
+    >>> kernel_cost_estimate('custom-call(%q), custom_call_target="tpu_custom_call", backend_config={"cost_estimate":'
+    ...                      '{"flops":"1200","transcendentals":"7","bytes_accessed":"640"}}')
+    (1200.0, 640.0)
+    """
+    found = _COST_ESTIMATE.search(line)
+    if not found:
+        return None
+    fields = dict(re.findall(r'"(\w+)":"?(\d+)"?', found["fields"]))
+    if "flops" not in fields or "bytes_accessed" not in fields:
+        return None
+    return float(fields["flops"]), float(fields["bytes_accessed"])
+
+
+def on_host(shape: str) -> bool:
+    """Whether an array's layout places it in host memory (``S(5)``, where host offload puts activations).
+
+    >>> on_host("bf16[1024]{0:T(1024)S(5)}"), on_host("bf16[1024]{0:T(1024)}")
+    (True, False)
+    """
+    return bool(HOST_MEMORY_SPACE.search(shape))
