@@ -45,6 +45,7 @@ CPU_FILES = (
     "tests/explorer/timing/test_workers.py",  # ~33 s
     "tests/explorer/reading/test_types.py",  # ~28 s
     "tests/explorer/timing/test_timing.py",  # ~24 s
+    "tests/explorer/predict/test_tpu_kernels.py",  # ~25 s (three TPU programs compiled in one child)
 )
 BROWSER_FILES = (
     "tests/browser/test_journeys.py",  # ~63 s

@@ -82,6 +82,13 @@ def _read_stages(stream, stages: list[str], errors: list[str]) -> None:
             del errors[:-50]
 
 
+def _read_output(stream, chunks: list[str]) -> None:
+    """In the parent: the child's stdout, read as it comes (a pipe holds 64 KiB; a child writing more than that
+    blocks until it is read, so reading only after the child ended would wait for ever on a big result)."""
+    for chunk in iter(lambda: stream.read(1 << 16), ""):
+        chunks.append(chunk)
+
+
 def _read_result(output: str) -> TargetCompile:
     """In the parent: the result the child wrote on stdout."""
     return TargetCompile.from_json(json.loads(output))
@@ -134,8 +141,13 @@ def compile_target(
             on_start(child.pid)
         stages: list[str] = ["starting"]
         errors: list[str] = []
-        reader = threading.Thread(target=_read_stages, args=(child.stderr, stages, errors), daemon=True)
-        reader.start()
+        chunks: list[str] = []
+        readers = [
+            threading.Thread(target=_read_stages, args=(child.stderr, stages, errors), daemon=True),
+            threading.Thread(target=_read_output, args=(child.stdout, chunks), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
         started = time.monotonic()
         try:
             while child.poll() is None:
@@ -147,8 +159,9 @@ def compile_target(
         except BaseException:
             stop(child)
             raise
-        output = child.stdout.read()
-        reader.join(timeout=5)
+        for reader in readers:
+            reader.join(timeout=60)
+        output = "".join(chunks)
     if child.returncode != 0:
         raise ExplorerError("target", target.name, f"compile failed: {child_error(errors, child.returncode)}")
     result = with_verdict(_read_result(output), target)

@@ -38,6 +38,7 @@ from explorer.compile.compile_result import (
     TargetMesh,
 )
 from explorer.errors import first_line
+from explorer.hlo.dumps import dumped_memory
 from explorer.hlo.program import LoopWork
 from explorer.hlo.megascale import megascale_ops
 from explorer.hardware.placement import device_coords, device_host, device_slice, placement
@@ -85,7 +86,7 @@ def analyze_dump(folder: str, oom: Oom, target: Target, mesh, method: str, compi
     from explorer.hlo import program as hlo
 
     try:
-        memory = hlo.dumped_memory(
+        memory = dumped_memory(
             _dumped(folder, "after_optimizations-buffer-assignment.txt"),
             _dumped(folder, "after_optimizations-memory-usage-report.txt"),
         )
@@ -107,7 +108,7 @@ def dump_cross_check(folder: str) -> CrossCheck | None:
     from explorer.hlo import program as hlo
 
     try:
-        memory = hlo.dumped_memory(
+        memory = dumped_memory(
             _dumped(folder, "after_optimizations-buffer-assignment.txt"),
             _dumped(folder, "after_optimizations-memory-usage-report.txt"),
         )

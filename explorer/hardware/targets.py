@@ -231,6 +231,9 @@ def slices(chip: Chip) -> list[int]:
 MAX_SLICES = 64  # slices of one multi-slice target (MaxText's compile_topology_num_slices)
 _SLICES = re.compile(r"(?P<count>\d+)x(?P<slice>[a-z].*)")
 _CLOUD_NAME = re.compile(r"(?P<prefix>[a-z0-9]+)-(?P<count>\d+)")
+# Other names the ecosystem writes for a Cloud TPU type's prefix: MaxText (``compile_topology=v5e-256``, its
+# accelerator_to_spec_map.py) names v5e slices ``v5e-N`` (N chips), as Cloud TPU names them ``v5litepod-N``.
+CLOUD_PREFIX_ALIASES = {"v5e": "v5litepod"}
 _TOPOLOGY = re.compile(r"(?P<generation>[a-z0-9]+):(?P<shape>\d+(?:x\d+)+)")
 GPU_FORM = (
     f"a GPU cluster GPU:HOSTSxGPUS of {', '.join(GPUS)} (e.g. h100:1x8, h100:8x8: 1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} GPUs)"
@@ -342,8 +345,9 @@ def parse_target(name: str) -> Target:
             + (f", e.g. {cluster.topology}" if cluster else "")
             + f" ({MAX_GPUS_PER_HOST} GPUs per host at most)",
         )
-    if cloud and cloud["prefix"] in BY_CLOUD_PREFIX:
-        chip = BY_CLOUD_PREFIX[cloud["prefix"]]
+    prefix = cloud and CLOUD_PREFIX_ALIASES.get(cloud["prefix"], cloud["prefix"])
+    if cloud and prefix in BY_CLOUD_PREFIX:
+        chip = BY_CLOUD_PREFIX[prefix]
         count = int(cloud["count"])
         if count % chip.cores_per_chip:
             raise ExplorerError("target", name, f"counts TensorCores ({chip.cores_per_chip} per {chip.generation} chip): it must be even")
@@ -369,9 +373,13 @@ def parse_target(name: str) -> Target:
     raise ExplorerError(
         "target",
         name,
-        f"is not a TPU slice name or a GPU cluster; valid Cloud TPU types: {', '.join(tpu_names())}; or a libtpu topology "
-        f"GENERATION:AxB[xC] of {', '.join(CHIPS)} (e.g. v5e:4x4, v5p:4x4x4, v4:2x2x2, tpu7x:2x2x1, v5e:1x1); or {GPU_FORM}",
+        f"is not a TPU slice name or a GPU cluster; accepted: a Cloud TPU type ({', '.join(_TYPE_EXAMPLES)}; v5e-N is "
+        f"v5litepod-N, as MaxText writes it); a libtpu topology GENERATION:AxB[xC] of {', '.join(CHIPS)} (e.g. v5e:4x4, "
+        f"v5p:4x4x4, v4:2x2x2, tpu7x:2x2x1, v5e:1x1); N slices of either (2xv5e-256, 4xv5p-128, 2xv5p:4x4x4); or {GPU_FORM}",
     )
+
+
+_TYPE_EXAMPLES = ("v5litepod-16", "v5litepod-256", "v5e-256", "v5p-8", "v5p-128", "v6e-64", "v4-32")
 
 
 def _parse_slices(name: str, text: str, count: int, slice_name: str) -> Target:

@@ -3,8 +3,10 @@
 Takes program text and tracebacks; gives plain records. Below the reading (which asks ``sources`` which frames are
 library code) and every stage that reads a compiled program (compile, predict, timing, ops):
 
-- ``program``: instructions (one ``Instruction`` record), callees, loops and their trip counts, collectives,
+- ``instructions``: one line of program text as one ``Instruction`` record;
+- ``program``: computations, callees, loops and their trip counts, collectives, Pallas kernels' cost estimates,
   the parameters' layouts;
 - ``sources``: a program's stack-frame tables, and which line of the model made each instruction;
-- ``megascale``: the sends and receives that cross TPU slices over the data-center network.
+- ``megascale``: the sends and receives that cross TPU slices over the data-center network;
+- ``dumps``: the files XLA dumps for a program it refused (its memory, as ``memory_analysis()`` would give it).
 """

@@ -395,12 +395,12 @@ def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, 
     match = _MATMUL.search(line)
     if not match:
         return _gemm_call_work(line, symbols)
-    out_dims = _dims(match["shape"])
+    out_dims = array_dims(match["shape"])
     lhs_shape = _result_shape(symbols.get(match["lhs"], ""))
     rhs_shape = _result_shape(symbols.get(match["rhs"], ""))
     if out_dims is None or lhs_shape is None or rhs_shape is None:
         return None
-    lhs_dims = _dims(lhs_shape)
+    lhs_dims = array_dims(lhs_shape)
     if match["op"] == "dot":
         contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
         axes = [int(a) for a in contracting[1].split(",") if a] if contracting else []
@@ -425,7 +425,7 @@ def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, s
     lhs_shape, rhs_shape = _result_shape(symbols.get(match["lhs"], "")), _result_shape(symbols.get(match["rhs"], ""))
     if out is None or lhs_shape is None or rhs_shape is None:
         return None
-    lhs_dims = _dims(lhs_shape)
+    lhs_dims = array_dims(lhs_shape)
     axes = [int(a) for a in re.findall(r"\d+", contracting[1])]
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     out_dims = [int(d) for d in out["dims"].split(",") if d]
@@ -433,7 +433,8 @@ def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, s
     return 2.0 * math.prod(out_dims) * contracted, moved, element_type(lhs_shape) or "?"
 
 
-def _dims(shape: str) -> list[int] | None:
+def array_dims(shape: str) -> list[int] | None:
+    """The dimensions of the first array in ``shape`` (None where it holds none)."""
     match = _ARRAY_SHAPE.search(shape)
     return [int(d) for d in match["dims"].split(",") if d] if match else None
 
@@ -525,38 +526,34 @@ def _matmuls(hlo_text: str):
                 yield runs[name], work
 
 
-_ALLOCATION = re.compile(r"^allocation \d+: size (?P<size>\d+),(?: color (?P<color>\d+),)? (?P<rest>.*)$", re.M)
-_USAGE_TOTAL = re.compile(r"^Memory Space: default \(color=0\)\s*\nTotal bytes: (?P<total>\d+)", re.M)
+_COST_ESTIMATE = re.compile(r'"cost_estimate":\{(?P<fields>[^{}]*)\}')
+HOST_MEMORY_SPACE = re.compile(r"S\(5\)")  # a TPU layout's memory space 5: pinned host memory (host offload's destination)
 
 
-def dumped_memory(buffer_assignment: str, usage_report: str) -> dict[str, int]:
-    """Per-device memory from XLA's dump of a compile (``xla_dump_to``), in ``memory_analysis()``'s terms.
+def kernel_cost_estimate(line: str) -> tuple[float, float] | None:
+    """A Pallas/Mosaic kernel's own cost estimate (flops, bytes accessed), as ``pl.pallas_call(..., cost_estimate=
+    pl.CostEstimate(...))`` writes it into the TPU custom call's ``backend_config``; None where the call carries none.
 
-    The TPU compiler writes its buffer assignment and memory-usage report before it refuses a
-    program that does not fit (``RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom``), so this is how
-    such a program's figures are read. In HBM (color 0): arguments are the allocations of entry
-    parameters, outputs those that may be live out, aliased those that are both, temporaries the
-    preallocated temporary buffer; the peak is the report's total for HBM. On a program that fits,
-    arguments, outputs and aliased bytes equal ``memory_analysis()``'s to the byte and the peak and
-    temporaries agree within 16 MiB (``memory_analysis()`` counts a few MiB of buffers outside the
-    HBM heap; ``tests/explorer/compile/test_xla_results.py``).
+    >>> kernel_cost_estimate('custom-call(%q), custom_call_target="tpu_custom_call", backend_config={"cost_estimate":'
+    ...                      '{"flops":"1200","transcendentals":"7","bytes_accessed":"640"}}')
+    (1200.0, 640.0)
     """
-    memory = {"argument_bytes": 0, "output_bytes": 0, "alias_bytes": 0, "temp_bytes": 0}
-    for allocation in _ALLOCATION.finditer(buffer_assignment):
-        if allocation["color"] not in (None, "0"):
-            continue
-        size, rest = int(allocation["size"]), allocation["rest"]
-        parameter = re.search(r"\bparameter \d+", rest) is not None
-        out = "maybe-live-out" in rest
-        memory["argument_bytes"] += size if parameter else 0
-        memory["output_bytes"] += size if out else 0
-        memory["alias_bytes"] += size if parameter and out else 0
-        memory["temp_bytes"] += size if "preallocated-temp" in rest else 0
-    total = _USAGE_TOTAL.search(usage_report)
-    if total is None:
-        raise ValueError("no HBM total in XLA's memory-usage report")
-    memory["peak_bytes"] = int(total["total"])
-    return memory
+    found = _COST_ESTIMATE.search(line)
+    if not found:
+        return None
+    fields = dict(re.findall(r'"(\w+)":"?(\d+)"?', found["fields"]))
+    if "flops" not in fields or "bytes_accessed" not in fields:
+        return None
+    return float(fields["flops"]), float(fields["bytes_accessed"])
+
+
+def on_host(shape: str) -> bool:
+    """Whether an array's layout places it in host memory (``S(5)``, where host offload puts activations).
+
+    >>> on_host("bf16[1024]{0:T(1024)S(5)}"), on_host("bf16[1024]{0:T(1024)}")
+    (True, False)
+    """
+    return bool(HOST_MEMORY_SPACE.search(shape))
 
 
 class Program:

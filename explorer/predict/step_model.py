@@ -92,7 +92,7 @@ class Kernel:
     """One kernel of the program: per run, its flops and bytes and predicted seconds (launch included)."""
 
     name: str
-    kind: str  # matmul | memory | copy | collective
+    kind: str  # matmul | memory | copy | collective | host (host offload's transfers)
     runs: int  # per step (a loop body's kernel: its trip count)
     flops: float
     bytes: float
@@ -111,6 +111,7 @@ class Prediction:
     dispatch_s: float  # the host's dispatch of the step and its wait for the result
     launches: int  # kernels per step
     validated: str
+    host_s: float = 0.0  # host offload's transfers not hidden under the kernels XLA scheduled beside them
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -153,11 +154,15 @@ def _kernel(instruction: Instruction, program: hlo.Program, computation: str, ru
         size = hlo.shape_bytes(tuple_element(instruction.shape, 1) if op.endswith("-start") else instruction.shape)
         seconds = size * per_byte.get(collective, 0.0) + device.collective_launch_s
         return Kernel(instruction.name, "collective", runs, 0.0, size, None, seconds)
+    if op in COPIES and any(hlo.on_host(tuple_element(instruction.shape, i)) for i in (0, 1)):
+        return _host_transfer(instruction, runs, device)
     if op in COPIES or op in SLICES:
         return _timed(instruction.name, "copy", runs, 0.0, _copied(instruction, program, computation), None, device)
     if op == "custom-call":
         if any(f'custom_call_target="{name}"' in instruction.attributes for name in BITCASTS):
             return None
+        if 'custom_call_target="tpu_custom_call"' in instruction.attributes:
+            return _pallas_kernel(instruction, program, computation, runs, device)
         work = hlo.line_matmul_work(_line(instruction), _shape_lines(program.symbols[computation]))
         if work is None:
             moved = _operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape)
@@ -176,6 +181,49 @@ def _kernel(instruction: Instruction, program: hlo.Program, computation: str, ru
     flops, costed, dtype = _fused_matmul(called, program)
     moved = _fused_bytes(called, program)
     return _timed(instruction.name, "matmul" if flops else "memory", runs, flops, moved, dtype, device, costed)
+
+
+def _host_transfer(instruction: Instruction, runs: int, device: Rates) -> Kernel:
+    """Host offload's copy to or from host memory (``S(5)``): its host-side array at the host link's rate. An async one
+    (``copy-start``) runs beside the kernels XLA scheduled before its ``copy-done`` (``predict``)."""
+    shape = instruction.shape
+    moved = float(
+        next((hlo.shape_bytes(tuple_element(shape, i)) for i in (0, 1) if hlo.on_host(tuple_element(shape, i))), hlo.shape_bytes(shape))
+    )
+    return Kernel(instruction.name, "host", runs, 0.0, moved, None, moved / device.host_bandwidth)
+
+
+def _pallas_kernel(instruction: Instruction, program: hlo.Program, computation: str, runs: int, device: Rates) -> Kernel:
+    """A Pallas/Mosaic kernel (a TPU ``tpu_custom_call``, e.g. splash attention): its flops and bytes from the cost
+    estimate the call carries (``pl.pallas_call(cost_estimate=...)``), else from its shapes: its operands and results'
+    bytes, and, for an attention kernel (its first two operands ``q[..., Sq, D]`` and ``k[..., Sk, D]``), the flops of
+    ``q @ k.T`` and of the weights times ``v``: 4 x (q's elements) x Sk, an estimate (causal masking's skipped blocks and
+    a backward kernel's extra products are not seen)."""
+    symbols = program.symbols[computation]
+    operands = [symbols[o].shape for o in instruction.operands if o in symbols]
+    dtype = hlo.element_type(operands[0]) if operands else None
+    estimate = hlo.kernel_cost_estimate(instruction.attributes)
+    if estimate is not None:
+        flops, moved = estimate
+    else:
+        moved = float(_operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape))
+        flops = _attention_flops(operands)
+    return _timed(instruction.name, "matmul" if flops else "memory", runs, flops, moved, dtype, device)
+
+
+def _attention_flops(operands: list[str]) -> float:
+    """4 x q's elements x Sk where the first two operands are ``q[..., Sq, D]`` and ``k[..., Sk, D]`` with the same
+    leading dimensions (an attention kernel's q and k); else 0.
+
+    >>> _attention_flops(["bf16[2,8,1024,128]{3,2,1,0}", "bf16[2,8,512,128]{3,2,1,0}", "bf16[2,8,512,128]{3,2,1,0}"])
+    4294967296.0
+    """
+    if len(operands) < 3:
+        return 0.0
+    q, k = (hlo.array_dims(shape) for shape in operands[:2])
+    if not q or not k or len(q) != len(k) or len(q) < 3 or q[:-2] != k[:-2] or q[-1] != k[-1]:
+        return 0.0
+    return 4.0 * math.prod(q) * k[-2]
 
 
 def _timed(
@@ -300,30 +348,33 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
     """
     program, device = hlo.Program(hlo_text), rates(chip)
     per_byte = collective_seconds_per_byte(collectives)
-    totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0}
+    totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
     launches = 0
     for computation in program.control:
         runs = program.runs.get(computation, 1)
-        pending: dict[str, list[float]] = {}  # an async collective's name -> [its seconds, kernel time since its start]
+        pending: dict[str, list] = {}  # an async collective's or host transfer's name -> [seconds, kernel time since, bucket]
         for instruction in program.computations[computation]:
             if instruction.op.endswith("-done") and instruction.operands and instruction.operands[0] in pending:
-                cost, hidden = pending.pop(instruction.operands[0])
-                totals["collective"] += runs * max(cost - hidden, 0.0)
+                cost, hidden, bucket = pending.pop(instruction.operands[0])
+                totals[bucket] += runs * max(cost - hidden, 0.0)
                 continue
             kernel = _kernel(instruction, program, computation, runs, device, per_byte)
             if kernel is None:
                 continue
             launches += runs
-            if kernel.kind == "collective" and instruction.op.endswith("-start"):
-                pending[instruction.name] = [kernel.seconds, 0.0]
+            if kernel.kind in ("collective", "host") and instruction.op.endswith("-start"):
+                pending[instruction.name] = [kernel.seconds, 0.0, kernel.kind]
                 continue
-            bucket = "matmul" if kernel.kind == "matmul" else "collective" if kernel.kind == "collective" else "memory"
+            bucket = kernel.kind if kernel.kind in ("matmul", "collective", "host") else "memory"
             totals[bucket] += runs * kernel.seconds
             for entry in pending.values():
                 entry[1] += kernel.seconds
-        totals["collective"] += runs * sum(cost for cost, _ in pending.values())  # a start whose done this text does not show
+        for cost, _, bucket in pending.values():  # a start whose done this text does not show
+            totals[bucket] += runs * cost
     step = math.fsum(totals.values()) + device.dispatch_s
-    return Prediction(step, totals["matmul"], totals["memory"], totals["collective"], device.dispatch_s, launches, device.validated)
+    return Prediction(
+        step, totals["matmul"], totals["memory"], totals["collective"], device.dispatch_s, launches, device.validated, totals["host"]
+    )
 
 
 def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Estimate:

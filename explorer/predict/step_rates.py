@@ -40,6 +40,11 @@ Three figures per device, and what they rest on:
   31.5 us", a call and its wait). Not measured on the H200 (its four layouts' steps are 0.16-0.64 s);
   it matters only for steps of a few milliseconds or less.
 
+- ``host_bandwidth``: bytes/s one device moves to or from its host's memory, one way, what host offload's
+  transfers (activations a remat policy offloads to ``pinned_host``) ride. TPUs: PCIe, 1.5e10 bytes/s, the Scaling
+  Book's figure for a TPU's host link (https://jax-ml.github.io/scaling-book/tpus/); GPUs: their PCIe link, one way
+  (NVIDIA's spec sheets: PCIe Gen5 x16 128 GB/s both ways on H100, H200 and B200; Gen4 64 GB/s on A100).
+
 Only the H200's figures are measured; every other device's are the spec sheet scaled by what the
 H200 reached of its own, which ``validated`` says in words.
 """
@@ -68,6 +73,9 @@ MATMUL_EFFICIENCY = 0.73  # calibrated on MEASURED's mlp_h200 (0.708 x (8192 + 2
 DISPATCH_S = 30e-6  # per step: JAX's jit_trivial benchmark (jax-ml/jax pull request 4128), see the module docstring
 GPU_LAUNCH_S = 1e-6
 NCCL_LAUNCH_S = 5e-6
+TPU_HOST_BANDWIDTH = 1.5e10  # PCIe, one way, per chip: the Scaling Book (SCALING_BOOK_HOST)
+SCALING_BOOK_HOST = "https://jax-ml.github.io/scaling-book/tpus/ (PCIe bandwidth between a TPU and its host, 1.5e10 bytes/s)"
+GPU_HOST_BANDWIDTH = {"a100": 32e9, "h100": 64e9, "h200": 64e9, "b200": 64e9}  # PCIe one way: half the spec sheets' both-ways figure
 
 # Dense TF32 tensor-core FLOP/s from the spec sheets (they print the sparse figure, twice this).
 GPU_TF32 = {"a100": 156e12, "h100": 494.7e12, "h200": 494.7e12, "b200": 1.1e15}
@@ -85,6 +93,7 @@ class Rates:
     validated: str  # in words: measured on real hardware, or derived
     sources: tuple[str, ...]
     dispatch_s: float = DISPATCH_S  # per step, the host's dispatch and wait
+    host_bandwidth: float = TPU_HOST_BANDWIDTH  # bytes/s to or from the host's memory, one way (host offload)
 
     def matmul_rate(self, dtype: str) -> float:
         """FLOP/s a step's matmul whose operands are ``dtype`` gets (fp8 kinds as f8; anything else at the f32 rate)."""
@@ -106,7 +115,8 @@ def rates(chip: Chip | Gpu) -> Rates:
             NCCL_LAUNCH_S,
             f"measured on one H200 ({MEASURED}): matmul and HBM rates, the matmul efficiency calibrated on its mlp_h200; "
             "fp8 assumed at twice bf16 (not measured)",
-            (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, *chip.sources),
+            (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, NVIDIA, *chip.sources),
+            host_bandwidth=GPU_HOST_BANDWIDTH[chip.generation],
         )
     if isinstance(chip, Gpu):
         bf16 = chip.peak_flops * BF16_FRACTION
@@ -117,7 +127,8 @@ def rates(chip: Chip | Gpu) -> Rates:
             GPU_LAUNCH_S,
             NCCL_LAUNCH_S,
             f"not measured: {chip.generation}'s spec sheet figures times the fractions of its own the H200 reached ({MEASURED})",
-            (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, *chip.sources),
+            (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, NVIDIA, *chip.sources),
+            host_bandwidth=GPU_HOST_BANDWIDTH[chip.generation],
         )
     bf16 = chip.device_peak_flops * BF16_FRACTION
     return Rates(

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -86,3 +87,22 @@ def test_the_command_line_says_how_to_name_a_gpu_cluster():
     assert completed.stderr == (
         "error: target: 'h100-8' names GPUs as a TPU type would; a GPU cluster is GPU:HOSTSxGPUS, e.g. h100:1x8 (8 GPUs per host at most)\n"
     )
+
+
+def test_a_result_of_several_megabytes_comes_back(seed_dict, tmp_path, monkeypatch):
+    """The child's stdout is read while it runs: a result larger than a pipe's 64 KiB buffer (here ~4 MB: the
+    seed's real result with its collectives repeated) would otherwise block the child for ever."""
+    import explorer.compile.target_compile as target_compile
+
+    layout = parse_layout(seed_dict)
+    result, _ = compile_target(layout, TARGET)
+    big = result.to_json()
+    big["collectives"] = big["collectives"] * (4_000_000 // len(json.dumps(big["collectives"])) + 1)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(big))
+    assert path.stat().st_size > 4_000_000
+    monkeypatch.setattr(target_compile, "cached", lambda *_: None)  # compile again, through the child
+    monkeypatch.setattr(target_compile, "child_command", lambda *_: [sys.executable, "-c", f"print(open({str(path)!r}).read())"])
+    deadline = time.monotonic() + 60
+    again, cached = compile_target(layout, TARGET, should_stop=lambda: time.monotonic() > deadline, poll_s=0.05)
+    assert not cached and len(again.collectives) == len(big["collectives"])

@@ -275,3 +275,18 @@ def test_collectives_across_slices_ride_the_dcn_at_its_bandwidth():
     assert collective_seconds(wide, chip) == pytest.approx(
         2**20 * max(3 / 4 / chip.ici_bidirectional_bandwidth, 1 / 2 / (4 * DCN["v5e"].bandwidth))
     )
+
+
+@pytest.mark.parametrize("name, cloud", [("v5e-256", "v5litepod-256"), ("V5E-16", "v5litepod-16"), ("2xv5e-256", "2xv5litepod-256")])
+def test_v5e_n_is_the_v5litepod_slice_maxtext_names(name, cloud):
+    """MaxText (``compile_topology=v5e-256``) writes a v5e slice as v5e-N chips; it is Cloud TPU's v5litepod-N."""
+    target, same = parse_target(name), parse_target(cloud)
+    assert (target.topology, target.num_slices, target.cloud_name) == (same.topology, same.num_slices, cloud)
+
+
+def test_a_bad_target_lists_the_accepted_forms_briefly():
+    with pytest.raises(ExplorerError) as error:
+        parse_target("v9-256")
+    message = str(error.value)
+    assert "v5e-256" in message and "v5litepod-256" in message and "2xv5e-256" in message and "v5e:4x4" in message
+    assert "h100:1x8" in message and len(message) < 700 and "\n" not in message

@@ -1,0 +1,92 @@
+"""Tiny programs compiled for a TPU topology by libtpu (no TPU needed), their optimized HLO text on stdout.
+
+Run as ``python -m tests.tpu_programs NAME ...`` (a JSON object of each named program's text on stdout) with
+``JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1`` (libtpu's lock: one loader per process tree). Imports no
+explorer code: what the step model reads is what XLA built.
+
+- ``attention``: a splash-attention-like Pallas kernel (q, k, v of [batch, heads, seq, head_dim]; softmax(q k^T) v
+  per (batch, head) block) with the cost estimate ``FLOPS``/``BYTES`` that ``pl.pallas_call(cost_estimate=)`` carries.
+- ``attention-no-estimate``: the same kernel without one.
+- ``offload``: a remat policy that offloads each layer's activation to pinned host memory and brings it back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+from jax.experimental import pallas as pl
+from jax.experimental import topologies
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+TOPOLOGY = "v5e:2x2"
+SHAPE = (4, 8, 512, 128)  # batch, heads, seq, head_dim of one device's q, k and v
+# The estimate a causal kernel would give: half of q k^T and p v's flops; q, k, v read and o written (bf16) and a float32
+# log-sum-exp per row written; not what the shapes give (all of both products; q, k, v and o).
+FLOPS, BYTES = 2 * 4 * 8 * 512 * 512 * 128, 4 * 4 * 8 * 512 * 128 * 2 + 4 * 8 * 512 * 4
+OFFLOADED = (2048, 1024)  # one layer's activation, bf16, per device, offloaded to the host
+LAYERS = 3
+
+
+def _mesh():
+    return topologies.make_mesh(topologies.get_topology_desc(TOPOLOGY, "tpu"), (4,), ("x",))
+
+
+def _attention_kernel(q_ref, k_ref, v_ref, o_ref):
+    q, k, v = q_ref[0, 0], k_ref[0, 0], v_ref[0, 0]
+    s = jnp.dot(q, k.T, preferred_element_type=jnp.float32)
+    p = jnp.exp(s - s.max(axis=-1, keepdims=True))
+    o = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32) / p.sum(axis=-1, keepdims=True)
+    o_ref[0, 0] = o.astype(o_ref.dtype)
+
+
+def attention(estimate: bool) -> str:
+    mesh = _mesh()
+    batch, heads, seq, dim = SHAPE
+    block = pl.BlockSpec((1, 1, seq, dim), lambda b, h: (b, h, 0, 0))
+    cost = {"cost_estimate": pl.CostEstimate(flops=FLOPS, transcendentals=batch * heads * seq * seq, bytes_accessed=BYTES)}
+
+    def local(q, k, v):
+        return pl.pallas_call(
+            _attention_kernel,
+            out_shape=jax.ShapeDtypeStruct(SHAPE, jnp.bfloat16),
+            grid=(batch, heads),
+            in_specs=[block, block, block],
+            out_specs=block,
+            **(cost if estimate else {}),
+        )(q, k, v)
+
+    spec = P("x")
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+    array = jax.ShapeDtypeStruct((4 * batch, heads, seq, dim), jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+    return jax.jit(sharded).lower(array, array, array).compile().as_text()
+
+
+def offload() -> str:
+    mesh = _mesh()
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["hidden"], offload_src="device", offload_dst="pinned_host"
+    )
+
+    def layer(w, x):
+        return jnp.tanh(checkpoint_name(jnp.tanh(x @ w), "hidden") @ w.T)
+
+    def loss(ws, x):
+        for w in ws:
+            x = jax.checkpoint(layer, policy=policy)(w, x)
+        return x.astype(jnp.float32).sum()
+
+    rows, width = OFFLOADED
+    weight = jax.ShapeDtypeStruct((width, width), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+    x = jax.ShapeDtypeStruct((4 * rows, width), jnp.bfloat16, sharding=NamedSharding(mesh, P("x")))
+    return jax.jit(jax.grad(loss)).lower([weight] * LAYERS, x).compile().as_text()
+
+
+PROGRAMS = {"attention": lambda: attention(True), "attention-no-estimate": lambda: attention(False), "offload": offload}
+
+if __name__ == "__main__":
+    json.dump({which: PROGRAMS[which]() for which in sys.argv[1:]}, sys.stdout)
