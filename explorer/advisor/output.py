@@ -205,10 +205,10 @@ def agreement_text(search: Search) -> str | None:
 
 def predicted_text(c: Candidate) -> str:
     """The predicted step as the table shows it: the compiled prediction, or an estimate labelled so (calibrated on the
-    compiles so far, or stage 1's own before any)."""
+    compiles so far, as ``PREDICTION_NOTE`` says under the table; stage 1's own before any: narrow enough for its column)."""
     if c.verified:
         return f"{c.predicted_s * 1e3:.3g} ms" + (" (extrapolated)" if c.extrapolated else "")
-    return f"{c.ranked_s * 1e3:.3g} ms" + (" (estimate, calibrated)" if c.calibrated_s is not None else " (estimate)")
+    return f"{c.ranked_s * 1e3:.3g} ms (estimate)"
 
 
 def limit_text(target: Target) -> str:
