@@ -317,6 +317,7 @@ def main() -> None:
             (
                 "rank",
                 "layout",
+                "predicted step",
                 "mesh",
                 "rules",
                 "remat",
@@ -361,6 +362,7 @@ def main() -> None:
             f"stage 1 had state {human_bytes(c.state_bytes)} + activations {human_bytes(c.activation_bytes)}"
         )
     print("calibration after the search (XLA / stage 1 per term):", {k: round(v, 2) for k, v in search.calibration.items()})
+    print(advisor.agreement_text(search) or "no compile: no agreement to say")
     for c in search.ranked():
         if c.extrapolation_error:
             print(
@@ -390,13 +392,14 @@ def main() -> None:
                 "layout": name,
                 "XLA peak / device": human_bytes(result["memory"]["peak_bytes"]),
                 "fits": "yes" if result["fits"] else "NO",
+                "predicted step": f"{(estimate.get('predicted_s') or float('nan')) * 1e3:.4g} ms",
                 "step ≥": f"{estimate.get('step_s', float('nan')) * 1e3:.4g} ms",
                 "bound": estimate.get("bound", "-"),
                 "MFU ceiling": f"{estimate.get('mfu_ceiling', 0):.0%}",
                 "compile": f"{time.perf_counter() - began:.0f} s" + (" (cached)" if result["cached"] else ""),
             }
         )
-    print(plain_table(rows, ("layout", "XLA peak / device", "fits", "step ≥", "bound", "MFU ceiling", "compile")))
+    print(plain_table(rows, ("layout", "XLA peak / device", "fits", "predicted step", "step ≥", "bound", "MFU ceiling", "compile")))
 
 
 if __name__ == "__main__":

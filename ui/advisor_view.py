@@ -46,10 +46,11 @@ def run(
     layout: Layout, target: Target, compiles: int, roles: dict[str, str], shortcut: bool | None = None, depth_option: str | None = None
 ) -> None:
     """Stage 1, then stage 2 in the server-wide queue, showing the stage and elapsed time; Stop keeps what was compiled."""
+    # The progress first, in the status's one-line label, then Stop: both in view at 768 px under the Advise button.
+    status = st.status("Stage 1: analyzing every candidate…", expanded=False)
+    line = status.empty()
     stop_slot = st.empty()
     stop_slot.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
-    status = st.status("Stage 1: analyzing every candidate…", expanded=True)
-    line = status.empty()
     try:
         if depth_option:
             advisor.depth_of(layout, depth_option)  # a bad name is refused before any work
@@ -68,7 +69,7 @@ def run(
         advisor.stage2(
             search,
             compiles,
-            on_progress=lambda stage, elapsed: line.write(f"**{stage}** · {elapsed:.1f} s"),
+            on_progress=lambda stage, elapsed: _progress(status, line, stage, elapsed),
             shortcut=shortcut,
             depth_option=depth_option,
         )
@@ -77,6 +78,13 @@ def run(
     st.session_state.pop(RUNNING, None)
     stop_slot.empty()
     status.update(label=f"Done: {search.compiles} compile(s), {search.elapsed_s:.1f} s", state="complete", expanded=False)
+
+
+def _progress(status, line, stage: str, elapsed: float) -> None:
+    """A stage of the search: in the status's label (seen collapsed) and its body."""
+    text = markdown_literal(f"{stage} · {elapsed:.1f} s")
+    status.update(label=text)
+    line.write(text)
 
 
 def last_search() -> advisor.Search | None:

@@ -13,15 +13,21 @@ st.set_page_config(page_title="Advisor · Partition Explorer", page_icon="🧭")
 st.title("Layout advisor")
 current = current_layout("advisor")
 st.markdown(
-    "Ranks meshes and rules for the sidebar's model on the sidebar's **Target**: every factorization of the slice's "
-    "(or the GPU cluster's) devices over data, FSDP and tensor axes (plus sequence and expert where the model has such "
-    "names), with rules written from the model's logical names by role, and your own layout among them. **Stage 1** "
-    "analyzes every candidate without compiling (exact state per device, an estimated step whose collectives ride the "
-    "links each mesh axis lies on: the torus's rings and lines, or a GPU host's NVLink and the network between hosts; "
-    "on a GPU cluster a tensor axis no larger than a host stays inside one, a larger one spans hosts and pays for the "
-    "network); your own layout is ranked where it has the target's device count; **stage 2** compiles the best for the target with XLA and "
-    "ranks by its figures."
+    "Ranks meshes and rules for the sidebar's model on the sidebar's **Target**, your own layout among them. "
+    "**Stage 1** estimates every candidate without compiling. **Stage 2** compiles the best few for the target with XLA. "
+    "Every row is ranked by its predicted step."
 )
+with st.expander("What is searched, and how"):
+    st.markdown(
+        "- **Candidates**: every factorization of the slice's (or the GPU cluster's) devices over data, FSDP and tensor axes, "
+        "plus sequence and expert where the model has such names; rules written from the model's logical names by role.\n"
+        "- **Stage 1**: the exact state per device and an estimated step. Each collective rides the links its mesh axis lies on: "
+        "the torus's rings and lines, or a GPU host's NVLink and the network between hosts.\n"
+        "- **On a GPU cluster** a tensor axis no larger than a host stays inside one; a larger one spans hosts and pays for the network.\n"
+        "- **Stage 2**: compiles the best estimates for the target with XLA, each next one chosen by the estimate calibrated on "
+        "the compiles so far, and says how far each compile was from its estimate.\n"
+        "- **Your own layout** is ranked where it has the target's device count."
+    )
 if current.target is None:
     st.info(
         "Choose a **Target** in the sidebar: the advisor plans for a TPU slice (e.g. v5p-128) or an NVIDIA GPU cluster (e.g. h100:8x8)."

@@ -50,6 +50,9 @@ class Candidate:
     activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
     links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.hardware.placement``)
     collectives: tuple[tuple[str, Collective], ...] = ()  # stage 1's collectives, each with its label
+    # Stage 1's prediction calibrated on what stage 2 compiled so far (``search.calibrated``; None before any compile).
+    # Kept as it was when the candidate was compiled: the forecast its compiled prediction is checked against (``agreement``).
+    calibrated_s: float | None = None
 
     @property
     def refused(self) -> bool:
@@ -70,6 +73,30 @@ class Candidate:
         """The predicted step (``explorer.predict.step_model``): the compiled program's once verified, else stage 1's; what ranks."""
         estimate = self.compiled.estimate if self.verified and self.compiled and self.compiled.estimate else self.estimate
         return estimate.predicted_s if estimate.predicted_s is not None else estimate.step_s
+
+    @property
+    def ranked_s(self) -> float:
+        """The one scale every candidate is ranked on: the compiled prediction once verified, else stage 1's prediction
+        calibrated on the compiles so far (``calibrated_s``), else stage 1's own (an estimate)."""
+        if self.verified or self.calibrated_s is None:
+            return self.predicted_s
+        return self.calibrated_s
+
+    @property
+    def agreement(self) -> dict[str, float | None] | None:
+        """How stage 1 agreed with the compiled prediction, for a compiled candidate: stage 1's prediction, the calibrated
+        one stage 2 held when it chose to compile it (None for the first compile: nothing to calibrate on), the compiled
+        one, and compiled over each (1.0: exact)."""
+        if not self.verified or self.extrapolated or self.refused or not self.compiled or not self.compiled.estimate:
+            return None
+        compiled, stage1 = self.predicted_s, self.estimate.predicted_s or self.estimate.step_s
+        return {
+            "stage1_predicted_s": stage1,
+            "calibrated_predicted_s": self.calibrated_s,
+            "compiled_predicted_s": compiled,
+            "compiled_over_stage1": compiled / stage1 if stage1 else None,
+            "compiled_over_calibrated": compiled / self.calibrated_s if self.calibrated_s else None,
+        }
 
     @property
     def bound(self) -> str:
@@ -162,15 +189,17 @@ def estimate_key(c: Candidate) -> tuple:
 
 
 def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]:
-    """Best first: XLA-verified and fitting by predicted step (``Candidate.predicted_s``); then stage-1 estimates whose state fits, by
-    estimated step; then everything that does not fit, by how much (XLA's peak, else the state, over
-    ``hbm_bytes``; least first). Ties by state, then name."""
+    """Best first: every candidate that fits (XLA's verdict where verified, else its exact state) on one scale
+    (``Candidate.ranked_s``: the compiled prediction where verified, else stage 1's prediction calibrated on the
+    compiles so far), to three significant figures, a verified one first where they tie; then everything that does
+    not fit, by how much (XLA's peak, else the state, over ``hbm_bytes``; least first). Ties by state, then name.
+
+    One scale: a raw stage-1 prediction leaves out what XLA adds (issue 45: on h100:1x8 an uncompiled 0.126 ms estimate
+    was ranked below compiled 0.171-0.242 ms predictions), so an uncompiled candidate is ranked by the calibrated one."""
 
     def key(c: Candidate):
-        if c.verified and c.fits:
-            return (0, c.predicted_s, c.state_bytes, c.layout.name)
-        if not c.verified and c.fits:
-            return (1,) + estimate_key(c)
+        if c.fits:
+            return (0, float(f"{c.ranked_s:.3g}"), not c.verified) + estimate_key(c)[1:]
         # Does not fit (XLA refused it, E1000, or its peak is over): by how much it misses, then what it needs.
         over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
         return (2, over, c.state_bytes, c.layout.name)

@@ -45,6 +45,7 @@ from explorer.hardware.placement import AxisLink, mesh_links
 from explorer.predict.roofline import Collective, Estimate, collective_seconds
 from explorer.specs import SpecEntry, spec_axes
 from explorer.predict.step_model import predict_totals
+from explorer.predict.step_rates import rates
 from explorer.hardware.targets import Target
 
 KV_NAMES = ("kv_heads", "activation_kv_heads")
@@ -174,6 +175,16 @@ def estimate_candidate(
     for (_, c), (_, seconds) in zip(collectives, timed):
         by_axis[c.mesh_axes[0]] = by_axis.get(c.mesh_axes[0], 0.0) + seconds
     return Stage1(estimate, f"{largest[0]}: ≥ {largest[1] * 1e3:.3g} ms (estimate)" if largest[1] else "none", by_axis, tuple(collectives))
+
+
+def prediction_parts(estimate: Estimate, chip) -> tuple[float, float, float] | None:
+    """Stage 1's predicted step (``predict_totals``) taken apart: the matmuls' seconds, the HBM bytes' seconds and the
+    fixed dispatch (the collectives are ``estimate.collective_s``); None where no prediction was made."""
+    if estimate.predicted_s is None:
+        return None
+    device = rates(chip)
+    memory = estimate.memory_s * chip.device_hbm_bandwidth / device.hbm_bandwidth
+    return estimate.predicted_s - memory - estimate.collective_s - device.dispatch_s, memory, device.dispatch_s
 
 
 STACK_NAMES = ("layer", "layers", "stack", "blocks")  # a scanned model's stacked-layer dimension

@@ -40,6 +40,7 @@ from explorer.advisor.estimate import (
     STACK_NAMES,
     activation_bytes,
     active_params,
+    prediction_parts,
     report_roles,
     stage1_estimate,
 )
@@ -283,8 +284,11 @@ def stage2(
                 result = _compile(search, candidate.layout, progress, should_stop)
                 if result is not None:
                     _replace(search, candidate, verified(candidate, result))
-            search.calibration = calibration(search)
+            recalibrate(search)
             search.elapsed_s = time.perf_counter() - start
+            said = agreement_line(next((c for c in search.candidates if c.layout.name == candidate.layout.name), None))
+            if said:
+                progress(f"{search.stage}: {said}", search.elapsed_s)
         for number in range(1, full_compiles + 1 if use else 1):
             top = next(iter(search.ranked()), None)
             if top is None or not top.extrapolated:
@@ -336,7 +340,7 @@ def calibration(search: Search) -> dict[str, float]:
     """
     ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}
     for c in search.candidates:
-        if not c.verified or not c.compiled or not c.compiled.estimate or c.refused:
+        if not _calibrates(c):
             continue
         for term in ("compute_s", "memory_s", "collective_s"):
             stage1, xla = getattr(c.estimate, term), getattr(c.compiled.estimate, term)
@@ -345,7 +349,22 @@ def calibration(search: Search) -> dict[str, float]:
         for group, (xla, stage1) in _collectives_by_group(c).items():
             if stage1 > 0:
                 ratios.setdefault(f"collective_s:{'+'.join(group)}", []).append(xla / stage1)
-    return {term: _robust(found) for term, found in ratios.items()}
+    factors = {term: _robust(found) for term, found in ratios.items()}
+    # The prediction adds what the roofline's terms do not show (kernels one after another, each at its own rate; the
+    # collectives XLA's schedule hides under them): the compiled prediction over stage 1's terms scaled as above.
+    schedule = []
+    for c in search.candidates:
+        if _calibrates(c) and c.compiled.estimate.predicted_s:
+            scaled = _prediction(c, factors, search.target)
+            if scaled:
+                schedule.append(c.compiled.estimate.predicted_s / scaled)
+    factors["predicted_s"] = _robust(schedule)
+    return factors
+
+
+def _calibrates(c: Candidate) -> bool:
+    """A candidate compiled in full or extrapolated whose program XLA accepted: its figures are a step's."""
+    return c.verified and c.compiled is not None and c.compiled.estimate is not None and not c.refused
 
 
 CALIBRATION_CLIP = 32.0  # no factor beyond 32x either way: one compile's outlier cannot move an estimate by orders of magnitude
@@ -396,11 +415,50 @@ def calibrated(c: Candidate, factors: dict[str, float]) -> Estimate:
     return Estimate(c.estimate.compute_s * factors["compute_s"], c.estimate.memory_s * factors["memory_s"], collective)
 
 
+def _prediction(c: Candidate, factors: dict[str, float], target: Target) -> float | None:
+    """Stage 1's predicted step (``estimate.prediction_parts``: matmuls, HBM bytes, collectives, the dispatch, added)
+    with each part scaled by its roofline term's factor, before the schedule's factor; None without a prediction."""
+    parts = prediction_parts(c.estimate, target.chip)
+    if parts is None:
+        return None
+    matmul, memory, fixed = parts
+    return matmul * factors["compute_s"] + memory * factors["memory_s"] + calibrated(c, factors).collective_s + fixed
+
+
+def calibrated_prediction(c: Candidate, factors: dict[str, float], target: Target) -> float:
+    """Stage 1's predicted step calibrated on the compiles so far: each part scaled by its term's factor
+    (``calibration``), then by the schedule's (``predicted_s``: the compiled predictions over their candidates' scaled
+    parts). An estimate, labelled so wherever shown; with no compile yet, stage 1's own prediction (without one, the
+    calibrated bound)."""
+    scaled = _prediction(c, factors, target)
+    return calibrated(c, factors).step_s if scaled is None else scaled * factors.get("predicted_s", 1.0)
+
+
+def agreement_line(c: Candidate | None) -> str | None:
+    """What one compile said of stage 1's estimate (``Candidate.agreement``), in words; None where it gave no prediction."""
+    found = c.agreement if c is not None else None
+    if not found:
+        return None
+    text = f"predicted {found['compiled_predicted_s'] * 1e3:.3g} ms compiled, {found['compiled_over_stage1']:.2f}x stage 1's estimate"
+    if found["compiled_over_calibrated"]:
+        text += f", {found['compiled_over_calibrated']:.2f}x its calibrated estimate"
+    return text
+
+
+def recalibrate(search: Search) -> None:
+    """After a compile: the calibration, and every uncompiled candidate's calibrated prediction (``calibrated_s``, the
+    scale ``rank`` orders it on; a compiled one keeps the one it was compiled on, its forecast)."""
+    search.calibration = calibration(search)
+    for index, c in enumerate(search.candidates):
+        if not c.verified:
+            search.candidates[index] = dataclasses.replace(c, calibrated_s=calibrated_prediction(c, search.calibration, search.target))
+
+
 def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate | None:
     """The shortlisted candidate to compile next: the best by the estimate calibrated on what was compiled so far."""
     factors = calibration(search)
     pool = [c for c in shortlist(search) if not c.verified and not c.own and c.layout.name not in tried]  # the own layout has its own turn
-    return min(pool, key=lambda c: (calibrated(c, factors).step_s,) + estimate_key(c), default=None)
+    return min(pool, key=lambda c: (calibrated_prediction(c, factors, search.target),) + estimate_key(c), default=None)
 
 
 def _compile(

@@ -486,7 +486,7 @@ def start_advisor(page: Page, compiles: int) -> Locator:
     budget.press("Enter")
     wait_for_rerun(page)
     page.locator(f"{key_selector('advisor_run')} button").click()
-    return page.get_by_test_id("stExpander").filter(has_text=re.compile("Stage|Waiting|Done"))
+    return page.get_by_test_id("stExpander").filter(has_text=re.compile("[Ss]tage|Waiting|Done"), has_not_text="What is searched")
 
 
 def dataframe_rows(frame: Locator) -> list[list[str]]:

@@ -75,7 +75,7 @@ def test_on_a_gpu_cluster_the_page_says_so_with_each_axis_placement_and_jaxs_sha
         "Every candidate below uses all 16."
     ]
     assert not table["layout"].str.contains("(yours)", regex=False).any()
-    assert any("a tensor axis no larger than a host stays inside one, a larger one spans hosts" in m.value for m in at.markdown)
+    assert any("a tensor axis no larger than a host stays inside one; a larger one spans hosts" in m.value for m in at.markdown)
 
 
 def test_the_top_three_race_on_this_process_devices_runs_the_compare_race():

@@ -345,7 +345,7 @@ def test_stage_2_compiles_next_the_best_estimate_calibrated_on_what_xla_said_so_
     assert advisor.next_to_compile(search).layout.name == "x"
     xla = compile_result(TARGET, estimate=Estimate(1e-3, 4e-3, 1e-3))
     search.candidates[0] = advisor.verified(search.candidates[0], xla)
-    assert advisor.calibration(search) == pytest.approx({"compute_s": 1.0, "memory_s": 4.0, "collective_s": 0.5})
+    assert advisor.calibration(search) == pytest.approx({"compute_s": 1.0, "memory_s": 4.0, "collective_s": 0.5, "predicted_s": 1.0})
     assert advisor.next_to_compile(search).layout.name == "z"
     assert advisor.next_to_compile(search, tried={"z"}).layout.name == "y"
     # Optimistic: one layout XLA handles far worse than estimated (y: memory 20x) does not move the factor.
