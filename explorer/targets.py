@@ -232,8 +232,16 @@ MAX_SLICES = 64  # slices of one multi-slice target (MaxText's compile_topology_
 _SLICES = re.compile(r"(?P<count>\d+)x(?P<slice>[a-z].*)")
 _CLOUD_NAME = re.compile(r"(?P<prefix>[a-z0-9]+)-(?P<count>\d+)")
 _TOPOLOGY = re.compile(r"(?P<generation>[a-z0-9]+):(?P<shape>\d+(?:x\d+)+)")
+# Cloud TPU type prefixes other tools write: MaxText, GKE and xpk name a v5e slice v5e-256 (Cloud TPU's v5litepod-256).
+CLOUD_ALIASES = {"v5e": "v5litepod"}
 GPU_FORM = (
     f"a GPU cluster GPU:HOSTSxGPUS of {', '.join(GPUS)} (e.g. h100:1x8, h100:8x8: 1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} GPUs)"
+)
+
+# What a target name may be, in one line: every error about a name ends with it (the app lists every name beside it).
+TARGET_FORMS = (
+    "a Cloud TPU type (v5p-128, v5litepod-16 or v5e-16, v6e-64, v4-32), a libtpu topology GENERATION:AxB[xC] of "
+    f"{', '.join(CHIPS)} (v5e:4x4, v5p:4x4x4, tpu7x:2x2x1), N slices of one (2xv5p-16) or {GPU_FORM}"
 )
 
 
@@ -327,6 +335,8 @@ def parse_target(name: str) -> Target:
         (2, 8, 16, '1x2x8')
     """
     text = str(name).strip().lower()
+    if not text:
+        raise ExplorerError("target", name, f"is empty: give {TARGET_FORMS}")
     several = _SLICES.fullmatch(text)
     if several:
         return _parse_slices(name, text, int(several["count"]), several["slice"])
@@ -342,8 +352,9 @@ def parse_target(name: str) -> Target:
             + (f", e.g. {cluster.topology}" if cluster else "")
             + f" ({MAX_GPUS_PER_HOST} GPUs per host at most)",
         )
-    if cloud and cloud["prefix"] in BY_CLOUD_PREFIX:
-        chip = BY_CLOUD_PREFIX[cloud["prefix"]]
+    prefix = CLOUD_ALIASES.get(cloud["prefix"], cloud["prefix"]) if cloud else None
+    if prefix in BY_CLOUD_PREFIX:
+        chip = BY_CLOUD_PREFIX[prefix]
         count = int(cloud["count"])
         if count % chip.cores_per_chip:
             raise ExplorerError("target", name, f"counts TensorCores ({chip.cores_per_chip} per {chip.generation} chip): it must be even")
@@ -369,8 +380,7 @@ def parse_target(name: str) -> Target:
     raise ExplorerError(
         "target",
         name,
-        f"is not a TPU slice name or a GPU cluster; valid Cloud TPU types: {', '.join(tpu_names())}; or a libtpu topology "
-        f"GENERATION:AxB[xC] of {', '.join(CHIPS)} (e.g. v5e:4x4, v5p:4x4x4, v4:2x2x2, tpu7x:2x2x1, v5e:1x1); or {GPU_FORM}",
+        f"is not a TPU slice name or a GPU cluster: {TARGET_FORMS}",
     )
 
 

@@ -35,9 +35,7 @@ LOADED = "loaded_layout"  # the layout last loaded (file format): the name is ma
 PRESET_NOTES = "preset_notes"  # what the last preset left unsharded and why, shown under the rules until a load
 TARGET_CHOICE = "target_choice"  # the sidebar's Target selectbox
 EXAMPLE = "example_layout"  # the sidebar's Examples selectbox: a pick loads that layout and clears itself
-TARGET_OTHER = "target_other"  # the slice typed when the choice is TARGET_TYPE_OWN
 TARGET_HERE = "this process's devices"
-TARGET_TYPE_OWN = "another slice or GPU cluster (type its name)"
 
 # Values of widgets that must survive a page switch: the layout in the sidebar, and the
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
@@ -52,7 +50,6 @@ KEPT_WIDGETS = (
     FACTORY_OPTIONS,
     SELECTED,
     TARGET_CHOICE,
-    TARGET_OTHER,
     "timing_steps",
     "timing_warmup",
     "timing_processes",
@@ -162,25 +159,14 @@ def open_example() -> None:
 
 
 def set_target(name: str | None) -> None:
-    """Point the sidebar's Target at ``name`` (None: this process's devices)."""
-    from explorer.targets import valid_names
-
-    state = st.session_state
-    if name is None:
-        state[TARGET_CHOICE] = TARGET_HERE
-    elif name in valid_names():
-        state[TARGET_CHOICE] = name
-    else:
-        state[TARGET_CHOICE] = TARGET_TYPE_OWN
-        state[TARGET_OTHER] = name
+    """Point the sidebar's Target at ``name`` (None: this process's devices); any name: the box takes typed ones."""
+    st.session_state[TARGET_CHOICE] = TARGET_HERE if name is None else name
 
 
 def chosen_target() -> str | None:
     """The name of the target the sidebar's Target section holds (None: this process's devices), as typed."""
     choice = st.session_state.get(TARGET_CHOICE)
-    if choice in (None, TARGET_HERE):
-        return None
-    return st.session_state.get(TARGET_OTHER, "") if choice == TARGET_TYPE_OWN else choice
+    return None if choice in (None, TARGET_HERE) else choice
 
 
 def edited_since_loaded(layout: Layout) -> bool:

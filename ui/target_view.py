@@ -30,9 +30,7 @@ from ui.communication_view import top_lines
 from ui.turnstile import TURNSTILE
 
 CHOICE = state.TARGET_CHOICE
-OTHER = state.TARGET_OTHER
 HERE = state.TARGET_HERE
-TYPE_OWN = state.TARGET_TYPE_OWN
 STOPPED = "target_stopped"
 # Every column in view at 1024 px, "time ≥" included (widths in pixels).
 COLLECTIVE_WIDTHS = {"op": 120, "mesh axes": 110, "count": 60, "bytes": 90, "group": 60, "rides": 75, "time ≥": 95}
@@ -42,34 +40,38 @@ SUMMARY_COLUMNS = {"layout": 150, "fits": 50, "XLA peak / device": 100, "predict
 
 
 def choose() -> Target | None:
-    """The sidebar's Target section: None means this process's devices (as before)."""
+    """The sidebar's Target section: None means this process's devices (as before).
+
+    The box lists examples of every form and takes any name typed into it (Enter), as the docs write them: ``v5e:4x4``,
+    ``h100:3x8``, ``2xv5litepod-4``, ``v5e-256``. A name that is no target gets one line under the box, naming it.
+    """
     st.subheader("Target")
-    options = [HERE] + valid_names() + [TYPE_OWN]
-    if st.session_state.get(CHOICE) not in options:
+    options = [HERE] + valid_names()
+    typed = st.session_state.get(CHOICE)
+    if typed is None:
         st.session_state[CHOICE] = HERE
+    elif typed not in options:
+        options.append(typed)  # a name typed or opened from a link: listed, so that the box shows it
     choice = st.selectbox(
         "Plan for",
         options,
         key=CHOICE,
+        accept_new_options=True,
+        placeholder="Type a slice or GPU cluster, then Enter",
         help="A TPU slice or an NVIDIA GPU cluster to compile the train step for, without owning it (libtpu's or JAX's CUDA "
-        "plugin's compiler runs on this machine). Cloud TPU names: v5litepod-N and v6e-N count chips, v5p-N and v4-N TensorCores "
-        "(2 per chip). GPU clusters: a100, h100, h200 or b200:HOSTSxGPUS (h100:8x8 is 8 hosts of 8 H100s).",
+        "plugin's compiler runs on this machine). Pick one or type any name, then Enter: a Cloud TPU type (v5litepod-N, v5e-N "
+        "and v6e-N count chips, v5p-N and v4-N TensorCores, 2 per chip), a libtpu topology (v5e:4x4, v5p:4x4x4), N slices of "
+        "one (2xv5p-16) or a GPU cluster a100, h100, h200 or b200:HOSTSxGPUS (h100:8x8 is 8 hosts of 8 H100s).",
     )
-    if choice == HERE:
+    if choice in (None, HERE):
         return None
-    if choice == TYPE_OWN:
-        st.session_state.setdefault(OTHER, "v5p:4x4x4")
-        st.text_input(
-            "Slice or GPU cluster",
-            key=OTHER,
-            help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16), N slices of one (2xv5p-128) or a GPU "
-            "cluster (h100:2x8)",
-        )
-    name = state.chosen_target()
     try:
-        target = parse_target(name)
+        target = parse_target(choice)
     except ExplorerError as error:
-        st.error(markdown_literal(str(error)))
+        with st.container(key="target_error"):
+            st.error(markdown_literal(str(error)))
+            with st.expander("Every name the list holds"):
+                st.caption(markdown_literal(", ".join(valid_names())))
         return None
     if target.is_gpu:
         gpu = target.chip

@@ -275,3 +275,18 @@ def test_collectives_across_slices_ride_the_dcn_at_its_bandwidth():
     assert collective_seconds(wide, chip) == pytest.approx(
         2**20 * max(3 / 4 / chip.ici_bidirectional_bandwidth, 1 / 2 / (4 * DCN["v5e"].bandwidth))
     )
+
+
+def test_v5e_slices_are_named_as_maxtext_and_gke_name_them():
+    """Issue 45 item 1: ``v5e-256`` (MaxText, GKE, xpk) is Cloud TPU's v5litepod-256: 256 chips, 16x16."""
+    target = parse_target("v5e-256")
+    assert (target.topology, target.chips, target.cloud_name) == ("v5e:16x16", 256, "v5litepod-256")
+    assert parse_target("2xv5e-16").topology == "2xv5e:4x4"
+
+
+@pytest.mark.parametrize("bad", ["tpu-v9-garbage", "", "  "])
+def test_a_name_that_is_no_target_gets_one_short_line_not_every_tpu_type(bad):
+    with pytest.raises(ExplorerError) as error:
+        parse_target(bad)
+    message = str(error.value)
+    assert message.startswith(f"target: {bad!r} ") and len(message) < 400 and "v5p-16384" not in message, message

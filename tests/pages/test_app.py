@@ -343,8 +343,8 @@ def test_a_link_with_several_problems_names_them_all():
     at.query_params.update({"mesh": "2xfour", "axes": "data,model", "rules": "batch", "model": "mlp"})
     at.run()
     assert not at.exception
-    message = plain(next(e.value for e in list(at.sidebar.error) + list(at.main.error) if "could not be opened" in e.value))
-    assert "2 problems" in message and "'2xfour'" in message and "'batch'" in message
+    message = plain(next(e.value for e in list(at.sidebar.error) + list(at.main.error) if "opened without" in e.value))
+    assert message.startswith("The link opened without its mesh and rules:") and "'2xfour'" in message and "'batch'" in message
 
 
 def test_a_links_factory_options_the_factory_refuses_are_a_message(monkeypatch):
@@ -373,8 +373,10 @@ def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismiss
     kept = [c.value for c in at.sidebar.code if "bogus" in c.value]
     assert kept and "rules=batch:data;hidden:**bogus**" in kept[0] and "mesh=2x4" in kept[0]
     assert "bogus" not in str(dict(at.query_params))  # the address bar is the seed's, which is what the page shows
-    said = [plain(e.value) for e in at.main.error if "could not be opened" in e.value]
-    assert said and said[0].endswith("lacks. The link you opened is kept under Share, to copy and fix."), said
+    said = [plain(e.value) for e in at.main.error if "opened without its rules" in e.value]
+    assert said and said[0].endswith(
+        "lacks (the rule is left out). The rest of the layout is the link's. The link you opened is kept under Share, to copy and fix."
+    ), said
     at.run()  # still there after another rerun
     assert [c for c in at.sidebar.code if "bogus" in c.value]
     at.button(key="dismiss_refused_link").click().run()
