@@ -202,7 +202,9 @@ def parse_list(text: str) -> list[Any]:
     text = text.strip()
     if len(text) >= 2 and (text[0], text[-1]) in (("[", "]"), ("(", ")")):
         text = text[1:-1]
-    text = re.sub(r"(?<=\d)\s*[x×]\s*(?=[-+]?\d)", ",", text.strip())
+    # An x between sizes separates them, also beside a word that is not a size ("2 x four" is [2, "four"], so the message
+    # names "four", not the "x"); a lone "x" at an end ("3x", "2, x") stays, for the message to name.
+    text = re.sub(r"(?<=\d)\s*[x×]\s*(?=\S)|(?<=\S)\s*[x×]\s*(?=[-+]?\d)|\s+[x×]\s+", ",", text.strip())
     items = [item for item in re.split(r"[,\s]+", text) if item]
     return [int(item) if re.fullmatch(r"-?\d{1,30}", item) else item for item in items]
 

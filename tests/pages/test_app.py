@@ -78,6 +78,15 @@ def test_invalid_mesh_shape_names_the_field(app):
     assert any("mesh.shape[1]" in plain(e.value) and "'x'" in plain(e.value) for e in app.sidebar.error)
 
 
+def test_a_bad_size_beside_an_x_is_the_one_named(app):
+    """Issue 45 item 8: ``2 x four`` said "'x' is not a positive whole number ... separated by ',' or 'x'"."""
+    app.text_input(key="mesh_shape_text").input("2 x four").run()
+    assert not app.exception
+    errors = [plain(e.value) for e in app.sidebar.error if "Mesh › Shape" in plain(e.value)]
+    assert len(errors) == 1 and "mesh.shape[1]: 'four' is not a positive whole number" in errors[0], errors
+    assert "'x' is not" not in errors[0]
+
+
 def test_every_invalid_field_is_named_where_it_was_typed(app):
     app.text_input(key="mesh_shape_text").input("2x-4").run()
     app.number_input(key="option::mlp::depth").set_value(0).run()
