@@ -45,6 +45,7 @@ from explorer.accelerators import (
     memory_fraction,
 )
 from explorer.errors import ExplorerError
+from explorer.words import counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -454,20 +455,22 @@ def check_mesh_fits(target: Target, mesh_size: int) -> None:
     clusters = [c.topology for c in (gpu_cluster(gpu, mesh_size) for gpu in GPUS.values()) if c]
     if target.is_gpu:  # the same GPU first
         clusters.sort(key=lambda name: not name.startswith(target.chip.generation + ":"))
-    gpu_advice = [f"GPU clusters of {mesh_size} GPUs: {', '.join(clusters)}"] if clusters else []
+    gpu_advice = [f"GPU clusters of {counted(mesh_size, 'GPU')}: {', '.join(clusters)}"] if clusters else []
     tpu_advice = [
-        f"slices of {mesh_size} devices: {', '.join(fitting)}" if fitting else f"no slice this tool knows has {mesh_size} devices"
+        f"slices of {counted(mesh_size, 'device')}: {', '.join(fitting)}"
+        if fitting
+        else f"no slice this tool knows has {counted(mesh_size, 'device')}"
     ]
     if target.is_gpu:
         advice = "; ".join(gpu_advice + tpu_advice if clusters else tpu_advice)
-        has = f"{target.devices} GPUs ({target.hosts} host{'s' if target.hosts > 1 else ''} of {target.gpus_per_host})"
+        has = f"{counted(target.devices, 'GPU')} ({counted(target.hosts, 'host')} of {target.gpus_per_host})"
     else:
         advice = "; ".join(tpu_advice + gpu_advice)
-        has = f"{target.chips} chips" + (f" ({target.devices} devices)" if target.devices != target.chips else "")
+        has = counted(target.chips, "chip") + (f" ({counted(target.devices, 'device')})" if target.devices != target.chips else "")
         if target.multislice:
             has += f" ({target.num_slices} slices of {target.slice_chips})"
     raise ExplorerError(
         "target",
         target.name,
-        f"has {has} but the mesh needs {mesh_size} devices; {advice}",
+        f"has {has} but the mesh needs {counted(mesh_size, 'device')}; {advice}",
     )

@@ -17,6 +17,7 @@ from explorer.sources import LineRow, by_line, module_path
 from explorer.specs import SpecEntry
 from explorer.step_model import SCOPE
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
+from explorer.words import counted
 
 if TYPE_CHECKING:
     from explorer.targets import Target
@@ -203,7 +204,7 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
     mesh = report.mesh
     kind = "planned (AbstractMesh, hypothetical device ids)" if mesh.abstract else "real devices"
     lines = [
-        f"layout {report.layout.name!r}: mesh {dict(zip(mesh.axes, mesh.shape))}, {mesh.size} devices, {kind}",
+        f"layout {report.layout.name!r}: mesh {dict(zip(mesh.axes, mesh.shape))}, {counted(mesh.size, 'device')}, {kind}",
         f"rules: {[list(r) for r in report.layout.rules_for_flax()]}  ({report.resolution_order})",
         "",
     ]
@@ -446,7 +447,7 @@ def op_text(analysis, timing=None) -> str:
     mesh = analysis.mesh
     kind = "planned" if analysis.planned else "real devices"
     lines = [
-        f"mesh {dict(zip(mesh.axes, mesh.shape))}: {mesh.size} devices ({kind})",
+        f"mesh {dict(zip(mesh.axes, mesh.shape))}: {counted(mesh.size, 'device')} ({kind})",
         f"expr: {analysis.op.expr}"
         + ("" if analysis.op.out_spec is None else f"  (with_sharding_constraint to {spec_text(analysis.op.out_spec)})"),
         "",
