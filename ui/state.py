@@ -184,6 +184,17 @@ def edited_since_loaded(layout: Layout) -> bool:
     return same(layout.to_dict()) != same(loaded)
 
 
+EDITED = " (edited)"
+
+
+def as_shared(layout: Layout) -> Layout:
+    """``layout`` as the Share section offers it: edited since it was loaded, its name says so ("seed-2x4 (edited)"), so
+    that whoever opens the link or the file does not take it for the layout of that name."""
+    if not edited_since_loaded(layout) or layout.name.endswith(EDITED):
+        return layout
+    return layout.model_copy(update={"name": layout.name[: 120 - len(EDITED)] + EDITED})
+
+
 def set_rules(rules: list[list[Any]], model: str | None = None) -> None:
     """Replace the rules table (a new editor key, so the editor starts from these rows).
 
