@@ -17,7 +17,7 @@ from explorer.sources import LineRow, by_line, module_path
 from explorer.specs import SpecEntry
 from explorer.step_model import SCOPE
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
-from explorer.words import counted
+from explorer.words import WIDTH, counted
 
 if TYPE_CHECKING:
     from explorer.targets import Target
@@ -200,6 +200,15 @@ def arrays_frame(report: Report) -> "pd.DataFrame":
     )
 
 
+def arrays_lines(frame, below: Sequence[str] = ("logical axes", "spec", "shard shape", "replication")) -> list[str]:
+    """The arrays table; wider than a terminal (``WIDTH``), each array on two lines: what it is, then how it is sharded."""
+    whole, rows = frame.to_string(index=False).splitlines(), frame.to_dict("records")
+    if len(frame) == 0 or max(map(len, whole)) <= WIDTH:
+        return whole
+    first, second = plain_table(rows, [c for c in frame.columns if c not in below]), plain_table(rows, below)
+    return [line for one, two in zip(first.splitlines(), second.splitlines()) for line in (one, "    " + two)]
+
+
 def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "*") -> str:
     mesh = report.mesh
     kind = "planned (AbstractMesh, hypothetical device ids)" if mesh.abstract else "real devices"
@@ -215,7 +224,7 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
         )
     frame = arrays_frame(report)
     frame["bytes/device"] = frame["bytes/device"].map(human_bytes)
-    lines.append(frame.to_string(index=False))
+    lines += arrays_lines(frame)
     totals = report.totals
     lines += [
         "",

@@ -1,6 +1,11 @@
-"""Counted nouns in messages: "1 GPU", "8 GPUs", "1 torus axis", "2 torus axes" (never "1 GPUs" or "axises")."""
+"""Wording shared by every message and terminal text: counted nouns ("1 GPU", "8 GPUs", "2 torus axes"; never
+"1 GPUs" or "axises"), and text fitted to a terminal's width (the command line's lines ran to 216 characters)."""
 
 from __future__ import annotations
+
+import textwrap
+
+WIDTH = 120  # the command line's text fits this many columns
 
 IRREGULAR = {"entry": "entries", "axis": "axes", "torus axis": "torus axes", "mesh axis": "mesh axes", "process": "processes"}
 
@@ -23,3 +28,23 @@ def counted(count: int, noun: str) -> str:
     ('1 device', '4,096 chips', '1 name', '3 mesh axes')
     """
     return f"{count:,} {plural(noun, count)}"
+
+
+def fit(text: str, width: int = WIDTH) -> str:
+    """Each line of ``text`` longer than ``width`` wrapped at spaces, its continuations indented 4 more than it.
+
+    >>> print(fit("  rules: " + ", ".join(["batch:data"] * 4), width=30))
+      rules: batch:data,
+          batch:data, batch:data,
+          batch:data
+    """
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        out += textwrap.wrap(
+            line.strip(), width, initial_indent=indent, subsequent_indent=indent + "    ", break_long_words=False, break_on_hyphens=False
+        )
+    return "\n".join(out)
