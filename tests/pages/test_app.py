@@ -418,6 +418,14 @@ def test_a_new_rule_row_starts_empty_not_none(app):
     assert config["mesh axes"]["type_config"]["accept_new_options"] is True
 
 
+def test_the_explicit_examples_rule_trace_speaks_of_the_semantics_of_the_call_not_of_nnx(app):
+    """Issue 45 item 13: the Linen transformer's "Why this spec" said "NNX applies the rules to Variable metadata only"."""
+    app.selectbox(key="example_layout").select("Transformer, Explicit axes").run()
+    assert not app.exception
+    [said] = [plain(c.value) for c in app.main.caption if c.value.startswith("Explicit axes: the spec shown")]
+    assert "Linen's calls" in said and "NNX" not in said, said
+
+
 def test_the_explicit_example_opens_the_transformer_with_its_values_view(app):
     app.selectbox(key="example_layout").select("Transformer, Explicit axes").run()
     assert not app.exception and not app.error
