@@ -45,6 +45,7 @@ CPU_FILES = (
     "tests/explorer/test_workers.py",  # ~33 s
     "tests/explorer/reading/test_types.py",  # ~28 s
     "tests/explorer/test_timing.py",  # ~24 s
+    "tests/pages/test_compile_again.py",  # ~25 s (two compiles for a 1-chip slice)
 )
 BROWSER_FILES = (
     "tests/browser/test_journeys.py",  # ~63 s

@@ -19,7 +19,7 @@ from explorer.findings import indivisible_error
 from explorer.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.compile_cache import cached
+from explorer.compile_cache import cache_folder, cached
 from explorer.step_model import SCOPE
 from explorer.target_compile import Stopped, compile_target
 from explorer.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
@@ -32,6 +32,7 @@ from ui.turnstile import TURNSTILE
 CHOICE = state.TARGET_CHOICE
 HERE = state.TARGET_HERE
 STOPPED = "target_stopped"
+AGAIN = "target_compile_again"  # the (layout, target) whose cached result the user asked to compile again
 # Every column in view at 1024 px, "time ≥" included (widths in pixels).
 COLLECTIVE_WIDTHS = {"op": 120, "mesh axes": 110, "count": 60, "bytes": 90, "group": 60, "rides": 75, "time ≥": 95}
 # The Compare page's decision on a target (does each fit, how fast at best) in view; headroom and the collectives' time
@@ -111,7 +112,10 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
         st.error(markdown_literal(str(error)))
         return None
     result = cached(layout, target)
-    if result is None:
+    again = st.session_state.pop(AGAIN, None) == _wall_key(layout, target)
+    if result is not None and not again and _wall_key(layout, target) not in st.session_state.get(WALL, {}):
+        _from_the_cache(layout, target, result)
+    if result is None or again:
         before = st.empty()  # what is certain before compiling; XLA's verdict replaces it once the compile is done
         with before.container():
             _state_verdict(report, target)
@@ -119,7 +123,7 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
         if refusal is not None:
             with st.container(key="target_refused"):
                 st.error(markdown_literal(str(refusal)))
-        result = _compile_action(layout, target, disabled=refusal is not None)
+        result = _compile_action(layout, target, disabled=refusal is not None, now=again)
         if result is not None:
             before.empty()
     if result is not None:
@@ -172,7 +176,25 @@ def layout_size(layout: Layout) -> int:
     return size
 
 
-def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> TargetCompile | None:
+def _from_the_cache(layout: Layout, target: Target, result: TargetCompile) -> None:
+    """A result this session did not compile (an earlier session's, another server's sharing the cache folder): when and
+    where it was compiled, and a button to compile it again."""
+    when = f"compiled on {result.compiled_when}" if result.compiled_when else "compiled at a time it does not record"
+    with st.container(key="target_cached", horizontal=True, vertical_alignment="center"):
+        st.caption(
+            f"Read from the compile cache ({markdown_literal(cache_folder() or '')}): {when}, for this layout, target and "
+            "library versions. Not compiled by you in this session."
+        )
+        st.button(
+            "Compile again",
+            key="target_compile_again_button",
+            on_click=lambda: st.session_state.__setitem__(AGAIN, _wall_key(layout, target)),
+            help="Compiles the train step for this target anew and replaces the cached result",
+        )
+
+
+def _compile_action(layout: Layout, target: Target, disabled: bool = False, now: bool = False) -> TargetCompile | None:
+    """The compile button, and the compile when it is clicked (``now``: at once, replacing a cached result)."""
     start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button", disabled=disabled)
     where, per = ("GPU cluster", "GPU") if target.is_gpu else ("slice", "chip")
     st.caption(
@@ -181,7 +203,7 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> T
     )
     if st.session_state.pop(STOPPED, None):
         st.info("The last compile was stopped.")
-    if not start:
+    if not (start or now):
         return None
     stop_slot = st.empty()
     stop_slot.button("Stop", key="target_stop_button", help="Kills the compile process")
@@ -199,7 +221,7 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> T
     TURNSTILE.enter(on_wait=lambda ahead: status.update(label=f"Waiting for a turn: {ahead} compile(s) or timing(s) ahead of you"))
     try:
         status.update(label=f"Compiling for {target.name}: starting", state="running")
-        result, _ = compile_target(layout, target, on_stage=on_stage)
+        result, _ = compile_target(layout, target, on_stage=on_stage, fresh=now)
     except Stopped:
         status.update(label="Stopped", state="error")
         return None
