@@ -239,7 +239,9 @@ GPU_FORM = (
     f"a GPU cluster GPU:HOSTSxGPUS of {', '.join(GPUS)} (e.g. h100:1x8, h100:8x8: 1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} GPUs)"
 )
 
-# What a target name may be, in one line: every error about a name ends with it (the app lists every name beside it).
+# A bad name's message: short (the sidebar is narrow), with an example of each form; every form is in TARGET_FORMS (the
+# app shows it and every listed name beside the message) and in docs/targets.md.
+TARGET_EXAMPLES = "e.g. v5p-128, v5e:4x4, 2xv5p-16 or h100:2x8 (docs/targets.md lists every form)"
 TARGET_FORMS = (
     "a Cloud TPU type (v5p-128, v5litepod-16 or v5e-16, v6e-64, v4-32), a libtpu topology GENERATION:AxB[xC] of "
     f"{', '.join(CHIPS)} (v5e:4x4, v5p:4x4x4, tpu7x:2x2x1), N slices of one (2xv5p-16) or {GPU_FORM}"
@@ -337,7 +339,7 @@ def parse_target(name: str) -> Target:
     """
     text = str(name).strip().lower()
     if not text:
-        raise ExplorerError("target", name, f"is empty: give {TARGET_FORMS}")
+        raise ExplorerError("target", name, f"is empty: give a TPU slice or a GPU cluster, {TARGET_EXAMPLES}")
     several = _SLICES.fullmatch(text)
     if several:
         return _parse_slices(name, text, int(several["count"]), several["slice"])
@@ -378,11 +380,14 @@ def parse_target(name: str) -> Target:
                 "target", name, f"has {math.prod(shape)} chips; a {chip.generation} slice has at most {MAX_CHIPS[chip.generation]}"
             )
         return Target(text, chip, shape)
-    raise ExplorerError(
-        "target",
-        name,
-        f"is not a TPU slice name or a GPU cluster: {TARGET_FORMS}",
-    )
+    if topology:  # GENERATION:SHAPE of a generation this tool does not know
+        raise ExplorerError(
+            "target",
+            name,
+            f"is not a TPU slice name or a GPU cluster: {topology['generation']!r} is neither a TPU generation ({', '.join(CHIPS)}) "
+            f"nor a GPU of a cluster GPU:HOSTSxGPUS of {', '.join(GPUS)}",
+        )
+    raise ExplorerError("target", name, f"is not a TPU slice name or a GPU cluster, {TARGET_EXAMPLES}")
 
 
 def _parse_slices(name: str, text: str, count: int, slice_name: str) -> Target:

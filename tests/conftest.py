@@ -58,6 +58,7 @@ BROWSER_FILES = (
     "tests/browser/test_target.py",  # ~30 s
     "tests/browser/test_advisor.py",  # ~25 s
     "tests/browser/test_arrays.py",  # ~20 s
+    "tests/browser/test_target_names.py",  # ~55 s (three compiles)
 )
 FILE_ORDER = tuple(f for pair in itertools.zip_longest(CPU_FILES, BROWSER_FILES) for f in pair if f)  # none dropped
 

@@ -22,7 +22,7 @@ from explorer.layout import Layout
 from explorer.compile_cache import cache_folder, cached
 from explorer.step_model import SCOPE
 from explorer.target_compile import Stopped, compile_target
-from explorer.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
+from explorer.targets import TARGET_FORMS, Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.text import human_bytes, human_flops, human_seconds, markdown_literal, memory_relation, memory_room, share
 from explorer.xla_results import memory_limit
 from ui import state, tables
@@ -71,8 +71,8 @@ def choose() -> Target | None:
     except ExplorerError as error:
         with st.container(key="target_error"):
             st.error(markdown_literal(str(error)))
-            with st.expander("Every name the list holds"):
-                st.caption(markdown_literal(", ".join(valid_names())))
+            with st.expander("Every form, and the names the list holds"):
+                st.caption(markdown_literal(f"A target is {TARGET_FORMS}. Listed: {', '.join(valid_names())}."))
         return None
     if target.is_gpu:
         gpu = target.chip
