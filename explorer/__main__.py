@@ -26,6 +26,7 @@ import os
 import sys
 
 from explorer.hardware import devices
+from explorer.formats import fit
 
 
 INSTALLED_SCRIPT = "partition-explorer"  # pyproject.toml's [project.scripts] entry
@@ -224,12 +225,12 @@ def _analyze(args: argparse.Namespace) -> int:
         if not args.json:
             from explorer.text import origins_text
 
-            print(origins_text(found, args.origins))
+            print(fit(origins_text(found, args.origins)))
             return 0
     if args.values is not None and not args.json:
         from explorer.text import values_text
 
-        print(values_text(report.values, args.values))
+        print(fit(values_text(report.values, args.values)))
     elif args.array is not None:
         info = _array(report, args.array)
         if args.json:
@@ -248,7 +249,7 @@ def _analyze(args: argparse.Namespace) -> int:
     else:
         from explorer.text import report_table
 
-        print(report_table(report, include_tiles=tiles, tiles_for=pattern))
+        print(fit(report_table(report, include_tiles=tiles, tiles_for=pattern)))
     errors = [finding for finding in report.warnings if finding.level == "error"]
     if args.strict and errors:
         print(f"strict: {len(errors)} error-level finding(s), e.g. {errors[0].message}", file=sys.stderr)

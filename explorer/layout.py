@@ -33,6 +33,7 @@ from pydantic import (
 
 from explorer.errors import ExplorerError, shown
 from explorer.specs import MeshAxes, spec_axes, spec_entry
+from explorer.formats import counted
 
 MAX_DEVICES = 65_536
 MAX_MESH_AXES = 16  # MaxText's mesh has 12 axes, most of size 1
@@ -134,19 +135,19 @@ class MeshSpec(_Frozen):
             raise ExplorerError(
                 "mesh.axes",
                 list(self.axes),
-                f"has {len(self.axes)} names but mesh.shape {list(self.shape)} has {len(self.shape)} axes",
+                f"has {counted(len(self.axes), 'name')} but mesh.shape {list(self.shape)} has {counted(len(self.shape), 'axis')}",
             )
         if self.axis_types is not None and len(self.axis_types) != len(self.axes):
             raise ExplorerError(
                 "mesh.axis_types",
                 list(self.axis_types),
-                f"has {len(self.axis_types)} {_entries(len(self.axis_types))} but the mesh has {len(self.axes)} axes {list(self.axes)}",
+                f"has {counted(len(self.axis_types), 'entry')} but the mesh has {counted(len(self.axes), 'axis')} {list(self.axes)}",
             )
         if self.dcn is not None and len(self.dcn) != len(self.axes):
             raise ExplorerError(
                 "mesh.dcn",
                 list(self.dcn),
-                f"has {len(self.dcn)} {_entries(len(self.dcn))} but the mesh has {len(self.axes)} axes {list(self.axes)}",
+                f"has {counted(len(self.dcn), 'entry')} but the mesh has {counted(len(self.axes), 'axis')} {list(self.axes)}",
             )
         for axis, size, count in zip(self.axes, self.shape, self.dcn or ()):
             if size % count:
@@ -573,7 +574,3 @@ SEED_LAYOUT = {
 def seed_layout() -> Layout:
     """The Flax guide's example: LogicalMLP on a 2x4 (data, model) mesh."""
     return parse_layout(SEED_LAYOUT)
-
-
-def _entries(count: int) -> str:
-    return "entry" if count == 1 else "entries"

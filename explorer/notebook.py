@@ -29,6 +29,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout, load_layout_file, parse_layout
 from explorer.formats import human_bytes
 from explorer.tiles import default_dims, grid_view
+from explorer.formats import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -152,7 +153,7 @@ class NotebookReport(Report):
         parts = [
             '<div class="partition-explorer-report">',
             f"<p><b>{escape(self.layout.name)}</b>: model <code>{escape(self.layout.model.name)}</code>, "
-            f"mesh {escape(' × '.join(f'{a}={s}' for a, s in zip(mesh.axes, mesh.shape)))} ({mesh.size} devices, {mesh_kind}); "
+            f"mesh {escape(' × '.join(f'{a}={s}' for a, s in zip(mesh.axes, mesh.shape)))} ({counted(mesh.size, 'device')}, {mesh_kind}); "
             f"rules {rules} ({escape(self.resolution_order)})</p>",
             "<p>Per device: state (exact) "
             + escape(human_bytes(totals.state_bytes))

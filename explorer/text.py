@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from explorer.hlo import program as hlo
-from explorer.formats import human_bytes, human_flops, human_seconds, share
+from explorer.formats import WIDTH, counted, human_bytes, human_flops, human_seconds, plain_table, share
 from explorer.analysis.analyzer import tiled_arrays
 from explorer.analysis.report import KIND_LABELS, Report
 from explorer.compile.compile_result import TargetCompile, memory_room
@@ -110,11 +110,20 @@ def arrays_frame(report: Report) -> "pd.DataFrame":
     )
 
 
+def arrays_lines(frame, below: Sequence[str] = ("logical axes", "spec", "shard shape", "replication")) -> list[str]:
+    """The arrays table; wider than a terminal (``WIDTH``), each array on two lines: what it is, then how it is sharded."""
+    whole, rows = frame.to_string(index=False).splitlines(), frame.to_dict("records")
+    if len(frame) == 0 or max(map(len, whole)) <= WIDTH:
+        return whole
+    first, second = plain_table(rows, [c for c in frame.columns if c not in below]), plain_table(rows, below)
+    return [line for one, two in zip(first.splitlines(), second.splitlines()) for line in (one, "    " + two)]
+
+
 def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "*") -> str:
     mesh = report.mesh
     kind = "planned (AbstractMesh, hypothetical device ids)" if mesh.abstract else "real devices"
     lines = [
-        f"layout {report.layout.name!r}: mesh {dict(zip(mesh.axes, mesh.shape))}, {mesh.size} devices, {kind}",
+        f"layout {report.layout.name!r}: mesh {dict(zip(mesh.axes, mesh.shape))}, {counted(mesh.size, 'device')}, {kind}",
         f"rules: {[list(r) for r in report.layout.rules_for_flax()]}  ({report.resolution_order})",
         "",
     ]
@@ -125,7 +134,7 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
         )
     frame = arrays_frame(report)
     frame["bytes/device"] = frame["bytes/device"].map(human_bytes)
-    lines.append(frame.to_string(index=False))
+    lines += arrays_lines(frame)
     totals = report.totals
     lines += [
         "",
@@ -357,7 +366,7 @@ def op_text(analysis, timing=None) -> str:
     mesh = analysis.mesh
     kind = "planned" if analysis.planned else "real devices"
     lines = [
-        f"mesh {dict(zip(mesh.axes, mesh.shape))}: {mesh.size} devices ({kind})",
+        f"mesh {dict(zip(mesh.axes, mesh.shape))}: {counted(mesh.size, 'device')} ({kind})",
         f"expr: {analysis.op.expr}"
         + ("" if analysis.op.out_spec is None else f"  (with_sharding_constraint to {spec_text(analysis.op.out_spec)})"),
         "",

@@ -46,6 +46,7 @@ CPU_FILES = (
     "tests/explorer/reading/test_types.py",  # ~28 s
     "tests/explorer/timing/test_timing.py",  # ~24 s
     "tests/explorer/predict/test_tpu_kernels.py",  # ~25 s (three TPU programs compiled in one child)
+    "tests/pages/test_compile_again.py",  # ~25 s (two compiles for a 1-chip slice)
 )
 BROWSER_FILES = (
     "tests/browser/test_journeys.py",  # ~63 s
@@ -58,6 +59,7 @@ BROWSER_FILES = (
     "tests/browser/test_target.py",  # ~30 s
     "tests/browser/test_advisor.py",  # ~25 s
     "tests/browser/test_arrays.py",  # ~20 s
+    "tests/browser/test_target_names.py",  # ~55 s (three compiles)
 )
 FILE_ORDER = tuple(f for pair in itertools.zip_longest(CPU_FILES, BROWSER_FILES) for f in pair if f)  # none dropped
 

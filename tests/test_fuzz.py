@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from explorer.__main__ import main
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, Layout, load_layout_bytes, parse_layout
-from explorer.sharing.share import PARAMS, layout_to_params, layout_to_query, params_to_layout
+from explorer.sharing.share import PARAMS, layout_to_params, layout_to_query, link_keeping_the_rest, params_to_layout
 
 EXAMPLES = int(os.environ.get("EXPLORER_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(
@@ -179,6 +179,23 @@ def test_the_seed_link_with_text_cut_and_spliced(edits):
     layout = decodes_or_refuses(params_to_layout, params)
     if layout is not None:
         link_round_trips(layout)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(PARAMS), st.integers(0, 80), st.integers(0, 6), link_text), min_size=1, max_size=4))
+def test_a_spliced_link_opens_what_it_can_and_names_what_it_left_out(edits):
+    """Opening a link keeps every good field: a valid layout and a message per field left out, or one refusal."""
+    params = layout_to_params(parse_layout(SEED_LAYOUT))
+    for key, position, cut, insert in edits:
+        value = params.get(key, "")
+        params[key] = value[:position] + insert + value[position + cut :]
+    try:
+        layout, left_out = link_keeping_the_rest(params)
+    except ExplorerError as error:
+        assert str(error) and len(str(error)) < 2000
+        return
+    assert all(str(out.error) and out.instead for out in left_out)
+    link_round_trips(layout)
 
 
 @FUZZ

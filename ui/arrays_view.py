@@ -33,6 +33,7 @@ from explorer.text import code_literal, markdown_literal
 from explorer.tiles import grid_view, shard_counts
 from ui import live_timing, op_state, share_panel, sidebar, state
 from ui.turnstile import TURNSTILE
+from explorer.formats import counted
 
 TIMINGS = "arrays_timings"  # op key -> OpTiming
 PARTIAL = "arrays_partial"  # the samples of a timing in progress, kept if Stop interrupts it
@@ -160,7 +161,7 @@ def show_inputs(op: OpSpec, analysis: OpAnalysis) -> None:
     """The mesh and the expression in one line, then each input's grid."""
     mesh = analysis.mesh
     where = "planned: hypothetical device ids, nothing compiles or runs" if analysis.planned else "real devices of this process"
-    st.markdown(f"Mesh {mesh_text(mesh.axes, mesh.shape)} · {mesh.size} devices ({where}) · {code_literal(op.expr)}")
+    st.markdown(f"Mesh {mesh_text(mesh.axes, mesh.shape)} · {counted(mesh.size, 'device')} ({where}) · {code_literal(op.expr)}")
     for index, (view, slot) in enumerate(zip(analysis.inputs, side_by_side(len(analysis.inputs)))):
         with slot:
             draw(view, analysis, array_title(view), f"arrays_grid_{index}")
@@ -272,7 +273,7 @@ def timing_section(op: OpSpec, analysis: OpAnalysis) -> None:
         f"Host memory needed: about {human_bytes(host_bytes_to_time(op))} (inputs and output, sharded and on one device). "
         f"Timings queued right now: {TURNSTILE.queue_length()}. On simulated CPU devices all 'devices' share this machine's cores."
     )
-    labels = {"sharded": f"sharded over {analysis.mesh.size} devices", "single": "one device"}
+    labels = {"sharded": f"sharded over {counted(analysis.mesh.size, 'device')}", "single": "one device"}
     if start:
         live_timing.time_with_stop(
             TIMINGS,
@@ -322,7 +323,7 @@ def show_timing(key: str, labels: dict[str, str]) -> None:
         st.info("Press **Time sharded vs one device** to run the compiled op on the mesh and the same expression on one device.")
     else:
         metrics = st.columns(4)
-        metrics[0].metric(f"Sharded ({timing.devices} devices), median", f"{timing.sharded.median * 1e3:.2f} ms")
+        metrics[0].metric(f"Sharded ({counted(timing.devices, 'device')}), median", f"{timing.sharded.median * 1e3:.2f} ms")
         metrics[1].metric("One device, median", f"{timing.single.median * 1e3:.2f} ms")
         metrics[2].metric("Speedup", f"{timing.speedup:.2f}×", help="one-device median / sharded median")
         metrics[3].metric("max |difference|", f"{timing.max_abs_difference:.3g}", help="between the sharded and the one-device result")

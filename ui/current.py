@@ -86,9 +86,10 @@ def current_layout(page: str) -> Current:
     share_panel.show_message("link")
     # The layout shown, which is what the Share section offers: the address bar, the readable link
     # and the file always agree (while the sidebar holds an invalid draft, that is the last valid layout).
-    share_panel.sync_address(layout)
+    shared = state.as_shared(layout)
+    share_panel.sync_address(shared)
     with st.sidebar:
-        share_panel.render(layout)
+        share_panel.render(shared)
     return Current(layout, report, valid, slots, target)
 
 

@@ -297,10 +297,13 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
     rules = report.layout.rules_for_flax()
     st.markdown("**Why this spec** — the rule trace, dimension by dimension")
     if report.typed:
+        how = {  # the semantics are the call's (Linen's or NNX's), not the model's: say the ones this array's call has
+            "nnx": "NNX applies the rules to Variable metadata only (nnx.logical_axis_rules)",
+            "linen": "Linen's calls (nn.with_logical_partitioning, nn.with_logical_constraint) map its logical names by the rules",
+        }.get(info.semantics, "no rule decides it: the code wrote it into the type")
         st.caption(
-            "Explicit axes: the spec shown is the one in this value's type. NNX applies the rules to Variable metadata "
-            "only (nnx.logical_axis_rules); a call's out_sharding= takes mesh axes, not logical names"
-            + (f". Here: {markdown_literal(info.note)}." if info.note else ".")
+            f"Explicit axes: the spec shown is the one in this value's type. {how}; a call's out_sharding= takes mesh axes, "
+            "not logical names" + (f". Here: {markdown_literal(info.note)}." if info.note else ".")
         )
         if info.semantics == "explicit":
             return

@@ -9,7 +9,7 @@ import streamlit as st
 from explorer.sharing import library
 from explorer.errors import ExplorerError
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes, parse_layout, seed_layout
-from explorer.sharing.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.sharing.share import LeftOut, layout_to_params, layout_to_query, link_keeping_the_rest, maxtext_yaml, python_snippet
 from explorer.text import markdown_literal
 from ui import state
 
@@ -27,14 +27,16 @@ def initial_layout() -> Layout:
     if not params:
         return seed_layout()
     try:
-        layout = params_to_layout(params)
-        if selected:
-            st.session_state[state.SELECTED] = selected  # the Layout page falls back to its default if absent, and says so
-            st.session_state[LINK_ARRAY] = selected
-        return layout
-    except ExplorerError as error:
+        layout, left_out = link_keeping_the_rest(params)
+    except ExplorerError as error:  # no mesh, axes or model, or too long: nothing to keep
         _tell("link", "error", refuse_link(REFUSED_LINK, "the default layout", error))
         return seed_layout()
+    if left_out:
+        _tell("link", "error", partly_opened(REFUSED_LINK, left_out))
+    if selected:
+        st.session_state[state.SELECTED] = selected  # the Layout page falls back to its default if absent, and says so
+        st.session_state[LINK_ARRAY] = selected
+    return layout
 
 
 def sync_address(layout: Layout) -> None:
@@ -122,6 +124,18 @@ def refuse_link(key: str, shown: str, error: ExplorerError) -> str:
     st.session_state[key] = "?" + urlencode(st.query_params.to_dict(), safe=":,;/*!'()@$")
     return (
         f"The link could not be opened, so {shown} is shown: {markdown_literal(str(error).rstrip('.'))}. "
+        "The link you opened is kept under Share, to copy and fix."
+    )
+
+
+def partly_opened(key: str, left_out: tuple[LeftOut, ...]) -> str:
+    """Keep the address bar's query under ``key`` (as ``refuse_link``) and say which fields of the link were left out,
+    why, and what stands in for each: the rest of the layout is the link's."""
+    st.session_state[key] = "?" + urlencode(st.query_params.to_dict(), safe=":,;/*!'()@$")
+    fields = list(dict.fromkeys(out.param for out in left_out))
+    said = "; ".join(f"{markdown_literal(str(out.error).rstrip('.'))} ({out.instead})" for out in left_out)
+    return (
+        f"The link opened without its {' and '.join(fields)}: {said}. The rest of the layout is the link's. "
         "The link you opened is kept under Share, to copy and fix."
     )
 

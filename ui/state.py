@@ -35,9 +35,7 @@ LOADED = "loaded_layout"  # the layout last loaded (file format): the name is ma
 PRESET_NOTES = "preset_notes"  # what the last preset left unsharded and why, shown under the rules until a load
 TARGET_CHOICE = "target_choice"  # the sidebar's Target selectbox
 EXAMPLE = "example_layout"  # the sidebar's Examples selectbox: a pick loads that layout and clears itself
-TARGET_OTHER = "target_other"  # the slice typed when the choice is TARGET_TYPE_OWN
 TARGET_HERE = "this process's devices"
-TARGET_TYPE_OWN = "another slice or GPU cluster (type its name)"
 
 # Values of widgets that must survive a page switch: the layout in the sidebar, and the
 # inputs of one page a user expects to find again (steps, rounds, picks, links, a name
@@ -52,7 +50,6 @@ KEPT_WIDGETS = (
     FACTORY_OPTIONS,
     SELECTED,
     TARGET_CHOICE,
-    TARGET_OTHER,
     "timing_steps",
     "timing_warmup",
     "timing_processes",
@@ -162,25 +159,14 @@ def open_example() -> None:
 
 
 def set_target(name: str | None) -> None:
-    """Point the sidebar's Target at ``name`` (None: this process's devices)."""
-    from explorer.hardware.targets import valid_names
-
-    state = st.session_state
-    if name is None:
-        state[TARGET_CHOICE] = TARGET_HERE
-    elif name in valid_names():
-        state[TARGET_CHOICE] = name
-    else:
-        state[TARGET_CHOICE] = TARGET_TYPE_OWN
-        state[TARGET_OTHER] = name
+    """Point the sidebar's Target at ``name`` (None: this process's devices); any name: the box takes typed ones."""
+    st.session_state[TARGET_CHOICE] = TARGET_HERE if name is None else name
 
 
 def chosen_target() -> str | None:
     """The name of the target the sidebar's Target section holds (None: this process's devices), as typed."""
     choice = st.session_state.get(TARGET_CHOICE)
-    if choice in (None, TARGET_HERE):
-        return None
-    return st.session_state.get(TARGET_OTHER, "") if choice == TARGET_TYPE_OWN else choice
+    return None if choice in (None, TARGET_HERE) else choice
 
 
 def edited_since_loaded(layout: Layout) -> bool:
@@ -196,6 +182,17 @@ def edited_since_loaded(layout: Layout) -> bool:
         return {key: value for key, value in data.items() if key not in ("name", "target")}
 
     return same(layout.to_dict()) != same(loaded)
+
+
+EDITED = " (edited)"
+
+
+def as_shared(layout: Layout) -> Layout:
+    """``layout`` as the Share section offers it: edited since it was loaded, its name says so ("seed-2x4 (edited)"), so
+    that whoever opens the link or the file does not take it for the layout of that name."""
+    if not edited_since_loaded(layout) or layout.name.endswith(EDITED):
+        return layout
+    return layout.model_copy(update={"name": layout.name[: 120 - len(EDITED)] + EDITED})
 
 
 def set_rules(rules: list[list[Any]], model: str | None = None) -> None:
@@ -216,7 +213,9 @@ def parse_list(text: str) -> list[Any]:
     text = text.strip()
     if len(text) >= 2 and (text[0], text[-1]) in (("[", "]"), ("(", ")")):
         text = text[1:-1]
-    text = re.sub(r"(?<=\d)\s*[x×]\s*(?=[-+]?\d)", ",", text.strip())
+    # An x between sizes separates them, also beside a word that is not a size ("2 x four" is [2, "four"], so the message
+    # names "four", not the "x"); a lone "x" at an end ("3x", "2, x") stays, for the message to name.
+    text = re.sub(r"(?<=\d)\s*[x×]\s*(?=\S)|(?<=\S)\s*[x×]\s*(?=[-+]?\d)|\s+[x×]\s+", ",", text.strip())
     items = [item for item in re.split(r"[,\s]+", text) if item]
     return [int(item) if re.fullmatch(r"-?\d{1,30}", item) else item for item in items]
 

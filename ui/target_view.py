@@ -20,23 +20,22 @@ from explorer.analysis.findings import indivisible_error
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.compile.compile_cache import cached
+from explorer.compile.compile_cache import cache_folder, cached
 from explorer.predict.step_model import SCOPE
 from explorer.compile.target_compile import Stopped, compile_target
-from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
+from explorer.hardware.targets import TARGET_FORMS, Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.formats import human_bytes, human_flops, human_seconds, share
-from explorer.compile.compile_result import memory_room
 from explorer.text import markdown_literal, memory_relation
+from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from ui import state, tables
 from ui.communication_view import top_lines
 from ui.turnstile import TURNSTILE
 
 CHOICE = state.TARGET_CHOICE
-OTHER = state.TARGET_OTHER
 HERE = state.TARGET_HERE
-TYPE_OWN = state.TARGET_TYPE_OWN
 STOPPED = "target_stopped"
+AGAIN = "target_compile_again"  # the (layout, target) whose cached result the user asked to compile again
 # Every column in view at 1024 px, "time ≥" included (widths in pixels).
 COLLECTIVE_WIDTHS = {"op": 120, "mesh axes": 110, "count": 60, "bytes": 90, "group": 60, "rides": 75, "time ≥": 95}
 # The Compare page's decision on a target (does each fit, how fast at best) in view; headroom and the collectives' time
@@ -45,34 +44,38 @@ SUMMARY_COLUMNS = {"layout": 150, "fits": 50, "XLA peak / device": 100, "predict
 
 
 def choose() -> Target | None:
-    """The sidebar's Target section: None means this process's devices (as before)."""
+    """The sidebar's Target section: None means this process's devices (as before).
+
+    The box lists examples of every form and takes any name typed into it (Enter), as the docs write them: ``v5e:4x4``,
+    ``h100:3x8``, ``2xv5litepod-4``, ``v5e-256``. A name that is no target gets one line under the box, naming it.
+    """
     st.subheader("Target")
-    options = [HERE] + valid_names() + [TYPE_OWN]
-    if st.session_state.get(CHOICE) not in options:
+    options = [HERE] + valid_names()
+    typed = st.session_state.get(CHOICE)
+    if typed is None:
         st.session_state[CHOICE] = HERE
+    elif typed not in options:
+        options.append(typed)  # a name typed or opened from a link: listed, so that the box shows it
     choice = st.selectbox(
         "Plan for",
         options,
         key=CHOICE,
+        accept_new_options=True,
+        placeholder="Type a slice or GPU cluster, then Enter",
         help="A TPU slice or an NVIDIA GPU cluster to compile the train step for, without owning it (libtpu's or JAX's CUDA "
-        "plugin's compiler runs on this machine). Cloud TPU names: v5litepod-N and v6e-N count chips, v5p-N and v4-N TensorCores "
-        "(2 per chip). GPU clusters: a100, h100, h200 or b200:HOSTSxGPUS (h100:8x8 is 8 hosts of 8 H100s).",
+        "plugin's compiler runs on this machine). Pick one or type any name, then Enter: a Cloud TPU type (v5litepod-N, v5e-N "
+        "and v6e-N count chips, v5p-N and v4-N TensorCores, 2 per chip), a libtpu topology (v5e:4x4, v5p:4x4x4), N slices of "
+        "one (2xv5p-16) or a GPU cluster a100, h100, h200 or b200:HOSTSxGPUS (h100:8x8 is 8 hosts of 8 H100s).",
     )
-    if choice == HERE:
+    if choice in (None, HERE):
         return None
-    if choice == TYPE_OWN:
-        st.session_state.setdefault(OTHER, "v5p:4x4x4")
-        st.text_input(
-            "Slice or GPU cluster",
-            key=OTHER,
-            help="A Cloud TPU type (v5p-128), a libtpu topology (v5p:4x4x4, v5e:16x16), N slices of one (2xv5p-128) or a GPU "
-            "cluster (h100:2x8)",
-        )
-    name = state.chosen_target()
     try:
-        target = parse_target(name)
+        target = parse_target(choice)
     except ExplorerError as error:
-        st.error(markdown_literal(str(error)))
+        with st.container(key="target_error"):
+            st.error(markdown_literal(str(error)))
+            with st.expander("Every form, and the names the list holds"):
+                st.caption(markdown_literal(f"A target is {TARGET_FORMS}. Listed: {', '.join(valid_names())}."))
         return None
     if target.is_gpu:
         gpu = target.chip
@@ -112,7 +115,10 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
         st.error(markdown_literal(str(error)))
         return None
     result = cached(layout, target)
-    if result is None:
+    again = st.session_state.pop(AGAIN, None) == _wall_key(layout, target)
+    if result is not None and not again and _wall_key(layout, target) not in st.session_state.get(WALL, {}):
+        _from_the_cache(layout, target, result)
+    if result is None or again:
         before = st.empty()  # what is certain before compiling; XLA's verdict replaces it once the compile is done
         with before.container():
             _state_verdict(report, target)
@@ -120,7 +126,7 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
         if refusal is not None:
             with st.container(key="target_refused"):
                 st.error(markdown_literal(str(refusal)))
-        result = _compile_action(layout, target, disabled=refusal is not None)
+        result = _compile_action(layout, target, disabled=refusal is not None, now=again)
         if result is not None:
             before.empty()
     if result is not None:
@@ -173,7 +179,25 @@ def layout_size(layout: Layout) -> int:
     return size
 
 
-def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> TargetCompile | None:
+def _from_the_cache(layout: Layout, target: Target, result: TargetCompile) -> None:
+    """A result this session did not compile (an earlier session's, another server's sharing the cache folder): when and
+    where it was compiled, and a button to compile it again."""
+    when = f"compiled on {result.compiled_when}" if result.compiled_when else "compiled at a time it does not record"
+    with st.container(key="target_cached", horizontal=True, vertical_alignment="center"):
+        st.caption(
+            f"Read from the compile cache ({markdown_literal(cache_folder() or '')}): {when}, for this layout, target and "
+            "library versions. Not compiled by you in this session."
+        )
+        st.button(
+            "Compile again",
+            key="target_compile_again_button",
+            on_click=lambda: st.session_state.__setitem__(AGAIN, _wall_key(layout, target)),
+            help="Compiles the train step for this target anew and replaces the cached result",
+        )
+
+
+def _compile_action(layout: Layout, target: Target, disabled: bool = False, now: bool = False) -> TargetCompile | None:
+    """The compile button, and the compile when it is clicked (``now``: at once, replacing a cached result)."""
     start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button", disabled=disabled)
     where, per = ("GPU cluster", "GPU") if target.is_gpu else ("slice", "chip")
     st.caption(
@@ -182,7 +206,7 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> T
     )
     if st.session_state.pop(STOPPED, None):
         st.info("The last compile was stopped.")
-    if not start:
+    if not (start or now):
         return None
     stop_slot = st.empty()
     stop_slot.button("Stop", key="target_stop_button", help="Kills the compile process")
@@ -200,7 +224,7 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False) -> T
     TURNSTILE.enter(on_wait=lambda ahead: status.update(label=f"Waiting for a turn: {ahead} compile(s) or timing(s) ahead of you"))
     try:
         status.update(label=f"Compiling for {target.name}: starting", state="running")
-        result, _ = compile_target(layout, target, on_stage=on_stage)
+        result, _ = compile_target(layout, target, on_stage=on_stage, fresh=now)
     except Stopped:
         status.update(label="Stopped", state="error")
         return None

@@ -19,6 +19,7 @@ from explorer.compile.xla_results import memory_limit
 from explorer.hardware.targets import Target
 from explorer.formats import human_bytes, plain_table, share
 from explorer.compile.compile_result import memory_room
+from explorer.formats import counted
 
 PREDICTION_NOTE = (
     "the step model's prediction, what ranks, one scale for every row: XLA's program kernel by kernel where verified; else an "
@@ -233,14 +234,14 @@ def target_text(target: Target) -> str:
         if target.multislice:  # each slice's torus as above; the slices joined by the DCN
             return (
                 f"{target.name}: {target.num_slices} TPU slices of {target.slice_chips} {target.chip.device_kind} chips "
-                f"({target.devices} devices) joined by the data-center network ({target.dcn.bandwidth / 1e9:g} GB/s per chip), "
+                f"({counted(target.devices, 'device')}) joined by the data-center network ({target.dcn.bandwidth / 1e9:g} GB/s per chip), "
                 f"each {links}"
             )
-        return f"{target.name}: a TPU slice of {target.chips} {target.chip.device_kind} chips ({target.devices} devices), {links}"
+        return f"{target.name}: a TPU slice of {counted(target.chips, target.chip.device_kind + ' chip')} ({counted(target.devices, 'device')}), {links}"
     gpu = target.chip
     return (
-        f"{target.name}: a GPU cluster of {target.hosts} host{'s' if target.hosts > 1 else ''} x {target.gpus_per_host} "
-        f"{gpu.device_kind} ({target.devices} GPUs); a mesh axis inside a host rides NVLink ({gpu.nvlink_bandwidth / 1e9:.0f} GB/s "
+        f"{target.name}: a GPU cluster of {counted(target.hosts, 'host')} x {target.gpus_per_host} "
+        f"{gpu.device_kind} ({counted(target.devices, 'GPU')}); a mesh axis inside a host rides NVLink ({gpu.nvlink_bandwidth / 1e9:.0f} GB/s "
         f"one way per GPU), one that spans hosts the network ({gpu.network_bandwidth / 1e9:.0f} GB/s per GPU); tensor is placed "
         "inside a host"
     )

@@ -21,6 +21,7 @@ from explorer.reading import AbstractArray, AbstractModel
 from explorer.rules import RESOLUTION_ORDERS, RulePair, effective_axes, format_rule, resolve
 from explorer.specs import spec_axes
 from explorer.tiles import MeshInfo
+from explorer.formats import counted
 
 from explorer.analysis.report import ArrayInfo, Finding, Report
 
@@ -222,7 +223,7 @@ def _large_replicated(arrays: Sequence[ArrayInfo], mesh: MeshInfo, top: int = 3)
     return [
         Finding(
             "replicated-large",
-            f"{a.path} ({a.global_bytes / 2**20:,.1f} MiB) is fully replicated: every one of the {mesh.size} devices holds all of it.",
+            f"{a.path} ({a.global_bytes / 2**20:,.1f} MiB) is fully replicated: every one of the {counted(mesh.size, 'device')} holds all of it.",
             a.path,
         )
         for a in replicated[:top]

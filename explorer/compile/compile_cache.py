@@ -51,6 +51,12 @@ def _cache_path(key: str) -> str | None:
     return None if folder is None else os.path.join(folder, "compiles", key + ".json")
 
 
+def cache_folder() -> str | None:
+    """The folder the compile results are kept in (None: the cache is off), to tell a user where a result came from."""
+    path = _cache_path("")
+    return None if path is None else os.path.dirname(path)
+
+
 def cached(layout: Layout, target: Target) -> TargetCompile | None:
     """The cached result for (layout, target, versions), or None; a corrupt entry is dropped."""
     path = _cache_path(cache_key(layout, target))

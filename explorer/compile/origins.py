@@ -114,12 +114,18 @@ def values(text: str) -> tuple[PropagatedValue, ...]:
 
 def _origin_names(text: str, locations: dict[int, str]) -> dict[str, str]:
     """Shardy's origin names in words: ``input: 3`` -> the main function's argument 3 by JAX's name for it
-    (``state.params['Dense_0']['kernel'].value``), ``constraint_2`` -> the line of the constraint it names."""
+    (``state.params['Dense_0']['kernel'].value``), ``output: 14`` -> the result's (``state.opt_state[0].mu[...]``),
+    ``constraint_2`` -> the line of the constraint it names."""
     names: dict[str, str] = {}
     main = next((line for line in text.splitlines() if "func.func public @main" in line), "")
     for index, argument in enumerate(re.split(r"%arg\d+: ", main)[1:]):
         label = re.search(r'loc\("([^"]*)"\)', argument)
         names[f"input: {index}"] = f"input {label[1]}" if label else f"input {index}"
+    # Outputs by JAX's name for them: the step returns the new state, so "result.opt_state..." is the state leaf
+    # "state.opt_state...", as its input is named (not Shardy's "output: 14").
+    results = main.partition(") -> (")[2]
+    for index, label in enumerate(re.findall(r'jax\.result_info = "([^"]*)"', results)):
+        names[f"output: {index}"] = "output " + re.sub(r"^result", "state", label)
     for line in text.splitlines():
         constraint = re.search(r'sdy\.sharding_origin_name = "(?P<name>[^"]+)".*loc\(#loc(?P<loc>\d+)\)\s*$', line)
         if constraint:

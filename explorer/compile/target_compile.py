@@ -108,8 +108,10 @@ def compile_target(
     should_stop: Callable[[], bool] | None = None,
     poll_s: float = 0.2,
     on_start: Callable[[int], None] | None = None,
+    fresh: bool = False,
 ) -> tuple[TargetCompile, bool]:
-    """The result for (layout, target) and whether it came from the disk cache.
+    """The result for (layout, target) and whether it came from the disk cache (``fresh``: compile again, whatever the
+    cache holds, and keep the new result there).
 
     Otherwise compiles in a child process, calling ``on_stage(stage, elapsed_s)`` as
     the child reports stages and every ``poll_s``; ``should_stop()`` returning True
@@ -120,7 +122,7 @@ def compile_target(
     check_mesh_fits(target, layout.mesh.size)
     slice_split(target, tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.dcn)  # a split the slices cannot hold
     require_gpu_plugin(target)
-    hit = cached(layout, target)
+    hit = None if fresh else cached(layout, target)
     if hit is not None:
         return hit, True
     report = on_stage or (lambda *_: None)

@@ -43,6 +43,7 @@ from typing import Any, Iterable, Sequence
 
 from explorer.errors import ExplorerError, first_line
 from explorer.hardware.targets import Target, hosts_per_axis, parse_target, slice_split
+from explorer.formats import counted, plural
 
 ROOT = str(Path(__file__).resolve().parents[2])  # the project, where a child process runs
 LINE = 0.5  # a torus axis run along as a line (no wraparound, or part of the axis): one direction of its links
@@ -167,7 +168,7 @@ def mesh_links(target: Target, shape: Sequence[int], axes: Sequence[str], dcn: S
             f"{t} ({'on chip' if t == 'core' else 'a ring, both ways' if r else 'a line, one way'})"
             for t, r in zip(entry["torus_axes"], rings)
         )
-        text = f"{name} ({entry['size']}): " + (f"along torus axis{'es' if len(rings) > 1 else ''} {parts}" if parts else "one device")
+        text = f"{name} ({entry['size']}): " + (f"along {plural('torus axis', len(rings))} {parts}" if parts else "one device")
         links.append(AxisLink(name, entry["size"], tuple(entry["torus_axes"]), rings, ring_axes, 1, "ici", text))
     return tuple(links)
 
@@ -356,7 +357,7 @@ def slice_placement(mesh) -> tuple[AxisPlacement, ...]:
         groups = np.moveaxis(indices, axis, -1).reshape(-1, torus.size)
         spanned = max(len(set(g.tolist())) for g in groups)
         inside = torus.size // spanned
-        where = f"{inside} device{'s' if inside > 1 else ''}" + (f" along {', '.join(torus.torus_axes)}" if torus.torus_axes else "")
+        where = counted(inside, "device") + (f" along {', '.join(torus.torus_axes)}" if torus.torus_axes else "")
         text = (
             f"{name} ({torus.size}): across {spanned} slices over the DCN, {where} in each"
             if spanned > 1
@@ -385,9 +386,9 @@ def gpu_placement(mesh, target: Target) -> tuple[AxisPlacement, ...]:
         per_host = size // spanned
         levels = (["host"] if spanned > 1 else []) + (["gpu"] if per_host > 1 else [])
         where = (
-            f"{per_host} GPU{'s' if per_host > 1 else ''} of one host, over NVLink"
+            f"{counted(per_host, 'GPU')} of one host, over NVLink"
             if spanned == 1
-            else f"{per_host} GPU{'s' if per_host > 1 else ''} in each of {spanned} hosts, over the network"
+            else f"{counted(per_host, 'GPU')} in each of {spanned} hosts, over the network"
         )
         out.append(
             AxisPlacement(

@@ -45,6 +45,7 @@ from explorer.hardware.accelerators import (
     memory_fraction,
 )
 from explorer.errors import ExplorerError
+from explorer.formats import counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,6 +240,14 @@ GPU_FORM = (
     f"a GPU cluster GPU:HOSTSxGPUS of {', '.join(GPUS)} (e.g. h100:1x8, h100:8x8: 1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} GPUs)"
 )
 
+# A bad name's message: short (the sidebar is narrow), with an example of each form; every form is in TARGET_FORMS (the
+# app shows it and every listed name beside the message) and in docs/targets.md.
+TARGET_EXAMPLES = "e.g. v5p-128, v5e-256, v5e:4x4, 2xv5p-16 or h100:2x8 (docs/targets.md lists every form)"
+TARGET_FORMS = (
+    "a Cloud TPU type (v5p-128, v5litepod-16 or v5e-16, v6e-64, v4-32), a libtpu topology GENERATION:AxB[xC] of "
+    f"{', '.join(CHIPS)} (v5e:4x4, v5p:4x4x4, tpu7x:2x2x1), N slices of one (2xv5p-16) or {GPU_FORM}"
+)
+
 
 def tpu_names() -> list[str]:
     """The TPU slices the app lists (Cloud TPU type names, TPU7x topologies)."""
@@ -330,6 +339,8 @@ def parse_target(name: str) -> Target:
         (2, 8, 16, '1x2x8')
     """
     text = str(name).strip().lower()
+    if not text:
+        raise ExplorerError("target", name, f"is empty: give a TPU slice or a GPU cluster, {TARGET_EXAMPLES}")
     several = _SLICES.fullmatch(text)
     if several:
         return _parse_slices(name, text, int(several["count"]), several["slice"])
@@ -345,8 +356,8 @@ def parse_target(name: str) -> Target:
             + (f", e.g. {cluster.topology}" if cluster else "")
             + f" ({MAX_GPUS_PER_HOST} GPUs per host at most)",
         )
-    prefix = cloud and CLOUD_PREFIX_ALIASES.get(cloud["prefix"], cloud["prefix"])
-    if cloud and prefix in BY_CLOUD_PREFIX:
+    prefix = CLOUD_PREFIX_ALIASES.get(cloud["prefix"], cloud["prefix"]) if cloud else None
+    if prefix in BY_CLOUD_PREFIX:
         chip = BY_CLOUD_PREFIX[prefix]
         count = int(cloud["count"])
         if count % chip.cores_per_chip:
@@ -370,16 +381,14 @@ def parse_target(name: str) -> Target:
                 "target", name, f"has {math.prod(shape)} chips; a {chip.generation} slice has at most {MAX_CHIPS[chip.generation]}"
             )
         return Target(text, chip, shape)
-    raise ExplorerError(
-        "target",
-        name,
-        f"is not a TPU slice name or a GPU cluster; accepted: a Cloud TPU type ({', '.join(_TYPE_EXAMPLES)}; v5e-N is "
-        f"v5litepod-N, as MaxText writes it); a libtpu topology GENERATION:AxB[xC] of {', '.join(CHIPS)} (e.g. v5e:4x4, "
-        f"v5p:4x4x4, v4:2x2x2, tpu7x:2x2x1, v5e:1x1); N slices of either (2xv5e-256, 4xv5p-128, 2xv5p:4x4x4); or {GPU_FORM}",
-    )
-
-
-_TYPE_EXAMPLES = ("v5litepod-16", "v5litepod-256", "v5e-256", "v5p-8", "v5p-128", "v6e-64", "v4-32")
+    if topology:  # GENERATION:SHAPE of a generation this tool does not know
+        raise ExplorerError(
+            "target",
+            name,
+            f"is not a TPU slice name or a GPU cluster: {topology['generation']!r} is neither a TPU generation ({', '.join(CHIPS)}) "
+            f"nor a GPU of a cluster GPU:HOSTSxGPUS of {', '.join(GPUS)}",
+        )
+    raise ExplorerError("target", name, f"is not a TPU slice name or a GPU cluster, {TARGET_EXAMPLES}")
 
 
 def _parse_slices(name: str, text: str, count: int, slice_name: str) -> Target:
@@ -452,20 +461,22 @@ def check_mesh_fits(target: Target, mesh_size: int) -> None:
     clusters = [c.topology for c in (gpu_cluster(gpu, mesh_size) for gpu in GPUS.values()) if c]
     if target.is_gpu:  # the same GPU first
         clusters.sort(key=lambda name: not name.startswith(target.chip.generation + ":"))
-    gpu_advice = [f"GPU clusters of {mesh_size} GPUs: {', '.join(clusters)}"] if clusters else []
+    gpu_advice = [f"GPU clusters of {counted(mesh_size, 'GPU')}: {', '.join(clusters)}"] if clusters else []
     tpu_advice = [
-        f"slices of {mesh_size} devices: {', '.join(fitting)}" if fitting else f"no slice this tool knows has {mesh_size} devices"
+        f"slices of {counted(mesh_size, 'device')}: {', '.join(fitting)}"
+        if fitting
+        else f"no slice this tool knows has {counted(mesh_size, 'device')}"
     ]
     if target.is_gpu:
         advice = "; ".join(gpu_advice + tpu_advice if clusters else tpu_advice)
-        has = f"{target.devices} GPUs ({target.hosts} host{'s' if target.hosts > 1 else ''} of {target.gpus_per_host})"
+        has = f"{counted(target.devices, 'GPU')} ({counted(target.hosts, 'host')} of {target.gpus_per_host})"
     else:
         advice = "; ".join(tpu_advice + gpu_advice)
-        has = f"{target.chips} chips" + (f" ({target.devices} devices)" if target.devices != target.chips else "")
+        has = counted(target.chips, "chip") + (f" ({counted(target.devices, 'device')})" if target.devices != target.chips else "")
         if target.multislice:
             has += f" ({target.num_slices} slices of {target.slice_chips})"
     raise ExplorerError(
         "target",
         target.name,
-        f"has {has} but the mesh needs {mesh_size} devices; {advice}",
+        f"has {has} but the mesh needs {counted(mesh_size, 'device')}; {advice}",
     )

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from explorer.errors import ExplorerError
-from explorer.layout import Layout, json_value, layout_errors, parse_layout
+from explorer.layout import SEED_LAYOUT, Layout, json_value, layout_errors, parse_layout
 from explorer.specs import spec_entry
 
 PARAMS = ("name", "mesh", "axes", "types", "dcn", "rules", "model", "options", "target")
@@ -142,6 +143,119 @@ def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         raise _all(errors)
     return data
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A field of a link left out because it was bad."""
+
+    param: str  # the link's parameter: target, rules, options, mesh (mesh, axes, types, dcn), model or name
+    error: ExplorerError  # why, naming the field and its value
+    instead: str  # what stands in, in words ("the rule is left out", "this process's devices instead")
+
+
+def link_keeping_the_rest(params: Mapping[str, str]) -> tuple[Layout, tuple[LeftOut, ...]]:
+    """The layout a link spells, each bad field left out and the rest kept: the layout, and what was left out.
+
+    A bad target opens the layout for this process's devices, a bad rule drops that rule, a bad option that option,
+    a bad mesh or model the seed's. A link without mesh, axes and model, or one too long, is refused whole
+    (ExplorerError): there is no rest to keep.
+
+    >>> layout, left_out = link_keeping_the_rest({"mesh": "2x4", "axes": "data,model", "model": "mlp",
+    ...                                           "rules": "batch:data;hidden:nope", "target": "tpu-v9"})
+    >>> layout.mesh.shape, layout.rules_for_flax(), layout.target
+    ((2, 4), (('batch', 'data'),), None)
+    >>> [(out.param, out.error.field, out.instead) for out in left_out]
+    [('rules', 'rules[1]', 'the rule is left out'), ('target', 'target', "this process's devices instead")]
+    """
+    data, errors = _read(params)
+    left_out = list(errors)
+    for _ in range(len(data["rules"]) + len(data["model"]["options"]) + 8):  # each pass removes one field or item
+        try:
+            return parse_layout(data), tuple(sorted(left_out, key=lambda out: PARAMS.index(out.param)))  # in the link's order
+        except ExplorerError as error:
+            out = _leave_out(data, error)
+            if out is None:
+                raise _all([o.error for o in left_out] + [error]) from None
+            left_out.append(out)
+    raise _all([o.error for o in left_out])
+
+
+def _read(params: Mapping[str, str]) -> tuple[dict[str, Any], list[LeftOut]]:
+    """A link's layout dict with each unreadable piece left out (a rule or option item, the mesh), and why."""
+    missing = [key for key in ("mesh", "axes", "model") if key not in params]
+    if missing:
+        params_to_dict(params)  # raises: it names what is missing
+    _check_lengths(params)
+    errors: list[LeftOut] = []
+    rules, options = [], {}
+    for index, item in enumerate(t for t in params.get("rules", "").split(";") if t):
+        try:
+            rules += _rules(item)
+        except ExplorerError as error:
+            errors.append(
+                LeftOut("rules", ExplorerError(f"link parameter 'rules', item {index}", item, error.problem), "the rule is left out")
+            )
+    for item in (t for t in params.get("options", "").split(";") if t):
+        try:
+            options |= _options(item)
+        except ExplorerError as error:
+            errors.append(LeftOut("options", error, "the option is left out"))
+    try:
+        mesh = {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]}
+        if params.get("types"):
+            mesh["axis_types"] = [unquote(t) for t in params["types"].split(",")]
+        if params.get("dcn"):
+            mesh["dcn"] = _mesh_shape(params["dcn"])
+    except ExplorerError as error:
+        mesh = dict(SEED_LAYOUT["mesh"])
+        errors.append(LeftOut("mesh", error, _SEED_MESH))
+    data = {
+        "name": params.get("name") or "shared",
+        "mesh": mesh,
+        "rules": rules,
+        "model": {"name": params["model"], "options": options},
+    } | ({"target": params["target"]} if params.get("target") else {})
+    return data, errors
+
+
+_SEED_MESH = "the seed's mesh instead ({}, axes {})".format(
+    "x".join(map(str, SEED_LAYOUT["mesh"]["shape"])), ", ".join(SEED_LAYOUT["mesh"]["axes"])
+)
+
+
+def _leave_out(data: dict[str, Any], error: ExplorerError) -> LeftOut | None:
+    """Take the part ``error`` names out of ``data`` (a layout dict), putting a valid stand-in there (None: none)."""
+    field = error.field
+    rule = re.match(r"rules\[(\d+)\]", field)
+    if field == "target":
+        del data["target"]
+        return LeftOut("target", error, "this process's devices instead")
+    if field == "name":
+        data["name"] = "shared"
+        return LeftOut("name", error, "the name 'shared' instead")
+    if field.startswith(("mesh.axis_types", "mesh.dcn")):
+        data["mesh"].pop("axis_types" if field.startswith("mesh.axis_types") else "dcn", None)
+        return LeftOut(
+            "mesh", error, "every axis Auto instead" if field.startswith("mesh.axis_types") else "the slices per axis are left out"
+        )
+    if field.startswith("mesh"):
+        data["mesh"] = dict(SEED_LAYOUT["mesh"])
+        return LeftOut("mesh", error, _SEED_MESH)
+    if rule and int(rule[1]) < len(data["rules"]):
+        del data["rules"][int(rule[1])]
+        return LeftOut("rules", error, "the rule is left out")
+    if field.startswith("rules") and data["rules"]:
+        data["rules"] = []
+        return LeftOut("rules", error, "the rules are left out")
+    option = field.removeprefix("model.options.")
+    if option != field and option in data["model"]["options"]:
+        del data["model"]["options"][option]
+        return LeftOut("options", error, "the option is left out (its default instead)")
+    if field.startswith("model") and data["model"] != SEED_LAYOUT["model"]:
+        data["model"] = {"name": SEED_LAYOUT["model"]["name"], "options": dict(SEED_LAYOUT["model"]["options"])}
+        return LeftOut("model", error, f"the seed's model instead ({SEED_LAYOUT['model']['name']})")
+    return None
 
 
 def _check_lengths(params: Mapping[str, Any]) -> None:

@@ -132,15 +132,18 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
     assert_no_exception(page)
 
 
-def test_mangled_link_shows_error_and_default_layout(blank_page: Page, app_url: str) -> None:
+def test_a_link_with_a_model_not_allowed_opens_the_rest_with_the_seeds_model(blank_page: Page, app_url: str) -> None:
+    """Issue 45 item 7: one bad field loses only that field (here the model: the seed's instead), and one message says so."""
     page = blank_page
-    open_app(page, app_url + "/?mesh=2x4&axes=data,model&model=evil.module:run")
+    open_app(page, app_url + "/?name=mine&mesh=2x4&axes=data,model&rules=batch:data;hidden:model&model=evil.module:run")
     errors = main_errors(page)
     expect(errors).to_have_count(1)
-    expect(errors).to_contain_text("The link could not be opened, so the default layout is shown")
-    expect(errors).to_contain_text("'evil.module:run' is a user factory that is not allow-listed")
+    expect(errors).to_contain_text(
+        "The link opened without its model: model.name: 'evil.module:run' is a user factory that is not allow-listed"
+    )
+    expect(errors).to_contain_text("(the seed's model instead (mlp)). The rest of the layout is the link's.")
     expect(sidebar_errors(page)).to_have_count(0)
-    expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("seed-2x4")
+    expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("mine")
     expect(page.locator(f"{key_selector('mesh_shape_text')} input")).to_have_value("2, 4")
     expect_rule_rows(page, SEED_RULES)
     expect(selected_summary(page)).to_contain_text("spec P(None, 'model')")

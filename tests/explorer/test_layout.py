@@ -32,7 +32,7 @@ def test_seed_layout_is_valid_and_filled_with_defaults(seed_dict):
 
 def test_shape_and_axes_length_mismatch(seed_dict):
     seed_dict["mesh"]["axes"] = ["data"]
-    refuse(seed_dict, "mesh.axes", "['data']", "has 1 names", "[2, 4] has 2 axes")
+    refuse(seed_dict, "mesh.axes", "['data']", "has 1 name but", "[2, 4] has 2 axes")
 
 
 @pytest.mark.parametrize("size", [0, -4, 2.5, "4", True])

@@ -22,11 +22,20 @@ def run(*args, env_extra=None):
 def test_analyze_prints_a_table_with_the_guide_specs():
     result = run("analyze", str(SEED))
     assert result.returncode == 0, result.stderr
-    kernel_line = next(
-        line for line in result.stdout.splitlines() if "LogicalDotReluDot_0/Dense_0/kernel" in line and line.lstrip().startswith("params")
-    )
-    assert "P(None, 'model')" in kernel_line and "(1024, 256)" in kernel_line
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("params/LogicalDotReluDot_0/Dense_0/kernel"))
+    assert "param" in lines[at] and "1.0 MiB" in lines[at]
+    assert "P(None, 'model')" in lines[at + 1] and "(1024, 256)" in lines[at + 1]  # how it is sharded: the line below it
     assert "real devices" in result.stdout
+    assert max(map(len, lines)) <= 120  # issue 45 item 13: the table ran to 158 characters, the rules line to 178
+
+
+def test_analyze_fits_its_explicit_transformer_and_origins_in_120_columns():
+    """The built-in transformer's paths are long: its table ran to 205 characters and its origins to 205."""
+    for args in (["layouts/transformer-explicit-2x4.json"], ["layouts/seed-2x4.json", "--origins", "LogicalDotReluDot_1"]):
+        result = run("analyze", *args)
+        assert result.returncode == 0, result.stderr
+        assert max(map(len, result.stdout.splitlines())) <= 120, max(result.stdout.splitlines(), key=len)
 
 
 def test_analyze_json_with_tiles():

@@ -78,6 +78,15 @@ def test_invalid_mesh_shape_names_the_field(app):
     assert any("mesh.shape[1]" in plain(e.value) and "'x'" in plain(e.value) for e in app.sidebar.error)
 
 
+def test_a_bad_size_beside_an_x_is_the_one_named(app):
+    """Issue 45 item 8: ``2 x four`` said "'x' is not a positive whole number ... separated by ',' or 'x'"."""
+    app.text_input(key="mesh_shape_text").input("2 x four").run()
+    assert not app.exception
+    errors = [plain(e.value) for e in app.sidebar.error if "Mesh › Shape" in plain(e.value)]
+    assert len(errors) == 1 and "mesh.shape[1]: 'four' is not a positive whole number" in errors[0], errors
+    assert "'x' is not" not in errors[0]
+
+
 def test_every_invalid_field_is_named_where_it_was_typed(app):
     app.text_input(key="mesh_shape_text").input("2x-4").run()
     app.number_input(key="option::mlp::depth").set_value(0).run()
@@ -343,8 +352,8 @@ def test_a_link_with_several_problems_names_them_all():
     at.query_params.update({"mesh": "2xfour", "axes": "data,model", "rules": "batch", "model": "mlp"})
     at.run()
     assert not at.exception
-    message = plain(next(e.value for e in list(at.sidebar.error) + list(at.main.error) if "could not be opened" in e.value))
-    assert "2 problems" in message and "'2xfour'" in message and "'batch'" in message
+    message = plain(next(e.value for e in list(at.sidebar.error) + list(at.main.error) if "opened without" in e.value))
+    assert message.startswith("The link opened without its mesh and rules:") and "'2xfour'" in message and "'batch'" in message
 
 
 def test_a_links_factory_options_the_factory_refuses_are_a_message(monkeypatch):
@@ -373,8 +382,10 @@ def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismiss
     kept = [c.value for c in at.sidebar.code if "bogus" in c.value]
     assert kept and "rules=batch:data;hidden:**bogus**" in kept[0] and "mesh=2x4" in kept[0]
     assert "bogus" not in str(dict(at.query_params))  # the address bar is the seed's, which is what the page shows
-    said = [plain(e.value) for e in at.main.error if "could not be opened" in e.value]
-    assert said and said[0].endswith("lacks. The link you opened is kept under Share, to copy and fix."), said
+    said = [plain(e.value) for e in at.main.error if "opened without its rules" in e.value]
+    assert said and said[0].endswith(
+        "lacks (the rule is left out). The rest of the layout is the link's. The link you opened is kept under Share, to copy and fix."
+    ), said
     at.run()  # still there after another rerun
     assert [c for c in at.sidebar.code if "bogus" in c.value]
     at.button(key="dismiss_refused_link").click().run()
@@ -405,6 +416,14 @@ def test_a_new_rule_row_starts_empty_not_none(app):
     config = json.loads(editor.proto.columns)
     assert config["logical name"]["default"] == "" and config["mesh axes"]["default"] == []
     assert config["mesh axes"]["type_config"]["accept_new_options"] is True
+
+
+def test_the_explicit_examples_rule_trace_speaks_of_the_semantics_of_the_call_not_of_nnx(app):
+    """Issue 45 item 13: the Linen transformer's "Why this spec" said "NNX applies the rules to Variable metadata only"."""
+    app.selectbox(key="example_layout").select("Transformer, Explicit axes").run()
+    assert not app.exception
+    [said] = [plain(c.value) for c in app.main.caption if c.value.startswith("Explicit axes: the spec shown")]
+    assert "Linen's calls" in said and "NNX" not in said, said
 
 
 def test_the_explicit_example_opens_the_transformer_with_its_values_view(app):

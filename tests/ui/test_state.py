@@ -16,6 +16,12 @@ from ui.state import parse_list, parse_names
         ("", []),
         ("2, four", [2, "four"]),  # left for the validator to name
         ("[2", ["[2"]),
+        ("2 x four", [2, "four"]),  # issue 45 item 8: the message named the 'x', not 'four'
+        ("2x four", [2, "four"]),
+        ("two x 4", ["two", 4]),
+        ("two x four", ["two", "four"]),
+        ("3x", ["3x"]),  # a lone x at an end stays, for the message to name
+        ("2, x", [2, "x"]),
     ],
 )
 def test_parse_list(text, expected):

@@ -74,3 +74,19 @@ def test_origin_text_names_each_sharding_axis_and_says_where_no_origin_was_recor
     )
     assert value.origin_text == "data ← input inputs[0]; model ← no origin recorded"  # not guessed, not "replicated"
     assert origins.PropagatedValue(0, "stablehlo.add", "add", "", ((), ()), {}).origin_text == "replicated"
+
+
+def test_an_axis_from_the_steps_output_names_the_state_leaf_as_jax_names_the_output():
+    """Issue 45 item 12: the optimizer's values said ``model ← output: 14`` (Shardy's numbering of the step's outputs)."""
+    from explorer.compile.compiled import lower_step
+
+    layout = parse_layout(copy.deepcopy(SEED_LAYOUT))
+    found = origins.of_layout(layout)
+    said = {d for v in found for d in v.described.values() if d.startswith("output")}
+    assert said and not [d for d in said if d[len("output") :].lstrip(": ").isdigit()], said
+    # each names a leaf of the step's output pytree by JAX's key path (the new state, named as its input is: state...)
+    leaves = {
+        "output state" + jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(lower_step(layout).out_info)[0]
+    }
+    assert said <= leaves, said - leaves
+    assert any(d.startswith("output state.opt_state") and ".mu[" in d for d in said), said

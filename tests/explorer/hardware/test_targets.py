@@ -102,7 +102,7 @@ def test_gpu_clusters_are_hosts_of_gpus(name, kind, hosts, per_host):
         ("h100:0x8", "has 0 hosts"),
         ("h100:2x2x2", "h100:HOSTSxGPUS"),
         ("v100:1x8", "is not a TPU slice name or a GPU cluster"),
-        ("gb200:1x8", "GPU:HOSTSxGPUS of a100, h100, h200, b200"),
+        ("gb200:1x8", "'gb200' is neither a TPU generation (v4, v5e, v5p, v6e, tpu7x) nor a GPU of a cluster GPU:HOSTSxGPUS of a100"),
         ("h100-16", "e.g. h100:2x8"),
     ],
 )
@@ -284,9 +284,26 @@ def test_v5e_n_is_the_v5litepod_slice_maxtext_names(name, cloud):
     assert (target.topology, target.num_slices, target.cloud_name) == (same.topology, same.num_slices, cloud)
 
 
-def test_a_bad_target_lists_the_accepted_forms_briefly():
+def test_a_bad_target_gives_an_example_of_each_form_and_the_forms_name_v5e_n():
+    from explorer.hardware.targets import TARGET_FORMS
+
     with pytest.raises(ExplorerError) as error:
         parse_target("v9-256")
     message = str(error.value)
-    assert "v5e-256" in message and "v5litepod-256" in message and "2xv5e-256" in message and "v5e:4x4" in message
-    assert "h100:1x8" in message and len(message) < 700 and "\n" not in message
+    assert "v5e-256" in message and "v5e:4x4" in message and "2xv5p-16" in message and "h100:2x8" in message and "\n" not in message
+    assert "v5e-16" in TARGET_FORMS and "v5litepod-16" in TARGET_FORMS
+
+
+def test_v5e_slices_are_named_as_maxtext_and_gke_name_them():
+    """Issue 45 item 1: ``v5e-256`` (MaxText, GKE, xpk) is Cloud TPU's v5litepod-256: 256 chips, 16x16."""
+    target = parse_target("v5e-256")
+    assert (target.topology, target.chips, target.cloud_name) == ("v5e:16x16", 256, "v5litepod-256")
+    assert parse_target("2xv5e-16").topology == "2xv5e:4x4"
+
+
+@pytest.mark.parametrize("bad", ["tpu-v9-garbage", "", "  "])
+def test_a_name_that_is_no_target_gets_one_short_line_not_every_tpu_type(bad):
+    with pytest.raises(ExplorerError) as error:
+        parse_target(bad)
+    message = str(error.value)
+    assert message.startswith(f"target: {bad!r} ") and len(message) < 200 and "v5p-16384" not in message, message
