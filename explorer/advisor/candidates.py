@@ -50,6 +50,7 @@ class Candidate:
     activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
     links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.placement``)
     collectives: tuple[tuple[str, Collective], ...] = ()  # stage 1's collectives, each with its label
+    compiled_on: str | None = None  # where stage 2 compiled it: "local", a Ray node's id, "cache" (``compile_pool.Outcome``)
 
     @property
     def refused(self) -> bool:
