@@ -168,7 +168,11 @@ class CompilePool:
         """Run compiles as Ray tasks on the cluster at ``address`` (``explorer.cluster``); None: on this machine again."""
         if address is None:
             with self._condition:
-                self.cluster, self._runner = None, self._local_runner
+                joined, self.cluster, self._runner = self.cluster, None, self._local_runner
+            if joined is not None:
+                from explorer.cluster import disconnect
+
+                disconnect()
             return
         from explorer.cluster import connect
 
