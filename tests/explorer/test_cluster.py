@@ -96,7 +96,7 @@ def test_a_node_killed_mid_compile_has_its_compile_run_again_on_the_other(cluste
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     pool = CompilePool()
     pool.connect(head.address)
-    layouts = [small(copy.deepcopy(SEED_LAYOUT), depth=384), small(copy.deepcopy(SEED_LAYOUT), depth=640)]
+    layouts = [small(copy.deepcopy(SEED_LAYOUT), depth=384, layers=6), small(copy.deepcopy(SEED_LAYOUT), depth=640, layers=6)]
     killed = []
 
     def kill_when_both_run(_jobs) -> None:

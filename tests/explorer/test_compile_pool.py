@@ -182,3 +182,29 @@ def test_an_advise_killed_mid_run_then_asked_again_reuses_every_compile_it_finis
     search = json.loads(rerun.stdout)
     assert search["cached_compiles"] == len(kept) and search["compiles"] == 4  # 3 shortlisted and the own layout
     assert sorted(c["compiled_on"] for c in search["candidates"] if c["compiled_on"]).count("cache") == len(kept)
+
+
+def test_without_ray_a_cluster_is_one_message_naming_the_address_and_the_install_line(tmp_path, seed_dict):
+    layout = tmp_path / "layout.json"
+    layout.write_text(json.dumps(small(seed_dict).to_dict()))
+    no_ray = "import sys; sys.modules['ray'] = None; from explorer.__main__ import run; sys.argv[0] = 'explorer'; run()"
+    for extra, env in ((["--cluster", "10.0.0.9:6379"], {}), ([], {"EXPLORER_CLUSTER": "10.0.0.9:6379"})):
+        done = subprocess.run(
+            [sys.executable, "-c", no_ray, "advise", str(layout), "--target", "v5litepod-8", *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, **env),
+        )
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.strip().splitlines() == [
+            "error: --cluster: '10.0.0.9:6379' needs Ray, an optional extra that is not installed here: "
+            "pip install -r requirements-ray.txt (docs/cluster.md)"
+        ]
+    bad = subprocess.run(
+        [sys.executable, "-m", "explorer", "compile", str(layout), "--target", "v5litepod-8", "--workers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --workers: 0 is not a number of compiles at once between 1 and 64"
