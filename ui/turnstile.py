@@ -7,6 +7,7 @@ browser session is known there, ``workers_setting`` the app's setting for N (ser
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable
 
@@ -14,6 +15,8 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.compile_pool import MAX_WORKERS, POOL
+from explorer.errors import ExplorerError
+from explorer.text import markdown_literal
 
 
 class Turnstile:
@@ -87,5 +90,34 @@ def workers_setting(key: str) -> None:
     )
     if int(chosen) != POOL.workers:
         POOL.configure(int(chosen))
-    where = f"on the Ray cluster at {POOL.cluster.address}" if POOL.cluster is not None else "on this machine"
+    where = f"on the Ray cluster at {markdown_literal(POOL.cluster.address)}" if POOL.cluster is not None else "on this machine"
     st.caption(f"Compiles now: {POOL.running()} running, {POOL.waiting()} waiting, {where}.")
+
+
+_JOINED: dict[str, str | None] = {}  # EXPLORER_CLUSTER's address -> None (joined) or why not: tried once per server
+_JOINING = threading.Lock()
+
+
+def join_cluster() -> str | None:
+    """Join the Ray cluster ``EXPLORER_CLUSTER`` names, once per server process (every session shares the pool);
+    why not, when it could not be joined (the compiles then run on this machine). None: joined, or none named."""
+    address = os.environ.get("EXPLORER_CLUSTER", "").strip()
+    if not address:
+        return None
+    with _JOINING:
+        if address not in _JOINED:
+            try:
+                POOL.connect(address)
+                _JOINED[address] = None
+            except ExplorerError as error:
+                _JOINED[address] = str(error)
+        return _JOINED[address]
+
+
+def cluster_notice() -> None:
+    """In the sidebar: where this server's compiles run, when EXPLORER_CLUSTER names a cluster."""
+    problem = join_cluster()
+    if problem is not None:
+        st.sidebar.warning(f"Compiles run on this machine: {markdown_literal(problem)}")
+    elif POOL.cluster is not None:
+        st.sidebar.caption(f"Compiles run on the Ray cluster at {markdown_literal(POOL.cluster.address)} ({POOL.cluster.cpus} CPUs).")

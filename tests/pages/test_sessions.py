@@ -4,6 +4,7 @@ verdict of its own layout, while the server's compile pool runs them N at once a
 
 from __future__ import annotations
 
+import sys
 import threading
 
 from streamlit.testing.v1 import AppTest
@@ -61,3 +62,15 @@ def test_eight_sessions_compiling_at_once_each_get_their_own_layouts_verdict(see
         shown = [s.value for s in at.success] + [e.value for e in at.error]
         assert verdict(result) in shown, (layout.name, shown)  # its own layout's verdict, not another session's
     assert len({verdict(compile_target(layout, TARGET)[0]) for layout in layouts}) > 1  # the layouts' verdicts differ
+
+
+def test_a_cluster_the_server_cannot_join_is_one_warning_and_compiles_stay_on_this_machine(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
+    monkeypatch.setenv("EXPLORER_CLUSTER", "10.0.0.7:6379")
+    at = AppTest.from_file(APP, default_timeout=300).run()
+    assert not at.exception
+    assert [w.value.replace("\\", "") for w in at.sidebar.warning] == [  # the message escaped (literal), unescaped here
+        "Compiles run on this machine: --cluster: '10.0.0.7:6379' needs Ray, an optional extra that is not installed here: "
+        "pip install -r requirements-ray.txt (docs/cluster.md)"
+    ]
+    assert POOL.cluster is None
