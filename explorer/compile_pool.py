@@ -42,6 +42,7 @@ GIB = 1 << 30
 DEFAULT_COMPILE_BYTES = GIB  # a compile child's peak before one was measured: a small MLP's peaked at 0.6 GiB (docs/cluster.md)
 MAX_WORKERS = 64
 POLL_S = 0.2
+REPORT_S = 1.0  # the callbacks hear of each change, and at least this often (the elapsed seconds they show)
 STOP_WAIT_S = 10.0  # a stopped compile's child is killed within a poll; a Ray task's cancel takes longer
 LOCAL = "local"  # ``Outcome.compiled_on`` for a compile in a child process of this machine
 CACHE = "cache"  # ... for a result read back from the disk cache
@@ -318,7 +319,7 @@ class CompilePool:
         A pair the target cannot take (``check_compilable``) and a failed compile are outcomes with their error.
         While the session's compiles wait or run, in the caller's thread every ``poll_s``: ``on_wait(ahead, running)``
         (``ahead``: compiles that start before the session's next one; ``running``: the session's own running now)
-        and ``on_progress(jobs)`` (the session's jobs running). ``should_stop()`` True: the waiting ones are dropped
+        and ``on_progress(jobs)`` (the session's jobs running): on each change, else once every ``REPORT_S``. ``should_stop()`` True: the waiting ones are dropped
         and the running ones killed; their outcomes say ``stopped``. Any exception in the caller's thread (a page's
         rerun) cancels them too.
         """
@@ -338,6 +339,7 @@ class CompilePool:
                 if outcomes[index] is None:
                     jobs[index] = self.submit(session, layout, target)
             stopped = False
+            shown: list = [None, 0.0]  # what the callbacks were last told, and when
             while True:
                 with self._condition:
                     if all(j.done for j in jobs.values()):
@@ -348,10 +350,19 @@ class CompilePool:
                     self.cancel(list(jobs.values()))
                 mine = list(jobs.values())
                 waiting = [j for j in mine if not j.started and not j.done]
+                running = [j for j in mine if j.started and not j.done]
+                place = (
+                    min(self.position(j) for j in waiting) if waiting else None,
+                    len(running),
+                    [(j.layout.name, j.stage) for j in running],
+                )
+                if place == shown[0] and time.monotonic() - shown[1] < REPORT_S:
+                    continue  # nothing new to say: a page redraws less (eight sessions redrawing 5 times a second slowed the server)
+                shown[:] = [place, time.monotonic()]
                 if on_wait and waiting:
-                    on_wait(min(self.position(j) for j in waiting), sum(1 for j in mine if j.started and not j.done))
+                    on_wait(place[0], len(running))
                 if on_progress:
-                    on_progress([j for j in mine if j.started and not j.done])
+                    on_progress(running)
         except BaseException:
             self.cancel(list(jobs.values()))
             self.wait(list(jobs.values()))  # their child processes killed before this thread (or process) goes on
