@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from explorer.hardware import devices
 from explorer.formats import fit
@@ -90,12 +91,14 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     compile_.add_argument(
         "--target",
         required=True,
-        help="a Cloud TPU type (v5p-128, v5litepod-16), a libtpu topology (v5p:4x4x4), N slices of either (2xv5p-128), or a "
+        action="append",
+        help="(repeatable: a sweep, compiled --workers at once) a Cloud TPU type (v5p-128, v5litepod-16), a libtpu topology (v5p:4x4x4), N slices of either (2xv5p-128), or a "
         "GPU cluster GPU:HOSTSxGPUS of "
         'a100, h100, h200, b200 (h100:1x8, h100:8x8; needs pip install "partition-explorer[gpu]")',
     )
     compile_.add_argument("--json", action="store_true", help="print the result as JSON")
     compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
+    _pool_arguments(compile_)
     advise = commands.add_parser(
         "advise", help="rank meshes and rules for a TPU slice or GPU cluster: stage 1 estimates, stage 2 XLA compiles"
     )
@@ -118,6 +121,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     advise.add_argument(
         "--depth-option", metavar="NAME", default=None, help="the model option that sets its depth (default: a known name, e.g. layers)"
     )
+    _pool_arguments(advise)
     url = commands.add_parser("url", help="print the layout as a link's query string")
     url.add_argument("layout", help="a layout JSON file, or - for standard input")
     op = commands.add_parser("op", help="arrays on a mesh and an expression: the shardings XLA chooses, collectives, timing")
@@ -166,6 +170,31 @@ def _program_name() -> str:
     """``partition-explorer`` when run as the installed script, ``python -m explorer`` otherwise (for usage lines)."""
     script = os.path.basename(sys.argv[0]) if sys.argv else ""
     return INSTALLED_SCRIPT if script == INSTALLED_SCRIPT else "python -m explorer"
+
+
+def _pool_arguments(command: argparse.ArgumentParser) -> None:
+    """``--workers`` and ``--cluster``: where and how many compiles run at once (``explorer.compile.compile_pool``)."""
+    command.add_argument(
+        "--workers", type=int, default=None, help="compiles at once (default: the cores, fewer where host memory holds fewer)"
+    )
+    command.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        default=None,
+        help="run the compiles as tasks on this Ray cluster (HOST:PORT, or auto; default EXPLORER_CLUSTER; "
+        "needs pip install -r requirements-ray.txt, see docs/cluster.md)",
+    )
+
+
+def _configure_pool(args: argparse.Namespace) -> None:
+    """This process's compile pool as the command asks: workers, and a Ray cluster (``--cluster``, else EXPLORER_CLUSTER)."""
+    from explorer.compile.compile_pool import POOL, check_workers
+
+    if args.workers is not None:
+        POOL.configure(check_workers(args.workers))
+    address = args.cluster or os.environ.get("EXPLORER_CLUSTER") or None
+    if address:
+        POOL.connect(address)
 
 
 def _distributed_arguments(timing: argparse.ArgumentParser) -> None:
@@ -445,6 +474,7 @@ def _advise(args: argparse.Namespace) -> int:
     shortcut = {"auto": None, "on": True, "off": False}[args.depth_shortcut]
     if args.depth_option is not None:
         depth_of(layout, args.depth_option)  # a bad name is refused before any work
+    _configure_pool(args)
     search = advise(
         layout, target, compiles=args.compiles, roles=roles, on_progress=progress, shortcut=shortcut, depth_option=args.depth_option
     )
@@ -460,28 +490,38 @@ def _compile(args: argparse.Namespace) -> int:
     if args.in_process:  # the child process compile_target starts
         from explorer.compile.target_compile import child_main
 
-        return child_main(args.layout, args.target)
+        return child_main(args.layout, args.target[-1])
+    from explorer.compile.compile_pool import POOL
     from explorer.layout import load_layout_file
-    from explorer.compile.target_compile import compile_target
     from explorer.hardware.targets import parse_target
 
-    layout, target = load_layout_file(args.layout), parse_target(args.target)
+    layout, targets = load_layout_file(args.layout), [parse_target(t) for t in args.target]
+    _configure_pool(args)
     shown = [None]
 
-    def progress(stage: str, elapsed: float) -> None:
-        if stage != shown[0] and not args.json:
-            print(f"{stage}... ({elapsed:.1f} s)", file=sys.stderr)
+    def progress(jobs) -> None:
+        stage = "; ".join(f"{j.target.name}: {j.stage}" for j in jobs) if len(targets) > 1 else (jobs[0].stage if jobs else None)
+        if stage and stage != shown[0] and not args.json:
+            print(f"{stage}... ({time.monotonic() - min(j.started for j in jobs):.1f} s)", file=sys.stderr)
             shown[0] = stage
 
-    result, cached = compile_target(layout, target, on_stage=progress)
+    outcomes = POOL.compile_many("cli", [(layout, t) for t in targets], on_progress=progress)
+    failed = next((o.error for o in outcomes if o.error is not None), None)
+    if failed is not None and len(targets) == 1:
+        raise failed
     if args.json:
-        json.dump(result.to_json() | {"cached": cached}, sys.stdout, indent=2)
+        found = [
+            {"target": t.name, "error": str(o.error)} if o.error else o.result.to_json() | {"cached": o.cached}
+            for t, o in zip(targets, outcomes)
+        ]
+        json.dump(found[0] if len(targets) == 1 else found, sys.stdout, indent=2)
         print()
     else:
         from explorer.text import compile_text
 
-        print(compile_text(result, cached))
-    return 0
+        for index, (t, o) in enumerate(zip(targets, outcomes)):
+            print(("\n" if index else "") + (f"error: target {t.name}: {o.error}" if o.error else compile_text(o.result, o.cached)))
+    return 2 if failed is not None else 0
 
 
 def run() -> None:

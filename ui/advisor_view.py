@@ -14,7 +14,7 @@ from explorer.sharing.share import layout_to_query
 from explorer.hardware.targets import Target
 from explorer.text import markdown_literal
 from ui import race_view, state, tables
-from ui.turnstile import TURNSTILE
+from ui.turnstile import session_id
 
 RACE = "advisor_race_result"  # the race of the top three, as ui.race_view keeps a race
 SEARCH = "advisor_search"  # the last search (an advisor.Search), kept while it runs so Stop keeps what was compiled
@@ -62,19 +62,15 @@ def run(
     st.session_state[SEARCH] = search
     st.session_state[RUNNING] = True
     line.write(f"**stage 1** · {len(search.candidates)} candidates analyzed, {search.refused} refused · {search.stage1_s:.1f} s")
-    status.update(label="Waiting for a turn…")
-    TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
-    try:
-        status.update(label=f"Stage 2: compiling the shortlist for {target.name}", state="running")
-        advisor.stage2(
-            search,
-            compiles,
-            on_progress=lambda stage, elapsed: _progress(status, line, stage, elapsed),
-            shortcut=shortcut,
-            depth_option=depth_option,
-        )
-    finally:
-        TURNSTILE.leave()
+    status.update(label=f"Stage 2: compiling the shortlist for {target.name}", state="running")
+    advisor.stage2(  # in the server's compile pool: the place in its queue is in the progress line
+        search,
+        compiles,
+        on_progress=lambda stage, elapsed: _progress(status, line, stage, elapsed),
+        shortcut=shortcut,
+        depth_option=depth_option,
+        session=session_id(),
+    )
     st.session_state.pop(RUNNING, None)
     stop_slot.empty()
     status.update(label=f"Done: {search.compiles} compile(s), {search.elapsed_s:.1f} s", state="complete", expanded=False)

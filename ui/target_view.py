@@ -20,17 +20,19 @@ from explorer.analysis.findings import indivisible_error
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.compile.compile_cache import cache_folder, cached
+from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE
-from explorer.compile.target_compile import Stopped, compile_target
-from explorer.hardware.targets import TARGET_FORMS, Target, check_mesh_fits, parse_target, slice_split, valid_names
+from explorer.compile.compile_pool import POOL, queue_text
+from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.formats import human_bytes, human_flops, human_seconds, share
 from explorer.text import markdown_literal, memory_relation
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
+from explorer.compile.compile_cache import cache_folder
+from explorer.hardware.targets import TARGET_FORMS
 from ui import state, tables
 from ui.communication_view import top_lines
-from ui.turnstile import TURNSTILE
+from ui.turnstile import session_id
 
 CHOICE = state.TARGET_CHOICE
 HERE = state.TARGET_HERE
@@ -221,22 +223,27 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False, now:
         status.update(label=label, state="running")
         line.write(f"**{stage}** · {elapsed:.1f} s elapsed")
 
-    TURNSTILE.enter(on_wait=lambda ahead: status.update(label=f"Waiting for a turn: {ahead} compile(s) or timing(s) ahead of you"))
-    try:
-        status.update(label=f"Compiling for {target.name}: starting", state="running")
-        result, _ = compile_target(layout, target, on_stage=on_stage, fresh=now)
-    except Stopped:
+    def on_wait(ahead: int, running: int) -> None:
+        status.update(label=f"Waiting for a turn: {queue_text(ahead, running)}")
+
+    (outcome,) = POOL.compile_many(
+        session_id(),
+        [(layout, target)],
+        on_wait=on_wait,
+        on_progress=lambda jobs: jobs and on_stage(jobs[0].stage, time.monotonic() - jobs[0].started),
+        fresh=now,
+    )
+    if outcome.stopped:
         status.update(label="Stopped", state="error")
         return None
-    except ExplorerError as error:
+    if outcome.error is not None:
         st.session_state.pop(STOPPED, None)
         stop_slot.empty()
         status.update(label=f"Failed after {time.monotonic() - clicked:.1f} s", state="error", expanded=False)
         with st.container(key="target_compile_error"):
-            st.error(markdown_literal(str(error)))
+            st.error(markdown_literal(str(outcome.error)))
         return None
-    finally:
-        TURNSTILE.leave()
+    result = outcome.result
     st.session_state.pop(STOPPED, None)
     wall = time.monotonic() - clicked
     st.session_state.setdefault(WALL, {})[_wall_key(layout, target)] = wall
@@ -420,20 +427,24 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
     if missing and st.button(f"Compile {len(missing)} layout(s) for {target.name}", type="primary", key="compare_compile_button"):
         status = st.status("Waiting for a turn…", expanded=True)
         line = status.empty()
-        TURNSTILE.enter(on_wait=lambda ahead: line.write(f"{ahead} compile(s) or timing(s) ahead of you"))
-        try:
-            for label, layout in missing:
-                status.update(label=f"Compiling {label} for {target.name}", state="running")
-                try:
-                    result, _ = compile_target(
-                        layout, target, on_stage=lambda stage, elapsed: line.write(f"{label}: **{stage}** · {elapsed:.1f} s")
-                    )
-                except ExplorerError as error:
-                    st.error(f"{markdown_literal(label)}: {markdown_literal(str(error))}")
-                    continue
-                results[labels.index(label)] = result
-        finally:
-            TURNSTILE.leave()
+        names = {id(layout): label for label, layout in missing}
+
+        def on_progress(jobs) -> None:
+            if jobs:
+                status.update(label=f"Compiling {len(missing)} layout(s) for {target.name}", state="running")
+                line.write(" · ".join(f"{markdown_literal(names[id(j.layout)])}: **{j.stage}**" for j in jobs))
+
+        outcomes = POOL.compile_many(
+            session_id(),
+            [(layout, target) for _, layout in missing],
+            on_wait=lambda ahead, running: line.write(markdown_literal(queue_text(ahead, running))),
+            on_progress=on_progress,
+        )
+        for (label, _), outcome in zip(missing, outcomes):
+            if outcome.error is not None:
+                st.error(f"{markdown_literal(label)}: {markdown_literal(str(outcome.error))}")
+            elif outcome.result is not None:
+                results[labels.index(label)] = outcome.result
         status.update(label="Compiled", state="complete", expanded=False)
     with st.container(key="compare_targets_table"):
         tables.fitted(

@@ -1,9 +1,22 @@
-"""One timing or race at a time across every browser session of this server."""
+"""The server's queues: one timing or race at a time across every browser session; compiles in the compile pool.
+
+Compiles (a target's verdict, Compare's per-target rows, the advisor's stage 2) go through
+``explorer.compile.compile_pool.POOL``, up to N at once and fair between sessions; ``session_id`` is how this
+browser session is known there, ``workers_setting`` the app's setting for N (server-wide).
+"""
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from explorer.compile.compile_pool import MAX_WORKERS, POOL
+from explorer.errors import ExplorerError
+from explorer.text import markdown_literal
 
 
 class Turnstile:
@@ -55,3 +68,56 @@ class Turnstile:
 
 
 TURNSTILE = Turnstile()
+
+
+def session_id() -> str:
+    """This browser session's id in the server's compile pool (``local`` outside a Streamlit script run)."""
+    context = get_script_run_ctx()
+    return context.session_id if context is not None else "local"
+
+
+def workers_setting(key: str) -> None:
+    """The number of compiles the server runs at once: one setting for every session (the pool is the server's)."""
+    chosen = st.number_input(
+        "Compiles at once (this server, every session)",
+        min_value=1,
+        max_value=MAX_WORKERS,
+        value=POOL.workers,
+        step=1,
+        key=key,
+        help="Compiles run in child processes, each on about one core; by default as many as the cores, fewer where the "
+        "host's available memory holds fewer. Changing it changes it for everyone using this server.",
+    )
+    if int(chosen) != POOL.workers:
+        POOL.configure(int(chosen))
+    where = f"on the Ray cluster at {markdown_literal(POOL.cluster.address)}" if POOL.cluster is not None else "on this machine"
+    st.caption(f"Compiles now: {POOL.running()} running, {POOL.waiting()} waiting, {where}.")
+
+
+_JOINED: dict[str, str | None] = {}  # EXPLORER_CLUSTER's address -> None (joined) or why not: tried once per server
+_JOINING = threading.Lock()
+
+
+def join_cluster() -> str | None:
+    """Join the Ray cluster ``EXPLORER_CLUSTER`` names, once per server process (every session shares the pool);
+    why not, when it could not be joined (the compiles then run on this machine). None: joined, or none named."""
+    address = os.environ.get("EXPLORER_CLUSTER", "").strip()
+    if not address:
+        return None
+    with _JOINING:
+        if address not in _JOINED:
+            try:
+                POOL.connect(address)
+                _JOINED[address] = None
+            except ExplorerError as error:
+                _JOINED[address] = str(error)
+        return _JOINED[address]
+
+
+def cluster_notice() -> None:
+    """In the sidebar: where this server's compiles run, when EXPLORER_CLUSTER names a cluster."""
+    problem = join_cluster()
+    if problem is not None:
+        st.sidebar.warning(f"Compiles run on this machine: {markdown_literal(problem)}")
+    elif POOL.cluster is not None:
+        st.sidebar.caption(f"Compiles run on the Ray cluster at {markdown_literal(POOL.cluster.address)} ({POOL.cluster.cpus} CPUs).")

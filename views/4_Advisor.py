@@ -6,7 +6,7 @@ Thin: reads the widgets, calls ``explorer.advisor`` (through ``ui.advisor_view``
 import streamlit as st
 
 from explorer.analysis.analyzer import logical_names
-from ui import advisor_view
+from ui import advisor_view, turnstile
 from ui.current import current_layout
 
 st.set_page_config(page_title="Advisor · Partition Explorer", page_icon="🧭")
@@ -43,6 +43,7 @@ compiles = st.number_input(
     key="advisor_compiles",
     help="The shortlist's best, plus your own layout. 0: stage 1 only.",
 )
+turnstile.workers_setting("advisor_workers")
 left, right = st.columns(2)
 shortcut = left.selectbox(
     "Depth shortcut",

@@ -53,6 +53,7 @@ class Candidate:
     # Stage 1's prediction calibrated on what stage 2 compiled so far (``search.calibrated``; None before any compile).
     # Kept as it was when the candidate was compiled: the forecast its compiled prediction is checked against (``agreement``).
     calibrated_s: float | None = None
+    compiled_on: str | None = None  # where stage 2 compiled it: "local", a Ray node's id, "cache" (``compile_pool.Outcome``)
 
     @property
     def refused(self) -> bool:

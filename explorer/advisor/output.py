@@ -106,6 +106,7 @@ def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) ->
         "microbatches": c.microbatches,
         "activation_bytes_estimate": c.activation_bytes,
         "xla_refused": c.refused,
+        "compiled_on": c.compiled_on,
     }
 
 

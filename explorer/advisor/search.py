@@ -55,7 +55,8 @@ from explorer.hardware.placement import mesh_links, prefetch
 from explorer.specs import spec_axes
 from explorer.predict.roofline import Estimate
 from explorer.compile.compile_result import TargetCompile
-from explorer.compile.target_compile import Stopped, compile_target
+from explorer.compile.compile_pool import POOL, queue_text
+from explorer.compile.target_compile import Stopped
 from explorer.hardware.targets import Target, parse_target
 
 
@@ -236,6 +237,7 @@ def stage2(
     shortcut: bool | None = None,
     depth_option: str | None = None,
     full_compiles: int = 2,
+    session: str = "local",
 ) -> Search:
     """Compile up to ``compiles`` shortlisted candidates and the user's own layout; XLA's figures replace the estimate.
 
@@ -249,6 +251,9 @@ def stage2(
     whose layers are not scanned (a scanned model compiles in about the same time at any depth,
     measured in docs/advisor.md). ``depth_option`` names the model's depth option when no known name is.
     Stop (``should_stop()`` True) kills the running compile and keeps what was compiled.
+
+    Compiles run in the server's pool (``compile_pool.POOL``, as ``session``): with N workers each round compiles the
+    next N picks together (``_round``), and the own layout joins the last round where there is room.
     """
     start = time.perf_counter() - search.elapsed_s
     budget = max(compiles, 0)
@@ -261,34 +266,44 @@ def stage2(
         depth = search.depth = depth_plan(search, first.layout, shortcut, depth_option)
     use = depth is not None and depth.usable
     tried: set[str] = set()
+    left, own_turn, number = budget, budget > 0, 0
     try:
-        for number in range(1, budget + 2 if budget else 1):
-            if number <= budget:
-                candidate = next_to_compile(search, tried)
-            else:  # the user's own layout, where the shortlist's turn did not reach it
-                candidate = next((c for c in search.candidates if c.own and c.layout.name not in tried), None)
-            if candidate is None:
-                continue
-            tried.add(candidate.layout.name)
-            search.stage = f"stage 2: compiling {number} of at most {total} ({candidate.layout.name})"
+        while True:
+            picks = _round(search, tried, POOL.workers, left)
+            left -= len(picks)
+            if own_turn and (left == 0 or not picks) and len(picks) < POOL.workers:  # the own layout, where the picks did not reach it
+                own_turn = False
+                picks += [c for c in search.candidates if c.own and c.layout.name not in tried]
+            if not picks:
+                break
+            tried.update(c.layout.name for c in picks)
+            names = ", ".join(c.layout.name for c in picks)
+            numbers = f"{number + 1}" if len(picks) == 1 else f"{number + 1}-{number + len(picks)}"
+            number += len(picks)
+            search.stage = f"stage 2: compiling {numbers} of at most {total} ({names})"
+            layouts = [at_depth(c.layout, depth, layers) for c in picks for layers in SHORTCUT_DEPTHS] if use else [c.layout for c in picks]
             if use:
-                found = []
-                for layers in SHORTCUT_DEPTHS:
-                    search.stage = f"stage 2: compiling {number} of at most {total} ({candidate.layout.name}) at depth {layers}"
-                    found.append(_compile(search, at_depth(candidate.layout, depth, layers), progress, should_stop))
-                if None in found:
+                search.stage += f" at depths {' and '.join(map(str, SHORTCUT_DEPTHS))}"
+            found = _compile(search, layouts, progress, should_stop, session)
+            width = len(SHORTCUT_DEPTHS) if use else 1
+            for index, candidate in enumerate(picks):
+                results = found[index * width : (index + 1) * width]
+                if None in results:
                     continue
-                result = extrapolate(found[0], found[1], SHORTCUT_DEPTHS, depth.full, search.target, depth.options)
-                _replace(search, candidate, verified(candidate, result, extrapolated=True))
-            else:
-                result = _compile(search, candidate.layout, progress, should_stop)
-                if result is not None:
-                    _replace(search, candidate, verified(candidate, result))
+                results, places = [r for r, _ in results], sorted({p for _, p in results})
+                if use:
+                    result = extrapolate(results[0], results[1], SHORTCUT_DEPTHS, depth.full, search.target, depth.options)
+                    _replace(search, candidate, verified(candidate, result, extrapolated=True, compiled_on=", ".join(places)))
+                else:
+                    _replace(search, candidate, verified(candidate, results[0], compiled_on=places[0]))
             recalibrate(search)
             search.elapsed_s = time.perf_counter() - start
-            said = agreement_line(next((c for c in search.candidates if c.layout.name == candidate.layout.name), None))
-            if said:
-                progress(f"{search.stage}: {said}", search.elapsed_s)
+            for candidate in picks:  # what each compile of the round said of stage 1's estimate
+                said = agreement_line(next((c for c in search.candidates if c.layout.name == candidate.layout.name), None))
+                if said:
+                    progress(f"{search.stage}: {candidate.layout.name}: {said}", search.elapsed_s)
+            if search.stopped:
+                raise Stopped
         for number in range(1, full_compiles + 1 if use else 1):
             top = next(iter(search.ranked()), None)
             if top is None or not top.extrapolated:
@@ -296,17 +311,33 @@ def stage2(
             search.stage = (
                 f"stage 2: compiling the best extrapolated candidate in full ({top.layout.name}, {number} of at most {full_compiles})"
             )
-            result = _compile(search, top.layout, progress, should_stop)
-            if result is None:
+            (found,) = _compile(search, [top.layout], progress, should_stop, session)
+            if search.stopped:
+                raise Stopped
+            if found is None:
                 break
             search.full_compiles += 1
-            _replace(search, top, dataclasses.replace(verified(top, result), extrapolation=top.compiled))
+            _replace(search, top, dataclasses.replace(verified(top, found[0], compiled_on=found[1]), extrapolation=top.compiled))
             search.elapsed_s = time.perf_counter() - start
     except Stopped:
         search.stopped = True
     search.stage = "stopped" if search.stopped else "done"
     search.elapsed_s = time.perf_counter() - start
     return search
+
+
+def _round(search: Search, tried: set[str], workers: int, left: int) -> list[Candidate]:
+    """The next candidates to compile together: up to ``workers`` (and ``left``), each the best by the estimate calibrated
+    on what was compiled before this round (``next_to_compile``); with one worker, one at a time as the search was first
+    written. A round's picks do not see each other's results: with N workers the Nth pick is chosen as the sequential
+    search would have chosen it without the N-1 results before it."""
+    picks: list[Candidate] = []
+    while len(picks) < min(workers, left):
+        candidate = next_to_compile(search, tried | {c.layout.name for c in picks})
+        if candidate is None:
+            break
+        picks.append(candidate)
+    return picks
 
 
 def depth_plan(search: Search, layout: Layout, shortcut: bool | None = None, depth_option: str | None = None) -> Depth:
@@ -463,24 +494,37 @@ def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate 
 
 def _compile(
     search: Search,
-    layout: Layout,
+    layouts: list[Layout],
     progress: Callable[[str, float], None],
     should_stop: Callable[[], bool] | None,
-) -> TargetCompile | None:
-    """One compile for the search's target (its child process, cache and Stop); None when XLA refused it (noted)."""
-    try:
-        result, cached = compile_target(
-            layout,
-            search.target,
-            on_stage=lambda stage, elapsed: progress(f"{search.stage}: {stage}", elapsed),
-            should_stop=should_stop,
-        )
-    except ExplorerError as error:
-        search.failures.append(f"{layout.name}: {error}")
-        return None
-    search.compiles += 1
-    search.cached_compiles += int(cached)
-    return result
+    session: str,
+) -> list[tuple[TargetCompile, str] | None]:
+    """Compile ``layouts`` for the search's target together in the server's pool (``compile_pool.POOL``: its child
+    processes or cluster, the disk cache, Stop), each as (result, where it was compiled) or None when XLA refused it
+    (noted in ``failures``) or it was stopped (``search.stopped`` set)."""
+    started = time.perf_counter()
+
+    def on_wait(ahead: int, running: int) -> None:
+        progress(f"{search.stage}: {queue_text(ahead, running)}", time.perf_counter() - started)
+
+    def on_progress(jobs) -> None:
+        if jobs:
+            stages = "; ".join(f"{j.layout.name} {j.stage}" for j in jobs) if len(jobs) > 1 else jobs[0].stage
+            progress(f"{search.stage}: {stages}", time.perf_counter() - min(j.started for j in jobs))
+
+    found: list[tuple[TargetCompile, str] | None] = []
+    for outcome in POOL.compile_many(session, [(l, search.target) for l in layouts], on_wait, on_progress, should_stop):
+        if outcome.stopped:
+            search.stopped = True
+            found.append(None)
+        elif outcome.error is not None:
+            search.failures.append(f"{outcome.layout.name}: {outcome.error}")
+            found.append(None)
+        else:
+            search.compiles += 1
+            search.cached_compiles += int(outcome.cached)
+            found.append((outcome.result, outcome.compiled_on))
+    return found
 
 
 def _replace(search: Search, old: Candidate, new: Candidate) -> None:
@@ -488,8 +532,9 @@ def _replace(search: Search, old: Candidate, new: Candidate) -> None:
     search.candidates[search.candidates.index(old)] = new
 
 
-def verified(candidate: Candidate, result: TargetCompile, extrapolated: bool = False) -> Candidate:
-    """The candidate with XLA's figures from a ``compile_target`` result (or one ``extrapolate`` made)."""
+def verified(candidate: Candidate, result: TargetCompile, extrapolated: bool = False, compiled_on: str | None = None) -> Candidate:
+    """The candidate with XLA's figures from a ``compile_target`` result (or one ``extrapolate`` made), and where it was
+    compiled (``compile_pool.Outcome.compiled_on``)."""
     largest = max(result.collectives, key=lambda c: (c.seconds, c.op), default=None)
     text = (
         (f"{largest.op} over {'x'.join(largest.mesh_axes) or '-'}: {largest.count}x, ≥ {largest.seconds * 1e3:.3g} ms")
@@ -505,6 +550,7 @@ def verified(candidate: Candidate, result: TargetCompile, extrapolated: bool = F
         headroom_bytes=int(result.headroom_bytes),
         compiled=result,
         largest_collective=text + (" (extrapolated)" if extrapolated else ""),
+        compiled_on=compiled_on,
     )
 
 
@@ -517,9 +563,10 @@ def advise(
     should_stop: Callable[[], bool] | None = None,
     shortcut: bool | None = None,
     depth_option: str | None = None,
+    session: str = "local",
 ) -> Search:
     """Both stages. Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``."""
     search = stage1(layout, target, roles)
     if on_progress:
         on_progress(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused", search.stage1_s)
-    return stage2(search, compiles, on_progress, should_stop, shortcut=shortcut, depth_option=depth_option)
+    return stage2(search, compiles, on_progress, should_stop, shortcut=shortcut, depth_option=depth_option, session=session)

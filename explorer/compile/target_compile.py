@@ -101,6 +101,13 @@ class Stopped(Exception):
     """The compile was stopped before it finished."""
 
 
+def check_compilable(layout: Layout, target: Target) -> None:
+    """ExplorerError unless ``target`` can take ``layout``: its mesh fits, a split the slices can hold, the GPU plugin."""
+    check_mesh_fits(target, layout.mesh.size)
+    slice_split(target, tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.dcn)  # a split the slices cannot hold
+    require_gpu_plugin(target)
+
+
 def compile_target(
     layout: Layout,
     target: Target | str,
@@ -119,9 +126,7 @@ def compile_target(
     gets the child's process id.
     """
     target = parse_target(target) if isinstance(target, str) else target
-    check_mesh_fits(target, layout.mesh.size)
-    slice_split(target, tuple(layout.mesh.shape), tuple(layout.mesh.axes), layout.mesh.dcn)  # a split the slices cannot hold
-    require_gpu_plugin(target)
+    check_compilable(layout, target)
     hit = None if fresh else cached(layout, target)
     if hit is not None:
         return hit, True

@@ -18,6 +18,7 @@ import pytest
 from explorer import advisor
 from explorer.hardware.accelerators import DCN
 from explorer.analysis.analyzer import analyze, model_for_layouts
+from explorer.compile.compile_pool import POOL
 from explorer.compile.compile_result import CollectiveCost, Extrapolated, Memory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
@@ -182,7 +183,15 @@ def test_stage_2_figures_are_explorer_compiles_for_the_same_layout(seed_dict, tm
     assert row["mesh"]["placement"] == compiled["mesh"]["placement"]
 
 
-def test_stop_ends_a_running_search_and_keeps_what_was_compiled(seed_dict, tmp_path, monkeypatch):
+@pytest.fixture
+def one_worker():
+    """The server's compile pool one compile at a time (stage 2 then compiles one candidate after another)."""
+    POOL.configure(1)
+    yield
+    POOL.configure(None)
+
+
+def test_stop_ends_a_running_search_and_keeps_what_was_compiled(seed_dict, tmp_path, monkeypatch, one_worker):
     # an empty cache of its own: a compile another test left on disk would come back without a child to stop
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
     search = advisor.stage1(small(seed_dict), TARGET)

@@ -1,0 +1,114 @@
+"""Compiles on a Ray cluster of two nodes started here (one CPU each): the advisor's results equal a local run's,
+Stop reaches the remote compile, and a node killed mid-compile has its compile run again on the other.
+
+Needs Ray (requirements-ray.txt, which requirements-dev.txt includes); skipped where it is not installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+from explorer import advisor  # noqa: E402
+from explorer.compile.compile_pool import POOL, CompilePool  # noqa: E402
+from explorer.layout import SEED_LAYOUT  # noqa: E402
+from explorer.hardware.targets import parse_target  # noqa: E402
+from tests.explorer import small_mlp as small  # noqa: E402
+
+TARGET = parse_target("v5litepod-8")
+CHILD = "explorer-ray-"  # in the command line of every compile child a task starts (explorer.compile.cluster)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+    started = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 * 2**20})
+    worker = started.add_node(num_cpus=1, object_store_memory=80 * 2**20)
+    started.wait_for_nodes()
+    try:
+        yield started, worker
+    finally:
+        POOL.connect(None)
+        started.shutdown()
+
+
+def children() -> int:
+    found = subprocess.run(["pgrep", "-f", CHILD], capture_output=True, text=True).stdout.split()
+    return len(found)
+
+
+def until(condition, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_an_advisor_search_on_the_cluster_equals_the_local_one_and_says_where_each_compiled(cluster, tmp_path, monkeypatch):
+    head, worker = cluster
+    searched = advisor.stage1(small(copy.deepcopy(SEED_LAYOUT)), TARGET)
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "local"))
+    POOL.configure(2)
+    try:
+        local = advisor.stage2(copy.deepcopy(searched), compiles=1)
+        POOL.configure(None)
+        POOL.connect(head.address)
+        assert POOL.workers == 2  # the cluster's CPUs
+        monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path / "cluster"))
+        remote = advisor.stage2(copy.deepcopy(searched), compiles=1)
+        nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    finally:
+        POOL.configure(None)
+        POOL.connect(None)
+    rows = lambda search: [{k: v for k, v in r.items() if k != "compiled_on"} for r in advisor.search_to_dict(search)["candidates"]]
+    assert remote.compiles == local.compiles == 2 and not remote.failures
+    assert rows(remote) == rows(local)
+    assert {c.compiled_on for c in local.candidates if c.verified} == {"local"}
+    places = {c.compiled_on for c in remote.candidates if c.verified}
+    assert len(places) == 2 and all(len(p) == 56 for p in places)  # one task on each node (one CPU each): their ids
+    assert places == nodes
+    assert len(list((tmp_path / "cluster" / "compiles").glob("*.json"))) == 2  # the results came back into the cache
+
+
+def test_stop_cancels_the_remote_compile_and_its_child(cluster, tmp_path, monkeypatch):
+    head, _ = cluster
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
+    pool = CompilePool()
+    pool.connect(head.address)
+    try:
+        (outcome,) = pool.compile_many("A", [(small(copy.deepcopy(SEED_LAYOUT), layers=8), TARGET)], should_stop=lambda: children() > 0)
+    finally:
+        pool.connect(None)
+    assert outcome.stopped and outcome.result is None
+    until(lambda: children() == 0, 20)  # the compile child ended with its task
+
+
+def test_a_node_killed_mid_compile_has_its_compile_run_again_on_the_other(cluster, tmp_path, monkeypatch):
+    head, worker = cluster
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
+    pool = CompilePool()
+    pool.connect(head.address)
+    layouts = [small(copy.deepcopy(SEED_LAYOUT), depth=384, layers=6), small(copy.deepcopy(SEED_LAYOUT), depth=640, layers=6)]
+    killed = []
+
+    def kill_when_both_run(_jobs) -> None:
+        if not killed and children() == 2:  # one compile on each node (one CPU each)
+            head.remove_node(worker)  # the worker node's raylet and workers, its compile child with them
+            killed.append(True)
+
+    try:
+        outcomes = pool.compile_many("A", [(layout, TARGET) for layout in layouts], on_progress=kill_when_both_run)
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    finally:
+        pool.connect(None)
+    assert killed
+    assert all(o.result is not None and o.error is None for o in outcomes), [str(o.error) for o in outcomes]
+    assert {o.compiled_on for o in outcomes} <= alive and len(alive) == 1  # both on the node still alive
