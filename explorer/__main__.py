@@ -510,9 +510,7 @@ def _compile(args: argparse.Namespace) -> int:
         raise failed
     if args.json:
         found = [
-            {"target": t.name, "error": str(o.error)}
-            if o.error
-            else o.result.to_json() | {"cached": o.cached}
+            {"target": t.name, "error": str(o.error)} if o.error else o.result.to_json() | {"cached": o.cached}
             for t, o in zip(targets, outcomes)
         ]
         json.dump(found[0] if len(targets) == 1 else found, sys.stdout, indent=2)
