@@ -41,7 +41,7 @@ from explorer.compile.xla_results import with_verdict
 INSTALL = "pip install -r requirements-ray.txt"  # the pinned extra (docs/cluster.md)
 MAX_RETRIES = 2  # a task whose node died runs again elsewhere this many times
 POLL_S = 0.2
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # explorer/, above compile/
 
 
 def require_ray(address: str):

@@ -208,3 +208,16 @@ def test_without_ray_a_cluster_is_one_message_naming_the_address_and_the_install
         timeout=120,
     )
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --workers: 0 is not a number of compiles at once between 1 and 64"
+
+
+def test_compile_with_several_targets_is_a_sweep_each_result_or_error_in_order(tmp_path, seed_dict, own_compile_cache):
+    layout = tmp_path / "layout.json"
+    layout.write_text(json.dumps(small(seed_dict).to_dict()))
+    env = dict(os.environ, EXPLORER_CACHE_DIR=str(tmp_path / "cache"), ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    command = [sys.executable, "-m", "explorer", "compile", str(layout), "--target", "v5litepod-4", "--target", "v5litepod-8"]
+    done = subprocess.run(command + ["--workers", "2", "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2  # one target failed: said in its place, the other compiled
+    refused, compiled = json.loads(done.stdout)
+    assert refused["target"] == "v5litepod-4" and "8 devices" in refused["error"] and "v5litepod-4" in refused["error"]
+    single = compile_target(small(seed_dict), TARGET)  # the cache the sweep filled is another: a compile of its own
+    assert compiled["cached"] is False and compiled["memory"] == single[0].to_json()["memory"]
