@@ -84,31 +84,21 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     timing.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
     timing.add_argument("--json", action="store_true", help="print the result as JSON")
     _distributed_arguments(timing)
-    compile_ = commands.add_parser(
-        "compile", help="compile the train step for a TPU slice or an NVIDIA GPU cluster (neither needed): memory, collectives, roofline"
+    compile_ = _target_command(
+        commands,
+        "compile",
+        "compile the train step for a TPU slice or an NVIDIA GPU cluster (neither needed): memory, collectives, roofline",
+        "a layout JSON file",
+        sweep=True,
     )
-    compile_.add_argument("layout", help="a layout JSON file")
-    compile_.add_argument(
-        "--target",
-        required=True,
-        action="append",
-        help="(repeatable: a sweep, compiled --workers at once) a Cloud TPU type (v5p-128, v5litepod-16), a libtpu topology (v5p:4x4x4), N slices of either (2xv5p-128), or a "
-        "GPU cluster GPU:HOSTSxGPUS of "
-        'a100, h100, h200, b200 (h100:1x8, h100:8x8; needs pip install "partition-explorer[gpu]")',
-    )
-    compile_.add_argument("--json", action="store_true", help="print the result as JSON")
     compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
     _pool_arguments(compile_)
-    advise = commands.add_parser(
-        "advise", help="rank meshes and rules for a TPU slice or GPU cluster: stage 1 estimates, stage 2 XLA compiles"
+    advise = _target_command(
+        commands,
+        "advise",
+        "rank meshes and rules for a TPU slice or GPU cluster: stage 1 estimates, stage 2 XLA compiles",
+        "a layout JSON file: its model, and its mesh and rules as one candidate",
     )
-    advise.add_argument("layout", help="a layout JSON file: its model, and its mesh and rules as one candidate")
-    advise.add_argument(
-        "--target",
-        required=True,
-        help="a Cloud TPU type (v5p-128), libtpu topology (v5p:4x4x4), N slices (2xv5p-128) or GPU cluster (h100:8x8)",
-    )
-    advise.add_argument("--json", action="store_true", help="print the result as one JSON object")
     advise.add_argument("--compiles", type=int, default=4, help="shortlisted candidates to compile for the target (default 4)")
     advise.add_argument("--role", action="append", default=[], metavar="NAME=ROLE", help="a logical name's role (repeatable)")
     advise.add_argument(
@@ -195,6 +185,27 @@ def _configure_pool(args: argparse.Namespace) -> None:
     address = args.cluster or os.environ.get("EXPLORER_CLUSTER") or None
     if address:
         POOL.connect(address)
+
+
+TARGET_HELP = (
+    "a Cloud TPU type (v5p-128, v5litepod-16, v5e-256), a libtpu topology (v5p:4x4x4), N slices of either (2xv5p-128), or a "
+    'GPU cluster GPU:HOSTSxGPUS of a100, h100, h200, b200 (h100:1x8, h100:8x8; needs pip install "partition-explorer[gpu]")'
+)
+
+
+def _target_command(commands, name: str, help: str, layout_help: str, *, sweep: bool = False) -> argparse.ArgumentParser:
+    """A command that takes a layout and a target (``compile``, ``advise``): its layout, ``--target`` (repeatable for a
+    sweep) and ``--json``."""
+    parser = commands.add_parser(name, help=help)
+    parser.add_argument("layout", help=layout_help)
+    parser.add_argument(
+        "--target",
+        required=True,
+        action="append" if sweep else "store",
+        help=("(repeatable: a sweep, compiled --workers at once) " if sweep else "") + TARGET_HELP,
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    return parser
 
 
 def _distributed_arguments(timing: argparse.ArgumentParser) -> None:

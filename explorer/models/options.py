@@ -71,44 +71,25 @@ class TransformerOptions(_Options):
 
 
 # Each preset's batch is 16 so that a 16-way data axis (docs/pages.md's planned 16x16 mesh) divides it.
+# A preset per row: the transformer's options in PRESET_FIELDS' order (GPT-2 small's and Llama 2's published sizes).
+PRESET_FIELDS = (
+    "batch",
+    "seq_len",
+    "layers",
+    "d_model",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "mlp_dim",
+    "vocab",
+    "gated_mlp",
+    "learned_positions",
+)
 SIZE_PRESETS: dict[str, dict] = {
-    "gpt2-small": dict(
-        batch=16,
-        seq_len=1024,
-        layers=12,
-        d_model=768,
-        heads=12,
-        kv_heads=12,
-        head_dim=64,
-        mlp_dim=3072,
-        vocab=50257,
-        gated_mlp=False,
-        learned_positions=True,
-    ),
-    "llama2-7b": dict(
-        batch=16,
-        seq_len=4096,
-        layers=32,
-        d_model=4096,
-        heads=32,
-        kv_heads=32,
-        head_dim=128,
-        mlp_dim=11008,
-        vocab=32000,
-        gated_mlp=True,
-        learned_positions=False,
-    ),
-    "llama2-70b": dict(
-        batch=16,
-        seq_len=4096,
-        layers=80,
-        d_model=8192,
-        heads=64,
-        kv_heads=8,
-        head_dim=128,
-        mlp_dim=28672,
-        vocab=32000,
-        gated_mlp=True,
-        learned_positions=False,
-    ),
+    name: dict(zip(PRESET_FIELDS, row))
+    for name, row in {
+        "gpt2-small": (16, 1024, 12, 768, 12, 12, 64, 3072, 50257, False, True),
+        "llama2-7b": (16, 4096, 32, 4096, 32, 32, 128, 11008, 32000, True, False),
+        "llama2-70b": (16, 4096, 80, 8192, 64, 8, 128, 28672, 32000, True, False),
+    }.items()
 }
