@@ -89,7 +89,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     compile_.add_argument(
         "--target",
         required=True,
-        help="a Cloud TPU type (v5p-128, v5litepod-16), a libtpu topology (v5p:4x4x4), N slices of either (2xv5p-128), or a "
+        help="a Cloud TPU type (v5p-128, v5litepod-16; v5e-256 as MaxText writes it), a libtpu topology (v5p:4x4x4), N slices of either (2xv5e-256), or a "
         "GPU cluster GPU:HOSTSxGPUS of "
         'a100, h100, h200, b200 (h100:1x8, h100:8x8; needs pip install "partition-explorer[gpu]")',
     )
