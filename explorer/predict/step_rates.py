@@ -8,7 +8,9 @@ Three figures per device, and what they rest on:
   precision runs f32 matmuls on TF32 tensor cores on this GPU). Other GPUs: their spec sheet's dense
   figure (bf16; TF32 for f32) times the fraction of it the H200 reached (bf16 870.9 / 989 = 0.881,
   TF32 445.2 / 494.7 = 0.900).
-  TPUs: the spec sheet's bf16 peak times the same bf16 fraction. An f32 matmul on a TPU runs at the
+  TPUs: v5e, its spec sheet's bf16 peak, at a matmul efficiency set from one published run (``TPU_EVIDENCE``:
+  MaxText's 32B on one v5e-256; the other published runs out of sample, docs/step-time.md); other generations,
+  the spec sheet's bf16 peak times the same bf16 fraction. An f32 matmul on a TPU runs at the
   bf16 rate: by default JAX's f32 dots run in bfloat16 on a TPU (JAX's "Matmul precision" page,
   https://docs.jax.dev/en/latest/201/precision.html: "float32 dot products may be computed with
   reduced-precision arithmetic internally (bfloat16 on TPU, TF32 on recent GPUs)"; Cloud TPU's
@@ -73,12 +75,37 @@ MATMUL_EFFICIENCY = 0.73  # calibrated on MEASURED's mlp_h200 (0.708 x (8192 + 2
 DISPATCH_S = 30e-6  # per step: JAX's jit_trivial benchmark (jax-ml/jax pull request 4128), see the module docstring
 GPU_LAUNCH_S = 1e-6
 NCCL_LAUNCH_S = 5e-6
+V5E_MATMUL_EFFICIENCY = 0.851  # set from MaxText's 32B run on one v5e-256 (TPU_EVIDENCE; docs/step-time.md)
 TPU_HOST_BANDWIDTH = 1.5e10  # PCIe, one way, per chip: the Scaling Book (SCALING_BOOK_HOST)
 SCALING_BOOK_HOST = "https://jax-ml.github.io/scaling-book/tpus/ (PCIe bandwidth between a TPU and its host, 1.5e10 bytes/s)"
 GPU_HOST_BANDWIDTH = {"a100": 32e9, "h100": 64e9, "h200": 64e9, "b200": 64e9}  # PCIe one way: half the spec sheets' both-ways figure
 
 # Dense TF32 tensor-core FLOP/s from the spec sheets (they print the sparse figure, twice this).
 GPU_TF32 = {"a100": 156e12, "h100": 494.7e12, "h200": 494.7e12, "b200": 1.1e15}
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuEvidence:
+    """A TPU generation's matmul efficiency (the share of its spec sheet's bf16 peak a training step's matmuls get),
+    set from one named published run: the step model's prediction of that run's program equals its published step."""
+
+    matmul_efficiency: float
+    run: str  # which published run, in words, with its keys
+    source: str
+
+
+MAXTEXT_V5E = (
+    "https://github.com/AI-Hypercomputer/maxtext MaxText/configs/v5e/README.md (TFLOP/s per chip, 16B-128B on 1-32 v5e-256 slices)"
+)
+# Set by tests/explorer/predict/test_tpu_steps.py's fit (it recomputes this figure from the recorded program and fails if it moved).
+TPU_EVIDENCE = {
+    "v5e": TpuEvidence(
+        V5E_MATMUL_EFFICIENCY,
+        "MaxText's v5e table, 32B on one v5e-256: global_parameter_scale=32 per_device_batch_size=4 remat_policy=full "
+        "max_target_length=2048 attention=flash, 132 TFLOP/s per chip",
+        MAXTEXT_V5E,
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +157,20 @@ def rates(chip: Chip | Gpu) -> Rates:
             (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, NVIDIA, *chip.sources),
             host_bandwidth=GPU_HOST_BANDWIDTH[chip.generation],
         )
+    evidence = TPU_EVIDENCE.get(chip.generation)
+    if evidence is not None:
+        peak = chip.device_peak_flops
+        return Rates(
+            {"bf16": peak, "f16": peak, "f32": peak, "f8": peak},
+            evidence.matmul_efficiency,
+            chip.device_hbm_bandwidth * HBM_FRACTION,
+            0.0,
+            0.0,
+            f"{chip.generation}: the share of its spec sheet's bf16 peak a step's matmuls get set from one published run "
+            f"({evidence.run}), every other published run out of sample (docs/step-time.md); HBM: its spec times the "
+            f"fraction the H200 reached ({MEASURED}); f32 matmuls at the bf16 rate (one bf16 pass at default precision)",
+            (evidence.source, MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, SCALING_BOOK_HOST, *chip.sources),
+        )
     bf16 = chip.device_peak_flops * BF16_FRACTION
     return Rates(
         {"bf16": bf16, "f16": bf16, "f32": bf16, "f8": bf16},
@@ -138,6 +179,6 @@ def rates(chip: Chip | Gpu) -> Rates:
         0.0,
         0.0,
         f"not measured: {chip.generation}'s spec sheet figures times the fractions of the H200's own it reached ({MEASURED}); "
-        "f32 matmuls at the bf16 rate (one bf16 pass at default precision)",
-        (MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, *chip.sources),
+        "f32 matmuls at the bf16 rate (one bf16 pass at default precision); no published run of this generation compared",
+        (MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, SCALING_BOOK_HOST, *chip.sources),
     )

@@ -1,0 +1,80 @@
+"""The step model on a TPU against real runs: MaxText's published v5e table (``tests/data/maxtext_v5e/``).
+
+Each recorded program is the built-in transformer at a published row's shapes, compiled for v5e-256 slices
+(``record.py``; minutes each here, so recorded); its published step comes from the table alone
+(``published_steps``, no explorer code). One row, 32B on one slice, set v5e's matmul efficiency
+(``step_rates.TPU_EVIDENCE``); every other row is out of sample.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+from types import SimpleNamespace
+
+import pytest
+
+from explorer.predict import step_model
+from explorer.predict import step_rates
+from explorer.hardware.accelerators import CHIPS
+from tests.data.maxtext_v5e import published_steps
+
+DATA = pathlib.Path(__file__).parents[2] / "data" / "maxtext_v5e"
+V5E = CHIPS["v5e"]
+CALIBRATION = ("32b", 1)  # the one row that sets v5e's matmul efficiency
+PUBLISHED = {(row["model"], row["slices"]): row["step_s"] for row in published_steps.rows()}
+RECORDED = sorted((path.name.split(".")[0].split("-")[0], int(path.name.split(".")[0].split("-")[1])) for path in DATA.glob("*.hlo.txt.gz"))
+
+
+def program(model: str, slices: int) -> tuple[str, list]:
+    with gzip.open(DATA / f"{model}-{slices}.hlo.txt.gz", "rt") as handle:
+        text = handle.read()
+    collectives = [SimpleNamespace(**c) for c in json.loads((DATA / f"{model}-{slices}.collectives.json").read_text())]
+    return text, collectives
+
+
+@pytest.fixture(scope="module")
+def programs() -> dict:
+    return {key: program(*key) for key in RECORDED}
+
+
+@pytest.fixture(scope="module")
+def predicted(programs) -> dict:
+    return {key: step_model.predict(text, V5E, collectives).step_s for key, (text, collectives) in programs.items()}
+
+
+def test_the_calibration_row_and_out_of_sample_rows_are_recorded():
+    assert CALIBRATION in RECORDED and len(RECORDED) >= 4 and all(key in PUBLISHED for key in RECORDED)
+
+
+def test_v5e_matmul_efficiency_is_what_the_calibration_row_gives(programs, monkeypatch):
+    """Refit: the efficiency at which the 32B row's predicted step equals its published step is the constant."""
+    text, collectives = programs[CALIBRATION]
+    low, high = 0.2, 1.0
+    for _ in range(40):
+        middle = (low + high) / 2
+        evidence = step_rates.TpuEvidence(middle, "fit", "fit")
+        monkeypatch.setitem(step_rates.TPU_EVIDENCE, "v5e", evidence)
+        slower = step_model.predict(text, V5E, collectives).step_s > PUBLISHED[CALIBRATION]
+        low, high = (middle, high) if slower else (low, middle)
+    assert step_rates.V5E_MATMUL_EFFICIENCY == pytest.approx(low, abs=0.0005)
+
+
+def test_every_out_of_sample_published_run_is_predicted_within_1_25x_mean_error_under_10_percent(predicted):
+    ratios = {key: predicted[key] / PUBLISHED[key] for key in predicted if key != CALIBRATION}
+    assert all(1 / 1.25 <= ratio <= 1.25 for ratio in ratios.values()), ratios
+    assert sum(abs(ratio - 1) for ratio in ratios.values()) / len(ratios) < 0.10, ratios
+
+
+def test_the_step_grows_with_the_slice_count_as_the_published_one_does(predicted):
+    for model in {model for model, slices in predicted if slices > 1}:
+        counts = sorted(slices for m, slices in predicted if m == model)
+        steps = [predicted[(model, n)] for n in counts]
+        published = [PUBLISHED[(model, n)] for n in counts]
+        assert all(b >= a for a, b in zip(steps, steps[1:])) == all(b >= a for a, b in zip(published, published[1:]))
+
+
+def test_every_recorded_run_fits_as_it_did_on_the_real_slice():
+    for model, slices in RECORDED:
+        assert json.loads((DATA / f"{model}-{slices}.result.json").read_text())["fits"] is True
