@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser import (
+    MAIN,
     SIDEBAR,
     assert_no_exception,
     checked_server,
@@ -93,3 +94,28 @@ def test_a_link_with_a_bad_target_opens_the_rest_of_the_layout_and_names_the_fie
         expect(page.locator(f"{SIDEBAR} {key_selector('refused_link')}")).to_contain_text("target=tpu-v9-garbage")
         screenshot(page, f"link-bad-target-{size['width']}x{size['height']}")
         assert_no_exception(page)
+
+
+def test_a_compile_another_session_ran_says_when_and_compiles_again(blank_page: Page, names_app_url: str):
+    """Issue 45 item 11: a cached compile appeared unasked (from a shared cache) with no way to compile again."""
+    page = blank_page
+    page.set_viewport_size({"width": 1024, "height": 768})
+    link = f"{names_app_url}/?name=again&mesh=2x4&axes=data,model&{SMALL}&target=v5litepod-8"
+    open_app(page, link)
+    page.locator(f"{key_selector('target_compile_button')} button").click()
+    verdict = page.locator(key_selector("target_verdict"))
+    expect(verdict).to_contain_text("Fits", timeout=COMPILE_TIMEOUT_MS)
+    wait_for_rerun(page)
+    expect(page.locator(key_selector("target_cached"))).to_have_count(0)  # this session compiled it
+    page.goto("about:blank")
+    open_app(page, link)  # another session: the result is the cache's
+    cached = page.locator(key_selector("target_cached"))
+    expect(cached).to_contain_text(re.compile(r"Read from the compile cache \(.+\): compiled on \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"))
+    cached.scroll_into_view_if_needed()
+    screenshot(page, "target-cached-1024x768")
+    cached.get_by_role("button", name="Compile again").click()
+    expect(page.locator(key_selector("target_cached"))).to_have_count(0, timeout=COMPILE_TIMEOUT_MS)
+    expect(verdict).to_contain_text("Fits", timeout=COMPILE_TIMEOUT_MS)
+    wait_for_rerun(page)
+    expect(page.locator(MAIN)).to_contain_text("Compiled for v5litepod-8 in")
+    assert_no_exception(page)

@@ -49,7 +49,7 @@ def test_a_bad_target_name_is_one_short_message_under_the_box_naming_it(app):
     errors = sidebar_errors(app)
     assert len(errors) == 1 and errors[0].startswith("target: 'tpu-v9-garbage' is not a TPU slice name or a GPU cluster")
     assert len(errors[0]) < 200 and "v5p-16384" not in errors[0]  # not the wall of every TPU type: one short line
-    assert [e.label for e in app.sidebar.expander if e.label == "Every form, and the names the list holds"]
+    assert [e.label for e in app.sidebar.expander if e.label == "Every form and listed name"]
     assert app.session_state["target_choice"] == "tpu-v9-garbage"  # what was typed is kept, to fix
 
 
