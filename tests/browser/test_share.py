@@ -142,7 +142,7 @@ def test_a_link_with_a_model_not_allowed_opens_the_rest_with_the_seeds_model(bla
     expect(errors).to_contain_text(
         "The link opened without its model: model.name: 'evil.module:run' is a user factory that is not allow-listed"
     )
-    expect(errors).to_contain_text("(the seed's model instead (mlp)). The rest of the layout is the link's.")
+    expect(errors).to_contain_text("EXPLORER_ALLOWED_FACTORIES — the seed's model, mlp, instead. The rest of the layout is the link's.")
     expect(sidebar_errors(page)).to_have_count(0)
     expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("mine")
     expect(page.locator(f"{key_selector('mesh_shape_text')} input")).to_have_value("2, 4")

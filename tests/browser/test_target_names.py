@@ -88,7 +88,7 @@ def test_a_link_with_a_bad_target_opens_the_rest_of_the_layout_and_names_the_fie
         errors = main_errors(page)
         expect(errors).to_have_count(1)
         expect(errors).to_contain_text("The link opened without its target: target: 'tpu-v9-garbage' is not a TPU slice name")
-        expect(errors).to_contain_text("(this process's devices instead). The rest of the layout is the link's.")
+        expect(errors).to_contain_text("every form) — this process's devices instead. The rest of the layout is the link's.")
         expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("planned")
         expect(page.locator(f"{key_selector('mesh_shape_text')} input")).to_have_value("4, 2")
         expect(page.locator(f"{SIDEBAR} {key_selector('refused_link')}")).to_contain_text("target=tpu-v9-garbage")
