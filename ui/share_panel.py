@@ -133,7 +133,7 @@ def partly_opened(key: str, left_out: tuple[LeftOut, ...]) -> str:
     why, and what stands in for each: the rest of the layout is the link's."""
     st.session_state[key] = "?" + urlencode(st.query_params.to_dict(), safe=":,;/*!'()@$")
     fields = list(dict.fromkeys(out.param for out in left_out))
-    said = "; ".join(f"{markdown_literal(str(out.error).rstrip('.'))} ({out.instead})" for out in left_out)
+    said = "; ".join(f"{markdown_literal(str(out.error).rstrip('.'))} — {out.instead}" for out in left_out)
     return (
         f"The link opened without its {' and '.join(fields)}: {said}. The rest of the layout is the link's. "
         "The link you opened is kept under Share, to copy and fix."

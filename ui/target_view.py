@@ -76,7 +76,7 @@ def choose() -> Target | None:
     except ExplorerError as error:
         with st.container(key="target_error"):
             st.error(markdown_literal(str(error)))
-            with st.expander("Every form, and the names the list holds"):
+            with st.expander("Every form and listed name"):
                 st.caption(markdown_literal(f"A target is {TARGET_FORMS}. Listed: {', '.join(valid_names())}."))
         return None
     if target.is_gpu:

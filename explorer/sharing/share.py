@@ -254,7 +254,7 @@ def _leave_out(data: dict[str, Any], error: ExplorerError) -> LeftOut | None:
         return LeftOut("options", error, "the option is left out (its default instead)")
     if field.startswith("model") and data["model"] != SEED_LAYOUT["model"]:
         data["model"] = {"name": SEED_LAYOUT["model"]["name"], "options": dict(SEED_LAYOUT["model"]["options"])}
-        return LeftOut("model", error, f"the seed's model instead ({SEED_LAYOUT['model']['name']})")
+        return LeftOut("model", error, f"the seed's model, {SEED_LAYOUT['model']['name']}, instead")
     return None
 
 

@@ -105,14 +105,15 @@ def test_load_from_the_library_then_edit_the_mesh_then_share_the_address(browser
     set_text(page, "mesh_shape_text", "2, 4")  # the next edit is not blocked by the old rules
     edited = {**TEAM, "mesh": {"shape": [2, 4], "axes": ["fsdp", "tensor"]}}
     expect_team_layout(page, edited)
-    expect_address(page, edited)
+    shared = {**edited, "name": "team-fsdp (edited)"}  # issue 45: a link to an edited layout says it was edited
+    expect_address(page, shared)
     expect(page.locator(MAIN)).to_contain_text("team-fsdp (edited)")
     screenshot(page, "journey-library-loaded")
     reopened = new_page(browser, {"width": 1440, "height": 900})
     try:
         open_app(reopened, page.url)  # what a teammate does with the address bar's link
-        expect_team_layout(reopened, edited)
-        assert shown_layout(reopened) == shown_layout(page)
+        expect_team_layout(reopened, shared)
+        assert shown_layout(reopened) == {**shown_layout(page), "name": "team-fsdp (edited)"}
         assert target_shown(reopened) == target_shown(page)
         assert_no_exception(reopened)
     finally:

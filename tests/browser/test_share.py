@@ -74,9 +74,9 @@ def expect_address(page: Page, params: dict[str, str], array: str = KERNEL) -> N
     assert address_params(page) == params
 
 
-def expect_shared_layout(page: Page, layers: int = 2) -> None:
-    """The sidebar and the main area show SHARED_LAYOUT (with ``layers`` layers)."""
-    expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("shared-4x2")
+def expect_shared_layout(page: Page, layers: int = 2, name: str = "shared-4x2") -> None:
+    """The sidebar and the main area show SHARED_LAYOUT (with ``layers`` layers, named ``name``)."""
+    expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value(name)
     expect(page.locator(f"{key_selector('mesh_shape_text')} input")).to_have_value("4, 2")
     expect(page.locator(f"{key_selector('mesh_axes_text')} input")).to_have_value("data, model")
     expect(page.locator(f"{key_selector('option::mlp::layers')} input")).to_have_value(str(layers))
@@ -102,7 +102,8 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
 
     set_text(page, "option::mlp::layers", "3")
     expect_shared_layout(page, layers=3)
-    changed = {**SHARED_PARAMS, "options": "batch:8;layers:3;depth:256;scan:false"}
+    # edited since it was loaded: shared under a name that says so (issue 45), the sidebar's name untouched
+    changed = {**SHARED_PARAMS, "name": "shared-4x2 (edited)", "options": "batch:8;layers:3;depth:256;scan:false"}
     expect_address(page, changed)
 
     toggle_expander(page, "Readable link")
@@ -115,8 +116,8 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
     try:
         for link in (page.url, shown_link):  # what the address bar carries, and the readable link the Share section shows
             open_app(reopened, link)
-            expect_shared_layout(reopened, layers=3)
-            assert shown_layout(reopened) == shown_layout(page)
+            expect_shared_layout(reopened, layers=3, name="shared-4x2 (edited)")
+            assert shown_layout(reopened) == {**shown_layout(page), "name": "shared-4x2 (edited)"}
             assert shown_layout(reopened)["model"]["options"]["layers"] == 3
             expect_address(reopened, changed)
             assert_no_exception(reopened)
@@ -141,7 +142,7 @@ def test_a_link_with_a_model_not_allowed_opens_the_rest_with_the_seeds_model(bla
     expect(errors).to_contain_text(
         "The link opened without its model: model.name: 'evil.module:run' is a user factory that is not allow-listed"
     )
-    expect(errors).to_contain_text("(the seed's model instead (mlp)). The rest of the layout is the link's.")
+    expect(errors).to_contain_text("EXPLORER_ALLOWED_FACTORIES — the seed's model, mlp, instead. The rest of the layout is the link's.")
     expect(sidebar_errors(page)).to_have_count(0)
     expect(page.locator(f"{key_selector('layout_name')} input")).to_have_value("mine")
     expect(page.locator(f"{key_selector('mesh_shape_text')} input")).to_have_value("2, 4")

@@ -384,7 +384,7 @@ def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismiss
     assert "bogus" not in str(dict(at.query_params))  # the address bar is the seed's, which is what the page shows
     said = [plain(e.value) for e in at.main.error if "opened without its rules" in e.value]
     assert said and said[0].endswith(
-        "lacks (the rule is left out). The rest of the layout is the link's. The link you opened is kept under Share, to copy and fix."
+        "lacks — the rule is left out. The rest of the layout is the link's. The link you opened is kept under Share, to copy and fix."
     ), said
     at.run()  # still there after another rerun
     assert [c for c in at.sidebar.code if "bogus" in c.value]

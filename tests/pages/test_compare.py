@@ -106,15 +106,15 @@ def test_a_link_restores_the_size_preset_and_the_selected_array(seed_dict):
     assert at.selectbox(key="size_preset::transformer").value == "gpt2-small"
 
 
-def test_a_mangled_link_shows_a_message_and_the_default_layout():
+def test_a_link_with_a_model_not_allowed_opens_the_rest_with_the_seeds_model_and_says_so():
     at = AppTest.from_file(APP, default_timeout=300)
-    at.query_params["mesh"] = "2x4"
+    at.query_params["mesh"] = "4x2"
     at.query_params["axes"] = "data,model"
     at.query_params["model"] = "evil.module:run"
     at.run()
     assert not at.exception
-    assert any("could not be opened" in e.value and "model.name" in e.value for e in at.error)
-    assert at.session_state["layout_name"] == "seed-2x4"
+    assert any("opened without its model" in e.value and "model.name" in e.value for e in at.error)
+    assert at.session_state["layout_name"] == "shared" and at.session_state["mesh_shape_text"] == "4, 2"  # the rest: the link's
 
 
 def test_a_race_result_is_only_shown_for_the_layouts_it_raced(shelf):

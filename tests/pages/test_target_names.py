@@ -49,7 +49,7 @@ def test_a_bad_target_name_is_one_short_message_under_the_box_naming_it(app):
     errors = sidebar_errors(app)
     assert len(errors) == 1 and errors[0].startswith("target: 'tpu-v9-garbage' is not a TPU slice name or a GPU cluster")
     assert len(errors[0]) < 200 and "v5p-16384" not in errors[0]  # not the wall of every TPU type: one short line
-    assert [e.label for e in app.sidebar.expander if e.label == "Every form, and the names the list holds"]
+    assert [e.label for e in app.sidebar.expander if e.label == "Every form and listed name"]
     assert app.session_state["target_choice"] == "tpu-v9-garbage"  # what was typed is kept, to fix
 
 
@@ -62,7 +62,7 @@ def test_a_link_with_a_bad_target_opens_the_rest_of_the_layout_and_names_the_fie
     assert at.text_input(key="mesh_shape_text").value == "4, 2" and at.text_input(key="layout_name").value == "planned"
     said = [plain(e.value) for e in list(at.main.error) + list(at.sidebar.error) if "tpu-v9-garbage" in e.value]
     assert len(said) == 1 and said[0].startswith("The link opened without its target: target: 'tpu-v9-garbage' is not a TPU"), said
-    assert "(this process's devices instead)" in said[0] and "The rest of the layout is the link's" in said[0]
+    assert "every form) — this process's devices instead. The rest" in said[0] and "The rest of the layout is the link's" in said[0]
     assert at.selectbox(key="target_choice").value == "this process's devices"
 
 
@@ -74,5 +74,5 @@ def test_a_link_with_a_bad_rule_keeps_the_other_rules_and_the_target():
     assert at.text_input(key="mesh_shape_text").value == "4, 2" and at.selectbox(key="target_choice").value == "v5litepod-8"
     said = [plain(e.value) for e in at.main.error if "could not" in e.value or "opened without" in e.value]
     assert len(said) == 1 and "without its rules: rules[1]: ['hidden', 'nope'] names mesh axis 'nope'" in said[0], said
-    assert "(the rule is left out)" in said[0]
+    assert "lacks — the rule is left out." in said[0]
     assert at.session_state["rules_shown"] == [["batch", ["data"]]], at.session_state["rules_shown"]

@@ -72,8 +72,9 @@ def test_the_command_line_refuses_a_bad_target_with_the_valid_names():
     )
     assert completed.returncode == 2
     assert completed.stderr.startswith("error: target: 'v9-8' is not a TPU slice name or a GPU cluster")
-    assert "v5e-256" in completed.stderr and "v5p-128" in completed.stderr and "Traceback" not in completed.stderr
-    assert "h100:2x8" in completed.stderr and "docs/targets.md lists every form" in completed.stderr
+    # one short line: an example of each form (a Cloud TPU type, a topology, slices, a GPU cluster) and where every form is
+    assert "e.g. v5p-128, v5e-256, v5e:4x4, 2xv5p-16 or h100:2x8 (docs/targets.md lists every form)" in completed.stderr
+    assert "Traceback" not in completed.stderr and completed.stderr.count("\n") == 1
 
 
 def test_the_command_line_says_how_to_name_a_gpu_cluster():

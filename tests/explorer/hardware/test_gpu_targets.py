@@ -272,7 +272,9 @@ def test_the_command_line_refuses_an_unknown_gpu_with_one_line_naming_the_valid_
     completed = compile_cli("layouts/seed-2x4.json", "--target", "v100:1x8")
     assert completed.returncode == 2 and completed.stderr.count("\n") == 1
     assert completed.stderr.startswith("error: target: 'v100:1x8' is not a TPU slice name or a GPU cluster")
-    assert "GPU:HOSTSxGPUS of a100, h100, h200, b200" in completed.stderr and "v5p-128" in completed.stderr
+    assert (
+        "GPU:HOSTSxGPUS of a100, h100, h200, b200" in completed.stderr and "TPU generation (v4, v5e, v5p, v6e, tpu7x)" in completed.stderr
+    )
 
 
 def test_the_command_line_refuses_a_device_count_mismatch_with_both_counts(tmp_path):
