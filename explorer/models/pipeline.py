@@ -24,25 +24,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from explorer.stage_plan import iterations
+
 STAGE = "stage"
 REPEATS = "circular_repeats"
-
-
-def bubble_fraction(stages: int, microbatches: int, repeats: int = 1) -> float:
-    """The share of the loop's stage-iterations that are idle: ``(stages - 1) / (microbatches * repeats + stages - 1)``
-    (MaxText's iterations ``microbatches * repeats + stages - 1``, of which each stage works ``microbatches * repeats``)."""
-    return (stages - 1) / (microbatches * repeats + stages - 1)
-
-
-def iterations(stages: int, microbatches: int, repeats: int = 1) -> int:
-    """The pipeline loop's trip count."""
-    return microbatches * repeats + stages - 1
-
-
-def layers_of(layers: int, stages: int, repeats: int = 1) -> list[list[list[int]]]:
-    """Which blocks each stage holds: ``[stage][repeat] -> block indices``."""
-    per = layers // (stages * repeats)
-    return [[[r * stages * per + s * per + i for i in range(per)] for r in range(repeats)] for s in range(stages)]
 
 
 def stage_axis() -> str | tuple[str, ...] | None:

@@ -18,7 +18,7 @@ from explorer.analysis import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.models import build_model, validate_model
-from explorer.models.pipeline import bubble_fraction, iterations, layers_of
+from explorer.stage_plan import bubble_fraction, blocks_of, iterations, stage_plan
 from explorer.models.transformer import Transformer, next_token_loss
 from explorer.models.options import TransformerOptions
 from tests import ground_truth as truth
@@ -82,7 +82,7 @@ def test_a_pipeline_that_does_not_divide_is_refused_naming_the_option_and_value(
 
 
 def test_which_blocks_each_stage_holds_and_the_bubble_as_maxtext_counts_it():
-    assert layers_of(8, 2, 2) == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]  # circular: non-adjacent groups
+    assert blocks_of(8, 2, 2) == [[0, 1, 4, 5], [2, 3, 6, 7]]  # circular: non-adjacent groups
     assert iterations(4, 8, 1) == 11 and iterations(4, 8, 2) == 19
     assert bubble_fraction(4, 8) == pytest.approx(3 / 11) and bubble_fraction(1, 8) == 0
 
@@ -100,6 +100,12 @@ def test_the_stacked_weights_are_placed_by_stage_as_jax_materialises_them(layout
     assert truth.compare(report, real) == []
     query = real["params/pipeline/layers/blocks/attention/query"]
     assert query["spec"][0] == ("stage",) and query["shard_shape"][0] == 1  # one stage's blocks per device
+    plan = stage_plan(layout.model.options, report)  # the Layout page's stage picture: devices and bytes as JAX has them
+    holders = {key[0][0]: tuple(devices) for key, devices in query["tiles"].items()}
+    assert [row.devices for row in plan.rows] == [holders[0], holders[1]] and holders[0] != holders[1]
+    stacked = sum(v["bytes_per_device"] for k, v in real.items() if k.startswith("params/pipeline/"))
+    assert all(row.weight_bytes_per_device == stacked for row in plan.rows) and plan.placed
+    assert [row.blocks for row in plan.rows] == [(0, 1), (2, 3)] and plan.iterations == 5 and plan.bubble == pytest.approx(1 / 5)
 
 
 def test_the_compiled_loop_sends_each_microbatch_to_the_next_stage(layout):
