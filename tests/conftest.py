@@ -43,6 +43,7 @@ CPU_FILES = (
     "tests/explorer/test_compiled.py",  # ~38 s
     "tests/explorer/test_gpu_targets.py",  # ~37 s
     "tests/explorer/test_workers.py",  # ~33 s
+    "tests/explorer/test_pipeline_timing.py",  # ~55 s (five pipelined compiles: timing and the bubble fit)
     "tests/explorer/models/test_pipeline.py",  # ~35 s (two pipelined compiles and a gradient)
     "tests/explorer/reading/test_types.py",  # ~28 s
     "tests/explorer/test_timing.py",  # ~24 s
