@@ -393,3 +393,36 @@ def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chi
     collective is known to hide under them. Per device, in seconds."""
     device = rates(chip)
     return flops / device.matmul_rate(dtype) + bytes_accessed / device.hbm_bandwidth + collective_s + device.dispatch_s
+
+
+PIPELINE_LOOP = "/pipeline/while"  # the op name of the built-in transformer's pipeline loop (explorer/models/pipeline.py)
+_BODY = re.compile(r"body=%?([\w.\-]+)")
+
+
+def pipeline_bubble(hlo_text: str, chip: Chip | Gpu, stages: int, trip_count: int, collectives: Iterable = ()) -> tuple[float, float]:
+    """The pipeline's bubble in the predicted step, as the program runs it: (seconds, share of the predicted step).
+
+    The pipeline's loops are the while loops named ``PIPELINE_LOOP`` (forward and backward); every kernel of their
+    bodies and of what those run (the stage's scan over its blocks) is counted as ``predict`` counts it (each run, the
+    trip counts included). In ``stages - 1`` of the loop's ``trip_count`` iterations each stage computes on a
+    placeholder, so that share of the loops' time is the bubble."""
+    program, device = hlo.Program(hlo_text), rates(chip)
+    per_byte = collective_seconds_per_byte(collectives)
+    inside: set[str] = set()
+    for computation in program.control:
+        for instruction in program.computations[computation]:
+            if (
+                instruction.op == "while"
+                and f'{PIPELINE_LOOP}"' in instruction.attributes
+                and (body := _BODY.search(instruction.attributes))
+            ):
+                inside.update(program._control(body.group(1)))
+    loop_s = 0.0
+    for computation in inside:
+        runs = program.runs.get(computation, 1)
+        for instruction in program.computations[computation]:
+            kernel = _kernel(instruction, program, computation, runs, device, per_byte)
+            if kernel is not None and not instruction.op.endswith("-done"):
+                loop_s += runs * kernel.seconds
+    bubble_s = loop_s * (stages - 1) / trip_count
+    return bubble_s, bubble_s / predict(hlo_text, chip, collectives).step_s
