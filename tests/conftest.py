@@ -45,6 +45,7 @@ CPU_FILES = (
     "tests/explorer/test_workers.py",  # ~33 s
     "tests/explorer/reading/test_types.py",  # ~28 s
     "tests/explorer/test_timing.py",  # ~24 s
+    "tests/explorer/models/test_maxtext.py",  # ~22 s with MaxText installed (a ground-truth child, two configs)
 )
 BROWSER_FILES = (
     "tests/browser/test_journeys.py",  # ~63 s
