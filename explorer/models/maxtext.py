@@ -21,6 +21,21 @@ from explorer.errors import ExplorerError, first_line
 FIELD = "--maxtext"
 INSTALL_LINE = "pip install --no-deps -r requirements-maxtext.txt"
 KEY = re.compile(r"^[A-Za-z_]\w*$")
+MESH_AXES = (  # base.yml's mesh_axes, in its order (a test checks them against the installed MaxText)
+    "diloco",
+    "data",
+    "stage",
+    "fsdp",
+    "fsdp_transpose",
+    "context",
+    "context_usp_ulysses",
+    "context_autoregressive",
+    "tensor",
+    "tensor_sequence",
+    "expert",
+    "autoregressive",
+)
+KEY_OF_AXIS = {"stage": "pipeline"}  # the one mesh axis whose ici_*/dcn_* key has another name
 DEFAULT_RUN_NAME = "explorer"  # MaxText wants a run name; only a real run writes anything under it
 
 
@@ -48,6 +63,21 @@ def parse_keys(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
             raise ExplorerError(FIELD, pair, f"sets {key} a second time (first {key}={keys[key]})")
         keys[key] = value.strip()
     return keys
+
+
+def parallelism_keys(ici: dict[str, int], dcn: dict[str, int] | None = None) -> list[str]:
+    """A mesh written as the MaxText keys that make it: every axis's ``ici_*_parallelism`` (inside a slice) and
+    ``dcn_*_parallelism`` (across slices), 1 where not given, so none of base.yml's -1 (fill in) defaults applies.
+    How advice for a MaxText config is written."""
+    lines = []
+    for prefix, sizes in (("ici", ici), ("dcn", dcn or {})):
+        for axis, size in sizes.items():
+            if axis not in MESH_AXES:
+                raise ExplorerError(f"{prefix} mesh axis", axis, f"is not one of MaxText's mesh axes {list(MESH_AXES)}")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise ExplorerError(f"{prefix}_{KEY_OF_AXIS.get(axis, axis)}_parallelism", size, "must be a whole number of at least 1")
+        lines += [f"{prefix}_{KEY_OF_AXIS.get(axis, axis)}_parallelism={sizes.get(axis, 1)}" for axis in MESH_AXES]
+    return lines
 
 
 def require_maxtext() -> None:
@@ -151,6 +181,8 @@ def build(pairs: list[str] | tuple[str, ...], devices: list | None = None) -> Ma
 
 
 __all__ = [
+    "MESH_AXES",
+    "parallelism_keys",
     "FIELD",
     "INSTALL_LINE",
     "MaxTextBuild",

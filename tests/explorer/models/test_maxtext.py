@@ -104,3 +104,21 @@ def test_mesh_and_parameters_are_maxtexts(name, ground_truth):
 def test_a_refused_key_is_one_message():
     with pytest.raises(ExplorerError, match=r"^per_device_batch_size: 'lots' was refused by MaxText's config: "):
         maxtext.build([*TINY[:-1], "per_device_batch_size=lots"])
+
+
+def test_parallelism_keys_refuse_an_unknown_axis_and_a_bad_size():
+    with pytest.raises(ExplorerError, match=r"^ici mesh axis: 'model' is not one of MaxText's mesh axes"):
+        maxtext.parallelism_keys({"model": 2})
+    with pytest.raises(ExplorerError, match=r"^dcn_pipeline_parallelism: 0 must be a whole number"):
+        maxtext.parallelism_keys({"fsdp": 2}, {"stage": 0})
+
+
+@needs_maxtext
+@pytest.mark.parametrize("ici, dcn", [({"fsdp": 2, "tensor": 2}, {"data": 2})])  # the one-slice mesh: test_mesh_and_parameters_are_maxtexts
+def test_advice_written_as_parallelism_keys_builds_that_mesh(ici, dcn):
+    slices = 2 if dcn else 1
+    topology = [f"compile_topology=v5e-{8 // slices}", f"compile_topology_num_slices={slices}"]
+    built = maxtext.build([*TINY, *maxtext.parallelism_keys(ici, dcn), *topology])
+    assert tuple(built.mesh.axis_names) == maxtext.MESH_AXES
+    expected = {axis: ici.get(axis, 1) * dcn.get(axis, 1) for axis in maxtext.MESH_AXES}
+    assert dict(built.mesh.shape) == expected
