@@ -52,6 +52,7 @@ CPU_FILES = (
     "tests/explorer/timing/test_timing.py",  # ~24 s
     "tests/explorer/predict/test_tpu_kernels.py",  # ~25 s (three TPU programs compiled in one child)
     "tests/pages/test_compile_again.py",  # ~25 s (two compiles for a 1-chip slice)
+    "tests/explorer/models/test_maxtext.py",  # ~22 s with MaxText installed (a ground-truth child, two configs)
 )
 BROWSER_FILES = (
     "tests/browser/test_journeys.py",  # ~63 s

@@ -1,0 +1,196 @@
+"""A MaxText config, built by MaxText: ``KEY=VALUE`` overrides -> its config, mesh, logical axis rules and parameters.
+
+MaxText (``pip install maxtext``, an optional extra: requirements-maxtext.txt) is imported only here and only when a
+config is opened, so nothing else in the project needs it. The config is MaxText's own ``pyconfig`` over its
+``base.yml`` with the user's keys as overrides, exactly as ``train_compile.py`` reads its command line; the mesh is
+``maxtext_utils.create_device_mesh`` (ICI parallelism inside a slice, DCN across slices) named by the config's
+``mesh_axes``; the parameters are MaxText's decoder built abstractly (``nnx.eval_shape``: no weights materialised) by
+``model_creation_utils.create_nnx_abstract_model``, with the shardings MaxText's ``logical_axis_rules`` give them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import re
+from typing import Any
+
+from explorer.errors import ExplorerError, first_line
+
+FIELD = "--maxtext"
+INSTALL_LINE = "pip install --no-deps -r requirements-maxtext.txt"
+KEY = re.compile(r"^[A-Za-z_]\w*$")
+MESH_AXES = (  # base.yml's mesh_axes, in its order (a test checks them against the installed MaxText)
+    "diloco",
+    "data",
+    "stage",
+    "fsdp",
+    "fsdp_transpose",
+    "context",
+    "context_usp_ulysses",
+    "context_autoregressive",
+    "tensor",
+    "tensor_sequence",
+    "expert",
+    "autoregressive",
+)
+KEY_OF_AXIS = {"stage": "pipeline"}  # the one mesh axis whose ici_*/dcn_* key has another name
+DEFAULT_RUN_NAME = "explorer"  # MaxText wants a run name; only a real run writes anything under it
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxTextBuild:
+    """What MaxText built for one config: its keys, config object, mesh, rules and abstract parameters."""
+
+    keys: dict[str, str]
+    config: Any
+    mesh: Any  # jax.sharding.Mesh over the config's mesh_axes
+    logical_axis_rules: tuple[tuple[str, Any], ...]
+    parameters: dict[str, Any]  # "decoder/layers/mlp/wi_0/kernel" -> jax.ShapeDtypeStruct with its NamedSharding
+
+
+def parse_keys(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["model_name=llama2-7b", ...]`` -> ``{"model_name": "llama2-7b"}``, refusing a pair that is not KEY=VALUE or a
+    key given twice (MaxText would silently keep one of them)."""
+    keys: dict[str, str] = {}
+    for pair in pairs:
+        key, equals, value = str(pair).partition("=")
+        key = key.strip()
+        if not equals or not KEY.match(key):
+            raise ExplorerError(FIELD, pair, "is not KEY=VALUE (a MaxText key such as per_device_batch_size=4)")
+        if key in keys:
+            raise ExplorerError(FIELD, pair, f"sets {key} a second time (first {key}={keys[key]})")
+        keys[key] = value.strip()
+    return keys
+
+
+def parallelism_keys(ici: dict[str, int], dcn: dict[str, int] | None = None) -> list[str]:
+    """A mesh written as the MaxText keys that make it: every axis's ``ici_*_parallelism`` (inside a slice) and
+    ``dcn_*_parallelism`` (across slices), 1 where not given, so none of base.yml's -1 (fill in) defaults applies.
+    How advice for a MaxText config is written."""
+    lines = []
+    for prefix, sizes in (("ici", ici), ("dcn", dcn or {})):
+        for axis, size in sizes.items():
+            if axis not in MESH_AXES:
+                raise ExplorerError(f"{prefix} mesh axis", axis, f"is not one of MaxText's mesh axes {list(MESH_AXES)}")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+                raise ExplorerError(f"{prefix}_{KEY_OF_AXIS.get(axis, axis)}_parallelism", size, "must be a whole number of at least 1")
+        lines += [f"{prefix}_{KEY_OF_AXIS.get(axis, axis)}_parallelism={sizes.get(axis, 1)}" for axis in MESH_AXES]
+    return lines
+
+
+def require_maxtext() -> None:
+    """Import MaxText's config machinery, or raise the one message that says how to install it."""
+    try:
+        importlib.import_module("maxtext.configs.pyconfig")
+        importlib.import_module("maxtext.utils.model_creation_utils")
+    except ImportError as error:
+        raise ExplorerError(
+            FIELD, getattr(error, "name", None) or "maxtext", f"needs MaxText, an optional extra: {INSTALL_LINE} ({first_line(error)})"
+        ) from None
+
+
+def base_config_path() -> str:
+    """MaxText's own ``base.yml``, inside the installed package."""
+    import maxtext.configs
+
+    return os.path.join(os.path.dirname(maxtext.configs.__file__), "base.yml")
+
+
+def build_config(keys: dict[str, str]) -> Any:
+    """MaxText's config for ``keys``: ``pyconfig.initialize`` over base.yml with the keys as command-line overrides."""
+    require_maxtext()
+    from maxtext.configs import pyconfig
+
+    keys = {"run_name": DEFAULT_RUN_NAME, **keys}
+    argv = ["explorer", base_config_path(), *(f"{key}={value}" for key, value in keys.items())]
+    try:
+        return pyconfig.initialize(argv)
+    except Exception as error:  # MaxText validates with pydantic, omegaconf and asserts: one message, never a traceback
+        details = error.errors() if callable(getattr(error, "errors", None)) else []
+        if details:  # pydantic names the key and the value it refused
+            first = details[0]
+            key = str(first["loc"][0]) if first.get("loc") else FIELD  # the key; the rest names a union's member
+            raise ExplorerError(key, keys.get(key, first.get("input")), f"was refused by MaxText's config: {first.get('msg')}") from None
+        raise ExplorerError(FIELD, " ".join(argv[2:]), f"was refused by MaxText's config: {first_line(error)}") from None
+
+
+def build_mesh(config: Any, devices: list | None = None) -> Any:
+    """MaxText's mesh for ``config`` over ``devices`` (default: this process's devices), as train_compile.py makes it."""
+    import jax
+    from jax.sharding import AxisType, Mesh
+    from maxtext.utils import maxtext_utils
+
+    devices = list(jax.devices() if devices is None else devices)
+    try:
+        device_array = maxtext_utils.create_device_mesh(config, devices)
+    except Exception as error:  # a parallelism product that does not match the device count, among others
+        raise ExplorerError(FIELD, f"{len(devices)} devices", f"cannot hold MaxText's mesh: {first_line(error)}") from None
+    explicit = str(getattr(config, "shard_mode", "")).lower().endswith("explicit")
+    axis_type = AxisType.Explicit if explicit else AxisType.Auto
+    return Mesh(device_array, tuple(config.mesh_axes), axis_types=(axis_type,) * len(config.mesh_axes))
+
+
+def topology_devices(config: Any) -> list:
+    """The devices of ``compile_topology`` (MaxText's name for the slice, e.g. v5e-256) times
+    ``compile_topology_num_slices``, from libtpu's topology description as MaxText's accelerator table gives it:
+    no TPU needed."""
+    from jax.experimental.topologies import get_topology_desc
+    from maxtext.utils import accelerator_to_spec_map
+
+    try:
+        spec = accelerator_to_spec_map.get_system_characteristics(config.compile_topology)
+        return list(
+            get_topology_desc(
+                platform=spec.platform,
+                topology_name=spec.topology_name,
+                chip_config_name=spec.chip_config_name,
+                chips_per_host_bounds=spec.chips_per_host_bounds,
+                num_slices=config.compile_topology_num_slices,
+                wrap=spec.wrap,
+            ).devices
+        )
+    except Exception as error:  # an unknown topology name, or a platform this install cannot describe
+        raise ExplorerError("compile_topology", config.compile_topology, f"has no devices here: {first_line(error)}") from None
+
+
+def build(pairs: list[str] | tuple[str, ...], devices: list | None = None) -> MaxTextBuild:
+    """Open a MaxText config: its keys parsed, MaxText's config, mesh and abstract parameters with their shardings.
+
+    The devices: ``devices`` when given (a ``--target``'s, which wins), else ``compile_topology``'s when the keys
+    name one, else this process's."""
+    keys = parse_keys(pairs)
+    config = build_config(keys)
+    if devices is None and getattr(config, "compile_topology", ""):
+        devices = topology_devices(config)
+    mesh = build_mesh(config, devices)
+    from flax import nnx
+    from maxtext.utils import model_creation_utils
+
+    try:
+        _, model = model_creation_utils.create_nnx_abstract_model(config, mesh)
+    except Exception as error:  # MaxText's model code asserts on shapes the keys make impossible
+        raise ExplorerError(FIELD, " ".join(pairs), f"MaxText could not build its model: {first_line(error)}") from None
+    parameters = {
+        "/".join(str(part) for part in path): value.value if hasattr(value, "value") else value
+        for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param))
+    }
+    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in config.logical_axis_rules)
+    return MaxTextBuild(keys, config, mesh, rules, parameters)
+
+
+__all__ = [
+    "MESH_AXES",
+    "parallelism_keys",
+    "FIELD",
+    "INSTALL_LINE",
+    "MaxTextBuild",
+    "base_config_path",
+    "build",
+    "build_config",
+    "build_mesh",
+    "parse_keys",
+    "require_maxtext",
+    "topology_devices",
+]

@@ -1,0 +1,124 @@
+"""``--maxtext``: MaxText's own config, mesh and parameter shardings, against MaxText's train_compile.py path.
+
+The ground truth (tests/ground_truth_maxtext.py) runs MaxText's ``get_topology_mesh`` and ``get_shaped_inputs`` in a
+child process and imports no explorer code; explorer builds the same config through its own route
+(explorer/models/maxtext.py: pyconfig, the topology's devices, ``create_device_mesh``, the abstract NNX model).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from explorer.errors import ExplorerError
+from explorer.models import maxtext
+
+HAS_MAXTEXT = importlib.util.find_spec("maxtext") is not None
+needs_maxtext = pytest.mark.skipif(not HAS_MAXTEXT, reason=f"MaxText is an optional extra, not installed: {maxtext.INSTALL_LINE}")
+
+TINY = [
+    "base_emb_dim=256",
+    "base_num_query_heads=4",
+    "base_num_kv_heads=4",
+    "base_mlp_dim=512",
+    "base_num_decoder_layers=2",
+    "head_dim=64",
+    "vocab_size=1024",
+    "max_target_length=128",
+    "per_device_batch_size=1",
+]
+CONFIGS = {
+    "ici": [*TINY, "ici_fsdp_parallelism=4", "ici_tensor_parallelism=2", "compile_topology=v5e-8"],
+    "dcn": [
+        *TINY,
+        "ici_fsdp_parallelism=2",
+        "ici_tensor_parallelism=2",
+        "dcn_data_parallelism=2",
+        "compile_topology=v5e-4",
+        "compile_topology_num_slices=2",
+    ],
+}
+
+
+def test_keys_are_key_equals_value():
+    assert maxtext.parse_keys(["model_name=llama2-7b", " per_device_batch_size = 4"]) == {
+        "model_name": "llama2-7b",
+        "per_device_batch_size": "4",
+    }
+    with pytest.raises(ExplorerError, match=r"^--maxtext: 'per_device_batch_size' is not KEY=VALUE"):
+        maxtext.parse_keys(["per_device_batch_size"])
+    with pytest.raises(ExplorerError, match=r"^--maxtext: '\*\*=1' is not KEY=VALUE"):
+        maxtext.parse_keys(["**=1"])
+    with pytest.raises(ExplorerError, match=r"sets steps a second time \(first steps=1\)"):
+        maxtext.parse_keys(["steps=1", "steps=2"])
+
+
+def test_without_maxtext_one_message_with_the_install_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "maxtext", None)  # an import of it raises ImportError, installed or not
+    monkeypatch.setitem(sys.modules, "maxtext.configs", None)
+    monkeypatch.setitem(sys.modules, "maxtext.configs.pyconfig", None)
+    with pytest.raises(ExplorerError) as raised:
+        maxtext.build(["model_name=llama2-7b"])
+    assert str(raised.value).startswith("--maxtext: ")
+    assert "needs MaxText, an optional extra: pip install --no-deps -r requirements-maxtext.txt" in str(raised.value)
+
+
+@pytest.fixture(scope="module")
+def ground_truth():
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "ground_truth_maxtext.py")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        [sys.executable, script, json.dumps(list(CONFIGS.values()))], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(zip(CONFIGS, json.loads(done.stdout.strip().splitlines()[-1])))
+
+
+@needs_maxtext
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_mesh_and_parameters_are_maxtexts(name, ground_truth):
+    truth = ground_truth[name]
+    built = maxtext.build(CONFIGS[name])
+    assert list(built.mesh.axis_names) == truth["axes"]
+    assert list(built.mesh.devices.shape) == truth["shape"]
+    assert [d.id for d in built.mesh.devices.flat] == truth["device_ids"]
+    ours = {
+        path: {
+            "shape": list(value.shape),
+            "dtype": str(value.dtype),
+            "spec": [list(a) if isinstance(a, tuple) else a for a in value.sharding.spec],
+        }
+        for path, value in built.parameters.items()
+    }
+    assert ours == truth["parameters"]
+    assert any(spec["spec"].count(None) < len(spec["spec"]) for spec in ours.values())  # something is sharded
+
+
+@needs_maxtext
+def test_a_refused_key_is_one_message():
+    with pytest.raises(ExplorerError, match=r"^per_device_batch_size: 'lots' was refused by MaxText's config: "):
+        maxtext.build([*TINY[:-1], "per_device_batch_size=lots"])
+
+
+def test_parallelism_keys_refuse_an_unknown_axis_and_a_bad_size():
+    with pytest.raises(ExplorerError, match=r"^ici mesh axis: 'model' is not one of MaxText's mesh axes"):
+        maxtext.parallelism_keys({"model": 2})
+    with pytest.raises(ExplorerError, match=r"^dcn_pipeline_parallelism: 0 must be a whole number"):
+        maxtext.parallelism_keys({"fsdp": 2}, {"stage": 0})
+
+
+@needs_maxtext
+@pytest.mark.parametrize("ici, dcn", [({"fsdp": 2, "tensor": 2}, {"data": 2})])  # the one-slice mesh: test_mesh_and_parameters_are_maxtexts
+def test_advice_written_as_parallelism_keys_builds_that_mesh(ici, dcn):
+    slices = 2 if dcn else 1
+    topology = [f"compile_topology=v5e-{8 // slices}", f"compile_topology_num_slices={slices}"]
+    built = maxtext.build([*TINY, *maxtext.parallelism_keys(ici, dcn), *topology])
+    assert tuple(built.mesh.axis_names) == maxtext.MESH_AXES
+    expected = {axis: ici.get(axis, 1) * dcn.get(axis, 1) for axis in maxtext.MESH_AXES}
+    assert dict(built.mesh.shape) == expected
