@@ -8,6 +8,8 @@ import streamlit as st
 
 from explorer.plots.grid import mesh_figure, sharding_grid
 from explorer.plots.memory import memory_bars
+from explorer.plots.stages import stage_bars
+from explorer.analysis.stage_plan import stage_plan
 from explorer.analysis.report import KIND_LABELS, ArrayInfo, Report
 from explorer.analysis.report import ERROR_CODES, INFO_CODES
 from explorer.rules import RESOLUTION_ORDERS
@@ -35,6 +37,7 @@ def render(report: Report, compiled_peak: tuple[str, int] | None = None, edited:
     """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists;
     ``edited``: the layout differs from the one loaded under its name (the header says so)."""
     _summary(report, compiled_peak, edited)
+    _stages(report)
     _warnings(report)
     info = _array_table(report)
     if info is not None:
@@ -130,6 +133,25 @@ def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edite
             "Declared activations count every sharding constraint of the forward pass, each as many times as it "
             "runs per step (a scanned body times its length), drawn beside the state, not on top; XLA's own "
             "temporaries are not included."
+        )
+
+
+def _stages(report: Report) -> None:
+    """A pipelined transformer: which blocks each stage runs on which devices, its weights per device, the bubble."""
+    plan = stage_plan(report.layout.model.options, report) if report.layout.model.name == "transformer" else None
+    if plan is None:
+        return
+    with st.expander(f"Pipeline: {plan.stages} stages × {plan.microbatches} microbatches × {plan.repeats} repeats", expanded=True):
+        st.plotly_chart(stage_bars(plan), key="stage_bars")
+        st.caption(
+            f"Bubble — formula, for one pass: (stages − 1) / (microbatches × repeats + stages − 1) = {plan.bubble:.1%}: the loop "
+            f"runs {plan.iterations} iterations and each stage works in {plan.microbatches * plan.repeats} of them. Devices are where "
+            "JAX places each stage's stacked weights"
+            + (
+                "."
+                if plan.placed
+                else "; no rule shards 'stage', so every device holds every stage (add a rule such as stage → a mesh axis)."
+            )
         )
 
 

@@ -59,10 +59,55 @@ class TransformerOptions(_Options):
         1, ge=1, le=1 << 12, description="gradient accumulation: the batch in this many slices per step (must divide batch)"
     )
 
+    pipeline_stages: StrictInt = Field(
+        1, ge=1, le=512, description="pipeline parallelism: the decoder blocks in this many stages (1 = off; must divide layers)"
+    )
+    pipeline_repeats: StrictInt = Field(
+        1,
+        ge=1,
+        le=512,
+        description="circular pipeline: each stage holds this many non-adjacent groups of blocks (MaxText's num_pipeline_repeats)",
+    )
+    pipeline_microbatches: StrictInt = Field(
+        1, ge=1, le=1 << 12, description="pipeline microbatches: the (accumulation) microbatch in this many slices fed through the stages"
+    )
+
     @field_validator("microbatches")
     @classmethod
     def _slices_batch(cls, microbatches: int, info: ValidationInfo) -> int:
         return _divides(microbatches, info, "batch", "each microbatch is an equal slice of the batch")
+
+    @field_validator("pipeline_stages")
+    @classmethod
+    def _stages_layers(cls, stages: int, info: ValidationInfo) -> int:
+        return _divides(stages, info, "layers", "each pipeline stage holds an equal number of decoder blocks")
+
+    @field_validator("pipeline_repeats")
+    @classmethod
+    def _repeats_layers(cls, repeats: int, info: ValidationInfo) -> int:
+        layers, stages = info.data.get("layers"), info.data.get("pipeline_stages")
+        if layers is not None and stages is not None and layers % (stages * repeats):
+            raise ValueError(
+                f"times pipeline_stages ({stages}) must divide layers ({layers}) evenly: each repeat of each stage holds an equal number of decoder blocks"
+            )
+        return repeats
+
+    @field_validator("pipeline_microbatches")
+    @classmethod
+    def _pipeline_slices(cls, pipeline_microbatches: int, info: ValidationInfo) -> int:
+        batch, accumulation = info.data.get("batch"), info.data.get("microbatches")
+        if batch is not None and accumulation is not None and (batch // accumulation) % pipeline_microbatches:
+            raise ValueError(
+                f"must divide the batch each step feeds the model (batch {batch} / microbatches {accumulation} = {batch // accumulation}) "
+                "evenly: each pipeline microbatch is an equal slice of it"
+            )
+        repeats, stages = info.data.get("pipeline_repeats"), info.data.get("pipeline_stages")
+        if repeats is not None and stages is not None and repeats > 1 and pipeline_microbatches < stages:
+            raise ValueError(
+                f"must be at least pipeline_stages ({stages}) when pipeline_repeats > 1: a circular pipeline feeds a microbatch "
+                "back to the first stage only after it left the last"
+            )
+        return pipeline_microbatches
 
     @field_validator("kv_heads")
     @classmethod

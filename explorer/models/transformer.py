@@ -10,7 +10,9 @@ carry logical names:
     heads, kv_heads, kv  query heads, key/value heads, per-head width
     mlp                  the MLP's hidden width
     vocab                the vocabulary
-    layer                the stacked-layer axis when ``scan`` is on
+    layer                the stacked-layer axis when ``scan`` is on (and within a pipeline stage)
+    stage                the pipeline's stage axis when ``pipeline_stages`` > 1 (``explorer.models.pipeline``)
+    circular_repeats     the circular pipeline's repeat axis when ``pipeline_repeats`` > 1
 
 ``remat`` recomputes each block's activations in the backward pass (``nn.remat`` with a
 ``jax.checkpoint_policies`` policy); ``microbatches`` is read by the train step
@@ -43,6 +45,7 @@ from jax.sharding import PartitionSpec as P
 
 from explorer.models.base import BuiltModel, InputSpec, on_explicit_axes
 from explorer.models.options import TransformerOptions
+from explorer.models.pipeline import Pipeline
 
 
 def _mesh_spec(names: tuple[str | None, ...]) -> P:
@@ -188,7 +191,9 @@ class Transformer(nn.Module):
             x = x + positions
         x = _constrained(x, x_names)
         block = _remat(DecoderBlock, o.remat)
-        if o.scan:
+        if o.pipeline_stages > 1:
+            x = Pipeline(block, o, o.layers, o.pipeline_stages, o.pipeline_microbatches, o.pipeline_repeats, name="pipeline")(x)
+        elif o.scan:
             x, _ = nn.scan(
                 block,
                 length=o.layers,

@@ -382,6 +382,7 @@ def maxtext_yaml(layout: Layout) -> str:
         lines.append(f"shard_mode: explicit{'  #' + mixed if mixed else ''}")
     for axis, count in zip(layout.mesh.axes, layout.mesh.dcn or ()):  # several slices: MaxText's dcn_<axis>_parallelism
         lines.append(f"dcn_{axis}_parallelism: {count}")
+    lines += _pipeline_keys(layout)
     lines.append("logical_axis_rules: [")
     for rule in layout.rules:
         axes = rule.mesh_axes
@@ -389,6 +390,34 @@ def maxtext_yaml(layout: Layout) -> str:
         lines.append(f"  [{json.dumps(rule.logical)}, {target}],")
     lines.append("]")
     return "\n".join(lines)
+
+
+def _pipeline_keys(layout: Layout) -> list[str]:
+    """MaxText's pipeline keys for a pipelined built-in transformer (``pipeline_stages`` > 1): the stage mesh axis's
+    size inside a slice and across slices (``ici_``/``dcn_pipeline_parallelism``), ``num_pipeline_microbatches`` and
+    ``num_layers_per_pipeline_stage`` (MaxText derives ``num_pipeline_repeats`` from it)."""
+    options = layout.model.options if layout.model.name == "transformer" else {}
+    stages = options.get("pipeline_stages", 1)
+    if stages <= 1:
+        return []
+    repeats, layers = options.get("pipeline_repeats", 1), options.get("layers", 2)
+    axes = next((rule.mesh_axes for rule in layout.rules if rule.logical == "stage"), ())
+    lines = []
+    if len(axes) == 1 and axes[0] in layout.mesh.axes:
+        index = layout.mesh.axes.index(axes[0])
+        size, slices = layout.mesh.shape[index], (layout.mesh.dcn[index] if layout.mesh.dcn else 1)
+        lines.append(f"ici_pipeline_parallelism: {size // slices}")
+        if slices > 1:
+            lines.append(f"dcn_pipeline_parallelism: {slices}")
+        if size != stages:
+            lines.append(
+                f"# pipeline_stages is {stages} and the {json.dumps(axes[0])} axis {size}: MaxText runs one stage per position on it"
+            )
+    else:
+        lines.append("# no rule places 'stage' on exactly one mesh axis: MaxText's stages are its 'stage' mesh axis")
+    lines.append(f"num_pipeline_microbatches: {options.get('pipeline_microbatches', 1)}")
+    lines.append(f"num_layers_per_pipeline_stage: {layers // (stages * repeats)}  # num_pipeline_repeats {repeats}")
+    return lines
 
 
 # --- the Arrays page's op links -------------------------------------------------------------

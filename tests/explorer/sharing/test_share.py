@@ -196,3 +196,15 @@ def test_maxtext_yaml_says_how_many_slices_each_axis_spans(seed_dict):
     assert "dcn_data_parallelism: 2\ndcn_model_parallelism: 1\n" in text
     del seed_dict["mesh"]["dcn"]
     assert "dcn_" not in maxtext_yaml(parse_layout(seed_dict))
+
+
+def test_maxtext_yaml_writes_the_pipeline_keys_of_a_pipelined_transformer(seed_dict):
+    options = {"layers": 8, "batch": 8, "pipeline_stages": 2, "pipeline_repeats": 2, "pipeline_microbatches": 4}
+    seed_dict["mesh"] = {"shape": [2, 4], "axes": ["stage", "data"], "dcn": [2, 1]}
+    seed_dict["rules"] = [["stage", "stage"], ["batch", "data"]]
+    seed_dict["model"] = {"name": "transformer", "options": options}
+    lines = maxtext_yaml(parse_layout(seed_dict)).splitlines()
+    assert "ici_pipeline_parallelism: 1" in lines and "dcn_pipeline_parallelism: 2" in lines
+    assert "num_pipeline_microbatches: 4" in lines and "num_layers_per_pipeline_stage: 2  # num_pipeline_repeats 2" in lines
+    seed_dict["model"]["options"] = {**options, "pipeline_stages": 1, "pipeline_repeats": 1, "pipeline_microbatches": 1}
+    assert "pipeline" not in maxtext_yaml(parse_layout(seed_dict))

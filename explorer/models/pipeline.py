@@ -1,0 +1,109 @@
+"""Pipeline parallelism over a stack of identical blocks, run the way MaxText's ``layers/pipeline.py`` runs it.
+
+The blocks are split into ``stages`` groups; with ``repeats`` > 1 (MaxText's circular pipeline) each stage holds
+``repeats`` non-adjacent groups: block ``r * stages * per + s * per + l`` lives at repeat ``r``, stage ``s``,
+position ``l`` (``per = layers / (stages * repeats)``). The weights are stacked with the logical names
+``circular_repeats`` (only when repeats > 1), ``stage`` and ``layer`` in front of each block weight's own names, so a
+rule ``stage -> <mesh axis>`` places the stages.
+
+The batch is cut into ``microbatches``. The loop runs ``microbatches * repeats + stages - 1`` iterations (its trip
+count); in each one every stage runs its group of blocks on the microbatch in front of it (a ``vmap`` over the stage
+dimension, ``spmd_axis_name`` the stage's mesh axis, so each device runs only its stage), then the outputs move one
+stage on (``jnp.roll`` over the stage dimension: XLA compiles it to a collective-permute over the stage axis). Stage
+``s`` works on the ``k``-th microbatch pass (``k = t - s``) when ``0 <= k < microbatches * repeats``; otherwise it
+computes on a placeholder: the bubble, ``(stages - 1) / (microbatches * repeats + stages - 1)`` of the loop.
+The last stage's output is stored per microbatch; in a circular pipeline the first stage reads it back for the next
+repeat (so microbatches >= stages there, checked by the options).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from explorer.models.schedule import iterations
+
+STAGE = "stage"
+REPEATS = "circular_repeats"
+
+
+def stage_axis() -> str | tuple[str, ...] | None:
+    """The mesh axis (or axes) the layout's rules give the logical name ``stage``; None when it is not placed."""
+    return nn.logical_to_mesh_axes((STAGE,))[0]
+
+
+class _StageGroup(nn.Module):
+    """One stage's group of ``per`` consecutive blocks (an ``nn.scan``; its stacked dimension is named ``layer``)."""
+
+    block: Any
+    options: Any
+    per: int
+
+    @nn.compact
+    def __call__(self, x):
+        scanned = nn.scan(
+            self.block,
+            length=self.per,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            metadata_params={nn.PARTITION_NAME: "layer"},
+        )
+        x, _ = scanned(self.options, name="blocks")(x, None)
+        return x
+
+
+class Pipeline(nn.Module):
+    """``layers`` blocks (``block(options)(x, None) -> (x, None)``) pipelined over ``stages`` stages."""
+
+    block: Any
+    options: Any
+    layers: int
+    stages: int
+    microbatches: int
+    repeats: int = 1
+    activation_names: tuple = ("batch", "length", "embed")
+
+    def _stacked(self, axis):
+        """The stacked weights' module: a vmap over stages (and over repeats) of a stage's group of blocks."""
+        lift = dict(in_axes=0, out_axes=0, variable_axes={"params": 0}, split_rngs={"params": True})
+        stacked = nn.vmap(_StageGroup, metadata_params={nn.PARTITION_NAME: STAGE}, spmd_axis_name=axis, **lift)
+        if self.repeats > 1:
+            stacked = nn.vmap(stacked, metadata_params={nn.PARTITION_NAME: REPEATS}, **lift)
+        return stacked(self.block, self.options, self.layers // (self.stages * self.repeats), name="layers")
+
+    @nn.compact
+    def __call__(self, x):
+        stages, repeats, microbatches = self.stages, self.repeats, self.microbatches
+        axis = stage_axis()
+        micro = x.reshape(microbatches, x.shape[0] // microbatches, *x.shape[1:])
+        stacked = self._stacked(axis)
+        if self.is_initializing():  # creates the stacked weights (MaxText initialises its stages' vmap the same way)
+            stacked(jnp.broadcast_to(micro[0], ((repeats,) if repeats > 1 else ()) + (stages,) + micro.shape[1:]))
+        weights = nn.meta.unbox(stacked.variables["params"])
+        if repeats == 1:
+            weights = jax.tree_util.tree_map(lambda w: w[None], weights)
+        group = _StageGroup(self.block, self.options, self.layers // (stages * repeats))
+        run = jax.vmap(lambda w, h: group.apply({"params": w}, h), spmd_axis_name=axis)
+        pick = jax.vmap(lambda w, r: jax.lax.dynamic_index_in_dim(w, r, 0, keepdims=False), in_axes=(1, 0), spmd_axis_name=axis)
+        state_names = (STAGE, *self.activation_names)
+        index = jnp.arange(stages)
+
+        def iteration(t, carry):
+            state, outputs = carry
+            first = jax.lax.dynamic_index_in_dim(micro, t % microbatches, 0, keepdims=False)
+            back = jax.lax.dynamic_index_in_dim(outputs, t % microbatches, 0, keepdims=False)
+            state = nn.with_logical_constraint(state.at[0].set(jnp.where(t < microbatches, first, back)), state_names)
+            repeat = jnp.clip((t - index) // microbatches, 0, repeats - 1)  # the repeat each stage is on
+            out = run(jax.tree_util.tree_map(lambda w: pick(w, repeat), weights), state)
+            done = t - (stages - 1)  # the microbatch pass leaving the last stage (none while negative)
+            slot = done % microbatches
+            kept = jax.lax.dynamic_index_in_dim(outputs, slot, 0, keepdims=False)
+            outputs = jax.lax.dynamic_update_index_in_dim(outputs, jnp.where(done >= 0, out[stages - 1], kept), slot, 0)
+            return nn.with_logical_constraint(jnp.roll(out, 1, axis=0), state_names), outputs
+
+        state = jnp.zeros((stages, *micro.shape[1:]), x.dtype)
+        _, outputs = jax.lax.fori_loop(0, iterations(stages, microbatches, repeats), iteration, (state, jnp.zeros_like(micro)))
+        return outputs.reshape(x.shape)

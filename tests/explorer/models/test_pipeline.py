@@ -1,0 +1,131 @@
+"""The built-in transformer pipelined over stages (explorer/models/pipeline.py), as MaxText's layers/pipeline.py runs it.
+
+The pipelined model is the same function as the plain one (same weights: same loss and gradients); its stacked block
+weights carry the logical name ``stage`` and are placed by the rule ``stage -> stage`` exactly as JAX materialises
+them (tests/ground_truth.py, no explorer code); the compiled program moves the microbatches between stages with
+collective-permutes inside the loop, whose trip count is MaxText's ``microbatches * repeats + stages - 1``.
+"""
+
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from explorer.analysis.analyzer import analyze
+from explorer.errors import ExplorerError
+from explorer.layout import parse_layout
+from explorer.models import build_model, validate_model
+from explorer.analysis.stage_plan import stage_plan
+from explorer.models.schedule import blocks_of, bubble_fraction, iterations
+from explorer.models.transformer import Transformer, next_token_loss
+from explorer.models.options import TransformerOptions
+from tests import ground_truth as truth
+
+SMALL = dict(batch=8, seq_len=8, layers=4, d_model=16, heads=2, kv_heads=2, head_dim=8, mlp_dim=32, vocab=64)
+RULES = [["stage", "stage"], ["batch", "data"]]
+BATCH = 16  # the placed layout's: 4 microbatches of 4, each split over the 4-way data axis
+
+
+def _stacked_like(blocks, repeats, stages):
+    """The scanned model's ``[layers, ...]`` block weights as the pipeline stacks them: ``[repeats, stages, per, ...]``."""
+    return jax.tree_util.tree_map(lambda w: w.reshape(repeats, stages, w.shape[0] // (repeats * stages), *w.shape[1:]), blocks)
+
+
+def test_the_pipelined_model_is_the_plain_model_same_loss_and_gradients():
+    """A circular pipeline (2 stages, 2 repeats: stage 0 holds blocks 0 and 2) over 2 microbatches: the loop, the shift,
+    the weights each stage picks per repeat and the microbatches fed back all take part."""
+    stages, microbatches, repeats = 2, 2, 2
+    tokens = jax.random.randint(jax.random.key(1), (SMALL["batch"], SMALL["seq_len"]), 0, SMALL["vocab"])
+    plain = Transformer(TransformerOptions(**SMALL, scan=True))
+    options = dict(pipeline_stages=stages, pipeline_microbatches=microbatches, pipeline_repeats=repeats)
+    piped = Transformer(TransformerOptions(**SMALL, **options))
+    weights = nn.meta.unbox(jax.jit(plain.init)(jax.random.key(0), tokens))["params"]
+    blocks = _stacked_like(weights["blocks"], repeats, stages)
+    if repeats == 1:
+        blocks = jax.tree_util.tree_map(lambda w: w[0], blocks)
+    same = {k: v for k, v in weights.items() if k != "blocks"} | {"pipeline": {"layers": {"blocks": blocks}}}
+    shapes = jax.tree_util.tree_map(jnp.shape, nn.meta.unbox(jax.eval_shape(piped.init, jax.random.key(0), tokens))["params"])
+    assert jax.tree_util.tree_map(jnp.shape, same) == shapes  # the pipeline's own init stacks the same shapes
+
+    def loss(module, params):
+        return next_token_loss(module.apply({"params": params}, tokens), tokens)
+
+    plain_loss, plain_grads = jax.jit(jax.value_and_grad(lambda p: loss(plain, p)))(weights)
+    piped_loss, piped_grads = jax.jit(jax.value_and_grad(lambda p: loss(piped, p)))(same)
+    np.testing.assert_allclose(piped_loss, plain_loss, rtol=1e-6)
+    unstacked = jax.tree_util.tree_map(
+        lambda w: w.reshape(-1, *w.shape[(3 if repeats > 1 else 2) :]), piped_grads["pipeline"]["layers"]["blocks"]
+    )
+    for got, want in zip(jax.tree_util.tree_leaves(unstacked), jax.tree_util.tree_leaves(plain_grads["blocks"])):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(piped_grads["embedding"], plain_grads["embedding"], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "options, field, value",
+    [
+        (dict(layers=4, pipeline_stages=3), "pipeline_stages", 3),
+        (dict(layers=4, pipeline_stages=2, pipeline_repeats=4), "pipeline_repeats", 4),
+        (dict(batch=8, pipeline_stages=2, pipeline_microbatches=3), "pipeline_microbatches", 3),
+        (dict(batch=8, microbatches=4, pipeline_stages=2, pipeline_microbatches=4), "pipeline_microbatches", 4),
+        (dict(layers=8, pipeline_stages=4, pipeline_repeats=2, pipeline_microbatches=2), "pipeline_microbatches", 2),
+    ],
+)
+def test_a_pipeline_that_does_not_divide_is_refused_naming_the_option_and_value(options, field, value):
+    spec = parse_layout({"name": "p", "mesh": {"shape": [8], "axes": ["data"]}, "rules": [], "model": {"name": "mlp"}}).model
+    with pytest.raises(ExplorerError) as error:
+        validate_model(type(spec)(name="transformer", options={**SMALL, **options}))
+    assert (error.value.field, error.value.value) == (f"model.options.{field}", value)
+    assert f"model.options.{field}" in str(error.value)
+
+
+def test_which_blocks_each_stage_holds_and_the_bubble_as_maxtext_counts_it():
+    assert blocks_of(8, 2, 2) == [[0, 1, 4, 5], [2, 3, 6, 7]]  # circular: non-adjacent groups
+    assert iterations(4, 8, 1) == 11 and iterations(4, 8, 2) == 19
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11) and bubble_fraction(1, 8) == 0
+
+
+@pytest.fixture(scope="module")
+def layout():
+    options = {**SMALL, "batch": BATCH, "pipeline_stages": 2, "pipeline_microbatches": 4}
+    mesh = {"shape": [2, 4], "axes": ["stage", "data"], "axis_types": ["auto", "auto"]}
+    return parse_layout({"name": "pipelined", "mesh": mesh, "rules": RULES, "model": {"name": "transformer", "options": options}})
+
+
+def test_the_stacked_weights_are_placed_by_stage_as_jax_materialises_them(layout):
+    report = analyze(layout)
+    real = truth.linen_state(truth.model_of(build_model(layout.model)), truth.mesh_of((2, 4), ("stage", "data")), truth.flax_rules(RULES))
+    assert truth.compare(report, real) == []
+    query = real["params/pipeline/layers/blocks/attention/query"]
+    assert query["spec"][0] == ("stage",) and query["shard_shape"][0] == 1  # one stage's blocks per device
+    plan = stage_plan(layout.model.options, report)  # the Layout page's stage picture: devices and bytes as JAX has them
+    holders = {key[0][0]: tuple(devices) for key, devices in query["tiles"].items()}
+    assert [row.devices for row in plan.rows] == [holders[0], holders[1]] and holders[0] != holders[1]
+    stacked = sum(v["bytes_per_device"] for k, v in real.items() if k.startswith("params/pipeline/"))
+    assert all(row.weight_bytes_per_device == stacked for row in plan.rows) and plan.placed
+    assert [row.blocks for row in plan.rows] == [(0, 1), (2, 3)] and plan.iterations == 5 and plan.bubble == pytest.approx(1 / 5)
+
+
+def test_the_compiled_loop_sends_each_microbatch_to_the_next_stage(layout):
+    """Ground truth from JAX alone: the compiled step's while loop runs MaxText's trip count and its body holds the
+    collective-permute over the stage axis (pairs {0->4, 4->0} on this 2 x 4 mesh), of one microbatch's activations."""
+    built = build_model(layout.model)
+    mesh = truth.mesh_of((2, 4), ("stage", "data"))
+    tokens = jnp.zeros((BATCH, SMALL["seq_len"]), jnp.int32)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(truth.flax_rules(RULES)):
+        variables = jax.jit(built.module.init)(jax.random.key(0), tokens)
+        text = jax.jit(lambda v, t: built.module.apply(v, t)).lower(variables, tokens).compile().as_text()
+    permutes = [line for line in text.splitlines() if re.search(r"collective-permute(-start)?\(", line)]
+    assert permutes, "no collective-permute in the compiled forward pass"
+    # one stage's share of one microbatch's activations: [1 stage, batch / microbatches / 4 data, length, embed]
+    assert {re.search(r"= (\w+\[[\d,]*\])", line).group(1) for line in permutes} == {
+        f"f32[1,{BATCH // 4 // 4},{SMALL['seq_len']},{SMALL['d_model']}]"
+    }
+    for line in permutes:  # device d sits at (stage d // 4, data d % 4): every send goes to the other stage, same data column
+        pairs = [tuple(map(int, p)) for p in re.findall(r"\{(\d+),(\d+)\}", line.split("source_target_pairs=")[1].split("}}")[0] + "}")]
+        assert pairs and all(a % 4 == b % 4 and a // 4 != b // 4 for a, b in pairs)
+    trips = [int(n) for n in re.findall(r'"known_trip_count":\{"n":"(\d+)"\}', text)]
+    assert 4 + 2 - 1 in trips  # MaxText's microbatches * repeats + stages - 1
