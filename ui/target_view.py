@@ -24,7 +24,8 @@ from explorer.compile.compile_cache import cache_folder, cached
 from explorer.predict.step_model import SCOPE
 from explorer.compile.target_compile import Stopped, compile_target
 from explorer.hardware.targets import TARGET_FORMS, Target, check_mesh_fits, parse_target, slice_split, valid_names
-from explorer.formats import human_bytes, human_flops, human_seconds, share
+from explorer.analysis.stage_plan import stage_mesh_axes
+from explorer.formats import human_bytes, human_flops, human_seconds, share, short_path
 from explorer.text import markdown_literal, memory_relation
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
@@ -131,7 +132,33 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
             before.empty()
     if result is not None:
         show(result, wall_s=st.session_state.get(WALL, {}).get(_wall_key(layout, target)))
+        pipeline_sends(result, stage_mesh_axes(layout))
     return result
+
+
+def pipeline_sends(result: TargetCompile, stage_axes: tuple[str, ...]) -> None:
+    """A pipelined layout's sends between stages (``TargetCompile.pipeline_sends``): count, bytes, link, source line."""
+    sends = result.pipeline_sends(stage_axes)
+    if not sends:
+        return
+    st.markdown(
+        f"**Pipeline sends** (collective-permutes over {markdown_literal(' × '.join(stage_axes))}, per {device_word(result.target)} per step)"
+    )
+    frame = pd.DataFrame(
+        [
+            {
+                "count": c.count,
+                "bytes": human_bytes(c.bytes),
+                "link": c.link.upper() if c.link in ("ici", "dcn") else "NVLink" if c.link == "nvlink" else c.link,
+                "source": ", ".join(f"{short_path(s.file, 30)}:{s.line}" for s in c.sources[:2] if s.file) or "—",
+                "time ≥": human_seconds(c.seconds),
+            }
+            for c in sends
+        ]
+    )
+    with st.container(key="target_pipeline_sends"):
+        tables.fitted(frame, {"count": 60, "bytes": 90, "link": 60, "source": 260, "time ≥": 95})
+    st.caption("Each runs once per iteration of the pipeline's loop (its trip count is in the count); time ≥ is a lower bound.")
 
 
 PREDICTION_CAPTION = (

@@ -34,6 +34,16 @@ class StagePlan:
     rows: tuple[Stage, ...]
 
 
+def stage_mesh_axes(layout) -> tuple[str, ...]:
+    """The mesh axes the layout's rules give the logical name ``stage`` (Linen's first matching rule: a lone name
+    always finds its axes free); () when no rule places it on the mesh."""
+    for rule in layout.rules:
+        if rule.logical == "stage":
+            axes = tuple(a for a in (rule.mesh_axes or ()) if a in layout.mesh.axes)
+            return axes
+    return ()
+
+
 def stage_plan(options: dict, report) -> StagePlan | None:
     """The stages of a pipelined built-in transformer (``options`` its validated options; ``report`` the layout's
     ``analysis.Report``); None when it is not pipelined."""

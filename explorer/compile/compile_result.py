@@ -248,6 +248,16 @@ class TargetCompile:
         """Bytes per device per step of the collectives that cross the DCN (their results, as the roofline counts them)."""
         return sum(c.bytes for c in self.dcn_collectives)
 
+    def pipeline_sends(self, stage_axes: tuple[str, ...]) -> tuple[CollectiveCost, ...]:
+        """A pipelined model's sends between stages: the collective-permutes whose groups differ only along the stage's
+        mesh axes ``stage_axes`` (``stage_plan.stage_mesh_axes``), each with its count (the loop's trip count
+        included), bytes, link and source lines. None without ``stage_axes``."""
+        return tuple(
+            c
+            for c in self.collectives
+            if c.op == "collective-permute" and stage_axes and c.mesh_axes and set(c.mesh_axes) <= set(stage_axes)
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The documented JSON form (the keys in this order; ``cross_check`` only for a TPU program XLA accepted)."""
         data = {
