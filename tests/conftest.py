@@ -44,6 +44,7 @@ CPU_FILES = (
     "tests/explorer/hardware/test_gpu_targets.py",  # ~37 s
     "tests/explorer/timing/test_workers.py",  # ~33 s
     "tests/explorer/models/test_pipeline.py",  # ~35 s (two pipelined compiles and a gradient)
+    "tests/explorer/predict/test_pipeline_bubble.py",  # ~45 s (a pipelined d_model-1024 transformer compiled for v5e-8)
     "tests/explorer/reading/test_types.py",  # ~28 s
     "tests/explorer/timing/test_timing.py",  # ~24 s
     "tests/explorer/predict/test_tpu_kernels.py",  # ~25 s (three TPU programs compiled in one child)

@@ -34,6 +34,15 @@ class StagePlan:
     rows: tuple[Stage, ...]
 
 
+def pipeline_of(layout) -> tuple[int, int] | None:
+    """A pipelined built-in transformer's (stages, the loop's trip count); None for any other layout."""
+    options = layout.model.options if layout.model.name == "transformer" else {}
+    stages = options.get("pipeline_stages", 1)
+    if stages <= 1:
+        return None
+    return stages, iterations(stages, options.get("pipeline_microbatches", 1), options.get("pipeline_repeats", 1))
+
+
 def stage_mesh_axes(layout) -> tuple[str, ...]:
     """The mesh axes the layout's rules give the logical name ``stage`` (Linen's first matching rule: a lone name
     always finds its axes free); () when no rule places it on the mesh."""

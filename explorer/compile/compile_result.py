@@ -21,6 +21,7 @@ from typing import Any
 
 from explorer.hlo.program import LoopWork, ParameterLayout
 from explorer.predict.roofline import Collective, Estimate, collective_seconds, link
+from explorer.predict.step_model import Bubble
 from explorer.hlo.sources import Source, Traced
 from explorer.formats import human_bytes
 from explorer.hardware.placement import AxisPlacement
@@ -237,6 +238,7 @@ class TargetCompile:
     cross_check: CrossCheck | None = None
     extrapolated: Extrapolated | None = None
     compiled_at: str = ""  # when XLA compiled it (UTC, ISO 8601 to the second): a result read from the cache says so
+    bubble: Bubble | None = None  # a pipelined layout's bubble in the predicted step (``step_model.pipeline_bubble``)
 
     @property
     def dcn_collectives(self) -> tuple[CollectiveCost, ...]:
@@ -288,6 +290,8 @@ class TargetCompile:
             data["cross_check"] = None if self.cross_check is None else self.cross_check.to_json()
         if self.extrapolated is not None:
             data["extrapolated"] = self.extrapolated.to_json()
+        if self.bubble is not None:
+            data["bubble"] = self.bubble.to_dict()
         return data
 
     @property
@@ -333,6 +337,7 @@ class TargetCompile:
             extrapolated=None
             if extrapolated is None
             else Extrapolated(tuple(extrapolated["depths"]), extrapolated["depth"], tuple(extrapolated.get("options", ()))),
+            bubble=Bubble(**data["bubble"]) if data.get("bubble") else None,
         )
 
 
