@@ -136,8 +136,21 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
     return result
 
 
+def bubble_text(result: TargetCompile) -> str:
+    """The pipeline's bubble in the predicted step, labelled as the estimate it is, beside MaxText's formula."""
+    b = result.bubble
+    return (
+        f"Pipeline bubble (estimate): {human_seconds(b.bubble_s)} of the predicted {human_seconds(b.step_s)} step, "
+        f"{b.share:.1%}: {b.loops} pipeline loop(s) of {b.iterations} iterations as the program runs them, "
+        f"{b.stages - 1} of each stage's {b.iterations} idle (formula for one pass: (stages − 1) / iterations = "
+        f"{(b.stages - 1) / b.iterations:.1%} of the loops)."
+    )
+
+
 def pipeline_sends(result: TargetCompile, stage_axes: tuple[str, ...]) -> None:
     """A pipelined layout's sends between stages (``TargetCompile.pipeline_sends``): count, bytes, link, source line."""
+    if result.bubble is not None:
+        st.markdown(markdown_literal(bubble_text(result)))
     sends = result.pipeline_sends(stage_axes)
     if not sends:
         return

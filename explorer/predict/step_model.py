@@ -399,6 +399,7 @@ class Bubble:
     as the step it is a share of."""
 
     loops: int  # the loops that run ``iterations`` times per run of the computation holding them
+    stages: int
     iterations: int
     loop_s: float  # their predicted seconds per step (every computation they run)
     bubble_s: float
@@ -440,7 +441,7 @@ def pipeline_bubble(
     loop_s = math.fsum(math.fsum(_computation_seconds(program, c, device, per_byte, [0]).values()) for c in inside)
     step_s = step_s or predict(hlo_text, chip, collectives).step_s
     bubble_s = loop_s * (stages - 1) / iterations if iterations else 0.0
-    return Bubble(found, iterations, loop_s, bubble_s, step_s, bubble_s / step_s if step_s else 0.0)
+    return Bubble(found, stages, iterations, loop_s, bubble_s, step_s, bubble_s / step_s if step_s else 0.0)
 
 
 def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Estimate:
