@@ -9,7 +9,7 @@ import streamlit as st
 from explorer.plots.grid import mesh_figure, sharding_grid
 from explorer.plots.memory import memory_bars
 from explorer.plots.stages import stage_bars
-from explorer.models.stage_plan import stage_plan
+from explorer.analysis.stage_plan import stage_plan
 from explorer.analysis.report import KIND_LABELS, ArrayInfo, Report
 from explorer.analysis.report import ERROR_CODES, INFO_CODES
 from explorer.rules import RESOLUTION_ORDERS

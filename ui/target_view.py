@@ -23,13 +23,13 @@ from explorer.layout import Layout
 from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE
 from explorer.compile.compile_pool import POOL, queue_text
-from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
-from explorer.formats import human_bytes, human_flops, human_seconds, share
+from explorer.hardware.targets import TARGET_FORMS, Target, check_mesh_fits, parse_target, slice_split, valid_names
+from explorer.analysis.stage_plan import stage_mesh_axes
+from explorer.formats import human_bytes, human_flops, human_seconds, share, short_path
 from explorer.text import markdown_literal, memory_relation
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_cache import cache_folder
-from explorer.hardware.targets import TARGET_FORMS
 from ui import state, tables
 from ui.communication_view import top_lines
 from ui.turnstile import session_id
@@ -133,7 +133,46 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
             before.empty()
     if result is not None:
         show(result, wall_s=st.session_state.get(WALL, {}).get(_wall_key(layout, target)))
+        pipeline_sends(result, stage_mesh_axes(layout))
     return result
+
+
+def bubble_text(result: TargetCompile) -> str:
+    """The pipeline's bubble in the predicted step, labelled as the estimate it is, beside MaxText's formula."""
+    b = result.bubble
+    return (
+        f"Pipeline bubble (estimate): {human_seconds(b.bubble_s)} of the predicted {human_seconds(b.step_s)} step, "
+        f"{b.share:.1%}: {b.loops} pipeline loop(s) of {b.iterations} iterations as the program runs them, "
+        f"{b.stages - 1} of each stage's {b.iterations} idle (formula for one pass: (stages − 1) / iterations = "
+        f"{(b.stages - 1) / b.iterations:.1%} of the loops)."
+    )
+
+
+def pipeline_sends(result: TargetCompile, stage_axes: tuple[str, ...]) -> None:
+    """A pipelined layout's sends between stages (``TargetCompile.pipeline_sends``): count, bytes, link, source line."""
+    if result.bubble is not None:
+        st.markdown(markdown_literal(bubble_text(result)))
+    sends = result.pipeline_sends(stage_axes)
+    if not sends:
+        return
+    st.markdown(
+        f"**Pipeline sends** (collective-permutes over {markdown_literal(' × '.join(stage_axes))}, per {device_word(result.target)} per step)"
+    )
+    frame = pd.DataFrame(
+        [
+            {
+                "count": c.count,
+                "bytes": human_bytes(c.bytes),
+                "link": c.link.upper() if c.link in ("ici", "dcn") else "NVLink" if c.link == "nvlink" else c.link,
+                "source": ", ".join(f"{short_path(s.file, 30)}:{s.line}" for s in c.sources[:2] if s.file) or "—",
+                "time ≥": human_seconds(c.seconds),
+            }
+            for c in sends
+        ]
+    )
+    with st.container(key="target_pipeline_sends"):
+        tables.fitted(frame, {"count": 60, "bytes": 90, "link": 60, "source": 260, "time ≥": 95})
+    st.caption("Each runs once per iteration of the pipeline's loop (its trip count is in the count); time ≥ is a lower bound.")
 
 
 PREDICTION_CAPTION = (

@@ -21,6 +21,7 @@ from typing import Any
 
 from explorer.hlo.program import LoopWork, ParameterLayout
 from explorer.predict.roofline import Collective, Estimate, collective_seconds, link
+from explorer.predict.step_model import Bubble
 from explorer.hlo.sources import Source, Traced
 from explorer.formats import human_bytes
 from explorer.hardware.placement import AxisPlacement
@@ -237,6 +238,7 @@ class TargetCompile:
     cross_check: CrossCheck | None = None
     extrapolated: Extrapolated | None = None
     compiled_at: str = ""  # when XLA compiled it (UTC, ISO 8601 to the second): a result read from the cache says so
+    bubble: Bubble | None = None  # a pipelined layout's bubble in the predicted step (``step_model.pipeline_bubble``)
 
     @property
     def dcn_collectives(self) -> tuple[CollectiveCost, ...]:
@@ -247,6 +249,16 @@ class TargetCompile:
     def dcn_bytes(self) -> int:
         """Bytes per device per step of the collectives that cross the DCN (their results, as the roofline counts them)."""
         return sum(c.bytes for c in self.dcn_collectives)
+
+    def pipeline_sends(self, stage_axes: tuple[str, ...]) -> tuple[CollectiveCost, ...]:
+        """A pipelined model's sends between stages: the collective-permutes whose groups differ only along the stage's
+        mesh axes ``stage_axes`` (``stage_plan.stage_mesh_axes``), each with its count (the loop's trip count
+        included), bytes, link and source lines. None without ``stage_axes``."""
+        return tuple(
+            c
+            for c in self.collectives
+            if c.op == "collective-permute" and stage_axes and c.mesh_axes and set(c.mesh_axes) <= set(stage_axes)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON form (the keys in this order; ``cross_check`` only for a TPU program XLA accepted)."""
@@ -278,6 +290,8 @@ class TargetCompile:
             data["cross_check"] = None if self.cross_check is None else self.cross_check.to_json()
         if self.extrapolated is not None:
             data["extrapolated"] = self.extrapolated.to_json()
+        if self.bubble is not None:
+            data["bubble"] = self.bubble.to_dict()
         return data
 
     @property
@@ -323,6 +337,7 @@ class TargetCompile:
             extrapolated=None
             if extrapolated is None
             else Extrapolated(tuple(extrapolated["depths"]), extrapolated["depth"], tuple(extrapolated.get("options", ()))),
+            bubble=Bubble(**data["bubble"]) if data.get("bubble") else None,
         )
 
 

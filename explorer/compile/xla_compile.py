@@ -52,6 +52,7 @@ from explorer.layout import Layout
 from explorer.hardware.placement import place_mesh, target_topology
 from explorer.hardware.targets import Target, check_mesh_fits, slice_split
 from explorer.compile.xla_results import analyze_compiled, analyze_dump, dump_cross_check, parse_oom
+from explorer.analysis.stage_plan import pipeline_of
 
 COMPILER_OPTIONS: dict[str, Any] = {}  # no xla_tpu_no_crash_on_oom: libtpu >= 0.0.47.1 refuses its programs
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_experimental_use_collective_kernels": ""}  # the same, for in-process compiles
@@ -96,7 +97,7 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
         ).lower(abstract_state, *inputs)
     stage("compile")
     if target.is_gpu:
-        return _compile_for_gpu(lowered, target, mesh, method, start, stage)
+        return _compile_for_gpu(lowered, target, mesh, method, start, stage, pipeline_of(layout))
     dump = tempfile.mkdtemp(prefix="explorer-xla-dump-")
     try:
         try:
@@ -110,7 +111,7 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
             return analyze_dump(dump, oom, target, mesh, method, compile_s)
         compile_s = time.perf_counter() - start
         stage("analyze")
-        return analyze_compiled(compiled, target, mesh, method, compile_s, cross_check=dump_cross_check(dump))
+        return analyze_compiled(compiled, target, mesh, method, compile_s, cross_check=dump_cross_check(dump), pipeline=pipeline_of(layout))
     finally:
         shutil.rmtree(dump, ignore_errors=True)
 
@@ -136,7 +137,7 @@ def require_gpu_plugin(target: Target) -> None:
         )
 
 
-def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, stage) -> TargetCompile:
+def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, stage, pipeline=None) -> TargetCompile:
     """Compile for the GPU cluster, keeping what XLA logs about memory; XLA's GPU compiler does not refuse for memory."""
     logged: list[str] = []
     try:
@@ -147,7 +148,7 @@ def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, s
     compile_s = time.perf_counter() - start
     stage("analyze")
     messages = tuple(found[0] for found in map(_XLA_MEMORY.search, logged) if found)
-    return analyze_compiled(compiled, target, mesh, method, compile_s, xla_messages=messages)
+    return analyze_compiled(compiled, target, mesh, method, compile_s, xla_messages=messages, pipeline=pipeline)
 
 
 @contextlib.contextmanager

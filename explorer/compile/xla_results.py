@@ -140,8 +140,10 @@ def analyze_compiled(
     *,
     xla_messages: tuple[str, ...] = (),
     cross_check: CrossCheck | None = None,
+    pipeline: tuple[int, int] | None = None,
 ) -> TargetCompile:
-    """The result from a program XLA compiled for ``target`` on ``mesh`` (laid out by ``method``)."""
+    """The result from a program XLA compiled for ``target`` on ``mesh`` (laid out by ``method``); ``pipeline`` a
+    pipelined layout's (stages, loop trip count): the result then says its bubble's share of the predicted step."""
     from explorer.hlo import program as hlo
 
     stats = compiled.memory_analysis()
@@ -165,7 +167,7 @@ def analyze_compiled(
     if target.is_gpu:  # no cost_analysis(): the optimized program's dots, loops counted per iteration
         work = hlo.matmul_work(text)
         flops, bytes_accessed, source = work.flops, work.bytes, "hlo_matmuls"
-    return _result(
+    result = _result(
         target,
         mesh,
         method,
@@ -180,6 +182,14 @@ def analyze_compiled(
         loop_work=extra,
         xla_messages=xla_messages,
         cross_check=cross_check,
+    )
+    if pipeline is None:
+        return result
+    from explorer.predict.step_model import pipeline_bubble
+
+    return dataclasses.replace(
+        result,
+        bubble=pipeline_bubble(text, target.chip, *pipeline, result.collectives, result.estimate.predicted_s if result.estimate else None),
     )
 
 

@@ -13,7 +13,7 @@ from explorer.hlo import program as hlo
 from explorer.hlo.instructions import instruction_name
 
 _MEGASCALE_SEND = re.compile(
-    r"=\s*\((?P<shape>[a-z]+\d*[a-z0-9]*\[[\d,]*\]).*?\s+send\(.*_xla_megascale_target=(?P<target>\"[^\"]*\"|\{(?:\{[\d,\s]*\},?\s*)*\})"
+    r"=\s*\((?P<shape>[a-z]+\d*[a-z0-9]*\[[\d,]*\]).*?\s+send\(.*_xla_megascale_target=(?P<target>\"[^\"]*\"|\{(?:\{[\d,\s>-]*\},?\s*)*\})"
     r".*_xla_megascale_transfer_type=\"(?P<kind>\w+)\""
 )
 
@@ -25,7 +25,9 @@ class MegascaleOp:
     XLA compiles one program per slice; a collective over devices of several slices becomes (beside any in-slice
     part, an ordinary collective) a ``send`` to the MegaScale runtime whose ``_xla_megascale_transfer_type`` names
     the collective (``ALL_REDUCE``, ``ALL_GATHER``, ``REDUCE_SCATTER``, ...) and whose ``_xla_megascale_target``
-    names who takes part: groups of global device ids (``{{100000,300000},...}``), or ``"{1,2}x{0:3}"`` (slices 1
+    names who takes part: groups of global device ids (``{{100000,300000},...}``; a collective-permute's part across
+    slices is ``ONE_TO_ONE`` with source -> target pairs, ``{{200000->100000},...}``: a pipeline's send between stages
+    on different slices), or ``"{1,2}x{0:3}"`` (slices 1
     and 2, counted from 1, each of the slice's devices 0 to 3 with its peers; ``{0}``, ``{0:3,5}`` alike). ``bytes`` is what one device sends
     per run (the collective's input); ``groups`` global device ids, or None for the compact form, whose slices
     (from 0) are ``slices`` and its in-slice devices ``devices``.
@@ -65,7 +67,8 @@ def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
             match = _MEGASCALE_SEND.search(line)
             if not match:
                 continue
-            op, target = match["kind"].lower().replace("_", "-"), match["target"]
+            kind, target = match["kind"], match["target"]
+            op = "collective-permute" if kind == "ONE_TO_ONE" else kind.lower().replace("_", "-")
             instruction = instruction_name(line)
             compact = re.fullmatch(r'"\{(?P<slices>[\d,]+)\}x\{(?P<devices>[\d:,]+)\}"', target)
             if compact:
@@ -73,6 +76,6 @@ def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
                 devices = tuple(d for part in compact["devices"].split(",") for d in _id_range(part))
                 found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), None, slices, devices, instruction))
             else:
-                groups = tuple(tuple(int(i) for i in g.split(",") if i.strip()) for g in re.findall(r"\{([\d,\s]*)\}", target))
+                groups = tuple(tuple(int(i) for i in re.split(r",|->", g) if i.strip()) for g in re.findall(r"\{([\d,\s>-]*)\}", target))
                 found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), groups or None, name=instruction))
     return found

@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from explorer.models.stage_plan import iterations
+from explorer.models.schedule import iterations
 
 STAGE = "stage"
 REPEATS = "circular_repeats"

@@ -1,5 +1,5 @@
 """The Layout page's stage picture: one bar per pipeline stage, the decoder blocks it runs and the devices holding it,
-with its stacked block weights per device; drawn from ``explorer.models.stage_plan.StagePlan`` (plain data)."""
+with its stacked block weights per device; drawn from ``explorer.analysis.stage_plan.StagePlan`` (plain data)."""
 
 from __future__ import annotations
 

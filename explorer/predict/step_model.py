@@ -351,30 +351,97 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
     totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
     launches = 0
     for computation in program.control:
-        runs = program.runs.get(computation, 1)
-        pending: dict[str, list] = {}  # an async collective's or host transfer's name -> [seconds, kernel time since, bucket]
-        for instruction in program.computations[computation]:
-            if instruction.op.endswith("-done") and instruction.operands and instruction.operands[0] in pending:
-                cost, hidden, bucket = pending.pop(instruction.operands[0])
-                totals[bucket] += runs * max(cost - hidden, 0.0)
-                continue
-            kernel = _kernel(instruction, program, computation, runs, device, per_byte)
-            if kernel is None:
-                continue
-            launches += runs
-            if kernel.kind in ("collective", "host") and instruction.op.endswith("-start"):
-                pending[instruction.name] = [kernel.seconds, 0.0, kernel.kind]
-                continue
-            bucket = kernel.kind if kernel.kind in ("matmul", "collective", "host") else "memory"
-            totals[bucket] += runs * kernel.seconds
-            for entry in pending.values():
-                entry[1] += kernel.seconds
-        for cost, _, bucket in pending.values():  # a start whose done this text does not show
-            totals[bucket] += runs * cost
+        for bucket, seconds in _computation_seconds(program, computation, device, per_byte, counted := [0]).items():
+            totals[bucket] += seconds
+        launches += counted[0]
     step = math.fsum(totals.values()) + device.dispatch_s
     return Prediction(
         step, totals["matmul"], totals["memory"], totals["collective"], device.dispatch_s, launches, device.validated, totals["host"]
     )
+
+
+def _computation_seconds(
+    program: hlo.Program, computation: str, device: Rates, per_byte: dict[str, float], launches: list[int]
+) -> dict[str, float]:
+    """The seconds per step of one control computation's kernels (times its runs), by bucket; adds its launches to
+    ``launches[0]``. An async collective adds what the kernels between its start and its done do not hide."""
+    runs = program.runs.get(computation, 1)
+    totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
+    pending: dict[str, list] = {}  # an async collective's or host transfer's name -> [seconds, kernel time since, bucket]
+    for instruction in program.computations[computation]:
+        if instruction.op.endswith("-done") and instruction.operands and instruction.operands[0] in pending:
+            cost, hidden, bucket = pending.pop(instruction.operands[0])
+            totals[bucket] += runs * max(cost - hidden, 0.0)
+            continue
+        kernel = _kernel(instruction, program, computation, runs, device, per_byte)
+        if kernel is None:
+            continue
+        launches[0] += runs
+        if kernel.kind in ("collective", "host") and instruction.op.endswith("-start"):
+            pending[instruction.name] = [kernel.seconds, 0.0, kernel.kind]
+            continue
+        bucket = kernel.kind if kernel.kind in ("matmul", "collective", "host") else "memory"
+        totals[bucket] += runs * kernel.seconds
+        for entry in pending.values():
+            entry[1] += kernel.seconds
+    for cost, _, bucket in pending.values():  # a start whose done this text does not show
+        totals[bucket] += runs * cost
+    return totals
+
+
+@dataclasses.dataclass(frozen=True)
+class Bubble:
+    """A pipeline's bubble in the predicted step: the program's pipeline loops (those that run the pipeline's trip
+    count, forward and backward) and the share of their predicted time in which a stage has no microbatch.
+
+    Every iteration computes every stage (an idle one on a placeholder), so the loops' time holds the bubble:
+    ``bubble_s = loop_s * (stages - 1) / iterations`` (MaxText's count), ``share`` of the predicted step. An estimate,
+    as the step it is a share of."""
+
+    loops: int  # the loops that run ``iterations`` times per run of the computation holding them
+    stages: int
+    iterations: int
+    loop_s: float  # their predicted seconds per step (every computation they run)
+    bubble_s: float
+    step_s: float
+    share: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def pipeline_bubble(
+    hlo_text: str, chip: Chip | Gpu, stages: int, iterations: int, collectives: Iterable = (), step_s: float | None = None
+) -> Bubble:
+    """The bubble of a pipeline of ``stages`` stages whose loop runs ``iterations`` times (``schedule.iterations``), as
+    the program runs it: its loops found by their trip count (the runs of a loop body per run of the computation
+    holding the loop), their kernels predicted as ``predict`` predicts them. ``step_s``: the predicted step it is a share
+    of (``with_prediction``'s, never below the bound), else ``predict``'s. No such loop: a bubble of 0 in 0 loops."""
+    program, device = hlo.Program(hlo_text), rates(chip)
+    per_byte = collective_seconds_per_byte(collectives)
+    control = set(program.control)
+    loops: list[str] = []  # the pipeline loops' bodies and conditions
+    found = 0
+    for computation in program.control:
+        for instruction in program.computations[computation]:
+            if instruction.op != "while":
+                continue
+            roles = dict(hlo.callees(instruction.attributes))
+            body = roles.get("body")
+            if body and program.runs.get(body, 0) == iterations * program.runs.get(computation, 1):
+                loops += [name for name in (body, roles.get("condition")) if name]
+                found += 1
+    inside, stack = set(), list(loops)
+    while stack:  # the loops' bodies and every control computation they run (the blocks' own scans among them)
+        name = stack.pop()
+        if name in inside or name not in control:
+            continue
+        inside.add(name)
+        stack += [callee for i in program.computations[name] for _, callee in hlo.callees(i.attributes)]
+    loop_s = math.fsum(math.fsum(_computation_seconds(program, c, device, per_byte, [0]).values()) for c in inside)
+    step_s = step_s or predict(hlo_text, chip, collectives).step_s
+    bubble_s = loop_s * (stages - 1) / iterations if iterations else 0.0
+    return Bubble(found, stages, iterations, loop_s, bubble_s, step_s, bubble_s / step_s if step_s else 0.0)
 
 
 def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Estimate:
@@ -393,36 +460,3 @@ def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chi
     collective is known to hide under them. Per device, in seconds."""
     device = rates(chip)
     return flops / device.matmul_rate(dtype) + bytes_accessed / device.hbm_bandwidth + collective_s + device.dispatch_s
-
-
-PIPELINE_LOOP = "/pipeline/while"  # the op name of the built-in transformer's pipeline loop (explorer/models/pipeline.py)
-_BODY = re.compile(r"body=%?([\w.\-]+)")
-
-
-def pipeline_bubble(hlo_text: str, chip: Chip | Gpu, stages: int, trip_count: int, collectives: Iterable = ()) -> tuple[float, float]:
-    """The pipeline's bubble in the predicted step, as the program runs it: (seconds, share of the predicted step).
-
-    The pipeline's loops are the while loops named ``PIPELINE_LOOP`` (forward and backward); every kernel of their
-    bodies and of what those run (the stage's scan over its blocks) is counted as ``predict`` counts it (each run, the
-    trip counts included). In ``stages - 1`` of the loop's ``trip_count`` iterations each stage computes on a
-    placeholder, so that share of the loops' time is the bubble."""
-    program, device = hlo.Program(hlo_text), rates(chip)
-    per_byte = collective_seconds_per_byte(collectives)
-    inside: set[str] = set()
-    for computation in program.control:
-        for instruction in program.computations[computation]:
-            if (
-                instruction.op == "while"
-                and f'{PIPELINE_LOOP}"' in instruction.attributes
-                and (body := _BODY.search(instruction.attributes))
-            ):
-                inside.update(program._control(body.group(1)))
-    loop_s = 0.0
-    for computation in inside:
-        runs = program.runs.get(computation, 1)
-        for instruction in program.computations[computation]:
-            kernel = _kernel(instruction, program, computation, runs, device, per_byte)
-            if kernel is not None and not instruction.op.endswith("-done"):
-                loop_s += runs * kernel.seconds
-    bubble_s = loop_s * (stages - 1) / trip_count
-    return bubble_s, bubble_s / predict(hlo_text, chip, collectives).step_s

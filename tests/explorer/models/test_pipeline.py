@@ -18,7 +18,8 @@ from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.models import build_model, validate_model
-from explorer.models.stage_plan import bubble_fraction, blocks_of, iterations, stage_plan
+from explorer.analysis.stage_plan import stage_plan
+from explorer.models.schedule import blocks_of, bubble_fraction, iterations
 from explorer.models.transformer import Transformer, next_token_loss
 from explorer.models.options import TransformerOptions
 from tests import ground_truth as truth

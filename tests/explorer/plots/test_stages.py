@@ -1,7 +1,8 @@
 """The stage picture (explorer/plots/stages.py) draws the plan it is given: a bar per stage, its blocks and devices."""
 
 from explorer.plots.stages import stage_bars
-from explorer.models.stage_plan import Stage, StagePlan, bubble_fraction
+from explorer.analysis.stage_plan import Stage, StagePlan
+from explorer.models.schedule import bubble_fraction
 
 
 def test_each_stage_is_a_bar_with_its_blocks_devices_and_bytes_and_the_bubble_in_the_title():

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from explorer.models.schedule import blocks_of, bubble_fraction, iterations
+
 PIPELINE_PREFIX = "params/pipeline/"
 
 
@@ -32,22 +34,23 @@ class StagePlan:
     rows: tuple[Stage, ...]
 
 
-def bubble_fraction(stages: int, microbatches: int, repeats: int = 1) -> float:
-    """``(stages - 1) / (microbatches * repeats + stages - 1)``: MaxText's loop runs ``microbatches * repeats +
-    stages - 1`` iterations and each stage works in ``microbatches * repeats`` of them."""
-    return (stages - 1) / iterations(stages, microbatches, repeats)
+def pipeline_of(layout) -> tuple[int, int] | None:
+    """A pipelined built-in transformer's (stages, the loop's trip count); None for any other layout."""
+    options = layout.model.options if layout.model.name == "transformer" else {}
+    stages = options.get("pipeline_stages", 1)
+    if stages <= 1:
+        return None
+    return stages, iterations(stages, options.get("pipeline_microbatches", 1), options.get("pipeline_repeats", 1))
 
 
-def iterations(stages: int, microbatches: int, repeats: int = 1) -> int:
-    """The pipeline loop's trip count."""
-    return microbatches * repeats + stages - 1
-
-
-def blocks_of(layers: int, stages: int, repeats: int = 1) -> list[list[int]]:
-    """The decoder blocks each stage holds: block ``r * stages * per + s * per + i`` at repeat ``r``, stage ``s``
-    (``per = layers / (stages * repeats)``): with repeats, non-adjacent groups."""
-    per = layers // (stages * repeats)
-    return [[r * stages * per + s * per + i for r in range(repeats) for i in range(per)] for s in range(stages)]
+def stage_mesh_axes(layout) -> tuple[str, ...]:
+    """The mesh axes the layout's rules give the logical name ``stage`` (Linen's first matching rule: a lone name
+    always finds its axes free); () when no rule places it on the mesh."""
+    for rule in layout.rules:
+        if rule.logical == "stage":
+            axes = tuple(a for a in (rule.mesh_axes or ()) if a in layout.mesh.axes)
+            return axes
+    return ()
 
 
 def stage_plan(options: dict, report) -> StagePlan | None:
