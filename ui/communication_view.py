@@ -85,7 +85,7 @@ def _values(row: LineRow) -> None:
         st.markdown(f"**{markdown_literal(row.where)}** moves")
         code = code_at(row.file, row.line)
         if code:
-            st.code(code, language="python")
+            st.code(code, language="python", wrap_lines=True)
         st.dataframe(pd.DataFrame([{"op": v.op_name, "shape (per device)": v.shape} for v in row.values]), hide_index=True, width="stretch")
         if row.file:
             st.caption(markdown_literal(row.file))
