@@ -49,11 +49,16 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(blank_page, targ
     expect(verdict).to_contain_text(
         re.compile(r"Fits: XLA's peak is [\d.,]+ MiB of the 16\.0 GiB HBM per chip"), timeout=COMPILE_TIMEOUT_MS
     )
+    # The verdict leads with the predicted step, labelled a prediction, the roofline's bound beside it.
+    expect(verdict).to_contain_text(re.compile(r"Predicted step: [\d.]+ (s|ms|µs|ns) \(a prediction: the step model"))
+    expect(verdict).to_contain_text(
+        re.compile(r"Step ≥ [\d.]+ (s|ms|µs|ns), (compute|memory|collective)-bound \(the roofline, a lower bound\)")
+    )
     wait_for_rerun(page)
     roofline = page.locator(f"{key_selector('target_roofline')} .js-plotly-plot")
     expect(roofline).to_be_visible()
     expect(roofline.locator(".bars .point")).to_have_count(3)
-    expect(roofline.locator(".gtitle")).to_contain_text(re.compile(r"Step ≥ [\d.]+ ms\s*(compute|memory|collective)-bound"))
+    expect(roofline.locator(".gtitle")).to_contain_text(re.compile(r"Step ≥ [\d.]+ (s|ms|µs|ns)\s*(compute|memory|collective)-bound"))
     expect(page.locator(MAIN)).to_contain_text("a lower bound on the step, not a measurement")
     headline = page.get_by_test_id("stMetric").filter(has_text="XLA peak / device")
     expect(headline).to_be_visible()
