@@ -57,7 +57,7 @@ def combined_note(rows: Sequence[LineRow]) -> str:
     page): which lines hold a collective XLA merged from several, whose bytes and count are the merged op's, and the
     ops it merged (plain text: the caller escapes it). '' when none was combined."""
     lines = [
-        f"{row.where}: {human_bytes(row.bytes)} in {row.count} collective(s) XLA combined from several ops"
+        f"{row.where}: {human_bytes(row.bytes)}, count {row.count}, in collectives XLA combined from several ops"
         + (f" ({', '.join(row.ops)})" if row.ops else "")
         for row in rows
         if row.combined

@@ -103,6 +103,11 @@ def test_after_a_compile_the_communication_view_names_the_guides_lines(blank_pag
     codes = {row[6] for row in rows if len(row) > 6}  # line, bytes, time, count, collectives, code
     assert any(c.startswith("y = nn.Dense(") for c in codes) and "z = jnp.dot(y, W2)" in codes
     expect(page.locator(MAIN)).to_contain_text("Communication by source line")
+    # XLA merged the gradients' all-reduces into one: said under the table as the CLI says it, with the ops it merged
+    combined = page.locator(key_selector("communication_combined_target"))
+    expect(combined).to_contain_text(
+        re.compile(rf"mlp\.py:{DENSE} .*: 8\.0 MiB, count \d+, in collectives XLA combined from several ops \(jit")
+    )
     # a row opens the values its collectives move: the first (the Dense line: the gradients' all-reduce over data)
     frame = page.locator(f"{key_selector('communication_target')} [data-testid='stDataFrame']")
     frame.click(position={"x": 16, "y": 52})

@@ -71,6 +71,6 @@ def test_a_collective_xla_combined_is_said_under_the_table_with_the_ops_it_merge
     )
     note = combined_note(by_line((merged,)))
     assert note.startswith("XLA combined several ops into one collective")
-    assert f"mlp.py:{DOT} (LogicalDotReluDot.__call__): 8.0 MiB in 4 collective(s) XLA combined from several ops" in note
+    assert f"mlp.py:{DOT} (LogicalDotReluDot.__call__): 8.0 MiB, count 4, in collectives XLA combined from several ops" in note
     assert "(jit(s)/dot_general, jit(s)/add)" in note
     assert combined_note(by_line(TRACED)) == ""
