@@ -64,11 +64,21 @@ def human_seconds(seconds: float) -> str:
     """
     if seconds == 0:
         return "0 s"
+    unit, scale = seconds_unit(seconds)
+    value = seconds / scale
+    return f"{value:.{0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2}f} {unit}"
+
+
+def seconds_unit(seconds: float) -> tuple[str, float]:
+    """The unit (and its size in seconds) that human_seconds writes a duration in: a chart's axis uses its largest value's.
+
+    >>> seconds_unit(6.32e-5), seconds_unit(2.5), seconds_unit(0.0)
+    (('µs', 1e-06), ('s', 1.0), ('s', 1.0))
+    """
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if abs(seconds) >= scale * 0.9995 or unit == "ns":
-            value = seconds / scale
-            return f"{value:.{0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2}f} {unit}"
-    return f"{seconds} s"
+        if abs(seconds) >= scale * 0.9995:
+            return unit, scale
+    return ("ns", 1e-9) if seconds else ("s", 1.0)
 
 
 def share(fraction: float) -> str:

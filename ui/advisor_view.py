@@ -192,7 +192,7 @@ def show(search: advisor.Search, layout: Layout) -> None:
         help="Adds its link to the Compare page's links",
     )
     st.markdown("Share link")
-    st.code("/?" + layout_to_query(chosen.layout)[1:], language=None)
+    st.code("/?" + layout_to_query(chosen.layout)[1:], language=None, wrap_lines=True)
     if chosen.links:  # where its axes lie, as the compile places them (stage 1 costs its collectives on those links)
         where = "Placed on the hosts and GPUs (host-major)" if search.target.is_gpu else "Placed on the torus"
         st.caption(markdown_literal(f"{where}: " + "; ".join(link.text for link in chosen.links if link.size > 1) + "."))

@@ -53,6 +53,25 @@ def rows_frame(rows: Sequence[LineRow]) -> pd.DataFrame:
     )
 
 
+def combined_note(rows: Sequence[LineRow]) -> str:
+    """What the CLI marks "[XLA combined several ops]", said under the table (the collectives column is cut on a narrow
+    page): which lines hold a collective XLA merged from several, whose bytes and count are the merged op's, and the
+    ops it merged (plain text: the caller escapes it). '' when none was combined."""
+    lines = [
+        f"{row.where}: {human_bytes(row.bytes)}, count {row.count}, in collectives XLA combined from several ops"
+        + (f" ({', '.join(row.ops)})" if row.ops else "")
+        for row in rows
+        if row.combined
+    ]
+    if not lines:
+        return ""
+    return (
+        "XLA combined several ops into one collective, which keeps one op's line: the whole of it is given to that line. "
+        + "; ".join(lines)
+        + "."
+    )
+
+
 def render(traced: Sequence[Traced], *, key: str, origin: str) -> None:
     """The view for one compiled step's collectives; ``origin`` says which program (``v5p:2x2x2 compile``)."""
     rows = by_line(traced)
@@ -75,6 +94,10 @@ def render(traced: Sequence[Traced], *, key: str, origin: str) -> None:
         + ". Each line is the innermost frame of the model's own code in the stack XLA kept for the collective "
         "(JAX, Flax, optax, the standard library and the explorer skipped); click a row for the values it moves."
     )
+    note = combined_note(rows)
+    if note:
+        with st.container(key=f"communication_combined_{key}"):
+            st.caption(markdown_literal(note))
     picked = event.selection.rows if event is not None else []
     if picked and picked[0] < len(rows):
         _values(rows[picked[0]])
@@ -86,7 +109,7 @@ def _values(row: LineRow) -> None:
         st.markdown(f"**{markdown_literal(row.where)}** moves")
         code = code_at(row.file, row.line)
         if code:
-            st.code(code, language="python")
+            st.code(code, language="python", wrap_lines=True)
         st.dataframe(pd.DataFrame([{"op": v.op_name, "shape (per device)": v.shape} for v in row.values]), hide_index=True, width="stretch")
         if row.file:
             st.caption(markdown_literal(row.file))

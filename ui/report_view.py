@@ -205,7 +205,8 @@ def _array_table(report: Report) -> ArrayInfo | None:
         },
         height=320,
         on_select="rerun",
-        selection_mode="single-row",
+        # A click on any cell picks its row (with "single-row" alone only the row's checkbox did, and a click drew nothing).
+        selection_mode=["single-row", "single-cell"],
         key="arrays_table",
     )
     st.caption(
@@ -213,7 +214,7 @@ def _array_table(report: Report) -> ArrayInfo | None:
         "kind, shape, dtype, logical axes, replication and the whole path: the table's Show/hide columns menu"
     )
     paths = frame["path"].tolist()
-    rows = event.selection.rows if event is not None else []
+    rows = (event.selection.rows or [row for row, _ in event.selection.cells]) if event is not None else []
     if rows and rows[0] < len(shown):
         picked = shown.iloc[rows[0]]["path"]
         if picked != st.session_state.get("_last_table_pick"):

@@ -112,9 +112,9 @@ def render(layout: Layout) -> None:
             "as pasted in this project's folder on as many devices as the mesh needs (JAX_NUM_CPU_DEVICES=8 on a "
             "laptop); swap the model block for your own module."
         )
-        st.code(python_snippet(layout), language="python")
+        st.code(python_snippet(layout), language="python", wrap_lines=True)
         st.caption("The rules as MaxText-style logical_axis_rules:")
-        st.code(maxtext_yaml(layout), language="yaml")
+        st.code(maxtext_yaml(layout), language="yaml", wrap_lines=True)
     _library_section(layout)
 
 

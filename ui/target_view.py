@@ -20,15 +20,18 @@ from explorer.analysis.findings import indivisible_error
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
+from explorer.predict.roofline import Estimate
 from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE
-from explorer.compile.compile_pool import POOL, queue_text
-from explorer.hardware.targets import TARGET_FORMS, Target, check_mesh_fits, parse_target, slice_split, valid_names
-from explorer.analysis.stage_plan import stage_mesh_axes
-from explorer.formats import human_bytes, human_flops, human_seconds, share, short_path
+from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
+from explorer.formats import human_bytes, human_flops, human_seconds, share
 from explorer.text import markdown_literal, memory_relation
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
+from explorer.compile.compile_pool import POOL, queue_text
+from explorer.hardware.targets import TARGET_FORMS
+from explorer.analysis.stage_plan import stage_mesh_axes
+from explorer.formats import short_path
 from explorer.compile.compile_cache import cache_folder
 from ui import state, tables
 from ui.communication_view import top_lines
@@ -299,11 +302,22 @@ def verdict(result: TargetCompile) -> str:
     return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result.headroom_bytes)} more than {room}."
 
 
+def step_verdict(estimate: Estimate) -> str:
+    """The step's headline, as the CLI's ``compile`` prints it: the step model's prediction first, labelled as one, the
+    roofline's lower bound beside it (plain text: the caller escapes it)."""
+    bound = f"Step ≥ {human_seconds(estimate.step_s)}, {estimate.bound}-bound (the roofline, a lower bound)"
+    if not estimate.predicted_s:
+        return bound + "."
+    return f"Predicted step: {human_seconds(estimate.predicted_s)} (a prediction: the step model, kernel by kernel; {SCOPE}). {bound}."
+
+
 def show(result: TargetCompile, wall_s: float | None = None) -> None:
     memory, target, estimate = result.memory, result.target, result.estimate
     per = device_word(target)
     with st.container(key="target_verdict"):
         (st.success if result.fits else st.error)(verdict(result))
+        if estimate is not None:
+            st.markdown(markdown_literal(step_verdict(estimate)))
     with st.container(key="target_placement"):
         st.caption(markdown_literal(placement_text(result)))
     # One above the other: side by side at 1024 px the bar labels and the table's last column were cut.

@@ -17,7 +17,7 @@ from explorer.hlo.program import used as used_collectives
 from explorer.layout import Layout
 from explorer.formats import human_bytes, human_seconds
 from explorer.text import markdown_literal, memory_relation, peak_in_use_text
-from explorer.timing.timing import TimingResult, time_layout
+from explorer.timing.timing import StepTimes, TimingResult, time_layout
 from explorer.timing.workers import time_local_processes
 from ui import live_timing
 from ui.current import simulated_devices_note
@@ -140,10 +140,21 @@ def show_last(key: str) -> None:
     if key in results:
         show_result(results[key])
     elif partial and partial["key"] == key and partial["samples"]:
-        st.info(f"Stopped after {len(partial['samples'])} of {partial['steps']} steps.")
-        st.plotly_chart(step_times_figure(partial["samples"], partial["steps"]), key="partial_steps")
+        with st.container(key="timing_stopped"):
+            st.info(stopped_text(partial["samples"], partial["steps"]))
+        # the x-axis spans the steps that ran, not the ones asked for
+        st.plotly_chart(step_times_figure(partial["samples"]), key="partial_steps")
     else:
         st.info("Press **Time train step** to compile and time this layout on this process's devices.")
+
+
+def stopped_text(samples: list[float], planned: int) -> str:
+    """A stopped timing's figures: the median, p10 and p90 of the steps that ran (measured, as a finished run's are)."""
+    steps = StepTimes.of(samples)
+    return (
+        f"Stopped after {len(samples)} of {planned} steps. Over those {len(samples)}: median step "
+        f"{human_seconds(steps.median)}, p10 {human_seconds(steps.p10)}, p90 {human_seconds(steps.p90)}."
+    )
 
 
 def show_result(result: TimingResult) -> None:

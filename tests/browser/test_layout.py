@@ -17,6 +17,7 @@ from tests.browser import (
     RULES_EDITOR,
     WARNINGS,
     assert_no_exception,
+    dataframe_rows,
     edit_rule_axes,
     edit_rule_text,
     grid_axis_titles,
@@ -213,4 +214,21 @@ def test_a_mesh_axis_the_mesh_lacks_can_be_typed(page: Page) -> None:
     edit_rule_axes(page, 1, ["tensor"])
     expect_rule_rows(page, [["0", "batch", "data"], ["1", "hidden", "tensor"]])
     expect_only_error_in(page, "rules", "rules[1]", "'tensor'")
+    assert_no_exception(page)
+
+
+def test_clicking_a_cell_of_the_arrays_table_draws_that_row(page: Page) -> None:
+    """The caption says "click a row": a click on a row's cell (not only its checkbox) picks that array and draws its grid."""
+    table = page.locator(key_selector("arrays_table"))
+    table.scroll_into_view_if_needed()
+    rows = dataframe_rows(table.locator("[data-testid='stDataFrame']"))
+    before = selected_summary(page).inner_text()
+    row = next(i for i, cells in enumerate(rows) if cells[1].split("/")[-1] not in before)  # an array not drawn now
+    name = rows[row][1].split("/")[-1]
+    box = table.locator("canvas").first.bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.5, box["y"] + HEADER_HEIGHT + ROW_HEIGHT * row + ROW_HEIGHT / 2)
+    wait_for_rerun(page)
+    expect(selected_summary(page)).to_contain_text(name)
+    expect(page.locator(f"{key_selector('sharding_grid')} .js-plotly-plot")).to_be_visible()
+    screenshot(page, "layout-row-clicked")
     assert_no_exception(page)

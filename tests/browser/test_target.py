@@ -49,11 +49,16 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(blank_page, targ
     expect(verdict).to_contain_text(
         re.compile(r"Fits: XLA's peak is [\d.,]+ MiB of the 16\.0 GiB HBM per chip"), timeout=COMPILE_TIMEOUT_MS
     )
+    # The verdict leads with the predicted step, labelled a prediction, the roofline's bound beside it.
+    expect(verdict).to_contain_text(re.compile(r"Predicted step: [\d.]+ (s|ms|µs|ns) \(a prediction: the step model"))
+    expect(verdict).to_contain_text(
+        re.compile(r"Step ≥ [\d.]+ (s|ms|µs|ns), (compute|memory|collective)-bound \(the roofline, a lower bound\)")
+    )
     wait_for_rerun(page)
     roofline = page.locator(f"{key_selector('target_roofline')} .js-plotly-plot")
     expect(roofline).to_be_visible()
     expect(roofline.locator(".bars .point")).to_have_count(3)
-    expect(roofline.locator(".gtitle")).to_contain_text(re.compile(r"Step ≥ [\d.]+ ms\s*(compute|memory|collective)-bound"))
+    expect(roofline.locator(".gtitle")).to_contain_text(re.compile(r"Step ≥ [\d.]+ (s|ms|µs|ns)\s*(compute|memory|collective)-bound"))
     expect(page.locator(MAIN)).to_contain_text("a lower bound on the step, not a measurement")
     headline = page.get_by_test_id("stMetric").filter(has_text="XLA peak / device")
     expect(headline).to_be_visible()
@@ -98,6 +103,11 @@ def test_after_a_compile_the_communication_view_names_the_guides_lines(blank_pag
     codes = {row[6] for row in rows if len(row) > 6}  # line, bytes, time, count, collectives, code
     assert any(c.startswith("y = nn.Dense(") for c in codes) and "z = jnp.dot(y, W2)" in codes
     expect(page.locator(MAIN)).to_contain_text("Communication by source line")
+    # XLA merged the gradients' all-reduces into one: said under the table as the CLI says it, with the ops it merged
+    combined = page.locator(key_selector("communication_combined_target"))
+    expect(combined).to_contain_text(
+        re.compile(rf"mlp\.py:{DENSE} .*: 8\.0 MiB, count \d+, in collectives XLA combined from several ops \(jit")
+    )
     # a row opens the values its collectives move: the first (the Dense line: the gradients' all-reduce over data)
     frame = page.locator(f"{key_selector('communication_target')} [data-testid='stDataFrame']")
     frame.click(position={"x": 16, "y": 52})

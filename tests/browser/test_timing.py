@@ -112,3 +112,27 @@ def test_live_chart_fills_while_timing(page: Page) -> None:
         page.wait_for_timeout(500)
         expect_tables_fit(page, MAIN)
         screenshot(page, f"timing-{width}x{height}")
+
+
+def test_a_stopped_timing_shows_the_median_of_the_steps_it_ran(page: Page) -> None:
+    """Stop keeps the steps that ran: their median, p10 and p90, and a chart that spans them (not the 1000 asked for)."""
+    go_to_page(page, "Timing", f"{key_selector('time_button')} button")
+    set_text(page, "timing_steps", "1000")
+    page.locator(f"{key_selector('time_button')} button").click()
+    expect(page.locator(LIVE_PLOT).first).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => { const p = document.querySelector(`" + LIVE_PLOT + "`); return p && p.data && p.data[0].x.length >= 2; }",
+        timeout=RUN_TIMEOUT_MS,
+    )
+    page.locator(f"{key_selector('stop_button')} button").first.click()
+    stopped = page.locator(key_selector("timing_stopped"))
+    expect(stopped).to_contain_text(
+        re.compile(r"Stopped after \d+ of 1000 steps\. Over those \d+: median step [\d.]+ (ms|µs|s), p10 [\d.]+ \w+, p90"),
+        timeout=RUN_TIMEOUT_MS,
+    )
+    ran = int(re.search(r"Stopped after (\d+)", stopped.inner_text()).group(1))
+    chart = page.locator(f"{key_selector('partial_steps')} .js-plotly-plot")
+    expect(chart).to_be_visible()
+    assert chart.evaluate("(p) => p.layout.xaxis.range[1]") == ran + 0.5  # the steps that ran, not 1000
+    screenshot(page, "timing-stopped")
+    assert_no_exception(page)

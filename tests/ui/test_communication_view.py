@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from explorer.models import mlp
 from explorer.hlo.sources import Source, Traced, Value
-from ui.communication_view import code_at, rows_frame, top_lines
+from ui.communication_view import code_at, combined_note, rows_frame, top_lines
 from explorer.hlo.sources import by_line
 
 
@@ -61,3 +61,16 @@ def test_a_file_not_on_this_machine_shows_no_code_and_no_collectives_say_so():
     assert code_at("/nowhere/model.py", 3) == "" and code_at(None, None) == ""
     assert top_lines(()) == ["no collectives"]
     assert top_lines(TRACED, 1) == [f"5.9 KiB · mlp.py:{DENSE} (LogicalDotReluDot.__call__) · y = nn.Dense("]
+
+
+def test_a_collective_xla_combined_is_said_under_the_table_with_the_ops_it_merged():
+    """The page gave a combined all-reduce's 8 MiB to one line and said nothing (the CLI says "[XLA combined several ops]")."""
+    ops = ("jit(s)/dot_general", "jit(s)/add")
+    merged = Traced(
+        "all-reduce", ("model",), 4, 8 << 20, (Source(mlp.__file__, DOT, "LogicalDotReluDot.__call__", "", 4, 8 << 20, True, ops),)
+    )
+    note = combined_note(by_line((merged,)))
+    assert note.startswith("XLA combined several ops into one collective")
+    assert f"mlp.py:{DOT} (LogicalDotReluDot.__call__): 8.0 MiB, count 4, in collectives XLA combined from several ops" in note
+    assert "(jit(s)/dot_general, jit(s)/add)" in note
+    assert combined_note(by_line(TRACED)) == ""
