@@ -2,9 +2,6 @@
 # Install everything the tests need (pinned Python packages, Debian's chromium), lint, and run them all.
 set -euo pipefail
 REQUIREMENTS=requirements-dev.txt source "$(dirname "$0")/setup.sh"
-# The optional MaxText extra (--maxtext), so its ground-truth tests run rather than skip: the packages its import path
-# needs, pinned, without their dependencies over requirements.txt's pins (about 30 s).
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-maxtext.txt
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
