@@ -7,6 +7,7 @@ from typing import Iterable, NamedTuple
 
 import plotly.graph_objects as go
 
+from explorer.plots.scales import framed
 from explorer.formats import human_bytes
 
 
@@ -66,12 +67,12 @@ def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int, limit_label: 
         xanchor="right",
         yanchor="bottom",
     )
-    figure.update_layout(
+    framed(
+        figure,
         height=360,
-        margin=dict(l=10, r=10, t=30, b=10),
-        xaxis_title="step lower bound (ms, log)",
-        yaxis_title="GiB per device (log)",
-        plot_bgcolor="white",
+        margin=(10, 10, 30, 10),
+        x_title="step lower bound (ms, log)",
+        y_title="GiB per device (log)",
         legend=dict(orientation="h", y=-0.25),
     )
     figure.update_xaxes(type="log", gridcolor="#eee", dtick=1)  # a tick per decade: both axes span orders of magnitude

@@ -1,4 +1,5 @@
-"""What the figures share: byte units for an axis, whole-number step ticks, the legend above the plot, the kinds' colours."""
+"""What the figures share: byte units for an axis, whole-number step ticks, the legend above the plot, the kinds' colours,
+and their frame (``framed``)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,18 @@ def whole_number_ticks(count: int) -> dict:
     """Axis settings for 1..count: ticks on whole numbers (1, 2, 5, 10, 20, … apart), never on 0.5 or 1.5."""
     step = next(s for s in (m * 10**e for e in range(7) for m in (1, 2, 5)) if s * 10 >= count)
     return {"tickmode": "linear", "tick0": 0, "dtick": step}
+
+
+def framed(figure, *, height: int, margin: tuple[int, int, int, int], x_title: str, y_title: str, **layout):
+    """The plots' common frame on ``figure``: its height, margins (left, right, top, bottom), axis titles, a white
+    plot area, and any other layout settings (a legend, ``showlegend``). Returns the figure."""
+    left, right, top, bottom = margin
+    figure.update_layout(
+        height=height,
+        margin=dict(l=left, r=right, t=top, b=bottom),
+        xaxis_title=x_title,
+        yaxis_title=y_title,
+        plot_bgcolor="white",
+        **layout,
+    )
+    return figure

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from explorer.plots.scales import whole_number_ticks
+from explorer.plots.scales import framed, whole_number_ticks
 
 
 def step_times_figure(samples: Sequence[float], planned_steps: int | None = None) -> go.Figure:
@@ -18,14 +18,7 @@ def step_times_figure(samples: Sequence[float], planned_steps: int | None = None
     if ms:
         median = statistics.median(ms)
         figure.add_hline(y=median, line_dash="dot", line_color="#888", annotation_text=f"median {median:.2f} ms")
-    figure.update_layout(
-        height=280,
-        margin=dict(l=50, r=10, t=20, b=40),
-        xaxis_title="timed step",
-        yaxis_title="ms",
-        plot_bgcolor="white",
-        showlegend=False,
-    )
+    framed(figure, height=280, margin=(50, 10, 20, 40), x_title="timed step", y_title="ms", showlegend=False)
     count = max(planned_steps or 0, len(ms))
     figure.update_xaxes(range=[0.5, count + 0.5], gridcolor="#eee", **whole_number_ticks(count))
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
@@ -74,14 +67,7 @@ def op_times_figure(samples: dict[str, Sequence[float]], labels: dict[str, str],
         )
         if ms:
             figure.add_hline(y=median, line_dash="dot", line_color=OP_COLORS[which])
-    figure.update_layout(
-        height=300,
-        margin=dict(l=50, r=10, t=30, b=40),
-        xaxis_title="timed call",
-        yaxis_title="ms",
-        plot_bgcolor="white",
-        legend=dict(orientation="h", y=1.12),
-    )
+    framed(figure, height=300, margin=(50, 10, 30, 40), x_title="timed call", y_title="ms", legend=dict(orientation="h", y=1.12))
     figure.update_xaxes(range=[0.5, max(count, 1) + 0.5], gridcolor="#eee", **whole_number_ticks(max(count, 1)))
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
     return figure

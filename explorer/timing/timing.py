@@ -301,20 +301,14 @@ class TimedRun:
     state: Any  # the TrainState after the last timed step (global arrays in a multi-process run)
 
 
-def time_layout(
-    layout: Layout,
-    steps: int = 20,
-    warmup: int = 2,
-    on_step: Callable[[int, float], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    on_phase: Callable[[str], None] | None = None,
-) -> TimingResult:
-    """Compile (or reuse) the layout's train step and time ``steps`` steps after ``warmup``.
+def time_layout(layout: Layout, *args, **options) -> TimingResult:
+    """Compile (or reuse) the layout's train step and time ``steps`` steps after ``warmup``: ``timed_run``'s result
+    (its arguments: ``steps``, ``warmup``, ``on_step``, ``should_stop``, ``on_phase``).
 
     ``on_step(i, seconds)`` is called after each timed step, outside the timed region.
     Raises ExplorerError for layouts that cannot run here.
     """
-    return timed_run(layout, steps, warmup, on_step, should_stop, on_phase).result
+    return timed_run(layout, *args, **options).result
 
 
 def timed_run(
