@@ -92,7 +92,7 @@ def test_plan_for_a_gpu_cluster_on_the_layout_page_compare_and_the_advisor(blank
     expect(page.locator(f"{key_selector('target_memory')} .js-plotly-plot")).to_contain_text("JAX's 75%: 59.3 GiB")
     roofline = page.locator(f"{key_selector('target_roofline')} .js-plotly-plot")
     expect_roofline(roofline)
-    expect(roofline.locator(".gtitle")).to_contain_text(re.compile(r"Step ≥ [\d.]+ ms\s*(compute|memory|collective)-bound"))
+    expect(roofline.locator(".gtitle")).to_contain_text(re.compile(r"Step ≥ [\d.]+ (s|ms|µs|ns)\s*(compute|memory|collective)-bound"))
     expect(page.locator(MAIN)).to_contain_text("collectives at NVLink's 450 GB/s inside a host")
     expect(main_errors(page)).to_have_count(0)
     assert_no_exception(page)
@@ -112,7 +112,9 @@ def test_plan_for_a_gpu_cluster_on_the_layout_page_compare_and_the_advisor(blank
     expect(rooflines).to_be_visible()
     expect(rooflines.locator(".bars .point")).to_have_count(6)  # three terms for each of the two layouts
     for label in ("current: seed-2x4", "link 1: data-only"):  # each layout's step bound, in the legend
-        expect(rooflines.locator(".legend")).to_contain_text(re.compile(rf"{label}: ≥ [\d.e-]+ ms, (compute|memory|collective)-bound"))
+        expect(rooflines.locator(".legend")).to_contain_text(
+            re.compile(rf"{label}: ≥ [\d.e-]+ (s|ms|µs|ns), (compute|memory|collective)-bound")
+        )
     expect(page.locator(MAIN)).to_contain_text(PLACEMENT)
     expect(main_errors(page)).to_have_count(0)
     assert_no_exception(page)
