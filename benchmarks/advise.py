@@ -70,6 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from explorer.models.options import SIZE_PRESETS  # noqa: E402  (the Llama-2-7B shapes: one home)
+from explorer.models.maxtext import MESH_AXES  # noqa: E402  (base.yml's mesh_axes: one home; MaxText itself not needed)
 
 OPTIONS = {**SIZE_PRESETS["llama2-7b"], "batch": 64, "seq_len": 2048, "scan": True, "dtype": "bfloat16"}
 TENSOR = [["mlp", "tensor"], ["heads", "tensor"], ["kv_heads", "tensor"], ["vocab", "tensor"]]
@@ -186,24 +187,10 @@ MOE_OPTIONS = {
     "remat_policy": "none",
     "mesh_shape": "context",
 }
-MAXTEXT_AXES = [
-    "diloco",
-    "data",
-    "stage",
-    "fsdp",
-    "fsdp_transpose",
-    "context",
-    "context_usp_ulysses",
-    "context_autoregressive",
-    "tensor",
-    "tensor_sequence",
-    "expert",
-    "autoregressive",
-]  # base.yml's mesh_axes
 
 
 def maxtext_mesh(**sizes: int) -> dict:
-    return {"shape": [sizes.get(axis, 1) for axis in MAXTEXT_AXES], "axes": list(MAXTEXT_AXES)}
+    return {"shape": [sizes.get(axis, 1) for axis in MESH_AXES], "axes": list(MESH_AXES)}
 
 
 MOE_EXPERTS = {

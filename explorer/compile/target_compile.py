@@ -36,8 +36,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split
 from explorer.compile.xla_compile import require_gpu_plugin
-from explorer.hardware.devices import child_environment
-from explorer.hardware.placement import ROOT
+from explorer.hardware.devices import PROJECT_ROOT, child_environment
 from explorer.compile.xla_results import with_verdict
 
 STAGES = ("trace", "lower", "compile", "analyze")
@@ -141,7 +140,7 @@ def compile_target(
             stderr=subprocess.PIPE,
             text=True,
             env=child_environment(target),
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             start_new_session=True,
         )
         if on_start:

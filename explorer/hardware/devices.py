@@ -8,6 +8,7 @@ real multi-device meshes can be built and timed.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.errors import ExplorerError
@@ -15,6 +16,7 @@ from explorer.errors import ExplorerError
 if TYPE_CHECKING:
     from explorer.hardware.targets import Target
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout: where a child process runs, and the team library's default
 DEVICES_ENV = "EXPLORER_CPU_DEVICES"
 DEFAULT_CPU_DEVICES = 8
 
@@ -79,7 +81,7 @@ def describe() -> dict:
 GPU_FLAG = "--xla_gpu_experimental_use_collective_kernels="  # NCCL for every collective (see explorer/compile/xla_compile.py's docstring)
 
 
-def child_environment(target: "Target | None" = None) -> dict[str, str]:
+def child_environment(target: Target | None = None) -> dict[str, str]:
     """CPU as JAX's backend (libtpu or the CUDA plugin is only asked for a topology), and libtpu's lock not held against us.
 
     For a GPU target, ``XLA_FLAGS`` gains ``--xla_gpu_experimental_use_collective_kernels=`` (see

@@ -38,14 +38,13 @@ import math
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from explorer.errors import ExplorerError, first_line
+from explorer.hardware.devices import PROJECT_ROOT
 from explorer.hardware.targets import Target, hosts_per_axis, parse_target, slice_split
 from explorer.formats import counted, plural
 
-ROOT = str(Path(__file__).resolve().parents[2])  # the project, where a child process runs
 LINE = 0.5  # a torus axis run along as a line (no wraparound, or part of the axis): one direction of its links
 
 
@@ -200,7 +199,7 @@ def prefetch(target: Target, shapes: Iterable[Sequence[int]], dcns: Iterable[Seq
             capture_output=True,
             text=True,
             env=child_environment(target),
-            cwd=ROOT,
+            cwd=PROJECT_ROOT,
             timeout=600,
         )
         if done.returncode != 0:

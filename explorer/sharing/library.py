@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from explorer.hardware.devices import PROJECT_ROOT
 from explorer.errors import ExplorerError
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
 
@@ -59,7 +60,7 @@ class Listing:
 def library_dir() -> Path:
     """The library folder (created if missing); ExplorerError if it cannot be one."""
     configured = os.environ.get(LIBRARY_ENV)
-    folder = Path(configured) if configured else Path(__file__).resolve().parents[2] / "library"
+    folder = Path(configured) if configured else PROJECT_ROOT / "library"
     field = LIBRARY_ENV if configured else "library folder"
     try:
         folder.mkdir(parents=True, exist_ok=True)

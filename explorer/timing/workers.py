@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from explorer.hardware.devices import MAX_CPU_DEVICES
+from explorer.hardware.devices import MAX_CPU_DEVICES, PROJECT_ROOT
 from explorer.timing.distributed import HEARTBEAT_TIMEOUT_S, JOIN_TIMEOUT_S
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
@@ -51,7 +51,6 @@ STALL_TIMEOUT_S = 300.0
 EXIT_AFTER_RESULT_S = 30.0  # workers shut jax.distributed down after the result; killed if slower
 TAIL_LINES = 200
 MAX_PROCESSES = 64
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass
