@@ -11,7 +11,9 @@ os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
 # propagation, SPMD partitioning, fusion and buffer assignment every test reads are the same; the steps run slower,
 # which no test asserts. Set before JAX starts, so that every child process (compiles, timing workers, the browser
 # tests' servers) inherits it.
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true".strip()
+os.environ["XLA_FLAGS"] = (
+    f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true".strip()
+)
 # The traced-model disk cache goes to a fresh folder per test session, never the user's ~/.cache.
 os.environ["EXPLORER_CACHE_DIR"] = tempfile.mkdtemp(prefix="explorer-trace-cache-")
 
