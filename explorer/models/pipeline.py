@@ -18,7 +18,7 @@ repeat (so microbatches >= stages there, checked by the options).
 On a mesh of Explicit axes (``jax.make_mesh``'s default) the same loop is written in types: the stacked weights are
 created typed by stage (the vmap's ``spmd_axis_name`` over the initializers' ``out_sharding=``), the state is typed
 ``[stage on the stage's mesh axis, one microbatch laid out as the input]``, and the first stage's input is put in by an
-elementwise ``where`` (MaxText's way; it needs no slice of the sharded stage dimension). What Explicit types cannot say
+elementwise ``where`` over the stages (MaxText's way; it needs no update of one index of the sharded stage dimension). What Explicit types cannot say
 (a roll or a slice of a sharded dimension, a reshape across shards) runs in ``jax.sharding.auto_axes`` regions with an
 ``out_sharding``: the shift (still a collective-permute), reading the last stage's output, and cutting the batch into
 microbatches and back.
@@ -108,9 +108,7 @@ class Pipeline(nn.Module):
         run = jax.vmap(lambda w, h: group.apply({"params": w}, h), spmd_axis_name=axis)
         pick = jax.vmap(lambda w, r: jax.lax.dynamic_index_in_dim(w, r, 0, keepdims=False), in_axes=(1, 0), spmd_axis_name=axis)
         state_names = (STAGE, *self.activation_names)
-        index = jax.lax.broadcasted_iota(jnp.int32, (stages,), 0, **({"out_sharding": P(axis)} if explicit else {}))
-
-        first_stage = jnp.expand_dims(index == 0, tuple(range(1, len(micro.shape))))
+        index = jax.lax.broadcasted_iota(jnp.int32, (stages,), 0, out_sharding=P(axis)) if explicit else jnp.arange(stages)
 
         def constrained(v):
             return v if explicit else nn.with_logical_constraint(v, state_names)
@@ -121,6 +119,13 @@ class Pipeline(nn.Module):
             Explicit types have no roll of a sharded dimension)."""
             return _auto(lambda o: jnp.roll(o, 1, axis=0), state_spec)(v) if explicit else jnp.roll(v, 1, axis=0)
 
+        def enter(v, entering):
+            """The first stage's input put in: on Explicit axes by an elementwise ``where`` over the stages (MaxText's way;
+            Explicit types have no update of one index of a sharded dimension)."""
+            if explicit:
+                return jnp.where(jnp.expand_dims(index == 0, tuple(range(1, v.ndim))), entering[None], v)
+            return v.at[0].set(entering)
+
         def last(v):
             """The last stage's output (on Explicit axes read out of the stage-sharded state in an ``auto_axes`` region)."""
             return _auto(lambda o: o[stages - 1], P(*spec))(v) if explicit else v[stages - 1]
@@ -130,7 +135,7 @@ class Pipeline(nn.Module):
             first = jax.lax.dynamic_index_in_dim(micro, t % microbatches, 0, keepdims=False)
             back = jax.lax.dynamic_index_in_dim(outputs, t % microbatches, 0, keepdims=False)
             entering = jnp.where(t < microbatches, first, back)  # the first stage's input: a new microbatch or one coming back
-            state = constrained(jnp.where(first_stage, entering[None], state))  # elementwise: no slice of the stages
+            state = constrained(enter(state, entering))
             repeat = jnp.clip((t - index) // microbatches, 0, repeats - 1)  # the repeat each stage is on
             out = run(jax.tree_util.tree_map(lambda w: pick(w, repeat), weights), state)
             done = t - (stages - 1)  # the microbatch pass leaving the last stage (none while negative)
