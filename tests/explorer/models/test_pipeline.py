@@ -224,3 +224,6 @@ def test_on_explicit_axes_the_report_shows_the_stage_sharding_jax_types_and_mate
     assert materialised == expected and output == ("data", None, None)
     plan = stage_plan(explicit_layout.model.options, report)
     assert plan.placed and len({row.devices for row in plan.rows}) == 2
+    # the shift between stages, an auto_axes region of the model's own: shown where it leaves the types and comes back
+    shift = [v.communication for v in report.values if v.function.endswith("shift") and v.communication]
+    assert len(shift) == 2 and shift[0].startswith("into auto_axes") and "P('stage', 'data', None, None)" in shift[1], shift
