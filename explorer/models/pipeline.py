@@ -14,6 +14,14 @@ stage on (``jnp.roll`` over the stage dimension: XLA compiles it to a collective
 computes on a placeholder: the bubble, ``(stages - 1) / (microbatches * repeats + stages - 1)`` of the loop.
 The last stage's output is stored per microbatch; in a circular pipeline the first stage reads it back for the next
 repeat (so microbatches >= stages there, checked by the options).
+
+On a mesh of Explicit axes (``jax.make_mesh``'s default) the same loop is written in types: the stacked weights are
+created typed by stage (the vmap's ``spmd_axis_name`` over the initializers' ``out_sharding=``), the state is typed
+``[stage on the stage's mesh axis, one microbatch laid out as the input]``, and the first stage's input is put in by an
+elementwise ``where`` over the stages (MaxText's way; it needs no update of one index of the sharded stage dimension). What Explicit types cannot say
+(a roll or a slice of a sharded dimension, a reshape across shards) runs in ``jax.sharding.auto_axes`` regions with an
+``out_sharding``: the shift (still a collective-permute), reading the last stage's output, and cutting the batch into
+microbatches and back.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
+from explorer.models.base import on_explicit_axes
 from explorer.models.schedule import iterations
 
 STAGE = "stage"
@@ -78,10 +88,19 @@ class Pipeline(nn.Module):
     def __call__(self, x):
         stages, repeats, microbatches = self.stages, self.repeats, self.microbatches
         axis = stage_axis()
-        micro = x.reshape(microbatches, x.shape[0] // microbatches, *x.shape[1:])
+        explicit = on_explicit_axes()
+        shape = (microbatches, x.shape[0] // microbatches, *x.shape[1:])
+        if explicit:  # x's batch split into microbatches, each laid out as x's batch (XLA's all-to-all, as on Auto)
+            spec = _spec(x)
+            micro = _auto(lambda v: v.reshape(shape), P(None, *spec))(x)
+            state_spec = P(axis, *spec)  # the stages on the stage's mesh axis, each one microbatch laid out as x
+        else:
+            micro = x.reshape(shape)
         stacked = self._stacked(axis)
         if self.is_initializing():  # creates the stacked weights (MaxText initialises its stages' vmap the same way)
-            stacked(jnp.broadcast_to(micro[0], ((repeats,) if repeats > 1 else ()) + (stages,) + micro.shape[1:]))
+            front = ((repeats,) if repeats > 1 else ()) + (stages,)
+            layout = {"out_sharding": P(*(None,) * (len(front) - 1), *state_spec)} if explicit else {}
+            stacked(jnp.broadcast_to(micro[0], front + micro.shape[1:], **layout))
         weights = nn.meta.unbox(stacked.variables["params"])
         if repeats == 1:
             weights = jax.tree_util.tree_map(lambda w: w[None], weights)
@@ -89,21 +108,56 @@ class Pipeline(nn.Module):
         run = jax.vmap(lambda w, h: group.apply({"params": w}, h), spmd_axis_name=axis)
         pick = jax.vmap(lambda w, r: jax.lax.dynamic_index_in_dim(w, r, 0, keepdims=False), in_axes=(1, 0), spmd_axis_name=axis)
         state_names = (STAGE, *self.activation_names)
-        index = jnp.arange(stages)
+        index = jax.lax.broadcasted_iota(jnp.int32, (stages,), 0, out_sharding=P(axis)) if explicit else jnp.arange(stages)
+
+        def constrained(v):
+            return v if explicit else nn.with_logical_constraint(v, state_names)
+
+        def shift(v):
+            """The stages' outputs one stage on: ``jnp.roll`` over the stage dimension, a collective-permute over the
+            stage axis (on Explicit axes in an ``auto_axes`` region, whose ``out_sharding`` keeps the stages placed:
+            Explicit types have no roll of a sharded dimension)."""
+            return _auto(lambda o: jnp.roll(o, 1, axis=0), state_spec)(v) if explicit else jnp.roll(v, 1, axis=0)
+
+        def enter(v, entering):
+            """The first stage's input put in: on Explicit axes by an elementwise ``where`` over the stages (MaxText's way;
+            Explicit types have no update of one index of a sharded dimension)."""
+            if explicit:
+                return jnp.where(jnp.expand_dims(index == 0, tuple(range(1, v.ndim))), entering[None], v)
+            return v.at[0].set(entering)
+
+        def last(v):
+            """The last stage's output (on Explicit axes read out of the stage-sharded state in an ``auto_axes`` region)."""
+            return _auto(lambda o: o[stages - 1], P(*spec))(v) if explicit else v[stages - 1]
 
         def iteration(t, carry):
             state, outputs = carry
             first = jax.lax.dynamic_index_in_dim(micro, t % microbatches, 0, keepdims=False)
             back = jax.lax.dynamic_index_in_dim(outputs, t % microbatches, 0, keepdims=False)
-            state = nn.with_logical_constraint(state.at[0].set(jnp.where(t < microbatches, first, back)), state_names)
+            entering = jnp.where(t < microbatches, first, back)  # the first stage's input: a new microbatch or one coming back
+            state = constrained(enter(state, entering))
             repeat = jnp.clip((t - index) // microbatches, 0, repeats - 1)  # the repeat each stage is on
             out = run(jax.tree_util.tree_map(lambda w: pick(w, repeat), weights), state)
             done = t - (stages - 1)  # the microbatch pass leaving the last stage (none while negative)
             slot = done % microbatches
             kept = jax.lax.dynamic_index_in_dim(outputs, slot, 0, keepdims=False)
-            outputs = jax.lax.dynamic_update_index_in_dim(outputs, jnp.where(done >= 0, out[stages - 1], kept), slot, 0)
-            return nn.with_logical_constraint(jnp.roll(out, 1, axis=0), state_names), outputs
+            outputs = jax.lax.dynamic_update_index_in_dim(outputs, jnp.where(done >= 0, last(out), kept), slot, 0)
+            return constrained(shift(out)), outputs
 
-        state = jnp.zeros((stages, *micro.shape[1:]), x.dtype)
+        state = jnp.zeros((stages, *micro.shape[1:]), x.dtype, **({"out_sharding": state_spec} if explicit else {}))
         _, outputs = jax.lax.fori_loop(0, iterations(stages, microbatches, repeats), iteration, (state, jnp.zeros_like(micro)))
+        if explicit:
+            return _auto(lambda o: o.reshape(x.shape), P(*spec))(outputs)
         return outputs.reshape(x.shape)
+
+
+def _spec(x) -> tuple:
+    """``x``'s type's spec, one entry per dimension (Explicit axes)."""
+    spec = tuple(jax.typeof(x).sharding.spec)
+    return spec + (None,) * (x.ndim - len(spec))
+
+
+def _auto(f, out_sharding: P):
+    """``f`` in an ``auto_axes`` region over every mesh axis: XLA lays out what Explicit types cannot say (a roll or a
+    slice of a sharded dimension, a reshape across shards), and the result comes back typed ``out_sharding``."""
+    return jax.sharding.auto_axes(f, out_sharding=out_sharding)

@@ -12,6 +12,8 @@ communicate without the user writing one: ``embedding.at[tokens].get(out_shardin
 Inside the region the types say *replicated* (no axis is Explicit there): what moves is XLA's choice, read
 from the compiled program (``explorer.hlo.sources`` attributes its collectives to the same line). Each reshard
 that enters or leaves a region is a place where data may move, at the user's line that called the library.
+A model can open such a region itself (``jax.sharding.auto_axes``, as the built-in pipeline does for its shift between
+stages, ``explorer/models/pipeline.py``): it is read the same way.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def communication(eqn: Any, var: Any) -> str:
     source = _spec_text(eqn.invars[0].aval.sharding, rank)
     if where == ENTER:
         return (
-            f"into auto_axes (a library call's implicit reshard): {source} -> replicated in the type on an Auto copy of "
-            "the mesh; XLA chooses what moves (an all-gather of the whole array where it keeps it replicated)"
+            f"into auto_axes (a library call's implicit reshard, or the model's own region): {source} -> replicated in the type "
+            "on an Auto copy of the mesh; XLA chooses what moves (an all-gather of the whole array where it keeps it replicated)"
         )
     return f"out of auto_axes: XLA's layout -> {_spec_text(eqn.params['dst_sharding'], rank)}, the out_sharding asked for"

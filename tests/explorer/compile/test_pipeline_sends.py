@@ -20,14 +20,15 @@ TRIPS = MICROBATCHES * 1 + STAGES - 1  # MaxText's loop: microbatches * repeats 
 SEND_BYTES = (SMALL["batch"] // MICROBATCHES // DATA) * SMALL["seq_len"] * SMALL["d_model"] * 4  # [1, mb / data, length, embed] f32
 
 
-def _layout(dcn=None):
+def _layout(dcn=None, types=("auto", "auto")):
     options = {**SMALL, "pipeline_stages": STAGES, "pipeline_microbatches": MICROBATCHES}
-    mesh = {"shape": [STAGES, DATA], "axes": ["stage", "data"]} | ({"dcn": dcn} if dcn else {})
+    mesh = {"shape": [STAGES, DATA], "axes": ["stage", "data"], "axis_types": list(types)} | ({"dcn": dcn} if dcn else {})
     rules = [["stage", "stage"], ["batch", "data"]]
     return parse_layout({"name": "pipelined", "mesh": mesh, "rules": rules, "model": {"name": "transformer", "options": options}})
 
 
-CASES = {"v5litepod-8": (None, "ici"), "2xv5e:2x2": ([2, 1], "dcn")}  # the stage axis inside one slice; across two
+# the stage axis inside one slice; across two; inside one slice on a mesh of Explicit axes (jax.make_mesh's default)
+CASES = {"v5litepod-8": (None, "ici"), "2xv5e:2x2": ([2, 1], "dcn"), "v5litepod-8 explicit": (None, "ici")}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,13 @@ def compiled(tmp_path_factory):
     """Each case compiled once (a few seconds each): {target: (layout, result)}."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EXPLORER_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        return {target: (layout := _layout(dcn), compile_target(layout, target)[0]) for target, (dcn, _) in CASES.items()}
+        return {
+            case: (
+                layout := _layout(dcn, ("explicit",) * 2 if case.endswith("explicit") else ("auto",) * 2),
+                compile_target(layout, case.split()[0])[0],
+            )
+            for case, (dcn, _) in CASES.items()
+        }
 
 
 @pytest.mark.parametrize("target", CASES)
@@ -54,10 +61,13 @@ def test_the_sends_between_stages_are_listed_with_bytes_link_and_source(compiled
 
 def test_the_sends_across_slices_are_the_same_sends_as_inside_one(compiled):
     """XLA compiles a send between stages on different slices to MegaScale transfers (``ONE_TO_ONE``, one per
-    direction); read from them, the sends per device are the in-slice program's collective-permutes."""
+    direction); read from them, the sends per device are the in-slice program's collective-permutes. On a mesh of
+    Explicit axes the shift is written in an ``auto_axes`` region (explorer/models/pipeline.py) and compiles to the
+    same sends."""
     totals = {
         target: sorted((s.count, s.bytes) for s in result.pipeline_sends(stage_mesh_axes(layout)))
         for target, (layout, result) in compiled.items()
     }
     ici, dcn = totals["v5litepod-8"], totals["2xv5e:2x2"]
+    assert totals["v5litepod-8 explicit"] == ici  # Explicit axes: the same sends as on Auto axes
     assert sum(c for c, _ in ici) == sum(c for c, _ in dcn) and sum(b for _, b in ici) == sum(b for _, b in dcn)

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
@@ -23,6 +25,7 @@ from explorer.models.schedule import blocks_of, bubble_fraction, iterations
 from explorer.models.transformer import Transformer, next_token_loss
 from explorer.models.options import TransformerOptions
 from tests import ground_truth as truth
+from tests import ground_truth_explicit as truth_explicit
 
 SMALL = dict(batch=8, seq_len=8, layers=4, d_model=16, heads=2, kv_heads=2, head_dim=8, mlp_dim=32, vocab=64)
 RULES = [["stage", "stage"], ["batch", "data"]]
@@ -129,3 +132,98 @@ def test_the_compiled_loop_sends_each_microbatch_to_the_next_stage(layout):
         assert pairs and all(a % 4 == b % 4 and a // 4 != b // 4 for a, b in pairs)
     trips = [int(n) for n in re.findall(r'"known_trip_count":\{"n":"(\d+)"\}', text)]
     assert 4 + 2 - 1 in trips  # MaxText's microbatches * repeats + stages - 1
+
+
+# --- Explicit axes (jax.make_mesh's default): shardings in the values' types ------------------------------------------
+
+EXPLICIT_RULES = (("stage", "stage"), ("batch", "data"))
+
+
+@pytest.fixture(scope="module")
+def explicit_run():
+    """The plain and the circular pipelined model (2 stages, 2 repeats, 2 microbatches) on a 2 x 4 mesh of Explicit
+    axes, the pipelined one given the plain one's weights in its own stacked types: (loss, gradients) of each, the
+    pipelined init's weight specs and its compiled train program, from JAX alone."""
+    stages, microbatches, repeats = 2, 2, 2
+    the_mesh = truth_explicit.mesh((2, 4), ("stage", "data"))
+    options = dict(pipeline_stages=stages, pipeline_microbatches=microbatches, pipeline_repeats=repeats)
+    plain = Transformer(TransformerOptions(**{**SMALL, "batch": BATCH}, scan=True))
+    piped = Transformer(TransformerOptions(**{**SMALL, "batch": BATCH}, **options))
+    tokens = jax.random.randint(jax.random.key(1), (BATCH, SMALL["seq_len"]), 0, SMALL["vocab"])
+    with jax.set_mesh(the_mesh), nn.logical_axis_rules(EXPLICIT_RULES):
+        tokens = jax.device_put(tokens, P("data", None))
+        weights = nn.meta.unbox(jax.jit(plain.init)(jax.random.key(0), tokens))["params"]
+        own = nn.meta.unbox(jax.jit(piped.init)(jax.random.key(0), tokens))["params"]
+        specs = {path: jax.typeof(w).sharding.spec for path, w in jax.tree_util.tree_leaves_with_path(own)}
+        blocks = jax.tree_util.tree_map(
+            lambda w, like: jax.device_put(w, NamedSharding(the_mesh, jax.typeof(like).sharding.spec)),
+            _stacked_like(weights["blocks"], repeats, stages),
+            own["pipeline"]["layers"]["blocks"],
+        )
+        same = {k: v for k, v in weights.items() if k != "blocks"} | {"pipeline": {"layers": {"blocks": blocks}}}
+
+        def step(module):
+            return jax.jit(jax.value_and_grad(lambda p: next_token_loss(module.apply({"params": p}, tokens), tokens)))
+
+        piped_step = step(piped)
+        program = piped_step.lower(same).compile().as_text()
+        return step(plain)(weights), piped_step(same), specs, program
+
+
+def test_on_explicit_axes_the_pipelined_model_is_the_plain_model_same_loss_and_gradients(explicit_run):
+    (plain_loss, plain_grads), (piped_loss, piped_grads), _, _ = explicit_run
+    np.testing.assert_allclose(piped_loss, plain_loss, rtol=1e-6)
+    unstacked = jax.tree_util.tree_map(lambda w: np.asarray(w).reshape(-1, *w.shape[3:]), piped_grads["pipeline"]["layers"]["blocks"])
+    for got, want in zip(jax.tree_util.tree_leaves(unstacked), jax.tree_util.tree_leaves(plain_grads["blocks"])):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(piped_grads["embedding"], plain_grads["embedding"], rtol=1e-4, atol=1e-6)
+
+
+def test_on_explicit_axes_the_stacked_weights_are_typed_by_stage(explicit_run):
+    """Every stacked block weight's type: ``[circular_repeats, stage, layer, ...]`` with the stage on the stage axis."""
+    specs = explicit_run[2]
+    stacked = {path: spec for path, spec in specs.items() if "pipeline" in jax.tree_util.keystr(path)}
+    assert len(stacked) == 8 and all(tuple(spec)[:3] == (None, "stage", None) for spec in stacked.values()), stacked
+
+
+def test_on_explicit_axes_the_compiled_loop_sends_each_microbatch_to_the_next_stage(explicit_run):
+    """The shift stays a collective-permute over the stage axis (device d at (stage d // 4, data d % 4)), of one
+    microbatch's activations ([1 stage, 16 / 2 microbatches / 4 data, length, embed]), forward and backward, inside the
+    loop of MaxText's trip count (2 microbatches * 2 repeats + 2 - 1)."""
+    program = explicit_run[3]
+    shape = f"f32[1,{BATCH // 2 // 4},{SMALL['seq_len']},{SMALL['d_model']}]"
+    sends = []
+    for line in program.splitlines():
+        if re.search(r"collective-permute(-start)?\(", line) and re.search(r"= (\w+\[[\d,]*\])", line).group(1) == shape:
+            pairs = [tuple(map(int, p)) for p in re.findall(r"\{(\d+),(\d+)\}", line.split("source_target_pairs=")[1].split("}}")[0] + "}")]
+            if pairs and all(a % 4 == b % 4 and a // 4 != b // 4 for a, b in pairs):
+                sends.append(set(pairs))
+    assert len(sends) >= 2, "no collective-permute between stages in the compiled program"
+    assert {(d, (d + 4) % 8) for d in range(8)} in sends  # the shift: every device sends its stage's output one stage on
+    assert 2 * 2 + 2 - 1 in [int(n) for n in re.findall(r'"known_trip_count":\{"n":"(\d+)"\}', program)]
+
+
+@pytest.fixture(scope="module")
+def explicit_layout():
+    options = {**SMALL, "batch": BATCH, "pipeline_stages": 2, "pipeline_microbatches": 4}
+    mesh = {"shape": [2, 4], "axes": ["stage", "data"], "axis_types": ["explicit", "explicit"]}
+    return parse_layout({"name": "pipelined", "mesh": mesh, "rules": RULES, "model": {"name": "transformer", "options": options}})
+
+
+def test_on_explicit_axes_the_report_shows_the_stage_sharding_jax_types_and_materialises(explicit_layout):
+    """The report's every parameter and optimizer leaf against tests/ground_truth_explicit.py (the init's types, then
+    the init and forward pass run for real); the stage picture's devices from those tiles."""
+    report = analyze(explicit_layout)
+    built = build_model(explicit_layout.model)
+    the_mesh, rules = truth_explicit.mesh((2, 4), ("stage", "data")), tuple(map(tuple, RULES))
+    expected = truth_explicit.linen_state_specs(built.module, built.inputs, the_mesh, [("data", None)], rules)
+    shown = {a.path: truth_explicit.normal(a.spec, len(a.shape)) for a in report.arrays if a.kind in ("param", "opt_state")}
+    assert shown == expected
+    assert shown["params/pipeline/layers/blocks/attention/query"] == ("stage", None, None, None, None)
+    materialised, output = truth_explicit.linen_materialised(built.module, built.inputs, the_mesh, [("data", None)], rules)
+    assert materialised == expected and output == ("data", None, None)
+    plan = stage_plan(explicit_layout.model.options, report)
+    assert plan.placed and len({row.devices for row in plan.rows}) == 2
+    # the shift between stages, an auto_axes region of the model's own: shown where it leaves the types and comes back
+    shift = [v.communication for v in report.values if v.function.endswith("shift") and v.communication]
+    assert len(shift) == 2 and shift[0].startswith("into auto_axes") and "P('stage', 'data', None, None)" in shift[1], shift
