@@ -10,6 +10,8 @@ import re
 from typing import Iterable
 
 _INSTRUCTION_HEAD = re.compile(r"\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*")
+_PARENTHESES = re.compile(r"[()]")
+_SEPARATORS = re.compile(r"[()\[\]{},]")
 _COMMENT = re.compile(r"/\*.*?\*/")  # XLA writes /*index=5*/ before every fifth operand, with or without a shape
 
 
@@ -57,10 +59,10 @@ def operand_name(text: str) -> str:
 
 def _balanced(text: str, start: int) -> tuple[str, int]:
     depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
+    for bracket in _PARENTHESES.finditer(text, start):  # only the brackets: a line of XLA's can run to 100k characters
+        depth += 1 if bracket[0] == "(" else -1
         if depth == 0:
-            return text[start : i + 1], i + 1
+            return text[start : bracket.end()], bracket.end()
     return text[start:], len(text)
 
 
@@ -71,15 +73,15 @@ def _token(text: str, start: int) -> tuple[str, int]:
 
 
 def _top_level_split(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
-    for char in text:
-        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
+    parts, depth, start = [], 0, 0
+    for mark in _SEPARATORS.finditer(text):
+        char = mark[0]
         if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
+            parts.append(text[start : mark.start()])
+            start = mark.end()
+        elif char != ",":
+            depth += 1 if char in "([{" else -1
+    parts.append(text[start:])
     return parts
 
 

@@ -220,24 +220,23 @@ def element_type(shape: str) -> str | None:
 def _constant(symbols: dict[str, str], name: str) -> int | None:
     """The integer value of ``name`` if it is a scalar constant, possibly behind copies."""
     for _ in range(8):
-        line = symbols.get(name, "")
-        constant = re.search(r"\sconstant\((-?\d+)\)", line)
-        if constant:
-            return int(constant[1])
-        copy = re.search(r"\scopy\(%?([\w.\-]+)\)", line)
-        if not copy:
+        instruction = parse_instruction(symbols.get(name, ""))
+        if instruction is None or len(instruction.operands) != 1:
             return None
-        name = copy[1]
+        if instruction.op == "constant":
+            value = instruction.operands[0]
+            return int(value) if re.fullmatch(r"-?\d+", value) else None
+        if instruction.op != "copy":
+            return None
+        name = instruction.operands[0]
     return None
 
 
 def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> int | None:
-    line = symbols.get(name, "")
-    args = re.search(r"\stuple\((.*?)\)(?:,|$)", line)
-    if not args:
+    instruction = parse_instruction(symbols.get(name, ""))
+    if instruction is None or instruction.op != "tuple" or index >= len(instruction.operands):
         return None
-    parts = [re.sub(r"/\*.*?\*/", "", p).strip().lstrip("%") for p in args[1].split(",")]  # /*index=5*/ marks every fifth
-    return _constant(symbols, parts[index]) if index < len(parts) else None
+    return _constant(symbols, instruction.operands[index])
 
 
 def shape_bytes(shape: str) -> int:

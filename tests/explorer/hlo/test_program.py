@@ -75,6 +75,14 @@ def test_a_loop_condition_as_xla_dumps_it_reads_its_counter_inline():
     assert hlo.matmul_work(dumped).flops == 24 * 2 * 8 * 16 * 16
 
 
+def test_a_loop_whose_start_tuple_prints_each_operands_shape_reads_its_counter():
+    """XLA may print a shape before each operand (commas inside it, a TPU layout's parentheses): the counter is still
+    the tuple's element the condition compares, read by name."""
+    shaped = LOOP.replace("tuple(%start, %a, %w0)", "tuple(s32[]{:T(128)} %start, f32[8,16]{1,0} %a, /*index=2*/f32[16,16]{1,0} %w0)")
+    assert shaped != LOOP and hlo.collectives(shaped).loops_without_trip_count == 0
+    assert hlo.matmul_work(shaped).flops == 24 * 2 * 8 * 16 * 16
+
+
 def test_a_loop_whose_counter_does_not_start_from_a_constant_is_unbounded():
     text = LOOP.replace("%start = s32[]{:T(128)} copy(%zero)", "%start = s32[]{:T(128)} parameter(1)")
     assert hlo.collectives(text).loops_without_trip_count == 1
