@@ -12,7 +12,7 @@ import functools
 import math
 import re
 
-from explorer.hlo.instructions import instruction_name, instructions, parse_instruction
+from explorer.hlo.instructions import Instruction, instruction_name, instructions, parse_instruction
 from explorer.errors import ExplorerError
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -171,21 +171,22 @@ def _trip_count(line: str, lines: list[str], computations: dict[str | None, list
     known = _TRIP_COUNT.search(line)
     if known:
         return int(known["n"])
-    condition = re.search(r"\bcondition=%?([\w.\-]+)", line)
-    operand = re.search(r"\swhile\(%?([\w.\-]+)\)", line)
-    if not condition or not operand or condition[1] not in computations:
+    loop = parse_instruction(line)
+    condition = re.search(r"\bcondition=%?([\w.\-]+)", loop.attributes) if loop and loop.op == "while" else None
+    if not condition or len(loop.operands) != 1 or condition[1] not in computations:
         return None
     symbols = instructions(computations[condition[1]])
-    root = next((l for l in computations[condition[1]] if l.lstrip().startswith("ROOT ")), "")
-    compare = re.search(r"compare\(%?([\w.\-]+)(?:#(\d+))?, %?([\w.\-]+)\), direction=LT", root)
-    if not compare:
+    compare = next((i for i in map(parse_instruction, computations[condition[1]]) if i and i.root), None)
+    if not compare or compare.op != "compare" or len(compare.operands) != 2 or not re.search(r"\bdirection=LT\b", compare.attributes):
         return None
-    gte = re.search(r"get-tuple-element\(%?[\w.\-]+\), index=(\d+)", symbols.get(compare[1], ""))
-    element = compare[2] or (gte[1] if gte else None)
-    limit = _constant(symbols, compare[3])
-    if element is None or limit is None:
+    counter, _, element = compare.operands[0].partition("#")
+    gte = parse_instruction(symbols.get(counter, ""))
+    index = re.search(r"\bindex=(\d+)", gte.attributes) if gte and gte.op == "get-tuple-element" else None
+    element = element or (index[1] if index else None)
+    limit = _constant(symbols, compare.operands[1])
+    if not element or limit is None:
         return None
-    start = _tuple_element_constant(instructions(lines), operand[1], int(element))
+    start = _tuple_element_constant(instructions(lines), loop.operands[0], int(element))
     return max(limit - start, 0) if start is not None else None
 
 
@@ -381,26 +382,27 @@ def loop_work(hlo_text: str) -> LoopWork:
     return LoopWork(flops, moved)
 
 
-_MATMUL = re.compile(r"=\s*(?P<shape>\S+)\s+(?P<op>dot|convolution)\(%?(?P<lhs>[\w.\-]+),\s*%?(?P<rhs>[\w.\-]+)\)")
-_GEMM_CALL = re.compile(
-    r"=\s*(?P<shape>\(.*?\)|\S+)\s+custom-call\((?:[^%,)]*\s)?%?(?P<lhs>[\w.\-]+),\s*(?:[^%,)]*\s)?%?(?P<rhs>[\w.\-]+)[,)]"
-    r".*custom_call_target=\"__cublas\$(?:lt\$matmul|gemm)"
-)
+_MATMUL = re.compile(r"\s(?:dot|convolution|custom-call)\(")  # which lines to parse at all (most are neither)
+_GEMM_TARGET = re.compile(r'custom_call_target="__cublas\$(?:lt\$matmul|gemm)"')
 
 
 def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
     """(flops, bytes, the left operand's element type) of a dot or convolution line, or of a cuBLAS gemm custom
     call (the GPU compiler's dots it hands to cuBLAS): 2 x output elements x contracted size."""
-    match = _MATMUL.search(line)
-    if not match:
-        return _gemm_call_work(line, symbols)
-    out_dims = array_dims(match["shape"])
-    lhs_shape = _result_shape(symbols.get(match["lhs"], ""))
-    rhs_shape = _result_shape(symbols.get(match["rhs"], ""))
+    instruction = parse_instruction(line) if _MATMUL.search(line) else None
+    if instruction is None or len(instruction.operands) < 2:
+        return None
+    if instruction.op == "custom-call":
+        return _gemm_call_work(instruction, symbols)
+    if instruction.op not in ("dot", "convolution"):
+        return None
+    out_dims = array_dims(instruction.shape)
+    lhs_shape = _result_shape(symbols.get(instruction.operands[0], ""))
+    rhs_shape = _result_shape(symbols.get(instruction.operands[1], ""))
     if out_dims is None or lhs_shape is None or rhs_shape is None:
         return None
     lhs_dims = array_dims(lhs_shape)
-    if match["op"] == "dot":
+    if instruction.op == "dot":
         contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
         axes = [int(a) for a in contracting[1].split(",") if a] if contracting else []
     else:
@@ -408,20 +410,18 @@ def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, 
         axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     flops = 2.0 * math.prod(out_dims) * contracted
-    return flops, float(shape_bytes(match["shape"]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), element_type(lhs_shape) or "?"
+    return flops, float(shape_bytes(instruction.shape) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), element_type(lhs_shape) or "?"
 
 
-def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
+def _gemm_call_work(instruction: Instruction, symbols: dict[str, str]) -> tuple[float, float, str] | None:
     """A cuBLAS gemm custom call: its result is the first array of its shape (a workspace may follow), its
     contracted dimensions are in ``backend_config``'s ``dot_dimension_numbers``."""
-    if "__cublas$" not in line:
+    contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', instruction.attributes)
+    if not _GEMM_TARGET.search(instruction.attributes) or not contracting:
         return None
-    match = _GEMM_CALL.search(line)
-    contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', line)
-    if not match or not contracting:
-        return None
-    out = _ARRAY_SHAPE.search(match["shape"])
-    lhs_shape, rhs_shape = _result_shape(symbols.get(match["lhs"], "")), _result_shape(symbols.get(match["rhs"], ""))
+    out = _ARRAY_SHAPE.search(instruction.shape)
+    lhs, rhs = instruction.operands[:2]
+    lhs_shape, rhs_shape = _result_shape(symbols.get(lhs, "")), _result_shape(symbols.get(rhs, ""))
     if out is None or lhs_shape is None or rhs_shape is None:
         return None
     lhs_dims = array_dims(lhs_shape)
@@ -439,8 +439,8 @@ def array_dims(shape: str) -> list[int] | None:
 
 
 def _result_shape(line: str) -> str | None:
-    match = re.search(r"=\s*(\S+)\s+[\w\-]+\(", line)
-    return match[1] if match else None
+    instruction = parse_instruction(line)
+    return instruction.shape if instruction else None
 
 
 @dataclasses.dataclass(frozen=True)

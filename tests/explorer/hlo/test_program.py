@@ -75,12 +75,21 @@ def test_a_loop_condition_as_xla_dumps_it_reads_its_counter_inline():
     assert hlo.matmul_work(dumped).flops == 24 * 2 * 8 * 16 * 16
 
 
-def test_a_loop_whose_start_tuple_prints_each_operands_shape_reads_its_counter():
-    """XLA may print a shape before each operand (commas inside it, a TPU layout's parentheses): the counter is still
-    the tuple's element the condition compares, read by name."""
-    shaped = LOOP.replace("tuple(%start, %a, %w0)", "tuple(s32[]{:T(128)} %start, f32[8,16]{1,0} %a, /*index=2*/f32[16,16]{1,0} %w0)")
-    assert shaped != LOOP and hlo.collectives(shaped).loops_without_trip_count == 0
-    assert hlo.matmul_work(shaped).flops == 24 * 2 * 8 * 16 * 16
+def test_a_loop_printed_with_each_operands_shape_reads_as_without():
+    """XLA may print a shape before each operand (commas inside it, a TPU layout's parentheses): the trip count, the
+    counter's start in the tuple and the matmul are still read by name."""
+    shaped = LOOP
+    for plain, printed in [
+        ("tuple(%start, %a, %w0)", "tuple(s32[]{:T(128)} %start, f32[8,16]{1,0} %a, /*index=2*/f32[16,16]{1,0} %w0)"),
+        ("compare(%i, %limit)", "compare(s32[]{:T(128)} %i, s32[]{:T(128)} %limit)"),
+        ("while(%init)", "while((s32[], f32[8,16], f32[16,16]) %init)"),
+        ("convolution(%x, %w)", "convolution(f32[8,16]{1,0} %x, f32[16,16]{1,0} %w)"),
+    ]:
+        assert plain in shaped
+        shaped = shaped.replace(plain, printed)
+    assert hlo.collectives(shaped).loops_without_trip_count == 0
+    assert hlo.matmul_work(shaped).flops == hlo.matmul_work(LOOP).flops == 24 * 2 * 8 * 16 * 16
+    assert hlo.loop_work(shaped) == hlo.loop_work(LOOP)
 
 
 def test_a_loop_whose_counter_does_not_start_from_a_constant_is_unbounded():
@@ -151,3 +160,26 @@ def test_collectives_in_loop_bodies_count_once_per_iteration():
     assert program.ops["all-gather"] == {"count": 4, "bytes": 4 * 16 * 4}
     assert program.ops["collective-permute"] == {"count": 1, "bytes": 8 * 4}  # the unbounded loop: once
     assert program.loops_without_trip_count == 1
+
+
+MATMUL_OPERANDS = {"x": "%x = f32[8,16]{1,0} parameter(0)", "w": "%w = f32[16,16]{1,0} parameter(1)"}
+GEMM_CONFIG = (
+    ', custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1,"beta":0,'
+    '"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],'
+    '"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}'
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "%y = f32[8,16]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        "%y = f32[8,16]{1,0} dot(f32[8,16]{1,0} %x, f32[16,16]{1,0} %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        "%y = f32[8,16]{1,0} convolution(f32[8,16]{1,0} %x, f32[16,16]{1,0} %w), dim_labels=bf_io->bf",
+        "%y = (f32[8,16]{1,0}, s8[4194304]{0}) custom-call(%x, %w)" + GEMM_CONFIG,
+        "%y = (f32[8,16]{1,0}, s8[4194304]{0}) custom-call(f32[8,16]{1,0} %x, f32[16,16]{1,0} %w)" + GEMM_CONFIG,
+    ],
+)
+def test_a_matmul_reads_its_operands_by_name_with_or_without_their_shapes(line):
+    """2 x 8 x 16 outputs x 16 contracted; bytes: the result (a gemm's workspace not counted) and both operands."""
+    assert hlo.line_matmul_work(line, MATMUL_OPERANDS) == (2.0 * 8 * 16 * 16, (8 * 16 + 8 * 16 + 16 * 16) * 4.0, "f32")
