@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import math
 import re
+from typing import Callable
 
 from explorer.hlo.instructions import Instruction, instruction_name, instructions, parse_instruction
 from explorer.errors import ExplorerError
@@ -390,38 +391,41 @@ def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, 
     """(flops, bytes, the left operand's element type) of a dot or convolution line, or of a cuBLAS gemm custom
     call (the GPU compiler's dots it hands to cuBLAS): 2 x output elements x contracted size."""
     instruction = parse_instruction(line) if _MATMUL.search(line) else None
-    if instruction is None or len(instruction.operands) < 2:
+    return instruction_matmul_work(instruction, lambda name: _result_shape(symbols.get(name, ""))) if instruction else None
+
+
+def instruction_matmul_work(instruction: Instruction, shape_of: Callable[[str], str | None]) -> tuple[float, float, str] | None:
+    """``line_matmul_work`` of a parsed instruction, its operands' shapes looked up by ``shape_of(name)``."""
+    if len(instruction.operands) < 2:
         return None
     if instruction.op == "custom-call":
-        return _gemm_call_work(instruction, symbols)
+        return _gemm_call_work(instruction, shape_of)
     if instruction.op not in ("dot", "convolution"):
         return None
     out_dims = array_dims(instruction.shape)
-    lhs_shape = _result_shape(symbols.get(instruction.operands[0], ""))
-    rhs_shape = _result_shape(symbols.get(instruction.operands[1], ""))
+    lhs_shape, rhs_shape = shape_of(instruction.operands[0]), shape_of(instruction.operands[1])
     if out_dims is None or lhs_shape is None or rhs_shape is None:
         return None
     lhs_dims = array_dims(lhs_shape)
     if instruction.op == "dot":
-        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
+        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", instruction.attributes)
         axes = [int(a) for a in contracting[1].split(",") if a] if contracting else []
     else:
-        labels = re.search(r"dim_labels=(\w+)_(\w+)->", line)
+        labels = re.search(r"dim_labels=(\w+)_(\w+)->", instruction.attributes)
         axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     flops = 2.0 * math.prod(out_dims) * contracted
     return flops, float(shape_bytes(instruction.shape) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), element_type(lhs_shape) or "?"
 
 
-def _gemm_call_work(instruction: Instruction, symbols: dict[str, str]) -> tuple[float, float, str] | None:
+def _gemm_call_work(instruction: Instruction, shape_of: Callable[[str], str | None]) -> tuple[float, float, str] | None:
     """A cuBLAS gemm custom call: its result is the first array of its shape (a workspace may follow), its
     contracted dimensions are in ``backend_config``'s ``dot_dimension_numbers``."""
     contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', instruction.attributes)
     if not _GEMM_TARGET.search(instruction.attributes) or not contracting:
         return None
     out = _ARRAY_SHAPE.search(instruction.shape)
-    lhs, rhs = instruction.operands[:2]
-    lhs_shape, rhs_shape = _result_shape(symbols.get(lhs, "")), _result_shape(symbols.get(rhs, ""))
+    lhs_shape, rhs_shape = shape_of(instruction.operands[0]), shape_of(instruction.operands[1])
     if out is None or lhs_shape is None or rhs_shape is None:
         return None
     lhs_dims = array_dims(lhs_shape)

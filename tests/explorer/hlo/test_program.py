@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.hlo import program as hlo
+from explorer.hlo.instructions import parse_instruction
 
 
 @pytest.mark.parametrize(
@@ -182,4 +183,7 @@ GEMM_CONFIG = (
 )
 def test_a_matmul_reads_its_operands_by_name_with_or_without_their_shapes(line):
     """2 x 8 x 16 outputs x 16 contracted; bytes: the result (a gemm's workspace not counted) and both operands."""
-    assert hlo.line_matmul_work(line, MATMUL_OPERANDS) == (2.0 * 8 * 16 * 16, (8 * 16 + 8 * 16 + 16 * 16) * 4.0, "f32")
+    work = (2.0 * 8 * 16 * 16, (8 * 16 + 8 * 16 + 16 * 16) * 4.0, "f32")
+    assert hlo.line_matmul_work(line, MATMUL_OPERANDS) == work
+    shapes = {name: parse_instruction(text).shape for name, text in MATMUL_OPERANDS.items()}
+    assert hlo.instruction_matmul_work(parse_instruction(line), shapes.get) == work  # the step model's way in
