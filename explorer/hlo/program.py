@@ -13,7 +13,7 @@ import math
 import re
 from typing import Callable
 
-from explorer.hlo.instructions import Instruction, instruction_name, instructions, parse_instruction
+from explorer.hlo.instructions import Instruction, instructions, parse_instruction
 from explorer.errors import ExplorerError
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -50,7 +50,7 @@ DTYPE_BYTES = {
 }
 
 
-_COLLECTIVE_LINE = re.compile(r"=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<op>" + "|".join(COLLECTIVES) + r")(?P<phase>-start|-done)?\(")
+_COLLECTIVE_LINE = re.compile(r"\s(?:" + "|".join(COLLECTIVES) + r")(?:-start|-done)?\(")  # which lines to parse at all
 _ARRAY_SHAPE = re.compile(r"(?P<dtype>[a-z]+\d*[a-z0-9]*)\[(?P<dims>[\d,]*)\]")
 _COMPUTATION_HEADER = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*->.*\{\s*$")
 _CALLEE = re.compile(
@@ -85,12 +85,10 @@ def collectives(hlo_text: str) -> ProgramCollectives:
     computations, entry, runs, _, unbounded = parsed(hlo_text)
     found = {op: {"count": 0, "bytes": 0} for op in COLLECTIVES}
     for name, lines in computations.items():
-        for line in lines:
-            match = _COLLECTIVE_LINE.search(line)
-            if not match or match["phase"] == "-start":
-                continue
-            found[match["op"]]["count"] += runs[name]
-            found[match["op"]]["bytes"] += runs[name] * shape_bytes(match["shape"])
+        for instruction in _collectives(lines):
+            if not instruction.op.endswith("-start"):
+                found[instruction.op.removesuffix("-done")]["count"] += runs[name]
+                found[instruction.op.removesuffix("-done")]["bytes"] += runs[name] * shape_bytes(instruction.shape)
     return ProgramCollectives(found, unbounded)
 
 
@@ -288,21 +286,26 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
     computations, _, runs, _, _ = parsed(hlo_text)
     found = []
     for name, lines in computations.items():
-        for line in lines:
-            match = _COLLECTIVE_LINE.search(line)
-            if not match or match["phase"] == "-start":
+        for instruction in _collectives(lines):
+            if instruction.op.endswith("-start"):
                 continue
-            groups = _source_target_pairs(line) if match["op"] == "collective-permute" else replica_groups(line, devices)
-            if match["phase"] == "-done" and groups is None:
-                groups = _groups_of_start(line, lines, devices, match["op"])
-            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups, instruction_name(line)))
+            op, line = instruction.op.removesuffix("-done"), instruction.attributes
+            groups = _source_target_pairs(line) if op == "collective-permute" else replica_groups(line, devices)
+            if instruction.op.endswith("-done") and groups is None:
+                groups = _groups_of_start(instruction, lines, devices, op)
+            found.append(CollectiveOp(op, runs[name], shape_bytes(instruction.shape), groups, instruction.name))
     return found
 
 
-def _groups_of_start(done_line: str, lines: list[str], devices: int, op: str):
+def _collectives(lines: list[str]) -> list[Instruction]:
+    """The collective instructions among ``lines`` (their ``-start`` and ``-done`` too)."""
+    parsed_lines = (parse_instruction(line) for line in lines if _COLLECTIVE_LINE.search(line))
+    return [i for i in parsed_lines if i is not None and i.op.removesuffix("-start").removesuffix("-done") in COLLECTIVES]
+
+
+def _groups_of_start(done: Instruction, lines: list[str], devices: int, op: str):
     """An async ``-done`` names its ``-start``; the groups are written on the start."""
-    operand = re.search(r"-done\(%?([\w.\-]+)", done_line)
-    start = instructions(lines).get(operand[1], "") if operand else ""
+    start = instructions(lines).get(done.operands[0], "") if done.operands else ""
     return _source_target_pairs(start) if op == "collective-permute" else replica_groups(start, devices)
 
 

@@ -115,6 +115,23 @@ def test_collectives_parser_counts_async_pairs_once_and_adds_tuple_parts():
     assert counted["reduce-scatter"]["count"] == 0
 
 
+def test_an_async_collectives_done_printed_with_its_operands_shape_takes_its_starts_groups():
+    """The groups sit on the ``-start``; the ``-done`` names it, here behind the start's tuple shape (TPU tiles inside)."""
+    text = "\n".join(
+        [
+            "%ar-start = f32[8]{0:T(256)} all-reduce-start(f32[8]{0:T(256)} %p), replica_groups={{0,2},{1,3}}, to_apply=%add",
+            "%ar-done = f32[8]{0:T(256)} all-reduce-done(f32[8]{0:T(256)} %ar-start)",
+            "%cp-start = (f32[4]{0}, f32[4]{0}) collective-permute-start(%q), source_target_pairs={{0,1},{1,0}}",
+            "%cp-done = f32[4]{0} collective-permute-done((f32[4]{0}, f32[4]{0}) %cp-start)",
+        ]
+    )
+    ops = hlo.collective_ops(text, 4)
+    assert [(op.op, op.name, op.bytes, op.groups) for op in ops] == [
+        ("all-reduce", "ar-done", 8 * 4, ((0, 2), (1, 3))),
+        ("collective-permute", "cp-done", 4 * 4, ((0, 1), (1, 0))),
+    ]
+
+
 LOOP_MODULE = """HloModule loops
 
 %add (x: f32[], y: f32[]) -> f32[] {
