@@ -10,6 +10,9 @@ import re
 from typing import Iterable
 
 _INSTRUCTION_HEAD = re.compile(r"\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*")
+_PARENTHESES = re.compile(r"[()]")
+_SEPARATORS = re.compile(r"[()\[\]{},]")
+_COMMENT = re.compile(r"/\*.*?\*/")  # XLA writes /*index=5*/ before every fifth operand, with or without a shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +32,8 @@ def parse_instruction(line: str) -> Instruction | None:
 
     >>> parse_instruction("  %d = (f32[2]{0}, s32[]) fusion(%a, %b), kind=kLoop, calls=%f").operands
     ('a', 'b')
+    >>> parse_instruction("  %t = (s32[], s32[]) tuple(s32[] %a, %b, %c, %d, %e, /*index=5*/s32[] %f)").operands
+    ('a', 'b', 'c', 'd', 'e', 'f')
     """
     head = _INSTRUCTION_HEAD.match(line)
     if not head:
@@ -39,16 +44,25 @@ def parse_instruction(line: str) -> Instruction | None:
     if not opcode:
         return None
     arguments, end = _balanced(line, position + opcode.end() - 1)
-    operands = tuple(part.split()[-1].lstrip("%") for part in _top_level_split(arguments[1:-1]) if part.strip())
+    operands = tuple(operand_name(part) for part in _top_level_split(arguments[1:-1]) if _COMMENT.sub("", part).strip())
     return Instruction(head["name"], shape, opcode[1], operands, line[end:], head["root"] is not None)
+
+
+def operand_name(text: str) -> str:
+    """The name in one operand as XLA prints it: ``%x``, ``f32[2]{0} %x``, ``(f32[2], s32[]) %x``, ``/*index=5*/%x``.
+
+    >>> operand_name("/*index=5*/bf16[8]{0} %param.3")
+    'param.3'
+    """
+    return _COMMENT.sub(" ", text).split()[-1].lstrip("%")
 
 
 def _balanced(text: str, start: int) -> tuple[str, int]:
     depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
+    for bracket in _PARENTHESES.finditer(text, start):  # only the brackets: a line of XLA's can run to 100k characters
+        depth += 1 if bracket[0] == "(" else -1
         if depth == 0:
-            return text[start : i + 1], i + 1
+            return text[start : bracket.end()], bracket.end()
     return text[start:], len(text)
 
 
@@ -59,15 +73,15 @@ def _token(text: str, start: int) -> tuple[str, int]:
 
 
 def _top_level_split(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
-    for char in text:
-        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
+    parts, depth, start = [], 0, 0
+    for mark in _SEPARATORS.finditer(text):
+        char = mark[0]
         if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
+            parts.append(text[start : mark.start()])
+            start = mark.end()
+        elif char != ",":
+            depth += 1 if char in "([{" else -1
+    parts.append(text[start:])
     return parts
 
 

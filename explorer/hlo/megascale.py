@@ -10,12 +10,11 @@ import dataclasses
 import re
 
 from explorer.hlo import program as hlo
-from explorer.hlo.instructions import instruction_name
+from explorer.hlo.instructions import parse_instruction, tuple_element
 
-_MEGASCALE_SEND = re.compile(
-    r"=\s*\((?P<shape>[a-z]+\d*[a-z0-9]*\[[\d,]*\]).*?\s+send\(.*_xla_megascale_target=(?P<target>\"[^\"]*\"|\{(?:\{[\d,\s>-]*\},?\s*)*\})"
-    r".*_xla_megascale_transfer_type=\"(?P<kind>\w+)\""
-)
+_SEND = re.compile(r"\ssend\(")  # which lines to parse at all
+_TARGET = re.compile(r"_xla_megascale_target=(?P<target>\"[^\"]*\"|\{(?:\{[\d,\s>-]*\},?\s*)*\})")
+_TRANSFER_TYPE = re.compile(r"_xla_megascale_transfer_type=\"(?P<kind>\w+)\"")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,19 +62,20 @@ def megascale_ops(hlo_text: str) -> list[MegascaleOp]:
     computations, _, runs, _, _ = hlo.parsed(hlo_text)
     found = []
     for name, lines in computations.items():
-        for line in lines:
-            match = _MEGASCALE_SEND.search(line)
-            if not match:
+        for send in (parse_instruction(line) for line in lines if _SEND.search(line)):
+            found_target = _TARGET.search(send.attributes) if send and send.op == "send" else None
+            found_kind = _TRANSFER_TYPE.search(send.attributes) if found_target else None
+            if not found_kind:
                 continue
-            kind, target = match["kind"], match["target"]
+            kind, target, moved = found_kind["kind"], found_target["target"], hlo.shape_bytes(tuple_element(send.shape, 0))
             op = "collective-permute" if kind == "ONE_TO_ONE" else kind.lower().replace("_", "-")
-            instruction = instruction_name(line)
+            instruction = send.name
             compact = re.fullmatch(r'"\{(?P<slices>[\d,]+)\}x\{(?P<devices>[\d:,]+)\}"', target)
             if compact:
                 slices = tuple(int(s) - 1 for s in compact["slices"].split(","))
                 devices = tuple(d for part in compact["devices"].split(",") for d in _id_range(part))
-                found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), None, slices, devices, instruction))
+                found.append(MegascaleOp(op, runs[name], moved, None, slices, devices, instruction))
             else:
                 groups = tuple(tuple(int(i) for i in re.split(r",|->", g) if i.strip()) for g in re.findall(r"\{([\d,\s>-]*)\}", target))
-                found.append(MegascaleOp(op, runs[name], hlo.shape_bytes(match["shape"]), groups or None, name=instruction))
+                found.append(MegascaleOp(op, runs[name], moved, groups or None, name=instruction))
     return found

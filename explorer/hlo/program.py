@@ -11,8 +11,9 @@ import dataclasses
 import functools
 import math
 import re
+from typing import Callable
 
-from explorer.hlo.instructions import instruction_name, instructions, parse_instruction
+from explorer.hlo.instructions import Instruction, instructions, parse_instruction
 from explorer.errors import ExplorerError
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -49,7 +50,7 @@ DTYPE_BYTES = {
 }
 
 
-_COLLECTIVE_LINE = re.compile(r"=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<op>" + "|".join(COLLECTIVES) + r")(?P<phase>-start|-done)?\(")
+_COLLECTIVE_LINE = re.compile(r"\s(?:" + "|".join(COLLECTIVES) + r")(?:-start|-done)?\(")  # which lines to parse at all
 _ARRAY_SHAPE = re.compile(r"(?P<dtype>[a-z]+\d*[a-z0-9]*)\[(?P<dims>[\d,]*)\]")
 _COMPUTATION_HEADER = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*->.*\{\s*$")
 _CALLEE = re.compile(
@@ -84,12 +85,10 @@ def collectives(hlo_text: str) -> ProgramCollectives:
     computations, entry, runs, _, unbounded = parsed(hlo_text)
     found = {op: {"count": 0, "bytes": 0} for op in COLLECTIVES}
     for name, lines in computations.items():
-        for line in lines:
-            match = _COLLECTIVE_LINE.search(line)
-            if not match or match["phase"] == "-start":
-                continue
-            found[match["op"]]["count"] += runs[name]
-            found[match["op"]]["bytes"] += runs[name] * shape_bytes(match["shape"])
+        for instruction in _collectives(lines):
+            if not instruction.op.endswith("-start"):
+                found[instruction.op.removesuffix("-done")]["count"] += runs[name]
+                found[instruction.op.removesuffix("-done")]["bytes"] += runs[name] * shape_bytes(instruction.shape)
     return ProgramCollectives(found, unbounded)
 
 
@@ -171,21 +170,22 @@ def _trip_count(line: str, lines: list[str], computations: dict[str | None, list
     known = _TRIP_COUNT.search(line)
     if known:
         return int(known["n"])
-    condition = re.search(r"\bcondition=%?([\w.\-]+)", line)
-    operand = re.search(r"\swhile\(%?([\w.\-]+)\)", line)
-    if not condition or not operand or condition[1] not in computations:
+    loop = parse_instruction(line)
+    condition = re.search(r"\bcondition=%?([\w.\-]+)", loop.attributes) if loop and loop.op == "while" else None
+    if not condition or len(loop.operands) != 1 or condition[1] not in computations:
         return None
     symbols = instructions(computations[condition[1]])
-    root = next((l for l in computations[condition[1]] if l.lstrip().startswith("ROOT ")), "")
-    compare = re.search(r"compare\(%?([\w.\-]+)(?:#(\d+))?, %?([\w.\-]+)\), direction=LT", root)
-    if not compare:
+    compare = next((i for i in map(parse_instruction, computations[condition[1]]) if i and i.root), None)
+    if not compare or compare.op != "compare" or len(compare.operands) != 2 or not re.search(r"\bdirection=LT\b", compare.attributes):
         return None
-    gte = re.search(r"get-tuple-element\(%?[\w.\-]+\), index=(\d+)", symbols.get(compare[1], ""))
-    element = compare[2] or (gte[1] if gte else None)
-    limit = _constant(symbols, compare[3])
-    if element is None or limit is None:
+    counter, _, element = compare.operands[0].partition("#")
+    gte = parse_instruction(symbols.get(counter, ""))
+    index = re.search(r"\bindex=(\d+)", gte.attributes) if gte and gte.op == "get-tuple-element" else None
+    element = element or (index[1] if index else None)
+    limit = _constant(symbols, compare.operands[1])
+    if not element or limit is None:
         return None
-    start = _tuple_element_constant(instructions(lines), operand[1], int(element))
+    start = _tuple_element_constant(instructions(lines), loop.operands[0], int(element))
     return max(limit - start, 0) if start is not None else None
 
 
@@ -220,24 +220,23 @@ def element_type(shape: str) -> str | None:
 def _constant(symbols: dict[str, str], name: str) -> int | None:
     """The integer value of ``name`` if it is a scalar constant, possibly behind copies."""
     for _ in range(8):
-        line = symbols.get(name, "")
-        constant = re.search(r"\sconstant\((-?\d+)\)", line)
-        if constant:
-            return int(constant[1])
-        copy = re.search(r"\scopy\(%?([\w.\-]+)\)", line)
-        if not copy:
+        instruction = parse_instruction(symbols.get(name, ""))
+        if instruction is None or len(instruction.operands) != 1:
             return None
-        name = copy[1]
+        if instruction.op == "constant":
+            value = instruction.operands[0]
+            return int(value) if re.fullmatch(r"-?\d+", value) else None
+        if instruction.op != "copy":
+            return None
+        name = instruction.operands[0]
     return None
 
 
 def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> int | None:
-    line = symbols.get(name, "")
-    args = re.search(r"\stuple\((.*?)\)(?:,|$)", line)
-    if not args:
+    instruction = parse_instruction(symbols.get(name, ""))
+    if instruction is None or instruction.op != "tuple" or index >= len(instruction.operands):
         return None
-    parts = [re.sub(r"/\*.*?\*/", "", p).strip().lstrip("%") for p in args[1].split(",")]  # /*index=5*/ marks every fifth
-    return _constant(symbols, parts[index]) if index < len(parts) else None
+    return _constant(symbols, instruction.operands[index])
 
 
 def shape_bytes(shape: str) -> int:
@@ -287,21 +286,26 @@ def collective_ops(hlo_text: str, devices: int) -> list[CollectiveOp]:
     computations, _, runs, _, _ = parsed(hlo_text)
     found = []
     for name, lines in computations.items():
-        for line in lines:
-            match = _COLLECTIVE_LINE.search(line)
-            if not match or match["phase"] == "-start":
+        for instruction in _collectives(lines):
+            if instruction.op.endswith("-start"):
                 continue
-            groups = _source_target_pairs(line) if match["op"] == "collective-permute" else replica_groups(line, devices)
-            if match["phase"] == "-done" and groups is None:
-                groups = _groups_of_start(line, lines, devices, match["op"])
-            found.append(CollectiveOp(match["op"], runs[name], shape_bytes(match["shape"]), groups, instruction_name(line)))
+            op, line = instruction.op.removesuffix("-done"), instruction.attributes
+            groups = _source_target_pairs(line) if op == "collective-permute" else replica_groups(line, devices)
+            if instruction.op.endswith("-done") and groups is None:
+                groups = _groups_of_start(instruction, lines, devices, op)
+            found.append(CollectiveOp(op, runs[name], shape_bytes(instruction.shape), groups, instruction.name))
     return found
 
 
-def _groups_of_start(done_line: str, lines: list[str], devices: int, op: str):
+def _collectives(lines: list[str]) -> list[Instruction]:
+    """The collective instructions among ``lines`` (their ``-start`` and ``-done`` too)."""
+    parsed_lines = (parse_instruction(line) for line in lines if _COLLECTIVE_LINE.search(line))
+    return [i for i in parsed_lines if i is not None and i.op.removesuffix("-start").removesuffix("-done") in COLLECTIVES]
+
+
+def _groups_of_start(done: Instruction, lines: list[str], devices: int, op: str):
     """An async ``-done`` names its ``-start``; the groups are written on the start."""
-    operand = re.search(r"-done\(%?([\w.\-]+)", done_line)
-    start = instructions(lines).get(operand[1], "") if operand else ""
+    start = instructions(lines).get(done.operands[0], "") if done.operands else ""
     return _source_target_pairs(start) if op == "collective-permute" else replica_groups(start, devices)
 
 
@@ -382,47 +386,49 @@ def loop_work(hlo_text: str) -> LoopWork:
     return LoopWork(flops, moved)
 
 
-_MATMUL = re.compile(r"=\s*(?P<shape>\S+)\s+(?P<op>dot|convolution)\(%?(?P<lhs>[\w.\-]+),\s*%?(?P<rhs>[\w.\-]+)\)")
-_GEMM_CALL = re.compile(
-    r"=\s*(?P<shape>\(.*?\)|\S+)\s+custom-call\((?:[^%,)]*\s)?%?(?P<lhs>[\w.\-]+),\s*(?:[^%,)]*\s)?%?(?P<rhs>[\w.\-]+)[,)]"
-    r".*custom_call_target=\"__cublas\$(?:lt\$matmul|gemm)"
-)
+_MATMUL = re.compile(r"\s(?:dot|convolution|custom-call)\(")  # which lines to parse at all (most are neither)
+_GEMM_TARGET = re.compile(r'custom_call_target="__cublas\$(?:lt\$matmul|gemm)"')
 
 
 def line_matmul_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
     """(flops, bytes, the left operand's element type) of a dot or convolution line, or of a cuBLAS gemm custom
     call (the GPU compiler's dots it hands to cuBLAS): 2 x output elements x contracted size."""
-    match = _MATMUL.search(line)
-    if not match:
-        return _gemm_call_work(line, symbols)
-    out_dims = array_dims(match["shape"])
-    lhs_shape = _result_shape(symbols.get(match["lhs"], ""))
-    rhs_shape = _result_shape(symbols.get(match["rhs"], ""))
+    instruction = parse_instruction(line) if _MATMUL.search(line) else None
+    return instruction_matmul_work(instruction, lambda name: _result_shape(symbols.get(name, ""))) if instruction else None
+
+
+def instruction_matmul_work(instruction: Instruction, shape_of: Callable[[str], str | None]) -> tuple[float, float, str] | None:
+    """``line_matmul_work`` of a parsed instruction, its operands' shapes looked up by ``shape_of(name)``."""
+    if len(instruction.operands) < 2:
+        return None
+    if instruction.op == "custom-call":
+        return _gemm_call_work(instruction, shape_of)
+    if instruction.op not in ("dot", "convolution"):
+        return None
+    out_dims = array_dims(instruction.shape)
+    lhs_shape, rhs_shape = shape_of(instruction.operands[0]), shape_of(instruction.operands[1])
     if out_dims is None or lhs_shape is None or rhs_shape is None:
         return None
     lhs_dims = array_dims(lhs_shape)
-    if match["op"] == "dot":
-        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
+    if instruction.op == "dot":
+        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", instruction.attributes)
         axes = [int(a) for a in contracting[1].split(",") if a] if contracting else []
     else:
-        labels = re.search(r"dim_labels=(\w+)_(\w+)->", line)
+        labels = re.search(r"dim_labels=(\w+)_(\w+)->", instruction.attributes)
         axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
     contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     flops = 2.0 * math.prod(out_dims) * contracted
-    return flops, float(shape_bytes(match["shape"]) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), element_type(lhs_shape) or "?"
+    return flops, float(shape_bytes(instruction.shape) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), element_type(lhs_shape) or "?"
 
 
-def _gemm_call_work(line: str, symbols: dict[str, str]) -> tuple[float, float, str] | None:
+def _gemm_call_work(instruction: Instruction, shape_of: Callable[[str], str | None]) -> tuple[float, float, str] | None:
     """A cuBLAS gemm custom call: its result is the first array of its shape (a workspace may follow), its
     contracted dimensions are in ``backend_config``'s ``dot_dimension_numbers``."""
-    if "__cublas$" not in line:
+    contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', instruction.attributes)
+    if not _GEMM_TARGET.search(instruction.attributes) or not contracting:
         return None
-    match = _GEMM_CALL.search(line)
-    contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', line)
-    if not match or not contracting:
-        return None
-    out = _ARRAY_SHAPE.search(match["shape"])
-    lhs_shape, rhs_shape = _result_shape(symbols.get(match["lhs"], "")), _result_shape(symbols.get(match["rhs"], ""))
+    out = _ARRAY_SHAPE.search(instruction.shape)
+    lhs_shape, rhs_shape = shape_of(instruction.operands[0]), shape_of(instruction.operands[1])
     if out is None or lhs_shape is None or rhs_shape is None:
         return None
     lhs_dims = array_dims(lhs_shape)
@@ -440,8 +446,8 @@ def array_dims(shape: str) -> list[int] | None:
 
 
 def _result_shape(line: str) -> str | None:
-    match = re.search(r"=\s*(\S+)\s+[\w\-]+\(", line)
-    return match[1] if match else None
+    instruction = parse_instruction(line)
+    return instruction.shape if instruction else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ import sysconfig
 from typing import Any, Iterable
 
 from explorer.hlo import program as hlo
-from explorer.hlo.instructions import instructions
+from explorer.hlo.instructions import Instruction, instructions, parse_instruction
 
 LIBRARIES = ("jax", "jaxlib", "flax", "optax")  # frames in these packages are never a collective's source
 _EXPLORER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # explorer/, above hlo/
@@ -44,7 +44,6 @@ _USER_IN_EXPLORER = os.path.join(_EXPLORER, "models")  # the built-in models are
 _TABLE_ROW = re.compile(r"^(\d+) (.*)$")
 _FIELDS = re.compile(r"(\w+)=(\d+)")
 _METADATA = re.compile(r'metadata=\{[^}]*?op_name="(?P<op_name>[^"]*)"(?:[^}]*?stack_frame_id=(?P<frame>\d+))?')
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<opcode>[\w\-]+)\((?P<operands>[^)]*)\)")
 _PASS_THROUGH = ("get-tuple-element", "copy", "copy-start", "copy-done", "bitcast", "convert", "reshape", "transpose")
 # A collective XLA left without metadata moves its operand's value (on several slices, the in-slice part of a
 # hierarchical all-reduce feeds the cross-slice send): the line is the operand's producer's.
@@ -267,18 +266,18 @@ def instruction_source(hlo_text: str, name: str) -> InstructionSource:
     lines = _instruction_lines(hlo_text)
     line = lines.get(name, "")
     op_name, frame_id = _metadata(line)
-    match = _INSTRUCTION.match(line)
-    if frame_id is None and match and _operands(match["operands"]):
+    instruction = parse_instruction(line)
+    if frame_id is None and instruction and instruction.operands:
         # An async pair's metadata may sit on its start; on several TPU slices XLA drops a collective's own metadata:
         # it then comes from the value it moves (the operand's producer), which is the line that asked for it.
-        op_name, frame_id = _producer_metadata(lines, _operands(match["operands"])[0])
-    if frame_id is None and match and match["opcode"] == "send":
+        op_name, frame_id = _producer_metadata(lines, instruction.operands[0])
+    if frame_id is None and instruction and instruction.op == "send":
         # A MegaScale send of a parameter (an FSDP gather across slices) has no producer with a line: the line is
         # where the value its paired recv received is used, as XLA names a gather by the op that needed it.
         op_name, frame_id = _receiver_metadata(hlo_text, lines, line)
     chain = stack_frames(hlo_text).get(frame_id, ()) if frame_id is not None else ()
     own = op_names(op_name)
-    values = _values(lines, match, op_name) if match else ()
+    values = _values(lines, instruction, op_name) if instruction else ()
     ops = tuple(dict.fromkeys(own + tuple(v.op_name for v in values if v.op_name)))
     modules = [module_path(o).split("/") for o in own] or [[""]]
     common = [names[0] for names in itertools.takewhile(lambda names: len(set(names)) == 1, zip(*modules))]
@@ -296,12 +295,6 @@ def _metadata(line: str) -> tuple[str, int | None]:
     if not found:
         return "", None
     return found["op_name"], int(found["frame"]) if found["frame"] else None
-
-
-def _operands(text: str) -> list[str]:
-    """Operand names (``/*index=5*/`` comments and any shapes before the names dropped)."""
-    text = re.sub(r"/\*.*?\*/", "", text)
-    return [p.strip().split()[-1].lstrip("%") for p in text.split(",") if p.strip()]
 
 
 def op_names(op_name: str) -> tuple[str, ...]:
@@ -346,19 +339,19 @@ def _split_top_level(text: str, separator: str) -> list[str]:
     return parts + [text[start:]]
 
 
-def _values(lines: dict[str, str], match: re.Match, op_name: str) -> tuple[Value, ...]:
+def _values(lines: dict[str, str], instruction: Instruction, op_name: str) -> tuple[Value, ...]:
     """What the instruction moves: each operand's producing op (followed through copies and tuple reads) and shape.
 
     A ``-done`` moves what its ``-start`` moves; the values are then the start's operands.
     """
-    operands = _operands(match["operands"])
-    if match["opcode"].endswith("-done") and operands:
-        start = _INSTRUCTION.match(lines.get(operands[0], ""))
-        operands = _operands(start["operands"]) if start else []
+    operands = instruction.operands
+    if instruction.op.endswith("-done") and operands:
+        start = parse_instruction(lines.get(operands[0], ""))
+        operands = start.operands if start else ()
     values = []
     for operand in operands:
-        producer = re.search(r"=\s*(\(.*?\)|\S+)\s", lines.get(operand, ""))
-        shape = producer[1] if producer else "?"
+        producer = parse_instruction(lines.get(operand, ""))
+        shape = producer.shape if producer else "?"
         produced_by = _producer_op_name(lines, operand)
         values.append(Value(produced_by or op_name, _plain_shape(shape)))
     return tuple(values)
@@ -395,8 +388,8 @@ def _receivers(hlo_text: str) -> dict[str, tuple[str, ...]]:
     """The module's recv instructions by their MegaScale rendezvous key (read once, not once per send)."""
     found: dict[str, list[str]] = {}
     for name, line in _instruction_lines(hlo_text).items():
-        match, key = _INSTRUCTION.match(line), _RENDEZVOUS.search(line)
-        if match and key and match["opcode"] == "recv":
+        instruction, key = parse_instruction(line), _RENDEZVOUS.search(line)
+        if instruction and key and instruction.op == "recv":
             found.setdefault(key[1], []).append(name)
     return {key: tuple(names) for key, names in found.items()}
 
@@ -406,8 +399,8 @@ def _users(hlo_text: str) -> dict[str, tuple[str, ...]]:
     """Every instruction's users by its name, for the whole module."""
     found: dict[str, list[str]] = {}
     for name, line in _instruction_lines(hlo_text).items():
-        match = _INSTRUCTION.match(line)
-        for operand in _operands(match["operands"]) if match else ():
+        instruction = parse_instruction(line)
+        for operand in instruction.operands if instruction else ():
             found.setdefault(operand, []).append(name)
     return {name: tuple(users) for name, users in found.items()}
 
@@ -426,10 +419,10 @@ def _producer_metadata(lines: dict[str, str], name: str) -> tuple[str, int | Non
         op_name, frame_id = _metadata(line)
         if op_name:
             return op_name, frame_id
-        match = _INSTRUCTION.match(line)
-        if not match or match["opcode"] not in _PASS_THROUGH + _MOVES_ITS_OPERAND or not _operands(match["operands"]):
+        instruction = parse_instruction(line)
+        if not instruction or instruction.op not in _PASS_THROUGH + _MOVES_ITS_OPERAND or not instruction.operands:
             return "", None
-        name = _operands(match["operands"])[0]
+        name = instruction.operands[0]
     return "", None
 
 

@@ -163,7 +163,7 @@ def _kernel(instruction: Instruction, program: hlo.Program, computation: str, ru
             return None
         if 'custom_call_target="tpu_custom_call"' in instruction.attributes:
             return _pallas_kernel(instruction, program, computation, runs, device)
-        work = hlo.line_matmul_work(_line(instruction), _shape_lines(program.symbols[computation]))
+        work = hlo.instruction_matmul_work(instruction, _shape_of(program.symbols[computation]))
         if work is None:
             moved = _operand_bytes(instruction, program, computation) + hbm_bytes(instruction.shape)
             return _timed(instruction.name, "memory", runs, 0.0, moved, None, device)
@@ -237,13 +237,9 @@ def _timed(
     return Kernel(name, kind, runs, flops, moved, dtype, seconds)
 
 
-def _line(instruction: Instruction) -> str:
-    operands = ", ".join(f"%{o}" for o in instruction.operands)
-    return f"%{instruction.name} = {instruction.shape} {instruction.op}({operands}){instruction.attributes}"
-
-
-def _shape_lines(symbols: dict[str, Instruction]) -> dict[str, str]:
-    return {name: f"%{name} = {i.shape} {i.op}(" for name, i in symbols.items()}
+def _shape_of(symbols: dict[str, Instruction]):
+    """An operand's result shape by its name (None where the computation does not define it)."""
+    return lambda name: symbols[name].shape if name in symbols else None
 
 
 def _operand_bytes(instruction: Instruction, program: hlo.Program, computation: str) -> int:
@@ -270,7 +266,7 @@ def _fused_matmul(called: str, program: hlo.Program) -> tuple[float, float, str 
     symbols = program.symbols[called]
     for instruction in program.computations[called]:
         if instruction.op in ("dot", "convolution"):
-            work = hlo.line_matmul_work(_line(instruction), _shape_lines(symbols))
+            work = hlo.instruction_matmul_work(instruction, _shape_of(symbols))
             if work:
                 flops += work[0]
                 costed += _costed_flops(work[0], instruction.shape)

@@ -34,3 +34,15 @@ def test_cross_slice_transfers_are_read_with_their_groups_and_runs():
         (0, 1, 3),
         4,
     )
+
+
+def test_a_send_of_a_tuple_moves_every_array_of_it():
+    """HLO may send a tuple: the send's result is then ((the tuple), u32[], token[]), and each array of it crosses."""
+    text = (
+        "ENTRY %main () -> f32[] {\n"
+        "  %send = ((f32[8,128]{1,0:T(8,128)}, bf16[4]{0}), u32[], token[]) send((f32[8,128]{1,0:T(8,128)}, bf16[4]{0}) %t, %a),"
+        ' frontend_attributes={_xla_megascale_target="{1,2}x{0}",_xla_megascale_transfer_type="ALL_REDUCE"}\n'
+        "}\n"
+    )
+    [send] = megascale_ops(text)
+    assert (send.op, send.bytes, send.slices, send.devices, send.name) == ("all-reduce", 8 * 128 * 4 + 4 * 2, (0, 1), (0,), "send")

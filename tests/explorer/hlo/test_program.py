@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.hlo import program as hlo
+from explorer.hlo.instructions import parse_instruction
 
 
 @pytest.mark.parametrize(
@@ -75,6 +76,23 @@ def test_a_loop_condition_as_xla_dumps_it_reads_its_counter_inline():
     assert hlo.matmul_work(dumped).flops == 24 * 2 * 8 * 16 * 16
 
 
+def test_a_loop_printed_with_each_operands_shape_reads_as_without():
+    """XLA may print a shape before each operand (commas inside it, a TPU layout's parentheses): the trip count, the
+    counter's start in the tuple and the matmul are still read by name."""
+    shaped = LOOP
+    for plain, printed in [
+        ("tuple(%start, %a, %w0)", "tuple(s32[]{:T(128)} %start, f32[8,16]{1,0} %a, /*index=2*/f32[16,16]{1,0} %w0)"),
+        ("compare(%i, %limit)", "compare(s32[]{:T(128)} %i, s32[]{:T(128)} %limit)"),
+        ("while(%init)", "while((s32[], f32[8,16], f32[16,16]) %init)"),
+        ("convolution(%x, %w)", "convolution(f32[8,16]{1,0} %x, f32[16,16]{1,0} %w)"),
+    ]:
+        assert plain in shaped
+        shaped = shaped.replace(plain, printed)
+    assert hlo.collectives(shaped).loops_without_trip_count == 0
+    assert hlo.matmul_work(shaped).flops == hlo.matmul_work(LOOP).flops == 24 * 2 * 8 * 16 * 16
+    assert hlo.loop_work(shaped) == hlo.loop_work(LOOP)
+
+
 def test_a_loop_whose_counter_does_not_start_from_a_constant_is_unbounded():
     text = LOOP.replace("%start = s32[]{:T(128)} copy(%zero)", "%start = s32[]{:T(128)} parameter(1)")
     assert hlo.collectives(text).loops_without_trip_count == 1
@@ -95,6 +113,23 @@ def test_collectives_parser_counts_async_pairs_once_and_adds_tuple_parts():
     assert counted["all-reduce"] == {"count": 1, "bytes": 256 * 4 + 4 * 2}
     assert counted["collective-permute"] == {"count": 1, "bytes": 40}
     assert counted["reduce-scatter"]["count"] == 0
+
+
+def test_an_async_collectives_done_printed_with_its_operands_shape_takes_its_starts_groups():
+    """The groups sit on the ``-start``; the ``-done`` names it, here behind the start's tuple shape (TPU tiles inside)."""
+    text = "\n".join(
+        [
+            "%ar-start = f32[8]{0:T(256)} all-reduce-start(f32[8]{0:T(256)} %p), replica_groups={{0,2},{1,3}}, to_apply=%add",
+            "%ar-done = f32[8]{0:T(256)} all-reduce-done(f32[8]{0:T(256)} %ar-start)",
+            "%cp-start = (f32[4]{0}, f32[4]{0}) collective-permute-start(%q), source_target_pairs={{0,1},{1,0}}",
+            "%cp-done = f32[4]{0} collective-permute-done((f32[4]{0}, f32[4]{0}) %cp-start)",
+        ]
+    )
+    ops = hlo.collective_ops(text, 4)
+    assert [(op.op, op.name, op.bytes, op.groups) for op in ops] == [
+        ("all-reduce", "ar-done", 8 * 4, ((0, 2), (1, 3))),
+        ("collective-permute", "cp-done", 4 * 4, ((0, 1), (1, 0))),
+    ]
 
 
 LOOP_MODULE = """HloModule loops
@@ -143,3 +178,29 @@ def test_collectives_in_loop_bodies_count_once_per_iteration():
     assert program.ops["all-gather"] == {"count": 4, "bytes": 4 * 16 * 4}
     assert program.ops["collective-permute"] == {"count": 1, "bytes": 8 * 4}  # the unbounded loop: once
     assert program.loops_without_trip_count == 1
+
+
+MATMUL_OPERANDS = {"x": "%x = f32[8,16]{1,0} parameter(0)", "w": "%w = f32[16,16]{1,0} parameter(1)"}
+GEMM_CONFIG = (
+    ', custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1,"beta":0,'
+    '"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],'
+    '"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}'
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "%y = f32[8,16]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        "%y = f32[8,16]{1,0} dot(f32[8,16]{1,0} %x, f32[16,16]{1,0} %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        "%y = f32[8,16]{1,0} convolution(f32[8,16]{1,0} %x, f32[16,16]{1,0} %w), dim_labels=bf_io->bf",
+        "%y = (f32[8,16]{1,0}, s8[4194304]{0}) custom-call(%x, %w)" + GEMM_CONFIG,
+        "%y = (f32[8,16]{1,0}, s8[4194304]{0}) custom-call(f32[8,16]{1,0} %x, f32[16,16]{1,0} %w)" + GEMM_CONFIG,
+    ],
+)
+def test_a_matmul_reads_its_operands_by_name_with_or_without_their_shapes(line):
+    """2 x 8 x 16 outputs x 16 contracted; bytes: the result (a gemm's workspace not counted) and both operands."""
+    work = (2.0 * 8 * 16 * 16, (8 * 16 + 8 * 16 + 16 * 16) * 4.0, "f32")
+    assert hlo.line_matmul_work(line, MATMUL_OPERANDS) == work
+    shapes = {name: parse_instruction(text).shape for name, text in MATMUL_OPERANDS.items()}
+    assert hlo.instruction_matmul_work(parse_instruction(line), shapes.get) == work  # the step model's way in

@@ -78,6 +78,17 @@ def test_a_collective_xla_combined_says_so_and_names_every_op_its_operands_come_
     assert found.frame.line == 42 and found.module == "Block_0"
 
 
+def test_operands_printed_with_a_tpu_layout_before_their_names_are_read_by_name():
+    """XLA may print each operand's shape before its name; a TPU layout's tiles hold parentheses (``T(8,128)(2,1)``)."""
+    tpu = COMBINED.replace(
+        "all-reduce(%a, /*index=1*/%c)", "all-reduce(f32[4]{0:T(256)} %a, /*index=1*/bf16[8]{0:T(512)(128)(2,1)} %c)"
+    ).replace("%c = f32[8]{0} copy", "%c = bf16[8]{0:T(512)(128)(2,1)} copy")
+    found = sources.instruction_source(tpu, "ar")
+    assert found.combined
+    assert found.ops == ("jit(step)/jvp(M)/Block_0/dot_general", "jit(step)/jvp(M)/Block_1/attn/dot_general")
+    assert [v.shape for v in found.values] == ["f32[4]", "bf16[8]"]
+
+
 @pytest.mark.parametrize(
     "op_name, module",
     [
