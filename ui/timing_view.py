@@ -245,6 +245,9 @@ def show_result(result: TimingResult) -> None:
 def show_steps(result: TimingResult) -> None:
     """The headline figures, the step times chart and how they were taken."""
     steps = result.step_s
+    if result.stopped:  # first: every figure below is of the steps that ran
+        with st.container(key="timing_stopped"):
+            st.info(result.stopped_note())
     row = st.container(horizontal=True, key="timing_metrics")  # wraps on a narrow page instead of cutting values off
     metric = lambda label, value, help=None: row.metric(label, value, help=help, width="content", border=True)  # noqa: E731
     if result.cached:  # the compile was not run for this timing: say so, with the time it took when it was
@@ -259,9 +262,6 @@ def show_steps(result: TimingResult) -> None:
         "GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", f"{result.flops:,.0f} FLOP per step ({result.flops_source}) / median step"
     )
     metric("MFU", "—" if result.mfu is None else f"{result.mfu:.1%}", result.peak_note)
-    if result.stopped:
-        with st.container(key="timing_stopped"):
-            st.info(result.stopped_note())
     st.plotly_chart(step_times_figure(steps.samples), key="step_times")
     spread = (
         f" In {result.processes} processes × {result.devices_per_process} devices (jax.distributed, gloo between "

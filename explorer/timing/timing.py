@@ -40,6 +40,7 @@ from explorer.compile.compiled import (
     timing_device,
 )
 from explorer.errors import ExplorerError
+from explorer.formats import counted
 from explorer.hlo.program import collective_ops as hlo_collective_ops
 from explorer.hlo.program import collectives
 from explorer.hlo.sources import Traced
@@ -110,7 +111,7 @@ class TimingResult:
         if not self.stopped:
             return ""
         ran = len(self.step_s.samples)
-        return f"Stopped after {ran} of {self.planned_steps or ran} steps: every figure here is of the {ran} step(s) that ran."
+        return f"Stopped after {ran} of {self.planned_steps or ran} steps: every figure here is of the {counted(ran, 'step')} that ran."
 
     def memory_notes(self) -> list[str]:
         """Why XLA's numbers differ from the analysis' estimate, as far as we can tell."""

@@ -128,7 +128,7 @@ def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page) -> 
     page.locator(f"{key_selector('stop_button')} button").first.click()
     stopped = page.locator(key_selector("timing_stopped"))
     expect(stopped).to_contain_text(
-        re.compile(r"Stopped after \d+ of 1000 steps: every figure here is of the \d+ step\(s\) that ran\."), timeout=RUN_TIMEOUT_MS
+        re.compile(r"Stopped after \d+ of 1000 steps: every figure here is of the \d+ steps? that ran\."), timeout=RUN_TIMEOUT_MS
     )
     wait_for_rerun(page, timeout_ms=RUN_TIMEOUT_MS)
     ran = int(re.search(r"Stopped after (\d+)", stopped.inner_text()).group(1))

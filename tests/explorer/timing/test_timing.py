@@ -135,7 +135,7 @@ def test_stop_ends_the_loop_early(seed_dict):
     """A stopped run is a whole result for the steps that ran (compile, memory, collectives), marked as stopped."""
     result = time_layout(layout(seed_dict), steps=50, warmup=0, should_stop=lambda: True)
     assert result.stopped and len(result.step_s.samples) == 1 and result.planned_steps == 50
-    assert result.stopped_note() == "Stopped after 1 of 50 steps: every figure here is of the 1 step(s) that ran."
+    assert result.stopped_note() == "Stopped after 1 of 50 steps: every figure here is of the 1 step that ran."
     assert result.compile_s > 0 and result.memory["argument_bytes"] > 0 and "all-reduce" in result.collectives
     assert TimingResult.from_dict(result.to_dict()) == result
 
