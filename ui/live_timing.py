@@ -141,17 +141,22 @@ def follow(job: Job[R], live: Live, draw: Callable[[Job[R]], None], one_at_a_tim
     def on_wait(ahead: int) -> None:
         live.progress.progress(0.0, text=f"{ahead} timing(s) ahead of you ({one_at_a_time}, so figures are not distorted)")
 
-    TURNSTILE.enter(on_wait=on_wait)
-    started = False
+    try:
+        TURNSTILE.enter(on_wait=on_wait)
+    except BaseException:  # a rerun while waiting for a turn: the job never starts, and nothing waits for it
+        job.done.set()
+        raise
     try:
         job.start()
-        started = True
+    except BaseException:
+        TURNSTILE.leave()
+        job.done.set()
+        raise
+    try:
         live.status.update(label="Running", state="running", expanded=True)
         while not job.done.wait(JOB_POLL_S):
             draw(job)
     finally:
-        if not started:
-            TURNSTILE.leave()
         if not job.done.is_set():
             job.stop.set()
     result = job.wait()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from explorer.errors import ExplorerError
-from ui.live_timing import Job
+from ui.live_timing import Job, follow
 from ui.timing_view import stopped_text
 from ui.turnstile import TURNSTILE
 
@@ -63,3 +63,30 @@ def test_a_failing_job_raises_in_the_script_that_shows_it():
     job.start()
     with pytest.raises(RuntimeError, match="boom"):
         job.wait()
+
+
+class Interrupted(Exception):
+    """Stands for Streamlit's StopException: a rerun, raised at the script's next element call."""
+
+
+class InterruptedLive:
+    """A live display whose first drawing raises, as an element call does in a script a rerun has stopped."""
+
+    class progress:  # noqa: N801 - stands for the status box's progress bar
+        @staticmethod
+        def progress(*_args, **_kwargs):
+            raise Interrupted
+
+
+def test_a_rerun_while_waiting_for_a_turn_leaves_the_queue_as_it_was_and_nothing_waiting():
+    """Stop pressed while another timing holds the queue: this job never starts, the next run does not wait for it,
+    and the timing holding the queue keeps its turn."""
+    job = Job("key", 10, lambda job: [])
+    TURNSTILE.enter()  # another timing runs
+    try:
+        with pytest.raises(Interrupted):
+            follow(job, InterruptedLive(), lambda job: None, "one timing runs at a time", str)
+        assert job.done.is_set() and job.wait() is None
+        assert TURNSTILE.queue_length() == 1  # the other timing's turn, untouched
+    finally:
+        TURNSTILE.leave()
