@@ -45,7 +45,7 @@ AGAIN = "target_compile_again"  # the (layout, target) whose cached result the u
 COLLECTIVE_WIDTHS = {"op": 120, "mesh axes": 110, "count": 60, "bytes": 90, "group": 60, "rides": 75, "time ≥": 95}
 # The Compare page's decision on a target (does each fit, how fast at best) in view; headroom and the collectives' time
 # in the table's Show/hide columns menu.
-SUMMARY_COLUMNS = {"layout": 150, "fits": 50, "XLA peak / device": 100, "predicted step": 100, "step ≥ (lower bound)": 100, "bound": 80}
+SUMMARY_COLUMNS = {"layout": 120, "fits": 80, "XLA peak / device": 100, "predicted step": 100, "step ≥ (lower bound)": 100, "bound": 80}
 
 
 def choose() -> Target | None:
