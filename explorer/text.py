@@ -273,6 +273,8 @@ def timing_text(result) -> str:
     differing = [a for a in result.activations if a.differs]
     lines.append(f"module outputs: {len(result.activations)}, {len(differing)} where XLA's sharding differs from the declared one")
     lines += [f"  - {a.path} {a.shape}: declared {a.declared}, XLA chose {a.chosen}" for a in differing]
+    if result.stopped:
+        lines.append(result.stopped_note())
     return "\n".join(lines + communication_lines(by_line(result.sources)))
 
 

@@ -43,14 +43,23 @@ def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
 
 
 def run(
-    layout: Layout, target: Target, compiles: int, roles: dict[str, str], shortcut: bool | None = None, depth_option: str | None = None
+    layout: Layout,
+    target: Target,
+    compiles: int,
+    roles: dict[str, str],
+    shortcut: bool | None = None,
+    depth_option: str | None = None,
+    beside=None,
 ) -> None:
-    """Stage 1, then stage 2 in the server-wide queue, showing the stage and elapsed time; Stop keeps what was compiled."""
-    # The progress first, in the status's one-line label, then Stop: both in view at 768 px under the Advise button.
+    """Stage 1, then stage 2 in the server-wide queue, showing the stage and elapsed time; Stop keeps what was compiled.
+
+    Stop goes in ``beside`` (the Advise button's row), the progress in the status's one-line label under it: both
+    in view at 768 px.
+    """
+    stop_slot = (beside or st).empty()
+    stop_slot.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
     status = st.status("Stage 1: analyzing every candidate…", expanded=False)
     line = status.empty()
-    stop_slot = st.empty()
-    stop_slot.button("Stop", key="advisor_stop", help="Kills the running compile; the candidates compiled so far are kept")
     try:
         if depth_option:
             advisor.depth_of(layout, depth_option)  # a bad name is refused before any work
@@ -170,8 +179,13 @@ def show(search: advisor.Search, layout: Layout) -> None:
         st.error(markdown_literal(f"Compile failed: {failure}"))
     with st.container(key="advisor_table"):
         # The ranking's decision in view at 1024 px; the mesh, rules, bound, MFU and the rest in Show/hide columns.
-        tables.fitted(
-            pd.DataFrame(advisor.table_rows(search)), ADVISOR_COLUMNS, {"XLA peak / device": "XLA peak", "predicted step": "predicted"}
+        rows = advisor.table_rows(search)
+        tables.fitted(  # rows of three lines: "0.0845 ms (estimate)" wraps in its column, not cut
+            pd.DataFrame(rows),
+            ADVISOR_COLUMNS,
+            {"XLA peak / device": "XLA peak", "predicted step": "predicted"},
+            row_height=tables.WRAPPED_ROW_PX,
+            height=tables.wrapped_height(len(rows)),
         )
     st.caption("The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu.")
     st.plotly_chart(figure(search), key="advisor_chart")

@@ -88,6 +88,8 @@ def render(traced: Sequence[Traced], *, key: str, origin: str) -> None:
             on_select="rerun",
             selection_mode="single-row",
             key=f"communication_table_{key}",
+            row_height=tables.WRAPPED_ROW_PX,  # the collectives ("all-reduce (XLA combined several ops)") and the code wrap, not cut
+            height=tables.wrapped_height(len(rows)),
         )
     st.caption(
         ("Sorted by the roofline's time for each line's collectives (an estimate, shared out by bytes)" if costed else "Sorted by bytes")

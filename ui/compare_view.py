@@ -140,7 +140,9 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
         used = (
             ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
         )
-        rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms", "collectives": used})
+        ran = len(result.step_s.samples)
+        stopped = f", stopped after {ran} of {result.planned_steps} steps" if result.stopped else ""  # the median of fewer steps: said
+        rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms{stopped}", "collectives": used})
     st.subheader("Step times and collectives")
     with st.container(key="compare_timings"):  # a few rows of sentences: a static table wraps them, none is cut
         st.table(pd.DataFrame(rows), hide_index=True)

@@ -13,6 +13,7 @@ from explorer.analysis.report import Report
 from explorer.analysis.findings import indivisible_error
 from explorer.errors import ExplorerError, NeedsExplicitAxes, shown as shown_value
 from explorer.layout import Layout, layout_errors, parse_layout, seed_layout
+from explorer.formats import counted
 from explorer.hardware.targets import Target
 from explorer.text import markdown_literal
 from ui import share_panel, sidebar, state, target_view
@@ -58,7 +59,7 @@ def current_layout(page: str) -> Current:
                 )
         fields = ", ".join(error.field for error in errors)
         st.warning(
-            f"The layout in the sidebar has {len(errors)} problem(s) ({fields}), each explained in the sidebar under "
+            f"The layout in the sidebar has {counted(len(errors), 'problem')} ({fields}), each explained in the sidebar under "
             "its section. This page shows the last valid layout; your edits are kept."
         )
         if any(isinstance(error, NeedsExplicitAxes) for error in errors):  # the sidebar's button is far below the fold

@@ -85,9 +85,13 @@ def _values_view(report: Report) -> None:
     # Where, the type and what it implies in view at 1024 px; op, runs, set-by-model and the spec (which restates
     # the type) in the table's Show/hide columns menu.
     with st.container(key="values_table"):
-        # "where" at 210 px: "modules.py:188 Attention.__call__" whole
+        # rows of three lines: a deep module path's file:line and a reshard's sentence wrap in their columns, not cut
         tables.fitted(
-            frame, {"where": 210, "type": 190, "communication": 190}, {"set by model": "set"}, height=min(400, 36 + 35 * len(frame))
+            frame,
+            {"where": 210, "type": 140, "communication": 250},
+            {"set by model": "set"},
+            row_height=tables.WRAPPED_ROW_PX,
+            height=tables.wrapped_height(len(frame)),
         )
 
 

@@ -24,7 +24,7 @@ from explorer.predict.roofline import Estimate
 from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
-from explorer.formats import human_bytes, human_flops, human_seconds, share
+from explorer.formats import counted, human_bytes, human_flops, human_seconds, share
 from explorer.text import markdown_literal, memory_relation
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
@@ -45,7 +45,7 @@ AGAIN = "target_compile_again"  # the (layout, target) whose cached result the u
 COLLECTIVE_WIDTHS = {"op": 120, "mesh axes": 110, "count": 60, "bytes": 90, "group": 60, "rides": 75, "time ≥": 95}
 # The Compare page's decision on a target (does each fit, how fast at best) in view; headroom and the collectives' time
 # in the table's Show/hide columns menu.
-SUMMARY_COLUMNS = {"layout": 150, "fits": 50, "XLA peak / device": 100, "predicted step": 100, "step ≥ (lower bound)": 100, "bound": 80}
+SUMMARY_COLUMNS = {"layout": 120, "fits": 80, "XLA peak / device": 100, "predicted step": 100, "step ≥ (lower bound)": 100, "bound": 80}
 
 
 def choose() -> Target | None:
@@ -477,7 +477,7 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
             st.warning(f"{markdown_literal(label)}: not compiled: {markdown_literal(str(refusal))}")
         elif result is None:
             missing.append((label, layout))
-    if missing and st.button(f"Compile {len(missing)} layout(s) for {target.name}", type="primary", key="compare_compile_button"):
+    if missing and st.button(f"Compile {counted(len(missing), 'layout')} for {target.name}", type="primary", key="compare_compile_button"):
         status = st.status("Waiting for a turn…", expanded=True)
         line = status.empty()
         names = {id(layout): label for label, layout in missing}
@@ -506,6 +506,8 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
             {k: v for k, v in SUMMARY_COLUMNS.items() if k != "bound"} | {"DCN / step": 80} if target.multislice else SUMMARY_COLUMNS,
             {"XLA peak / device": "XLA peak", "predicted step": "predicted", "step ≥ (lower bound)": "step ≥"},
             key="compare_targets",
+            row_height=tables.WRAPPED_ROW_PX,  # "not compiled", a fits verdict with its label: wrapped, not cut
+            height=tables.wrapped_height(len(labels)),
         )
         st.caption(PREDICTION_CAPTION)
     shown = [(l, r) for l, r in zip(labels, results) if r is not None]

@@ -24,7 +24,8 @@ from ui.current import simulated_devices_note
 from ui.state import TIMING_RESULTS as RESULTS
 from ui.turnstile import TURNSTILE
 
-PARTIAL = "timing_partial"  # the samples of a timing in progress, kept if Stop interrupts it
+PARTIAL = "timing_partial"  # the samples of a timing in local processes, kept if Stop interrupts it
+JOB = "timing_job"  # the live_timing.Job of a timing in this process, until its result is kept
 PROCESS_CHOICES = (1, 2, 4)  # local jax.distributed processes offered, where they divide the mesh
 
 
@@ -95,18 +96,89 @@ def host_note(report: Report) -> None:
 
 
 def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
-    """Time the layout under a Stop button; the result is kept under its layout key."""
-    live_timing.time_with_stop(
-        RESULTS,
-        layout.key,
-        "stop_button",
-        "Stops after the current step; the steps so far are kept",
-        lambda: run_timing(layout, steps, warmup, processes),
+    """Time the layout under a Stop button; the result is kept under its layout key.
+
+    In one process the timing is a ``live_timing.Job``: Stop (or any rerun) ends it after its current step with every
+    figure of the steps that ran. Local processes all run the steps asked for, so Stop interrupts them (``run_timing``).
+    """
+    if processes > 1:
+        live_timing.time_with_stop(
+            RESULTS,
+            layout.key,
+            "stop_button",
+            "Stops the processes; the steps so far are kept",
+            lambda: run_timing(layout, steps, warmup, processes),
+        )
+        return
+    st.session_state.pop(PARTIAL, None)
+    st.session_state.get(RESULTS, {}).pop(layout.key, None)
+
+    def work(job: live_timing.Job[TimingResult]) -> TimingResult:
+        def on_phase(phase: str) -> None:
+            job.phase = phase
+
+        return time_layout(
+            layout,
+            steps=steps,
+            warmup=warmup,
+            on_step=lambda _, seconds: job.samples.append(seconds),
+            should_stop=job.stop.is_set,
+            on_phase=on_phase,
+        )
+
+    job = live_timing.Job(layout.key, steps, work)
+    st.session_state[JOB] = job
+    stop_slot = st.empty()
+    stop_slot.button(
+        "Stop", key="stop_button", help="Stops after the current step; every figure of the steps so far is kept", on_click=job.stop.set
     )
+    live = live_timing.Live(step_times_figure([], steps), "live_frame")
+    drawn = [0]
+
+    def draw(job: live_timing.Job[TimingResult]) -> None:
+        ran = len(job.samples)
+        if job.stop.is_set():
+            live.progress.progress(ran / steps, text=f"stopping after step {ran + 1}…")
+        elif ran == 0:
+            live.progress.progress(0.0 if job.phase != "timing" else 0.01, text=job.phase + "…")
+        else:
+            live.progress.progress(ran / steps, text=f"step {ran} of {steps}: {job.samples[ran - 1] * 1e3:.1f} ms")
+        if ran > drawn[0]:  # a new chart only for new steps (each drawing has its own key)
+            live.redraw(lambda: step_times_figure(job.samples[:ran], steps), f"live_{ran - 1}", last=ran == steps)
+            drawn[0] = ran
+
+    result = live_timing.follow(job, live, draw, "one timing runs at a time", done_label)
+    stop_slot.empty()
+    if result is not None:
+        st.session_state.setdefault(RESULTS, {})[layout.key] = result
+    st.session_state.pop(JOB, None)
+
+
+def done_label(result: TimingResult) -> str:
+    """The status box's label once the timing has ended."""
+    ran = len(result.step_s.samples)
+    return f"Stopped after {ran} of {result.planned_steps} steps" if result.stopped else f"Timed {ran} steps"
+
+
+def collect_stopped(key: str) -> None:
+    """The timing a rerun (Stop, an edit) interrupted: it stops after its current step; wait for it and keep its result."""
+    job = st.session_state.get(JOB)
+    if job is None or job.key != key:
+        return
+    job.stop.set()
+    if not job.done.is_set():
+        with st.spinner("Stopping after the current step (a run still compiling or warming up finishes that first)…"):
+            job.done.wait()
+    st.session_state.pop(JOB, None)
+    result = job.wait()
+    if result is not None:
+        st.session_state.setdefault(RESULTS, {})[key] = result
+    elif job.refusal is not None:
+        st.error(markdown_literal(str(job.refusal)))
 
 
 def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> TimingResult | None:
-    """Compile and time the train step in this process (or ``processes`` local ones), its steps drawn as they come."""
+    """Compile and time the train step in ``processes`` local processes, its steps drawn as they come."""
     samples: list[float] = []
     st.session_state[PARTIAL] = {"key": layout.key, "samples": samples, "steps": steps}
 
@@ -119,8 +191,6 @@ def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> Timin
             live.progress.progress((index + 1) / steps, text=f"step {index + 1} of {steps}: {seconds * 1e3:.1f} ms")
             live.redraw(lambda: step_times_figure(samples, steps), f"live_{index}", last=index + 1 == steps)
 
-        if processes == 1:
-            return time_layout(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
         # a rerun (Stop, an edit) interrupts this call; its cleanup ends every worker
         return time_local_processes(layout, processes, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
 
@@ -129,12 +199,13 @@ def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> Timin
         first_frame=step_times_figure([], steps),
         frame_key="live_frame",
         one_at_a_time="one timing runs at a time",
-        done=lambda result: f"Timed {len(result.step_s.samples)} steps",
+        done=done_label,
     )
 
 
 def show_last(key: str) -> None:
-    """The layout's timing in this session, else the steps of one stopped, else how to start one."""
+    """The layout's timing in this session (a stopped one's too), else the steps of interrupted processes, else how to start one."""
+    collect_stopped(key)
     partial = st.session_state.get(PARTIAL)
     results = st.session_state.get(RESULTS, {})
     if key in results:
@@ -149,11 +220,12 @@ def show_last(key: str) -> None:
 
 
 def stopped_text(samples: list[float], planned: int) -> str:
-    """A stopped timing's figures: the median, p10 and p90 of the steps that ran (measured, as a finished run's are)."""
+    """Interrupted processes' figures: the median, p10 and p90 of the steps process 0 reported (measured, as a finished run's are)."""
     steps = StepTimes.of(samples)
     return (
         f"Stopped after {len(samples)} of {planned} steps. Over those {len(samples)}: median step "
-        f"{human_seconds(steps.median)}, p10 {human_seconds(steps.p10)}, p90 {human_seconds(steps.p90)}."
+        f"{human_seconds(steps.median)}, p10 {human_seconds(steps.p10)}, p90 {human_seconds(steps.p90)} (process 0's; "
+        "compile, memory and collectives are kept where the timing runs in one process)."
     )
 
 
@@ -173,6 +245,9 @@ def show_result(result: TimingResult) -> None:
 def show_steps(result: TimingResult) -> None:
     """The headline figures, the step times chart and how they were taken."""
     steps = result.step_s
+    if result.stopped:  # first: every figure below is of the steps that ran
+        with st.container(key="timing_stopped"):
+            st.info(result.stopped_note())
     row = st.container(horizontal=True, key="timing_metrics")  # wraps on a narrow page instead of cutting values off
     metric = lambda label, value, help=None: row.metric(label, value, help=help, width="content", border=True)  # noqa: E731
     if result.cached:  # the compile was not run for this timing: say so, with the time it took when it was

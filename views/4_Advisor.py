@@ -13,9 +13,9 @@ st.set_page_config(page_title="Advisor · Partition Explorer", page_icon="🧭")
 st.title("Layout advisor")
 current = current_layout("advisor")
 st.markdown(
-    "Ranks meshes and rules for the sidebar's model on the sidebar's **Target**, your own layout among them. "
-    "**Stage 1** estimates every candidate without compiling. **Stage 2** compiles the best few for the target with XLA. "
-    "Every row is ranked by its predicted step."
+    "Ranks meshes and rules for the sidebar's model on its **Target**. Your own layout is ranked too. "
+    "**Stage 1** estimates every candidate. **Stage 2** compiles the best few with XLA. "
+    "The predicted step sets the order."
 )
 with st.expander("What is searched, and how"):
     st.markdown(
@@ -34,7 +34,9 @@ if current.target is None:
     )
     st.stop()
 roles = advisor_view.roles_editor(logical_names(current.layout.model))
-compiles = st.number_input(
+# Two settings a row, and Stop beside the button: at 768 px the button, Stop and the progress under them stay in view.
+budget, workers = st.columns(2)
+compiles = budget.number_input(
     "Candidates to compile (stage 2)",
     min_value=0,
     max_value=16,
@@ -43,7 +45,8 @@ compiles = st.number_input(
     key="advisor_compiles",
     help="The shortlist's best, plus your own layout. 0: stage 1 only.",
 )
-turnstile.workers_setting("advisor_workers")
+with workers:
+    turnstile.workers_setting("advisor_workers")
 left, right = st.columns(2)
 shortcut = left.selectbox(
     "Depth shortcut",
@@ -53,8 +56,11 @@ shortcut = left.selectbox(
     "the best in full. auto: where it saves time (layers not scanned; a scanned model compiles in about the same time at any depth).",
 )
 depth_option = right.text_input("Depth option (blank: a known name such as layers)", key="advisor_depth_option").strip() or None
-if st.button(f"Advise for {current.target.name}", type="primary", key="advisor_run"):
-    advisor_view.run(current.layout, current.target, int(compiles), roles, {"auto": None, "on": True, "off": False}[shortcut], depth_option)
+buttons = st.container(horizontal=True)
+if buttons.button(f"Advise for {current.target.name}", type="primary", key="advisor_run"):
+    advisor_view.run(
+        current.layout, current.target, int(compiles), roles, {"auto": None, "on": True, "off": False}[shortcut], depth_option, buttons
+    )
 search = advisor_view.last_search()
 if search is not None:
     advisor_view.show(search, current.layout)

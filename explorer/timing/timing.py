@@ -40,6 +40,7 @@ from explorer.compile.compiled import (
     timing_device,
 )
 from explorer.errors import ExplorerError
+from explorer.formats import counted
 from explorer.hlo.program import collective_ops as hlo_collective_ops
 from explorer.hlo.program import collectives
 from explorer.hlo.sources import Traced
@@ -86,7 +87,8 @@ class TimingResult:
     activations: tuple[ActivationCheck, ...]
     state_leaves: int
     loops_without_trip_count: int = 0  # see ProgramCollectives
-    stopped: bool = False
+    stopped: bool = False  # should_stop ended the run early: every figure is of the steps that ran
+    planned_steps: int | None = None  # the steps asked for (more than ran where ``stopped``); None: as many as ran
     processes: int = 1  # JAX processes the mesh spans (jax.distributed); each ran the same step
     devices_per_process: int | None = None  # this process's devices in the mesh; None: all ``devices``
     sources: tuple[Traced, ...] = ()  # the collectives by kind and mesh axes, with the lines of the model they come from
@@ -103,6 +105,13 @@ class TimingResult:
     def __post_init__(self) -> None:
         if self.devices_per_process is None:
             object.__setattr__(self, "devices_per_process", self.devices // self.processes)
+
+    def stopped_note(self) -> str:
+        """'Stopped after N of M steps' and what the figures cover, or '' for a run that timed every step asked."""
+        if not self.stopped:
+            return ""
+        ran = len(self.step_s.samples)
+        return f"Stopped after {ran} of {self.planned_steps or ran} steps: every figure here is of the {counted(ran, 'step')} that ran."
 
     def memory_notes(self) -> list[str]:
         """Why XLA's numbers differ from the analysis' estimate, as far as we can tell."""
@@ -182,7 +191,7 @@ class TimingResult:
     PLAIN_FIELDS = (
         "platform", "devices", "processes", "devices_per_process", "compile_s", "flops", "flops_source", "device_kind",
         "matmul_peak_s", "peak_note", "predicted_s", "lower_bound_s", "expectation_note", "peak_bytes_in_use", "bytes_limit",
-        "memory", "estimate", "collectives", "loops_without_trip_count", "state_leaves", "stopped",
+        "memory", "estimate", "collectives", "loops_without_trip_count", "state_leaves", "stopped", "planned_steps",
     )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
@@ -365,6 +374,7 @@ def timed_run(
         activations=compiled.activations,
         state_leaves=sum(1 for a in report.arrays if a.kind in ("param", "opt_state")),
         stopped=stopped,
+        planned_steps=steps,
         processes=len(set(processes)),
         devices_per_process=processes.count(jax.process_index()),
         device_kind=device.device_kind,

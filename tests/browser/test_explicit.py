@@ -121,7 +121,7 @@ def test_model_needing_explicit_axes_is_fixed_with_one_button_and_shared(browser
     expect(button).to_have_text("Make the mesh's axes Explicit")
     expect(page.locator(MAIN).get_by_role("heading", name=VALUES_TITLE, exact=True)).to_have_count(0)
     # The main area shows the last valid layout; it offers the same fix, in view without scrolling the sidebar.
-    expect(page.locator(MAIN)).to_contain_text("The layout in the sidebar has 1 problem(s) (model)")
+    expect(page.locator(MAIN)).to_contain_text("The layout in the sidebar has 1 problem (model)")
     expect(page.locator(f"{key_selector('make_axes_explicit_main')} button")).to_have_text("Make the mesh's axes Explicit")
     expect(page.locator(EXCEPTION)).to_have_count(0)
     assert_no_exception(page)

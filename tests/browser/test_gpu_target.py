@@ -103,7 +103,7 @@ def test_plan_for_a_gpu_cluster_on_the_layout_page_compare_and_the_advisor(blank
     set_text_area(page, "compare_links", gpu_app_url + DATA_ONLY)
     expect(page.locator(MAIN)).to_contain_text(f"On {TARGET} ({TARGET})")
     compile_missing = page.locator(f"{key_selector('compare_compile_button')} button")
-    expect(compile_missing).to_have_text(f"Compile 1 layout(s) for {TARGET}")  # the seed's result is in the cache
+    expect(compile_missing).to_have_text(f"Compile 1 layout for {TARGET}")  # the seed's result is in the cache
     compile_missing.click()
     for index in (0, 1):
         expect(page.locator(key_selector(f"compare_verdict_{index}"))).to_contain_text(VERDICT, timeout=RUN_TIMEOUT_MS)

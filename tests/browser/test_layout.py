@@ -90,7 +90,7 @@ def test_load_then_a_bad_mesh_shape_shown_by_its_field_and_fixed_then_a_new_rule
     set_text(page, "mesh_shape_text", "2, x")
 
     expect_only_error_in(page, "mesh", "mesh.shape[1]", "'x'")  # the message slot under the mesh fields
-    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("1 problem(s) (mesh.shape[1])")
+    expect(page.locator(f"{MAIN} [data-testid='stAlert']").first).to_contain_text("1 problem (mesh.shape[1])")
     expect(page.locator(".st-key-mesh_shape_text input")).to_have_value("2, x")
     assert_seed_grid(page)  # the last valid layout is still drawn
     expect_mesh_ids(page)

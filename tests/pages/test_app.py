@@ -96,7 +96,7 @@ def test_every_invalid_field_is_named_where_it_was_typed(app):
     assert errors[0].startswith("**Mesh › Shape** (you typed '2x-4'): mesh.shape[1]: -4 is not a positive whole number")
     assert "Allowed: positive whole numbers separated by ',' or 'x'" in errors[0]
     assert [e.split(": ")[1] for e in errors[1:]] == ["model.options.batch", "model.options.depth"]
-    assert any("3 problem(s) (mesh.shape[1], model.options.batch, model.options.depth)" in w.value for w in app.warning)
+    assert any("3 problems (mesh.shape[1], model.options.batch, model.options.depth)" in w.value for w in app.warning)
 
 
 def test_a_bad_shape_and_a_bad_axis_name_are_both_said_at_once(app):
@@ -106,7 +106,7 @@ def test_a_bad_shape_and_a_bad_axis_name_are_both_said_at_once(app):
     errors = [plain(e.value) for e in app.sidebar.error]
     assert any("mesh.shape[0]" in e and "'3x'" in e for e in errors), errors
     assert any("mesh.axes[1]" in e and "'**model**'" in e for e in errors), errors
-    assert any("2 problem(s) (mesh.shape[0], mesh.axes[1])" in w.value for w in app.warning)
+    assert any("2 problems (mesh.shape[0], mesh.axes[1])" in w.value for w in app.warning)
 
 
 def test_indivisible_dimension_is_flagged_next_to_the_rules(app):

@@ -242,3 +242,21 @@ def test_on_several_slices_every_layout_gets_its_verdict_and_dcn_traffic(shelf, 
         assert cached and result.target.num_slices == 2 and result.dcn_bytes > 0
         row = table.loc[f"library: {name}"]
         assert row["fits"] == "yes" and row["DCN / step"] == human_bytes(result.dcn_bytes)
+
+
+def test_a_stopped_timing_is_said_beside_its_median(shelf, seed_dict):
+    """A timing stopped on the Timing page gives the median of fewer steps than asked: Compare says so beside it."""
+    from explorer.timing.timing import time_layout
+    from ui.state import TIMING_RESULTS
+
+    seed = parse_layout(seed_dict)
+    stopped = time_layout(seed, steps=40, warmup=0, should_stop=lambda: True)
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state[TIMING_RESULTS] = {seed.key: stopped}
+    at.switch_page("views/2_Compare.py")
+    at.run()
+    at.multiselect(key="compare_sources").set_value(["Current layout (sidebar)", "data only"]).run()
+    assert not at.exception
+    timings = next(t.value for t in at.table if "median step" in t.value.columns).set_index("layout")["median step"]
+    median = f"{stopped.step_s.median * 1e3:.2f} ms"
+    assert timings.iloc[0] == f"{median}, stopped after 1 of 40 steps" and timings.iloc[1] == "not timed", timings

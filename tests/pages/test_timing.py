@@ -83,3 +83,19 @@ def test_on_an_accelerator_the_note_names_the_device_and_its_memory(page, monkey
     notes = [c.value for c in page.caption if c.value.startswith("Memory needed on each NVIDIA H200")]
     assert notes and "of its 16.0 GiB (JAX's limit)" in notes[0]
     assert not any("simulated devices" in c.value and "Host memory" in c.value for c in page.caption)
+
+
+def test_a_stopped_timing_is_shown_whole_and_marked(page, seed_dict):
+    """What Stop leaves (issue 45 item 2): the stopped run's figures as a finished run's, marked stopped."""
+    from explorer.layout import parse_layout
+    from explorer.timing.timing import time_layout
+    from ui.state import TIMING_RESULTS
+
+    seed = parse_layout(seed_dict)
+    page.session_state[TIMING_RESULTS] = {seed.key: time_layout(seed, steps=40, warmup=0, should_stop=lambda: True)}
+    page.run()
+    assert not page.exception
+    assert "Stopped after 1 of 40 steps: every figure here is of the 1 step that ran." in [i.value for i in page.info]
+    metrics = {m.label: m.value for m in page.metric}
+    assert metrics["Median step"].endswith(" ms") and metrics["Compile"].endswith(" s")
+    assert "all-reduce" in page.dataframe[1].value["op"].tolist()

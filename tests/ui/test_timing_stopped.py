@@ -1,13 +1,92 @@
 """A stopped timing keeps the figures of the steps it ran, and its chart spans those steps."""
 
+import threading
+
 import numpy as np
+import pytest
 
+from explorer.errors import ExplorerError
+from ui.live_timing import Job, follow
 from ui.timing_view import stopped_text
+from ui.turnstile import TURNSTILE
 
 
-def test_a_stopped_timing_gives_the_median_and_percentiles_of_the_steps_that_ran():
+def test_interrupted_processes_give_the_median_and_percentiles_of_the_steps_that_ran():
     """Stopping showed "Stopped after 3 of 1000 steps" and a chart of 1000 steps' width, no median."""
     samples = [2e-3, 1e-3, 4e-3]
     text = stopped_text(samples, 1000)
     assert text.startswith("Stopped after 3 of 1000 steps. Over those 3: median step 2.00 ms")
-    assert f"p10 {np.percentile(samples, 10) * 1e3:.2f} ms, p90 {np.percentile(samples, 90) * 1e3:.2f} ms." in text
+    assert f"p10 {np.percentile(samples, 10) * 1e3:.2f} ms, p90 {np.percentile(samples, 90) * 1e3:.2f} ms (process 0's" in text
+
+
+def test_a_job_asked_to_stop_ends_after_its_current_step_with_its_result_and_leaves_the_queue():
+    """What Stop relies on: the job, in its own thread, finishes the step it is in and returns its whole result;
+    the queue's turn is free again once it has ended."""
+    in_step, go_on = threading.Event(), threading.Event()
+
+    def work(job: Job) -> list[float]:
+        while not job.stop.is_set():
+            if len(job.samples) == 2:  # the third step is under way when Stop comes
+                in_step.set()
+                go_on.wait(10)
+            job.samples.append(0.001 * (len(job.samples) + 1))
+        return list(job.samples)
+
+    job = Job("key", 1000, work)
+    TURNSTILE.enter()
+    job.start()
+    assert in_step.wait(10)
+    job.stop.set()
+    assert not job.done.wait(0.2)  # the step under way is not cut short
+    go_on.set()
+    assert job.wait() == [0.001, 0.002, 0.003]
+    assert TURNSTILE.queue_length() == 0
+
+
+def test_a_refused_job_gives_no_result_and_keeps_the_refusal():
+    def work(job: Job) -> None:
+        raise ExplorerError("steps", 0, "must be between 1 and 10,000")
+
+    job = Job("key", 0, work)
+    TURNSTILE.enter()
+    job.start()
+    assert job.wait() is None and "steps" in str(job.refusal)
+    assert TURNSTILE.queue_length() == 0
+
+
+def test_a_failing_job_raises_in_the_script_that_shows_it():
+    def work(job: Job) -> None:
+        raise RuntimeError("boom")
+
+    job = Job("key", 1, work)
+    TURNSTILE.enter()
+    job.start()
+    with pytest.raises(RuntimeError, match="boom"):
+        job.wait()
+
+
+class Interrupted(Exception):
+    """Stands for Streamlit's StopException: a rerun, raised at the script's next element call."""
+
+
+class InterruptedLive:
+    """A live display whose first drawing raises, as an element call does in a script a rerun has stopped."""
+
+    class progress:  # noqa: N801 - stands for the status box's progress bar
+        @staticmethod
+        def progress(*_args, **_kwargs):
+            raise Interrupted
+
+
+def test_a_rerun_while_waiting_for_a_turn_leaves_the_queue_as_it_was_and_nothing_waiting():
+    """Stop pressed while another timing holds the queue: this job never starts, the next run does not wait for it,
+    and the timing holding the queue keeps its turn."""
+    job = Job("key", 10, lambda job: [])
+    TURNSTILE.enter()  # another timing runs
+    try:
+        with pytest.raises(Interrupted):
+            follow(job, InterruptedLive(), lambda job: None, "one timing runs at a time", str)
+        assert job.done.is_set() and job.wait() is None
+        assert TURNSTILE.queue_length() == 1  # the other timing's turn, untouched
+    finally:
+        TURNSTILE.leave()

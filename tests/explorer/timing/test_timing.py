@@ -15,7 +15,7 @@ from explorer.layout import parse_layout
 from explorer.models import mlp
 from explorer.compile.compiled import compile_step
 from explorer.timing import timing as timing_lib
-from explorer.timing.timing import time_layout
+from explorer.timing.timing import TimingResult, time_layout
 from tests.paths import ROOT
 
 SMALL_MLP = {"name": "mlp", "options": {"batch": 8, "layers": 2, "depth": 256, "scan": False}}
@@ -132,8 +132,12 @@ def test_each_sample_times_one_step_and_never_the_progress_callback(monkeypatch)
 
 
 def test_stop_ends_the_loop_early(seed_dict):
+    """A stopped run is a whole result for the steps that ran (compile, memory, collectives), marked as stopped."""
     result = time_layout(layout(seed_dict), steps=50, warmup=0, should_stop=lambda: True)
-    assert result.stopped and len(result.step_s.samples) == 1
+    assert result.stopped and len(result.step_s.samples) == 1 and result.planned_steps == 50
+    assert result.stopped_note() == "Stopped after 1 of 50 steps: every figure here is of the 1 step that ran."
+    assert result.compile_s > 0 and result.memory["argument_bytes"] > 0 and "all-reduce" in result.collectives
+    assert TimingResult.from_dict(result.to_dict()) == result
 
 
 def test_planned_mesh_cannot_be_timed(seed_dict):
