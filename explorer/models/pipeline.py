@@ -83,8 +83,6 @@ class Pipeline(nn.Module):
         if self.is_initializing():  # creates the stacked weights (MaxText initialises its stages' vmap the same way)
             stacked(jnp.broadcast_to(micro[0], ((repeats,) if repeats > 1 else ()) + (stages,) + micro.shape[1:]))
         weights = nn.meta.unbox(stacked.variables["params"])
-        if repeats == 1:
-            weights = jax.tree_util.tree_map(lambda w: w[None], weights)
         group = _StageGroup(self.block, self.options, self.layers // (stages * repeats))
         run = jax.vmap(lambda w, h: group.apply({"params": w}, h), spmd_axis_name=axis)
         pick = jax.vmap(lambda w, r: jax.lax.dynamic_index_in_dim(w, r, 0, keepdims=False), in_axes=(1, 0), spmd_axis_name=axis)
@@ -97,7 +95,11 @@ class Pipeline(nn.Module):
             back = jax.lax.dynamic_index_in_dim(outputs, t % microbatches, 0, keepdims=False)
             state = nn.with_logical_constraint(state.at[0].set(jnp.where(t < microbatches, first, back)), state_names)
             repeat = jnp.clip((t - index) // microbatches, 0, repeats - 1)  # the repeat each stage is on
-            out = run(jax.tree_util.tree_map(lambda w: pick(w, repeat), weights), state)
+            # Without repeats every iteration runs the same weights: used as they are (loop-invariant), the backward
+            # loop reads them, where a per-iteration pick of them was kept for it once per iteration (XLA's peak grew
+            # by about the stage's weights every iteration).
+            here = weights if repeats == 1 else jax.tree_util.tree_map(lambda w: pick(w, repeat), weights)
+            out = run(here, state)
             done = t - (stages - 1)  # the microbatch pass leaving the last stage (none while negative)
             slot = done % microbatches
             kept = jax.lax.dynamic_index_in_dim(outputs, slot, 0, keepdims=False)
