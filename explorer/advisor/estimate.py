@@ -121,6 +121,9 @@ def estimate_candidate(
     # writes dX: each side of a projection crosses HBM three times per step.
     activation_traffic = sum(3 * p.runs * tokens_here * (p.embed + p.other_here) * width for p in projections)
     traffic = 2 * totals.param_bytes + 2 * totals.param_bytes + 2 * totals.opt_state_bytes + activation_traffic
+    if pipe is not None:  # every iteration of the loop reads its stage's weights forward and backward and adds to their gradient
+        stacked = sum(a.bytes_per_device for a in report.arrays if a.kind == "param" and a.path.startswith(PIPELINE_PREFIX))
+        traffic += 4 * (pipe.iterations - 1) * stacked
     memory_s = traffic / chip.device_hbm_bandwidth
     params = [a for a in report.arrays if a.kind == "param"]
     collectives: list[tuple[str, Collective]] = []

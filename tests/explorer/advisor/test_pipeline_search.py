@@ -95,6 +95,10 @@ def test_stage_1_costs_a_pipeline_by_its_sends_between_stages_not_by_gathers_ove
     # The bubble costs compute: the blocks run (4 + 2 - 1) / 4 times over, on half the blocks a device.
     plain = next(c for c in search.candidates if c.layout.name == "data8, data across slices")
     assert c.estimate.compute_s > plain.estimate.compute_s * 0.5
+    # Each iteration reads the stage's weights again (forward, backward) and adds to their gradient: more microbatches,
+    # less bubble but more weight traffic. The same mesh with 2 microbatches (3 iterations) has 6 fewer iterations' worth.
+    fewer = next(c for c in search.candidates if c.layout.name == "stage2xdata4+pp_mb2, stage across slices")
+    assert c.estimate.memory_s > fewer.estimate.memory_s
 
 
 def test_the_explanation_says_whether_a_pipeline_won_its_bubble_by_maxtexts_formula_and_the_gathers_it_saves(search):
