@@ -4,7 +4,7 @@
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
     python -m explorer compile LAYOUT.json --target NAME [--json]
-    python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME]
+    python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME] [--pipelines auto|on|off]
     python -m explorer url LAYOUT.json
     python -m explorer op SPEC.json [--json] [--time STEPS] [--warmup N]
 
@@ -110,6 +110,12 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     advise.add_argument(
         "--depth-option", metavar="NAME", default=None, help="the model option that sets its depth (default: a known name, e.g. layers)"
+    )
+    advise.add_argument(
+        "--pipelines",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="search pipelines of the built-in transformer (stage counts, microbatches; auto: on several slices)",
     )
     _pool_arguments(advise)
     url = commands.add_parser("url", help="print the layout as a link's query string")
@@ -487,7 +493,14 @@ def _advise(args: argparse.Namespace) -> int:
         depth_of(layout, args.depth_option)  # a bad name is refused before any work
     _configure_pool(args)
     search = advise(
-        layout, target, compiles=args.compiles, roles=roles, on_progress=progress, shortcut=shortcut, depth_option=args.depth_option
+        layout,
+        target,
+        compiles=args.compiles,
+        roles=roles,
+        on_progress=progress,
+        shortcut=shortcut,
+        depth_option=args.depth_option,
+        pipelines={"auto": None, "on": True, "off": False}[args.pipelines],
     )
     if args.json:
         json.dump(search_to_dict(search), sys.stdout, indent=2)

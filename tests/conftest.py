@@ -47,13 +47,14 @@ CPU_FILES = (
     "tests/explorer/hardware/test_gpu_targets.py",  # ~37 s
     "tests/explorer/timing/test_workers.py",  # ~33 s
     "tests/explorer/timing/test_pipeline_timing.py",  # ~55 s (a pipelined layout timed live)
-    "tests/explorer/models/test_pipeline.py",  # ~42 s (pipelined compiles and gradients on Auto and Explicit axes)
+    "tests/explorer/models/test_pipeline.py",  # ~60 s (pipelined compiles and gradients on Auto and Explicit axes, CPU compiles of one)
     "tests/explorer/predict/test_pipeline_bubble.py",  # ~45 s (a pipelined d_model-1024 transformer compiled for v5e-8)
     "tests/explorer/reading/test_types.py",  # ~28 s
     "tests/explorer/timing/test_timing.py",  # ~24 s
     "tests/explorer/predict/test_tpu_kernels.py",  # ~25 s (three TPU programs compiled in one child)
     "tests/pages/test_compile_again.py",  # ~25 s (two compiles for a 1-chip slice)
     "tests/explorer/models/test_maxtext.py",  # ~22 s with MaxText installed (a ground-truth child, two configs)
+    "tests/explorer/advisor/test_pipeline_search.py",  # ~21 s (stage 1 over two slices, pipelines included; no compile)
 )
 BROWSER_FILES = (
     "tests/browser/test_journeys.py",  # ~63 s

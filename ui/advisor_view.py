@@ -175,6 +175,8 @@ def show(search: advisor.Search, layout: Layout) -> None:
                     + f". {advisor.extrapolation_text(c)}."
                 )
             )
+    if advisor.pipeline_text(search):  # why a pipeline won or lost: its bubble and sends against the gathers it saves
+        st.info(markdown_literal(advisor.pipeline_text(search)))
     for failure in search.failures:
         st.error(markdown_literal(f"Compile failed: {failure}"))
     with st.container(key="advisor_table"):

@@ -10,6 +10,7 @@ the target and ranks by XLA's figures. One job a module:
 - ``search``: stage 1, stage 2 and its calibration, ``advise`` (both stages);
 - ``race``: the race of the top three on this process's devices;
 - ``depth``: the depth shortcut (compile at two small depths, extrapolate to the model's);
+- ``explain``: why a pipeline won or lost (its bubble and sends against the gathers the best other layout spends);
 - ``output``: JSON, the verdict, the table's rows and the text ``python -m explorer advise`` prints.
 
 Where each mesh axis lies on the target (a TPU slice's torus, a GPU cluster's hosts) and what its
@@ -40,6 +41,7 @@ from explorer.advisor.estimate import (
     stage1_estimate,
     tokens_per_step,
 )
+from explorer.advisor.explain import pipeline_explanation, pipeline_text, pipelined
 from explorer.advisor.output import (
     PREDICTION_NOTE,
     TABLE_COLUMNS,
@@ -134,6 +136,9 @@ __all__ = [
     "limit_text",
     "mesh_axes_for",
     "next_to_compile",
+    "pipeline_explanation",
+    "pipeline_text",
+    "pipelined",
     "nvlink_first",
     "predicted_text",
     "race_candidates",

@@ -41,6 +41,8 @@ import numpy as np
 
 from explorer.advisor.space import default_roles
 from explorer.analysis.report import Report
+from explorer.analysis.stage_plan import PIPELINE_PREFIX, pipeline_of
+from explorer.models.schedule import iterations
 from explorer.hardware.placement import AxisLink, mesh_links
 from explorer.predict.roofline import Collective, Estimate, collective_seconds
 from explorer.specs import SpecEntry, spec_axes
@@ -105,6 +107,9 @@ def estimate_candidate(
     input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
     splitting = math.prod(size for axis, size in mesh.items() if axis in input_axes or axis in tensor_like)
     active = param_count if moe is None else active_params(report, roles, tokens)
+    pipe = pipeline_profile(report, roles)
+    if pipe is not None:  # each device runs its stage's blocks, every iteration of the loop (the bubble's included)
+        active += pipe.block_params * (pipe.inflation / math.prod(mesh[axis] for axis in pipe.axes) - 1)
     flops = 6.0 * active * tokens * REMAT_COMPUTE.get(remat, 1.0) / splitting
     compute_s = flops / chip.device_peak_flops
     # Tokens each device holds: the token grid split over the axes that split the inputs.
@@ -116,11 +121,24 @@ def estimate_candidate(
     # writes dX: each side of a projection crosses HBM three times per step.
     activation_traffic = sum(3 * p.runs * tokens_here * (p.embed + p.other_here) * width for p in projections)
     traffic = 2 * totals.param_bytes + 2 * totals.param_bytes + 2 * totals.opt_state_bytes + activation_traffic
+    if pipe is not None:  # every iteration of the loop reads its stage's weights forward and backward and adds to their gradient
+        stacked = sum(a.bytes_per_device for a in report.arrays if a.kind == "param" and a.path.startswith(PIPELINE_PREFIX))
+        traffic += 4 * (pipe.iterations - 1) * stacked
     memory_s = traffic / chip.device_hbm_bandwidth
     params = [a for a in report.arrays if a.kind == "param"]
     collectives: list[tuple[str, Collective]] = []
     for axis, size in mesh.items():
         if size <= 1:
+            continue
+        if pipe is not None and axis in pipe.axes:
+            # The pipeline's sends (docs/pipelines.md): every iteration each stage passes one microbatch's activations
+            # (its tokens here x embed) to the next stage, a collective-permute over the stage axis, and back in the
+            # backward loop. No gather: each stage keeps its own blocks.
+            embed = max((p.embed for p in projections), default=0)
+            moved = 2 * pipe.iterations * tokens_here / pipe.microbatches * embed * width
+            collectives.append(
+                (f"pipeline sends x{2 * pipe.iterations} over {axis}", _collective("collective-permute", moved, axis, size, by_link))
+            )
             continue
         if axis in tensor_like:
             # Megatron (the book's "Transformer Accounting", tensor parallelism): a row-parallel projection's output
@@ -131,7 +149,12 @@ def estimate_candidate(
                 collectives.append((f"all-reduce x2 of activations over {axis}", _collective("all-reduce", moved, axis, size, by_link)))
         else:
             # Gradient accumulation gathers the parameters and reduce-scatters the gradients once per microbatch.
-            gathered = sum(a.bytes_per_device * size for a in params if axis in _axes_of(a.spec)) * microbatches
+            # A pipeline's stage weights are gathered in every iteration of its loop (MaxText's default; XLA does so).
+            gathered = microbatches * sum(
+                a.bytes_per_device * size * (pipe.iterations if pipe is not None and a.path.startswith(PIPELINE_PREFIX) else 1)
+                for a in params
+                if axis in _axes_of(a.spec)
+            )
             if gathered:
                 why = (
                     " (no all-to-all: the routed tokens stay, the experts are gathered)" if moe is not None and axis in moe.gathered else ""
@@ -283,6 +306,40 @@ def stage1_estimate(
     return estimate_candidate(
         report, target, tokens_per_step(report, chosen), report.totals.param_count, chosen, remat, microbatches, links
     )
+
+
+# --- a pipeline: its stages, microbatches and loop ---------------------------------------------------------
+
+
+class Pipe(NamedTuple):
+    """A pipelined built-in transformer as it runs (docs/pipelines.md): its stages, microbatches and repeats, the mesh
+    axes the rules give ``stage``, and the parameters of its stacked blocks."""
+
+    stages: int
+    microbatches: int
+    repeats: int
+    axes: frozenset[str]
+    block_params: int
+
+    @property
+    def iterations(self) -> int:
+        return iterations(self.stages, self.microbatches, self.repeats)
+
+    @property
+    def inflation(self) -> float:
+        """The loop's iterations over those with a microbatch for each stage: 1 / (1 - the bubble)."""
+        return self.iterations / (self.microbatches * self.repeats)
+
+
+def pipeline_profile(report: Report, roles: dict[str, str]) -> Pipe | None:
+    """The pipeline of a pipelined built-in transformer (``stage_plan.pipeline_of``); None for any other layout."""
+    if pipeline_of(report.layout) is None:
+        return None
+    options = report.layout.model.options
+    mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
+    axes = frozenset(a for r in report.layout.rules if roles.get(r.logical) == "stage" for a in r.mesh_axes if mesh.get(a, 1) > 1)
+    blocks = sum(math.prod(a.shape) for a in report.arrays if a.kind == "param" and a.path.startswith(PIPELINE_PREFIX))
+    return Pipe(options["pipeline_stages"], options.get("pipeline_microbatches", 1), options.get("pipeline_repeats", 1), axes, blocks)
 
 
 # --- mixture of experts: what runs ------------------------------------------------------------------

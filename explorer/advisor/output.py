@@ -10,6 +10,7 @@ from typing import Any
 
 from explorer.advisor.depth import SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
+from explorer.advisor.explain import pipeline_explanation, pipeline_text
 from explorer.advisor.candidates import Candidate, Search
 from explorer.compile.compile_result import TargetCompile
 from explorer.layout import Layout
@@ -147,6 +148,7 @@ def search_to_dict(search: Search) -> dict[str, Any]:
         "full_compiles": search.full_compiles,
         "calibration": search.calibration or None,
         "agreement": agreement(search),
+        "pipeline": pipeline_explanation(search),
         "depth_shortcut": None
         if search.depth is None
         else {
@@ -348,6 +350,8 @@ def search_text(search: Search) -> str:
     lines += [f"compile failed: {failure}" for failure in search.failures]
     if agreement_text(search):
         lines.append(agreement_text(search))
+    if pipeline_text(search):
+        lines.append(pipeline_text(search))
     if search.guessed_roles:
         lines.append(
             "roles guessed for names no convention knows (change with --role NAME=ROLE): "

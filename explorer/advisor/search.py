@@ -60,7 +60,9 @@ from explorer.compile.target_compile import Stopped
 from explorer.hardware.targets import Target, parse_target
 
 
-def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None) -> Search:
+def stage1(
+    layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None, pipelines: bool | None = None
+) -> Search:
     """Analyse every candidate: exact state per device, refusals counted, an estimated step each.
 
     The model is traced once for every candidate (``analysis.model_for_layouts``) and each generated
@@ -73,31 +75,31 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
     target = parse_target(target) if isinstance(target, str) else target
     search = search or Search(target)
     start = time.perf_counter()
-    layouts = candidate_layouts(layout, target, roles)
+    layouts = candidate_layouts(layout, target, roles, pipelines)  # pipelines: space.candidate_layouts (None: on several slices)
     if not layout.mesh.explicit:
         search.roles = chosen_roles(layout, roles)
         search.guessed_roles = {n: search.roles[n] for n in guessed_roles(sorted(search.roles)) if n not in (roles or {})}
-    try:  # Explicit axes: each candidate is read under its own mesh (the types depend on the sizes)
-        shared = model_for_layouts(layouts[1:]) if len(layouts) > 1 and not layout.mesh.explicit else None
-    except ExplorerError:  # the model's code refuses some of the names: each candidate is read (and refused) on its own
-        shared = None
-    if shared is not None and shared.probe_error:
-        shared = None
+    models = {}  # one trace per model configuration (a pipeline's options make another model: ``space.pipeline_meshes``)
+    for config in dict.fromkeys(c.model.key() for c in layouts[1:]):
+        models[config] = None if layout.mesh.explicit else _shared([c for c in layouts[1:] if c.model.key() == config])
     placed = [c.mesh for c in layouts if c.mesh.size == target.devices]
     prefetch(target, [m.shape for m in placed], [m.dcn for m in placed])  # one child places every mesh (TPU)
     limit = limit_bytes(target)
     # Names the model's code resolved itself (MaxText's maybe_shard_with_logical) reach no constraint under the probe:
     # each candidate's activations are then read under its own mesh and rules
-    unnamed = shared is not None and bool(shared.asked_names - names_of(shared.arrays))
+    unnamed = {config: shared is not None and bool(shared.asked_names - names_of(shared.arrays)) for config, shared in models.items()}
     for index, candidate in enumerate(layouts):
         own = index == 0
+        shared = models.get(candidate.model.key())
         if candidate.mesh.size != target.devices:
             search.refused += 1
             search.refused_examples.append(f"{candidate.name}: its mesh has {candidate.mesh.size} devices, the target {target.devices}")
             continue
         search.searched += 1
         try:  # a model that names mesh axes by hand (the NNX guide's P('data', 'model')) refuses other axis names
-            report = analyze(candidate) if own or shared is None else analyze(candidate, model=shared, received=unnamed)
+            report = (
+                analyze(candidate) if own or shared is None else analyze(candidate, model=shared, received=unnamed[candidate.model.key()])
+            )
         except ExplorerError as error:
             search.refused += 1
             if len(search.refused_examples) < 5:
@@ -142,6 +144,16 @@ def stage1(layout: Layout, target: Target | str, roles: dict[str, str] | None = 
     search.stage1_s = time.perf_counter() - start
     search.elapsed_s = search.stage1_s
     return search
+
+
+def _shared(layouts: list[Layout]):
+    """One abstract model read for every candidate of one model configuration (``model_for_layouts``); None where the
+    model's code refuses some of the names: each candidate is then read (and refused) on its own."""
+    try:
+        shared = model_for_layouts(layouts)
+    except ExplorerError:
+        return None
+    return None if shared.probe_error else shared
 
 
 def scanned(report: Report) -> bool:
@@ -189,7 +201,7 @@ def memory_variants(
     state = report.totals.state_bytes
     batch = _batch_split(report, roles)
     ladder = [(r, 1) for r in (REMAT_OPTIONS[remat_option] if remat_option else (None,))]
-    if micro_option:
+    if micro_option and int(options.get("pipeline_stages", 1)) == 1:  # a pipeline's batch is its own microbatches' to split
         ladder += [(ladder[-1][0], m) for m in MICROBATCH_CHOICES[1:] if batch[0] % (m * batch[1]) == 0]
     for remat, micro in ladder:
         if state + activation_bytes(report, roles, remat_cost(remat), micro) <= hbm:
@@ -564,9 +576,11 @@ def advise(
     shortcut: bool | None = None,
     depth_option: str | None = None,
     session: str = "local",
+    pipelines: bool | None = None,
 ) -> Search:
-    """Both stages. Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``."""
-    search = stage1(layout, target, roles)
+    """Both stages (``pipelines``: whether pipelines are searched, ``space.candidate_layouts``; None: on several slices).
+    Example: ``advise(load_layout_file("layouts/seed-2x4.json"), "v5litepod-8", compiles=2)``."""
+    search = stage1(layout, target, roles, pipelines=pipelines)
     if on_progress:
         on_progress(f"stage 1: {len(search.candidates)} candidates analysed, {search.refused} refused", search.stage1_s)
     return stage2(search, compiles, on_progress, should_stop, shortcut=shortcut, depth_option=depth_option, session=session)

@@ -38,8 +38,9 @@ from explorer.analysis.analyzer import logical_names
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
 from explorer.hardware.targets import Target, hosts_per_axis
+from explorer.models.options import TransformerOptions
 
-ROLES = ("batch", "embed", "tensor", "sequence", "expert", "batch_no_expert", "embed_no_expert", "none")
+ROLES = ("batch", "embed", "tensor", "sequence", "expert", "batch_no_expert", "embed_no_expert", "stage", "none")
 # Logical names by convention, each by its role (activation-only names included: a name the parameters do not carry
 # still shards the activations that carry it). The Flax guides' (batch, hidden, embed), this project's transformer,
 # MaxText's base.yml (activation_*, *_no_exp, exp, q_lora, kv_lora, embed_and_logits...), T5X's and flaxformer's
@@ -129,6 +130,7 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
         "seq_len",
     ),
     "expert": ("expert", "experts", "exp", "activation_exp", "num_experts"),
+    "stage": ("stage",),  # the built-in transformer's pipeline stages (explorer.models.pipeline): the stage mesh axis
     "none": (
         "layer",
         "layers",
@@ -176,7 +178,7 @@ ROLE_PATTERNS: tuple[tuple[str, str], ...] = (
     ("^activation_embed", "tensor"),
     ("(^|_)(embed|emb|model_dim|d_model)($|_)", "embed"),
 )
-AXIS_ORDER = ("data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, outermost first (tensor innermost)
+AXIS_ORDER = ("stage", "data", "fsdp", "sequence", "expert", "tensor")  # mesh axes, outermost first (tensor innermost)
 # Remat options other than this project's transformer's ``remat`` (whose values are estimate.REMAT_POLICIES): the option's
 # name, and the values the search tries, most kept first, each with the policy stage 1 costs it as. MaxText's
 # ``remat_policy`` (decoders.py get_remat_policy): minimal saves every projection's output, save_dot_except_mlp only the
@@ -221,7 +223,7 @@ def check_roles(roles: dict[str, str], names: Sequence[str]) -> None:
 def mesh_axes_for(roles: dict[str, str]) -> tuple[str, ...]:
     """The named axes the search factorizes over: data, fsdp, tensor, and sequence/expert where the model has them."""
     present = set(roles.values())
-    return tuple(a for a in AXIS_ORDER if a in ("data", "fsdp", "tensor") or a in present)
+    return tuple(a for a in AXIS_ORDER if a in ("data", "fsdp", "tensor") or a in present and a != "stage")
 
 
 def factorizations(devices: int, axes: int) -> list[tuple[int, ...]]:
@@ -256,12 +258,15 @@ def rules_for(roles: dict[str, str], mesh_axes: Sequence[str]) -> list[list]:
         "none": None,
         "batch_no_expert": axes("data", "fsdp"),
         "embed_no_expert": axes("fsdp", "sequence"),
+        "stage": axes("stage"),
     }
     return [[name, by_role[roles[name]]] for name in sorted(roles)]
 
 
-def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | None = None) -> list[Layout]:
-    """The search space: the layout itself first, then one layout per factorization (fixed order).
+def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | None = None, pipelines: bool | None = None) -> list[Layout]:
+    """The search space: the layout itself first, then one layout per factorization (fixed order), then the pipelines
+    (``pipeline_meshes``) where ``pipelines`` says so (None: on several slices, where a pipeline can keep the
+    parameters' gathers off the data-center network; True: on one slice too).
 
     A layout with Explicit axes keeps its own mesh axes, axis types and rules, and the search
     factorizes the target's devices over those axes: such a model names mesh axes in its own code
@@ -280,18 +285,25 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
     chosen = chosen_roles(layout, roles)
     axes = mesh_axes_for(chosen)
     out, seen = [layout], {_identity(layout)}
-    for sizes in factorizations(target.devices, len(axes)):
-        kept = [(a, s) for a, s in zip(axes, sizes) if s > 1] or [(axes[0], 1)]
+    plain = {k: v for k, v in layout.model.options.items() if k not in PIPELINE_OPTIONS}
+    meshes = [(sizes, {}) for sizes in factorizations(target.devices, len(axes))]
+    for stages, micro, sizes in (
+        pipeline_meshes(layout, target) if (target.multislice if pipelines is None else pipelines) else ()
+    ):  # the pipelines: a stage axis, then data, fsdp, tensor
+        meshes.append((sizes, {"pipeline_stages": stages, "pipeline_microbatches": micro}))
+    for sizes, pipeline in meshes:
+        names = ("stage",) + PIPELINE_AXES if pipeline else axes
+        kept = [(a, s) for a, s in zip(names, sizes) if s > 1] or [(names[0], 1)]
         mesh_axes = [a for a, _ in kept]
         if not nvlink_first(target, kept):
             continue
-        name = "x".join(f"{a}{s}" for a, s in kept)
+        name = "x".join(f"{a}{s}" for a, s in kept) + (f"+pp_mb{pipeline['pipeline_microbatches']}" if pipeline else "")
         candidate = parse_layout(
             {
                 "name": name,
                 "mesh": {"shape": [s for _, s in kept], "axes": mesh_axes},
-                "rules": rules_for(chosen, mesh_axes),
-                "model": {"name": layout.model.name, "options": dict(layout.model.options)},
+                "rules": rules_for({**chosen, "stage": "stage"} if pipeline else chosen, mesh_axes),
+                "model": {"name": layout.model.name, "options": {**plain, **pipeline}},
             }
         )
         for spread in across_slices(candidate, target):
@@ -301,7 +313,39 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
     return out
 
 
-SLICE_AXES = ("data", "fsdp")  # the axes a candidate may spread over several slices: data or FSDP over the DCN, never tensor
+PIPELINE_OPTIONS = ("pipeline_stages", "pipeline_microbatches", "pipeline_repeats")  # the built-in transformer's (docs/pipelines.md)
+PIPELINE_AXES = ("data", "fsdp", "tensor")  # the axes beside a pipeline's stage axis (its stage axis outermost)
+PIPELINE_MICROBATCHES = (1, 2, 4)  # microbatches per stage tried: stages x these (the bubble (S-1)/(M+S-1) falls with M)
+
+
+def pipeline_meshes(layout: Layout, target: Target) -> list[tuple[int, int, tuple[int, ...]]]:
+    """The pipelines the search tries for a model that can pipeline (the built-in transformer, whose options say
+    ``pipeline_stages``; docs/pipelines.md): (stages, microbatches, the mesh sizes of stage, data, fsdp, tensor) for
+    every stage count above 1 that divides both the layers and the devices, every factorization of the rest over
+    ``PIPELINE_AXES``, and microbatch counts of stages x ``PIPELINE_MICROBATCHES`` that divide the batch into
+    microbatches the data and FSDP axes still divide. The stage axis goes over the slices or inside one
+    (``across_slices``). Not searched: circular repeats."""
+    if layout.model.name != "transformer" or layout.mesh.explicit:
+        return []
+    options = TransformerOptions.model_validate({k: v for k, v in layout.model.options.items() if k not in PIPELINE_OPTIONS})
+    layers, batch = options.layers, options.batch // options.microbatches
+    out = []
+    for stages in range(2, min(layers, target.devices) + 1):
+        if layers % stages or target.devices % stages:
+            continue
+        for rest in factorizations(target.devices // stages, len(PIPELINE_AXES)):
+            for per in PIPELINE_MICROBATCHES:
+                micro = stages * per
+                if batch % micro == 0 and (batch // micro) % (rest[0] * rest[1]) == 0:
+                    out.append((stages, micro, (stages,) + rest))
+    return out
+
+
+SLICE_AXES = (
+    "stage",
+    "data",
+    "fsdp",
+)  # the axes a candidate may spread over several slices: stages, data or FSDP over the DCN, never tensor
 
 
 def across_slices(candidate: Layout, target: Target) -> list[Layout]:

@@ -102,8 +102,6 @@ class Pipeline(nn.Module):
             layout = {"out_sharding": P(*(None,) * (len(front) - 1), *state_spec)} if explicit else {}
             stacked(jnp.broadcast_to(micro[0], front + micro.shape[1:], **layout))
         weights = nn.meta.unbox(stacked.variables["params"])
-        if repeats == 1:
-            weights = jax.tree_util.tree_map(lambda w: w[None], weights)
         group = _StageGroup(self.block, self.options, self.layers // (stages * repeats))
         run = jax.vmap(lambda w, h: group.apply({"params": w}, h), spmd_axis_name=axis)
         pick = jax.vmap(lambda w, r: jax.lax.dynamic_index_in_dim(w, r, 0, keepdims=False), in_axes=(1, 0), spmd_axis_name=axis)
@@ -137,7 +135,11 @@ class Pipeline(nn.Module):
             entering = jnp.where(t < microbatches, first, back)  # the first stage's input: a new microbatch or one coming back
             state = constrained(enter(state, entering))
             repeat = jnp.clip((t - index) // microbatches, 0, repeats - 1)  # the repeat each stage is on
-            out = run(jax.tree_util.tree_map(lambda w: pick(w, repeat), weights), state)
+            # Without repeats every iteration runs the same weights: used as they are (loop-invariant), the backward
+            # loop reads them, where a per-iteration pick of them was kept for it once per iteration (XLA's peak grew
+            # by about the stage's weights every iteration).
+            here = weights if repeats == 1 else jax.tree_util.tree_map(lambda w: pick(w, repeat), weights)
+            out = run(here, state)
             done = t - (stages - 1)  # the microbatch pass leaving the last stage (none while negative)
             slot = done % microbatches
             kept = jax.lax.dynamic_index_in_dim(outputs, slot, 0, keepdims=False)

@@ -227,3 +227,29 @@ def test_on_explicit_axes_the_report_shows_the_stage_sharding_jax_types_and_mate
     # the shift between stages, an auto_axes region of the model's own: shown where it leaves the types and comes back
     shift = [v.communication for v in report.values if v.function.endswith("shift") and v.communication]
     assert len(shift) == 2 and shift[0].startswith("into auto_axes") and "P('stage', 'data', None, None)" in shift[1], shift
+
+
+def _temp_bytes(microbatches: int) -> tuple[int, int]:
+    """XLA's temporaries (CPU) for the loss and gradients of a 2-stage pipeline with wide weights and few tokens, and
+    the stacked block weights' bytes."""
+    options = TransformerOptions(
+        **{**SMALL, "layers": 2, "batch": 8, "seq_len": 4, "d_model": 64, "mlp_dim": 256, "heads": 4, "kv_heads": 4, "head_dim": 16},
+        pipeline_stages=2,
+        pipeline_microbatches=microbatches,
+    )
+    model = Transformer(options)
+    tokens = jnp.zeros((8, 4), jnp.int32)
+    params = jax.eval_shape(model.init, jax.random.key(0), tokens)["params"]
+    grad = jax.jit(jax.grad(lambda p: next_token_loss(model.apply({"params": p}, tokens), tokens)))
+    compiled = grad.lower(params).compile()
+    weights = sum(w.size * w.dtype.itemsize for w in jax.tree_util.tree_leaves(params["pipeline"]))
+    return compiled.memory_analysis().temp_size_in_bytes, weights
+
+
+def test_the_backward_loop_keeps_the_stage_weights_once_not_once_per_iteration():
+    """Without repeats every iteration runs the same weights. Picked afresh in each iteration, a copy of them was kept
+    for the backward loop once per iteration (on two v5e slices, 2 stages of a 14 B-parameter model: 33.1 GiB peak
+    where 19.6 GiB now). From 2 to 8 microbatches (3 to 9 iterations) the temporaries must grow by less than the weights."""
+    few, weights = _temp_bytes(2)
+    many, _ = _temp_bytes(8)
+    assert many - few < weights, (few, many, weights)
