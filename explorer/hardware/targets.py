@@ -27,6 +27,7 @@ per host). JAX numbers the devices host-major: host 0's GPUs are devices 0..G-1,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -198,6 +199,23 @@ class Target:
             "dcn_bandwidth_what": dcn.what,
             "dcn_bandwidth_source": dcn.source,
         }
+
+
+@functools.lru_cache(maxsize=16)
+def tpu_topology(target: Target):
+    """libtpu's description of a TPU target's devices (slice by slice, each a MegaScale device with its slice_index).
+
+    One description per target and process: a model that holds its own mesh (MaxText's layers do) builds it over
+    these same devices, and JAX refuses a constraint whose devices come from another description, ids equal or not."""
+    from jax.experimental import topologies
+
+    kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
+    if target.multislice:
+        kwargs["num_slices"] = target.num_slices
+    try:
+        return topologies.get_topology_desc(topology_name=target.slice_topology, platform="tpu", **kwargs)
+    except Exception as error:  # libtpu missing or refusing the name
+        raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
 
 
 def slice_shape(chip: Chip, chips: int) -> tuple[int, ...] | None:

@@ -122,3 +122,45 @@ def test_advice_written_as_parallelism_keys_builds_that_mesh(ici, dcn):
     assert tuple(built.mesh.axis_names) == maxtext.MESH_AXES
     expected = {axis: ici.get(axis, 1) * dcn.get(axis, 1) for axis in maxtext.MESH_AXES}
     assert dict(built.mesh.shape) == expected
+
+
+@needs_maxtext
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_cli_path_reads_maxtexts_parameters_and_mesh(name, ground_truth, capsys):
+    """``explorer analyze --maxtext KEY=VALUE ... --json``: the layout MaxText's config makes (its mesh, its rules, the
+    ``maxtext`` model) analyzed by the explorer's own reading gives every parameter MaxText's shape, dtype and spec."""
+    from explorer.__main__ import main
+
+    truth = ground_truth[name]
+    assert main(["analyze", "--maxtext", *CONFIGS[name], "--json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out[out.index("\n{") + 1 :] if not out.startswith("{") else out)  # MaxText prints to stdout on import
+    assert report["layout"]["mesh"]["axes"] == truth["axes"]
+    assert report["layout"]["mesh"]["shape"] == truth["shape"]
+    assert report["layout"]["model"] == {"name": "maxtext", "options": maxtext.parse_keys(CONFIGS[name])}
+    sizes = dict(zip(truth["axes"], truth["shape"]))
+
+    def placed(spec):  # MaxText drops the mesh axes of size 1 from its specs; sharding over them places nothing
+        entries = [[a for a in ([e] if isinstance(e, str) else e or []) if sizes[a] > 1] for e in spec]
+        return [None if not e else e[0] if len(e) == 1 else e for e in entries]
+
+    params = {
+        a["path"].removeprefix("params/"): {"shape": a["shape"], "dtype": a["dtype"], "spec": placed(a["spec"])}
+        for a in report["arrays"]
+        if a["kind"] == "param" and "/rngs/" not in a["path"]  # MaxText's layers keep their nnx.Rngs as state
+    }
+    assert params == {path: p | {"spec": placed(p["spec"])} for path, p in truth["parameters"].items()}
+    assert any(p["spec"] != [None] * len(p["spec"]) for p in params.values())  # something is sharded
+
+
+def test_cli_without_maxtext_one_message_exit_2(monkeypatch, capsys):
+    from explorer.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "maxtext", None)
+    monkeypatch.setitem(sys.modules, "maxtext.configs", None)
+    monkeypatch.setitem(sys.modules, "maxtext.configs.pyconfig", None)
+    assert main(["analyze", "--maxtext", "model_name=llama2-7b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --maxtext: ") and maxtext.INSTALL_LINE in err and "Traceback" not in err
+    assert main(["analyze", "--maxtext", "per_device_batch_size"]) == 2
+    assert "'per_device_batch_size' is not KEY=VALUE" in capsys.readouterr().err
