@@ -10,11 +10,13 @@ config is opened, so nothing else in the project needs it. The config is MaxText
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import os
 import re
+import sys
 from typing import Any
 
 from explorer.errors import ExplorerError, first_line
@@ -84,8 +86,9 @@ def parallelism_keys(ici: dict[str, int], dcn: dict[str, int] | None = None) -> 
 def require_maxtext() -> None:
     """Import MaxText's config machinery, or raise the one message that says how to install it."""
     try:
-        importlib.import_module("maxtext.configs.pyconfig")
-        importlib.import_module("maxtext.utils.model_creation_utils")
+        with contextlib.redirect_stdout(sys.stderr):  # MaxText prints on import; stdout is for results (--json)
+            importlib.import_module("maxtext.configs.pyconfig")
+            importlib.import_module("maxtext.utils.model_creation_utils")
     except ImportError as error:
         raise ExplorerError(
             FIELD, getattr(error, "name", None) or "maxtext", f"needs MaxText, an optional extra: {INSTALL_LINE} ({first_line(error)})"

@@ -133,8 +133,7 @@ def test_the_cli_path_reads_maxtexts_parameters_and_mesh(name, ground_truth, cap
 
     truth = ground_truth[name]
     assert main(["analyze", "--maxtext", *CONFIGS[name], "--json"]) == 0
-    out = capsys.readouterr().out
-    report = json.loads(out[out.index("\n{") + 1 :] if not out.startswith("{") else out)  # MaxText prints to stdout on import
+    report = json.loads(capsys.readouterr().out)  # MaxText's own prints kept off stdout
     assert report["layout"]["mesh"]["axes"] == truth["axes"]
     assert report["layout"]["mesh"]["shape"] == truth["shape"]
     assert report["layout"]["model"] == {"name": "maxtext", "options": maxtext.parse_keys(CONFIGS[name])}
@@ -164,3 +163,17 @@ def test_cli_without_maxtext_one_message_exit_2(monkeypatch, capsys):
     assert err.startswith("error: --maxtext: ") and maxtext.INSTALL_LINE in err and "Traceback" not in err
     assert main(["analyze", "--maxtext", "per_device_batch_size"]) == 2
     assert "'per_device_batch_size' is not KEY=VALUE" in capsys.readouterr().err
+
+
+@needs_maxtext
+def test_compile_maxtext_for_a_target(capsys):
+    """``explorer compile --maxtext ... --target v5e-8 --json``: the child compiles MaxText's own layers on the target's
+    devices (their mesh and the compile's from one libtpu description; MaxText's prints kept off the result's stdout)."""
+    from explorer.__main__ import main
+
+    assert main(["compile", "--maxtext", *TINY, "ici_fsdp_parallelism=8", "--target", "v5e-8", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["target"]["name"] in ("v5e-8", "v5litepod-8")
+    assert result["mesh"]["shape"] == [1, 1, 1, 8, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert result["fits"] is True
+    assert any("fsdp" in c["mesh_axes"] for c in result["collectives"] if c.get("mesh_axes"))
