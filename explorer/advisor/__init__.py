@@ -48,6 +48,8 @@ from explorer.advisor.output import (
     candidate_to_dict,
     extrapolation_text,
     limit_text,
+    maxtext_advice_text,
+    maxtext_keys,
     predicted_text,
     rules_text,
     search_text,
@@ -153,5 +155,7 @@ __all__ = [
     "target_text",
     "tokens_per_step",
     "verdict_text",
+    "maxtext_advice_text",
+    "maxtext_keys",
     "verified",
 ]
