@@ -5,6 +5,7 @@
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
     python -m explorer compile LAYOUT.json --target NAME [--json]
     python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME] [--pipelines auto|on|off]
+    python -m explorer analyze|compile|advise --maxtext KEY=VALUE ... [--target NAME]   (a MaxText config, its own keys)
     python -m explorer url LAYOUT.json
     python -m explorer op SPEC.json [--json] [--time STEPS] [--warmup N]
 
@@ -44,7 +45,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--devices", type=int, default=None, help="simulated CPU devices (default 8, or EXPLORER_CPU_DEVICES)")
     commands = parser.add_subparsers(dest="command", required=True)
     analyze = commands.add_parser("analyze", help="how every array of the train step is sharded")
-    analyze.add_argument("layout", help="a layout JSON file, or - for standard input")
+    analyze.add_argument("layout", nargs="?", help="a layout JSON file, or - for standard input (or --maxtext)")
+    _maxtext_argument(analyze)
     analyze.add_argument("--json", action="store_true", help="print the report as JSON")
     analyze.add_argument("--tiles", action="store_true", help="include the block each device holds, for every array")
     analyze.add_argument(
@@ -203,7 +205,8 @@ def _target_command(commands, name: str, help: str, layout_help: str, *, sweep: 
     """A command that takes a layout and a target (``compile``, ``advise``): its layout, ``--target`` (repeatable for a
     sweep) and ``--json``."""
     parser = commands.add_parser(name, help=help)
-    parser.add_argument("layout", help=layout_help)
+    parser.add_argument("layout", nargs="?", help=layout_help + " (or --maxtext)")
+    _maxtext_argument(parser)
     parser.add_argument(
         "--target",
         required=True,
@@ -212,6 +215,34 @@ def _target_command(commands, name: str, help: str, layout_help: str, *, sweep: 
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser
+
+
+def _maxtext_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--maxtext",
+        nargs="+",
+        metavar="KEY=VALUE",
+        default=None,
+        help="a MaxText config instead of a layout file: MaxText's own keys as train_compile.py takes them (model_name=llama2-7b "
+        "per_device_batch_size=4 ici_fsdp_parallelism=8 compile_topology=v5e-256 ...); --target wins over compile_topology; "
+        "needs the optional extra: pip install --no-deps -r requirements-maxtext.txt",
+    )
+
+
+def _layout_of(args: argparse.Namespace, target: str | None = None):
+    """The command's layout: its file, or a MaxText config (``--maxtext``) built by MaxText for ``target``."""
+    from explorer.errors import ExplorerError
+
+    if args.maxtext is not None and args.layout is not None:
+        raise ExplorerError("--maxtext", " ".join(args.maxtext), f"replaces a layout file; give one or the other, not {args.layout!r} too")
+    if args.maxtext is not None:
+        from explorer.layout import parse_layout
+        from explorer.models import maxtext
+
+        return parse_layout(maxtext.layout_data(args.maxtext, target))
+    if args.layout is None:
+        raise ExplorerError("layout", None, "is missing: give a layout JSON file, - for standard input, or --maxtext KEY=VALUE ...")
+    return _load(args.layout)
 
 
 def _distributed_arguments(timing: argparse.ArgumentParser) -> None:
@@ -254,7 +285,7 @@ def _load(path: str):
 def _analyze(args: argparse.Namespace) -> int:
     from explorer.analysis.analyzer import analyze, array_to_dict, report_to_dict
 
-    report = analyze(_load(args.layout))
+    report = analyze(_layout_of(args))
     tiles, pattern = args.tiles or args.tiles_for is not None, args.tiles_for or "*"
     if args.values is not None and not report.typed:
         from explorer.errors import ExplorerError
@@ -469,7 +500,6 @@ def _advise(args: argparse.Namespace) -> int:
     """Progress on stderr, the verdict and the ranked table (or ``--json``) on stdout."""
     from explorer.advisor import advise, depth_of, search_text, search_to_dict
     from explorer.errors import ExplorerError
-    from explorer.layout import load_layout_file
     from explorer.hardware.targets import parse_target
 
     if args.compiles < 0:
@@ -480,7 +510,7 @@ def _advise(args: argparse.Namespace) -> int:
         if not sep or not name:
             raise ExplorerError("--role", item, "is not NAME=ROLE, e.g. hidden=tensor")
         roles[name] = role
-    layout, target = load_layout_file(args.layout), parse_target(args.target)
+    layout, target = _layout_of(args, args.target), parse_target(args.target)
     shown = [None]
 
     def progress(stage: str, elapsed: float) -> None:
@@ -516,10 +546,14 @@ def _compile(args: argparse.Namespace) -> int:
 
         return child_main(args.layout, args.target[-1])
     from explorer.compile.compile_pool import POOL
-    from explorer.layout import load_layout_file
+    from explorer.errors import ExplorerError
     from explorer.hardware.targets import parse_target
 
-    layout, targets = load_layout_file(args.layout), [parse_target(t) for t in args.target]
+    if args.maxtext is not None and len(args.target) > 1:
+        raise ExplorerError(
+            "--target", args.target, "is one slice with --maxtext (MaxText builds its mesh for it); run one compile per target"
+        )
+    layout, targets = _layout_of(args, args.target[0] if args.maxtext is not None else None), [parse_target(t) for t in args.target]
     _configure_pool(args)
     shown = [None]
 

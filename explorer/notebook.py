@@ -21,9 +21,9 @@ import numbers
 import os
 from typing import TYPE_CHECKING, Any, Mapping
 
-import numpy as np
 
 from explorer.analysis.report import KIND_LABELS, ArrayInfo, Report
+from explorer.analysis.report import itemsize as element_bytes
 from explorer.analysis.analyzer import analyze as analyze_layout
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, load_layout_file, parse_layout
@@ -133,7 +133,7 @@ class NotebookReport(Report):
                 f"is not {{dimension: block}} for dimensions of the {ndim}-D array {info.path!r} other than the drawn {(row_dim, col_dim)}",
             )
         view = grid_view(info.shape, info.spec, self.mesh, row_dim, col_dim, {int(d): int(k) for d, k in cut.items()})
-        itemsize = np.dtype(info.dtype).itemsize
+        itemsize = element_bytes(info.dtype)
         # Plotly renders a subset of HTML (<b>, <a href>, ...) in titles and axis labels: names are escaped there too.
         labels = [html.escape(label, quote=False) for label in _dim_labels(info)]
         return sharding_grid(view, self.mesh, itemsize, labels, title=html.escape(info.path, quote=False))

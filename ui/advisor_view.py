@@ -148,6 +148,11 @@ def show(search: advisor.Search, layout: Layout) -> None:
             st.info(markdown_literal(note))
     best = ranked[0] if ranked else None
     (st.success if best is not None and best.fits else st.error)(markdown_literal(advisor.verdict_text(search)))
+    keys = advisor.maxtext_advice_text(search)
+    if keys:  # a MaxText config: the advice as the keys to set, ready to paste
+        label, _, line = keys.partition(": ")
+        st.caption(markdown_literal(label + ":"))
+        st.code(line, language="bash", wrap_lines=True)
     st.caption(
         f"Searched {search.searched} candidate(s), of which {search.refused} refused (layouts JAX would refuse), {search.compiles} compiled "
         f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s. "

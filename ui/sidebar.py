@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer.hardware import devices
-from explorer.models import MODELS, allowed_factories, is_factory
+from explorer.models import MAXTEXT, MODELS, allowed_factories, is_factory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.analysis.presets import EXAMPLES, fit_preset, model_preset
@@ -274,10 +274,12 @@ def _reordered(rows: list[list[Any]]) -> bool:
 
 def _model_section() -> tuple[dict[str, Any], Any]:
     st.subheader("Model")
-    names = list(MODELS) + list(allowed_factories())
+    names = list(MODELS) + [MAXTEXT] + list(allowed_factories())
     if st.session_state.get(state.MODEL) not in names:
         names.append(st.session_state[state.MODEL])
-    name = st.selectbox("Model", names, key=state.MODEL, format_func=lambda n: n if is_factory(n) else f"{n}: {MODELS[n].description}")
+    name = st.selectbox("Model", names, key=state.MODEL, format_func=_model_label)
+    if name == MAXTEXT:
+        return _maxtext_section()
     if is_factory(name):
         st.session_state.setdefault(state.FACTORY_OPTIONS, "{}")
         st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS)
@@ -310,6 +312,51 @@ def _apply_size_preset(model: str) -> None:
     preset = st.session_state[f"size_preset::{model}"]
     for field, value in MODELS[model].presets.get(preset, {}).items():
         st.session_state[state.option_key(model, field)] = value
+
+
+def _model_label(name: str) -> str:
+    if name == MAXTEXT:
+        return f"{MAXTEXT}: a MaxText config, by its own keys (optional extra)"
+    return name if is_factory(name) else f"{name}: {MODELS[name].description}"
+
+
+def _maxtext_section() -> tuple[dict[str, Any], Any]:
+    """A MaxText config: its keys as KEY=VALUE lines (MaxText's own, as train_compile.py takes them), and a button
+    that writes MaxText's mesh, rules and target for them into the sidebar (MaxText builds them: docs/maxtext.md)."""
+    from explorer.models import maxtext
+
+    st.session_state.setdefault(state.MAXTEXT_KEYS, "model_name=llama2-7b\nper_device_batch_size=1\ncompile_topology=v5e-8")
+    st.text_area("MaxText keys (KEY=VALUE, one a line)", key=state.MAXTEXT_KEYS, height=160)
+    lines = [line for line in st.session_state[state.MAXTEXT_KEYS].splitlines() if line.strip()]
+    messages = st.container(key="model_messages")
+    try:
+        options = maxtext.parse_keys(lines)
+    except ExplorerError as error:
+        messages.error(markdown_literal(str(error)))
+        return {"name": MAXTEXT, "options": st.session_state[state.MAXTEXT_KEYS]}, messages
+    st.button("Use MaxText's mesh and rules for these keys", key="maxtext_apply", on_click=_apply_maxtext, args=(lines,))
+    error = st.session_state.get(MAXTEXT_ERROR)
+    if error and maxtext.INSTALL_LINE not in error:  # MaxText missing: the page's analysis of the model says it, once
+        messages.error(markdown_literal(error))
+    return {"name": MAXTEXT, "options": options}, messages
+
+
+MAXTEXT_ERROR = "maxtext_error"  # why the last "Use MaxText's mesh" failed (MaxText not installed, a refused key)
+
+
+def _apply_maxtext(lines: list[str]) -> None:
+    """The button's callback (it runs before the next script run, so loading can set the widgets' values): MaxText's
+    layout for the keys, or the one message why not; the keys typed are kept either way."""
+    from explorer.models import maxtext
+
+    st.session_state.pop(MAXTEXT_ERROR, None)
+    try:
+        layout = parse_layout(maxtext.layout_data(lines))
+    except ExplorerError as error:  # MaxText not installed (the install line), or a key or value it refuses
+        st.session_state[MAXTEXT_ERROR] = str(error)
+        return
+    state.load_layout(layout)
+    st.session_state.pop(state.RULES_EDITOR, None)
 
 
 def _factory_options() -> Any:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import streamlit as st
 
 from explorer.layout import Layout, seed_layout
-from explorer.models import MODELS, is_factory
+from explorer.models import MAXTEXT, MODELS, is_factory
 
 NAME = "layout_name"
 MESH_SHAPE = "mesh_shape_text"
@@ -25,6 +25,7 @@ RULES = "rules_base"
 RULES_VERSION = "rules_version"
 MODEL = "model_name"
 FACTORY_OPTIONS = "factory_options_text"
+MAXTEXT_KEYS = "maxtext_keys_text"  # a MaxText config's keys, KEY=VALUE one a line
 LAST_VALID = "last_valid_layout"
 TIMING_RESULTS = "timing_results"  # Layout.key -> TimingResult, written by the Timing page, read by Compare
 RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
@@ -124,6 +125,8 @@ def load_layout(layout: Layout, keep_selection: bool = False) -> None:
     state[MODEL] = layout.model.name
     if is_factory(layout.model.name):
         state[FACTORY_OPTIONS] = json.dumps(layout.model.options)
+    elif layout.model.name == MAXTEXT:
+        state[MAXTEXT_KEYS] = "\n".join(f"{key}={value}" for key, value in layout.model.options.items())
     else:
         prefix = option_key(layout.model.name, "")
         for key in [k for k in state.keys() if k.startswith(prefix)]:

@@ -50,6 +50,8 @@ from explorer.advisor.output import (
     candidate_to_dict,
     extrapolation_text,
     limit_text,
+    maxtext_advice_text,
+    maxtext_keys,
     predicted_text,
     rules_text,
     search_text,
@@ -158,5 +160,7 @@ __all__ = [
     "target_text",
     "tokens_per_step",
     "verdict_text",
+    "maxtext_advice_text",
+    "maxtext_keys",
     "verified",
 ]

@@ -37,10 +37,9 @@ import dataclasses
 import math
 from typing import NamedTuple, Sequence
 
-import numpy as np
 
 from explorer.advisor.space import default_roles
-from explorer.analysis.report import Report
+from explorer.analysis.report import Report, itemsize
 from explorer.analysis.stage_plan import PIPELINE_PREFIX, pipeline_of
 from explorer.models.schedule import iterations
 from explorer.hardware.placement import AxisLink, mesh_links
@@ -259,8 +258,8 @@ def _projections(
 
 def _activation_itemsize(report: Report) -> int:
     """Bytes per activation element: the declared activations' widest dtype, else the parameters'."""
-    sizes = [np.dtype(a.dtype).itemsize for a in report.arrays if a.kind == "activation"]
-    sizes = sizes or [np.dtype(a.dtype).itemsize for a in report.arrays if a.kind == "param"]
+    sizes = [itemsize(a.dtype) for a in report.arrays if a.kind == "activation"]
+    sizes = sizes or [itemsize(a.dtype) for a in report.arrays if a.kind == "param"]
     return max(sizes, default=4)
 
 

@@ -17,7 +17,10 @@ from explorer.layout import Layout
 from explorer.predict.roofline import collective_seconds
 from explorer.predict.step_model import SCOPE
 from explorer.compile.xla_results import memory_limit
-from explorer.hardware.targets import Target
+from explorer.hardware.targets import Target, slice_split
+from explorer.errors import ExplorerError
+from explorer.models import MAXTEXT
+from explorer.models.maxtext import parallelism_keys
 from explorer.formats import human_bytes, plain_table, share
 from explorer.compile.compile_result import memory_room
 from explorer.formats import counted
@@ -108,6 +111,7 @@ def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) ->
         "activation_bytes_estimate": c.activation_bytes,
         "xla_refused": c.refused,
         "compiled_on": c.compiled_on,
+        "maxtext_keys": None if target is None else maxtext_keys(c.layout, target),
     }
 
 
@@ -130,6 +134,33 @@ def _extrapolation_dict(result: TargetCompile) -> dict[str, Any]:
         "predicted_s": estimate.predicted_s if estimate else None,
         "bound": estimate.bound if estimate else None,
     }
+
+
+def maxtext_keys(layout: Layout, target: Target) -> list[str] | None:
+    """A MaxText config's candidate as the MaxText keys that make its mesh on ``target``: every axis's
+    ``ici_*_parallelism`` (inside a slice) and ``dcn_*_parallelism`` (the slices it spans; all 1 on one slice, so none
+    of base.yml's -1 defaults fills in). None for another model, or a mesh whose axes are not MaxText's."""
+    if layout.model.name != MAXTEXT:
+        return None
+    shape, axes = tuple(layout.mesh.shape), tuple(layout.mesh.axes)
+    try:
+        dcn = slice_split(target, shape, axes, layout.mesh.dcn)
+        ici = {axis: size // share for axis, size, share in zip(axes, shape, dcn)}
+        return parallelism_keys(ici, dict(zip(axes, dcn)))
+    except ExplorerError:
+        return None
+
+
+def maxtext_advice_text(search: Search) -> str | None:
+    """The advice for a MaxText config, as the keys to set (``--maxtext``'s own spelling), and whether its rules differ
+    from the config's own (then the YAML export writes them)."""
+    ranked = search.ranked()
+    keys = maxtext_keys(ranked[0].layout, search.target) if ranked else None
+    if keys is None:
+        return None
+    own = next((c for c in search.candidates if c.own), None)
+    rules = "" if own is None or own.layout.rules == ranked[0].layout.rules else " and its logical_axis_rules (Share: MaxText YAML)"
+    return f"MaxText keys to set{rules}: " + " ".join(keys)
 
 
 def search_to_dict(search: Search) -> dict[str, Any]:
@@ -335,6 +366,7 @@ def search_text(search: Search) -> str:
     """What ``python -m explorer advise`` prints: the verdict, what was searched and compiled, the ranked table."""
     lines = [
         verdict_text(search),
+        *([maxtext_advice_text(search)] if maxtext_advice_text(search) else []),
         target_text(search.target),
         f"searched {search.searched} candidate(s), {search.refused} refused by the analysis, {search.compiles} compiled "
         f"({search.cached_compiles} from the disk cache); stage 1 {search.stage1_s:.1f} s, whole search {search.elapsed_s:.1f} s",

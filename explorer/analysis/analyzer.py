@@ -17,7 +17,6 @@ import math
 from typing import Any, Sequence
 
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from explorer import tiles as tiles_lib
@@ -26,7 +25,7 @@ from explorer import reading
 from explorer.reading import AbstractArray, AbstractModel, abstract_model, collector
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
-from explorer.analysis.report import KINDS, ArrayInfo, Finding, Report, Totals
+from explorer.analysis.report import KINDS, ArrayInfo, Finding, Report, Totals, itemsize
 from explorer.meshes import jax_mesh, layout_mesh, mesh_info
 from explorer.rules import DimTrace, RulePair, effective_axes, resolve
 from explorer.specs import entry_json, spec_entry
@@ -151,7 +150,7 @@ def _respecified(info: ArrayInfo, spec: tuple, mesh: MeshInfo, note: str) -> Arr
         info,
         spec=spec,
         shard_shape=shard,
-        bytes_per_device=math.prod(shard) * np.dtype(info.dtype).itemsize,
+        bytes_per_device=math.prod(shard) * itemsize(info.dtype),
         replication=tiles_lib.replication(spec, mesh),
         note=f"{info.note}; {note}" if info.note else note,
     )
@@ -192,7 +191,7 @@ def _placement(array: AbstractArray, rules: Sequence[RulePair], mesh: MeshInfo) 
     resolution = resolve(effective_axes(array, mesh.axes), rules, ndim=len(array.shape), semantics=array.semantics)
     spec, refusals = findings.checked_spec(resolution, rules, mesh)
     shard = tiles_lib.shard_shape(array.shape, spec, mesh)
-    nbytes = math.prod(shard) * np.dtype(array.dtype).itemsize
+    nbytes = math.prod(shard) * itemsize(array.dtype)
     return resolution, spec, tuple(refusals), shard, nbytes, tiles_lib.replication(spec, mesh)
 
 

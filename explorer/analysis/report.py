@@ -67,11 +67,24 @@ class ArrayInfo:
 
     @property
     def global_bytes(self) -> int:
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+        return math.prod(self.shape) * itemsize(self.dtype)
 
     def spec_text(self) -> str:
         """``P(None, 'model')``, as JAX prints it."""
         return repr(PartitionSpec(*self.spec))
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a dtype as an array records it: NumPy's, or a JAX PRNG key's (``key<fry>``: two uint32, the
+    key an NNX model keeps in its ``nnx.Rngs`` state, as MaxText's layers do), which NumPy cannot name."""
+    if str(dtype).startswith("key<"):
+        import jax
+
+        impl = str(dtype)[4:-1]
+        return jax.eval_shape(
+            lambda: jax.random.key(0, impl={"fry": "threefry2x32", "rbg": "rbg", "urbg": "unsafe_rbg"}.get(impl, impl))
+        ).dtype.itemsize
+    return np.dtype(dtype).itemsize
 
 
 @dataclasses.dataclass(frozen=True)

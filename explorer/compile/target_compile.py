@@ -59,7 +59,8 @@ def child_main(layout_path: str, target_name: str) -> int:
     from explorer.layout import load_layout_file
     from explorer.compile.xla_compile import compile_for_target
 
-    result = compile_for_target(load_layout_file(layout_path), parse_target(target_name), on_stage=report_stage)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the result only (a model's code may print: MaxText does)
+        result = compile_for_target(load_layout_file(layout_path), parse_target(target_name), on_stage=report_stage)
     json.dump(result.to_json(), sys.stdout)
     print()
     return 0

@@ -42,7 +42,7 @@ from typing import Any, Iterable, Sequence
 
 from explorer.errors import ExplorerError, first_line
 from explorer.hardware.devices import PROJECT_ROOT
-from explorer.hardware.targets import Target, hosts_per_axis, parse_target, slice_split
+from explorer.hardware.targets import Target, hosts_per_axis, parse_target, slice_split, tpu_topology
 from explorer.formats import counted, plural
 
 LINE = 0.5  # a torus axis run along as a line (no wraparound, or part of the axis): one direction of its links
@@ -253,13 +253,7 @@ def target_topology(target: Target):
             raise ExplorerError(
                 "target", target.name, f"the CUDA plugin cannot describe {target.gpu_topology}: {first_line(error)}"
             ) from None
-    kwargs = {"chip_config_name": target.chip.chip_config_name} if target.chip.chip_config_name else {}
-    if target.multislice:  # the slices' devices, slice by slice (each a MegaScale device with its slice_index)
-        kwargs["num_slices"] = target.num_slices
-    try:
-        return topologies.get_topology_desc(topology_name=target.slice_topology, platform="tpu", **kwargs)
-    except Exception as error:  # libtpu missing or refusing the name
-        raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
+    return tpu_topology(target)
 
 
 PLACEMENTS = ("mesh_utils", "split_physical_axes", "device_order", "hybrid_mesh", "hybrid_split_physical_axes")

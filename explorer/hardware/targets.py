@@ -27,6 +27,7 @@ per host). JAX numbers the devices host-major: host 0's GPUs are devices 0..G-1,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -198,6 +199,29 @@ class Target:
             "dcn_bandwidth_what": dcn.what,
             "dcn_bandwidth_source": dcn.source,
         }
+
+
+def tpu_topology(target: Target):
+    """libtpu's description of a TPU target's devices (slice by slice, each a MegaScale device with its slice_index).
+
+    One description per topology and process, whatever the target's spelling (``v5e-8``, ``v5litepod-8``): a model that
+    holds its own mesh (MaxText's layers do) builds it over these same devices, and JAX refuses a constraint whose
+    devices come from another description, ids equal or not."""
+    try:
+        return described_topology(target.slice_topology, target.chip.chip_config_name or None, target.num_slices)
+    except Exception as error:  # libtpu missing or refusing the name
+        raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
+
+
+@functools.lru_cache(maxsize=16)
+def described_topology(topology_name: str, chip_config_name: str | None, num_slices: int):
+    """``get_topology_desc`` for a TPU slice topology, once per process (``tpu_topology``)."""
+    from jax.experimental import topologies
+
+    kwargs = {"chip_config_name": chip_config_name} if chip_config_name else {}
+    if num_slices > 1:
+        kwargs["num_slices"] = num_slices
+    return topologies.get_topology_desc(topology_name=topology_name, platform="tpu", **kwargs)
 
 
 def slice_shape(chip: Chip, chips: int) -> tuple[int, ...] | None:

@@ -25,6 +25,7 @@ from explorer.models.base import BuiltModel, InputSpec
 from explorer.models.options import SIZE_PRESETS, MlpOptions, NnxGuideOptions, TransformerOptions
 
 ALLOW_ENV = "EXPLORER_ALLOWED_FACTORIES"
+MAXTEXT = "maxtext"  # a MaxText config: its options are MaxText's own KEY: VALUE keys (explorer.models.maxtext)
 FACTORY_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 
 
@@ -74,12 +75,16 @@ def validate_model(spec):
         _check_factory_allowed(spec.name)
         _check_json_options(spec.options)
         return spec
+    if spec.name == MAXTEXT:  # MaxText's keys: their names and values checked here, the config by MaxText when built
+        from explorer.models.maxtext import check_options
+
+        return type(spec)(name=spec.name, options=check_options(spec.options))
     entry = MODELS.get(spec.name)
     if entry is None:
         raise ExplorerError(
             "model.name",
             spec.name,
-            f"is not a model; choose one of {sorted(MODELS)} or an allow-listed factory 'package.module:function'",
+            f"is not a model; choose one of {sorted(MODELS)}, {MAXTEXT!r} (a MaxText config) or an allow-listed factory 'package.module:function'",
         )
     options = _validate_options(entry, spec.options)
     return type(spec)(name=spec.name, options=options.model_dump())
@@ -154,6 +159,10 @@ def build_model(spec) -> BuiltModel:
     """Build the Linen module, inputs and loss for a validated model spec."""
     if is_factory(spec.name):
         return _build_factory(spec)
+    if spec.name == MAXTEXT:
+        from explorer.models.maxtext import built_model
+
+        return built_model(spec.options)
     entry = MODELS[spec.name]
     return entry.build(entry.options.model_validate(spec.options))
 
@@ -189,6 +198,7 @@ __all__ = [
     "ALLOW_ENV",
     "BuiltModel",
     "InputSpec",
+    "MAXTEXT",
     "MODELS",
     "ModelEntry",
     "allowed_factories",

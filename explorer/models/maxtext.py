@@ -10,10 +10,13 @@ config is opened, so nothing else in the project needs it. The config is MaxText
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import importlib
 import os
 import re
+import sys
 from typing import Any
 
 from explorer.errors import ExplorerError, first_line
@@ -83,8 +86,9 @@ def parallelism_keys(ici: dict[str, int], dcn: dict[str, int] | None = None) -> 
 def require_maxtext() -> None:
     """Import MaxText's config machinery, or raise the one message that says how to install it."""
     try:
-        importlib.import_module("maxtext.configs.pyconfig")
-        importlib.import_module("maxtext.utils.model_creation_utils")
+        with contextlib.redirect_stdout(sys.stderr):  # MaxText prints on import; stdout is for results (--json)
+            importlib.import_module("maxtext.configs.pyconfig")
+            importlib.import_module("maxtext.utils.model_creation_utils")
     except ImportError as error:
         raise ExplorerError(
             FIELD, getattr(error, "name", None) or "maxtext", f"needs MaxText, an optional extra: {INSTALL_LINE} ({first_line(error)})"
@@ -139,6 +143,13 @@ def topology_devices(config: Any) -> list:
     from jax.experimental.topologies import get_topology_desc
     from maxtext.utils import accelerator_to_spec_map
 
+    from explorer.hardware.targets import parse_target, tpu_topology
+
+    slices = int(config.compile_topology_num_slices)
+    try:  # the compile's own description of the slice where the explorer names it: one set of devices in the process
+        return list(tpu_topology(parse_target(f"{slices}x{config.compile_topology}" if slices > 1 else config.compile_topology)).devices)
+    except ExplorerError:  # a slice only MaxText's table names: its own description
+        pass
     try:
         spec = accelerator_to_spec_map.get_system_characteristics(config.compile_topology)
         return list(
@@ -153,6 +164,133 @@ def topology_devices(config: Any) -> list:
         )
     except Exception as error:  # an unknown topology name, or a platform this install cannot describe
         raise ExplorerError("compile_topology", config.compile_topology, f"has no devices here: {first_line(error)}") from None
+
+
+def check_options(options: Any) -> dict[str, str]:
+    """A layout's MaxText model options: ``{KEY: VALUE}`` with MaxText key names and text values (as on its command
+    line). MaxText's own pyconfig validates the values when the model is built."""
+    if not isinstance(options, dict):
+        raise ExplorerError("model.options", options, "is not MaxText's keys as {KEY: VALUE}")
+    checked = {}
+    for key, value in options.items():
+        if not isinstance(key, str) or not KEY.match(key):
+            raise ExplorerError("model.options", key, "is not a MaxText key name")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ExplorerError(f"model.options.{key}", value, "is not a MaxText value (text, as on its command line)")
+        checked[key] = str(value)
+    return checked
+
+
+@functools.lru_cache(maxsize=8)
+def cached_config(items: tuple[tuple[str, str], ...]) -> Any:
+    """MaxText's config for sorted ``(key, value)`` items: a layout's model is built several times (the reading, the
+    compile, each page), and pyconfig takes a second or two."""
+    return build_config(dict(items))
+
+
+def config_devices(config: Any) -> list:
+    """The devices MaxText's mesh is built over: ``compile_topology``'s (``--target`` sets it), else this process's."""
+    import jax
+
+    return topology_devices(config) if getattr(config, "compile_topology", "") else list(jax.devices())
+
+
+def topology_keys(target_name: str) -> dict[str, str]:
+    """``--target`` as MaxText's ``compile_topology`` and ``compile_topology_num_slices`` (its accelerator table names a
+    v5e slice v5e-N, where Cloud TPU's type is v5litepod-N)."""
+    from explorer.hardware.targets import parse_target
+
+    target = parse_target(target_name)
+    name = "" if target.is_gpu else target.cloud_name.split("x", 1)[-1] if target.multislice else target.cloud_name
+    name = name.replace("v5litepod-", "v5e-")
+    from maxtext.utils import accelerator_to_spec_map
+
+    try:
+        accelerator_to_spec_map.get_system_characteristics(name)
+    except Exception:  # MaxText's table has TPU slices only (v4, v5e, v5p, v6e ...)
+        raise ExplorerError("--target", target_name, "is not a slice MaxText's compile_topology names (e.g. v5e-256, v5p-128)") from None
+    return {"compile_topology": name, "compile_topology_num_slices": str(target.num_slices)}
+
+
+def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -> dict[str, Any]:
+    """A MaxText config as a layout, in the file format (``explorer.layout.parse_layout`` reads it): MaxText's mesh (its 12 ``mesh_axes``, the sizes ``create_device_mesh`` gives the
+    parallelism keys, the DCN share of each axis across slices), its ``logical_axis_rules``, and the model ``maxtext``
+    whose options are the keys. ``target`` (``--target``) wins over the keys' ``compile_topology``."""
+    keys = parse_keys(pairs)
+    require_maxtext()
+    if target is not None:
+        keys |= topology_keys(target)
+    config = cached_config(tuple(sorted(keys.items())))
+    mesh = build_mesh(config, config_devices(config))
+    axes, shape = tuple(config.mesh_axes), tuple(int(n) for n in mesh.devices.shape)
+    slices = int(getattr(config, "num_slices", 1) or 1)
+    data = {
+        "name": f"maxtext {keys.get('model_name', 'default')}"[:120],
+        "mesh": {"shape": list(shape), "axes": list(axes)} | ({"dcn": dcn_shares(config, axes, slices)} if slices > 1 else {}),
+        "rules": [
+            [name, list(mesh_axes) if isinstance(mesh_axes, (list, tuple)) else mesh_axes] for name, mesh_axes in config.logical_axis_rules
+        ],
+        "model": {"name": "maxtext", "options": keys},
+    }
+    topology = getattr(config, "compile_topology", "")
+    if target is not None or topology:
+        data["target"] = target or (f"{slices}x{topology}" if slices > 1 else topology)
+    return data
+
+
+def dcn_shares(config: Any, axes: tuple[str, ...], slices: int) -> list[int]:
+    """How many slices each mesh axis spans: its ``dcn_*_parallelism``, MaxText's -1 (fill in) given the rest."""
+    shares = [int(getattr(config, f"dcn_{KEY_OF_AXIS.get(axis, axis)}_parallelism")) for axis in axes]
+    known = 1
+    for share in shares:
+        known *= share if share > 0 else 1
+    return [share if share > 0 else slices // known for share in shares]
+
+
+def built_model(options: dict[str, str]):
+    """The ``maxtext`` model of a layout: MaxText's ``Transformer`` built by ``model_creation_utils.from_config`` on
+    MaxText's mesh, fed as its train step feeds it (``inputs``, ``inputs_position``, ``inputs_segmentation``, sharded
+    over the config's ``data_sharding`` axes), the loss a softmax cross-entropy of the logits against ``targets``
+    (MaxText's own adds a z-loss term, a scalar's worth of work)."""
+    import jax
+    import jax.numpy as jnp
+
+    from explorer.models.base import BuiltModel, InputSpec
+
+    config = cached_config(tuple(sorted(check_options(options).items())))
+    mesh = build_mesh(config, config_devices(config))  # the layers hold it: their constraints name its axes
+
+    def build():
+        from maxtext.utils import maxtext_utils_nnx, model_creation_utils
+
+        rngs = maxtext_utils_nnx.create_nnx_rngs(config, model_mode="train")
+        try:  # a compile's mesh (jax.set_mesh): the layers' constraints must name its devices
+            context = jax.sharding.get_mesh()
+        except ValueError:  # inside a trace (jax.jit, nnx.eval_shape), where JAX answers only the abstract mesh
+            context = None
+        same = (
+            context is not None
+            and not context.empty
+            and context.axis_names == mesh.axis_names
+            and context.devices.shape == mesh.devices.shape
+        )
+        return model_creation_utils.from_config(config, mesh=context if same else mesh, rngs=rngs)
+
+    batch, length = max(1, int(config.per_device_batch_size * mesh.devices.size)), int(config.max_target_length)
+    data_axes = tuple(config.data_sharding[0]) if config.data_sharding else None
+    along = (data_axes, None)
+    inputs = (
+        InputSpec("inputs", (batch, length), "int32", along),
+        InputSpec("inputs_position", (batch, length), "int32", along),
+        InputSpec("inputs_segmentation", (batch, length), "int32", along),
+        InputSpec("targets", (batch, length), "int32", along, model_arg=False),
+    )
+
+    def loss(logits, tokens, positions, segments, targets):
+        one_hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=jnp.float32)
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits.astype(jnp.float32)) * one_hot, axis=-1))
+
+    return BuiltModel(build, inputs, loss, "nnx")
 
 
 def build(pairs: list[str] | tuple[str, ...], devices: list | None = None) -> MaxTextBuild:
@@ -189,6 +327,13 @@ __all__ = [
     "base_config_path",
     "build",
     "build_config",
+    "built_model",
+    "cached_config",
+    "check_options",
+    "config_devices",
+    "dcn_shares",
+    "layout_data",
+    "topology_keys",
     "build_mesh",
     "parse_keys",
     "require_maxtext",

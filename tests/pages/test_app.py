@@ -1,6 +1,7 @@
 """AppTest of the Layout page (app.py runs it by default): renders, reacts to rule edits, shows errors next to widgets."""
 
 import re
+import sys
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -507,3 +508,22 @@ def test_the_slices_per_axis_are_offered_only_for_a_target_of_several_slices():
     assert not at.exception and not at.error
     assert not [t for t in at.sidebar.text_input if t.key == "mesh_dcn_text"]
     assert "dcn" not in at.query_params
+
+
+def test_a_maxtext_config_without_maxtext_says_the_install_line_and_keeps_the_keys(app, monkeypatch):
+    """The Model selector's MaxText kind: the keys as KEY=VALUE lines; without MaxText installed, "Use MaxText's mesh"
+    says the install line in one message, the page keeps running and the keys typed stay."""
+    monkeypatch.setitem(sys.modules, "maxtext", None)  # an import of it raises ImportError, installed or not
+    monkeypatch.setitem(sys.modules, "maxtext.configs", None)
+    monkeypatch.setitem(sys.modules, "maxtext.configs.pyconfig", None)
+    app.selectbox(key="model_name").select("maxtext").run()
+    keys = "model_name=llama2-7b\nici_fsdp_parallelism=8\ncompile_topology=v5e-8"
+    app.text_area(key="maxtext_keys_text").input(keys).run()
+    app.button(key="maxtext_apply").click().run()
+    assert not app.exception
+    errors = [plain(e.value) for e in app.error]
+    assert sum("pip install --no-deps -r requirements-maxtext.txt" in e for e in errors) == 1, errors
+    assert app.text_area(key="maxtext_keys_text").value == keys
+    app.text_area(key="maxtext_keys_text").input("per_device_batch_size").run()  # not KEY=VALUE: one message naming it
+    assert not app.exception
+    assert any("'per_device_batch_size' is not KEY=VALUE" in plain(e.value) for e in app.error)

@@ -166,3 +166,15 @@ def test_json_report_has_the_documented_fields(seed_dict):
     assert kernel["tiles"][0] == {"index": [[0, 1024], [0, 256]], "devices": [0, 4]}
     assert {"param_bytes", "opt_state_bytes", "input_bytes", "activation_bytes", "total_bytes"} <= set(data["totals"])
     assert math.prod(kernel["shard_shape"]) * 4 == kernel["bytes_per_device"]
+
+
+def test_a_prng_key_arrays_bytes_are_jaxs():
+    """An NNX model keeps its ``nnx.Rngs`` keys as state (MaxText's layers do): their dtype ``key<fry>`` is no NumPy
+    dtype, and its bytes are JAX's own."""
+    import jax
+
+    from explorer.analysis.report import itemsize
+
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    assert itemsize(str(key.dtype)) == key.dtype.itemsize == 8
+    assert itemsize("bfloat16") == 2

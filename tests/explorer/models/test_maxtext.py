@@ -122,3 +122,58 @@ def test_advice_written_as_parallelism_keys_builds_that_mesh(ici, dcn):
     assert tuple(built.mesh.axis_names) == maxtext.MESH_AXES
     expected = {axis: ici.get(axis, 1) * dcn.get(axis, 1) for axis in maxtext.MESH_AXES}
     assert dict(built.mesh.shape) == expected
+
+
+@needs_maxtext
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_cli_path_reads_maxtexts_parameters_and_mesh(name, ground_truth, capsys):
+    """``explorer analyze --maxtext KEY=VALUE ... --json``: the layout MaxText's config makes (its mesh, its rules, the
+    ``maxtext`` model) analyzed by the explorer's own reading gives every parameter MaxText's shape, dtype and spec."""
+    from explorer.__main__ import main
+
+    truth = ground_truth[name]
+    assert main(["analyze", "--maxtext", *CONFIGS[name], "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)  # MaxText's own prints kept off stdout
+    assert report["layout"]["mesh"]["axes"] == truth["axes"]
+    assert report["layout"]["mesh"]["shape"] == truth["shape"]
+    assert report["layout"]["model"] == {"name": "maxtext", "options": maxtext.parse_keys(CONFIGS[name])}
+    sizes = dict(zip(truth["axes"], truth["shape"]))
+
+    def placed(spec):  # MaxText drops the mesh axes of size 1 from its specs; sharding over them places nothing
+        entries = [[a for a in ([e] if isinstance(e, str) else e or []) if sizes[a] > 1] for e in spec]
+        return [None if not e else e[0] if len(e) == 1 else e for e in entries]
+
+    params = {
+        a["path"].removeprefix("params/"): {"shape": a["shape"], "dtype": a["dtype"], "spec": placed(a["spec"])}
+        for a in report["arrays"]
+        if a["kind"] == "param" and "/rngs/" not in a["path"]  # MaxText's layers keep their nnx.Rngs as state
+    }
+    assert params == {path: p | {"spec": placed(p["spec"])} for path, p in truth["parameters"].items()}
+    assert any(p["spec"] != [None] * len(p["spec"]) for p in params.values())  # something is sharded
+
+
+def test_cli_without_maxtext_one_message_exit_2(monkeypatch, capsys):
+    from explorer.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "maxtext", None)
+    monkeypatch.setitem(sys.modules, "maxtext.configs", None)
+    monkeypatch.setitem(sys.modules, "maxtext.configs.pyconfig", None)
+    assert main(["analyze", "--maxtext", "model_name=llama2-7b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --maxtext: ") and maxtext.INSTALL_LINE in err and "Traceback" not in err
+    assert main(["analyze", "--maxtext", "per_device_batch_size"]) == 2
+    assert "'per_device_batch_size' is not KEY=VALUE" in capsys.readouterr().err
+
+
+@needs_maxtext
+def test_compile_maxtext_for_a_target(capsys):
+    """``explorer compile --maxtext ... --target v5e-8 --json``: the child compiles MaxText's own layers on the target's
+    devices (their mesh and the compile's from one libtpu description; MaxText's prints kept off the result's stdout)."""
+    from explorer.__main__ import main
+
+    assert main(["compile", "--maxtext", *TINY, "ici_fsdp_parallelism=8", "--target", "v5e-8", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["target"]["name"] in ("v5e-8", "v5litepod-8")
+    assert result["mesh"]["shape"] == [1, 1, 1, 8, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert result["fits"] is True
+    assert any("fsdp" in c["mesh_axes"] for c in result["collectives"] if c.get("mesh_axes"))
