@@ -217,16 +217,15 @@ def _target_command(commands, name: str, help: str, layout_help: str, *, sweep: 
     return parser
 
 
+MAXTEXT_HELP = (
+    "a MaxText config instead of a layout file: MaxText's own keys as train_compile.py takes them (model_name=llama2-7b "
+    "per_device_batch_size=4 ici_fsdp_parallelism=8 compile_topology=v5e-256 ...); --target wins over compile_topology; "
+    "needs the optional extra: pip install --no-deps -r requirements-maxtext.txt"
+)
+
+
 def _maxtext_argument(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--maxtext",
-        nargs="+",
-        metavar="KEY=VALUE",
-        default=None,
-        help="a MaxText config instead of a layout file: MaxText's own keys as train_compile.py takes them (model_name=llama2-7b "
-        "per_device_batch_size=4 ici_fsdp_parallelism=8 compile_topology=v5e-256 ...); --target wins over compile_topology; "
-        "needs the optional extra: pip install --no-deps -r requirements-maxtext.txt",
-    )
+    command.add_argument("--maxtext", nargs="+", metavar="KEY=VALUE", default=None, help=MAXTEXT_HELP)
 
 
 def _layout_of(args: argparse.Namespace, target: str | None = None):
@@ -313,7 +312,9 @@ def _analyze(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(array_to_dict(info, report, include_tiles=True), indent=2))
         else:
-            print(_array_text(report, info, args))
+            from explorer.text import array_text
+
+            print(array_text(report, info, args.dims, args.block))
     elif args.json:
         data = report_to_dict(report, include_tiles=tiles, tiles_for=pattern)
         if args.values is not None:
@@ -342,31 +343,6 @@ def _array(report, path: str):
     except KeyError:
         params = [a.path for a in report.arrays if a.kind == "param"][:3]
         raise ExplorerError("--array", path, f"is not an array of this layout; its parameters include {params}") from None
-
-
-def _array_text(report, info, args: argparse.Namespace) -> str:
-    from explorer.errors import ExplorerError
-    from explorer.text import grid_text
-    from explorer.tiles import default_dims
-
-    ndim = len(info.shape)
-    dims = default_dims(info.shape, info.spec, report.mesh)
-    if args.dims is not None:
-        parts = args.dims.split(",")
-        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) < ndim for p in parts) or parts[0].strip() == parts[1].strip():
-            raise ExplorerError("--dims", args.dims, f"is not two different dimensions of a {ndim}-D array, like 0,1")
-        dims = (int(parts[0]), int(parts[1]))
-    index = {}
-    for item in args.block:
-        dim, _, block = item.partition("=")
-        if not (dim.strip().isdigit() and block.strip().isdigit() and int(dim) < ndim and int(dim) not in dims):
-            raise ExplorerError("--block", item, f"is not DIM=K with DIM a dimension of the {ndim}-D array other than the drawn {dims}")
-        index[int(dim)] = int(block)
-    header = (
-        f"{info.path}: shape {tuple(info.shape)} {info.dtype}, spec {info.spec_text()}, "
-        f"shard {tuple(info.shard_shape)} on each device, each block on {info.replication} device(s)"
-    )
-    return header + "\n" + grid_text(info.shape, info.spec, report.mesh, dims=dims, index=index)
 
 
 def _url(args: argparse.Namespace) -> int:

@@ -498,3 +498,29 @@ def communication_lines(rows: Sequence[LineRow], top: int = 10) -> list[str]:
             f"  {human_bytes(row.bytes)} in {row.count} collective(s){timing}: {row.where}: {row.kinds}; modules {modules}{combined}"
         )
     return out
+
+
+def array_text(report, info, dims_option: str | None = None, blocks: list[str] | tuple[str, ...] = ()) -> str:
+    """One array's header and device grid as text (``analyze --array``): ``dims_option`` is ``--dims`` ('R,C', the two
+    dimensions drawn), ``blocks`` are ``--block`` ('DIM=K', the block shown of each other dimension)."""
+    from explorer.errors import ExplorerError
+    from explorer.tiles import default_dims
+
+    ndim = len(info.shape)
+    dims = default_dims(info.shape, info.spec, report.mesh)
+    if dims_option is not None:
+        parts = dims_option.split(",")
+        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) < ndim for p in parts) or parts[0].strip() == parts[1].strip():
+            raise ExplorerError("--dims", dims_option, f"is not two different dimensions of a {ndim}-D array, like 0,1")
+        dims = (int(parts[0]), int(parts[1]))
+    index = {}
+    for item in blocks:
+        dim, _, block = item.partition("=")
+        if not (dim.strip().isdigit() and block.strip().isdigit() and int(dim) < ndim and int(dim) not in dims):
+            raise ExplorerError("--block", item, f"is not DIM=K with DIM a dimension of the {ndim}-D array other than the drawn {dims}")
+        index[int(dim)] = int(block)
+    header = (
+        f"{info.path}: shape {tuple(info.shape)} {info.dtype}, spec {info.spec_text()}, "
+        f"shard {tuple(info.shard_shape)} on each device, each block on {info.replication} device(s)"
+    )
+    return header + "\n" + grid_text(info.shape, info.spec, report.mesh, dims=dims, index=index)
