@@ -12,8 +12,12 @@ dimension, ``spmd_axis_name`` the stage's mesh axis, so each device runs only it
 stage on (``jnp.roll`` over the stage dimension: XLA compiles it to a collective-permute over the stage axis). Stage
 ``s`` works on the ``k``-th microbatch pass (``k = t - s``) when ``0 <= k < microbatches * repeats``; otherwise it
 computes on a placeholder: the bubble, ``(stages - 1) / (microbatches * repeats + stages - 1)`` of the loop.
-The last stage's output is stored per microbatch; in a circular pipeline the first stage reads it back for the next
-repeat (so microbatches >= stages there, checked by the options).
+The last stage's output is stored per microbatch in a buffer whose microbatch dimension is whole on every device; in
+a circular pipeline the first stage reads it back for the next repeat (so microbatches >= stages there, checked by
+the options). On Auto axes microbatch ``k`` is rows ``k, k + microbatches, ...`` of the batch (the buffer
+``[batch, microbatch, ...]``, so cutting the batch and joining it back are local to each data shard) and the store is
+an elementwise ``where`` over the microbatches: with contiguous microbatches and a read and update of one dynamic
+index, XLA's TPU partitioner gathered the whole buffer over the data axis every iteration.
 
 On a mesh of Explicit axes (``jax.make_mesh``'s default) the same loop is written in types: the stacked weights are
 created typed by stage (the vmap's ``spmd_axis_name`` over the initializers' ``out_sharding=``), the state is typed
@@ -90,17 +94,21 @@ class Pipeline(nn.Module):
         axis = stage_axis()
         explicit = on_explicit_axes()
         shape = (microbatches, x.shape[0] // microbatches, *x.shape[1:])
-        if explicit:  # x's batch split into microbatches, each laid out as x's batch (XLA's all-to-all, as on Auto)
+        micro_names = (self.activation_names[0], None, *self.activation_names[1:])  # Auto axes: [batch, microbatch, ...]
+        at = 0 if explicit else 1  # the microbatch dimension of the input's microbatches and of the outputs
+        if explicit:  # x's batch split into microbatches, each laid out as x's batch (a reshape across the data shards)
             spec = _spec(x)
             micro = _auto(lambda v: v.reshape(shape), P(None, *spec))(x)
             state_spec = P(axis, *spec)  # the stages on the stage's mesh axis, each one microbatch laid out as x
-        else:
-            micro = x.reshape(shape)
+        else:  # microbatch k is rows k, k + microbatches, ... of x: the split (and the join after the loop) is local to
+            # each data shard, and the microbatch dimension (1) whole on every device, read and written at a dynamic index
+            micro = nn.with_logical_constraint(x.reshape(x.shape[0] // microbatches, microbatches, *x.shape[1:]), micro_names)
         stacked = self._stacked(axis)
         if self.is_initializing():  # creates the stacked weights (MaxText initialises its stages' vmap the same way)
             front = ((repeats,) if repeats > 1 else ()) + (stages,)
             layout = {"out_sharding": P(*(None,) * (len(front) - 1), *state_spec)} if explicit else {}
-            stacked(jnp.broadcast_to(micro[0], front + micro.shape[1:], **layout))
+            one = jax.lax.index_in_dim(micro, 0, at, keepdims=False)
+            stacked(jnp.broadcast_to(one, front + one.shape, **layout))
         weights = nn.meta.unbox(stacked.variables["params"])
         group = _StageGroup(self.block, self.options, self.layers // (stages * repeats))
         run = jax.vmap(lambda w, h: group.apply({"params": w}, h), spmd_axis_name=axis)
@@ -108,8 +116,19 @@ class Pipeline(nn.Module):
         state_names = (STAGE, *self.activation_names)
         index = jax.lax.broadcasted_iota(jnp.int32, (stages,), 0, out_sharding=P(axis)) if explicit else jnp.arange(stages)
 
-        def constrained(v):
-            return v if explicit else nn.with_logical_constraint(v, state_names)
+        def constrained(v, names=state_names):
+            return v if explicit else nn.with_logical_constraint(v, names)
+
+        def store(outputs, done, value):
+            """The last stage's output kept at its microbatch's slot of ``outputs`` (none while ``done`` is negative). On
+            Auto axes by an elementwise ``where`` over the microbatches (no read and update of one dynamic index, which
+            XLA's TPU partitioner compiled to an all-gather of the whole buffer every iteration)."""
+            slot = done % microbatches
+            if explicit:
+                kept = jax.lax.dynamic_index_in_dim(outputs, slot, 0, keepdims=False)
+                return jax.lax.dynamic_update_index_in_dim(outputs, jnp.where(done >= 0, value, kept), slot, 0)
+            mask = jnp.expand_dims((jnp.arange(microbatches) == slot) & (done >= 0), (0, *range(2, outputs.ndim)))
+            return constrained(jnp.where(mask, jnp.expand_dims(value, 1), outputs), micro_names)
 
         def shift(v):
             """The stages' outputs one stage on: ``jnp.roll`` over the stage dimension, a collective-permute over the
@@ -130,9 +149,10 @@ class Pipeline(nn.Module):
 
         def iteration(t, carry):
             state, outputs = carry
-            first = jax.lax.dynamic_index_in_dim(micro, t % microbatches, 0, keepdims=False)
-            back = jax.lax.dynamic_index_in_dim(outputs, t % microbatches, 0, keepdims=False)
-            entering = jnp.where(t < microbatches, first, back)  # the first stage's input: a new microbatch or one coming back
+            first = jax.lax.dynamic_index_in_dim(micro, t % microbatches, at, keepdims=False)
+            back = jax.lax.dynamic_index_in_dim(outputs, t % microbatches, at, keepdims=False)
+            # the first stage's input: a new microbatch or one coming back
+            entering = constrained(jnp.where(t < microbatches, first, back), self.activation_names)
             state = constrained(enter(state, entering))
             repeat = jnp.clip((t - index) // microbatches, 0, repeats - 1)  # the repeat each stage is on
             # Without repeats every iteration runs the same weights: used as they are (loop-invariant), the backward
@@ -141,13 +161,12 @@ class Pipeline(nn.Module):
             here = weights if repeats == 1 else jax.tree_util.tree_map(lambda w: pick(w, repeat), weights)
             out = run(here, state)
             done = t - (stages - 1)  # the microbatch pass leaving the last stage (none while negative)
-            slot = done % microbatches
-            kept = jax.lax.dynamic_index_in_dim(outputs, slot, 0, keepdims=False)
-            outputs = jax.lax.dynamic_update_index_in_dim(outputs, jnp.where(done >= 0, last(out), kept), slot, 0)
+            outputs = store(outputs, done, constrained(last(out), self.activation_names))
             return constrained(shift(out)), outputs
 
-        state = jnp.zeros((stages, *micro.shape[1:]), x.dtype, **({"out_sharding": state_spec} if explicit else {}))
-        _, outputs = jax.lax.fori_loop(0, iterations(stages, microbatches, repeats), iteration, (state, jnp.zeros_like(micro)))
+        state = jnp.zeros((stages, shape[1], *x.shape[1:]), x.dtype, **({"out_sharding": state_spec} if explicit else {}))
+        outputs = constrained(jnp.zeros_like(micro), micro_names)
+        _, outputs = jax.lax.fori_loop(0, iterations(stages, microbatches, repeats), iteration, (state, outputs))
         if explicit:
             return _auto(lambda o: o.reshape(x.shape), P(*spec))(outputs)
         return outputs.reshape(x.shape)
