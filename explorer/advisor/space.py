@@ -38,6 +38,7 @@ from explorer.analysis.analyzer import logical_names
 from explorer.errors import ExplorerError
 from explorer.layout import Layout, parse_layout
 from explorer.hardware.targets import Target, hosts_per_axis
+from explorer.models import MAXTEXT
 from explorer.models.options import TransformerOptions
 
 ROLES = ("batch", "embed", "tensor", "sequence", "expert", "batch_no_expert", "embed_no_expert", "stage", "none")
@@ -282,6 +283,8 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
                 "its own mesh axes and rules, and only their sizes are searched",
             )
         return _explicit_candidates(layout, target)
+    if layout.model.name == MAXTEXT:
+        return maxtext_candidates(layout, target)
     chosen = chosen_roles(layout, roles)
     axes = mesh_axes_for(chosen)
     out, seen = [layout], {_identity(layout)}
@@ -389,6 +392,54 @@ def chosen_roles(layout: Layout, roles: dict[str, str] | None = None) -> dict[st
         check_roles(roles, names)
         chosen.update(roles)
     return chosen
+
+
+MAXTEXT_AXES = ("data", "fsdp", "tensor")  # MaxText's mesh axes the search splits a slice over (and expert, for experts)
+MAXTEXT_SLICE_AXES = ("data", "fsdp")  # the axes a MaxText candidate may put over the slices (dcn_*_parallelism)
+PARALLELISM_KEY = re.compile(r"^(ici|dcn)_\w+_parallelism$")
+
+
+def maxtext_candidates(layout: Layout, target: Target) -> list[Layout]:
+    """A MaxText config's search space: the config itself, then the same keys with the ``ici_*_parallelism`` set to
+    each factorization of a slice's devices over ``MAXTEXT_AXES`` (expert too when the config has experts), and on
+    several slices ``dcn_data_parallelism`` or ``dcn_fsdp_parallelism`` set to the slice count, every other axis 1.
+    Each is built by MaxText's own machinery (``models.maxtext.layout_data``): its 12-axis mesh (size-1 axes kept, since
+    its inputs and ``logical_axis_rules`` name them all) and its own rules, so every candidate is a layout MaxText itself
+    would build, and its winner is written back as the keys that make it (``output.maxtext_keys``). A split MaxText's
+    config refuses is no candidate. On a GPU target (MaxText's ``compile_topology`` names TPU slices only), the config
+    alone."""
+    from explorer.models import maxtext
+
+    if target.is_gpu:
+        return [layout]
+    options = maxtext.check_options(layout.model.options)
+    config = maxtext.cached_config(tuple(sorted(options.items())))
+    axes = MAXTEXT_AXES + (("expert",) if int(getattr(config, "num_experts", 1) or 1) > 1 else ())
+    plain = [f"{key}={value}" for key, value in options.items() if not PARALLELISM_KEY.match(key)]
+    per_slice = target.devices // target.num_slices
+    out, seen = [layout], {_mesh_identity(layout)}
+    for sizes in factorizations(per_slice, len(axes)):
+        ici = dict(zip(axes, sizes))
+        name = "x".join(f"{a}{s}" for a, s in ici.items() if s > 1) or f"{axes[0]}1"
+        spreads = (
+            [(name, {})] if not target.multislice else [(f"{name}, {a} across slices", {a: target.num_slices}) for a in MAXTEXT_SLICE_AXES]
+        )
+        for label, dcn in spreads:
+            try:
+                data = maxtext.layout_data(plain + maxtext.parallelism_keys(ici, dcn), target.name)
+            except ExplorerError:  # MaxText refuses this split (its config's checks): not a layout it would build
+                continue
+            candidate = parse_layout({**data, "name": label})
+            if _mesh_identity(candidate) not in seen:
+                seen.add(_mesh_identity(candidate))
+                out.append(candidate)
+    return out
+
+
+def _mesh_identity(layout: Layout) -> str:
+    """A MaxText candidate's mesh and rules: two with the same are one program (its parallelism keys aside)."""
+    data = layout.to_dict()
+    return json.dumps([data["mesh"], data["rules"]], sort_keys=True)
 
 
 def _explicit_candidates(layout: Layout, target: Target) -> list[Layout]:

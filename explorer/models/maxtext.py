@@ -181,7 +181,7 @@ def check_options(options: Any) -> dict[str, str]:
     return checked
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=32)  # the advisor's candidates: one config each
 def cached_config(items: tuple[tuple[str, str], ...]) -> Any:
     """MaxText's config for sorted ``(key, value)`` items: a layout's model is built several times (the reading, the
     compile, each page), and pyconfig takes a second or two."""
