@@ -71,7 +71,8 @@ def depth_of(layout: Layout, option: str | None = None, depths: Sequence[int] = 
                 why=f"no depth option found among the model's options ({', '.join(sorted(options)) or 'none'}); "
                 "name one with --depth-option"
             )
-    values = {options[n] for n in names}
+    # a MaxText config's options are its command line's text (base_num_decoder_layers="32"): a whole number in words counts
+    values = {int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in (options[n] for n in names)}
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise ExplorerError("--depth-option", names[0], f"is not a whole number of layers ({options[names[0]]!r})")
     if len(values) != 1:

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from explorer.advisor import candidate_layouts, maxtext_keys, stage1
+from explorer.advisor import Depth, candidate_layouts, depth_of, maxtext_keys, stage1
 from explorer.errors import ExplorerError
 from explorer.hardware.targets import parse_target
-from explorer.layout import parse_layout
+from explorer.layout import Layout, parse_layout
 from explorer.models import maxtext
 
 HAS_MAXTEXT = importlib.util.find_spec("maxtext") is not None
@@ -59,18 +59,30 @@ def test_the_winners_keys_fed_back_give_its_mesh(search):
         assert (again.mesh, again.rules) == (candidate.layout.mesh, candidate.layout.rules), candidate.layout.name
 
 
-def test_without_maxtext_the_advisor_says_how_to_install_it(monkeypatch):
-    layout = parse_layout(
+def maxtext_config(**keys) -> Layout:
+    """A layout whose model is a MaxText config (no MaxText needed until it is built)."""
+    return parse_layout(
         {
             "name": "maxtext",
             "mesh": {"shape": [8], "axes": ["fsdp"]},
             "rules": [["embed", "fsdp"]],
-            "model": {"name": "maxtext", "options": {"model_name": "llama2-7b", "steps": "7"}},
+            "model": {"name": "maxtext", "options": {"model_name": "llama2-7b", **keys}},
         }
     )
+
+
+def test_without_maxtext_the_advisor_says_how_to_install_it(monkeypatch):
     for name in ("maxtext", "maxtext.configs", "maxtext.configs.pyconfig"):
         monkeypatch.setitem(sys.modules, name, None)  # an import of it raises ImportError, installed or not
     with pytest.raises(
         ExplorerError, match=r"^--maxtext: .*needs MaxText, an optional extra: pip install --no-deps -r requirements-maxtext.txt"
     ):
-        candidate_layouts(layout, parse_target("v5e-8"))
+        candidate_layouts(maxtext_config(steps="7"), parse_target("v5e-8"))
+
+
+def test_a_maxtext_depth_key_is_text_and_counts():
+    """MaxText's keys are its command line's text: base_num_decoder_layers="32" is a depth of 32 (stage 2 refused it)."""
+    assert depth_of(maxtext_config(base_num_decoder_layers="32")) == Depth(("base_num_decoder_layers",), 32)
+    assert "no deeper than the small depths" in depth_of(maxtext_config(base_num_decoder_layers="2")).why
+    with pytest.raises(ExplorerError, match="is not a whole number of layers"):
+        depth_of(maxtext_config(base_num_decoder_layers="two"))
