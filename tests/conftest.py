@@ -54,6 +54,7 @@ CPU_FILES = (
     "tests/explorer/predict/test_tpu_kernels.py",  # ~25 s (three TPU programs compiled in one child)
     "tests/pages/test_compile_again.py",  # ~25 s (two compiles for a 1-chip slice)
     "tests/explorer/models/test_maxtext.py",  # ~22 s with MaxText installed (a ground-truth child, two configs)
+    "tests/explorer/advisor/test_maxtext_space.py",  # ~30 s with MaxText installed (stage 1 over ten MaxText configs); skips without
     "tests/explorer/advisor/test_pipeline_search.py",  # ~21 s (stage 1 over two slices, pipelines included; no compile)
 )
 BROWSER_FILES = (
