@@ -311,7 +311,7 @@ def build(pairs: list[str] | tuple[str, ...], devices: list | None = None) -> Ma
     except Exception as error:  # MaxText's model code asserts on shapes the keys make impossible
         raise ExplorerError(FIELD, " ".join(pairs), f"MaxText could not build its model: {first_line(error)}") from None
     parameters = {
-        "/".join(str(part) for part in path): value.value if hasattr(value, "value") else value
+        "/".join(str(part) for part in path): value.get_value() if isinstance(value, nnx.Variable) else value
         for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param))
     }
     rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in config.logical_axis_rules)
