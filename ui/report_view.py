@@ -91,7 +91,7 @@ def _values_view(report: Report) -> None:
             {"where": 210, "type": 140, "communication": 250},
             {"set by model": "set"},
             row_height=tables.WRAPPED_ROW_PX,
-            height=tables.wrapped_height(len(frame)),
+            height=tables.wrapped_height(len(frame), most=700),  # ten rows in view, as many as before they wrapped
         )
 
 
