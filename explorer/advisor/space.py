@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 from explorer.analysis.analyzer import logical_names
 from explorer.errors import ExplorerError
@@ -287,33 +287,32 @@ def candidate_layouts(layout: Layout, target: Target, roles: dict[str, str] | No
         return maxtext_candidates(layout, target)
     chosen = chosen_roles(layout, roles)
     axes = mesh_axes_for(chosen)
-    out, seen = [layout], {_identity(layout)}
     plain = {k: v for k, v in layout.model.options.items() if k not in PIPELINE_OPTIONS}
     meshes = [(sizes, {}) for sizes in factorizations(target.devices, len(axes))]
     for stages, micro, sizes in (
         pipeline_meshes(layout, target) if (target.multislice if pipelines is None else pipelines) else ()
     ):  # the pipelines: a stage axis, then data, fsdp, tensor
         meshes.append((sizes, {"pipeline_stages": stages, "pipeline_microbatches": micro}))
-    for sizes, pipeline in meshes:
-        names = ("stage",) + PIPELINE_AXES if pipeline else axes
-        kept = [(a, s) for a, s in zip(names, sizes) if s > 1] or [(names[0], 1)]
-        mesh_axes = [a for a, _ in kept]
-        if not nvlink_first(target, kept):
-            continue
-        name = "x".join(f"{a}{s}" for a, s in kept) + (f"+pp_mb{pipeline['pipeline_microbatches']}" if pipeline else "")
-        candidate = parse_layout(
-            {
-                "name": name,
-                "mesh": {"shape": [s for _, s in kept], "axes": mesh_axes},
-                "rules": rules_for({**chosen, "stage": "stage"} if pipeline else chosen, mesh_axes),
-                "model": {"name": layout.model.name, "options": {**plain, **pipeline}},
-            }
-        )
-        for spread in across_slices(candidate, target):
-            if _identity(spread) not in seen:
-                seen.add(_identity(spread))
-                out.append(spread)
-    return out
+
+    def generated():
+        for sizes, pipeline in meshes:
+            names = ("stage",) + PIPELINE_AXES if pipeline else axes
+            kept = [(a, s) for a, s in zip(names, sizes) if s > 1] or [(names[0], 1)]
+            mesh_axes = [a for a, _ in kept]
+            if not nvlink_first(target, kept):
+                continue
+            name = "x".join(f"{a}{s}" for a, s in kept) + (f"+pp_mb{pipeline['pipeline_microbatches']}" if pipeline else "")
+            candidate = parse_layout(
+                {
+                    "name": name,
+                    "mesh": {"shape": [s for _, s in kept], "axes": mesh_axes},
+                    "rules": rules_for({**chosen, "stage": "stage"} if pipeline else chosen, mesh_axes),
+                    "model": {"name": layout.model.name, "options": {**plain, **pipeline}},
+                }
+            )
+            yield from across_slices(candidate, target)
+
+    return distinct([layout, *generated()])
 
 
 PIPELINE_OPTIONS = ("pipeline_stages", "pipeline_microbatches", "pipeline_repeats")  # the built-in transformer's (docs/pipelines.md)
@@ -417,23 +416,24 @@ def maxtext_candidates(layout: Layout, target: Target) -> list[Layout]:
     axes = MAXTEXT_AXES + (("expert",) if int(getattr(config, "num_experts", 1) or 1) > 1 else ())
     plain = [f"{key}={value}" for key, value in options.items() if not PARALLELISM_KEY.match(key)]
     per_slice = target.devices // target.num_slices
-    out, seen = [layout], {_mesh_identity(layout)}
-    for sizes in factorizations(per_slice, len(axes)):
-        ici = dict(zip(axes, sizes))
-        name = "x".join(f"{a}{s}" for a, s in ici.items() if s > 1) or f"{axes[0]}1"
-        spreads = (
-            [(name, {})] if not target.multislice else [(f"{name}, {a} across slices", {a: target.num_slices}) for a in MAXTEXT_SLICE_AXES]
-        )
-        for label, dcn in spreads:
-            try:
-                data = maxtext.layout_data(plain + maxtext.parallelism_keys(ici, dcn), target.name)
-            except ExplorerError:  # MaxText refuses this split (its config's checks): not a layout it would build
-                continue
-            candidate = parse_layout({**data, "name": label})
-            if _mesh_identity(candidate) not in seen:
-                seen.add(_mesh_identity(candidate))
-                out.append(candidate)
-    return out
+
+    def generated():
+        for sizes in factorizations(per_slice, len(axes)):
+            ici = dict(zip(axes, sizes))
+            name = "x".join(f"{a}{s}" for a, s in ici.items() if s > 1) or f"{axes[0]}1"
+            spreads = (
+                [(name, {})]
+                if not target.multislice
+                else [(f"{name}, {a} across slices", {a: target.num_slices}) for a in MAXTEXT_SLICE_AXES]
+            )
+            for label, dcn in spreads:
+                try:
+                    data = maxtext.layout_data(plain + maxtext.parallelism_keys(ici, dcn), target.name)
+                except ExplorerError:  # MaxText refuses this split (its config's checks): not a layout it would build
+                    continue
+                yield parse_layout({**data, "name": label})
+
+    return distinct([layout, *generated()], key=_mesh_identity)
 
 
 def _mesh_identity(layout: Layout) -> str:
@@ -444,16 +444,15 @@ def _mesh_identity(layout: Layout) -> str:
 
 def _explicit_candidates(layout: Layout, target: Target) -> list[Layout]:
     """The layout, then every factorization of the target's devices over its own mesh axes (sizes only change)."""
-    out, seen = [layout], {_identity(layout)}
-    for sizes in factorizations(target.devices, len(layout.mesh.axes)):
-        data = layout.to_dict()
-        data["name"] = "x".join(f"{a}{s}" for a, s in zip(layout.mesh.axes, sizes))
-        data["mesh"]["shape"] = list(sizes)
-        candidate = parse_layout(data)
-        if _identity(candidate) not in seen:
-            seen.add(_identity(candidate))
-            out.append(candidate)
-    return out
+
+    def generated():
+        for sizes in factorizations(target.devices, len(layout.mesh.axes)):
+            data = layout.to_dict()
+            data["name"] = "x".join(f"{a}{s}" for a, s in zip(layout.mesh.axes, sizes))
+            data["mesh"]["shape"] = list(sizes)
+            yield parse_layout(data)
+
+    return distinct([layout, *generated()])
 
 
 def _identity(layout: Layout) -> str:
@@ -461,3 +460,13 @@ def _identity(layout: Layout) -> str:
     data = layout.to_dict()
     data.pop("name")
     return json.dumps(data, sort_keys=True)
+
+
+def distinct(layouts: Iterable[Layout], key: Callable[[Layout], str] = _identity) -> list[Layout]:
+    """The layouts in order, each program once: the first of those with the same ``key`` (the search's one dedupe)."""
+    out, seen = [], set()
+    for layout in layouts:
+        if (identity := key(layout)) not in seen:
+            seen.add(identity)
+            out.append(layout)
+    return out
