@@ -173,7 +173,7 @@ def test_every_name_maxtexts_moe_uses_is_ruled_in_every_candidate_and_its_expert
 @pytest.mark.parametrize("scan_layers", [True, False])
 def test_scanned_is_read_from_the_trace_not_from_an_option_named_scan(scan_layers):
     """MaxText's option is ``scan_layers``: the depth shortcut skips the scanned model and is used on the looped one."""
-    layout = maxtext(scan_layers=scan_layers, num_decoder_layers=8)
+    layout = maxtext(scan_layers=scan_layers, num_decoder_layers=5)  # one layer deeper than the shortcut's depths (2, 4)
     search = advisor.stage1(layout, TARGET)
     assert search.scanned is scan_layers
     plan = search_module.depth_plan(search, search.candidates[1].layout)
