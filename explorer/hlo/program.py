@@ -13,7 +13,7 @@ import math
 import re
 from typing import Callable
 
-from explorer.hlo.instructions import Instruction, instructions, parse_instruction
+from explorer.hlo.instructions import Instruction, convolution_flops, instructions, parse_instruction, program_lines
 from explorer.errors import ExplorerError
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -108,7 +108,7 @@ def _split_computations(hlo_text: str) -> tuple[dict[str | None, list[str]], str
     """The instruction lines of each computation (lines outside any go under None), and the entry's name."""
     computations: dict[str | None, list[str]] = {None: []}
     current, entry = None, None
-    for line in hlo_text.splitlines():
+    for line in program_lines(hlo_text):
         header = _COMPUTATION_HEADER.match(line)
         if header:
             current = header["name"]
@@ -413,11 +413,9 @@ def instruction_matmul_work(instruction: Instruction, shape_of: Callable[[str], 
     if instruction.op == "dot":
         contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", instruction.attributes)
         axes = [int(a) for a in contracting[1].split(",") if a] if contracting else []
+        flops = 2.0 * math.prod(out_dims) * math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
     else:
-        labels = re.search(r"dim_labels=(\w+)_(\w+)->", instruction.attributes)
-        axes = [i for i, c in enumerate(labels[1]) if c == "f"] if labels else []  # the input-feature dims
-    contracted = math.prod(lhs_dims[a] for a in axes if a < len(lhs_dims))
-    flops = 2.0 * math.prod(out_dims) * contracted
+        flops = convolution_flops(instruction.attributes, lhs_dims, array_dims(rhs_shape) or [], out_dims)
     return flops, float(shape_bytes(instruction.shape) + shape_bytes(lhs_shape) + shape_bytes(rhs_shape)), element_type(lhs_shape) or "?"
 
 

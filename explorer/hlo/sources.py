@@ -36,7 +36,7 @@ import sysconfig
 from typing import Any, Iterable
 
 from explorer.hlo import program as hlo
-from explorer.hlo.instructions import Instruction, instructions, parse_instruction
+from explorer.hlo.instructions import Instruction, instructions, parse_instruction, program_lines
 
 LIBRARIES = ("jax", "jaxlib", "flax", "optax")  # frames in these packages are never a collective's source
 _EXPLORER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # explorer/, above hlo/
@@ -287,7 +287,7 @@ def instruction_source(hlo_text: str, name: str) -> InstructionSource:
 @functools.lru_cache(maxsize=2)
 def _instruction_lines(hlo_text: str) -> dict[str, str]:
     """Every instruction's line by its name, for the whole module (kept for the program's collectives read one by one)."""
-    return instructions(hlo_text.splitlines())
+    return instructions(program_lines(hlo_text))
 
 
 def _metadata(line: str) -> tuple[str, int | None]:

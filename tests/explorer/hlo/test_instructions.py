@@ -60,3 +60,31 @@ def test_every_operand_of_a_compiled_program_names_one_of_its_instructions(progr
     unknown = [(i.name, o) for i in parsed for o in i.operands if o not in names]
     assert parsed and unknown == []
     assert max(len(i.operands) for i in parsed) > 5
+
+
+# --- a convolution's flops, as XLA's cost analysis counts them ---------------------------------------------------
+
+CONVOLUTIONS = {  # lhs, rhs, keyword arguments of lax.conv_general_dilated
+    "same padding": ((2, 3, 9, 9), (4, 3, 3, 3), dict(window_strides=(1, 1), padding="SAME")),
+    "strides, uneven padding": ((2, 3, 9, 9), (4, 3, 3, 3), dict(window_strides=(2, 2), padding=((1, 2), (0, 1)))),
+    "kernel dilation": ((2, 3, 9, 9), (4, 3, 3, 3), dict(window_strides=(1, 1), padding="VALID", rhs_dilation=(2, 2))),
+    "input dilation": ((2, 3, 9, 9), (4, 3, 3, 3), dict(window_strides=(1, 1), padding=((2, 2), (2, 2)), lhs_dilation=(2, 1))),
+    "feature groups": ((2, 4, 9, 9), (6, 2, 3, 3), dict(window_strides=(1, 1), padding="SAME", feature_group_count=2)),
+    # the TPU compiler's form of an FSDP dot: a window of 64 over a dimension padded by 63 on each side
+    "window over padding": ((1, 64, 128), (64, 64, 128), dict(window_strides=(1,), padding=((63, 63),))),
+}
+
+
+@pytest.mark.parametrize("case", CONVOLUTIONS)
+def test_a_convolutions_flops_are_xlas_cost_analysis(case):
+    """Each program is one convolution compiled on the CPU: its flops read from the optimized HLO's line (window,
+    padding, strides, dilations, groups) are ``cost_analysis()``'s, XLA's own count (the ground truth)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from explorer.hlo import program
+
+    lhs, rhs, options = CONVOLUTIONS[case]
+    compiled = jax.jit(lambda a, b: lax.conv_general_dilated(a, b, **options)).lower(jnp.ones(lhs), jnp.ones(rhs)).compile()
+    assert program.matmul_work(compiled.as_text()).flops == compiled.cost_analysis()["flops"] > 0

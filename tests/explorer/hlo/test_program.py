@@ -66,6 +66,19 @@ def test_a_loop_without_known_trip_count_is_read_from_its_condition():
     assert work.bytes == 23 * (8 * 16 + 16 * 16 + 8 * 16) * 4
 
 
+def test_a_pallas_call_written_over_several_lines_stays_in_its_loop_body():
+    """A Pallas kernel's ``frontend_attributes={kernel_metadata={`` runs over three lines of the HLO text (splash
+    attention's, as the TPU compiler prints it): the ``}}`` that closes it is not the body's end, and the dot after
+    it counts once per iteration (it counted once: a scanned MaxText layer's dots after its attention)."""
+    call = (
+        '  %k = f32[8,16]{1,0} custom-call(%x), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={\n'
+        '"xprof_metadata":"{\\"block_q\\": 512}"\n'
+        '}}, metadata={op_name="splash"}\n'
+    )
+    text = LOOP.replace("  %y = f32[8,16]{1,0} convolution", call + "  %y = f32[8,16]{1,0} convolution")
+    assert hlo.loop_work(text).flops == hlo.loop_work(LOOP).flops == 23 * 2 * 8 * 16 * 16
+
+
 def test_a_loop_condition_as_xla_dumps_it_reads_its_counter_inline():
     """The text XLA dumps for a program it refused for HBM writes the counter as ``%p#0`` and marks tuple elements
     with ``/*index=N*/``: the trip count is still read (else a scanned model's flops count one layer)."""

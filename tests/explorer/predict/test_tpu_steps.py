@@ -49,7 +49,9 @@ def test_the_calibration_row_and_out_of_sample_rows_are_recorded():
 
 
 def test_v5e_matmul_efficiency_is_what_the_calibration_row_gives(programs, monkeypatch):
-    """Refit: the efficiency at which the 32B row's predicted step equals its published step is the constant."""
+    """Refit: the efficiency at which the 32B row's predicted step equals its published step, at most the spec's peak
+    (1.0), is the constant. Since the program's dots are counted as XLA counts them (convolution windows, scanned
+    bodies read whole), the fit reaches the peak: the row is predicted above its published step even there."""
     text, collectives = programs[CALIBRATION]
     low, high = 0.2, 1.0
     for _ in range(40):
@@ -78,3 +80,18 @@ def test_the_step_grows_with_the_slice_count_as_the_published_one_does(predicted
 def test_every_recorded_run_fits_as_it_did_on_the_real_slice():
     for model, slices in RECORDED:
         assert json.loads((DATA / f"{model}-{slices}.result.json").read_text())["fits"] is True
+
+
+def test_maxtexts_own_64b_program_is_predicted_within_1_25x_of_its_published_step():
+    """MaxText's own program (``explorer compile --maxtext`` with the 64B row's keys: its decoder, splash attention as
+    Pallas calls, f32 weights with bf16 compute), recorded in ``maxtext/64b-1.*``, out of sample. Its dots are in
+    convolutions with windows and its splash-attention calls span several lines of the HLO text: read as one line per
+    call and counted as XLA counts them, the step is 1.09x the published; before, 0.19x (the scanned layers' dots
+    were counted once, and most of them at a fraction of their flops)."""
+    folder = DATA / "maxtext"
+    with gzip.open(folder / "64b-1.hlo.txt.gz", "rt") as handle:
+        text = handle.read()
+    collectives = [SimpleNamespace(**c) for c in json.loads((folder / "64b-1.collectives.json").read_text())]
+    ratio = step_model.predict(text, V5E, collectives).step_s / PUBLISHED[("64b", 1)]
+    assert 1 / 1.25 <= ratio <= 1.25, ratio
+    assert json.loads((folder / "64b-1.result.json").read_text())["fits"] is True
