@@ -122,7 +122,7 @@ def test_a_layout_far_too_large_for_the_chip_reports_that_it_does_not_fit(seed_d
 
 def test_a_refused_scanned_transformer_counts_its_dots_once_per_layer():
     """Issue 30: XLA refuses a scanned transformer for HBM (E1000); its flops, read from the dump, count the scanned body
-    once per layer: within 2% of the model's own dots, the train step's three times the forward's (per device, T tokens:
+    once per layer: within 2% of the model's own dots (with the one XLA recomputes), the train step's three times the forward's (per device, T tokens:
     2 T x each weight matrix, 2 x 2 T^2 per head for the scores and the weighted values, and the head's 2 T x d x vocab)."""
     options = {
         "batch": 8,
@@ -152,7 +152,10 @@ def test_a_refused_scanned_transformer_counts_its_dots_once_per_layer():
     weights = d * head_dim * (2 * heads + 2 * kv_heads) + 3 * d * options["mlp_dim"]  # q, o, k, v; gated MLP in, gate, out
     layer = 2 * tokens * weights + 2 * 2 * tokens**2 * heads * head_dim
     expected = 3 * (options["layers"] * layer + 2 * tokens * d * options["vocab"])
-    assert result.flops == pytest.approx(expected, rel=0.02)
+    # XLA's own program does a little more: to fit, its rematerialization computes each layer's MLP output projection
+    # once more in the backward loop (2 T x d x mlp_dim a layer: 8.3% here). Counted once, the body would be a quarter.
+    recomputed = options["layers"] * 2 * tokens * d * options["mlp_dim"]
+    assert result.flops == pytest.approx(expected + recomputed, rel=0.02)
 
 
 def test_the_route_for_a_program_that_does_not_fit_agrees_with_xla_on_one_that_fits(seed_dict):
