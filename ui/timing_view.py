@@ -21,6 +21,7 @@ from explorer.timing.timing import TimingResult, time_layout
 from explorer.timing.workers import time_local_processes
 from ui import live_timing
 from ui.current import simulated_devices_note
+from ui.fields import whole_number
 from ui.state import TIMING_RESULTS as RESULTS
 from ui.turnstile import TURNSTILE
 
@@ -50,13 +51,13 @@ def timeable(report: Report) -> bool:
 
 
 def controls(report: Report, can_time: bool) -> tuple[int, int, int, bool]:
-    """Timed steps, warm-up steps, processes, and whether the button was pressed."""
+    """Timed steps, warm-up steps, processes, and whether the button was pressed (never with a value out of range:
+    the button is disabled and the box's message says why)."""
     left, middle, spread_column, right = st.columns([1, 1, 1.2, 1.8], vertical_alignment="bottom")  # "Processes" on one line
-    # Defaults go through session state (not value=) because the values are carried across pages.
-    st.session_state.setdefault("timing_steps", 20)
-    st.session_state.setdefault("timing_warmup", 2)
-    steps = left.number_input("Timed steps", 1, 1000, key="timing_steps")
-    warmup = middle.number_input("Warm-up steps", 0, 100, key="timing_warmup")
+    messages = st.container(key="timing_messages")  # under the row: a value out of range, named
+    steps = whole_number(left, "Timed steps", "timing_steps", 1, 1000, 20, messages)
+    warmup = whole_number(middle, "Warm-up steps", "timing_warmup", 0, 100, 2, messages)
+    ready = can_time and steps is not None and warmup is not None
     choices = [n for n in PROCESS_CHOICES if report.mesh.size % n == 0]
     if st.session_state.get("timing_processes") not in choices:
         st.session_state["timing_processes"] = 1
@@ -72,10 +73,10 @@ def controls(report: Report, can_time: bool) -> tuple[int, int, int, bool]:
         "Time train step",
         type="primary",
         key="time_button",
-        disabled=not can_time,
-        help=None if can_time else "This layout cannot be timed here: see the message above",
+        disabled=not ready,
+        help=None if ready else "This layout cannot be timed here, or a box holds a value out of range: see the message",
     )
-    return int(steps), int(warmup), int(processes), start
+    return steps or 0, warmup or 0, int(processes), start
 
 
 def host_note(report: Report) -> None:
