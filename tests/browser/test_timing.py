@@ -153,3 +153,17 @@ def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page, pro
     assert_no_exception(page)
     page.set_viewport_size({"width": 1024, "height": 768})
     screenshot(page, f"timing-stopped-{processes}-processes-1024x768")
+
+
+def test_a_count_out_of_range_is_named_and_kept(page: Page) -> None:
+    """Bad input walk: Warm-up steps 500 only turned the box red and kept 2 underneath; Time train step would time with 2."""
+    page.set_viewport_size({"width": 1024, "height": 768})
+    go_to_page(page, "Timing", f"{key_selector('time_button')} button")
+    set_text(page, "timing_warmup", "500")
+    message = page.locator(f"{key_selector('timing_messages')} [data-testid='stAlertContentError']")
+    expect(message).to_have_count(1)
+    expect(message).to_have_text("Warm-up steps: 500 must be a whole number from 0 to 100")
+    expect(page.locator(f"{key_selector('timing_warmup')} input")).to_have_value("500")
+    expect(page.locator(f"{key_selector('time_button')} button").first).to_be_disabled()
+    assert_no_exception(page)
+    screenshot(page, "timing-warmup-out-of-range-1024x768")
