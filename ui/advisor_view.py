@@ -43,6 +43,19 @@ def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
     return {n: r for n, r in chosen.items() if r != defaults[n]}
 
 
+def depth_option_refused(layout: Layout, option: str | None, messages) -> bool:
+    """Whether the Depth option box names no depth of the layout's model: checked before the run (the search would refuse
+    it only at stage 2), said in ``messages`` under the box's own label."""
+    if option is None:
+        return False
+    try:
+        advisor.depth_of(layout, option)
+        return False
+    except ExplorerError as error:
+        messages.error(markdown_literal(str(ExplorerError("Depth option", error.value, error.problem))))
+        return True
+
+
 def run(
     layout: Layout,
     target: Target,

@@ -59,11 +59,9 @@ shortcut = left.selectbox(
     "the best in full. auto: where it saves time (layers not scanned; a scanned model compiles in about the same time at any depth).",
 )
 depth_option = right.text_input("Depth option (blank: a known name such as layers)", key="advisor_depth_option").strip() or None
+refused = compiles is None or advisor_view.depth_option_refused(current.layout, depth_option, st.container(key="advisor_depth_messages"))
 buttons = st.container(horizontal=True)
-if (
-    buttons.button(f"Advise for {current.target.name}", type="primary", key="advisor_run", disabled=compiles is None)
-    and compiles is not None
-):
+if buttons.button(f"Advise for {current.target.name}", type="primary", key="advisor_run", disabled=refused) and not refused:
     advisor_view.run(
         current.layout, current.target, int(compiles), roles, {"auto": None, "on": True, "off": False}[shortcut], depth_option, buttons
     )
