@@ -19,6 +19,21 @@ SHOWN_CHARACTERS = 80  # a 10 MB name from a hostile file is echoed as its first
 MAX_PROBLEM_CHARACTERS = 1_000  # a backstop: problems quote values through ``shown``
 
 
+def check_between(field: str, value: int | float, low: int, high: int) -> int:
+    """``value`` as a whole number where it is one from ``low`` to ``high``, else ExplorerError naming ``field``.
+
+    >>> check_between("Timed steps", 20, 1, 1000)
+    20
+    >>> check_between("Timed steps", 5000, 1, 1000)
+    Traceback (most recent call last):
+    ...
+    explorer.errors.ExplorerError: Timed steps: 5000 must be a whole number from 1 to 1,000
+    """
+    if value != int(value) or not low <= value <= high:
+        raise ExplorerError(field, value, f"must be a whole number from {low:,} to {high:,}")
+    return int(value)
+
+
 def shown(value: object) -> str:
     """``repr(value)``, at most SHOWN_CHARACTERS long: how a message quotes a value from the user."""
     return _shorten(repr(value))

@@ -98,6 +98,8 @@ class MeshSpec(_Frozen):
     @field_validator("shape", mode="before")
     @classmethod
     def _whole_sizes(cls, shape: Any) -> Any:
+        if isinstance(shape, (list, tuple)) and not shape:  # pydantic's own words: "tuple should have at least 1 item after validation"
+            raise ExplorerError("mesh.shape", list(shape), "is empty; a mesh shape is sizes like [2, 4]")
         for i, size in enumerate(shape if isinstance(shape, (list, tuple)) else ()):
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ExplorerError(f"mesh.shape[{i}]", size, "is not a positive whole number; a mesh shape is sizes like [2, 4]")
@@ -113,6 +115,13 @@ class MeshSpec(_Frozen):
                 f"needs {math.prod(shape):,} devices; the explorer plans meshes of at most {MAX_DEVICES:,}",
             )
         return shape
+
+    @field_validator("axes", mode="before")
+    @classmethod
+    def _some_axes(cls, axes: Any) -> Any:
+        if isinstance(axes, (list, tuple)) and not axes:
+            raise ExplorerError("mesh.axes", list(axes), "is empty; one name per mesh axis, like ['data', 'model']")
+        return axes
 
     @field_validator("axes")
     @classmethod

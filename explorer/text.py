@@ -23,6 +23,8 @@ from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devic
 if TYPE_CHECKING:
     import pandas as pd
 
+    from explorer.predict.roofline import Estimate
+
 # Every mark that can make a link, an image, HTML, emphasis, code, math, a table or a
 # Streamlit directive (":red[...]", ":material/...:") is escaped; line breaks become
 # spaces and a leading list or heading mark is escaped, so the text stays one plain line.
@@ -482,7 +484,51 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         )
     if estimate and estimate.predicted_s is not None:
         lines.append(f"predicted step: {human_seconds(estimate.predicted_s)} (the step model, kernel by kernel; {SCOPE})")
+        if gap := prediction_gap(estimate):
+            lines.append(gap)
     return "\n".join(lines + communication_lines(by_line(result.traced())))
+
+
+def prediction_gap(estimate: Estimate) -> str:
+    """One line on why the predicted step differs from the roofline's bound, from what the prediction is made of
+    (``Estimate.prediction_parts``); '' where it is not known (no program read, an extrapolation).
+
+    Above the bound: the step model adds the host's dispatch of the step and each kernel's launch, and runs the kernels one
+    after another at the rates a step gets, where the bound has every term at peak and overlapped. Equal to it: the
+    kernels the program shows add up to less than the bound, and a prediction is never below the bound.
+    """
+    parts = estimate.prediction_parts
+    if not parts or estimate.predicted_s is None:
+        return ""
+    bound, kernels = estimate.step_s, parts["kernels_s"]
+    if kernels < bound:
+        why = (
+            "XLA's cost_analysis() counts more bytes than the kernels the program shows move in HBM"
+            if estimate.bound == "memory"
+            else f"its {estimate.bound} term is more than the kernels the program shows take"
+        )
+        return (
+            f"why the prediction is the bound: the program's kernels add up to {human_seconds(kernels)} (host dispatch "
+            f"included), under the bound's {human_seconds(bound)} ({why}); a prediction is never below the bound"
+        )
+    terms = [
+        ("host dispatch", parts["dispatch_s"]),
+        ("matmul kernels", parts["matmul_s"]),
+        ("other kernels", parts["memory_s"]),
+        ("collectives", parts["collective_s"]),
+        ("host transfers", parts.get("host_s", 0.0)),
+    ]
+    added = " + ".join(f"{name} {human_seconds(seconds)}" for name, seconds in terms if seconds)
+    launches = int(parts["launches"])
+    launched = (
+        f", {launches:,} kernel {'launch' if launches == 1 else 'launches'} ({human_seconds(parts['launch_s'])}) among them"
+        if parts.get("launch_s")
+        else ""
+    )
+    return (
+        f"why the prediction is above the bound ({human_seconds(bound)}): it adds {added}, one after another{launched}; "
+        "the bound has only flops, bytes and collective bandwidth, at peak and overlapped"
+    )
 
 
 def communication_lines(rows: Sequence[LineRow], top: int = 10) -> list[str]:

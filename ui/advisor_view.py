@@ -14,6 +14,7 @@ from explorer.sharing.share import layout_to_query
 from explorer.hardware.targets import Target
 from explorer.text import markdown_literal
 from ui import race_view, state, tables
+from ui.fields import whole_number
 from ui.turnstile import session_id
 
 RACE = "advisor_race_result"  # the race of the top three, as ui.race_view keeps a race
@@ -40,6 +41,19 @@ def roles_editor(names: tuple[str, ...]) -> dict[str, str]:
             "sequence → sequence; expert → expert; none → replicated."
         )
     return {n: r for n, r in chosen.items() if r != defaults[n]}
+
+
+def depth_option_refused(layout: Layout, option: str | None, messages) -> bool:
+    """Whether the Depth option box names no depth of the layout's model: checked before the run (the search would refuse
+    it only at stage 2), said in ``messages`` under the box's own label."""
+    if option is None:
+        return False
+    try:
+        advisor.depth_of(layout, option)
+        return False
+    except ExplorerError as error:
+        messages.error(markdown_literal(str(ExplorerError("Depth option", error.value, error.problem))))
+        return True
 
 
 def run(
@@ -237,10 +251,12 @@ def race_section(search: advisor.Search) -> None:
         "does. The times are this machine's devices', not the target's."
     )
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
-    rounds = left.number_input("Rounds", 1, 50, value=3, key="advisor_race_rounds")
-    steps = middle.number_input("Steps per round", 1, 500, value=5, key="advisor_race_steps")
+    messages = st.container(key="advisor_race_messages")
+    rounds = whole_number(left, "Rounds", "advisor_race_rounds", 1, 50, 3, messages)
+    steps = whole_number(middle, "Steps per round", "advisor_race_steps", 1, 500, 5, messages)
     racing = [layout.key for layout in layouts]
-    if right.button("Race the top three", key="advisor_race_button", type="primary"):
+    ready = rounds is not None and steps is not None
+    if right.button("Race the top three", key="advisor_race_button", type="primary", disabled=not ready) and ready:
         race_view.race_now(labels, layouts, racing, int(rounds), int(steps), key=RACE, stop_key="advisor_race_stop")
     stored = st.session_state.get(RACE)
     if stored and stored[0] == racing and stored[2].round_medians and stored[2].round_medians[0]:

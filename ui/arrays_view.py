@@ -32,6 +32,7 @@ from explorer.formats import human_bytes
 from explorer.text import code_literal, markdown_literal
 from explorer.tiles import grid_view, shard_counts
 from ui import live_timing, op_state, share_panel, sidebar, state
+from ui.fields import whole_number
 from ui.turnstile import TURNSTILE
 from explorer.formats import counted
 
@@ -264,11 +265,11 @@ def timing_section(op: OpSpec, analysis: OpAnalysis) -> None:
         st.info(f"Not timed here: {markdown_literal(str(error))}")
         st.stop()
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
-    st.session_state.setdefault("op_steps", 3)
-    st.session_state.setdefault("op_warmup", 1)
-    steps = int(left.number_input("Timed calls (each)", 1, 200, key="op_steps"))
-    warmup = int(middle.number_input("Warm-up calls", 0, 20, key="op_warmup"))
-    start = right.button("Time sharded vs one device", type="primary", key="arrays_time_button")
+    messages = st.container(key="op_timing_messages")
+    steps = whole_number(left, "Timed calls (each)", "op_steps", 1, 200, 3, messages)
+    warmup = whole_number(middle, "Warm-up calls", "op_warmup", 0, 20, 1, messages)
+    ready = steps is not None and warmup is not None
+    start = right.button("Time sharded vs one device", type="primary", key="arrays_time_button", disabled=not ready) and ready
     st.caption(
         f"Host memory needed: about {human_bytes(host_bytes_to_time(op))} (inputs and output, sharded and on one device). "
         f"Timings queued right now: {TURNSTILE.queue_length()}. On simulated CPU devices all 'devices' share this machine's cores."

@@ -22,6 +22,7 @@ from explorer.formats import human_bytes, short_path
 from explorer.text import markdown_literal
 from ui import report_view, tables
 from ui.current import simulated_devices_note
+from ui.fields import whole_number
 from ui.race_view import RACE, RACE_ROUNDS, race_now, raced_medians, show_race
 from ui.state import TIMING_RESULTS
 from ui.target_view import predicted_steps
@@ -169,17 +170,16 @@ def race_section(labels: list[str], layouts: list[Layout], reports: list[Report]
             st.warning(markdown_literal(f"{label} cannot race: {error}"))
     racing = [layout.key for _, layout in timeable]
     left, middle, right = st.columns([1, 1, 2], vertical_alignment="bottom")
-    st.session_state.setdefault("race_rounds", 5)  # not value=: the values are carried across pages
-    st.session_state.setdefault("race_steps", 10)
-    rounds = left.number_input("Rounds", 1, 50, key="race_rounds")
-    steps = middle.number_input("Steps per round", 1, 500, key="race_steps")
-    can_race = len(timeable) >= 2
+    messages = st.container(key="race_messages")
+    rounds = whole_number(left, "Rounds", "race_rounds", 1, 50, 5, messages)
+    steps = whole_number(middle, "Steps per round", "race_steps", 1, 500, 10, messages)
+    can_race = len(timeable) >= 2 and rounds is not None and steps is not None
     start = right.button(
         "Start race",
         type="primary",
         key="race_button",
         disabled=not can_race,
-        help=None if can_race else "At least two of the layouts must be timeable here: see the messages above",
+        help=None if can_race else "At least two of the layouts must be timeable here, and the boxes in range: see the messages",
     )
     if start and can_race:
         race_now([label for label, _ in timeable], [layout for _, layout in timeable], racing, int(rounds), int(steps))

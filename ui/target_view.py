@@ -25,7 +25,7 @@ from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.formats import counted, human_bytes, human_flops, human_seconds, share
-from explorer.text import markdown_literal, memory_relation
+from explorer.text import markdown_literal, memory_relation, prediction_gap
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_pool import POOL, queue_text
@@ -318,6 +318,8 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
         (st.success if result.fits else st.error)(verdict(result))
         if estimate is not None:
             st.markdown(markdown_literal(step_verdict(estimate)))
+            if gap := prediction_gap(estimate):  # why the prediction is far above the bound, or equal to it
+                st.caption(markdown_literal(gap[0].upper() + gap[1:] + "."))
     with st.container(key="target_placement"):
         st.caption(markdown_literal(placement_text(result)))
     # One above the other: side by side at 1024 px the bar labels and the table's last column were cut.

@@ -17,14 +17,14 @@ from explorer.hlo.program import used as used_collectives
 from explorer.layout import Layout
 from explorer.formats import human_bytes, human_seconds
 from explorer.text import markdown_literal, memory_relation, peak_in_use_text
-from explorer.timing.timing import StepTimes, TimingResult, time_layout
+from explorer.timing.timing import TimingResult, time_layout
 from explorer.timing.workers import time_local_processes
 from ui import live_timing
 from ui.current import simulated_devices_note
+from ui.fields import whole_number
 from ui.state import TIMING_RESULTS as RESULTS
 from ui.turnstile import TURNSTILE
 
-PARTIAL = "timing_partial"  # the samples of a timing in local processes, kept if Stop interrupts it
 JOB = "timing_job"  # the live_timing.Job of a timing in this process, until its result is kept
 PROCESS_CHOICES = (1, 2, 4)  # local jax.distributed processes offered, where they divide the mesh
 
@@ -51,13 +51,13 @@ def timeable(report: Report) -> bool:
 
 
 def controls(report: Report, can_time: bool) -> tuple[int, int, int, bool]:
-    """Timed steps, warm-up steps, processes, and whether the button was pressed."""
+    """Timed steps, warm-up steps, processes, and whether the button was pressed (never with a value out of range:
+    the button is disabled and the box's message says why)."""
     left, middle, spread_column, right = st.columns([1, 1, 1.2, 1.8], vertical_alignment="bottom")  # "Processes" on one line
-    # Defaults go through session state (not value=) because the values are carried across pages.
-    st.session_state.setdefault("timing_steps", 20)
-    st.session_state.setdefault("timing_warmup", 2)
-    steps = left.number_input("Timed steps", 1, 1000, key="timing_steps")
-    warmup = middle.number_input("Warm-up steps", 0, 100, key="timing_warmup")
+    messages = st.container(key="timing_messages")  # under the row: a value out of range, named
+    steps = whole_number(left, "Timed steps", "timing_steps", 1, 1000, 20, messages)
+    warmup = whole_number(middle, "Warm-up steps", "timing_warmup", 0, 100, 2, messages)
+    ready = can_time and steps is not None and warmup is not None
     choices = [n for n in PROCESS_CHOICES if report.mesh.size % n == 0]
     if st.session_state.get("timing_processes") not in choices:
         st.session_state["timing_processes"] = 1
@@ -73,10 +73,10 @@ def controls(report: Report, can_time: bool) -> tuple[int, int, int, bool]:
         "Time train step",
         type="primary",
         key="time_button",
-        disabled=not can_time,
-        help=None if can_time else "This layout cannot be timed here: see the message above",
+        disabled=not ready,
+        help=None if ready else "This layout cannot be timed here, or a box holds a value out of range: see the message",
     )
-    return int(steps), int(warmup), int(processes), start
+    return steps or 0, warmup or 0, int(processes), start
 
 
 def host_note(report: Report) -> None:
@@ -98,33 +98,24 @@ def host_note(report: Report) -> None:
 def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
     """Time the layout under a Stop button; the result is kept under its layout key.
 
-    In one process the timing is a ``live_timing.Job``: Stop (or any rerun) ends it after its current step with every
-    figure of the steps that ran. Local processes all run the steps asked for, so Stop interrupts them (``run_timing``).
+    The timing is a ``live_timing.Job``: Stop (or any rerun) ends it after its current step with every figure of the
+    steps that ran, in one process or in several local ones (``time_local_processes``'s ``should_stop``: the
+    workers agree on the step to stop after, and return their whole result).
     """
-    if processes > 1:
-        live_timing.time_with_stop(
-            RESULTS,
-            layout.key,
-            "stop_button",
-            "Stops the processes; the steps so far are kept",
-            lambda: run_timing(layout, steps, warmup, processes),
-        )
-        return
-    st.session_state.pop(PARTIAL, None)
     st.session_state.get(RESULTS, {}).pop(layout.key, None)
 
     def work(job: live_timing.Job[TimingResult]) -> TimingResult:
         def on_phase(phase: str) -> None:
             job.phase = phase
 
-        return time_layout(
-            layout,
+        options = dict(
             steps=steps,
             warmup=warmup,
             on_step=lambda _, seconds: job.samples.append(seconds),
             should_stop=job.stop.is_set,
             on_phase=on_phase,
         )
+        return time_local_processes(layout, processes, **options) if processes > 1 else time_layout(layout, **options)
 
     job = live_timing.Job(layout.key, steps, work)
     st.session_state[JOB] = job
@@ -177,56 +168,14 @@ def collect_stopped(key: str) -> None:
         st.error(markdown_literal(str(job.refusal)))
 
 
-def run_timing(layout: Layout, steps: int, warmup: int, processes: int) -> TimingResult | None:
-    """Compile and time the train step in ``processes`` local processes, its steps drawn as they come."""
-    samples: list[float] = []
-    st.session_state[PARTIAL] = {"key": layout.key, "samples": samples, "steps": steps}
-
-    def time_it(live: live_timing.Live) -> TimingResult:
-        def on_phase(phase: str) -> None:
-            live.progress.progress(0.0 if phase != "timing" else 0.01, text=phase + "…")
-
-        def on_step(index: int, seconds: float) -> None:
-            samples.append(seconds)
-            live.progress.progress((index + 1) / steps, text=f"step {index + 1} of {steps}: {seconds * 1e3:.1f} ms")
-            live.redraw(lambda: step_times_figure(samples, steps), f"live_{index}", last=index + 1 == steps)
-
-        # a rerun (Stop, an edit) interrupts this call; its cleanup ends every worker
-        return time_local_processes(layout, processes, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
-
-    return live_timing.run_timing(
-        time_it,
-        first_frame=step_times_figure([], steps),
-        frame_key="live_frame",
-        one_at_a_time="one timing runs at a time",
-        done=done_label,
-    )
-
-
 def show_last(key: str) -> None:
-    """The layout's timing in this session (a stopped one's too), else the steps of interrupted processes, else how to start one."""
+    """The layout's timing in this session (a stopped one's too), else how to start one."""
     collect_stopped(key)
-    partial = st.session_state.get(PARTIAL)
     results = st.session_state.get(RESULTS, {})
     if key in results:
         show_result(results[key])
-    elif partial and partial["key"] == key and partial["samples"]:
-        with st.container(key="timing_stopped"):
-            st.info(stopped_text(partial["samples"], partial["steps"]))
-        # the x-axis spans the steps that ran, not the ones asked for
-        st.plotly_chart(step_times_figure(partial["samples"]), key="partial_steps")
     else:
         st.info("Press **Time train step** to compile and time this layout on this process's devices.")
-
-
-def stopped_text(samples: list[float], planned: int) -> str:
-    """Interrupted processes' figures: the median, p10 and p90 of the steps process 0 reported (measured, as a finished run's are)."""
-    steps = StepTimes.of(samples)
-    return (
-        f"Stopped after {len(samples)} of {planned} steps. Over those {len(samples)}: median step "
-        f"{human_seconds(steps.median)}, p10 {human_seconds(steps.p10)}, p90 {human_seconds(steps.p90)} (process 0's; "
-        "compile, memory and collectives are kept where the timing runs in one process)."
-    )
 
 
 def show_result(result: TimingResult) -> None:

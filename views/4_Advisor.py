@@ -8,6 +8,7 @@ import streamlit as st
 from explorer.analysis.analyzer import logical_names
 from ui import advisor_view, turnstile
 from ui.current import current_layout
+from ui.fields import whole_number
 
 st.set_page_config(page_title="Advisor · Partition Explorer", page_icon="🧭")
 st.title("Layout advisor")
@@ -36,13 +37,15 @@ if current.target is None:
 roles = advisor_view.roles_editor(logical_names(current.layout.model))
 # Two settings a row, and Stop beside the button: at 768 px the button, Stop and the progress under them stay in view.
 budget, workers = st.columns(2)
-compiles = budget.number_input(
+settings_messages = st.container(key="advisor_settings_messages")  # a value out of range, named (under the settings)
+compiles = whole_number(
+    budget,
     "Candidates to compile (stage 2)",
-    min_value=0,
-    max_value=16,
-    value=3,
-    step=1,
-    key="advisor_compiles",
+    "advisor_compiles",
+    0,
+    16,
+    3,
+    settings_messages,
     help="The shortlist's best, plus your own layout. 0: stage 1 only.",
 )
 with workers:
@@ -56,8 +59,9 @@ shortcut = left.selectbox(
     "the best in full. auto: where it saves time (layers not scanned; a scanned model compiles in about the same time at any depth).",
 )
 depth_option = right.text_input("Depth option (blank: a known name such as layers)", key="advisor_depth_option").strip() or None
+refused = compiles is None or advisor_view.depth_option_refused(current.layout, depth_option, st.container(key="advisor_depth_messages"))
 buttons = st.container(horizontal=True)
-if buttons.button(f"Advise for {current.target.name}", type="primary", key="advisor_run"):
+if buttons.button(f"Advise for {current.target.name}", type="primary", key="advisor_run", disabled=refused) and not refused:
     advisor_view.run(
         current.layout, current.target, int(compiles), roles, {"auto": None, "on": True, "off": False}[shortcut], depth_option, buttons
     )

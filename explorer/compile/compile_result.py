@@ -330,7 +330,13 @@ class TargetCompile:
             collectives=tuple(map(CollectiveCost.from_json, data["collectives"])),
             estimate=None
             if estimate is None
-            else Estimate(estimate["compute_s"], estimate["memory_s"], estimate["collective_s"], estimate.get("predicted_s")),
+            else Estimate(
+                estimate["compute_s"],
+                estimate["memory_s"],
+                estimate["collective_s"],
+                estimate.get("predicted_s"),
+                estimate.get("prediction_parts"),
+            ),
             donated=data["donated"],
             compiled_at=data.get("compiled_at", ""),
             cross_check=CrossCheck.from_json(data.get("cross_check")),

@@ -161,6 +161,9 @@ class Estimate:
     memory_s: float
     collective_s: float
     predicted_s: float | None = None
+    # What the prediction is made of (``step_model.Prediction.parts``): its kernels' sum before the floor at the bound,
+    # the host's dispatch, the buckets, the launches; None where no program was read (``prediction_gap`` says why it differs)
+    prediction_parts: dict[str, float] | None = None
 
     @property
     def step_s(self) -> float:
@@ -184,6 +187,7 @@ class Estimate:
             "bound": self.bound,
             "mfu_ceiling": self.mfu_ceiling,
             "predicted_s": self.predicted_s,
+            "prediction_parts": self.prediction_parts,
         }
 
 

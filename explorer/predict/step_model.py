@@ -112,9 +112,23 @@ class Prediction:
     launches: int  # kernels per step
     validated: str
     host_s: float = 0.0  # host offload's transfers not hidden under the kernels XLA scheduled beside them
+    launch_s: float = 0.0  # the kernels' launches (in the buckets above): a kernel's on a GPU, a NCCL collective's; 0 on a TPU
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def parts(self) -> dict[str, float]:
+        """What ``Estimate.prediction_parts`` keeps: the buckets that add up to ``step_s``, the launches in them."""
+        return {
+            "kernels_s": self.step_s,
+            "dispatch_s": self.dispatch_s,
+            "matmul_s": self.matmul_s,
+            "memory_s": self.memory_s,
+            "collective_s": self.collective_s,
+            "host_s": self.host_s,
+            "launches": self.launches,
+            "launch_s": self.launch_s,
+        }
 
 
 def hbm_bytes(shape: str) -> int:
@@ -345,22 +359,32 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
     program, device = hlo.Program(hlo_text), rates(chip)
     per_byte = collective_seconds_per_byte(collectives)
     totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
-    launches = 0
+    launches, launch_s = 0, 0.0
     for computation in program.control:
-        for bucket, seconds in _computation_seconds(program, computation, device, per_byte, counted := [0]).items():
+        for bucket, seconds in _computation_seconds(program, computation, device, per_byte, counted := [0, 0.0]).items():
             totals[bucket] += seconds
         launches += counted[0]
+        launch_s += counted[1]
     step = math.fsum(totals.values()) + device.dispatch_s
     return Prediction(
-        step, totals["matmul"], totals["memory"], totals["collective"], device.dispatch_s, launches, device.validated, totals["host"]
+        step,
+        totals["matmul"],
+        totals["memory"],
+        totals["collective"],
+        device.dispatch_s,
+        launches,
+        device.validated,
+        totals["host"],
+        launch_s,
     )
 
 
 def _computation_seconds(
-    program: hlo.Program, computation: str, device: Rates, per_byte: dict[str, float], launches: list[int]
+    program: hlo.Program, computation: str, device: Rates, per_byte: dict[str, float], launches: list
 ) -> dict[str, float]:
     """The seconds per step of one control computation's kernels (times its runs), by bucket; adds its launches to
-    ``launches[0]``. An async collective adds what the kernels between its start and its done do not hide."""
+    ``launches[0]`` and their cost to ``launches[1]`` (where given). An async collective adds what the kernels between
+    its start and its done do not hide."""
     runs = program.runs.get(computation, 1)
     totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
     pending: dict[str, list] = {}  # an async collective's or host transfer's name -> [seconds, kernel time since, bucket]
@@ -373,6 +397,10 @@ def _computation_seconds(
         if kernel is None:
             continue
         launches[0] += runs
+        if len(launches) > 1:
+            launches[1] += runs * (
+                0.0 if kernel.kind == "host" else device.collective_launch_s if kernel.kind == "collective" else device.launch_s
+            )
         if kernel.kind in ("collective", "host") and instruction.op.endswith("-start"):
             pending[instruction.name] = [kernel.seconds, 0.0, kernel.kind]
             continue
@@ -447,7 +475,8 @@ def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collect
     ``cost_analysis()`` counts in the bound's bytes), the bound is the prediction."""
     if not hlo_text:
         return estimate
-    return dataclasses.replace(estimate, predicted_s=max(predict(hlo_text, chip, collectives).step_s, estimate.step_s))
+    prediction = predict(hlo_text, chip, collectives)
+    return dataclasses.replace(estimate, predicted_s=max(prediction.step_s, estimate.step_s), prediction_parts=prediction.parts())
 
 
 def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chip: Chip | Gpu, dtype: str = "bf16") -> float:

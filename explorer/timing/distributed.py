@@ -91,12 +91,14 @@ def join(
     )
 
 
-def time_joined(layout, steps: int, warmup: int, on_step=None, on_phase=None, state_file: str | None = None):
+def time_joined(layout, steps: int, warmup: int, on_step=None, on_phase=None, state_file: str | None = None, stop_file: str | None = None):
     """Time ``layout`` on the mesh of every process's devices; every process calls this alike.
 
     The mesh must use every device of the run: a process without devices in it would
     have nothing to run. ``state_file``: process 0 saves the parameters and optimizer
     state after the last step there (``.npz``, keys from ``state_arrays``), gathered from every process.
+    ``stop_file``: the run stops after the step during which this file appeared (``agreed_stop``),
+    with every figure of the steps that ran.
     """
     import jax
 
@@ -110,10 +112,29 @@ def time_joined(layout, steps: int, warmup: int, on_step=None, on_phase=None, st
             f"has {size} devices, and the {jax.process_count()} processes of this run have {jax.device_count()} "
             f"({jax.local_device_count()} each): a multi-process timing uses them all",
         )
-    run = timed_run(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
+    should_stop = agreed_stop(stop_file) if stop_file else None
+    run = timed_run(layout, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase, should_stop=should_stop)
     if state_file is not None:
         _save_state(run.state, state_file)
     return run.result
+
+
+def agreed_stop(stop_file: str) -> Callable[[], bool]:
+    """A ``should_stop`` every process of the run answers alike: whether ``stop_file`` exists, as process 0 sees it.
+
+    Every process must run the same number of steps (each step's collectives wait for all of them), so
+    process 0 looks for the file and broadcasts what it saw; the others take its answer. One small
+    collective after each step, outside the timed region.
+    """
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    def should_stop() -> bool:
+        asked = jax.process_index() == 0 and os.path.exists(stop_file)
+        return bool(multihost_utils.broadcast_one_to_all(np.int32(asked)))
+
+    return should_stop
 
 
 def state_arrays(state) -> dict[str, Any]:
@@ -184,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--join-timeout", type=int, default=JOIN_TIMEOUT_S)
     parser.add_argument("--heartbeat-timeout", type=int, default=HEARTBEAT_TIMEOUT_S)
     parser.add_argument("--save-state", default=None, help="an .npz file for the state after the last step")
+    parser.add_argument("--stop-file", default=None, help="stop after the step during which this file appears")
     args = parser.parse_args(argv)
     emit = _events()
     _die_with_parent()
@@ -211,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             on_step=lambda index, seconds: emit("step", index=index, seconds=seconds),
             on_phase=lambda phase: emit("phase", phase=phase),
             state_file=args.save_state,
+            stop_file=args.stop_file,
         )
         if jax.process_index() == 0:
             emit("result", result=result.to_dict())

@@ -330,8 +330,8 @@ def timed_run(
 ) -> TimedRun:
     """``time_layout``, keeping the final state too.
 
-    In a multi-process run every process calls this with the same arguments and no
-    ``should_stop`` (all processes must run the same number of steps).
+    In a multi-process run every process calls this with the same arguments, and a ``should_stop`` they all
+    answer alike (``distributed.agreed_stop``): every process must run the same number of steps.
     """
     if not 1 <= steps <= 10_000:
         raise ExplorerError("steps", steps, "must be between 1 and 10,000")

@@ -94,10 +94,14 @@ def time_local_processes(
     join_timeout_s: int = JOIN_TIMEOUT_S,
     heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S,
     state_file: str | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> TimingResult:
     """Time ``layout`` on ``processes`` local processes sharing its mesh's devices evenly.
 
     ``state_file``: the parameters and optimizer state after the last step, as ``.npz`` (see ``distributed``).
+    ``should_stop``: looked at every ``POLL_S``; once true, the workers are asked to stop after their current step
+    (a stop file they all agree on, ``distributed.agreed_stop``) and return their whole result for the steps that ran,
+    as one process does: nothing is killed.
     """
     if not 1 <= steps <= 10_000:
         raise ExplorerError("steps", steps, "must be between 1 and 10,000")
@@ -125,13 +129,16 @@ def time_local_processes(
             "--heartbeat-timeout",
             str(heartbeat_timeout_s),
         ] + (["--save-state", str(state_file)] if state_file else [])
+        stop_file = Path(folder) / "stop" if should_stop else None
+        if stop_file:
+            common += ["--stop-file", str(stop_file)]
         phase(f"starting {processes} processes × {per_process} devices")
         events: queue.Queue = queue.Queue()
         workers: list[_Worker] = []
         try:
             for index in range(processes):
                 workers.append(_start(index, common + ["--process-id", str(index)], events))
-            return _supervise(workers, events, steps, on_step, phase, stall_timeout_s)
+            return _supervise(workers, events, steps, on_step, phase, stall_timeout_s, _asker(should_stop, stop_file))
         finally:
             _end_all(workers)
 
@@ -184,11 +191,22 @@ def _read_stderr(worker: _Worker) -> None:
             worker.tail.append(line)
 
 
-def _supervise(workers, events, steps, on_step, phase, stall_timeout_s) -> TimingResult:
+def _asker(should_stop: Callable[[], bool] | None, stop_file: Path | None) -> Callable[[], None]:
+    """Writes the stop file the first time ``should_stop()`` is true (called every ``POLL_S``)."""
+
+    def ask() -> None:
+        if should_stop is not None and stop_file is not None and not stop_file.exists() and should_stop():
+            stop_file.touch()
+
+    return ask
+
+
+def _supervise(workers, events, steps, on_step, phase, stall_timeout_s, ask_to_stop) -> TimingResult:
     result: TimingResult | None = None
     last_news = time.monotonic()
     joined = 0
     while True:
+        ask_to_stop()
         try:
             worker, event = events.get(timeout=POLL_S)
         except queue.Empty:

@@ -23,6 +23,7 @@ from tests.browser import (
     MAIN,
     RUN_TIMEOUT_MS,
     assert_no_exception,
+    choose,
     expect_tables_fit,
     go_to_page,
     key_selector,
@@ -114,12 +115,16 @@ def test_live_chart_fills_while_timing(page: Page) -> None:
         screenshot(page, f"timing-{width}x{height}")
 
 
-def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page) -> None:
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page, processes: int) -> None:
     """Issue 45: Stop left only the median of the steps that ran. Now the run stops after its current step and the page
-    shows the whole result for those steps, as for a finished run: median, p10/p90, compile, memory and collectives."""
+    shows the whole result for those steps, as for a finished run: median, p10/p90, compile, memory and collectives;
+    in two local processes too (they agree on the step to stop after; nothing is killed)."""
     go_to_page(page, "Timing", f"{key_selector('time_button')} button")
     set_text(page, "timing_steps", "1000")
     expect(page.locator(f"{key_selector('timing_steps')} input")).to_have_value("1000")
+    if processes > 1:
+        choose(page, "timing_processes", str(processes))
     page.locator(f"{key_selector('time_button')} button").click()
     page.wait_for_function(
         "() => { const p = document.querySelector(`" + LIVE_PLOT + "`); return p && p.data && p.data[0].x.length >= 2; }",
@@ -137,6 +142,8 @@ def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page) -> 
         expect(metric_value(page, label)).to_have_text(re.compile(r"^\d+\.\d ms$"))
     expect(metric_value(page, "Compile")).to_have_text(re.compile(r"^(\d+\.\d\d s|cached)$"))
     expect(page.locator(MAIN)).to_contain_text(f"{ran} timed steps after 2 warm-up")
+    if processes > 1:
+        expect(page.locator(MAIN)).to_contain_text(f"In {processes} processes × {8 // processes} devices (jax.distributed")
     chart = page.locator(f"{key_selector('step_times')} .js-plotly-plot")
     assert chart.evaluate("(p) => p.data[0].x.length") == ran
     assert chart.evaluate("(p) => p.layout.xaxis.range[1]") == ran + 0.5  # the steps that ran, not 1000
@@ -145,4 +152,18 @@ def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page) -> 
     assert any(row[0] == "all-reduce" for row in table_under(page, "Collectives XLA inserted"))
     assert_no_exception(page)
     page.set_viewport_size({"width": 1024, "height": 768})
-    screenshot(page, "timing-stopped-1024x768")
+    screenshot(page, f"timing-stopped-{processes}-processes-1024x768")
+
+
+def test_a_count_out_of_range_is_named_and_kept(page: Page) -> None:
+    """Bad input walk: Warm-up steps 500 only turned the box red and kept 2 underneath; Time train step would time with 2."""
+    page.set_viewport_size({"width": 1024, "height": 768})
+    go_to_page(page, "Timing", f"{key_selector('time_button')} button")
+    set_text(page, "timing_warmup", "500")
+    message = page.locator(f"{key_selector('timing_messages')} [data-testid='stAlertContentError']")
+    expect(message).to_have_count(1)
+    expect(message).to_have_text("Warm-up steps: 500 must be a whole number from 0 to 100")
+    expect(page.locator(f"{key_selector('timing_warmup')} input")).to_have_value("500")
+    expect(page.locator(f"{key_selector('time_button')} button").first).to_be_disabled()
+    assert_no_exception(page)
+    screenshot(page, "timing-warmup-out-of-range-1024x768")

@@ -37,3 +37,13 @@ def test_first_line_quotes_one_line_of_an_exception_or_its_type():
     assert first_line(RuntimeError("XLA refused\n  at frame 1\n  at frame 2")) == "XLA refused"
     assert first_line(RuntimeError("  \n")) == "RuntimeError"
     assert first_line(ValueError("z" * 600)) == "z" * 500
+
+
+def test_check_between_names_the_field_and_the_value():
+    from explorer.errors import ExplorerError, check_between
+
+    assert check_between("Rounds", 5, 1, 50) == 5 and check_between("Rounds", 5.0, 1, 50) == 5
+    for value in (0, 51, 2.5):
+        with pytest.raises(ExplorerError) as caught:
+            check_between("Rounds", value, 1, 50)
+        assert str(caught.value) == f"Rounds: {value!r} must be a whole number from 1 to 50"

@@ -42,6 +42,16 @@ def test_mesh_sizes_must_be_positive_integers(seed_dict, size):
     assert repr(size) in str(error)
 
 
+@pytest.mark.parametrize(
+    "part, message", [("shape", "mesh.shape: [] is empty; a mesh shape is sizes like [2, 4]"), ("axes", "mesh.axes: [] is empty; one name")]
+)
+def test_an_empty_mesh_shape_or_axes_says_so_in_plain_words(seed_dict, part, message):
+    """An empty Shape box said "mesh.shape: [] tuple should have at least 1 item after validation, not 0" (pydantic's)."""
+    seed_dict["mesh"][part] = []
+    error = refuse(seed_dict, f"mesh.{part}")
+    assert str(error).startswith(message) and "after validation" not in str(error)
+
+
 def test_absurd_mesh_is_refused(seed_dict):
     seed_dict["mesh"]["shape"] = [1024, 1024]
     refuse(seed_dict, "mesh.shape", "1,048,576 devices", "65,536")

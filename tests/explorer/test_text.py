@@ -110,3 +110,30 @@ def test_short_paths_keep_every_array_of_the_built_in_mlp_apart():
     shown = [short_path(p) for p in paths]
     assert len(set(shown)) == len(paths) and all(len(s) <= 40 for s in shown)
     assert all(s.rsplit("/", 1)[-1] == p.rsplit("/", 1)[-1] for s, p in zip(shown, paths))  # the leaf whole
+
+
+def test_prediction_gap_says_why_the_prediction_is_far_above_the_bound_or_equal_to_it():
+    """Issue 45: h100:3x8 predicted 49.1 us beside a 1.75 us bound, and a v5e layout's prediction equalled its bound, and
+    neither said why. A loop of 24 runs of a 4 MiB f32 kernel and 25 of a 5-byte one on an H200 (``LOOP``): each kernel
+    its bytes at 4.217 TB/s plus a 1 us launch, then 30 us of host dispatch."""
+    from explorer.predict import step_model
+    from explorer.predict.roofline import Estimate
+    from explorer.text import prediction_gap
+    from tests.explorer.predict.test_step_model import H200, LOOP
+
+    kernels = 24 * (2 * 1024 * 1024 * 4 / 4.217e12 + 1e-6) + 25 * (5 / 4.217e12 + 1e-6)
+    assert f"{kernels * 1e6:.1f}" == "96.7"
+    above = step_model.with_prediction(Estimate(1e-9, 2e-6, 0.0), LOOP, H200)
+    assert prediction_gap(above) == (
+        "why the prediction is above the bound (2.00 µs): it adds host dispatch 30.0 µs + other kernels 96.7 µs, one after "
+        "another, 49 kernel launches (49.0 µs) among them; the bound has only flops, bytes and collective bandwidth, at peak "
+        "and overlapped"
+    )
+    floored = step_model.with_prediction(Estimate(1.0, 2.0, 0.0), LOOP, H200)
+    assert floored.predicted_s == floored.step_s == 2.0
+    assert prediction_gap(floored) == (
+        "why the prediction is the bound: the program's kernels add up to 127 µs (host dispatch included), under the bound's "
+        "2.00 s (XLA's cost_analysis() counts more bytes than the kernels the program shows move in HBM); a prediction is "
+        "never below the bound"
+    )
+    assert prediction_gap(Estimate(1e-9, 2e-6, 0.0, predicted_s=1e-4)) == ""  # parts unknown (a cached result of before, an extrapolation)

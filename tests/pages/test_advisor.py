@@ -121,3 +121,20 @@ def test_the_chart_axis_spans_the_candidates_and_the_hbm_line_not_plotly_log_ann
     assert low <= math.log10(min(values)) and math.log10(max(values)) <= high <= math.log10(max(values)) + 1
     label = next(a for a in fig.layout.annotations if a.text.startswith("HBM"))
     assert label.y == pytest.approx(math.log10(search.target.chip.device_hbm_bytes / 2**30))
+
+
+def test_a_bad_depth_option_or_budget_is_named_before_the_run_and_kept():
+    """The bad-input walk: a Depth option the model lacks was refused only at stage 2, under the CLI's name
+    (--depth-option); a budget of 99 only turned the box red. Now each gets one message and the button waits."""
+    at = advisor_page()
+    at.selectbox(key="target_choice").set_value("v5litepod-8").run()
+    at.text_input(key="advisor_depth_option").input("nope <b>x</b>").run()
+    assert not at.exception
+    assert [e.value.replace("\\", "") for e in at.error] == [
+        "Depth option: 'nope <b>x</b>' is not an option of this layout's model; its options: batch, depth, layers, scan"
+    ]
+    assert at.button(key="advisor_run").disabled and at.text_input(key="advisor_depth_option").value == "nope <b>x</b>"
+    at.text_input(key="advisor_depth_option").input("").run()
+    at.number_input(key="advisor_compiles").set_value(99).run()
+    assert [e.value.replace("\\", "") for e in at.error] == ["Candidates to compile (stage 2): 99 must be a whole number from 0 to 16"]
+    assert at.button(key="advisor_run").disabled

@@ -99,3 +99,15 @@ def test_a_stopped_timing_is_shown_whole_and_marked(page, seed_dict):
     metrics = {m.label: m.value for m in page.metric}
     assert metrics["Median step"].endswith(" ms") and metrics["Compile"].endswith(" s")
     assert "all-reduce" in page.dataframe[1].value["op"].tolist()
+
+
+@pytest.mark.parametrize(
+    "key, label, value, bounds", [("timing_steps", "Timed steps", 5000, "1 to 1,000"), ("timing_warmup", "Warm-up steps", -1, "0 to 100")]
+)
+def test_a_count_out_of_range_is_named_under_the_row_and_kept(page, key, label, value, bounds):
+    """The boxes had Streamlit's bounds: 5000 turned the box red, kept 20 underneath, and Time train step would time 20."""
+    page.number_input(key=key).set_value(value).run()
+    assert not page.exception
+    assert [e.value.replace("\\", "") for e in page.error] == [f"{label}: {value} must be a whole number from {bounds}"]  # escaped Markdown
+    assert page.number_input(key=key).value == value  # what was typed stays in the box
+    assert page.button(key="time_button").disabled

@@ -2,21 +2,11 @@
 
 import threading
 
-import numpy as np
 import pytest
 
 from explorer.errors import ExplorerError
 from ui.live_timing import Job, follow
-from ui.timing_view import stopped_text
 from ui.turnstile import TURNSTILE
-
-
-def test_interrupted_processes_give_the_median_and_percentiles_of_the_steps_that_ran():
-    """Stopping showed "Stopped after 3 of 1000 steps" and a chart of 1000 steps' width, no median."""
-    samples = [2e-3, 1e-3, 4e-3]
-    text = stopped_text(samples, 1000)
-    assert text.startswith("Stopped after 3 of 1000 steps. Over those 3: median step 2.00 ms")
-    assert f"p10 {np.percentile(samples, 10) * 1e3:.2f} ms, p90 {np.percentile(samples, 90) * 1e3:.2f} ms (process 0's" in text
 
 
 def test_a_job_asked_to_stop_ends_after_its_current_step_with_its_result_and_leaves_the_queue():

@@ -56,7 +56,12 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
         "hbm_bandwidth",
         "ici_bandwidth",
     }
-    assert set(result["estimate"]) == {"compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling", "predicted_s"}
+    assert set(result["estimate"]) == {
+        "compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling", "predicted_s", "prediction_parts"
+    }  # fmt: skip
+    parts = result["estimate"]["prediction_parts"]  # what the prediction is made of (text.prediction_gap says it)
+    assert set(parts) == {"kernels_s", "dispatch_s", "matmul_s", "memory_s", "collective_s", "host_s", "launches", "launch_s"}
+    assert result["estimate"]["predicted_s"] == max(parts["kernels_s"], result["estimate"]["step_s"])
     assert result["estimate"]["predicted_s"] >= result["estimate"]["step_s"] > 0  # the prediction beside the lower bound, never below
     assert all(set(c) >= {"op", "count", "bytes", "mesh_axes", "sources"} for c in result["collectives"])
     sources = [s for c in result["collectives"] for s in c["sources"]]

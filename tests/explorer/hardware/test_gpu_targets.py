@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import json
+import math
 
 import pytest
 
@@ -183,6 +184,11 @@ def test_a_layout_that_fits_an_h100_is_judged_against_the_75_percent_jax_takes(e
     assert estimate.memory_s == pytest.approx(result.bytes_accessed / 3350e9)
     assert estimate.collective_s == pytest.approx(sum(c.seconds for c in result.collectives))
     assert estimate.predicted_s > estimate.step_s  # the step model's prediction (explorer.predict.step_model) beside the bound
+    parts = estimate.prediction_parts  # what it is made of, which the page and the CLI say (text.prediction_gap)
+    assert math.fsum(parts[k] for k in ("dispatch_s", "matmul_s", "memory_s", "collective_s", "host_s")) == pytest.approx(
+        estimate.predicted_s
+    )
+    assert TargetCompile.from_json(result.to_json()).estimate == estimate  # the compile cache keeps them
 
 
 def test_a_layout_too_large_for_an_a100_does_not_fit_and_xla_says_so(explorer_results, bare_results):

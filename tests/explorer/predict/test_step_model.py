@@ -20,6 +20,7 @@ import pytest
 
 from explorer.hlo.instructions import parse_instruction
 from explorer.predict import step_model
+from explorer.predict.roofline import Estimate
 from explorer.predict.step_rates import H200_BF16, H200_F32
 from explorer.compile.xla_compile import gpu_plugin
 from explorer.hardware.accelerators import GPUS
@@ -272,3 +273,16 @@ def test_a_matmul_contracting_little_pays_its_tiles_fixed_cost():
     memory = (2 * 8192 * 256 * 2 + 8192 * 8192 * 2) / 4.217e12
     assert (kernel.kind, kernel.flops, kernel.dtype) == ("matmul", flops, "bf16")
     assert kernel.seconds == pytest.approx(compute + memory - 0.95 * memory + 1e-6)
+
+
+def test_the_prediction_says_what_it_is_made_of():
+    """The parts ``prediction_gap`` explains a prediction by add up to it; the launches among them are each kernel's
+    (1 us on a GPU) and each NCCL collective's (5 us)."""
+    prediction = step_model.predict(LOOP, H200)
+    parts = prediction.parts()
+    assert parts["kernels_s"] == prediction.step_s
+    assert math.fsum(parts[k] for k in ("dispatch_s", "matmul_s", "memory_s", "collective_s", "host_s")) == pytest.approx(prediction.step_s)
+    assert (parts["launches"], parts["launch_s"]) == (49, pytest.approx(49 * 1e-6))
+    costed = [SimpleNamespace(op="all-gather", bytes=8192 * 4, seconds=1e-3)]
+    assert step_model.predict(ASYNC.format(n=2**16), H200, costed).launch_s == pytest.approx(5e-6 + 1e-6)
+    assert step_model.with_prediction(Estimate(0.0, 0.0, 0.0), LOOP, H200).prediction_parts == parts

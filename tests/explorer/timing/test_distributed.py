@@ -33,21 +33,34 @@ def small_layout(seed_dict, **changes):
     return parse_layout(data)
 
 
+PLANNED_STEPS = 1000
+
+
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory):
-    """The guide's layout (2x4 mesh, batch over data, hidden over model) timed for 3 steps in 2 processes."""
+    """The guide's layout (2x4 mesh, batch over data, hidden over model) in 2 processes, 1000 steps asked and Stop
+    pressed once 3 have been reported (as the Timing page's Stop does): the run ends after the steps under way."""
     from explorer.layout import SEED_LAYOUT
 
     layout = small_layout(SEED_LAYOUT)
     state_file = tmp_path_factory.mktemp("state") / "state.npz"
-    result = time_local_processes(layout, 2, steps=3, warmup=0, state_file=str(state_file))
+    reported: list[float] = []
+    result = time_local_processes(
+        layout,
+        2,
+        steps=PLANNED_STEPS,
+        warmup=0,
+        state_file=str(state_file),
+        on_step=lambda _, seconds: reported.append(seconds),
+        should_stop=lambda: len(reported) >= 3,
+    )
     with np.load(state_file) as saved:
         state = dict(saved)
-    return layout, result, state
+    return layout, result, state, reported
 
 
 def test_two_processes_report_the_single_process_memory_and_collectives(two_processes):
-    layout, result, _ = two_processes
+    layout, result, _, _ = two_processes
     single = time_layout(layout, steps=1, warmup=0)
     assert (result.processes, result.devices_per_process, result.devices) == (2, 4, 8)
     assert (single.processes, single.devices_per_process) == (1, 8)
@@ -55,13 +68,29 @@ def test_two_processes_report_the_single_process_memory_and_collectives(two_proc
     assert result.collectives == single.collectives
     assert result.collectives["all-reduce"]["count"] > 0
     assert result.activations == single.activations
+    assert result.sources == single.sources
 
 
-def test_parameters_after_three_steps_match_the_single_process_run(two_processes):
+def test_a_stopped_two_process_run_keeps_every_figure_of_the_steps_it_ran(two_processes):
+    """Issue 45: Stop killed the workers and kept only process 0's median, p10 and p90. Now the workers stop after
+    the step under way, all alike, and return their whole result: compile time, memory and collectives (above)."""
+    _, result, _, reported = two_processes
+    ran = len(result.step_s.samples)
+    assert result.stopped and result.planned_steps == PLANNED_STEPS
+    assert 3 <= ran < PLANNED_STEPS, ran
+    assert list(result.step_s.samples) == reported  # the steps process 0 reported as they ran, every one
+    assert result.step_s.median == float(np.median(reported))
+    assert result.compile_s > 0
+    assert result.stopped_note() == f"Stopped after {ran} of {PLANNED_STEPS} steps: every figure here is of the {ran} steps that ran."
+
+
+def test_parameters_after_the_steps_run_match_the_single_process_run(two_processes):
     """Parameters, and Adam's moments: its first steps move each parameter by about the
-    learning rate times the gradient's sign, so the moments are what reflect the gradients' values."""
-    layout, _, saved = two_processes
-    expected = {name: np.asarray(value) for name, value in state_arrays(timed_run(layout, steps=3, warmup=0).state).items()}
+    learning rate times the gradient's sign, so the moments are what reflect the gradients' values.
+    The run was stopped: its state is that of exactly the steps it reports, in both processes."""
+    layout, result, saved, _ = two_processes
+    ran = len(result.step_s.samples)
+    expected = {name: np.asarray(value) for name, value in state_arrays(timed_run(layout, steps=ran, warmup=0).state).items()}
     assert set(saved) == set(expected)
     assert len([name for name in expected if name.startswith("params/")]) == 4
     assert len([name for name in expected if "/mu/" in name]) == len([name for name in expected if "/nu/" in name]) == 4
@@ -70,7 +99,7 @@ def test_parameters_after_three_steps_match_the_single_process_run(two_processes
         # 1e-5 of the array's largest value (about 80 ulps, three Adam steps of rounding: 4.6e-6 seen at the suite's
         # lowest CPU code-generation effort, see conftest.py); a gradient not summed over both processes is off by half.
         np.testing.assert_allclose(saved[name], value, rtol=1e-5, atol=1e-5 * float(np.abs(value).max()), err_msg=name)
-    # three steps moved every parameter: the comparison is not of initial values
+    # the steps moved every parameter: the comparison is not of initial values
     initial = state_arrays(timed_run(layout, steps=1, warmup=0).state)
     assert not np.allclose(np.asarray(initial["params/LogicalDotReluDot_0/W2"]), saved["params/LogicalDotReluDot_0/W2"])
 
