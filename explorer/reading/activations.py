@@ -104,11 +104,20 @@ def read(stage: State, mesh_axes: tuple[str, ...], names: frozenset[str] | None,
 def received_by_forward(stage: State, mesh: Any, rules: tuple) -> Forward:
     """A layout's activations as JAX receives them: the forward pass traced under its mesh and rules alone."""
     try:
-        with collector.paused(), contexts.layout(mesh, rules):
+        with collector.paused(), contexts.layout(own_mesh(stage, mesh), rules):
             closed = forward_program(stage)
     except Exception as error:  # a layout JAX refuses (an axis used twice, ...): the analysis says so
         return Forward(error=contexts.error_text(error))
     return _forward_of(closed, _constraints(closed, stage))
+
+
+def own_mesh(stage: State, mesh: Any) -> Any:
+    """The mesh the forward pass traces under: the model's own (``BuiltModel.mesh``: MaxText's, over its slice's
+    devices, which its ``shard_map`` wants as the trace's mesh) where it has the layout's axes and sizes, the layout's
+    ``mesh`` otherwise (a layout edited away from the model's own mesh is traced as it is, and its refusal shown)."""
+    held = stage.built.mesh
+    same = held is not None and tuple(held.axis_names) == tuple(mesh.axis_names) and tuple(held.axis_sizes) == tuple(mesh.axis_sizes)
+    return held if same else mesh
 
 
 def forward_program(stage: State, inputs: tuple | None = None):
