@@ -105,7 +105,7 @@ def read(stage: State, mesh_axes: tuple[str, ...], names: frozenset[str] | None,
 def probe_refusal(error: Exception) -> str:
     """The model's refusal of the probe, as said: the probe's own axes (one ``logical:<name>`` of size 1 per name, the
     explorer's making) counted, not listed, where the message quotes its mesh (MaxText's ``shard_map`` quotes all of
-    them, about 90), with their run of axis types."""
+    them: 85 axes for a small dense config), with their run of axis types."""
     text = contexts.error_text(error)
     quoted = re.escape(program.PROBE_PREFIX)
     count = len(re.findall(rf"'{quoted}[^']*': 1(?:, )?", text))

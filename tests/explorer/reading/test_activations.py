@@ -117,7 +117,7 @@ def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_
 
 
 def test_a_refusal_quoting_the_probe_mesh_counts_its_probe_axes():
-    """MaxText's shard_map refuses the probe by quoting its whole mesh (about 90 axes): the finding counts the probe's
+    """MaxText's shard_map refuses the probe by quoting its whole mesh (85 axes for a small dense config): the finding counts the probe's
     own axes instead of listing them, and keeps the model's axes and the rest of the message as said."""
     from explorer.reading import constraints
 
