@@ -5,7 +5,11 @@ For a list of MaxText command-line overrides (``KEY=VALUE``), as ``train_compile
 from libtpu's topology description, ``maxtext_utils.create_device_mesh``: ICI inside a slice, DCN across);
 ``get_shaped_inputs(mesh, config)``: the train state built abstractly by MaxText's model and optimizer, its shardings
 from the config's ``logical_axis_rules``. What it reads back: the mesh's axis names, shape and device ids, and every
-model parameter's shape, dtype and PartitionSpec from ``state_mesh_shardings``.
+model parameter's shape, dtype and PartitionSpec from ``state_mesh_shardings``. With ``debug_sharding=true`` among
+the overrides, also the forward pass's activations as MaxText records them (``_collect_nnx_activation_shardings``:
+the model called abstractly under ``jax.set_mesh`` of the topology's mesh and the config's rules; each
+``maybe_shard_with_name`` logs its value's type and PartitionSpec, size-1 mesh axes dropped): ``activations``, a list
+of ``{"where": "attentions/query", "type": "bfloat16[8,128,256]", "spec": [...]}``, one per distinct constraint.
 
 Run as ``python tests/ground_truth_maxtext.py JSON`` with JSON a list of override lists; prints one JSON line, a
 result per case. A child process: libtpu is loaded with JAX_PLATFORMS=cpu, as train_compile.py runs.
@@ -13,6 +17,7 @@ result per case. A child process: libtpu is loaded with JAX_PLATFORMS=cpu, as tr
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -33,10 +38,34 @@ def one_case(overrides: list[str]) -> dict:
     from maxtext.trainers.pre_train import train_compile
 
     base = os.path.join(os.path.dirname(maxtext.configs.__file__), "base.yml")
-    config = pyconfig.initialize(["train_compile", base, "run_name=ground_truth", *overrides])
+    debug = "debug_sharding=true" in overrides  # the activations too: a second config (get_shaped_inputs runs without it)
+    config = pyconfig.initialize(["train_compile", base, "run_name=ground_truth", *(o for o in overrides if o != "debug_sharding=true")])
     mesh = train_compile.get_topology_mesh(config)
     shaped = train_compile.get_shaped_inputs(mesh, config)
     abstract_state, state_shardings = shaped[0][0], shaped[2]  # (train args, kwargs, state_mesh_shardings, ...)
+    activations = []
+    if debug:  # the forward pass traced under the topology's mesh and the config's rules, as MaxText records it
+        import jax.numpy as jnp
+        from flax.core.spmd import logical_axis_rules
+        from maxtext.utils import model_creation_utils, sharding
+
+        config = pyconfig.initialize(["train_compile", base, "run_name=ground_truth", *overrides])
+        create_model, _ = model_creation_utils.create_nnx_abstract_model(config, mesh)
+        graphdef, variables = nnx.split(nnx.eval_shape(create_model))
+        batch = int(config.per_device_batch_size * mesh.devices.size)  # the slice's batch (a CPU process's config counts no devices)
+        tokens = jax.ShapeDtypeStruct((batch, config.max_target_length), jnp.int32)
+
+        def forward(variables, tokens, positions, segments):
+            return nnx.merge(graphdef, variables)(tokens, positions, decoder_segment_ids=segments, enable_dropout=False)
+
+        sharding.clear_input_shardings_dump()
+        with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
+            jax.make_jaxpr(forward)(variables, tokens, tokens, tokens)
+        for entry in sharding._ACTIVATION_SHARDINGS_DUMP:
+            ((key, value),) = entry.items()
+            spec = ast.literal_eval(value["PartitionSpec"].removeprefix("P"))
+            where, kind = key.rsplit(": ", 1)  # MaxText's "<file>/<variable>" and the value's type
+            activations.append({"where": where, "type": kind, "spec": [list(a) if isinstance(a, tuple) else a for a in spec]})
     shapes = dict(nnx.to_flat_state(abstract_state["model"]))
     parameters = {}
     for path, variable in nnx.to_flat_state(state_shardings["model"]):
@@ -51,6 +80,7 @@ def one_case(overrides: list[str]) -> dict:
         "shape": [int(n) for n in mesh.devices.shape],
         "device_ids": [int(d.id) for d in mesh.devices.flat],
         "parameters": parameters,
+        "activations": activations,
         "jax": jax.__version__,
     }
 

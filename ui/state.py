@@ -49,6 +49,7 @@ KEPT_WIDGETS = (
     MESH_DCN,
     MODEL,
     FACTORY_OPTIONS,
+    MAXTEXT_KEYS,
     SELECTED,
     TARGET_CHOICE,
     "timing_steps",

@@ -34,12 +34,17 @@ class BuiltModel:
     Flax's eager sharding needs a mesh when variables are created); the model is
     called as ``model(*inputs)``. Inputs with ``model_arg=False`` (labels) are passed to
     the loss only.
+
+    ``mesh``: the JAX Mesh the model's own code holds, where it holds one (MaxText's layers pass theirs to
+    ``shard_map``, which refuses to trace under any other mesh, devices included): a layout of its shape and axes
+    traces the forward pass under it rather than over this process's devices.
     """
 
     module: Any
     inputs: tuple[InputSpec, ...]
     loss: Callable[..., Any]
     framework: Framework = "linen"
+    mesh: Any = None
 
     def nnx_builder(self) -> Callable[[], Any]:
         """NNX: the function that builds the module (a factory may hand over a built ``nnx.Module`` instead)."""

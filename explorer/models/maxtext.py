@@ -290,7 +290,7 @@ def built_model(options: dict[str, str]):
         one_hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=jnp.float32)
         return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits.astype(jnp.float32)) * one_hot, axis=-1))
 
-    return BuiltModel(build, inputs, loss, "nnx")
+    return BuiltModel(build, inputs, loss, "nnx", mesh=mesh)
 
 
 def build(pairs: list[str] | tuple[str, ...], devices: list | None = None) -> MaxTextBuild:

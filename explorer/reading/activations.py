@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 from typing import Any
 
@@ -95,20 +96,48 @@ def read(stage: State, mesh_axes: tuple[str, ...], names: frozenset[str] | None,
             leaf = jax.tree_util.tree_leaves(output)[0]
             named = Forward(output_shape=tuple(leaf.shape), output_dtype=str(leaf.dtype))
             received = received_by_forward(stage, *layout) if layout is not None else None
-            return Activations(names, named, contexts.error_text(error), received)
+            return Activations(names, named, probe_refusal(error), received)
         named = _forward_of(closed, _constraints(closed, stage))
     received = received_by_forward(stage, *layout) if layout is not None else None
     return Activations(names, named, received=received, asked=frozenset(asked))
 
 
+def probe_refusal(error: Exception) -> str:
+    """The model's refusal of the probe, as said: the probe's own axes (one ``logical:<name>`` of size 1 per name, the
+    explorer's making) counted, not listed, where the message quotes its mesh (MaxText's ``shard_map`` quotes all of
+    them: 85 axes for a small dense config), with their run of axis types."""
+    text = contexts.error_text(error)
+    quoted = re.escape(program.PROBE_PREFIX)
+    count = len(re.findall(rf"'{quoted}[^']*': 1(?:, )?", text))
+    if not count:
+        return text
+    text = re.sub(rf"(?:, )?'{quoted}[^']*': 1", "", text)
+
+    def types(match: re.Match) -> str:  # the probe mesh's run of one axis type, longer than its probe axes
+        kinds = match.group(1).split(", ")
+        return f"axis_types=({len(kinds)} x {kinds[0]})" if len(kinds) > count and len(set(kinds)) == 1 else match.group(0)
+
+    text = re.sub(r"axis_types=\(((?:\w+, )+\w+)\)", types, text)
+    return text.replace("AbstractMesh(", f"AbstractMesh(+{count} probe axes of size 1 not listed; ", 1)
+
+
 def received_by_forward(stage: State, mesh: Any, rules: tuple) -> Forward:
     """A layout's activations as JAX receives them: the forward pass traced under its mesh and rules alone."""
     try:
-        with collector.paused(), contexts.layout(mesh, rules):
+        with collector.paused(), contexts.layout(own_mesh(stage, mesh), rules):
             closed = forward_program(stage)
     except Exception as error:  # a layout JAX refuses (an axis used twice, ...): the analysis says so
         return Forward(error=contexts.error_text(error))
     return _forward_of(closed, _constraints(closed, stage))
+
+
+def own_mesh(stage: State, mesh: Any) -> Any:
+    """The mesh the forward pass traces under: the model's own (``BuiltModel.mesh``: MaxText's, over its slice's
+    devices, which its ``shard_map`` wants as the trace's mesh) where it has the layout's axes and sizes, the layout's
+    ``mesh`` otherwise (a layout edited away from the model's own mesh is traced as it is, and its refusal shown)."""
+    held = stage.built.mesh
+    same = held is not None and tuple(held.axis_names) == tuple(mesh.axis_names) and tuple(held.axis_sizes) == tuple(mesh.axis_sizes)
+    return held if same else mesh
 
 
 def forward_program(stage: State, inputs: tuple | None = None):

@@ -512,7 +512,7 @@ def test_the_slices_per_axis_are_offered_only_for_a_target_of_several_slices():
 
 def test_a_maxtext_config_without_maxtext_says_the_install_line_and_keeps_the_keys(app, monkeypatch):
     """The Model selector's MaxText kind: the keys as KEY=VALUE lines; without MaxText installed, "Use MaxText's mesh"
-    says the install line in one message, the page keeps running and the keys typed stay."""
+    says the install line in one message, the page keeps running and the keys typed stay, on every page."""
     monkeypatch.setitem(sys.modules, "maxtext", None)  # an import of it raises ImportError, installed or not
     monkeypatch.setitem(sys.modules, "maxtext.configs", None)
     monkeypatch.setitem(sys.modules, "maxtext.configs.pyconfig", None)
@@ -524,6 +524,9 @@ def test_a_maxtext_config_without_maxtext_says_the_install_line_and_keeps_the_ke
     errors = [plain(e.value) for e in app.error]
     assert sum("pip install --no-deps -r requirements-maxtext.txt" in e for e in errors) == 1, errors
     assert app.text_area(key="maxtext_keys_text").value == keys
+    for page in ("views/2_Compare.py", "views/0_Layout.py"):  # kept across pages (Compare once opened them empty)
+        app.switch_page(page).run()
+        assert not app.exception and app.text_area(key="maxtext_keys_text").value == keys, page
     app.text_area(key="maxtext_keys_text").input("per_device_batch_size").run()  # not KEY=VALUE: one message naming it
     assert not app.exception
     assert any("'per_device_batch_size' is not KEY=VALUE" in plain(e.value) for e in app.error)

@@ -73,9 +73,8 @@ def ground_truth():
     script = os.path.join(os.path.dirname(__file__), "..", "..", "ground_truth_maxtext.py")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
     env.pop("XLA_FLAGS", None)
-    done = subprocess.run(
-        [sys.executable, script, json.dumps(list(CONFIGS.values()))], capture_output=True, text=True, env=env, timeout=600
-    )
+    cases = [[*keys, "debug_sharding=true"] for keys in CONFIGS.values()]  # MaxText's record of its activations too
+    done = subprocess.run([sys.executable, script, json.dumps(cases)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(zip(CONFIGS, json.loads(done.stdout.strip().splitlines()[-1])))
 
@@ -126,9 +125,12 @@ def test_advice_written_as_parallelism_keys_builds_that_mesh(ici, dcn):
 
 @needs_maxtext
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_the_cli_path_reads_maxtexts_parameters_and_mesh(name, ground_truth, capsys):
+def test_the_cli_path_reads_maxtexts_parameters_mesh_and_activations(name, ground_truth, capsys):
     """``explorer analyze --maxtext KEY=VALUE ... --json``: the layout MaxText's config makes (its mesh, its rules, the
-    ``maxtext`` model) analyzed by the explorer's own reading gives every parameter MaxText's shape, dtype and spec."""
+    ``maxtext`` model) analyzed by the explorer's own reading gives every parameter MaxText's shape, dtype and spec, and
+    the forward pass's activations the shardings MaxText records for them (``debug_sharding``: each
+    ``maybe_shard_with_name`` of its forward pass traced under the slice's mesh). The explorer traces the forward pass
+    under MaxText's own mesh (its splash attention's ``shard_map`` refuses any other), so they are shown at all."""
     from explorer.__main__ import main
 
     truth = ground_truth[name]
@@ -150,6 +152,20 @@ def test_the_cli_path_reads_maxtexts_parameters_and_mesh(name, ground_truth, cap
     }
     assert params == {path: p | {"spec": placed(p["spec"])} for path, p in truth["parameters"].items()}
     assert any(p["spec"] != [None] * len(p["spec"]) for p in params.values())  # something is sharded
+
+    def kind(a):  # the value's type as JAX writes it, "bfloat16[8,128,256]"
+        return f"{a['dtype']}[{','.join(str(n) for n in a['shape'])}]"
+
+    shown = {
+        (kind(a), json.dumps(placed(a["spec"])))
+        for a in report["arrays"]
+        if a["kind"] == "activation" and a["path"] != "activations/output"
+    }
+    # MaxText also constrains its splash kernel's mask tables (attention_op/arr: NumPy constants no input flows into,
+    # which the explorer counts as no activation)
+    recorded = {(a["type"], json.dumps(placed(a["spec"]))) for a in truth["activations"] if a["where"] != "attention_op/arr"}
+    assert shown == recorded and len(shown) >= 5, shown ^ recorded
+    assert not any(w["code"] == "activations-unresolved" for w in report["warnings"])
 
 
 def test_cli_without_maxtext_one_message_exit_2(monkeypatch, capsys):
