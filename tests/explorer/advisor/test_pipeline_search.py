@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 
@@ -169,3 +170,11 @@ def test_on_a_model_over_one_slices_memory_the_pick_is_within_5_percent_of_the_b
     pick = search.ranked()[0]
     assert pick.verified and pick.fits
     assert pick.predicted_s <= 1.05 * min(fitting.values()), (pick.layout.name, pick.predicted_s, fitting)
+    # The table tells a pipeline's compiled prediction from an uncompiled estimate: "(estimate)" on the latter only.
+    lines = advisor.search_text(search).splitlines()
+    header = re.split(r"\s{2,}", next(line for line in lines if line.startswith("rank  ")))
+    rows = {cells[1]: dict(zip(header, cells)) for cells in (re.split(r"\s{2,}", line) for line in lines) if cells[0].isdigit()}
+    pipelines = [c for c in search.candidates if advisor.pipelined(c)]
+    assert any(c.verified for c in pipelines) and any(not c.verified for c in pipelines)
+    for c in pipelines:
+        assert rows[c.layout.name]["predicted step"].endswith("(estimate)") == (not c.verified), rows[c.layout.name]
