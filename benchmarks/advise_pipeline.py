@@ -19,8 +19,8 @@ cannot fit under any layout. The layouts written by hand, each with full remat a
     python benchmarks/advise_pipeline.py [--compiles 4] [--cache DIR] [--target 4xv5e:2x2]
 
 Prints the advisor's table, stage 1's agreement with the compiled predictions, the explanation, the hand-written
-layouts' compiled predictions and the pick over the best of them (the check: at most 1.05). About 25 minutes on two
-loaded cores (each 16-chip compile of this model takes minutes).
+layouts' compiled predictions and the pick over the best of them (the check: at most 1.05). About 40 minutes on two
+heavily loaded cores (each 16-chip compile of this model takes minutes).
 """
 
 from __future__ import annotations

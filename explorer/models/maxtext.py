@@ -39,6 +39,14 @@ MESH_AXES = (  # base.yml's mesh_axes, in its order (a test checks them against 
     "autoregressive",
 )
 KEY_OF_AXIS = {"stage": "pipeline"}  # the one mesh axis whose ici_*/dcn_* key has another name
+PIPELINE_KEYS = (  # MaxText's pipeline keys (layers/pipeline.py reads them), in base.yml's order
+    "ici_pipeline_parallelism",
+    "dcn_pipeline_parallelism",
+    "num_pipeline_microbatches",
+    "num_pipeline_repeats",
+    "num_layers_per_pipeline_stage",
+    "pipeline_parallel_layers",
+)
 DEFAULT_RUN_NAME = "explorer"  # MaxText wants a run name; only a real run writes anything under it
 
 
@@ -261,6 +269,7 @@ def built_model(options: dict[str, str]):
     mesh = build_mesh(config, config_devices(config))  # the layers hold it: their constraints name its axes
 
     def build():
+        from flax.linen import partitioning as nn_partitioning
         from maxtext.utils import maxtext_utils_nnx, model_creation_utils
 
         rngs = maxtext_utils_nnx.create_nnx_rngs(config, model_mode="train")
@@ -274,7 +283,10 @@ def built_model(options: dict[str, str]):
             and context.axis_names == mesh.axis_names
             and context.devices.shape == mesh.devices.shape
         )
-        return model_creation_utils.from_config(config, mesh=context if same else mesh, rngs=rngs)
+        # MaxText's layers read the logical rules from Flax's context when they are built (the pipeline's stage specs
+        # for its shard_maps): train_compile.py builds the model inside nn_partitioning.axis_rules, so do we.
+        with nn_partitioning.axis_rules(config.logical_axis_rules):
+            return model_creation_utils.from_config(config, mesh=context if same else mesh, rngs=rngs)
 
     batch, length = max(1, int(config.per_device_batch_size * mesh.devices.size)), int(config.max_target_length)
     data_axes = tuple(config.data_sharding[0]) if config.data_sharding else None

@@ -27,6 +27,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, Layout, json_value, layout_errors, parse_layout
+from explorer.models import MAXTEXT
+from explorer.models.maxtext import KEY_OF_AXIS, PIPELINE_KEYS
 from explorer.specs import spec_entry
 
 PARAMS = ("name", "mesh", "axes", "types", "dcn", "rules", "model", "options", "target")
@@ -380,9 +382,12 @@ def maxtext_yaml(layout: Layout) -> str:
     if layout.mesh.explicit:  # MaxText's shard_mode: explicit builds every mesh axis Explicit
         mixed = " (this layout mixes Auto and Explicit axes; MaxText's shard_mode sets all of them)" if layout.mesh.mixed else ""
         lines.append(f"shard_mode: explicit{'  #' + mixed if mixed else ''}")
+    pipeline = _pipeline_keys(layout)
     for axis, count in zip(layout.mesh.axes, layout.mesh.dcn or ()):  # several slices: MaxText's dcn_<axis>_parallelism
-        lines.append(f"dcn_{axis}_parallelism: {count}")
-    lines += _pipeline_keys(layout)
+        key = f"dcn_{KEY_OF_AXIS.get(axis, axis)}_parallelism"  # the stage axis's is dcn_pipeline_parallelism
+        if not any(line.startswith(key + ":") for line in pipeline):
+            lines.append(f"{key}: {count}")
+    lines += pipeline
     lines.append("logical_axis_rules: [")
     for rule in layout.rules:
         axes = rule.mesh_axes
@@ -395,7 +400,10 @@ def maxtext_yaml(layout: Layout) -> str:
 def _pipeline_keys(layout: Layout) -> list[str]:
     """MaxText's pipeline keys for a pipelined built-in transformer (``pipeline_stages`` > 1): the stage mesh axis's
     size inside a slice and across slices (``ici_``/``dcn_pipeline_parallelism``), ``num_pipeline_microbatches`` and
-    ``num_layers_per_pipeline_stage`` (MaxText derives ``num_pipeline_repeats`` from it)."""
+    ``num_layers_per_pipeline_stage`` (MaxText derives ``num_pipeline_repeats`` from it); for a MaxText config
+    (``--maxtext``) the pipeline keys it was given."""
+    if layout.model.name == MAXTEXT:  # a MaxText config: its own pipeline keys, as given
+        return [f"{key}: {layout.model.options[key]}" for key in PIPELINE_KEYS if key in layout.model.options]
     options = layout.model.options if layout.model.name == "transformer" else {}
     stages = options.get("pipeline_stages", 1)
     if stages <= 1:

@@ -42,6 +42,17 @@ CONFIGS = {
         "compile_topology=v5e-4",
         "compile_topology_num_slices=2",
     ],
+    # MaxText's pipeline (issue 43): 2 stages, one per slice, FSDP 4 inside; 4 blocks, 1 a stage per repeat (2 repeats);
+    # 2 microbatches of 4 sequences (MaxText asserts a microbatch divides over data x fsdp)
+    "pipeline": [
+        *(key if not key.startswith("base_num_decoder_layers=") else "base_num_decoder_layers=4" for key in TINY),
+        "ici_fsdp_parallelism=4",
+        "dcn_pipeline_parallelism=2",
+        "num_pipeline_microbatches=2",
+        "num_layers_per_pipeline_stage=1",
+        "compile_topology=v5e-4",
+        "compile_topology_num_slices=2",
+    ],
 }
 
 
@@ -193,3 +204,25 @@ def test_compile_maxtext_for_a_target(capsys):
     assert result["mesh"]["shape"] == [1, 1, 1, 8, 1, 1, 1, 1, 1, 1, 1, 1]
     assert result["fits"] is True
     assert any("fsdp" in c["mesh_axes"] for c in result["collectives"] if c.get("mesh_axes"))
+
+
+@needs_maxtext
+def test_maxtexts_pipeline_keys_build_stages_and_the_yaml_export_writes_them():
+    """The pipeline config's keys reach MaxText's config (the repeats it derives: 4 blocks / (2 stages x 1)), its mesh
+    has a stage axis of 2 over the slices, the decoder's weights are stacked [repeats, stage, ...] with the stage
+    dimension on the stage axis, and the layout's MaxText YAML writes the pipeline keys it was given."""
+    from explorer.layout import parse_layout
+    from explorer.sharing.share import maxtext_yaml
+
+    keys = CONFIGS["pipeline"]
+    built = maxtext.build(keys)
+    config = built.config
+    assert (config.dcn_pipeline_parallelism, config.num_pipeline_microbatches, config.num_layers_per_pipeline_stage) == (2, 2, 1)
+    assert config.num_pipeline_repeats == 2 and config.using_pipeline_parallelism
+    assert dict(built.mesh.shape)["stage"] == 2 and dict(built.mesh.shape)["fsdp"] == 4
+    stacked = {path: value for path, value in built.parameters.items() if "/pipeline_module/" in path}
+    assert stacked and all(value.shape[:2] == (2, 2) and value.sharding.spec[1] == "stage" for value in stacked.values())
+    layout = parse_layout(maxtext.layout_data(keys))
+    lines = maxtext_yaml(layout).splitlines()
+    for pair in ("dcn_pipeline_parallelism: 2", "num_pipeline_microbatches: 2", "num_layers_per_pipeline_stage: 1"):
+        assert lines.count(pair) == 1, (pair, lines)

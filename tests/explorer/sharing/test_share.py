@@ -206,5 +206,10 @@ def test_maxtext_yaml_writes_the_pipeline_keys_of_a_pipelined_transformer(seed_d
     lines = maxtext_yaml(parse_layout(seed_dict)).splitlines()
     assert "ici_pipeline_parallelism: 1" in lines and "dcn_pipeline_parallelism: 2" in lines
     assert "num_pipeline_microbatches: 4" in lines and "num_layers_per_pipeline_stage: 2  # num_pipeline_repeats 2" in lines
+    # The stage axis's slices are written once, under MaxText's name for it (it has no dcn_stage_parallelism key).
+    assert sum(line.startswith("dcn_pipeline_parallelism") for line in lines) == 1 and not any("dcn_stage" in line for line in lines)
     seed_dict["model"]["options"] = {**options, "pipeline_stages": 1, "pipeline_repeats": 1, "pipeline_microbatches": 1}
+    lines = maxtext_yaml(parse_layout(seed_dict)).splitlines()
+    assert "dcn_pipeline_parallelism: 2" in lines and not any("num_pipeline" in line or "dcn_stage" in line for line in lines)
+    del seed_dict["mesh"]["dcn"]
     assert "pipeline" not in maxtext_yaml(parse_layout(seed_dict))
