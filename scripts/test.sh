@@ -13,10 +13,9 @@ fi
 # finding stops the run with its file:line; `.venv/bin/ruff format .` fixes the layout.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Four workers, one test file each at a time (pytest-xdist's loadfile: a file's module fixtures, such as a
-# browser test's server, stay in one process). The machine has two cores; the suite keeps them busy only part of the
-# time (a browser test waits for the page, a compile child starts; three workers used about 1.4 of the 2 cores:
-# ~1,200 s of CPU in a ~865 s run), so more workers than cores fill them (fresh clones: two workers 676 s, three 587 s
-# on an earlier suite). The files go in tests/conftest.py's order (longest first, browser files beside CPU-bound
-# ones), not xdist's (by number of tests).
-exec .venv/bin/python -m pytest -n 4 --dist loadfile --no-loadscope-reorder "$@"
+# Three workers, one test file each at a time (pytest-xdist's loadfile: a file's module fixtures, such as a
+# browser test's server, stay in one process). The machine has two cores; a browser test spends much of its time
+# waiting for the page, so a third worker fills them (fresh clones of one commit: tests 587 s with three, 676 s with
+# two). The files go in tests/conftest.py's order (longest first, browser files beside CPU-bound ones), not xdist's
+# (by number of tests).
+exec .venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder "$@"
