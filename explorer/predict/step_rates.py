@@ -158,31 +158,27 @@ def rates(chip: Chip | Gpu) -> Rates:
             (MEASURED, XLA_GPU_MODEL, JAX_DISPATCH, NVIDIA, *chip.sources),
             host_bandwidth=GPU_HOST_BANDWIDTH[chip.generation],
         )
-    evidence = TPU_EVIDENCE.get(chip.generation)
-    if evidence is not None:
-        peak = chip.device_peak_flops
-        return Rates(
-            {"bf16": peak, "f16": peak, "f32": peak, "f8": peak},
-            evidence.matmul_efficiency,
-            chip.device_hbm_bandwidth * HBM_FRACTION,
-            0.0,
-            0.0,
-            f"{chip.generation}: the share of its spec sheet's bf16 peak a step's matmuls get set from one published run "
-            f"({evidence.run}), every other published run out of sample (docs/step-time.md); HBM: its spec times the "
-            f"fraction the H200 reached ({MEASURED}); f32 matmuls at the bf16 rate (one bf16 pass at default precision)",
-            (evidence.source, MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, SCALING_BOOK_HOST, *chip.sources),
-        )
-    # No published run of this generation: the share v5e's run gave (the nearest evidence: the same MXU design and
+    # A generation with no published run takes the share v5e's run gave (the nearest evidence: the same MXU design and
     # XLA's TPU compiler), not the H200's, whose GPU kernels are another design (0.643 of the peak: 1.4x slow on v5e)
-    peak, nearest = chip.device_peak_flops, TPU_EVIDENCE["v5e"]
+    evidence = TPU_EVIDENCE.get(chip.generation, TPU_EVIDENCE["v5e"])
+    if chip.generation in TPU_EVIDENCE:
+        matmuls = (
+            f"{chip.generation}: the share of its spec sheet's bf16 peak a step's matmuls get set from one published run "
+            f"({evidence.run}), every other published run out of sample (docs/step-time.md)"
+        )
+    else:
+        matmuls = (
+            f"not measured: no published run of {chip.generation} compared; its spec sheet's bf16 peak at the share v5e's "
+            f"published run gave ({evidence.run})"
+        )
+    peak = chip.device_peak_flops
     return Rates(
         {"bf16": peak, "f16": peak, "f32": peak, "f8": peak},
-        nearest.matmul_efficiency,
+        evidence.matmul_efficiency,
         chip.device_hbm_bandwidth * HBM_FRACTION,
         0.0,
         0.0,
-        f"not measured: no published run of {chip.generation} compared; its spec sheet's bf16 peak at the share v5e's "
-        f"published run gave ({nearest.run}); HBM: its spec times the fraction the H200 reached ({MEASURED}); f32 "
-        "matmuls at the bf16 rate (one bf16 pass at default precision)",
-        (nearest.source, MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, SCALING_BOOK_HOST, *chip.sources),
+        f"{matmuls}; HBM: its spec times the fraction the H200 reached ({MEASURED}); f32 matmuls at the bf16 rate (one "
+        "bf16 pass at default precision)",
+        (evidence.source, MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, SCALING_BOOK_HOST, *chip.sources),
     )
