@@ -152,7 +152,8 @@ def convolution_flops(attributes: str, lhs: list[int], rhs: list[int], out: list
     lhs_labels, rhs_labels, out_labels = labels.groups()
     if len(lhs_labels) != len(lhs) or len(rhs_labels) != len(rhs) or len(out_labels) != len(out):
         return 0.0
-    fields = dict(f.split("=", 1) for f in _WINDOW.search(attributes)[1].split()) if _WINDOW.search(attributes) else {}
+    window = _WINDOW.search(attributes)
+    fields = dict(f.split("=", 1) for f in window[1].split()) if window else {}
 
     def per_dim(name: str) -> list[int]:
         return [int(v) for v in fields[name].split("x")] if name in fields else []
