@@ -28,14 +28,15 @@ RECORDED = sorted(path.name.split(".")[0] for path in DATA.glob("*.hlo.txt.gz"))
 # Pairs where the published step grows with the slice count and the predicted one falls (docs/step-time.md): v5p's
 # one-slice programs carry 19% more matmul flops than their two-slice ones (XLA's own cost analysis: 3.84 against 3.22
 # PFLOP per device at 32B, one more weight-gradient-shaped MLP matmul and three attention-shaped ones per layer, in
-# the one-slice program's windowed loops), so the one-slice step is predicted 1.05-1.08x and the two-slice 0.86-0.87x.
+# the one-slice program's windowed loops), so the one-slice step is predicted 1.05-1.08x and the two-slice 0.86-0.87x
+# (128B: 1.62x and 1.42x MaxText's flops, predicted 1.43x and 1.27x).
 # Listed so the miss stays visible and checked, not hidden.
-MISSES = {("v5p-32b-1", "v5p-32b-2"), ("v5p-64b-1", "v5p-64b-2")}
+MISSES = {("v5p-32b-1", "v5p-32b-2"), ("v5p-64b-1", "v5p-64b-2"), ("v5p-128b-1", "v5p-128b-2")}
 # Rows predicted beyond 1.25x whatever the matmul efficiency (at most the peak): the program's matmuls alone, at the
-# spec's peak, take longer than the published step. v5p 128B on one v5p-256: XLA's program counts 5.22 PFLOP per
-# device of matmuls, 1.62x MaxText's count of the run (3.23), 12.3 s at the peak against a published 10.25 s.
-# Kept out of the 1.25x check and checked to stay so (docs/step-time.md), not hidden.
-BEYOND_THE_PEAK = {"v5p-128b-1"}
+# spec's peak, take longer than the published step. v5p 128B: XLA's program counts 1.62x MaxText's count of the run's
+# flops on one v5p-256 (5.22 PFLOP per device, 12.3 s at the peak against a published 10.25 s) and 1.42x on two
+# (10.8 s against 10.58 s). Kept out of the 1.25x check and checked to stay so (docs/step-time.md), not hidden.
+BEYOND_THE_PEAK = {"v5p-128b-1", "v5p-128b-2"}
 
 
 def program(name: str) -> tuple[str, list]:
