@@ -9,8 +9,9 @@ Three figures per device, and what they rest on:
   figure (bf16; TF32 for f32) times the fraction of it the H200 reached (bf16 870.9 / 989 = 0.881,
   TF32 445.2 / 494.7 = 0.900).
   TPUs: v5e, v5p and v4, their spec sheet's bf16 peak at a matmul efficiency set from one published run each
-  (``TPU_EVIDENCE``: MaxText's 32B on one v5e-256, its 32B on one v5p-128, its 22B on one v4-128; the other published
-  runs out of sample, docs/step-time.md); other generations (v6e, TPU7x), their bf16 peak at v5e's efficiency. An f32 matmul on a TPU runs at the
+  (``TPU_EVIDENCE``: MaxText's 32B on one v5e-256, its 32B on one v5p-128, its 22B on one v4-128; the other
+  published runs out of sample, docs/step-time.md); other generations (v6e, TPU7x), their bf16 peak at v5e's
+  efficiency. An f32 matmul on a TPU runs at the
   bf16 rate: by default JAX's f32 dots run in bfloat16 on a TPU (JAX's "Matmul precision" page,
   https://docs.jax.dev/en/latest/201/precision.html: "float32 dot products may be computed with
   reduced-precision arithmetic internally (bfloat16 on TPU, TF32 on recent GPUs)"; Cloud TPU's
