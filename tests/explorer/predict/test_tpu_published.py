@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import pathlib
 from types import SimpleNamespace
 
@@ -122,3 +123,14 @@ def test_the_step_grows_with_the_slice_count_where_the_published_one_does(predic
 def test_every_recorded_run_fits_as_it_did_on_the_real_slice():
     for name in RECORDED:
         assert json.loads((DATA / f"{name}.result.json").read_text())["fits"] is True, name
+
+
+def test_each_recorded_program_holds_the_published_models_parameters():
+    """The keys build the model that ran: the compiled state's bytes per device (f32 weights and Adam's two f32 moments,
+    12 bytes a parameter, replicated across slices), over the devices, are the parameter count MaxText's table counted
+    (``published_steps.parameters``, from the era's shapes), within 0.2% (step counter, RNG keys, layout padding)."""
+    for name in RECORDED:
+        result = json.loads((DATA / f"{name}.result.json").read_text())
+        devices = math.prod(result["mesh"]["shape"])
+        held = result["memory"]["argument_bytes"] * devices / ROWS[name]["slices"] / 12
+        assert held == pytest.approx(published_steps.parameters(ROWS[name]), rel=0.002), name
