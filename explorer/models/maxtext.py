@@ -154,10 +154,16 @@ def topology_devices(config: Any) -> list:
     from explorer.hardware.targets import parse_target, tpu_topology
 
     slices = int(config.compile_topology_num_slices)
-    try:  # the compile's own description of the slice where the explorer names it: one set of devices in the process
-        return list(tpu_topology(parse_target(f"{slices}x{config.compile_topology}" if slices > 1 else config.compile_topology)).devices)
-    except ExplorerError:  # a slice only MaxText's table names: its own description
+    names = [config.compile_topology]
+    try:  # a slice the explorer names by its libtpu topology only (v4-384 is v4:4x4x12: not a power of two)
+        names.append(accelerator_to_spec_map.get_system_characteristics(config.compile_topology).topology_name)
+    except Exception:  # not in MaxText's table: refused below, with MaxText's message
         pass
+    for name in names:
+        try:  # the compile's own description of the slice where the explorer names it: one set of devices in the process
+            return list(tpu_topology(parse_target(f"{slices}x{name}" if slices > 1 else name)).devices)
+        except ExplorerError:  # a slice only MaxText's table names: its own description
+            pass
     try:
         spec = accelerator_to_spec_map.get_system_characteristics(config.compile_topology)
         return list(

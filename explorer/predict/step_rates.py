@@ -8,9 +8,10 @@ Three figures per device, and what they rest on:
   precision runs f32 matmuls on TF32 tensor cores on this GPU). Other GPUs: their spec sheet's dense
   figure (bf16; TF32 for f32) times the fraction of it the H200 reached (bf16 870.9 / 989 = 0.881,
   TF32 445.2 / 494.7 = 0.900).
-  TPUs: v5e, its spec sheet's bf16 peak, at a matmul efficiency set from one published run (``TPU_EVIDENCE``:
-  MaxText's 32B on one v5e-256; the other published runs out of sample, docs/step-time.md); other generations,
-  the spec sheet's bf16 peak times the same bf16 fraction. An f32 matmul on a TPU runs at the
+  TPUs: v5e, v5p and v4, their spec sheet's bf16 peak at a matmul efficiency set from one published run each
+  (``TPU_EVIDENCE``: MaxText's 32B on one v5e-256, its 32B on one v5p-128, its 22B on one v4-128; the other
+  published runs out of sample, docs/step-time.md); other generations (v6e, TPU7x), their bf16 peak at v5e's
+  efficiency. An f32 matmul on a TPU runs at the
   bf16 rate: by default JAX's f32 dots run in bfloat16 on a TPU (JAX's "Matmul precision" page,
   https://docs.jax.dev/en/latest/201/precision.html: "float32 dot products may be computed with
   reduced-precision arithmetic internally (bfloat16 on TPU, TF32 on recent GPUs)"; Cloud TPU's
@@ -48,7 +49,8 @@ Three figures per device, and what they rest on:
   (NVIDIA's spec sheets: PCIe Gen5 x16 128 GB/s both ways on H100, H200 and B200; Gen4 64 GB/s on A100).
 
 Only the H200's figures are measured; every other device's are the spec sheet scaled by what the
-H200 reached of its own, which ``validated`` says in words.
+H200 reached of its own, and on v5e, v5p and v4 the matmul efficiency from one published run; ``validated`` says which
+in words.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ GPU_LAUNCH_S = 1e-6
 NCCL_LAUNCH_S = 5e-6
 V5E_MATMUL_EFFICIENCY = 1.0  # set from MaxText's 32B run on one v5e-256 (TPU_EVIDENCE; docs/step-time.md): the fit reaches
 # the spec's peak (its program is predicted 1.09x the published step even there: the rest is in the non-matmul terms)
+V5P_MATMUL_EFFICIENCY = 1.0  # set from MaxText's 32B run on one v5p-128 (TPU_EVIDENCE; docs/step-time.md): the fit reaches
+# the spec's peak (its program is predicted 1.05x the published step even there: the rest is in the non-matmul terms)
+V4_MATMUL_EFFICIENCY = 0.945  # set from MaxText's 22B run on one v4-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.945 of the peak
 TPU_HOST_BANDWIDTH = 1.5e10  # PCIe, one way, per chip: the Scaling Book (SCALING_BOOK_HOST)
 SCALING_BOOK_HOST = "https://jax-ml.github.io/scaling-book/tpus/ (PCIe bandwidth between a TPU and its host, 1.5e10 bytes/s)"
 GPU_HOST_BANDWIDTH = {"a100": 32e9, "h100": 64e9, "h200": 64e9, "b200": 64e9}  # PCIe one way: half the spec sheets' both-ways figure
@@ -98,13 +103,32 @@ class TpuEvidence:
 MAXTEXT_V5E = (
     "https://github.com/AI-Hypercomputer/maxtext MaxText/configs/v5e/README.md (TFLOP/s per chip, 16B-128B on 1-32 v5e-256 slices)"
 )
-# Set by tests/explorer/predict/test_tpu_steps.py's fit (it recomputes this figure from the recorded program and fails if it moved).
+MAXTEXT_V5P = "https://github.com/AI-Hypercomputer/maxtext MaxText/configs/v5p/README.md (TFLOP/s per chip, 32B-1024B on 1-2 v5p slices)"
+MAXTEXT_V4 = (
+    "https://github.com/AI-Hypercomputer/maxtext MaxText/configs/v4/README.md (TFLOP/s per chip, 22B on 1-8 v4-128, 52B on 1-2 v4-384)"
+)
+# Set by the fits of tests/explorer/predict/test_tpu_steps.py (v5e) and test_tpu_published.py (v5p, v4): each recomputes its figure from
+# the recorded program and fails if it moved.
 TPU_EVIDENCE = {
     "v5e": TpuEvidence(
         V5E_MATMUL_EFFICIENCY,
         "MaxText's v5e table, 32B on one v5e-256: global_parameter_scale=32 per_device_batch_size=4 remat_policy=full "
         "max_target_length=2048 attention=flash, 132 TFLOP/s per chip",
         MAXTEXT_V5E,
+    ),
+    "v5p": TpuEvidence(
+        V5P_MATMUL_EFFICIENCY,
+        "MaxText's v5p table, 32B on one v5p-128, its own program as MaxText ran it then (32b.sh at 76bd53b0f): "
+        "global_parameter_scale=32 per_device_batch_size=8 remat_policy=minimal ici_tensor_parallelism=4 attention=flash, "
+        "328 TFLOP/s per chip",
+        MAXTEXT_V5P,
+    ),
+    "v4": TpuEvidence(
+        V4_MATMUL_EFFICIENCY,
+        "MaxText's v4 table, 22B on one v4-128, its own program as MaxText ran it then (1xv4-128.sh at 281e04bf3): "
+        "width 6144, 48 layers, 24 heads of 256, per_device_batch_size=16 max_target_length=1024 remat_policy=full "
+        "ici_fsdp_parallelism=64, 156 TFLOP/s per chip",
+        MAXTEXT_V4,
     ),
 }
 

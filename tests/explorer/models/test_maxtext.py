@@ -207,6 +207,17 @@ def test_compile_maxtext_for_a_target(capsys):
 
 
 @needs_maxtext
+def test_a_slice_named_by_its_topology_only_gives_maxtext_the_compiles_own_devices():
+    """MaxText's v4-384 is ``v4:4x4x12`` here (not a power of two, so no Cloud TPU name): MaxText's mesh is built over the
+    compile's own description of that slice, so ``compile --maxtext ... --target v4:4x4x12`` traces under one set of
+    devices. Before, MaxText's own description (another device order) and JAX refused the jit ("incompatible devices")."""
+    from explorer.hardware.targets import parse_target, tpu_topology
+
+    config = maxtext.build_config(maxtext.parse_keys([*TINY, "ici_fsdp_parallelism=192", "compile_topology=v4-384"]))
+    assert maxtext.topology_devices(config) == list(tpu_topology(parse_target("v4:4x4x12")).devices)
+
+
+@needs_maxtext
 def test_maxtexts_pipeline_keys_build_stages_and_the_yaml_export_writes_them():
     """The pipeline config's keys reach MaxText's config (the repeats it derives: 4 blocks / (2 stages x 1)), its mesh
     has a stage axis of 2 over the slices, the decoder's weights are stacked [repeats, stage, ...] with the stage
