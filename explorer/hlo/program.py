@@ -186,7 +186,35 @@ def _trip_count(line: str, lines: list[str], computations: dict[str | None, list
     if not element or limit is None:
         return None
     start = _tuple_element_constant(instructions(lines), loop.operands[0], int(element))
-    return max(limit - start, 0) if start is not None else None
+    step = _counter_step(loop.attributes, computations, int(element))
+    if start is None or step is None:
+        return None
+    return max(-(-(limit - start) // step), 0)
+
+
+def _counter_step(attributes: str, computations: dict[str | None, list[str]], element: int) -> int | None:
+    """What the loop's body adds to its counter (tuple element ``element``) each iteration: the constant of its ROOT
+    tuple's ``add(counter, constant)``. A scan's loop adds 1; the TPU compiler's windowed einsums (a collective matmul
+    split into steps, ``windowed_dot_general_body``) add 2, two partial dots an iteration, one each way round the ring:
+    counted as 1, such a loop ran twice its iterations. None when the body's update is not such an add."""
+    body = re.search(r"\bbody=%?([\w.\-]+)", attributes)
+    if not body or body[1] not in computations:
+        return None
+    lines = computations[body[1]]
+    symbols = instructions(lines)
+    root = next((i for i in map(parse_instruction, lines) if i and i.root), None)
+    if root is None or root.op != "tuple" or element >= len(root.operands):
+        return None
+    update = parse_instruction(symbols.get(root.operands[element], ""))
+    for _ in range(8):  # through copies
+        if update is None or update.op != "copy":
+            break
+        update = parse_instruction(symbols.get(update.operands[0], ""))
+    if update is None or update.op != "add" or len(update.operands) != 2:
+        return None
+    steps = [_constant(symbols, operand) for operand in update.operands]
+    step = next((value for value in steps if value is not None), None)
+    return step if step is not None and step > 0 else None
 
 
 CONTROL_ROLES = frozenset({"condition", "body", "true_computation", "false_computation", "branch_computations"})

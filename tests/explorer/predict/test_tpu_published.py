@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from explorer.hardware.accelerators import CHIPS
+from explorer.hlo import program as hlo
 from explorer.predict import step_model
 from explorer.predict import step_rates
 from tests.data.maxtext_published import published_steps
@@ -26,18 +27,11 @@ DATA = pathlib.Path(__file__).parents[2] / "data" / "maxtext_published"
 CALIBRATION = {"v5p": "v5p-32b-1", "v4": "v4-22b-1"}  # the one row per generation that sets its matmul efficiency
 ROWS = {row["name"]: row for row in published_steps.rows()}
 RECORDED = sorted(path.name.split(".")[0] for path in DATA.glob("*.hlo.txt.gz"))
-# Pairs where the published step grows with the slice count and the predicted one falls (docs/step-time.md): v5p's
-# one-slice programs carry 19% more matmul flops than their two-slice ones (XLA's own cost analysis: 3.84 against 3.22
-# PFLOP per device at 32B, one more weight-gradient-shaped MLP matmul and three attention-shaped ones per layer, in
-# the one-slice program's windowed loops), so the one-slice step is predicted 1.05-1.08x and the two-slice 0.86-0.87x
-# (128B: 1.62x and 1.42x MaxText's flops, predicted 1.43x and 1.27x).
-# Listed so the miss stays visible and checked, not hidden.
-MISSES = {("v5p-32b-1", "v5p-32b-2"), ("v5p-64b-1", "v5p-64b-2"), ("v5p-128b-1", "v5p-128b-2")}
-# Rows predicted beyond 1.25x whatever the matmul efficiency (at most the peak): the program's matmuls alone, at the
-# spec's peak, take longer than the published step. v5p 128B: XLA's program counts 1.62x MaxText's count of the run's
-# flops on one v5p-256 (5.22 PFLOP per device, 12.3 s at the peak against a published 10.25 s) and 1.42x on two
-# (10.8 s against 10.58 s). Kept out of the 1.25x check and checked to stay so (docs/step-time.md), not hidden.
-BEYOND_THE_PEAK = {"v5p-128b-1", "v5p-128b-2"}
+# Pairs where the published step grows with the slice count and the predicted one falls (docs/step-time.md): v5p 32B
+# and 64B from one v5p-128 to two, published +2.8% and +4.5%, predicted -2.8% and -2.3%: the same matmuls, but the
+# one-slice program leaves more collectives unhidden (its windowed einsums' permutes). Listed so the miss stays
+# visible and checked, not hidden.
+MISSES = {("v5p-32b-1", "v5p-32b-2"), ("v5p-64b-1", "v5p-64b-2")}
 
 
 def program(name: str) -> tuple[str, list]:
@@ -92,18 +86,21 @@ def test_matmul_efficiency_is_what_the_calibration_row_gives(generation, program
 
 
 def test_every_out_of_sample_published_run_is_predicted_within_1_25x_mean_error_under_10_percent(predicted):
-    out_of_sample = set(predicted) - set(CALIBRATION.values()) - BEYOND_THE_PEAK
+    out_of_sample = set(predicted) - set(CALIBRATION.values())
     ratios = {name: predicted[name] / ROWS[name]["step_s"] for name in out_of_sample}
     assert ratios and all(1 / 1.25 <= ratio <= 1.25 for ratio in ratios.values()), ratios
     assert sum(abs(ratio - 1) for ratio in ratios.values()) / len(ratios) < 0.10, ratios
 
 
-def test_a_row_beyond_the_peak_is_one_whose_matmuls_alone_at_the_peak_exceed_its_published_step(predictions):
-    """The rows left out of the 1.25x check: no efficiency (at most the peak, 1.0) could bring them within it."""
-    assert BEYOND_THE_PEAK <= set(predictions)
-    for name in BEYOND_THE_PEAK:
-        assert step_rates.TPU_EVIDENCE[ROWS[name]["generation"]].matmul_efficiency == 1.0
-        assert predictions[name].matmul_s > ROWS[name]["step_s"] and predictions[name].step_s > 1.25 * ROWS[name]["step_s"], name
+def test_each_v5p_programs_matmuls_are_maxtexts_count_of_the_run_one_slice_or_two(programs):
+    """MaxText's FLOPs of a v5p row (its published step x its TFLOP/s, the era's formula) against the step model's count
+    of the recorded program's matmuls: within 2% on one slice and on two. The one-slice programs run each layer's
+    weight-gradient reduce-scatters as windowed einsums, loops whose counter steps by 2; read as stepping by 1 they
+    counted 1.18x (32B, 64B) and 1.62x (128B) MaxText's flops, as XLA's own cost analysis still does."""
+    for name in (n for n in programs if ROWS[n]["generation"] == "v5p"):
+        text, _ = programs[name]
+        maxtext = ROWS[name]["step_s"] * ROWS[name]["tflops_per_chip"] * 1e12
+        assert hlo.matmul_work(text).flops / maxtext == pytest.approx(1, abs=0.02), name
 
 
 def test_the_step_grows_with_the_slice_count_where_the_published_one_does(predicted):
