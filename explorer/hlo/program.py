@@ -14,6 +14,7 @@ import re
 from typing import Callable
 
 from explorer.hlo.instructions import Instruction, convolution_flops, instructions, parse_instruction, program_lines
+from explorer.hlo.loops import trip_count
 from explorer.errors import ExplorerError
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -58,7 +59,6 @@ _CALLEE = re.compile(
     r"|\b(?P<roles>branch_computations|called_computations)=\{(?P<names>[^}]*)\}"
 )
 _WHILE = re.compile(r"\swhile\(")
-_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"\}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +139,7 @@ def _times_each_computation_runs(
     for caller, lines in computations.items():
         for line in lines:
             is_loop = _WHILE.search(line) is not None
-            trip = _trip_count(line, lines, computations) if is_loop and not once else None
+            trip = trip_count(line, lines, computations) if is_loop and not once else None
             unbounded += is_loop and trip is None and not once
             for role, name in callees(line):
                 times = 1
@@ -156,65 +156,6 @@ def _times_each_computation_runs(
         return sum(runs(caller) * times for caller, times in callers.get(name, ()))
 
     return {name: runs(name) for name in computations}, unbounded
-
-
-def _trip_count(line: str, lines: list[str], computations: dict[str | None, list[str]]) -> int | None:
-    """The loop's trip count: XLA's ``known_trip_count`` if present, else read from its condition.
-
-    The TPU compiler drops ``known_trip_count``; the loops ``scan`` makes then keep a
-    condition ``counter < N`` on a tuple element whose start is a constant in the
-    caller (followed through copies), giving ``N - start`` iterations. The element is a
-    ``get-tuple-element`` or, in the text XLA dumps for a program it refused
-    (``xla_dump_to``), written inline as ``%param#0``.
-    """
-    known = _TRIP_COUNT.search(line)
-    if known:
-        return int(known["n"])
-    loop = parse_instruction(line)
-    condition = re.search(r"\bcondition=%?([\w.\-]+)", loop.attributes) if loop and loop.op == "while" else None
-    if not condition or len(loop.operands) != 1 or condition[1] not in computations:
-        return None
-    symbols = instructions(computations[condition[1]])
-    compare = next((i for i in map(parse_instruction, computations[condition[1]]) if i and i.root), None)
-    if not compare or compare.op != "compare" or len(compare.operands) != 2 or not re.search(r"\bdirection=LT\b", compare.attributes):
-        return None
-    counter, _, element = compare.operands[0].partition("#")
-    gte = parse_instruction(symbols.get(counter, ""))
-    index = re.search(r"\bindex=(\d+)", gte.attributes) if gte and gte.op == "get-tuple-element" else None
-    element = element or (index[1] if index else None)
-    limit = _constant(symbols, compare.operands[1])
-    if not element or limit is None:
-        return None
-    start = _tuple_element_constant(instructions(lines), loop.operands[0], int(element))
-    step = _counter_step(loop.attributes, computations, int(element))
-    if start is None or step is None:
-        return None
-    return max(-(-(limit - start) // step), 0)
-
-
-def _counter_step(attributes: str, computations: dict[str | None, list[str]], element: int) -> int | None:
-    """What the loop's body adds to its counter (tuple element ``element``) each iteration: the constant of its ROOT
-    tuple's ``add(counter, constant)``. A scan's loop adds 1; the TPU compiler's windowed einsums (a collective matmul
-    split into steps, ``windowed_dot_general_body``) add 2, two partial dots an iteration, one each way round the ring:
-    counted as 1, such a loop ran twice its iterations. None when the body's update is not such an add."""
-    body = re.search(r"\bbody=%?([\w.\-]+)", attributes)
-    if not body or body[1] not in computations:
-        return None
-    lines = computations[body[1]]
-    symbols = instructions(lines)
-    root = next((i for i in map(parse_instruction, lines) if i and i.root), None)
-    if root is None or root.op != "tuple" or element >= len(root.operands):
-        return None
-    update = parse_instruction(symbols.get(root.operands[element], ""))
-    for _ in range(8):  # through copies
-        if update is None or update.op != "copy":
-            break
-        update = parse_instruction(symbols.get(update.operands[0], ""))
-    if update is None or update.op != "add" or len(update.operands) != 2:
-        return None
-    steps = [_constant(symbols, operand) for operand in update.operands]
-    step = next((value for value in steps if value is not None), None)
-    return step if step is not None and step > 0 else None
 
 
 CONTROL_ROLES = frozenset({"condition", "body", "true_computation", "false_computation", "branch_computations"})
@@ -243,28 +184,6 @@ def element_type(shape: str) -> str | None:
     """The element type of the first array in ``shape`` (``bf16`` of ``bf16[8,128]{1,0}``), or None."""
     match = _ARRAY_SHAPE.search(shape)
     return match["dtype"] if match else None
-
-
-def _constant(symbols: dict[str, str], name: str) -> int | None:
-    """The integer value of ``name`` if it is a scalar constant, possibly behind copies."""
-    for _ in range(8):
-        instruction = parse_instruction(symbols.get(name, ""))
-        if instruction is None or len(instruction.operands) != 1:
-            return None
-        if instruction.op == "constant":
-            value = instruction.operands[0]
-            return int(value) if re.fullmatch(r"-?\d+", value) else None
-        if instruction.op != "copy":
-            return None
-        name = instruction.operands[0]
-    return None
-
-
-def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> int | None:
-    instruction = parse_instruction(symbols.get(name, ""))
-    if instruction is None or instruction.op != "tuple" or index >= len(instruction.operands):
-        return None
-    return _constant(symbols, instruction.operands[index])
 
 
 def shape_bytes(shape: str) -> int:
@@ -613,7 +532,14 @@ class Program:
                 continue
             found.append(name)
             for instruction in self.computations[name]:
-                for role, callee in callees(instruction.attributes):
-                    if role in CONTROL_ROLES or (role in ("calls", "to_apply") and instruction.op in ("call", "async-start")):
-                        todo.append(callee)
+                todo.extend(self.control_callees(instruction))
         return found
+
+    def control_callees(self, instruction: Instruction) -> list[str]:
+        """The computations ``instruction`` runs as control flow: a loop's body and condition, a branch, a call, an async
+        wrapper's computation (not a fusion's, which is inside its kernel)."""
+        return [
+            callee
+            for role, callee in callees(instruction.attributes)
+            if role in CONTROL_ROLES or (role in ("calls", "to_apply") and instruction.op in ("call", "async-start"))
+        ]

@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from explorer.hlo import program as hlo
 from explorer.hlo.instructions import Instruction, tuple_element
@@ -360,11 +360,25 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
     per_byte = collective_seconds_per_byte(collectives)
     totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
     launches, launch_s = 0, 0.0
+    own: dict[str, dict[str, float]] = {}
+
+    def step_seconds(computation: str) -> float:
+        """A control computation's seconds per step, with every computation it runs as control flow."""
+        if computation not in own:
+            own[computation] = {}  # a cycle (none in XLA's programs) counts as nothing, not forever
+            own[computation] = _computation_seconds(program, computation, device, per_byte, counted := [0, 0.0], step_seconds)
+            nonlocal launches, launch_s
+            launches += counted[0]
+            launch_s += counted[1]
+        called = {callee for instruction in program.computations[computation] for callee in program.control_callees(instruction)}
+        called &= program.computations.keys()
+        return math.fsum(own[computation].values()) + math.fsum(step_seconds(callee) for callee in called)
+
     for computation in program.control:
-        for bucket, seconds in _computation_seconds(program, computation, device, per_byte, counted := [0, 0.0]).items():
-            totals[bucket] += seconds
-        launches += counted[0]
-        launch_s += counted[1]
+        step_seconds(computation)
+    for seconds in own.values():
+        for bucket, value in seconds.items():
+            totals[bucket] += value
     step = math.fsum(totals.values()) + device.dispatch_s
     return Prediction(
         step,
@@ -380,11 +394,18 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
 
 
 def _computation_seconds(
-    program: hlo.Program, computation: str, device: Rates, per_byte: dict[str, float], launches: list
+    program: hlo.Program,
+    computation: str,
+    device: Rates,
+    per_byte: dict[str, float],
+    launches: list,
+    step_seconds: Callable[[str], float] | None = None,
 ) -> dict[str, float]:
     """The seconds per step of one control computation's kernels (times its runs), by bucket; adds its launches to
     ``launches[0]`` and their cost to ``launches[1]`` (where given). An async collective adds what the kernels between
-    its start and its done do not hide."""
+    its start and its done do not hide, a loop or call between them included: ``step_seconds(callee)``, a callee's
+    seconds per step, over this computation's runs, is one run of it. (The TPU compiler starts a windowed einsum's last
+    collective-permute before the layer's next windowed loops and waits for it after them.)"""
     runs = program.runs.get(computation, 1)
     totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
     pending: dict[str, list] = {}  # an async collective's or host transfer's name -> [seconds, kernel time since, bucket]
@@ -393,6 +414,11 @@ def _computation_seconds(
             cost, hidden, bucket = pending.pop(instruction.operands[0])
             totals[bucket] += runs * max(cost - hidden, 0.0)
             continue
+        if pending and step_seconds is not None:
+            called = program.control_callees(instruction)
+            if called:
+                for entry in pending.values():
+                    entry[1] += math.fsum(step_seconds(callee) for callee in called) / runs
         kernel = _kernel(instruction, program, computation, runs, device, per_byte)
         if kernel is None:
             continue

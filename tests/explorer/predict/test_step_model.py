@@ -205,6 +205,24 @@ def test_an_async_collective_costs_only_what_the_kernels_between_its_start_and_d
     assert math.isclose(short.step_s, collective + short.dispatch_s)
 
 
+def test_a_loop_between_an_async_collectives_start_and_done_hides_it():
+    """The TPU compiler starts a collective before a loop and waits for it after (a windowed einsum's last permute
+    across the next windowed loops): the loop's kernels, all its trips, run while it moves, as kernels between them do."""
+    around = LOOP.replace(
+        '  ROOT %loop = (s32[], f32[1024,1024]{1,0}) while(%start), condition=%condition, body=%body, backend_config={"known_trip_count":{"n":"24"}}',
+        "  %gather = (f32[1024]{0}, f32[8192]{0}) all-gather-start(%zero_row), replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}\n"
+        '  %loop = (s32[], f32[1024,1024]{1,0}) while(%start), condition=%condition, body=%body, backend_config={"known_trip_count":{"n":"24"}}\n'
+        "  %gathered = f32[8192]{0} all-gather-done(%gather)\n"
+        "  ROOT %out = ((s32[], f32[1024,1024]{1,0}), f32[8192]{0}) tuple(%loop, %gathered)",
+    ).replace("  %zero = s32[] constant(0)\n", "  %zero = s32[] constant(0)\n  %zero_row = f32[1024]{0} constant({...})\n")
+    assert around != LOOP and "all-gather-done" in around
+    loop_s = step_model.predict(LOOP, H200).step_s - 30e-6  # the loop's kernels: about 97 us
+    hidden = step_model.predict(around, H200, [SimpleNamespace(op="all-gather", bytes=8192 * 4, seconds=loop_s / 2)])
+    assert hidden.collective_s == 0.0
+    longer = step_model.predict(around, H200, [SimpleNamespace(op="all-gather", bytes=8192 * 4, seconds=2 * loop_s)])
+    assert longer.collective_s == pytest.approx(2 * loop_s + 5e-6 - loop_s)
+
+
 def test_collective_seconds_per_byte_spreads_each_ops_time_over_its_bytes():
     costed = [SimpleNamespace(op="all-gather", bytes=100, seconds=2.0), SimpleNamespace(op="all-gather", bytes=300, seconds=2.0)]
     assert step_model.collective_seconds_per_byte(costed) == {"all-gather": 0.01}
