@@ -7,7 +7,8 @@ explorer code: what the step model reads is what XLA built.
 - ``attention``: a splash-attention-like Pallas kernel (q, k, v of [batch, heads, seq, head_dim]; softmax(q k^T) v
   per (batch, head) block) with the cost estimate ``FLOPS``/``BYTES`` that ``pl.pallas_call(cost_estimate=)`` carries.
 - ``attention-no-estimate``: the same kernel without one.
-- ``offload``: a remat policy that offloads each layer's activation to pinned host memory and brings it back.
+- ``offload``: a remat policy that offloads each layer's activation to pinned host memory and brings it back;
+  ``offload-scanned`` the same layers under ``jax.lax.scan``.
 """
 
 from __future__ import annotations
@@ -86,7 +87,33 @@ def offload() -> str:
     return jax.jit(jax.grad(loss)).lower([weight] * LAYERS, x).compile().as_text()
 
 
-PROGRAMS = {"attention": lambda: attention(True), "attention-no-estimate": lambda: attention(False), "offload": offload}
+def offload_scanned() -> str:
+    """``offload`` with the layers under ``jax.lax.scan``, as MaxText scans them: the compiler writes each iteration's
+    activation into a stacked buffer in host memory and reads it back slice by slice in the backward loop."""
+    mesh = _mesh()
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["hidden"], offload_src="device", offload_dst="pinned_host"
+    )
+
+    def layer(x, w):
+        return jnp.tanh(checkpoint_name(jnp.tanh(x @ w), "hidden") @ w.T), None
+
+    def loss(ws, x):
+        x, _ = jax.lax.scan(jax.checkpoint(layer, policy=policy), x, ws)
+        return x.astype(jnp.float32).sum()
+
+    rows, width = OFFLOADED
+    weights = jax.ShapeDtypeStruct((LAYERS, width, width), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+    x = jax.ShapeDtypeStruct((4 * rows, width), jnp.bfloat16, sharding=NamedSharding(mesh, P("x")))
+    return jax.jit(jax.grad(loss)).lower(weights, x).compile().as_text()
+
+
+PROGRAMS = {
+    "attention": lambda: attention(True),
+    "attention-no-estimate": lambda: attention(False),
+    "offload": offload,
+    "offload-scanned": offload_scanned,
+}
 
 if __name__ == "__main__":
     json.dump({which: PROGRAMS[which]() for which in sys.argv[1:]}, sys.stdout)

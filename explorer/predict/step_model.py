@@ -83,6 +83,9 @@ FREE = frozenset(
 )
 COPIES = frozenset({"copy", "copy-start"})
 BITCASTS = frozenset({"ConcatBitcast"})  # TPU custom calls that move nothing
+HOST_SLICES = frozenset(
+    {"dynamic-update-slice", "dynamic-update-slice-start", "dynamic-slice", "dynamic-slice-start"}
+)  # into or out of S(5)
 SLICES = frozenset({"slice", "dynamic-slice", "slice-start"})  # unfused slices (a TPU's async ones: DMAs) read what they keep
 _ARRAY_LAYOUT = re.compile(r"([a-z]+\d*[a-z0-9]*\[[\d,]*\])(\{[^}]*\})?")
 
@@ -170,6 +173,8 @@ def _kernel(instruction: Instruction, program: hlo.Program, computation: str, ru
         return Kernel(instruction.name, "collective", runs, 0.0, size, None, seconds)
     if op in COPIES and any(hlo.on_host(tuple_element(instruction.shape, i)) for i in (0, 1)):
         return _host_transfer(instruction, runs, device)
+    if op in HOST_SLICES and hlo.on_host(instruction.shape):
+        return _host_slice(instruction, program, computation, runs, device)
     if op in COPIES or op in SLICES:
         return _timed(instruction.name, "copy", runs, 0.0, _copied(instruction, program, computation), None, device)
     if op == "custom-call":
@@ -204,6 +209,19 @@ def _host_transfer(instruction: Instruction, runs: int, device: Rates) -> Kernel
     moved = float(
         next((hlo.shape_bytes(tuple_element(shape, i)) for i in (0, 1) if hlo.on_host(tuple_element(shape, i))), hlo.shape_bytes(shape))
     )
+    return Kernel(instruction.name, "host", runs, 0.0, moved, None, moved / device.host_bandwidth)
+
+
+def _host_slice(instruction: Instruction, program: hlo.Program, computation: str, runs: int, device: Rates) -> Kernel:
+    """Host offload as the TPU compiler writes a scanned layer's: each iteration writes its slice of a stacked buffer in
+    host memory (``dynamic-update-slice`` into ``S(5)``) and the backward pass reads it back (``dynamic-slice`` from
+    it): the slice, not the stack, at the host link's rate. An async one (``-start``) runs beside the kernels XLA
+    scheduled before its ``-done``."""
+    if instruction.op.startswith("dynamic-update-slice"):
+        update = program.symbols[computation].get(instruction.operands[1]) if len(instruction.operands) > 1 else None
+        moved = float(hlo.shape_bytes(update.shape)) if update is not None else 0.0
+    else:
+        moved = float(hlo.shape_bytes(tuple_element(instruction.shape, 1) if instruction.op.endswith("-start") else instruction.shape))
     return Kernel(instruction.name, "host", runs, 0.0, moved, None, moved / device.host_bandwidth)
 
 
