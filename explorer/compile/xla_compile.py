@@ -105,7 +105,9 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
         except Exception as error:  # XLA's own refusal: out of HBM is a result, anything else a message
             oom = parse_oom(str(error))
             if oom is None:
-                raise ExplorerError("target", target.name, f"XLA could not compile the step: {first_line(error)}") from None
+                raise ExplorerError(
+                    "target", target.name, f"XLA could not compile the step: {first_line(error)}{libtpu_hint(error)}"
+                ) from None
             compile_s = time.perf_counter() - start
             stage("analyze")
             return analyze_dump(dump, oom, target, mesh, method, compile_s)
@@ -149,6 +151,25 @@ def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, s
     stage("analyze")
     messages = tuple(found[0] for found in map(_XLA_MEMORY.search, logged) if found)
     return analyze_compiled(compiled, target, mesh, method, compile_s, xla_messages=messages, pipeline=pipeline)
+
+
+SCOPED_VMEM_HINT = (
+    " (a kernel's blocks need more of the TPU's scoped VMEM than XLA gives by default: the runs that use such blocks raise "
+    "it in LIBTPU_INIT_ARGS, e.g. tpu-recipes' v6e configs' --xla_tpu_scoped_vmem_limit_kib=98304; set the run's "
+    "LIBTPU_INIT_ARGS for this compile too, or take smaller blocks)"
+)
+
+
+def libtpu_hint(error: Exception) -> str:
+    """What to do about a TPU compile error that a run's own libtpu flags avoid (the compile child passes
+    ``LIBTPU_INIT_ARGS`` on to libtpu as a run does), else nothing.
+
+    >>> libtpu_hint(RuntimeError("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: ...")).startswith(" (a kernel")
+    True
+    >>> libtpu_hint(RuntimeError("INVALID_ARGUMENT: something else"))
+    ''
+    """
+    return SCOPED_VMEM_HINT if "CompileTimeScopedVmemOom" in str(error) else ""
 
 
 @contextlib.contextmanager
