@@ -1,4 +1,6 @@
-"""Published step times of MaxText's v5p and v4 tables (``published.json``), imports no explorer code.
+"""Published step times of MaxText's v5p and v4 tables and tpu-recipes' v6e runs (``published.json``), imports no explorer code.
+
+A v6e row publishes its step in seconds (``published_step_s``, the log line of its recipe): that is its step.
 
 A row publishes TFLOP/s per chip; its step is MaxText's per-device training TFLOPs as its ``train.py`` counted them at
 the commit that published the table, over that figure:
@@ -59,4 +61,4 @@ def training_flops(row: dict) -> float:
 def rows() -> list[dict]:
     """Every published row with its ``step_s``."""
     found = json.loads((HERE / "published.json").read_text())["rows"]
-    return [row | {"step_s": training_flops(row) / (row["tflops_per_chip"] * 1e12)} for row in found]
+    return [row | {"step_s": row.get("published_step_s") or training_flops(row) / (row["tflops_per_chip"] * 1e12)} for row in found]

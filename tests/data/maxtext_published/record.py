@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import pathlib
 import sys
 
@@ -28,13 +29,15 @@ def keys_of(row: dict) -> list[str]:
 
 
 def main(name: str) -> None:
+    row = next(row for row in json.loads((HERE / "published.json").read_text())["rows"] if row["name"] == name)
+    if row.get("libtpu_init_args"):  # what the run gave libtpu and the compile needs (read when libtpu loads)
+        os.environ["LIBTPU_INIT_ARGS"] = row["libtpu_init_args"]
     from explorer.compile.xla_compile import compile_for_target
     from explorer.hardware.targets import parse_target
     from explorer.layout import parse_layout
     from explorer.models import maxtext
     from explorer.predict import step_model
 
-    row = next(row for row in json.loads((HERE / "published.json").read_text())["rows"] if row["name"] == name)
     stem = HERE / name
     with_prediction = step_model.with_prediction
 
