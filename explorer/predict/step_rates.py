@@ -8,9 +8,9 @@ Three figures per device, and what they rest on:
   precision runs f32 matmuls on TF32 tensor cores on this GPU). Other GPUs: their spec sheet's dense
   figure (bf16; TF32 for f32) times the fraction of it the H200 reached (bf16 870.9 / 989 = 0.881,
   TF32 445.2 / 494.7 = 0.900).
-  TPUs: v5e, v5p and v4, their spec sheet's bf16 peak at a matmul efficiency set from one published run each
-  (``TPU_EVIDENCE``: MaxText's 32B on one v5e-256, its 32B on one v5p-128, its 22B on one v4-128; the other
-  published runs out of sample, docs/step-time.md); other generations (v6e, TPU7x), their bf16 peak at v5e's
+  TPUs: v5e, v5p, v4 and v6e, their spec sheet's bf16 peak at a matmul efficiency set from one published run each
+  (``TPU_EVIDENCE``: MaxText's 32B on one v5e-256, its 32B on one v5p-128, its 22B on one v4-128, tpu-recipes'
+  Llama 3.1 8B on v6e-8; the other published runs out of sample, docs/step-time.md); TPU7x, its bf16 peak at v5e's
   efficiency. An f32 matmul on a TPU runs at the
   bf16 rate: by default JAX's f32 dots run in bfloat16 on a TPU (JAX's "Matmul precision" page,
   https://docs.jax.dev/en/latest/201/precision.html: "float32 dot products may be computed with
@@ -81,6 +81,8 @@ V5E_MATMUL_EFFICIENCY = 1.0  # set from MaxText's 32B run on one v5e-256 (TPU_EV
 # the spec's peak (its program is predicted 1.09x the published step even there: the rest is in the non-matmul terms)
 V5P_MATMUL_EFFICIENCY = 0.890  # set from MaxText's 32B run on one v5p-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.890 of the peak
 V4_MATMUL_EFFICIENCY = 0.945  # set from MaxText's 22B run on one v4-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.945 of the peak
+# set from tpu-recipes' Llama 3.1 8B on v6e-8 (TPU_EVIDENCE; docs/step-time.md): its step at 0.743 of the peak
+V6E_MATMUL_EFFICIENCY = 0.743
 TPU_HOST_BANDWIDTH = 1.5e10  # PCIe, one way, per chip: the Scaling Book (SCALING_BOOK_HOST)
 SCALING_BOOK_HOST = "https://jax-ml.github.io/scaling-book/tpus/ (PCIe bandwidth between a TPU and its host, 1.5e10 bytes/s)"
 GPU_HOST_BANDWIDTH = {"a100": 32e9, "h100": 64e9, "h200": 64e9, "b200": 64e9}  # PCIe one way: half the spec sheets' both-ways figure
@@ -106,7 +108,11 @@ MAXTEXT_V5P = "https://github.com/AI-Hypercomputer/maxtext MaxText/configs/v5p/R
 MAXTEXT_V4 = (
     "https://github.com/AI-Hypercomputer/maxtext MaxText/configs/v4/README.md (TFLOP/s per chip, 22B on 1-8 v4-128, 52B on 1-2 v4-384)"
 )
-# Set by the fits of tests/explorer/predict/test_tpu_steps.py (v5e) and test_tpu_published.py (v5p, v4): each recomputes its figure from
+TPU_RECIPES_V6E = (
+    "https://github.com/AI-Hypercomputer/tpu-recipes training/trillium/Llama3.1-8B-MaxText/v6e-{8,16,32}/README.md "
+    "(each recipe's step time, its log line)"
+)
+# Set by the fits of tests/explorer/predict/test_tpu_steps.py (v5e) and test_tpu_published.py (v5p, v4, v6e): each recomputes its figure from
 # the recorded program and fails if it moved.
 TPU_EVIDENCE = {
     "v5e": TpuEvidence(
@@ -128,6 +134,13 @@ TPU_EVIDENCE = {
         "width 6144, 48 layers, 24 heads of 256, per_device_batch_size=16 max_target_length=1024 remat_policy=full "
         "ici_fsdp_parallelism=64, 156 TFLOP/s per chip",
         MAXTEXT_V4,
+    ),
+    "v6e": TpuEvidence(
+        V6E_MATMUL_EFFICIENCY,
+        "tpu-recipes' Llama 3.1 8B on one v6e-8 (MaxText tpu-recipes-v0.1.4's llama3_1_8b_8192_no_collective_matmul: "
+        "model_name=llama3.1-8b per_device_batch_size=3 remat_policy=custom with offloaded layer inputs and projections "
+        "max_target_length=8192 attention=flash, 2048-wide splash blocks), 3.443 s a step",
+        TPU_RECIPES_V6E,
     ),
 }
 
