@@ -57,11 +57,7 @@ def _counter_step(attributes: str, computations: dict[str | None, list[str]], el
     root = next((i for i in map(parse_instruction, lines) if i and i.root), None)
     if root is None or root.op != "tuple" or element >= len(root.operands):
         return None
-    update = parse_instruction(symbols.get(root.operands[element], ""))
-    for _ in range(8):  # through copies
-        if update is None or update.op != "copy":
-            break
-        update = parse_instruction(symbols.get(update.operands[0], ""))
+    update = _behind_copies(symbols, root.operands[element])
     if update is None or update.op != "add" or len(update.operands) != 2:
         return None
     steps = [_constant(symbols, operand) for operand in update.operands]
@@ -69,19 +65,23 @@ def _counter_step(attributes: str, computations: dict[str | None, list[str]], el
     return step if step is not None and step > 0 else None
 
 
-def _constant(symbols: dict[str, str], name: str) -> int | None:
-    """The integer value of ``name`` if it is a scalar constant, possibly behind copies."""
+def _behind_copies(symbols: dict[str, str], name: str):
+    """The instruction ``name`` is, or the one it copies (through up to 8 copies); None if not found."""
     for _ in range(8):
         instruction = parse_instruction(symbols.get(name, ""))
-        if instruction is None or len(instruction.operands) != 1:
-            return None
-        if instruction.op == "constant":
-            value = instruction.operands[0]
-            return int(value) if re.fullmatch(r"-?\d+", value) else None
-        if instruction.op != "copy":
-            return None
+        if instruction is None or instruction.op != "copy" or len(instruction.operands) != 1:
+            return instruction
         name = instruction.operands[0]
     return None
+
+
+def _constant(symbols: dict[str, str], name: str) -> int | None:
+    """The integer value of ``name`` if it is a scalar constant, possibly behind copies."""
+    instruction = _behind_copies(symbols, name)
+    if instruction is None or instruction.op != "constant" or len(instruction.operands) != 1:
+        return None
+    value = instruction.operands[0]
+    return int(value) if re.fullmatch(r"-?\d+", value) else None
 
 
 def _tuple_element_constant(symbols: dict[str, str], name: str, index: int) -> int | None:

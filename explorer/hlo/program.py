@@ -536,10 +536,11 @@ class Program:
         return found
 
     def control_callees(self, instruction: Instruction) -> list[str]:
-        """The computations ``instruction`` runs as control flow: a loop's body and condition, a branch, a call, an async
-        wrapper's computation (not a fusion's, which is inside its kernel)."""
+        """The computations of this program ``instruction`` runs as control flow: a loop's body and condition, a branch, a
+        call, an async wrapper's computation (not a fusion's, which is inside its kernel)."""
         return [
             callee
             for role, callee in callees(instruction.attributes)
-            if role in CONTROL_ROLES or (role in ("calls", "to_apply") and instruction.op in ("call", "async-start"))
+            if callee in self.computations
+            and (role in CONTROL_ROLES or (role in ("calls", "to_apply") and instruction.op in ("call", "async-start")))
         ]

@@ -209,6 +209,11 @@ def _host_transfer(instruction: Instruction, runs: int, device: Rates) -> Kernel
     moved = float(
         next((hlo.shape_bytes(tuple_element(shape, i)) for i in (0, 1) if hlo.on_host(tuple_element(shape, i))), hlo.shape_bytes(shape))
     )
+    return _host_kernel(instruction, runs, moved, device)
+
+
+def _host_kernel(instruction: Instruction, runs: int, moved: float, device: Rates) -> Kernel:
+    """A transfer of ``moved`` bytes to or from host memory, at the host link's rate."""
     return Kernel(instruction.name, "host", runs, 0.0, moved, None, moved / device.host_bandwidth)
 
 
@@ -222,7 +227,7 @@ def _host_slice(instruction: Instruction, program: hlo.Program, computation: str
         moved = float(hlo.shape_bytes(update.shape)) if update is not None else 0.0
     else:
         moved = float(hlo.shape_bytes(tuple_element(instruction.shape, 1) if instruction.op.endswith("-start") else instruction.shape))
-    return Kernel(instruction.name, "host", runs, 0.0, moved, None, moved / device.host_bandwidth)
+    return _host_kernel(instruction, runs, moved, device)
 
 
 def _pallas_kernel(instruction: Instruction, program: hlo.Program, computation: str, runs: int, device: Rates) -> Kernel:
@@ -377,23 +382,7 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
     program, device = hlo.Program(hlo_text), rates(chip)
     per_byte = collective_seconds_per_byte(collectives)
     totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
-    launches, launch_s = 0, 0.0
-    own: dict[str, dict[str, float]] = {}
-
-    def step_seconds(computation: str) -> float:
-        """A control computation's seconds per step, with every computation it runs as control flow."""
-        if computation not in own:
-            own[computation] = {}  # a cycle (none in XLA's programs) counts as nothing, not forever
-            own[computation] = _computation_seconds(program, computation, device, per_byte, counted := [0, 0.0], step_seconds)
-            nonlocal launches, launch_s
-            launches += counted[0]
-            launch_s += counted[1]
-        called = {callee for instruction in program.computations[computation] for callee in program.control_callees(instruction)}
-        called &= program.computations.keys()
-        return math.fsum(own[computation].values()) + math.fsum(step_seconds(callee) for callee in called)
-
-    for computation in program.control:
-        step_seconds(computation)
+    own, launches, launch_s = _seconds_by_computation(program, device, per_byte)
     for seconds in own.values():
         for bucket, value in seconds.items():
             totals[bucket] += value
@@ -411,13 +400,37 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
     )
 
 
+def _seconds_by_computation(
+    program: hlo.Program, device: Rates, per_byte: dict[str, float]
+) -> tuple[dict[str, dict[str, float]], int, float]:
+    """Each control computation's own kernels' seconds per step, by bucket (``_computation_seconds``: a loop or call
+    between an async collective's start and done hides it for the seconds that callee and all it runs take), and the
+    program's launches and their cost. One pass: every computation's whole time is kept for the callers that ask."""
+    own: dict[str, dict[str, float]] = {}
+    whole: dict[str, float] = {}
+    launches = [0, 0.0]
+
+    def step_seconds(computation: str) -> float:
+        """A control computation's seconds per step, with every computation it runs as control flow."""
+        if computation not in whole:
+            whole[computation] = 0.0  # a cycle (none in XLA's programs) counts as nothing, not forever
+            own[computation] = _computation_seconds(program, computation, device, per_byte, launches, step_seconds)
+            called = {callee for instruction in program.computations[computation] for callee in program.control_callees(instruction)}
+            whole[computation] = math.fsum(own[computation].values()) + math.fsum(map(step_seconds, called))
+        return whole[computation]
+
+    for computation in program.control:
+        step_seconds(computation)
+    return own, launches[0], launches[1]
+
+
 def _computation_seconds(
     program: hlo.Program,
     computation: str,
     device: Rates,
     per_byte: dict[str, float],
     launches: list,
-    step_seconds: Callable[[str], float] | None = None,
+    step_seconds: Callable[[str], float],
 ) -> dict[str, float]:
     """The seconds per step of one control computation's kernels (times its runs), by bucket; adds its launches to
     ``launches[0]`` and their cost to ``launches[1]`` (where given). An async collective adds what the kernels between
@@ -432,7 +445,7 @@ def _computation_seconds(
             cost, hidden, bucket = pending.pop(instruction.operands[0])
             totals[bucket] += runs * max(cost - hidden, 0.0)
             continue
-        if pending and step_seconds is not None:
+        if pending:
             called = program.control_callees(instruction)
             if called:
                 for entry in pending.values():
@@ -505,8 +518,9 @@ def pipeline_bubble(
         if name in inside or name not in control:
             continue
         inside.add(name)
-        stack += [callee for i in program.computations[name] for _, callee in hlo.callees(i.attributes)]
-    loop_s = math.fsum(math.fsum(_computation_seconds(program, c, device, per_byte, [0]).values()) for c in inside)
+        stack += [callee for i in program.computations[name] for callee in program.control_callees(i)]
+    own, _, _ = _seconds_by_computation(program, device, per_byte)
+    loop_s = math.fsum(math.fsum(own[c].values()) for c in inside)
     step_s = step_s or predict(hlo_text, chip, collectives).step_s
     bubble_s = loop_s * (stages - 1) / iterations if iterations else 0.0
     return Bubble(found, stages, iterations, loop_s, bubble_s, step_s, bubble_s / step_s if step_s else 0.0)
