@@ -437,6 +437,19 @@ def multislice_lines(result: TargetCompile) -> list[str]:
     ]
 
 
+def judged_peak_text(result: TargetCompile) -> str:
+    """The peak the verdict judges, in words (``compile_result.judged_peak``): on a TPU the HBM total of XLA's
+    memory-usage report, said beside ``memory_analysis()``'s peak where the two differ."""
+    judged = result.judged_peak_bytes
+    if result.cross_check is None or judged == result.memory.peak_bytes:
+        return f"XLA's peak is {human_bytes(judged)}"
+    return (
+        f"XLA's peak in HBM is {human_bytes(judged)} (its memory-usage report: the figure its compiler refuses a program "
+        f"for; memory_analysis()'s peak, {human_bytes(result.memory.peak_bytes)}, is counted another way: it can count "
+        "donated arguments and the outputs that reuse them both, and buffers offloaded to host memory)"
+    )
+
+
 def compile_text(result: TargetCompile, cached: bool = False) -> str:
     """A readable summary of a compile for a target (``target_compile``'s result)."""
     target, memory, estimate = result.target, result.memory, result.estimate
@@ -457,7 +470,7 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         + (", read from its dump: it refused the program" if result.oom else "")
         + "): "
         + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.figures().items()),
-        f"peak {human_bytes(memory.peak_bytes)} {verdict} in {memory_room(target, result.memory_limit)}: "
+        f"{judged_peak_text(result)}: it {verdict} in {memory_room(target, result.memory_limit)}: "
         + (f"{human_bytes(result.headroom_bytes)} to spare" if result.fits else f"{human_bytes(-result.headroom_bytes)} too much"),
     ]
     if result.oom:

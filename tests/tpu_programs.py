@@ -9,6 +9,8 @@ explorer code: what the step model reads is what XLA built.
 - ``attention-no-estimate``: the same kernel without one.
 - ``offload``: a remat policy that offloads each layer's activation to pinned host memory and brings it back;
   ``offload-scanned`` the same layers under ``jax.lax.scan``.
+- ``refused-GENERATION`` (``REFUSALS``): not a program but the compiler's refusal of one far too big for one device of
+  that TPU generation (E1000, which names the HBM XLA lets a program use).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.experimental import pallas as pl
 from jax.experimental import topologies
-from jax.sharding import NamedSharding
+from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 TOPOLOGY = "v5e:2x2"
@@ -108,6 +110,29 @@ def offload_scanned() -> str:
     return jax.jit(jax.grad(loss)).lower(weights, x).compile().as_text()
 
 
+def refused(topology: str, chip_config: str | None) -> str:
+    """The compiler's refusal (its message) of a 256 GiB program for one device of ``topology``."""
+    config = {"chip_config_name": chip_config} if chip_config else {}
+    device = topologies.get_topology_desc(topology, "tpu", **config).devices[0]
+    big = jax.ShapeDtypeStruct((2**36,), jnp.float32, sharding=SingleDeviceSharding(device))
+    try:
+        jax.jit(lambda x: x * 2).lower(big).compile()
+    except Exception as error:  # the refusal is what is asked for
+        return str(error)
+    return ""
+
+
+# one slice of each TPU generation, for ``refused``, as train_compile.py describes it: v4 as megacores (one device per
+# chip, two TensorCores), TPU7x with its default chip config (two devices per chip)
+ONE_SLICE = {
+    "v4": ("v4:2x2x1", "megacore"),
+    "v5e": ("v5e:2x2", None),
+    "v5p": ("v5p:2x2x1", None),
+    "v6e": ("v6e:2x2", None),
+    "tpu7x": ("tpu7x:2x2x1", "default"),
+}
+REFUSALS = {f"refused-{generation}": (lambda slice_=slice_: refused(*slice_)) for generation, slice_ in ONE_SLICE.items()}
+
 PROGRAMS = {
     "attention": lambda: attention(True),
     "attention-no-estimate": lambda: attention(False),
@@ -116,4 +141,4 @@ PROGRAMS = {
 }
 
 if __name__ == "__main__":
-    json.dump({which: PROGRAMS[which]() for which in sys.argv[1:]}, sys.stdout)
+    json.dump({which: (PROGRAMS | REFUSALS)[which]() for which in sys.argv[1:]}, sys.stdout)

@@ -115,8 +115,7 @@ def last_search() -> advisor.Search | None:
 
 def figure(search: advisor.Search) -> go.Figure:
     """Peak memory per device against the step bound, with the HBM line: XLA's where verified, else stage 1's estimate and state."""
-    label = advisor.limit_text(search.target) if search.target.is_gpu else None
-    return advisor_figure([_point(c) for c in search.ranked()], search.limit_bytes, label)
+    return advisor_figure([_point(c) for c in search.ranked()], search.limit_bytes, advisor.limit_text(search.target))
 
 
 def _point(c: advisor.Candidate) -> AdvisorPoint:

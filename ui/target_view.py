@@ -25,7 +25,7 @@ from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.formats import counted, human_bytes, human_flops, human_seconds, share
-from explorer.text import markdown_literal, memory_relation, prediction_gap
+from explorer.text import judged_peak_text, markdown_literal, memory_relation, prediction_gap
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_pool import POOL, queue_text
@@ -296,10 +296,10 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False, now:
 
 def verdict(result: TargetCompile) -> str:
     """The headline: XLA's peak against the figure the verdict used (a chip's HBM; on a GPU, JAX's share of it)."""
-    peak, room = human_bytes(result.memory.peak_bytes), memory_room(result.target, result.memory_limit)
+    peak, room = judged_peak_text(result), memory_room(result.target, result.memory_limit)
     if result.fits:
-        return f"Fits: XLA's peak is {peak} of {room}, {human_bytes(result.headroom_bytes)} to spare."
-    return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result.headroom_bytes)} more than {room}."
+        return f"Fits: {peak} of {room}, {human_bytes(result.headroom_bytes)} to spare."
+    return f"Does not fit: {peak}, {human_bytes(-result.headroom_bytes)} more than {room}."
 
 
 def step_verdict(estimate: Estimate) -> str:
@@ -327,7 +327,11 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
     with memory_column:
         st.markdown(f"**Memory per {per}** (XLA's memory_analysis, as it gives them)")
         limit = result.memory_limit
-        usable = (limit.bytes, f"JAX's {limit.fraction:.0%}: {human_bytes(limit.bytes)}") if target.is_gpu else None
+        usable = (
+            (limit.bytes, f"JAX's {limit.fraction:.0%}: {human_bytes(limit.bytes)}")
+            if target.is_gpu
+            else (limit.bytes, f"XLA lets a program use {human_bytes(limit.bytes)}")
+        )
         st.plotly_chart(target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable), key="target_memory")
         st.caption(memory_relation(memory.to_json()))
         st.dataframe(
@@ -446,7 +450,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
     return {
         "layout": label,
         "fits": "yes" if result.fits else "NO",
-        "XLA peak / device": human_bytes(result.memory.peak_bytes),
+        "XLA peak / device": human_bytes(result.judged_peak_bytes),
         "headroom": human_bytes(result.headroom_bytes),
         "predicted step": human_seconds(estimate.predicted_s) if estimate and estimate.predicted_s else "—",
         "step ≥ (lower bound)": human_seconds(step_s) if estimate else "—",

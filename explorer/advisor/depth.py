@@ -13,7 +13,7 @@ import dataclasses
 from typing import Sequence
 
 from explorer.predict import roofline
-from explorer.compile.compile_result import CollectiveCost, Extrapolated, Memory, TargetCompile
+from explorer.compile.compile_result import CollectiveCost, CrossCheck, Extrapolated, Memory, TargetCompile, judged_peak
 from explorer.errors import ExplorerError
 from explorer.hlo.program import LoopWork
 from explorer.layout import Layout, parse_layout
@@ -104,9 +104,10 @@ def extrapolate(
     Every figure that grows with depth (XLA's memory, flops, bytes accessed, the loops' extra work,
     each collective's count and bytes, matched by op, mesh axes and group) is ``f(full) = f(d1) +
     (f(d2) - f(d1)) x (full - d1) / (d2 - d1)``; the roofline is recomputed from them and the peak
-    judged against the device's HBM; the step model's prediction is extrapolated as the other figures. Labelled ``extrapolated`` with the depths and the depth
-    ``options``; what describes one program only (XLA's refusal, padding, messages, the dump's
-    cross-check) is left empty, the rest (mesh, memory limit, sources) is the deeper compile's.
+    judged against the device's HBM (on a TPU the dump's HBM peak, extrapolated as the rest: the cross-check then
+    holds it and the extrapolated dump flops, nothing else); the step model's prediction is extrapolated as the other
+    figures. Labelled ``extrapolated`` with the depths and the depth ``options``; what describes one program only
+    (XLA's refusal, padding, messages) is left empty, the rest (mesh, memory limit, sources) is the deeper compile's.
     """
     d1, d2 = depths
     t = (full - d1) / (d2 - d1)
@@ -133,8 +134,18 @@ def extrapolate(
             collectives.append(c)
     estimate = roofline.estimate(flops, accessed, collectives, target.chip) if flops is not None and accessed is not None else None
     predicted = line(*(r.estimate.predicted_s if r.estimate else None for r in (low, high)))  # the step model's, per kernel
-    hbm = memory_limit(target).bytes  # a TPU device's HBM; on a GPU, JAX's share of it (as the compile's verdict)
-    peak = memory["peak_bytes"]
+    hbm = memory_limit(target).bytes  # what XLA lets a TPU program use; on a GPU, JAX's share (as the compile's verdict)
+    # the peak the verdict judges (on a TPU the dump's HBM total), extrapolated as the rest
+    both = low.cross_check is not None and high.cross_check is not None
+    cross_check = (
+        CrossCheck(
+            Memory(peak_bytes=max(int(round(line(low.judged_peak_bytes, high.judged_peak_bytes))), 0)),
+            line(low.cross_check.matmul_flops, high.cross_check.matmul_flops),
+        )
+        if both
+        else None
+    )
+    peak = judged_peak(Memory(**memory), cross_check)
     compiled = bool(low.compiled) and bool(high.compiled)
     fits = peak is not None and peak <= hbm and compiled
     return dataclasses.replace(
@@ -154,7 +165,7 @@ def extrapolate(
         padding=None,
         collectives=tuple(CollectiveCost.of(c, target) for c in collectives),
         estimate=None if estimate is None else dataclasses.replace(estimate, predicted_s=predicted),
-        cross_check=None,
+        cross_check=cross_check,
         extrapolated=Extrapolated(tuple(depths), full, tuple(options)),
     )
 

@@ -125,7 +125,7 @@ def _extrapolation_dict(result: TargetCompile) -> dict[str, Any]:
     estimate = result.estimate
     return {
         **result.extrapolated.to_json(),
-        "peak_bytes": result.memory.peak_bytes,
+        "peak_bytes": result.judged_peak_bytes,
         "fits": result.fits,
         "flops": result.flops,
         "bytes_accessed": result.bytes_accessed,

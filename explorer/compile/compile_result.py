@@ -241,6 +241,11 @@ class TargetCompile:
     bubble: Bubble | None = None  # a pipelined layout's bubble in the predicted step (``step_model.pipeline_bubble``)
 
     @property
+    def judged_peak_bytes(self) -> int | None:
+        """The peak the verdict judges (``judged_peak``)."""
+        return judged_peak(self.memory, self.cross_check)
+
+    @property
     def dcn_collectives(self) -> tuple[CollectiveCost, ...]:
         """The collectives that cross the data-center network between slices (several TPU slices only)."""
         return tuple(c for c in self.collectives if c.link == "dcn")
@@ -270,6 +275,7 @@ class TargetCompile:
             "memory": self.memory.to_json(),
             "memory_source": self.memory_source,
             "memory_limit": self.memory_limit.to_json(),
+            "judged_peak_bytes": self.judged_peak_bytes,
             "fits": self.fits,
             "fits_device": self.fits_device,
             "headroom_bytes": self.headroom_bytes,
@@ -347,11 +353,28 @@ class TargetCompile:
         )
 
 
+def judged_peak(memory: Memory, cross_check: CrossCheck | None) -> int | None:
+    """The peak a device's verdict judges: for a TPU program, the HBM total of XLA's memory-usage report (``cross_check``,
+    read from its dump), which is what its compiler holds against the HBM it lets a program use and what a refused
+    program's peak is; elsewhere (a GPU, a dump not read) ``memory_analysis()``'s peak.
+
+    On a TPU ``memory_analysis()``'s peak also counts buffers outside HBM: MaxText's Llama 3.1 8B on v6e-8, which
+    offloads activations to host memory, has a ``memory_analysis()`` peak of 32.2 GiB and 28.1 GiB in HBM, and ran.
+
+    >>> judged_peak(Memory(peak_bytes=34), CrossCheck(Memory(peak_bytes=30), 0.0)), judged_peak(Memory(peak_bytes=34), None)
+    (30, 34)
+    """
+    if cross_check is not None and cross_check.memory.peak_bytes is not None:
+        return cross_check.memory.peak_bytes
+    return memory.peak_bytes
+
+
 def memory_room(target: Target, limit: MemoryLimit) -> str:
-    """What a device's peak is judged against, in words (the compile's verdict, the CLI, the advisor): "the 16.0 GiB
-    HBM per chip", or on a GPU "the 59.3 GiB JAX lets one process use per GPU (75% of its 79.1 GiB)"."""
+    """What a device's peak is judged against, in words (the compile's verdict, the CLI, the advisor): "the 15.8 GiB
+    XLA lets a program use of the 16.0 GiB HBM per chip", or on a GPU "the 59.3 GiB JAX lets one process use per GPU (75% of its 79.1 GiB)"."""
     if not target.is_gpu:
-        return f"the {human_bytes(limit.bytes)} HBM per chip"
+        per = "chip" if target.chip.devices_per_chip == 1 else "device"
+        return f"the {human_bytes(limit.bytes)} XLA lets a program use of the {human_bytes(limit.device_bytes)} HBM per {per}"
     return (
         f"the {human_bytes(limit.bytes)} JAX lets one process use per GPU ({limit.fraction:.0%} of its {human_bytes(limit.device_bytes)})"
     )

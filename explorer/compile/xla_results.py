@@ -7,7 +7,8 @@ outputs, aliased, temporaries and the peak from the HBM total of XLA's memory-us
 collectives and the dot/convolution flops of the optimized program, with ``fits: false`` and
 E1000's own figures under ``oom``; ``flops_source`` says which route counted the flops). A program
 that fits is read both ways (``dump_cross_check``), which is what makes the figures of a refused
-program trustworthy.
+program trustworthy. On a TPU the verdict judges the dump's HBM total (``compile_result.judged_peak``), the figure
+XLA's compiler checks, against the HBM it lets a program use; ``memory_analysis()``'s figures are kept as XLA gives them.
 
 On a GPU cluster ``cost_analysis()`` is empty: flops are the dots of the optimized program (Triton
 gemm fusions and cuBLAS calls included), each counted as often as its computation runs, a loop body
@@ -36,6 +37,7 @@ from explorer.compile.compile_result import (
     Padding,
     TargetCompile,
     TargetMesh,
+    judged_peak,
 )
 from explorer.errors import first_line
 from explorer.hlo.dumps import dumped_memory
@@ -250,7 +252,8 @@ def _slice_ops(text: str, mesh, slices) -> list:
 def memory_limit(target: Target) -> MemoryLimit:
     """The figure the verdict compares XLA's peak with, and what it is.
 
-    A TPU chip's HBM (XLA itself refuses a program that exceeds it); on a GPU, what JAX's
+    On a TPU, the HBM XLA's compiler lets one device's program use (``Chip.program_hbm_bytes``: it refuses a program
+    over it); on a GPU, what JAX's
     GPU client lets one process use: ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the memory the
     GPU's target config gives, 75% by default (https://docs.jax.dev/en/latest/gpu_memory_allocation.html).
     """
@@ -258,7 +261,10 @@ def memory_limit(target: Target) -> MemoryLimit:
 
     device = target.chip.device_hbm_bytes
     if not target.is_gpu:
-        return MemoryLimit(device, device, 1.0, f"the device's {human_bytes(device)} of HBM")
+        program = target.chip.program_hbm_bytes
+        return MemoryLimit(
+            program, device, program / device, f"the {human_bytes(program)} of the device's {human_bytes(device)} of HBM XLA lets a program use"
+        )
     fraction = memory_fraction()
     chosen = os.environ.get(MEMORY_FRACTION_ENV, "").strip()
     how = (
@@ -277,7 +283,7 @@ def memory_limit(target: Target) -> MemoryLimit:
 def with_verdict(result: TargetCompile, target: Target) -> TargetCompile:
     """``result`` with its target's figures, memory limit and verdict for this environment (a cached result was
     judged where it was compiled; the GPU memory fraction may differ here)."""
-    peak, limit = result.memory.peak_bytes, memory_limit(target)
+    peak, limit = result.judged_peak_bytes, memory_limit(target)
     return dataclasses.replace(
         result,
         target=target,
@@ -310,7 +316,7 @@ def _result(
     from explorer.predict import roofline
     from explorer.predict import step_model
 
-    limit = memory_limit(target)
+    limit, peak = memory_limit(target), judged_peak(memory, cross_check)
     costs = tuple(CollectiveCost.of(c, target, sources) for c, sources in collectives)
     known = flops is not None
     source = source or ("cost_analysis" if oom is None else ("hlo_matmuls" if known else None))
@@ -323,9 +329,9 @@ def _result(
         memory=memory,
         memory_source="memory_analysis" if oom is None else ("xla_dump" if memory.argument_bytes is not None else "e1000"),
         memory_limit=limit,
-        fits=oom is None and memory.peak_bytes <= limit.bytes,
-        fits_device=oom is None and memory.peak_bytes <= limit.device_bytes,
-        headroom_bytes=limit.bytes - memory.peak_bytes,
+        fits=oom is None and peak <= limit.bytes,
+        fits_device=oom is None and peak <= limit.device_bytes,
+        headroom_bytes=limit.bytes - peak,
         oom=oom,
         xla_messages=xla_messages,
         flops=flops,

@@ -514,6 +514,7 @@ class Program:
 
     def __init__(self, hlo_text: str):
         computations, entry, runs, _, _ = parsed(hlo_text)
+        self.text = hlo_text
         self.runs = runs
         self.entry = entry
         self.computations = {

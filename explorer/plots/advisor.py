@@ -29,7 +29,7 @@ ADVISOR_KINDS = {  # kind: (legend name, marker symbol), drawn in this order
 
 def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int, limit_label: str | None = None) -> go.Figure:
     """Bytes per device against the step's lower bound, both on log axes, one trace per kind, with the HBM line
-    (``limit_label`` names it where it is not a device's HBM: a GPU's share JAX may use).
+    (``limit_label`` names it: what XLA lets a TPU program use of its HBM, a GPU's share JAX may use).
 
     Points keep their order within a kind (the Advisor passes them ranked).
     """

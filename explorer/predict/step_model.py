@@ -27,7 +27,9 @@ module adds those up, for the program XLA built (``compiled.as_text()``):
 - **Collectives** take ``roofline``'s time (torus or two-level NVLink/network), spread over the
   program's collective instructions by their bytes (each instruction gets its op's seconds per byte),
   plus a NCCL launch on GPUs. A synchronous one adds its time; an async pair (``-start`` ...
-  ``-done``) adds only what the kernels XLA scheduled between its start and its done do not hide.
+  ``-done``) adds only what the kernels XLA scheduled between its start and its done do not hide. A collective across
+  TPU slices is its MegaScale ``send``s: the DCN's seconds over their bytes, at the generation's DCN share
+  (``step_rates.DCN_EVIDENCE``, set from a published two-slice run), not hidden.
 
 On a TPU the same rules run on its program: arrays its layout places in the core's VMEM (``S(1)``) move no HBM
 bytes, its async copies and slices (DMAs) move theirs, and ``with_prediction`` never lets the prediction fall
@@ -46,17 +48,19 @@ deviceless compile has none), and collectives' latency beyond the launch (``docs
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable
 
 from explorer.hlo import program as hlo
+from explorer.hlo.megascale import MegascaleOp, megascale_ops
 from explorer.hlo.instructions import Instruction, tuple_element
 from explorer.predict.roofline import Estimate
 from explorer.predict.step_rates import MATMUL_FIXED_K, Rates, rates
 from explorer.hardware.accelerators import Chip, Gpu
 
-SCOPE = "validated on one real H200 and against MaxText's published v5e runs only: docs/step-time.md"  # said wherever a prediction is shown
+SCOPE = "validated on one real H200 and against published MaxText runs on TPU v5e, v5p, v4 and v6e only: docs/step-time.md"  # said wherever a prediction is shown
 OVERLAP = 0.95  # XLA's kMemoryComputeParallelism: how much of the shorter of compute and memory hides under the longer
 FREE = frozenset(
     {
@@ -167,6 +171,9 @@ def _kernel(instruction: Instruction, program: hlo.Program, computation: str, ru
     if op in FREE or op.endswith("-done"):
         return None
     collective = op.removesuffix("-start")
+    if op == "send" and instruction.name in dcn_sends(program.text):  # a collective's part across TPU slices (MegaScale)
+        send = dcn_sends(program.text)[instruction.name]
+        return Kernel(instruction.name, "collective", runs, 0.0, send.bytes, None, send.bytes * per_byte.get(f"dcn:{send.op}", 0.0))
     if collective in hlo.COLLECTIVES:
         size = hlo.shape_bytes(tuple_element(instruction.shape, 1) if op.endswith("-start") else instruction.shape)
         seconds = size * per_byte.get(collective, 0.0) + device.collective_launch_s
@@ -364,14 +371,35 @@ def _written(root: Instruction, symbols: dict[str, Instruction]) -> float:
     return float(hbm_bytes(root.shape))
 
 
-def collective_seconds_per_byte(collectives: Iterable) -> dict[str, float]:
-    """Seconds per result byte of each collective op, from costed collectives (``op``, ``bytes``, ``seconds`` each)."""
+@functools.lru_cache(maxsize=2)
+def dcn_sends(hlo_text: str) -> dict[str, MegascaleOp]:
+    """The program's collectives across TPU slices (a MegaScale ``send`` each), by the send's name."""
+    return {op.name: op for op in megascale_ops(hlo_text)}
+
+
+def collective_seconds_per_byte(collectives: Iterable, program: hlo.Program | None = None, device: Rates | None = None) -> dict[str, float]:
+    """Seconds per byte of each collective op, from costed collectives (``op``, ``bytes``, ``seconds``, ``link`` each).
+
+    Collectives that cross the data-center network between TPU slices (link ``dcn``) are apart: XLA compiles their
+    part across slices as MegaScale ``send``s, so ``"dcn:" + op`` is their seconds over the bytes the ``program``'s
+    sends of that op carry per step, at ``device.dcn_efficiency`` of the DCN figure (``step_rates.DCN_EVIDENCE``).
+    The rest, per op, is the seconds per result byte of the collectives inside a slice (or a GPU cluster's)."""
     seconds: dict[str, float] = {}
     moved: dict[str, float] = {}
     for c in collectives:
-        seconds[c.op] = seconds.get(c.op, 0.0) + c.seconds
-        moved[c.op] = moved.get(c.op, 0.0) + c.bytes
-    return {op: seconds[op] / moved[op] for op in seconds if moved[op]}
+        key = f"dcn:{c.op}" if getattr(c, "link", "") == "dcn" else c.op
+        seconds[key] = seconds.get(key, 0.0) + c.seconds
+        moved[key] = moved.get(key, 0.0) + (0 if key.startswith("dcn:") else c.bytes)
+    if program is not None:
+        for send in dcn_sends(program.text).values():
+            key = f"dcn:{send.op}"
+            moved[key] = moved.get(key, 0.0) + send.bytes * send.runs
+    efficiency = device.dcn_efficiency if device is not None else 1.0
+    return {
+        key: seconds[key] / moved[key] / (efficiency if key.startswith("dcn:") else 1.0)
+        for key in seconds
+        if moved.get(key)
+    }
 
 
 def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Prediction:
@@ -380,7 +408,7 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
     ``collectives`` are the program's costed collectives (``compile_result.CollectiveCost``: op, bytes, seconds).
     """
     program, device = hlo.Program(hlo_text), rates(chip)
-    per_byte = collective_seconds_per_byte(collectives)
+    per_byte = collective_seconds_per_byte(collectives, program, device)
     totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
     own, launches, launch_s = _seconds_by_computation(program, device, per_byte)
     for seconds in own.values():
@@ -499,7 +527,7 @@ def pipeline_bubble(
     holding the loop), their kernels predicted as ``predict`` predicts them. ``step_s``: the predicted step it is a share
     of (``with_prediction``'s, never below the bound), else ``predict``'s. No such loop: a bubble of 0 in 0 loops."""
     program, device = hlo.Program(hlo_text), rates(chip)
-    per_byte = collective_seconds_per_byte(collectives)
+    per_byte = collective_seconds_per_byte(collectives, program, device)
     control = set(program.control)
     loops: list[str] = []  # the pipeline loops' bodies and conditions
     found = 0

@@ -83,6 +83,10 @@ V5P_MATMUL_EFFICIENCY = 0.890  # set from MaxText's 32B run on one v5p-128 (TPU_
 V4_MATMUL_EFFICIENCY = 0.945  # set from MaxText's 22B run on one v4-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.945 of the peak
 # set from tpu-recipes' Llama 3.1 8B on v6e-8 (TPU_EVIDENCE; docs/step-time.md): its step at 0.743 of the peak
 V6E_MATMUL_EFFICIENCY = 0.743
+# Each set from one published two-slice run (DCN_EVIDENCE; docs/step-time.md)
+V5E_DCN_EFFICIENCY = 0.214
+V5P_DCN_EFFICIENCY = 0.270
+V4_DCN_EFFICIENCY = 0.548
 TPU_HOST_BANDWIDTH = 1.5e10  # PCIe, one way, per chip: the Scaling Book (SCALING_BOOK_HOST)
 SCALING_BOOK_HOST = "https://jax-ml.github.io/scaling-book/tpus/ (PCIe bandwidth between a TPU and its host, 1.5e10 bytes/s)"
 GPU_HOST_BANDWIDTH = {"a100": 32e9, "h100": 64e9, "h200": 64e9, "b200": 64e9}  # PCIe one way: half the spec sheets' both-ways figure
@@ -146,6 +150,41 @@ TPU_EVIDENCE = {
 
 
 @dataclasses.dataclass(frozen=True)
+class DcnEvidence:
+    """The share of the DCN figure (``accelerators.DCN``) a TPU generation's collectives across slices get in a step,
+    set from one named published multi-slice run: the step its second slice adds over the same model on one slice (the
+    generation's matmul calibration run), as the step model predicts the two programs, equals the published one. The
+    step model takes those collectives as not hidden (XLA schedules their MegaScale sends beside the layer's kernels,
+    yet the published steps grow with the slices by more than their bandwidth at the DCN figure would hide)."""
+
+    efficiency: float
+    run: str
+    source: str
+
+
+# Set by the fits of tests/explorer/predict/test_tpu_steps.py (v5e) and test_tpu_published.py (v5p, v4), as above.
+DCN_EVIDENCE = {
+    "v5e": DcnEvidence(
+        V5E_DCN_EFFICIENCY,
+        "MaxText's v5e table, 32B on two v5e-256 (126 TFLOP/s per chip) beside one (132)",
+        MAXTEXT_V5E,
+    ),
+    "v5p": DcnEvidence(
+        V5P_DCN_EFFICIENCY,
+        "MaxText's v5p table, 32B on two v5p-128 (319 TFLOP/s per chip) beside one (328)",
+        MAXTEXT_V5P,
+    ),
+    "v4": DcnEvidence(
+        V4_DCN_EFFICIENCY,
+        "MaxText's v4 table, 22B on two v4-128 beside one",
+        MAXTEXT_V4,
+    ),
+}
+# the nearest evidence for a generation with no multi-slice run compared: v6e takes v5e's, TPU7x v5p's
+DCN_NEAREST = {"v6e": "v5e", "tpu7x": "v5p"}
+
+
+@dataclasses.dataclass(frozen=True)
 class Rates:
     """What one device of a target does per second, and where each figure comes from."""
 
@@ -158,6 +197,7 @@ class Rates:
     sources: tuple[str, ...]
     dispatch_s: float = DISPATCH_S  # per step, the host's dispatch and wait
     host_bandwidth: float = TPU_HOST_BANDWIDTH  # bytes/s to or from the host's memory, one way (host offload)
+    dcn_efficiency: float = 1.0  # the share of the DCN figure collectives across TPU slices get (DCN_EVIDENCE)
 
     def matmul_rate(self, dtype: str) -> float:
         """FLOP/s a step's matmul whose operands are ``dtype`` gets (fp8 kinds as f8; anything else at the f32 rate)."""
@@ -208,6 +248,12 @@ def rates(chip: Chip | Gpu) -> Rates:
             f"published run gave ({evidence.run})"
         )
     peak = chip.device_peak_flops
+    dcn_generation = chip.generation if chip.generation in DCN_EVIDENCE else DCN_NEAREST.get(chip.generation, "v5e")
+    dcn = DCN_EVIDENCE[dcn_generation]
+    dcn_words = (
+        f"collectives across slices not hidden, at {dcn.efficiency:.3g} of the DCN figure, "
+        + (f"set from one published run ({dcn.run})" if dcn_generation == chip.generation else f"not measured: {dcn_generation}'s share ({dcn.run})")
+    )
     return Rates(
         {"bf16": peak, "f16": peak, "f32": peak, "f8": peak},
         evidence.matmul_efficiency,
@@ -215,6 +261,7 @@ def rates(chip: Chip | Gpu) -> Rates:
         0.0,
         0.0,
         f"{matmuls}; HBM: its spec times the fraction the H200 reached ({MEASURED}); f32 matmuls at the bf16 rate (one "
-        "bf16 pass at default precision)",
+        f"bf16 pass at default precision); {dcn_words}",
         (evidence.source, MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, SCALING_BOOK_HOST, *chip.sources),
+        dcn_efficiency=dcn.efficiency,
     )

@@ -25,6 +25,7 @@ DOCUMENTED_KEYS = [
     "memory",
     "memory_source",
     "memory_limit",
+    "judged_peak_bytes",
     "fits",
     "fits_device",
     "headroom_bytes",

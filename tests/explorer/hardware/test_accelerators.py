@@ -17,6 +17,30 @@ def test_every_chip_has_its_figures_and_sources():
         assert chip.sources and all(s.startswith("https://") for s in chip.sources)
 
 
+def test_the_hbm_a_tpu_program_may_use_is_what_xlas_compiler_says_for_every_generation():
+    """Each generation's ``program_hbm_bytes`` is the HBM XLA's refusal of a far too big program names (E1000, read in a
+    child process that imports no explorer code), and less than the device's HBM."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests import tpu_programs
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.tpu_programs", *tpu_programs.REFUSALS], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    refusals = json.loads(done.stdout)
+    assert set(tpu_programs.ONE_SLICE) == set(CHIPS)
+    for generation, chip in CHIPS.items():
+        available = re.search(r"E1000: CompileTimeHbmOom: .* exceeds available HBM \((\d+\.\d\d)G\)", refusals[f"refused-{generation}"])
+        assert available, refusals[f"refused-{generation}"][:500]
+        assert chip.program_hbm_bytes == round(float(available[1]) * 2**30) < chip.device_hbm_bytes, generation
+
+
 def test_the_gpu_figures_agree_with_xlas_target_configs():
     """Memory comes from the vendored config; NVIDIA's HBM bandwidth agrees with the config's within 5% (B200: 8 vs 7.67 TB/s)."""
     import re

@@ -228,6 +228,40 @@ def test_collective_seconds_per_byte_spreads_each_ops_time_over_its_bytes():
     assert step_model.collective_seconds_per_byte(costed) == {"all-gather": 0.01}
 
 
+MULTISLICE = """HloModule multislice
+
+ENTRY %main (x: f32[1024], g: f32[2048]) -> (f32[1024], f32[2048]) {
+  %x = f32[1024]{0} parameter(0)
+  %g = f32[2048]{0} parameter(1)
+  %reduced = f32[1024]{0} all-reduce(%x), replica_groups={{0,1,2,3}}, to_apply=%add
+  %token = token[] after-all()
+  %send = (f32[2048]{0}, u32[], token[]) send(%g, %token), channel_id=1, is_host_transfer=true, frontend_attributes={_xla_megascale_target="{1,2}x{0:3}",_xla_megascale_transfer_type="ALL_REDUCE"}
+  %sent = token[] send-done(%send), channel_id=1, is_host_transfer=true
+  ROOT %out = (f32[1024]{0}, f32[2048]{0}) tuple(%reduced, %g)
+}
+"""
+
+
+def test_a_collective_across_tpu_slices_is_its_megascale_send_at_the_generations_dcn_share_not_hidden():
+    """XLA compiles the part of a collective across slices as a MegaScale send: the DCN's seconds go to the sends (over
+    their bytes, at the DCN share the generation's published two-slice run gave, not hidden), the slice's own
+    collectives keep their ICI seconds per byte (they were spread over all of an op's bytes, DCN's too)."""
+    from explorer.hardware.accelerators import CHIPS
+    from explorer.predict.step_rates import DCN_EVIDENCE
+
+    v5e = CHIPS["v5e"]
+    costed = [
+        SimpleNamespace(op="all-reduce", bytes=1024 * 4, seconds=1e-3, link="ici"),
+        SimpleNamespace(op="all-reduce", bytes=2048 * 4, seconds=4e-3, link="dcn"),
+    ]
+    share = DCN_EVIDENCE["v5e"].efficiency
+    rates = step_model.collective_seconds_per_byte(costed, step_model.hlo.Program(MULTISLICE), step_model.rates(v5e))
+    assert rates == pytest.approx({"all-reduce": 1e-3 / 4096, "dcn:all-reduce": 4e-3 / 8192 / share})
+    prediction = step_model.predict(MULTISLICE, v5e, costed)
+    assert prediction.collective_s == pytest.approx(1e-3 + 4e-3 / share)
+    assert step_model.predict(MULTISLICE, v5e, costed[:1]).collective_s == pytest.approx(1e-3)  # one slice: no DCN
+
+
 def test_parse_instruction_reads_tuple_shapes_and_operands():
     line = "  ROOT %f = ((bf16[2]{0}, s32[]), bf16[1]{0}, u32[]) fusion-start(%a, %b.1), kind=kLoop, calls=%g"
     instruction = parse_instruction(line)
