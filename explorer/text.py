@@ -437,16 +437,16 @@ def multislice_lines(result: TargetCompile) -> list[str]:
     ]
 
 
-def judged_peak_text(result: TargetCompile) -> str:
-    """The peak the verdict judges, in words (``compile_result.judged_peak``): on a TPU the HBM total of XLA's
-    memory-usage report, said beside ``memory_analysis()``'s peak where the two differ."""
+def judged_peak_note(result: TargetCompile) -> str | None:
+    """Which peak the verdict judges, where it is not ``memory_analysis()``'s (``compile_result.judged_peak``: a TPU
+    program's HBM total), and that one beside it; None where they are the same figure."""
     judged = result.judged_peak_bytes
     if result.cross_check is None or judged == result.memory.peak_bytes:
-        return f"XLA's peak is {human_bytes(judged)}"
+        return None
     return (
-        f"XLA's peak in HBM is {human_bytes(judged)} (its memory-usage report: the figure its compiler refuses a program "
-        f"for; memory_analysis()'s peak, {human_bytes(result.memory.peak_bytes)}, is counted another way: it can count "
-        "donated arguments and the outputs that reuse them both, and buffers offloaded to host memory)"
+        f"XLA's peak here is the HBM total of its memory-usage report ({human_bytes(judged)}), the figure its compiler "
+        f"refuses a program for; memory_analysis()'s peak, {human_bytes(result.memory.peak_bytes)}, is counted another "
+        "way: it can count donated arguments and the outputs that reuse them both, and buffers offloaded to host memory."
     )
 
 
@@ -470,9 +470,11 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         + (", read from its dump: it refused the program" if result.oom else "")
         + "): "
         + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.figures().items()),
-        f"{judged_peak_text(result)}: it {verdict} in {memory_room(target, result.memory_limit)}: "
+        f"peak {human_bytes(result.judged_peak_bytes)} {verdict} in {memory_room(target, result.memory_limit)}: "
         + (f"{human_bytes(result.headroom_bytes)} to spare" if result.fits else f"{human_bytes(-result.headroom_bytes)} too much"),
     ]
+    if note := judged_peak_note(result):
+        lines.append(note)
     if result.oom:
         lines.append(f"XLA: {result.oom.message}")
     if result.flops is not None:

@@ -25,7 +25,7 @@ from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.formats import counted, human_bytes, human_flops, human_seconds, share
-from explorer.text import judged_peak_text, markdown_literal, memory_relation, prediction_gap
+from explorer.text import judged_peak_note, markdown_literal, memory_relation, prediction_gap
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_pool import POOL, queue_text
@@ -296,10 +296,10 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False, now:
 
 def verdict(result: TargetCompile) -> str:
     """The headline: XLA's peak against the figure the verdict used (a chip's HBM; on a GPU, JAX's share of it)."""
-    peak, room = judged_peak_text(result), memory_room(result.target, result.memory_limit)
+    peak, room = human_bytes(result.judged_peak_bytes), memory_room(result.target, result.memory_limit)
     if result.fits:
-        return f"Fits: {peak} of {room}, {human_bytes(result.headroom_bytes)} to spare."
-    return f"Does not fit: {peak}, {human_bytes(-result.headroom_bytes)} more than {room}."
+        return f"Fits: XLA's peak is {peak} of {room}, {human_bytes(result.headroom_bytes)} to spare."
+    return f"Does not fit: XLA's peak is {peak}, {human_bytes(-result.headroom_bytes)} more than {room}."
 
 
 def step_verdict(estimate: Estimate) -> str:
@@ -316,6 +316,8 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
     per = device_word(target)
     with st.container(key="target_verdict"):
         (st.success if result.fits else st.error)(verdict(result))
+        if note := judged_peak_note(result):
+            st.caption(markdown_literal(note))
         if estimate is not None:
             st.markdown(markdown_literal(step_verdict(estimate)))
             if gap := prediction_gap(estimate):  # why the prediction is far above the bound, or equal to it
@@ -325,14 +327,17 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
     # One above the other: side by side at 1024 px the bar labels and the table's last column were cut.
     memory_column, roofline_column = st.container(), st.container()
     with memory_column:
-        st.markdown(f"**Memory per {per}** (XLA's memory_analysis, as it gives them)")
+        st.markdown(
+            f"**Memory per {per}** (XLA's memory_analysis, as it gives them"
+            + (", and the peak in HBM its memory-usage report gives)" if judged_peak_note(result) else ")")
+        )
         limit = result.memory_limit
         usable = (
             (limit.bytes, f"JAX's {limit.fraction:.0%}: {human_bytes(limit.bytes)}")
             if target.is_gpu
             else (limit.bytes, f"XLA lets a program use {human_bytes(limit.bytes)}")
         )
-        st.plotly_chart(target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable), key="target_memory")
+        st.plotly_chart(target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable, result.judged_peak_bytes), key="target_memory")
         st.caption(memory_relation(memory.to_json()))
         st.dataframe(
             pd.DataFrame(

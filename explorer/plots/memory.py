@@ -78,11 +78,15 @@ def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure
 MEMORY_LINE_REACH = 20  # a memory line is drawn on the axis when within 20 times the largest bar
 
 
-def target_memory_figure(memory: Memory, hbm_bytes: int, per: str = "chip", usable: tuple[int, str] | None = None) -> go.Figure:
+def target_memory_figure(
+    memory: Memory, hbm_bytes: int, per: str = "chip", usable: tuple[int, str] | None = None, judged_peak: int | None = None
+) -> go.Figure:
     """XLA's per-device figures (``memory_analysis()``) as they are, one bar each, against the device's HBM.
 
     ``per`` names a device on the x axis (a chip, a GPU); ``usable`` is (bytes, label) of a second
-    line where the verdict compares the peak with less than the whole memory (on a GPU, JAX's share).
+    line where the verdict compares the peak with less than the whole memory (on a GPU, JAX's share; on a TPU what XLA
+    lets a program use). ``judged_peak``, where it is not ``memory_analysis()``'s peak, is the peak the verdict judges
+    (a TPU program's HBM total, ``compile_result.judged_peak``): drawn first, as "peak in HBM".
 
     Not stacked: XLA's peak is the most bytes live at one moment, while arguments, outputs and
     temporaries are allocation sizes that are not all live at that moment, so a stack of them
@@ -99,6 +103,8 @@ def target_memory_figure(memory: Memory, hbm_bytes: int, per: str = "chip", usab
         )
         if getattr(memory, key) is not None  # None: a figure XLA did not give (a program it refused as too large)
     ]
+    if judged_peak is not None and judged_peak != memory.peak_bytes:
+        parts.insert(0, ("peak in HBM", judged_peak, "#9D2A2A"))
     largest = max([value for _, value, _ in parts] or [1])
     # In the unit of the data: a memory line far beyond the bars (a GPU's 79.1 GiB beside MiB-sized figures) would
     # squeeze them to nothing, so such a line is said in the title instead of drawn.

@@ -137,3 +137,23 @@ def test_prediction_gap_says_why_the_prediction_is_far_above_the_bound_or_equal_
         "never below the bound"
     )
     assert prediction_gap(Estimate(1e-9, 2e-6, 0.0, predicted_s=1e-4)) == ""  # parts unknown (a cached result of before, an extrapolation)
+
+
+def test_a_tpu_compiles_text_judges_the_peak_in_hbm_and_says_memory_analysis_peak_beside_it():
+    """MaxText's Llama 3.1 8B on v6e-8 (recorded): it offloads activations to host memory, so memory_analysis()'s peak
+    (32.2 GiB) is over the 31.24 GiB XLA lets a program use while its HBM total (28.1 GiB) is under it; it ran."""
+    import json
+    import pathlib
+
+    from explorer.compile.compile_result import TargetCompile
+    from explorer.text import compile_text, judged_peak_note
+
+    path = pathlib.Path(__file__).parents[1] / "data" / "maxtext_published" / "v6e-llama3_1-8b-8chips.result.json"
+    result = TargetCompile.from_json(json.loads(path.read_text()))
+    text = compile_text(result)
+    assert "peak 28.1 GiB fits in the 31.2 GiB XLA lets a program use of the 32.0 GiB HBM per chip" in text
+    assert judged_peak_note(result) in text and "memory_analysis()'s peak, 32.2 GiB" in judged_peak_note(result)
+    from explorer.compile.xla_results import with_verdict
+
+    same = with_verdict(dataclasses.replace(result, cross_check=None), result.target)  # no dump read: memory_analysis()'s
+    assert judged_peak_note(same) is None and "peak 32.2 GiB does NOT fit" in compile_text(same)

@@ -52,6 +52,19 @@ def test_on_a_gpu_the_memory_figure_draws_the_share_the_verdict_uses_beside_the_
     assert figure.layout.xaxis.title.text == "GiB per GPU"
 
 
+def test_on_a_tpu_the_peak_the_verdict_judges_in_hbm_is_drawn_beside_memory_analysis_peak_with_xlas_limit():
+    """MaxText's Llama 3.1 8B on v6e-8 offloads activations: memory_analysis()'s peak (32.2 GiB) is over the 31.24 GiB
+    XLA lets a program use, its HBM total (28.1 GiB) under it. Both bars, and the line the verdict judges against."""
+    memory = Memory(argument_bytes=11 * 2**30, output_bytes=11 * 2**30, alias_bytes=11 * 2**30, temp_bytes=21 * 2**30, peak_bytes=int(32.2 * 2**30))
+    figure = target_memory_figure(memory, 32 * 2**30, "chip", (int(31.24 * 2**30), "XLA lets a program use 31.2 GiB"), int(28.1 * 2**30))
+    bars = dict(zip(figure.data[0].y, figure.data[0].x))
+    assert list(bars)[:2] == ["peak in HBM", "peak"]
+    assert bars["peak in HBM"] == pytest.approx(28.1) and bars["peak"] == pytest.approx(32.2)
+    assert sorted(round(shape.x0, 2) for shape in figure.layout.shapes) == [31.24, 32]
+    same = target_memory_figure(memory, 32 * 2**30, judged_peak=memory.peak_bytes)  # the same figure: one bar
+    assert "peak in HBM" not in same.data[0].y
+
+
 def test_a_small_program_is_drawn_in_its_own_unit_with_the_far_memory_lines_said_in_the_title():
     """Issue 38: MiB-sized bars on a GiB axis (to reach a GPU's 79.1 GiB line) were invisible."""
     memory = Memory(argument_bytes=24 * 2**20, output_bytes=24 * 2**20, alias_bytes=24 * 2**20, temp_bytes=2**20, peak_bytes=49 * 2**20)
