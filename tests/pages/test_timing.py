@@ -92,12 +92,14 @@ def test_a_stopped_timing_is_shown_whole_and_marked(page, seed_dict):
     from ui.state import TIMING_RESULTS
 
     seed = parse_layout(seed_dict)
-    page.session_state[TIMING_RESULTS] = {seed.key: time_layout(seed, steps=40, warmup=0, should_stop=lambda: True)}
+    result = time_layout(seed, steps=40, warmup=0, should_stop=lambda: True)
+    page.session_state[TIMING_RESULTS] = {seed.key: result}
     page.run()
     assert not page.exception
     assert "Stopped after 1 of 40 steps: every figure here is of the 1 step that ran." in [i.value for i in page.info]
     metrics = {m.label: m.value for m in page.metric}
-    assert metrics["Median step"].endswith(" ms") and metrics["Compile"].endswith(" s")
+    # the step compiled here, or by a test before this one in the same worker (the process's compile cache)
+    assert metrics["Median step"].endswith(" ms") and metrics["Compile"] == ("cached" if result.cached else f"{result.compile_s:.2f} s")
     assert "all-reduce" in page.dataframe[1].value["op"].tolist()
 
 
