@@ -337,7 +337,9 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
             if target.is_gpu
             else (limit.bytes, f"XLA lets a program use {human_bytes(limit.bytes)}")
         )
-        st.plotly_chart(target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable, result.judged_peak_bytes), key="target_memory")
+        st.plotly_chart(
+            target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable, result.judged_peak_bytes), key="target_memory"
+        )
         st.caption(memory_relation(memory.to_json()))
         st.dataframe(
             pd.DataFrame(

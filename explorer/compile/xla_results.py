@@ -263,7 +263,10 @@ def memory_limit(target: Target) -> MemoryLimit:
     if not target.is_gpu:
         program = target.chip.program_hbm_bytes
         return MemoryLimit(
-            program, device, program / device, f"the {human_bytes(program)} of the device's {human_bytes(device)} of HBM XLA lets a program use"
+            program,
+            device,
+            program / device,
+            f"the {human_bytes(program)} of the device's {human_bytes(device)} of HBM XLA lets a program use",
         )
     fraction = memory_fraction()
     chosen = os.environ.get(MEMORY_FRACTION_ENV, "").strip()

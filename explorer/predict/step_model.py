@@ -395,11 +395,7 @@ def collective_seconds_per_byte(collectives: Iterable, program: hlo.Program | No
             key = f"dcn:{send.op}"
             moved[key] = moved.get(key, 0.0) + send.bytes * send.runs
     efficiency = device.dcn_efficiency if device is not None else 1.0
-    return {
-        key: seconds[key] / moved[key] / (efficiency if key.startswith("dcn:") else 1.0)
-        for key in seconds
-        if moved.get(key)
-    }
+    return {key: seconds[key] / moved[key] / (efficiency if key.startswith("dcn:") else 1.0) for key in seconds if moved.get(key)}
 
 
 def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Prediction:

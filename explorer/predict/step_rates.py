@@ -250,9 +250,10 @@ def rates(chip: Chip | Gpu) -> Rates:
     peak = chip.device_peak_flops
     dcn_generation = chip.generation if chip.generation in DCN_EVIDENCE else DCN_NEAREST.get(chip.generation, "v5e")
     dcn = DCN_EVIDENCE[dcn_generation]
-    dcn_words = (
-        f"collectives across slices not hidden, at {dcn.efficiency:.3g} of the DCN figure, "
-        + (f"set from one published run ({dcn.run})" if dcn_generation == chip.generation else f"not measured: {dcn_generation}'s share ({dcn.run})")
+    dcn_words = f"collectives across slices not hidden, at {dcn.efficiency:.3g} of the DCN figure, " + (
+        f"set from one published run ({dcn.run})"
+        if dcn_generation == chip.generation
+        else f"not measured: {dcn_generation}'s share ({dcn.run})"
     )
     return Rates(
         {"bf16": peak, "f16": peak, "f32": peak, "f8": peak},

@@ -158,7 +158,9 @@ def test_a_compile_shows_its_stage_and_time_without_a_click_and_the_whole_time_a
     open_app(page, journey_server)
     choose(page, "target_choice", "v5litepod-8")
     expect(page.locator(key_selector("target_state_verdict"))).to_contain_text(
-        re.compile(r"The state alone \(parameters, optimizer state, inputs; exact\) takes [\d.,]+ MiB of the 15\.8 GiB XLA lets a program use of the 16\.0 GiB HBM per chip")
+        re.compile(
+            r"The state alone \(parameters, optimizer state, inputs; exact\) takes [\d.,]+ MiB of the 15\.8 GiB XLA lets a program use of the 16\.0 GiB HBM per chip"
+        )
     )
     page.locator(f"{key_selector('target_compile_button')} button").click()
     label = page.locator(f"{MAIN} [data-testid='stExpander'] summary").filter(has_text="Compiling for v5litepod-8")

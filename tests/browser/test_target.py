@@ -47,7 +47,8 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(blank_page, targ
     button.click()
     verdict = page.locator(key_selector("target_verdict"))
     expect(verdict).to_contain_text(
-        re.compile(r"Fits: XLA's peak is [\d.,]+ MiB of the 15\.8 GiB XLA lets a program use of the 16\.0 GiB HBM per chip"), timeout=COMPILE_TIMEOUT_MS
+        re.compile(r"Fits: XLA's peak is [\d.,]+ MiB of the 15\.8 GiB XLA lets a program use of the 16\.0 GiB HBM per chip"),
+        timeout=COMPILE_TIMEOUT_MS,
     )
     # The verdict leads with the predicted step, labelled a prediction, the roofline's bound beside it.
     expect(verdict).to_contain_text(re.compile(r"Predicted step: [\d.]+ (s|ms|µs|ns) \(a prediction: the step model"))

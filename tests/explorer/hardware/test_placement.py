@@ -68,7 +68,9 @@ def test_a_tpu7x_slice_compiles_with_two_devices_per_chip(seed_dict):
     target = result.target
     assert (target.chips, target.devices, target.chip.device_kind) == (4, 8, "TPU7x")
     assert target.chip.device_hbm_bytes == 96 * 2**30 and target.chip.hbm_bytes == 192 * 2**30
-    assert result.fits is True and result.headroom_bytes == round(94.74 * 2**30) - result.judged_peak_bytes  # XLA lets a program use 94.74 GiB of 96
+    assert (
+        result.fits is True and result.headroom_bytes == round(94.74 * 2**30) - result.judged_peak_bytes
+    )  # XLA lets a program use 94.74 GiB of 96
     axes = {a.axis: a.torus_axes for a in result.mesh.placement}
     assert "core" in axes["data"] + axes["model"]  # the two devices of a chip are one logical axis' neighbours
     assert {c.mesh_axes for c in result.collectives} == {("data",), ("model",)}

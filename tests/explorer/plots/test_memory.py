@@ -55,7 +55,9 @@ def test_on_a_gpu_the_memory_figure_draws_the_share_the_verdict_uses_beside_the_
 def test_on_a_tpu_the_peak_the_verdict_judges_in_hbm_is_drawn_beside_memory_analysis_peak_with_xlas_limit():
     """MaxText's Llama 3.1 8B on v6e-8 offloads activations: memory_analysis()'s peak (32.2 GiB) is over the 31.24 GiB
     XLA lets a program use, its HBM total (28.1 GiB) under it. Both bars, and the line the verdict judges against."""
-    memory = Memory(argument_bytes=11 * 2**30, output_bytes=11 * 2**30, alias_bytes=11 * 2**30, temp_bytes=21 * 2**30, peak_bytes=int(32.2 * 2**30))
+    memory = Memory(
+        argument_bytes=11 * 2**30, output_bytes=11 * 2**30, alias_bytes=11 * 2**30, temp_bytes=21 * 2**30, peak_bytes=int(32.2 * 2**30)
+    )
     figure = target_memory_figure(memory, 32 * 2**30, "chip", (int(31.24 * 2**30), "XLA lets a program use 31.2 GiB"), int(28.1 * 2**30))
     bars = dict(zip(figure.data[0].y, figure.data[0].x))
     assert list(bars)[:2] == ["peak in HBM", "peak"]

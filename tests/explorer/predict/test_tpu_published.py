@@ -98,9 +98,10 @@ def test_dcn_share_is_what_the_two_slice_calibration_row_gives(generation, progr
     for _ in range(40):
         middle = (low + high) / 2
         monkeypatch.setitem(step_rates.DCN_EVIDENCE, generation, step_rates.DcnEvidence(middle, "fit", "fit"))
-        added = step_model.predict(*programs[two][:1], chip(two), programs[two][1]).step_s - step_model.predict(
-            *programs[one][:1], chip(one), programs[one][1]
-        ).step_s
+        added = (
+            step_model.predict(*programs[two][:1], chip(two), programs[two][1]).step_s
+            - step_model.predict(*programs[one][:1], chip(one), programs[one][1]).step_s
+        )
         low, high = (middle, high) if added > published else (low, middle)
     monkeypatch.undo()
     assert step_rates.DCN_EVIDENCE[generation].efficiency == pytest.approx(low, abs=0.0005)
