@@ -316,8 +316,8 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
     per = device_word(target)
     with st.container(key="target_verdict"):
         (st.success if result.fits else st.error)(verdict(result))
-        if note := judged_peak_note(result):
-            st.caption(markdown_literal(note))
+        if peak_note := judged_peak_note(result):
+            st.caption(markdown_literal(peak_note))
         if estimate is not None:
             st.markdown(markdown_literal(step_verdict(estimate)))
             if gap := prediction_gap(estimate):  # why the prediction is far above the bound, or equal to it
@@ -329,7 +329,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
     with memory_column:
         st.markdown(
             f"**Memory per {per}** (XLA's memory_analysis, as it gives them"
-            + (", and the peak in HBM its memory-usage report gives)" if judged_peak_note(result) else ")")
+            + (", and the peak in HBM its memory-usage report gives)" if peak_note else ")")
         )
         limit = result.memory_limit
         usable = (

@@ -286,15 +286,18 @@ def memory_limit(target: Target) -> MemoryLimit:
 def with_verdict(result: TargetCompile, target: Target) -> TargetCompile:
     """``result`` with its target's figures, memory limit and verdict for this environment (a cached result was
     judged where it was compiled; the GPU memory fraction may differ here)."""
-    peak, limit = result.judged_peak_bytes, memory_limit(target)
-    return dataclasses.replace(
-        result,
-        target=target,
-        memory_limit=limit,
-        fits=bool(result.compiled and peak <= limit.bytes),
-        fits_device=bool(result.compiled and peak <= limit.device_bytes),
-        headroom_bytes=limit.bytes - peak,
-    )
+    return dataclasses.replace(result, target=target, **_verdict(result.compiled, result.judged_peak_bytes, memory_limit(target)))
+
+
+def _verdict(compiled: bool, peak: int, limit: MemoryLimit) -> dict:
+    """The verdict's fields of a result: the limit, whether the peak (``judged_peak``) fits in it and in the device's
+    whole memory (never for a program XLA refused), and the room left."""
+    return {
+        "memory_limit": limit,
+        "fits": bool(compiled and peak <= limit.bytes),
+        "fits_device": bool(compiled and peak <= limit.device_bytes),
+        "headroom_bytes": limit.bytes - peak,
+    }
 
 
 def _result(
@@ -319,7 +322,6 @@ def _result(
     from explorer.predict import roofline
     from explorer.predict import step_model
 
-    limit, peak = memory_limit(target), judged_peak(memory, cross_check)
     costs = tuple(CollectiveCost.of(c, target, sources) for c, sources in collectives)
     known = flops is not None
     source = source or ("cost_analysis" if oom is None else ("hlo_matmuls" if known else None))
@@ -331,10 +333,7 @@ def _result(
         compiled=oom is None,
         memory=memory,
         memory_source="memory_analysis" if oom is None else ("xla_dump" if memory.argument_bytes is not None else "e1000"),
-        memory_limit=limit,
-        fits=oom is None and peak <= limit.bytes,
-        fits_device=oom is None and peak <= limit.device_bytes,
-        headroom_bytes=limit.bytes - peak,
+        **_verdict(oom is None, judged_peak(memory, cross_check), memory_limit(target)),
         oom=oom,
         xla_messages=xla_messages,
         flops=flops,
