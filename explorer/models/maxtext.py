@@ -151,6 +151,7 @@ def topology_devices(config: Any) -> list:
     from jax.experimental.topologies import get_topology_desc
     from maxtext.utils import accelerator_to_spec_map
 
+    from explorer.hardware.libtpu import libtpu_refusal
     from explorer.hardware.targets import parse_target, tpu_topology
 
     slices = int(config.compile_topology_num_slices)
@@ -176,8 +177,9 @@ def topology_devices(config: Any) -> list:
                 wrap=spec.wrap,
             ).devices
         )
-    except Exception as error:  # an unknown topology name, or a platform this install cannot describe
-        raise ExplorerError("compile_topology", config.compile_topology, f"has no devices here: {first_line(error)}") from None
+    except Exception as error:  # an unknown topology name, a platform this install cannot describe, libtpu's lock
+        problem = libtpu_refusal(error) or f"has no devices here: {first_line(error)}"
+        raise ExplorerError("compile_topology", config.compile_topology, problem) from None
 
 
 def check_options(options: Any) -> dict[str, str]:
