@@ -25,7 +25,7 @@ def libtpu_refusal(error: BaseException) -> str | None:
     advice, to delete the file as root, is not one for a machine its users share).
 
     >>> libtpu_refusal(RuntimeError('ABORTED: Internal error when accessing libtpu multi-process lockfile. Run '
-    ...                             '"$ sudo rm /tmp/libtpu_lockfile".')).startswith("libtpu refused to load")
+    ...                             '"$ sudo rm /tmp/libtpu_lockfile".')).startswith("cannot be described here: libtpu refused")
     True
     >>> libtpu_refusal(RuntimeError("INVALID_ARGUMENT: Unknown topology")) is None
     True
@@ -35,10 +35,11 @@ def libtpu_refusal(error: BaseException) -> str | None:
     name, value = LIBTPU_SHARED
     now = os.environ.get(name)
     if now != value:
-        why, fix = f"this process has {name}={now!r}, which asks for it", f"run it with {name}={value} in its environment"
+        has = f"has {name}={now!r}, which asks for it" if now is not None else f"has no {name} in its environment"
+        why, fix = f"this process {has}", f"run it with {name}={value} in its environment"
     else:
         why, fix = "this process loaded libtpu before the explorer was imported", "import explorer before anything loads libtpu"
     return (
-        f"libtpu refused to load: another process on this machine holds libtpu's lock and {why}; describing a TPU slice "
-        f"and compiling for it need no lock: {fix}"
+        f"cannot be described here: libtpu refused to load, as another process on this machine holds libtpu's lock and "
+        f"{why}; describing a TPU slice and compiling for it need no lock: {fix}"
     )

@@ -91,8 +91,20 @@ def parallelism_keys(ici: dict[str, int], dcn: dict[str, int] | None = None) -> 
     return lines
 
 
+JAX_OWN = (("lax", "with_sharding_constraint"), ("lax", "top_k"))  # what MaxText's tunix adapter replaces on import
+
+
 def require_maxtext() -> None:
-    """Import MaxText's config machinery, or raise the one message that says how to install it."""
+    """Import MaxText's config machinery, or raise the one message that says how to install it.
+
+    MaxText's tunix adapter (imported by ``model_creation_utils``) puts wrappers of its own over
+    ``jax.lax.with_sharding_constraint`` and ``jax.lax.top_k`` for the whole process, which turn JAX's refusals into
+    reshards: JAX's own are put back, so that a MaxText config opened in a process (the app's server, a test) changes
+    nothing for every other model read there. MaxText's layers constrain with ``reshard`` on Explicit axes and with
+    ``with_sharding_constraint`` on Auto ones, where JAX refuses no spec its rules make."""
+    import jax
+
+    own = [(getattr(jax, module), name, getattr(getattr(jax, module), name)) for module, name in JAX_OWN]
     try:
         with contextlib.redirect_stdout(sys.stderr):  # MaxText prints on import; stdout is for results (--json)
             importlib.import_module("maxtext.configs.pyconfig")
@@ -101,6 +113,9 @@ def require_maxtext() -> None:
         raise ExplorerError(
             FIELD, getattr(error, "name", None) or "maxtext", f"needs MaxText, an optional extra: {INSTALL_LINE} ({first_line(error)})"
         ) from None
+    finally:
+        for module, name, function in own:
+            setattr(module, name, function)
 
 
 def base_config_path() -> str:

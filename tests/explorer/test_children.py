@@ -17,26 +17,9 @@ import pytest
 
 from explorer import children
 from tests.paths import ROOT
+from tests.procfs import ended_within, linux, running
 
 SLEEPER = [sys.executable, "-c", "import explorer, time; time.sleep(120)"]  # a child that imports explorer, as all ours do
-
-
-def running(pid: int) -> bool:
-    """The process runs (it exists and is not a zombie waiting to be reaped), read from /proc."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def ended_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while running(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def parent_with_a_child(child: list[str] = SLEEPER) -> tuple[subprocess.Popen, int]:
@@ -66,9 +49,6 @@ def ends_with_its_parent(sig: signal.Signals, child: list[str] = SLEEPER) -> boo
         parent.kill()
         if running(pid):
             os.kill(pid, signal.SIGKILL)
-
-
-linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, which only Linux has")
 
 
 @linux
