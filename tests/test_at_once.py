@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from tests.maxtext_tiny import TINY, needs_maxtext
 from tests.paths import ROOT
@@ -49,7 +48,6 @@ def held(process: subprocess.Popen, what: str, log, go_on: bool = True) -> None:
     """Stop ``process`` (SIGSTOP) once it has loaded libtpu, check that it does not hold libtpu's lock, and (``go_on``)
     let it go on."""
     wait_for(lambda: loaded(process.pid, "libtpu.so") or process.poll() is not None, 600, f"{what} loading libtpu")
-    time.sleep(1.0)  # past libtpu's start, where it takes its lock
     os.kill(process.pid, signal.SIGSTOP)
     assert process.poll() is None, log.read_text()[-3000:]
     assert not holds_libtpu_lock(process.pid), f"{what} holds libtpu's lock"
