@@ -14,8 +14,16 @@ os.environ.setdefault("EXPLORER_CPU_DEVICES", "8")
 os.environ["XLA_FLAGS"] = (
     f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true".strip()
 )
-# The traced-model disk cache goes to a fresh folder per test session, never the user's ~/.cache.
-os.environ["EXPLORER_CACHE_DIR"] = tempfile.mkdtemp(prefix="explorer-trace-cache-")
+# The disk caches (traced models, compiles) go to a fresh folder per test run, never the user's ~/.cache: one folder
+# for all of a run's pytest-xdist workers (their run's id names it), so that a model one file traced or a layout it
+# compiled is read back by another (a test that means to trace or compile fresh takes a folder of its own:
+# ``own_compile_cache``). Both caches write whole files only (a temporary file, then os.replace).
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in each worker before this file is read
+if _RUN:
+    os.environ["EXPLORER_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"explorer-test-cache-{_RUN}")
+    os.makedirs(os.environ["EXPLORER_CACHE_DIR"], exist_ok=True)
+else:
+    os.environ["EXPLORER_CACHE_DIR"] = tempfile.mkdtemp(prefix="explorer-test-cache-")
 
 from explorer.hardware import devices  # noqa: E402
 

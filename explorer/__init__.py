@@ -7,16 +7,22 @@ The notebook API is ``explorer.analyze`` (docs/notebook.md's "In a notebook" sec
     report.to_pandas()                                  # one row per array
     report.device_grid("params/LogicalDotReluDot_0/W2") # a Plotly figure
 
-``import explorer`` stays light: JAX is imported by the first analysis, pandas and plotly by the
-report methods that need them, Flax and optax only when a model must be traced (not when the
-trace's disk cache has it).
+``import explorer`` keeps the process off libtpu's lock (``hardware.libtpu.share_libtpu``) and, in a child process
+the explorer started, ties the child's life to its parent's (``children.follow_parent``). It stays light: JAX is
+imported by the first analysis, pandas and plotly by the report methods that need them, Flax and optax only when a
+model must be traced (not when the trace's disk cache has it).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from explorer.children import follow_parent
 from explorer.errors import ExplorerError
+from explorer.hardware.libtpu import share_libtpu
+
+share_libtpu()  # no process of the explorer takes libtpu's lock (explorer/hardware/libtpu.py)
+follow_parent()  # a child the explorer started ends with the process that started it (explorer/children.py)
 
 if TYPE_CHECKING:
     from explorer.layout import Layout

@@ -51,7 +51,8 @@ def one_case(overrides: list[str]) -> dict:
 
         config = pyconfig.initialize(["train_compile", base, "run_name=ground_truth", *overrides])
         create_model, _ = model_creation_utils.create_nnx_abstract_model(config, mesh)
-        graphdef, variables = nnx.split(nnx.eval_shape(create_model))
+        with logical_axis_rules(config.logical_axis_rules):  # built under the rules, as _collect_nnx_activation_shardings
+            graphdef, variables = nnx.split(nnx.eval_shape(create_model))  # does (a pipeline's stage specs read them)
         batch = int(config.per_device_batch_size * mesh.devices.size)  # the slice's batch (a CPU process's config counts no devices)
         tokens = jax.ShapeDtypeStruct((batch, config.max_target_length), jnp.int32)
 
@@ -63,7 +64,8 @@ def one_case(overrides: list[str]) -> dict:
             jax.make_jaxpr(forward)(variables, tokens, tokens, tokens)
         for entry in sharding._ACTIVATION_SHARDINGS_DUMP:
             ((key, value),) = entry.items()
-            spec = ast.literal_eval(value["PartitionSpec"].removeprefix("P"))
+            text = value["PartitionSpec"].removeprefix("P").replace("UNCONSTRAINED", "'UNCONSTRAINED'")  # P.UNCONSTRAINED
+            spec = ast.literal_eval(text)
             where, kind = key.rsplit(": ", 1)  # MaxText's "<file>/<variable>" and the value's type
             activations.append({"where": where, "type": kind, "spec": [list(a) if isinstance(a, tuple) else a for a in spec]})
     shapes = dict(nnx.to_flat_state(abstract_state["model"]))

@@ -98,6 +98,7 @@ def test_no_module_of_the_core_or_the_ui_is_over_600_lines():
 STAGES = (
     (
         "explorer.errors",
+        "explorer.children",
         "explorer.specs",
         "explorer.formats",
         "explorer.caches",

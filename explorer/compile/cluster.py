@@ -12,8 +12,8 @@ child's JSON and goes into this server's disk cache as a local compile's does.
 
 - A node that dies mid-compile: Ray runs the task again on another node (``MAX_RETRIES`` times); when none is
   left, one ExplorerError names the node (as Ray reports it) and the layout.
-- Stop: ``ray.cancel(force=True)`` ends the task's worker, and the compile child with it (it is started with
-  ``PR_SET_PDEATHSIG``, so it cannot outlive the worker that started it).
+- Stop: ``ray.cancel(force=True)`` ends the task's worker, and the compile child with it (started by
+  ``children.run``, it cannot outlive the worker that started it).
 - A node whose jax, jaxlib or libtpu differ from this server's is refused with one message: its results would be
   cached under this server's versions.
 """
@@ -23,13 +23,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from explorer import children
 from explorer.compile.compile_cache import cached, store, versions
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
@@ -155,9 +154,7 @@ def compile_on_node(layout_json: str, topology: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="explorer-ray-") as folder:
         path = os.path.join(folder, "layout.json")
         Path(path).write_text(layout_json)
-        child = subprocess.run(
-            child_command(path, target), capture_output=True, text=True, env=env, cwd=folder, preexec_fn=_die_with_parent
-        )
+        child = children.run(child_command(path, target), env=env, cwd=folder)
     errors = [line for line in child.stderr.splitlines() if line.strip() and not line.startswith(STAGE_PREFIX)][-50:]
     return {
         "node": ray.get_runtime_context().get_node_id(),
@@ -168,13 +165,3 @@ def compile_on_node(layout_json: str, topology: str) -> dict:
         "python": sys.version.split()[0],
         "at": time.time(),
     }
-
-
-def _die_with_parent() -> None:
-    """In the compile child, before it runs: SIGKILL when the Ray worker that started it dies (Linux; else nothing)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass

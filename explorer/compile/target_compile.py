@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import threading
 import time
 from typing import Callable
 
+from explorer import children
 from explorer.compile.compile_cache import cached, store
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
@@ -120,8 +120,8 @@ def compile_target(
     """The result for (layout, target) and whether it came from the disk cache (``fresh``: compile again, whatever the
     cache holds, and keep the new result there).
 
-    Otherwise compiles in a child process, calling ``on_stage(stage, elapsed_s)`` as
-    the child reports stages and every ``poll_s``; ``should_stop()`` returning True
+    Otherwise compiles in a child process (``children.start``: it ends with this process), calling
+    ``on_stage(stage, elapsed_s)`` as the child reports stages and every ``poll_s``; ``should_stop()`` returning True
     kills the child (and its process group) and raises ``Stopped``. ``on_start``
     gets the child's process id.
     """
@@ -135,14 +135,13 @@ def compile_target(
         path = os.path.join(folder, "layout.json")
         with open(path, "w") as handle:
             json.dump(layout.to_dict(), handle)
-        child = subprocess.Popen(
+        child = children.start(
             child_command(path, target),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=child_environment(target),
             cwd=PROJECT_ROOT,
-            start_new_session=True,
         )
         if on_start:
             on_start(child.pid)
@@ -160,11 +159,11 @@ def compile_target(
             while child.poll() is None:
                 report(stages[-1], time.monotonic() - started)
                 if should_stop and should_stop():
-                    stop(child)
+                    children.stop(child)
                     raise Stopped(f"stopped during {stages[-1]} after {time.monotonic() - started:.1f} s")
                 time.sleep(poll_s)
         except BaseException:
-            stop(child)
+            children.stop(child)
             raise
         for reader in readers:
             reader.join(timeout=60)
@@ -202,12 +201,3 @@ def child_error(lines: list[str], returncode: int) -> str:
             return " ".join(text)
     useful = [line for line in lines if not line.startswith(_JAX_PREFACE)]
     return useful[-1] if useful else f"exit status {returncode}"
-
-
-def stop(child: subprocess.Popen) -> None:
-    """Kill the child's process group and reap it."""
-    if child.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.errors import ExplorerError
+from explorer.hardware.libtpu import LIBTPU_SHARED
 
 if TYPE_CHECKING:
     from explorer.hardware.targets import Target
@@ -55,8 +56,7 @@ def _keep_libtpu_unloaded(jax) -> None:
     """Without an attached TPU, make CPU JAX's only backend unless the user chose (``JAX_PLATFORMS``).
 
     With ``libtpu`` installed (for compiling for TPU slices), JAX would otherwise load
-    it to look for TPUs: that logs errors, and a process that has loaded libtpu holds
-    its lock, which makes the compile child processes fail.
+    it to look for TPUs, which logs errors.
     """
     if os.environ.get("JAX_PLATFORMS"):
         return
@@ -90,7 +90,7 @@ def child_environment(target: Target | None = None) -> dict[str, str]:
     """
     env = dict(os.environ)
     env["JAX_PLATFORMS"] = "cpu"
-    env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+    env.update([LIBTPU_SHARED])
     if target is not None and target.is_gpu:
         flags = env.get("XLA_FLAGS", "")
         if "xla_gpu_experimental_use_collective_kernels" not in flags:

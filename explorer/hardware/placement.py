@@ -35,11 +35,11 @@ import dataclasses
 import itertools
 import json
 import math
-import subprocess
 import sys
 import threading
 from typing import Any, Iterable, Sequence
 
+from explorer import children
 from explorer.errors import ExplorerError, first_line
 from explorer.hardware.devices import PROJECT_ROOT
 from explorer.hardware.targets import Target, hosts_per_axis, parse_target, slice_split, tpu_topology
@@ -194,10 +194,8 @@ def prefetch(target: Target, shapes: Iterable[Sequence[int]], dcns: Iterable[Seq
             return
         from explorer.hardware.devices import child_environment
 
-        done = subprocess.run(
+        done = children.run(
             [sys.executable, "-m", "explorer.hardware.placement", target.topology, json.dumps(missing)],
-            capture_output=True,
-            text=True,
             env=child_environment(target),
             cwd=PROJECT_ROOT,
             timeout=600,

@@ -46,6 +46,7 @@ from explorer.hardware.accelerators import (
     memory_fraction,
 )
 from explorer.errors import ExplorerError
+from explorer.hardware.libtpu import libtpu_refusal
 from explorer.formats import counted
 
 
@@ -209,8 +210,8 @@ def tpu_topology(target: Target):
     devices come from another description, ids equal or not."""
     try:
         return described_topology(target.slice_topology, target.chip.chip_config_name or None, target.num_slices)
-    except Exception as error:  # libtpu missing or refusing the name
-        raise ExplorerError("target", target.name, f"libtpu cannot describe {target.topology}: {error}") from None
+    except Exception as error:  # libtpu missing, refusing the name, or refusing to load (its lock)
+        raise ExplorerError("target", target.name, libtpu_refusal(error) or f"libtpu cannot describe {target.topology}: {error}") from None
 
 
 @functools.lru_cache(maxsize=16)

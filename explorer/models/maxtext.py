@@ -91,8 +91,24 @@ def parallelism_keys(ici: dict[str, int], dcn: dict[str, int] | None = None) -> 
     return lines
 
 
+JAX_OWN = (("lax", "with_sharding_constraint"), ("lax", "top_k"))  # what MaxText's tunix adapter replaces on import
+EAGER = "flax_always_shard_variable"  # Flax's default for NNX variables, which MaxText's nnx_wrappers turns off on import
+
+
 def require_maxtext() -> None:
-    """Import MaxText's config machinery, or raise the one message that says how to install it."""
+    """Import MaxText's config machinery, or raise the one message that says how to install it.
+
+    MaxText's import changes the whole process: its tunix adapter puts wrappers of its own over
+    ``jax.lax.with_sharding_constraint`` and ``jax.lax.top_k`` (they turn JAX's refusals into reshards), and its
+    ``nnx_wrappers`` turns off Flax's eager sharding of NNX variables. Both are put back as they were, so that a MaxText
+    config opened in a process (the app's server, a test) changes nothing for every other model read there; MaxText's
+    own models are built with eager sharding off (``own_settings``). MaxText's layers constrain with ``reshard`` on
+    Explicit axes and with ``with_sharding_constraint`` on Auto ones, where JAX refuses no spec its rules make."""
+    import flax
+    import jax
+
+    own = [(getattr(jax, module), name, getattr(getattr(jax, module), name)) for module, name in JAX_OWN]
+    eager = getattr(flax.config, EAGER)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # MaxText prints on import; stdout is for results (--json)
             importlib.import_module("maxtext.configs.pyconfig")
@@ -101,6 +117,20 @@ def require_maxtext() -> None:
         raise ExplorerError(
             FIELD, getattr(error, "name", None) or "maxtext", f"needs MaxText, an optional extra: {INSTALL_LINE} ({first_line(error)})"
         ) from None
+    finally:
+        for module, name, function in own:
+            setattr(module, name, function)
+        flax.config.update(EAGER, eager)
+
+
+@contextlib.contextmanager
+def own_settings():
+    """MaxText's models built as MaxText's import sets Flax up for them: NNX variables not sharded eagerly (this block
+    only; ``require_maxtext`` keeps the process's own setting)."""
+    from flax import nnx
+
+    with nnx.use_eager_sharding(False):
+        yield
 
 
 def base_config_path() -> str:
@@ -151,6 +181,7 @@ def topology_devices(config: Any) -> list:
     from jax.experimental.topologies import get_topology_desc
     from maxtext.utils import accelerator_to_spec_map
 
+    from explorer.hardware.libtpu import libtpu_refusal
     from explorer.hardware.targets import parse_target, tpu_topology
 
     slices = int(config.compile_topology_num_slices)
@@ -176,8 +207,9 @@ def topology_devices(config: Any) -> list:
                 wrap=spec.wrap,
             ).devices
         )
-    except Exception as error:  # an unknown topology name, or a platform this install cannot describe
-        raise ExplorerError("compile_topology", config.compile_topology, f"has no devices here: {first_line(error)}") from None
+    except Exception as error:  # an unknown topology name, a platform this install cannot describe, libtpu's lock
+        problem = libtpu_refusal(error) or f"has no devices here: {first_line(error)}"
+        raise ExplorerError("compile_topology", config.compile_topology, problem) from None
 
 
 def check_options(options: Any) -> dict[str, str]:
@@ -291,7 +323,7 @@ def built_model(options: dict[str, str]):
         )
         # MaxText's layers read the logical rules from Flax's context when they are built (the pipeline's stage specs
         # for its shard_maps): train_compile.py builds the model inside nn_partitioning.axis_rules, so do we.
-        with nn_partitioning.axis_rules(config.logical_axis_rules):
+        with nn_partitioning.axis_rules(config.logical_axis_rules), own_settings():
             return model_creation_utils.from_config(config, mesh=context if same else mesh, rngs=rngs)
 
     batch, length = max(1, int(config.per_device_batch_size * mesh.devices.size)), int(config.max_target_length)
@@ -325,7 +357,8 @@ def build(pairs: list[str] | tuple[str, ...], devices: list | None = None) -> Ma
     from maxtext.utils import model_creation_utils
 
     try:
-        _, model = model_creation_utils.create_nnx_abstract_model(config, mesh)
+        with own_settings():
+            _, model = model_creation_utils.create_nnx_abstract_model(config, mesh)
     except Exception as error:  # MaxText's model code asserts on shapes the keys make impossible
         raise ExplorerError(FIELD, " ".join(pairs), f"MaxText could not build its model: {first_line(error)}") from None
     parameters = {

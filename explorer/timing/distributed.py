@@ -176,17 +176,6 @@ def _events() -> Callable[..., None]:
     return emit
 
 
-def _die_with_parent() -> None:
-    """End this process when the launcher goes away: its end of our stdin closes."""
-
-    def watch() -> None:
-        while sys.stdin.buffer.read(4096):
-            pass
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-
-
 def main(argv: list[str] | None = None) -> int:
     """A worker started by ``workers.py``: join, time, report in JSON lines.
 
@@ -208,7 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-file", default=None, help="stop after the step during which this file appears")
     args = parser.parse_args(argv)
     emit = _events()
-    _die_with_parent()
     try:
         import jax
 

@@ -8,7 +8,7 @@ a free port. Worker 0's events (JSON lines on its stdout) drive ``on_phase`` and
 Faults end the whole run with an ExplorerError naming the process, its state and its
 last lines on stderr, and no worker outlives the run (each has its own process group,
 killed with SIGTERM and, after ``KILL_GRACE_S``, SIGKILL; should this process die
-first, a worker ends itself when its stdin closes or its next event finds no reader). Bounds:
+first, each worker dies with it: ``children.start``). Bounds:
 
 - a worker that exits before the result (fails to start, crashes, is killed): the run
   ends within ``POLL_S + KILL_GRACE_S`` (about 2 s) of its exit;
@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from explorer import children
 from explorer.hardware.devices import MAX_CPU_DEVICES, PROJECT_ROOT
 from explorer.timing.distributed import HEARTBEAT_TIMEOUT_S, JOIN_TIMEOUT_S
 from explorer.errors import ExplorerError
@@ -152,14 +153,12 @@ def _environment() -> dict[str, str]:
 
 
 def _start(index: int, args: list[str], events: queue.Queue) -> _Worker:
-    process = subprocess.Popen(
+    process = children.start(
         [sys.executable, "-m", "explorer.timing.distributed", *args],
-        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_environment(),
         cwd=PROJECT_ROOT,
-        start_new_session=True,
     )
     worker = _Worker(index, process)
     worker.readers = [
@@ -312,22 +311,4 @@ def _end_all(workers: list[_Worker]) -> None:
     JAX's preemption handler would swallow SIGTERM; the workers turn it off, and SIGKILL
     follows anyway (a stopped process ignores everything else).
     """
-    running = [w for w in workers if w.process.poll() is None]
-    for worker in running:
-        _signal_group(worker, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
-    for worker in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for worker in workers:
-        if worker.process.poll() is None:
-            _signal_group(worker, signal.SIGKILL)
-            worker.process.wait()
-        for stream in (worker.process.stdin,):
-            with contextlib.suppress(OSError):
-                stream.close()
-
-
-def _signal_group(worker: _Worker, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(worker.process.pid, sig)
+    children.stop(*(worker.process for worker in workers), grace_s=KILL_GRACE_S)

@@ -1,0 +1,88 @@
+"""What runs on this machine, read from Linux's /proc with no explorer code: a process's state, its environment, the
+libraries it has loaded. The tests of processes that must end (tests/explorer/test_children.py, tests/test_orphans.py)
+and of libtpu's lock (tests/test_at_once.py, tests/explorer/hardware/test_libtpu.py) read them."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, which only Linux has")
+MARK = "EXPLORER_TEST_MARK"  # a test puts this in a command's environment; everything that command starts inherits it
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie (dead, waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def ended_within(pid: int, seconds: float) -> bool:
+    """Whether the process stops running within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:  # gone meanwhile, or not ours to read
+        return b""
+
+
+def marked(mark: str) -> list[int]:
+    """The running processes whose environment carries ``MARK=mark``: a command and every process it started."""
+    needle = f"{MARK}={mark}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and needle in _read(f"/proc/{entry}/environ").split(b"\0") and running(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def command_line(pid: int) -> list[str]:
+    return [part.decode(errors="replace") for part in _read(f"/proc/{pid}/cmdline").split(b"\0") if part]
+
+
+def loaded(pid: int, library: str) -> bool:
+    """Whether the process has ``library`` (a file name such as ``libtpu.so``) mapped."""
+    return any(line.endswith(f"/{library}") for line in _read(f"/proc/{pid}/maps").decode(errors="replace").splitlines())
+
+
+def wait_for(condition, seconds: float, what: str):
+    """``condition()``'s first true value within ``seconds``, else a failure naming ``what``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {seconds:.0f} s")
+        time.sleep(0.1)
+
+
+LIBTPU_LOCK = "/tmp/libtpu_lockfile"  # libtpu's lock file, as its refusal names it
+
+
+def holds_libtpu_lock(pid: int) -> bool:
+    """Whether the process holds a lock on libtpu's lock file (/proc/locks: each lock's holder and its file's inode)."""
+    try:
+        inode = os.stat(LIBTPU_LOCK).st_ino
+    except FileNotFoundError:
+        return False  # no process has ever asked for it
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[4] == str(pid) and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
