@@ -18,11 +18,13 @@ import tempfile
 
 from explorer.compile.compile_result import TargetCompile
 from explorer.layout import Layout
+from explorer.hardware.devices import compile_flags
 from explorer.hardware.targets import Target
 from explorer.compile.xla_results import with_verdict
 
-CACHE_FORMAT = 9  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
-# 6: collectives' sources; 7: compiled_at; 8: slices, DCN; 9: a MegaScale send's line through the bitcast it moves)
+CACHE_FORMAT = 10  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
+# 6: collectives' sources; 7: compiled_at; 8: slices, DCN; 9: a MegaScale send's line through the bitcast it moves;
+# 10: the flags it ran under, MaxText's own train step for a maxtext layout)
 
 
 def versions() -> dict[str, str]:
@@ -35,9 +37,18 @@ def versions() -> dict[str, str]:
     return found
 
 
-def cache_key(layout: Layout, target: Target) -> str:
+def cache_key(layout: Layout, target: Target, flags: dict[str, str] | None = None) -> str:
+    """The identity of a compile: the layout (``Layout.key``), the target's topology, the library versions and the flags
+    its compiler runs under (``devices.compile_flags``, this process's by default): two compiles that differ only in
+    LIBTPU_INIT_ARGS or XLA_FLAGS are two programs, and two entries."""
     identity = json.dumps(
-        {"layout": layout.key, "topology": target.topology, "versions": versions(), "format": CACHE_FORMAT},
+        {
+            "layout": layout.key,
+            "topology": target.topology,
+            "versions": versions(),
+            "format": CACHE_FORMAT,
+            "flags": compile_flags(target) if flags is None else flags,
+        },
         sort_keys=True,
     )
     return hashlib.sha256(identity.encode()).hexdigest()

@@ -558,7 +558,31 @@ def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collect
     if not hlo_text:
         return estimate
     prediction = predict(hlo_text, chip, collectives)
-    return dataclasses.replace(estimate, predicted_s=max(prediction.step_s, estimate.step_s), prediction_parts=prediction.parts())
+    fp8 = math.fsum(flops for dtype, flops in hlo.matmul_flops_by_dtype(hlo_text).items() if dtype.startswith("f8"))
+    parts = prediction.parts() | {"fp8_flops": fp8}  # fp8 matmuls' flops per step: said beside the prediction (fp8_note)
+    return dataclasses.replace(estimate, predicted_s=max(prediction.step_s, estimate.step_s), prediction_parts=parts)
+
+
+def fp8_note(parts: dict | None, chip: Chip | Gpu) -> str:
+    """One line on the fp8 matmuls of a predicted step, at which rate they were costed ('' where there are none): the
+    chip's fp8 rate where its spec sheet has one (TPU7x), else the bf16 rate, said so (``step_rates``).
+
+    >>> from explorer.hardware.accelerators import CHIPS
+    >>> fp8_note({"fp8_flops": 1e15}, CHIPS["v6e"])[:80]
+    'fp8 matmuls: 1.00 PFLOP a step, costed at the bf16 rate: v6e has no fp8 rate (ht'
+    """
+    flops = (parts or {}).get("fp8_flops", 0.0)
+    if not flops:
+        return ""
+    from explorer.formats import human_flops
+    from explorer.hardware.accelerators import FP8_SOURCES
+
+    fp8 = getattr(chip, "device_fp8_flops", None)
+    if fp8:
+        return f"fp8 matmuls: {human_flops(flops)} a step, costed at {chip.generation}'s fp8 rate ({human_flops(fp8)}/s per device, {FP8_SOURCES[chip.generation]})"
+    if isinstance(chip, Gpu):
+        return f"fp8 matmuls: {human_flops(flops)} a step, costed at twice the bf16 rate (assumed, not measured)"
+    return f"fp8 matmuls: {human_flops(flops)} a step, costed at the bf16 rate: {chip.generation} has no fp8 rate ({FP8_SOURCES[chip.generation]})"
 
 
 def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chip: Chip | Gpu, dtype: str = "bf16") -> float:

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from explorer.hardware.accelerators import Chip, Gpu
+from explorer.hardware.accelerators import FP8_SOURCES, Chip, Gpu
 
 MEASURED = "tests/data/h200-2026-11-27.json"
 JAX_DISPATCH = "https://github.com/jax-ml/jax/pull/4128 (benchmarks/api_benchmark.py: jit_trivial)"
@@ -248,6 +248,12 @@ def rates(chip: Chip | Gpu) -> Rates:
             f"published run gave ({evidence.run})"
         )
     peak = chip.device_peak_flops
+    fp8 = chip.device_fp8_flops
+    fp8_words = (
+        f"fp8 matmuls at its fp8 peak ({FP8_SOURCES[chip.generation]})"
+        if fp8
+        else f"no fp8 rate in its spec sheet: fp8 matmuls at the bf16 rate ({FP8_SOURCES[chip.generation]})"
+    )
     dcn_generation = chip.generation if chip.generation in DCN_EVIDENCE else DCN_NEAREST.get(chip.generation, "v5e")
     dcn = DCN_EVIDENCE[dcn_generation]
     dcn_words = f"collectives across slices not hidden, at {dcn.efficiency:.3g} of the DCN figure, " + (
@@ -256,13 +262,13 @@ def rates(chip: Chip | Gpu) -> Rates:
         else f"not measured: {dcn_generation}'s share ({dcn.run})"
     )
     return Rates(
-        {"bf16": peak, "f16": peak, "f32": peak, "f8": peak},
+        {"bf16": peak, "f16": peak, "f32": peak, "f8": fp8 or peak},
         evidence.matmul_efficiency,
         chip.device_hbm_bandwidth * HBM_FRACTION,
         0.0,
         0.0,
         f"{matmuls}; HBM: its spec times the fraction the H200 reached ({MEASURED}); f32 matmuls at the bf16 rate (one "
-        f"bf16 pass at default precision); {dcn_words}",
+        f"bf16 pass at default precision); {fp8_words}; {dcn_words}",
         (evidence.source, MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, SCALING_BOOK_HOST, *chip.sources),
         dcn_efficiency=dcn.efficiency,
     )
