@@ -272,8 +272,8 @@ def _layout_of(args: argparse.Namespace, target: str | None = None):
 
 
 def _step_layout(args: argparse.Namespace, target: str | None):
-    """``--step MODULE:FACTORY`` as a step layout (``jitted.step_layout_data``) for ``target``."""
-    from explorer.compile.jitted import step_layout_data
+    """``--step MODULE:FACTORY`` as a step layout (``models.steps.step_layout_data``) for ``target``."""
+    from explorer.models.steps import step_layout_data
     from explorer.errors import ExplorerError
     from explorer.hardware.targets import parse_target
     from explorer.layout import parse_layout

@@ -11,8 +11,8 @@ Two doors lead here:
   mesh's axis names and sizes, the explorer builds a mesh of the same names and sizes over the target's devices, and
   ``on_mesh`` gives every argument the same ``PartitionSpec`` on it.
 - a step factory (``explorer compile --step module:factory``, the app's ``step`` model): ``factory(mesh, **options)``
-  returns ``(fn, args)`` or ``(fn, args, kwargs)``; ``factory_step`` calls it with the target's mesh, which the
-  explorer built from the layout's mesh (its shape and axis names) over the target's devices.
+  returns ``(fn, args)`` or ``(fn, args, kwargs)``; ``models.steps.factory_step`` calls it with the target's mesh,
+  which the explorer built from the layout's mesh (its shape and axis names) over the target's devices.
 
 Why the explorer hands the mesh in: a ``NamedSharding`` names the devices of its mesh, and a program lowered over one
 set of devices cannot run on another: a sharding over the user's CPU mesh (``jax.make_mesh`` in the notebook) cannot be
@@ -101,50 +101,3 @@ def name_of(fn) -> str:
     """The step's name as JAX names its program (``jit(train_step)``)."""
     inner = getattr(fn, "__wrapped__", fn)
     return f"jit({getattr(inner, '__name__', type(inner).__name__)})"
-
-
-def factory_step(factory_name: str, options: dict[str, Any], mesh) -> tuple[Any, tuple, dict]:
-    """The allow-listed step factory ``factory_name`` (``package.module:function``) called with ``mesh`` and
-    ``options``: ``(fn, args, kwargs)``, the arguments on ``mesh`` as the factory wrote them."""
-    from explorer.models import import_factory
-
-    factory = import_factory(factory_name, "model.options.factory")
-    try:
-        made = factory(mesh, **options)
-    except ExplorerError:
-        raise
-    except Exception as error:  # the user's code
-        raise ExplorerError("model.options.factory", factory_name, f"failed: {type(error).__name__}: {first_line(error)}") from None
-    if not isinstance(made, tuple) or len(made) not in (2, 3) or not isinstance(made[1], (tuple, list)):
-        raise ExplorerError(
-            "model.options.factory",
-            factory_name,
-            "returned no (fn, args) or (fn, args, kwargs): a step factory returns its jitted function and its arguments",
-        )
-    return made[0], tuple(made[1]), dict(made[2]) if len(made) == 3 else {}
-
-
-def step_layout_data(factory: str, target, mesh: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A step as a layout, in the file format (``explorer.layout.parse_layout`` reads it; the app, Compare, links and
-    the team library carry it as any layout): its mesh (``mesh``: ``"data=2,model=4"``, the axes in order; by default
-    one axis ``data`` over every device of ``target``), no rules (the step's arguments carry their own shardings) and
-    the model ``step`` whose options name the factory and what it is given besides the mesh.
-
-    >>> from explorer.hardware.targets import parse_target
-    >>> step_layout_data("pkg.mod:make", parse_target("v5e-8"), "data=2,model=4", {"width": 64})["mesh"]
-    {'shape': [2, 4], 'axes': ['data', 'model']}
-    """
-    if mesh is None:
-        shape, axes = [target.devices], ["data"]
-    else:
-        pairs = [part.strip().partition("=") for part in str(mesh).split(",") if part.strip()]
-        if not pairs or any(not sep or not name.strip() or not size.strip().isdigit() for name, sep, size in pairs):
-            raise ExplorerError("--mesh", mesh, "is not AXIS=SIZE,... (e.g. data=2,model=4: the step's mesh, axes in order)")
-        shape, axes = [int(size) for _, _, size in pairs], [name.strip() for name, _, _ in pairs]
-    return {
-        "name": f"step {factory}"[:120],
-        "mesh": {"shape": shape, "axes": axes},
-        "rules": [],
-        "model": {"name": "step", "options": {"factory": factory, **(options or {})}},
-        "target": target.name,
-    }

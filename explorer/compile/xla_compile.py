@@ -113,9 +113,10 @@ def target_mesh(layout: Layout, target: Target):
 
 
 def _user_step(layout: Layout, target: Target, stage: Callable[[str], None]) -> LoweredStep:
-    """A step layout's own jitted function (``jitted.factory_step``: its allow-listed factory given the target's mesh,
+    """A step layout's own jitted function (``models.steps.factory_step``: its allow-listed factory given the target's mesh,
     built from the layout's), lowered under that mesh."""
-    from explorer.compile.jitted import factory_step, lower_on, name_of
+    from explorer.compile.jitted import lower_on, name_of
+    from explorer.models.steps import factory_step
 
     mesh, method = target_mesh(layout, target)
     factory = layout.model.options["factory"]

@@ -22,9 +22,11 @@ from jax.sharding import AxisType
 import explorer
 from examples.steps import ema_step
 from explorer.compile import jitted
+from explorer.models import steps
 from explorer.compile.xla_compile import gpu_plugin
 from explorer.errors import ExplorerError
 from explorer.hardware.targets import parse_target
+from explorer.layout import parse_layout
 from tests import ground_truth_step
 
 FACTORY = "examples.steps.ema_step:make_step"
@@ -85,7 +87,7 @@ def test_a_step_factory_must_be_allow_listed(monkeypatch):
     with pytest.raises(
         ExplorerError, match=r"^model\.options\.factory: 'examples\.steps\.ema_step:make_step' is a user factory that is not allow-listed"
     ):
-        explorer.Layout.model_validate(jitted.step_layout_data(FACTORY, parse_target("v5e-8")))
+        parse_layout(steps.step_layout_data(FACTORY, parse_target("v5e-8")))
 
 
 def test_arguments_on_two_meshes_are_one_message():
@@ -93,3 +95,20 @@ def test_arguments_on_two_meshes_are_one_message():
     two = jax.ShapeDtypeStruct((8,), "float32", sharding=jax.sharding.NamedSharding(jax.make_mesh((2, 4), ("a", "b")), jax.P("a")))
     with pytest.raises(ExplorerError, match=r"^args: .* are sharded over two meshes"):
         jitted.args_mesh((one, two))
+
+
+def test_the_docs_step_example_runs(monkeypatch):
+    """Every ``>>>`` example in docs/step.md runs, from the project folder as a reader would."""
+    import doctest
+    import re
+
+    from tests.paths import ROOT
+
+    monkeypatch.chdir(ROOT)
+    page = ROOT / "docs" / "step.md"
+    text = re.sub(r"^```.*$", "", page.read_text(), flags=re.MULTILINE)  # a fence after an output would read as output
+    test = doctest.DocTestParser().get_doctest(text, {}, "docs/step.md", str(page), 0)
+    assert len(test.examples) >= 8
+    output = []
+    result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(test, out=output.append)
+    assert result.failed == 0, "".join(output)

@@ -163,6 +163,16 @@ def test_the_cli_path_reads_maxtexts_parameters_mesh_and_activations(name, groun
     }
     assert params == {path: p | {"spec": placed(p["spec"])} for path, p in truth["parameters"].items()}
     assert any(p["spec"] != [None] * len(p["spec"]) for p in params.values())  # something is sharded
+    # MaxText's own optimizer state (issue 52): every leaf of its optimizer (optimizers.get_optimizer for the config:
+    # AdamW's count and moments here), not the guides' Adam the explorer traced before
+    optimizer = {
+        a["path"]: {"shape": a["shape"], "dtype": a["dtype"], "spec": placed(a["spec"])}
+        for a in report["arrays"]
+        if a["kind"] == "opt_state"
+    }
+    assert optimizer == {path: p | {"spec": placed(p["spec"])} for path, p in truth["optimizer"].items()}, set(optimizer) ^ set(
+        truth["optimizer"]
+    )
 
     def kind(a):  # the value's type as JAX writes it, "bfloat16[8,128,256]"
         return f"{a['dtype']}[{','.join(str(n) for n in a['shape'])}]"
@@ -298,3 +308,31 @@ def test_maxtexts_pipeline_keys_build_stages_and_the_yaml_export_writes_them():
     lines = maxtext_yaml(layout).splitlines()
     for pair in ("dcn_pipeline_parallelism: 2", "num_pipeline_microbatches: 2", "num_layers_per_pipeline_stage: 1"):
         assert lines.count(pair) == 1, (pair, lines)
+
+
+@needs_maxtext
+def test_a_maxtext_layouts_program_is_its_keys_with_an_edited_mesh_as_keys_and_edited_rules_refused():
+    """MaxText's own train step is defined by its keys: a layout's mesh edited in the sidebar becomes the parallelism
+    keys that make it (so the compile follows the edit), and rules edited away from the config's are refused in one line
+    (MaxText's command line appends rules, so no key could give its step other rules)."""
+    from explorer.layout import parse_layout
+
+    layout = parse_layout(maxtext.layout_data([*TINY, "ici_fsdp_parallelism=8"], "v5e-8"))
+    mesh = layout.mesh
+    keys = maxtext.program_keys(layout.model.options, "v5e-8", mesh.shape, mesh.axes, mesh.dcn, layout.rules_for_flax())
+    assert keys["compile_topology"] == "v5e-8" and "ici_tensor_parallelism" not in keys
+    edited = tuple(4 if axis == "fsdp" else 2 if axis == "tensor" else 1 for axis in mesh.axes)
+    keys = maxtext.program_keys(layout.model.options, "v5e-8", edited, mesh.axes, None, layout.rules_for_flax())
+    assert (keys["ici_fsdp_parallelism"], keys["ici_tensor_parallelism"], keys["ici_data_parallelism"]) == ("4", "2", "1")
+    rules = list(layout.rules_for_flax())
+    rules[3] = (rules[3][0], "data")
+    with pytest.raises(ExplorerError, match=r"^rules: .* differs from MaxText's logical_axis_rules for these keys at rule 3"):
+        maxtext.program_keys(layout.model.options, "v5e-8", mesh.shape, mesh.axes, None, tuple(rules))
+
+
+@needs_maxtext
+def test_a_key_this_maxtext_does_not_know_is_named():
+    """Recipes written for a newer MaxText carry keys 0.2.5 does not have (tpu-recipes' Ironwood gpt-oss and DeepSeek
+    runs: ``fsdp_shard_on_exp``): MaxText refuses them, and the message names the key, not the whole command line."""
+    with pytest.raises(ExplorerError, match=r"^fsdp_shard_on_exp: 'True' is not a key of MaxText 0\.2\.5"):
+        maxtext.build_config(maxtext.parse_keys([*TINY, "fsdp_shard_on_exp=True"]))
