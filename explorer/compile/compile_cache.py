@@ -48,10 +48,33 @@ def cache_key(layout: Layout, target: Target, flags: dict[str, str] | None = Non
             "versions": versions(),
             "format": CACHE_FORMAT,
             "flags": compile_flags(target) if flags is None else flags,
+            "code": factory_source(layout),
         },
         sort_keys=True,
     )
     return hashlib.sha256(identity.encode()).hexdigest()
+
+
+def factory_source(layout: Layout) -> str:
+    """The SHA-256 of the file that holds a user's factory (a step's, ``options.factory``, or a model's), "" for the
+    explorer's own models: a user edits their step and compiles again, and must not be answered with the program of
+    the code before the edit. The module is found, not imported (``importlib.util.find_spec``); code it imports from
+    other files is not part of the key."""
+    import importlib.util
+
+    from explorer.models import STEP, is_factory
+
+    name = (
+        layout.model.options.get("factory") if layout.model.name == STEP else layout.model.name if is_factory(layout.model.name) else None
+    )
+    if not isinstance(name, str) or ":" not in name:
+        return ""
+    try:
+        origin = importlib.util.find_spec(name.split(":")[0]).origin
+        with open(origin, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except (ImportError, AttributeError, ValueError, TypeError, OSError):  # not found here: the compile says so
+        return ""
 
 
 def _cache_path(key: str) -> str | None:

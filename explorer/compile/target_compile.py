@@ -143,9 +143,9 @@ def compile_target(
             if returncode == 0:
                 break
             found = refused_flag(errors, flags)
-            if found is None or found.value not in flags.get(found.field, "").split():
+            if found is None or not set(found.value.split()) <= set(flags.get(found.field, "").split()):
                 raise found or ExplorerError("target", target.name, f"compile failed: {child_error(errors, returncode)}")
-            flags = {**flags, found.field: " ".join(w for w in flags[found.field].split() if w != found.value)}
+            flags = {**flags, found.field: " ".join(w for w in flags[found.field].split() if w not in found.value.split())}
             refused.append(f"{found}: left out of this compile")
     result = dataclasses.replace(with_verdict(_read_result(output), target), refused_flags=tuple(refused))
     store(layout, target, result)
@@ -221,7 +221,7 @@ def child_error(lines: list[str], returncode: int) -> str:
 
 
 _UNKNOWN_FLAG = re.compile(r"Unknown command line flag '(?P<name>[^']+)'|Unknown flags? in XLA_FLAGS: (?P<xla>\S+)")
-_REFUSED = re.compile(r"refused: (?P<variable>LIBTPU_INIT_ARGS|XLA_FLAGS) has (?P<word>\S+);")
+_REFUSED = re.compile(r"refused: (?P<variable>LIBTPU_INIT_ARGS|XLA_FLAGS) has (?P<word>[^;]+);")
 
 
 def refused_flag(lines: list[str], flags: dict[str, str]) -> ExplorerError | None:

@@ -253,26 +253,34 @@ SCOPED_VMEM_HINT = (
 
 def libtpu_hint(error: Exception, flags: tuple[tuple[str, str], ...] = ()) -> str:
     """What to do about a TPU compile error that a run's own libtpu flags avoid (the compile child passes
-    ``LIBTPU_INIT_ARGS`` on to libtpu as a run does), or the flag of ``flags`` the error names (a flag libtpu accepts
-    at load but refuses for this chip or program), else nothing.
+    ``LIBTPU_INIT_ARGS`` on to libtpu as a run does), or the flags of ``flags`` the error names (flags libtpu accepts
+    at load but refuses for this chip or program): each flag whose name the error quotes, and the flags of its family
+    (the quoted name followed by ``_...``: libtpu 0.0.50.1 refuses all-gather's continuation fusion on v6e and asks for
+    ``xla_tpu_enable_async_collective_fusion=false``, which its ``..._fuse_all_gather=true`` still enables), else
+    nothing.
 
     >>> libtpu_hint(RuntimeError("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: ...")).startswith(" (a kernel")
     True
     >>> libtpu_hint(RuntimeError("INVALID_ARGUMENT: something else"))
     ''
-    >>> libtpu_hint(RuntimeError("xla_tpu_enable_x is not supported on platforms other than TPU v5e"),
-    ...             (("LIBTPU_INIT_ARGS", "--xla_tpu_enable_x=true --other=1"),))
-    ' (refused: LIBTPU_INIT_ARGS has --xla_tpu_enable_x=true; leave it out for this target)'
+    >>> libtpu_hint(RuntimeError("not supported on platforms other than TPU v5e. Disable it with xla_tpu_x_fusion=false"),
+    ...             (("LIBTPU_INIT_ARGS", "--xla_tpu_x_fusion=true --xla_tpu_x_fusion_all_gather=true --xla_tpu_x=1"),))
+    ' (refused: LIBTPU_INIT_ARGS has --xla_tpu_x_fusion=true --xla_tpu_x_fusion_all_gather=true; leave them out for this target)'
     """
     text = str(error)
     if "CompileTimeScopedVmemOom" in text:
         return SCOPED_VMEM_HINT
+    quoted = set(re.findall(r"(?<![\w-])(xla_\w+)", text))
     for variable, value in flags:
-        for word in value.split():
-            name = word.lstrip("-").split("=", 1)[0]
-            if name and re.search(rf"(?<![\w-]){re.escape(name)}(?!\w)", text):  # the flag's own name, not a longer one's
-                return f" (refused: {variable} has {word}; leave it out for this target)"
+        named = [w for w in value.split() if any(_name(w) == q or _name(w).startswith(q + "_") for q in quoted)]
+        if named:
+            return f" (refused: {variable} has {' '.join(named)}; leave {'them' if len(named) > 1 else 'it'} out for this target)"
     return ""
+
+
+def _name(word: str) -> str:
+    """A flag's name: ``--xla_a=1`` -> ``xla_a``."""
+    return word.lstrip("-").split("=", 1)[0]
 
 
 @contextlib.contextmanager

@@ -172,6 +172,13 @@ def build_model(spec) -> BuiltModel:
         from explorer.models.maxtext import built_model
 
         return built_model(spec.options)
+    if spec.name == STEP:  # its own code is the step: the explorer's train step (a timing, origins) has no model to run
+        raise ExplorerError(
+            "model.name",
+            spec.name,
+            "is your own jitted step: it is analyzed (its arguments) and compiled for a target as it is (docs/step.md), "
+            "not run inside the explorer's train step; time it with your own code",
+        )
     entry = MODELS[spec.name]
     return entry.build(entry.options.model_validate(spec.options))
 

@@ -77,10 +77,10 @@ def main(name: str) -> None:
         if done.returncode == 0:
             break
         found = refused_flag(lines[-50:], flags)
-        if found is None or found.value not in flags[found.field].split():
+        if found is None or not set(found.value.split()) <= set(flags[found.field].split()):
             sys.exit("\n".join(lines[-40:]))
         print(f"left out: {found}", file=sys.stderr, flush=True)
-        flags = {found.field: " ".join(w for w in flags[found.field].split() if w != found.value)}
+        flags = {found.field: " ".join(w for w in flags[found.field].split() if w not in found.value.split())}
         refused.append(f"{found}: left out of this compile")
     path = HERE / f"{name}.result.json"
     result = json.loads(path.read_text())

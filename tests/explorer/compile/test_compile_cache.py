@@ -55,3 +55,19 @@ def test_two_compiles_that_differ_only_in_flags_are_two_entries(seed_dict, monke
     assert compile_target(layout, TARGET) == (second, True)
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "  --xla_tpu_scoped_vmem_limit_kib=65536 ")  # the same flags, spaced otherwise
     assert cached(layout, target) == first
+
+
+def test_a_step_whose_code_was_edited_is_another_entry(tmp_path, monkeypatch):
+    """A user edits their step and compiles again: the key holds the factory's file (its SHA-256), so the edit is
+    compiled, not answered with the program of the code before it."""
+    module = tmp_path / "my_step_module.py"
+    module.write_text("def make_step(mesh):\n    raise NotImplementedError\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", "my_step_module:make_step")
+    from explorer.models.steps import step_layout_data
+
+    layout, target = parse_layout(step_layout_data("my_step_module:make_step", parse_target(TARGET))), parse_target(TARGET)
+    before = cache_key(layout, target)
+    assert cache_key(layout, target) == before
+    module.write_text("def make_step(mesh):\n    raise NotImplementedError('edited')\n")
+    assert cache_key(layout, target) != before
