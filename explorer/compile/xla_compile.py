@@ -1,8 +1,11 @@
-"""Compile the layout's train step for a TPU slice or GPU cluster this machine does not have, in this process.
+"""Compile a layout's step for a TPU slice or GPU cluster this machine does not have, in this process.
 
 This module's one job is the compile itself, the work of the compile child (``target_compile.child_main``
 calls ``compile_for_target``); reading what XLA built is ``xla_results``, laying the mesh over the target's
-devices is ``placement``. The recipe is MaxText's ``train_compile.py``: ``get_topology_desc`` gives the devices
+devices is ``placement``. Three sources lower a step (``LoweredStep``) and one tail compiles and reads it
+(``compile_lowered``): the explorer's train step around a layout's model (``_explorer_step``, below), MaxText's own
+train step for a ``maxtext`` layout (``models.maxtext.lower_train_step``: the program ``train_compile.py`` compiles),
+and a user's own jitted function (a step layout's factory, or ``explorer.plan``: ``compile.jitted``). The recipe is MaxText's ``train_compile.py``: ``get_topology_desc`` gives the devices
 of a real slice (from ``libtpu``, no TPU needed), ``topologies.make_mesh`` lays the
 mesh over them, and the same train step the Timing page runs (grad of the model's
 loss, Adam's ``apply_gradients``, traced under ``jax.set_mesh`` and the rules) is
@@ -69,7 +72,7 @@ _XLA_MEMORY = re.compile(r"Can't reduce memory use below .*|The byte size of inp
 class LoweredStep:
     """A step lowered for a target's devices: what the one compile-and-read tail (``compile_lowered``) takes, whoever
     wrote the step (the explorer's train step for a layout, MaxText's own for a ``maxtext`` layout, a user's jitted
-    function: ``step_source``)."""
+    function: ``compile_for_target`` makes one of each, ``notebook.plan`` the last)."""
 
     lowered: Any  # jax.stages.Lowered
     mesh: Any  # the jax Mesh over the target's devices that the program's shardings name
