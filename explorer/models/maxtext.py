@@ -338,7 +338,7 @@ def built_model(options: dict[str, str]):
 
         return optimizers.get_optimizer(config, maxtext_utils.create_learning_rate_schedule(config), model, mesh=mesh)
 
-    return BuiltModel(build, inputs, loss, "nnx", mesh=mesh, optimizer=None)  # BREAK-ONCE
+    return BuiltModel(build, inputs, loss, "nnx", mesh=mesh, optimizer=optimizer)
 
 
 # What train_compile.py's main adds to LIBTPU_INIT_ARGS before libtpu loads (with jax_default_prng_impl=unsafe_rbg): part
