@@ -535,6 +535,8 @@ def _advise(args: argparse.Namespace) -> int:
             raise ExplorerError("--role", item, "is not NAME=ROLE, e.g. hidden=tensor")
         roles[name] = role
     layout, target = _layout_of(args, args.target), parse_target(args.target)
+    if args.maxtext is not None:  # the slices the keys ask for of the slice --target names (maxtext.target_of)
+        target = parse_target(layout.target)
     shown = [None]
 
     def progress(stage: str, elapsed: float) -> None:
@@ -579,6 +581,8 @@ def _compile(args: argparse.Namespace) -> int:
             "--target", args.target, "is one target with --maxtext or --step (the mesh is built for it); run one compile per target"
         )
     layout, targets = _layout_of(args, args.target[0] if own else None), [parse_target(t) for t in args.target]
+    if args.maxtext is not None:  # the slices the keys ask for of the slice --target names (maxtext.target_of)
+        targets = [parse_target(layout.target)]
     _configure_pool(args)
     shown = [None]
 

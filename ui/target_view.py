@@ -20,6 +20,7 @@ from explorer.analysis.findings import indivisible_error
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
+from explorer.models import MAXTEXT, STEP
 from explorer.predict.roofline import Estimate
 from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE, fp8_note
@@ -244,9 +245,13 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False, now:
     """The compile button, and the compile when it is clicked (``now``: at once, replacing a cached result)."""
     start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button", disabled=disabled)
     where, per = ("GPU cluster", "GPU") if target.is_gpu else ("slice", "chip")
+    program = {
+        MAXTEXT: "MaxText's own train step (the program its train_compile.py compiles for these keys)",
+        STEP: "your own step (its factory, given this mesh on the target's devices)",
+    }.get(layout.model.name, "the Timing page's train step (state donated, as training loops do)")
     st.caption(
-        f"Compiles the Timing page's train step (state donated, as training loops do) for this {where} in a child "
-        f"process: XLA's memory per {per}, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
+        f"Compiles {program} for this {where} in a child process, under this server's LIBTPU_INIT_ARGS and XLA_FLAGS: "
+        f"XLA's memory per {per}, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
     )
     if st.session_state.pop(STOPPED, None):
         st.info("The last compile was stopped.")

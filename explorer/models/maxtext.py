@@ -248,6 +248,22 @@ def topology_keys(target_name: str) -> dict[str, str]:
     return {"compile_topology": name, "compile_topology_num_slices": str(target.num_slices)}
 
 
+def target_of(pairs: list[str] | tuple[str, ...], target: str) -> str:
+    """``--target`` as the slices the keys ask for: a target naming one slice with ``compile_topology_num_slices=N``
+    (N > 1) among the keys is N of that slice (``--target v6e-256`` with ``compile_topology_num_slices=2`` is
+    ``2xv6e-256``, as a recipe's ``--device-type=v6e-256 --num-slices=2``); otherwise the target as given.
+
+    >>> target_of(["model_name=gemma3-12b", "compile_topology_num_slices=2"], "v6e-256"), target_of([], "v6e-256")
+    ('2xv6e-256', 'v6e-256')
+    """
+    from explorer.hardware.targets import parse_target
+
+    slices = parse_keys(pairs).get("compile_topology_num_slices", "1")
+    if not parse_target(target).multislice and slices.isdigit() and int(slices) > 1:
+        return f"{int(slices)}x{target}"
+    return target
+
+
 def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -> dict[str, Any]:
     """A MaxText config as a layout, in the file format (``explorer.layout.parse_layout`` reads it): MaxText's mesh (its 12 ``mesh_axes``, the sizes ``create_device_mesh`` gives the
     parallelism keys, the DCN share of each axis across slices), its ``logical_axis_rules``, and the model ``maxtext``
@@ -255,6 +271,7 @@ def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -
     keys = parse_keys(pairs)
     require_maxtext()
     if target is not None:
+        target = target_of(pairs, target)
         keys |= topology_keys(target)
     config = cached_config(tuple(sorted(keys.items())))
     mesh = build_mesh(config, config_devices(config))
@@ -495,6 +512,7 @@ __all__ = [
     "config_devices",
     "dcn_shares",
     "layout_data",
+    "target_of",
     "as_main_does",
     "lower_train_step",
     "program_keys",

@@ -10,6 +10,7 @@ the optimized program's dots), for a TPU slice and an NVIDIA GPU cluster (compil
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -34,6 +35,7 @@ TARGETS = {"v5e-8": {"tpu": "v5e:2x4"}, "h100:1x8": {"gpu": "1x1x8"}}
 needs_gpu_plugin = pytest.mark.skipif(gpu_plugin() is None, reason="JAX's CUDA plugin is not installed (the gpu extra)")
 
 
+@functools.lru_cache(maxsize=None)  # one AOT compile per target for both doors' tests
 def by_hand(target: str) -> dict:
     """The ground truth for ``target``: the example's step compiled with JAX's AOT API on an 8-device mesh ``data``."""
     how = dict(TARGETS[target])

@@ -222,14 +222,15 @@ PROGRAMS = {
         ],
         "v5e-8",
     ),
-    "two-slices": ([*TINY, "ici_fsdp_parallelism=4", "dcn_data_parallelism=2"], "2xv5e-4"),
+    # the slices as a recipe gives them (--device-type=v5e-4 --num-slices=2): --target names the slice, the key the count
+    "two-slices": ([*TINY, "ici_fsdp_parallelism=4", "dcn_data_parallelism=2", "compile_topology_num_slices=2"], "v5e-4"),
 }
 
 
-def _topology(target: str) -> list[str]:
-    """The target as train_compile.py's own keys (MaxText's names: v5e-4 times 2 slices)."""
-    slices, _, name = target.rpartition("x") if target[0].isdigit() else ("1", "", target)
-    return [f"compile_topology={name}", f"compile_topology_num_slices={slices}"]
+def _topology(keys: list[str], target: str) -> list[str]:
+    """The target as train_compile.py's own keys (MaxText's names), the slice count where the keys do not give it."""
+    given = any(key.startswith("compile_topology_num_slices=") for key in keys)
+    return [f"compile_topology={target}"] + ([] if given else ["compile_topology_num_slices=1"])
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +239,7 @@ def maxtexts_own_compiles():
     runs while the explorer compiles)."""
     script = os.path.join(os.path.dirname(__file__), "..", "..", "ground_truth_maxtext.py")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
-    cases = [[*keys, *_topology(target)] for keys, target in PROGRAMS.values()]
+    cases = [[*keys, *_topology(keys, target)] for keys, target in PROGRAMS.values()]
     child = subprocess.Popen(
         [sys.executable, script, "--compile", json.dumps(cases)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -275,6 +276,7 @@ def test_compile_maxtext_is_maxtexts_own_train_step(maxtexts_own_compiles, capsy
         assert result["program"].startswith("MaxText's own train step") and result["fits"] is True
     assert any("expert" in c["mesh_axes"] for c in ours["moe"]["collectives"])
     assert any(c["link"] == "dcn" for c in ours["two-slices"]["collectives"])
+    assert ours["two-slices"]["target"]["slices"] == 2  # --target v5e-4 with compile_topology_num_slices=2: two slices
 
 
 @needs_maxtext
