@@ -60,7 +60,7 @@ from explorer.predict.roofline import Estimate
 from explorer.predict.step_rates import MATMUL_FIXED_K, Rates, rates
 from explorer.hardware.accelerators import Chip, Gpu
 
-SCOPE = "validated on one real H200 and against published MaxText runs on TPU v5e, v5p, v4 and v6e only: docs/step-time.md"  # said wherever a prediction is shown
+SCOPE = "validated on one real H200 and against published MaxText runs on TPU v5e, v5p, v4, v6e and TPU7x only: docs/step-time.md"  # said wherever a prediction is shown
 OVERLAP = 0.95  # XLA's kMemoryComputeParallelism: how much of the shorter of compute and memory hides under the longer
 FREE = frozenset(
     {
