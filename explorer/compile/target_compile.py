@@ -146,7 +146,7 @@ def compile_target(
             if found is None or not set(found.value.split()) <= set(flags.get(found.field, "").split()):
                 raise found or ExplorerError("target", target.name, f"compile failed: {child_error(errors, returncode)}")
             flags = {**flags, found.field: " ".join(w for w in flags[found.field].split() if w not in found.value.split())}
-            refused.append(f"{found}: left out of this compile")
+            refused.append(left_out(found))
     result = dataclasses.replace(with_verdict(_read_result(output), target), refused_flags=tuple(refused))
     store(layout, target, result)
     return result, False
@@ -224,6 +224,15 @@ _UNKNOWN_FLAG = re.compile(r"Unknown command line flag '(?P<name>[^']+)'|Unknown
 _REFUSED = re.compile(r"refused: (?P<variable>LIBTPU_INIT_ARGS|XLA_FLAGS) has (?P<word>[^;]+);")
 
 
+def left_out(refused: ExplorerError) -> str:
+    """The line a result keeps for flags libtpu refused (``refused_flag``), every flag written out in full.
+
+    >>> left_out(ExplorerError("LIBTPU_INIT_ARGS", "--xla_a=1", "is a flag libtpu 0.0.50.1 refuses as it loads (why)"))
+    'LIBTPU_INIT_ARGS --xla_a=1: a flag libtpu 0.0.50.1 refuses as it loads (why); left out of this compile'
+    """
+    return f"{refused.field} {refused.value}: {refused.problem.removeprefix('is ')}; left out of this compile"
+
+
 def refused_flag(lines: list[str], flags: dict[str, str]) -> ExplorerError | None:
     """A flag of ``flags`` the child's libtpu (or XLA) refused, as one ``ExplorerError`` naming the variable and the
     flag, else None. libtpu ends the process as it loads with ``ERROR: Unknown command line flag 'NAME'`` for a flag of
@@ -240,7 +249,7 @@ def refused_flag(lines: list[str], flags: dict[str, str]) -> ExplorerError | Non
     for line in reversed(lines):
         named = _REFUSED.search(line)
         if named is not None:
-            reason = line.strip().removeprefix("error: ").split(" (refused:")[0]
+            reason = line.strip().split(" (refused:")[0].split("could not compile the step: ")[-1]
             return ExplorerError(
                 named["variable"], named["word"], f"is a flag libtpu {versions()['libtpu']} refuses for this target ({reason})"
             )

@@ -259,15 +259,15 @@ def libtpu_hint(error: Exception, flags: tuple[tuple[str, str], ...] = ()) -> st
     ``LIBTPU_INIT_ARGS`` on to libtpu as a run does), or the flags of ``flags`` the error names (flags libtpu accepts
     at load but refuses for this chip or program): each flag whose name the error quotes, and the flags of its family
     (the quoted name followed by ``_...``: libtpu 0.0.50.1 refuses all-gather's continuation fusion on v6e and asks for
-    ``xla_tpu_enable_async_collective_fusion=false``, which its ``..._fuse_all_gather=true`` still enables), else
-    nothing.
+    ``xla_tpu_enable_async_collective_fusion=false``, which its ``..._fuse_all_gather=true`` still enables; a member
+    set to false is kept), else nothing.
 
     >>> libtpu_hint(RuntimeError("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: ...")).startswith(" (a kernel")
     True
     >>> libtpu_hint(RuntimeError("INVALID_ARGUMENT: something else"))
     ''
     >>> libtpu_hint(RuntimeError("not supported on platforms other than TPU v5e. Disable it with xla_tpu_x_fusion=false"),
-    ...             (("LIBTPU_INIT_ARGS", "--xla_tpu_x_fusion=true --xla_tpu_x_fusion_all_gather=true --xla_tpu_x=1"),))
+    ...             (("LIBTPU_INIT_ARGS", "--xla_tpu_x_fusion=true --xla_tpu_x_fusion_all_gather=true --xla_tpu_x_fusion_ar=false"),))
     ' (refused: LIBTPU_INIT_ARGS has --xla_tpu_x_fusion=true --xla_tpu_x_fusion_all_gather=true; leave them out for this target)'
     """
     text = str(error)
@@ -275,10 +275,15 @@ def libtpu_hint(error: Exception, flags: tuple[tuple[str, str], ...] = ()) -> st
         return SCOPED_VMEM_HINT
     quoted = set(re.findall(r"(?<![\w-])(xla_\w+)", text))
     for variable, value in flags:
-        named = [w for w in value.split() if any(_name(w) == q or _name(w).startswith(q + "_") for q in quoted)]
+        named = [w for w in value.split() if any(_name(w) == q or (_name(w).startswith(q + "_") and not _off(w)) for q in quoted)]
         if named:
             return f" (refused: {variable} has {' '.join(named)}; leave {'them' if len(named) > 1 else 'it'} out for this target)"
     return ""
+
+
+def _off(word: str) -> bool:
+    """A flag that turns something off (``--xla_x=false``): a family member the refusal does not ask to leave out."""
+    return word.partition("=")[2].lower() in ("false", "0", "disabled")
 
 
 def _name(word: str) -> str:

@@ -62,7 +62,7 @@ def compile_row(name: str) -> None:
 
 def main(name: str) -> None:
     """Compile the row in a child, leaving out each flag libtpu refuses, then name them in its result."""
-    from explorer.compile.target_compile import refused_flag
+    from explorer.compile.target_compile import left_out, refused_flag
     from explorer.hardware.devices import child_environment
     from explorer.hardware.targets import parse_target
 
@@ -81,7 +81,7 @@ def main(name: str) -> None:
             sys.exit("\n".join(lines[-40:]))
         print(f"left out: {found}", file=sys.stderr, flush=True)
         flags = {found.field: " ".join(w for w in flags[found.field].split() if w not in found.value.split())}
-        refused.append(f"{found}: left out of this compile")
+        refused.append(left_out(found))
     path = HERE / f"{name}.result.json"
     result = json.loads(path.read_text())
     path.write_text(json.dumps(result | {"refused_flags": refused}, indent=1))
