@@ -6,6 +6,7 @@ The notebook API is ``explorer.analyze`` (docs/notebook.md's "In a notebook" sec
     report = explorer.analyze("layouts/seed-2x4.json")  # or a dict in the file format, or an explorer.layout.Layout
     report.to_pandas()                                  # one row per array
     report.device_grid("params/LogicalDotReluDot_0/W2") # a Plotly figure
+    explorer.plan(train_step, state, batch, target="v5e-8")  # your own jitted step, compiled for a TPU slice (docs/step.md)
 
 ``import explorer`` keeps the process off libtpu's lock (``hardware.libtpu.share_libtpu``) and, in a child process
 the explorer started, ties the child's life to its parent's (``children.follow_parent``). It stays light: JAX is
@@ -26,9 +27,9 @@ follow_parent()  # a child the explorer started ends with the process that start
 
 if TYPE_CHECKING:
     from explorer.layout import Layout
-    from explorer.notebook import NotebookReport
+    from explorer.notebook import NotebookCompile, NotebookReport
 
-__all__ = ["ExplorerError", "Layout", "NotebookReport", "analyze"]
+__all__ = ["ExplorerError", "Layout", "NotebookCompile", "NotebookReport", "analyze", "plan"]
 
 
 def analyze(layout: Any) -> NotebookReport:
@@ -42,7 +43,16 @@ def analyze(layout: Any) -> NotebookReport:
     return analyze_any(layout)
 
 
-_LAZY = {"Layout": "explorer.layout", "NotebookReport": "explorer.notebook"}
+def plan(fn: Any, *args: Any, target: str, **kwargs: Any) -> NotebookCompile:
+    """Your own jitted step (``fn`` and its arguments, ``jax.ShapeDtypeStruct``s or arrays with shardings) compiled for
+    ``target`` (a TPU slice or a GPU cluster, neither needed): what a layout's compile gives (XLA's verdict, memory,
+    collectives by source line, the predicted step and its parts, the roofline); see ``explorer.notebook.plan``."""
+    from explorer.notebook import plan as plan_step
+
+    return plan_step(fn, *args, target=target, **kwargs)
+
+
+_LAZY = {"Layout": "explorer.layout", "NotebookReport": "explorer.notebook", "NotebookCompile": "explorer.notebook"}
 
 
 def __getattr__(name: str) -> Any:

@@ -6,6 +6,7 @@
     python -m explorer compile LAYOUT.json --target NAME [--json]
     python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME] [--pipelines auto|on|off]
     python -m explorer analyze|compile|advise --maxtext KEY=VALUE ... [--target NAME]   (a MaxText config, its own keys)
+    python -m explorer compile --step MODULE:FACTORY --target NAME [--mesh AXIS=SIZE,...] [--option KEY=VALUE]   (your own step)
     python -m explorer url LAYOUT.json
     python -m explorer op SPEC.json [--json] [--time STEPS] [--warmup N]
 
@@ -93,6 +94,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "a layout JSON file",
         sweep=True,
     )
+    _step_arguments(compile_)
     compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
     _pool_arguments(compile_)
     advise = _target_command(
@@ -228,12 +230,37 @@ def _maxtext_argument(command: argparse.ArgumentParser) -> None:
     command.add_argument("--maxtext", nargs="+", metavar="KEY=VALUE", default=None, help=MAXTEXT_HELP)
 
 
+STEP_HELP = (
+    "your own jitted step instead of a layout file: an allow-listed factory (EXPLORER_ALLOWED_FACTORIES) taking the "
+    "target's mesh, factory(mesh, **options) -> (fn, args[, kwargs]) (docs/step.md)"
+)
+
+
+def _step_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--step", metavar="MODULE:FACTORY", default=None, help=STEP_HELP)
+    command.add_argument(
+        "--mesh",
+        metavar="AXIS=SIZE,...",
+        default=None,
+        help="with --step: the mesh built over the target (default: data=<all its devices>)",
+    )
+    command.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --step: an option given to the factory (repeatable; JSON values)",
+    )
+
+
 def _layout_of(args: argparse.Namespace, target: str | None = None):
     """The command's layout: its file, or a MaxText config (``--maxtext``) built by MaxText for ``target``."""
     from explorer.errors import ExplorerError
 
     if args.maxtext is not None and args.layout is not None:
         raise ExplorerError("--maxtext", " ".join(args.maxtext), f"replaces a layout file; give one or the other, not {args.layout!r} too")
+    if getattr(args, "step", None) is not None:
+        return _step_layout(args, target)
     if args.maxtext is not None:
         from explorer.layout import parse_layout
         from explorer.models import maxtext
@@ -242,6 +269,27 @@ def _layout_of(args: argparse.Namespace, target: str | None = None):
     if args.layout is None:
         raise ExplorerError("layout", None, "is missing: give a layout JSON file, - for standard input, or --maxtext KEY=VALUE ...")
     return _load(args.layout)
+
+
+def _step_layout(args: argparse.Namespace, target: str | None):
+    """``--step MODULE:FACTORY`` as a step layout (``models.steps.step_layout_data``) for ``target``."""
+    from explorer.models.steps import step_layout_data
+    from explorer.errors import ExplorerError
+    from explorer.hardware.targets import parse_target
+    from explorer.layout import parse_layout
+
+    if args.layout is not None or args.maxtext is not None:
+        raise ExplorerError("--step", args.step, "replaces a layout file and --maxtext; give one of them")
+    options = {}
+    for pair in args.option:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ExplorerError("--option", pair, "is not KEY=VALUE (an option given to the step's factory, e.g. batch=64)")
+        try:
+            options[key.strip()] = json.loads(value)
+        except ValueError:
+            options[key.strip()] = value
+    return parse_layout(step_layout_data(args.step, parse_target(target), args.mesh, options))
 
 
 def _distributed_arguments(timing: argparse.ArgumentParser) -> None:
@@ -487,6 +535,8 @@ def _advise(args: argparse.Namespace) -> int:
             raise ExplorerError("--role", item, "is not NAME=ROLE, e.g. hidden=tensor")
         roles[name] = role
     layout, target = _layout_of(args, args.target), parse_target(args.target)
+    if args.maxtext is not None:  # the slices the keys ask for of the slice --target names (maxtext.target_of)
+        target = parse_target(layout.target)
     shown = [None]
 
     def progress(stage: str, elapsed: float) -> None:
@@ -525,11 +575,14 @@ def _compile(args: argparse.Namespace) -> int:
     from explorer.errors import ExplorerError
     from explorer.hardware.targets import parse_target
 
-    if args.maxtext is not None and len(args.target) > 1:
+    own = args.maxtext is not None or args.step is not None  # a mesh made for the target: one target a compile
+    if own and len(args.target) > 1:
         raise ExplorerError(
-            "--target", args.target, "is one slice with --maxtext (MaxText builds its mesh for it); run one compile per target"
+            "--target", args.target, "is one target with --maxtext or --step (the mesh is built for it); run one compile per target"
         )
-    layout, targets = _layout_of(args, args.target[0] if args.maxtext is not None else None), [parse_target(t) for t in args.target]
+    layout, targets = _layout_of(args, args.target[0] if own else None), [parse_target(t) for t in args.target]
+    if args.maxtext is not None:  # the slices the keys ask for of the slice --target names (maxtext.target_of)
+        targets = [parse_target(layout.target)]
     _configure_pool(args)
     shown = [None]
 

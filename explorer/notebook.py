@@ -1,5 +1,8 @@
 """The notebook API behind ``explorer.analyze``: a report that is a DataFrame, an HTML summary and device grids.
 
+``explorer.plan(fn, *args, target=...)`` compiles a person's own jitted step for a TPU slice or GPU cluster
+(``plan``: a ``NotebookCompile``, the compile's result that shows itself as the command line prints it).
+
 ``explorer.analyze(layout)`` takes what a person has at hand in Jupyter or Colab (a
 layout file's path, a dict in the file format, or a ``Layout``) and returns a
 ``NotebookReport``: the analysis' ``Report`` (every field and method of it) plus
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 
 from explorer.analysis.report import KIND_LABELS, ArrayInfo, Report
+from explorer.compile.compile_result import TargetCompile
 from explorer.analysis.report import itemsize as element_bytes
 from explorer.analysis.analyzer import analyze as analyze_layout
 from explorer.errors import ExplorerError
@@ -189,6 +193,60 @@ class NotebookReport(Report):
             parts.append(f"<p>… and {len(self.arrays) - HTML_ARRAY_ROWS:,} more arrays: <code>to_pandas()</code> has them all.</p>")
         parts.append("</div>")
         return "\n".join(parts)
+
+
+def plan(fn: Any, *args: Any, target: str, **kwargs: Any) -> NotebookCompile:
+    """Your own jitted step compiled for ``target`` in this process, as a layout's compile is (``xla_compile``'s tail):
+    XLA's verdict, memory, collectives by source line, the predicted step and its parts, the roofline.
+
+    ``fn`` is a ``jax.jit``-ed function (or one to jit) and ``args``/``kwargs`` its arguments: ``jax.ShapeDtypeStruct``s
+    or arrays, with ``NamedSharding``s over a mesh of yours (a CPU mesh of ``jax.make_mesh`` will do). The explorer
+    builds a mesh of the same axis names and sizes over ``target``'s devices (a TPU slice from libtpu's description,
+    a GPU cluster from XLA's target config: neither needed), gives every argument the same ``PartitionSpec`` on it and
+    lowers ``fn`` under ``jax.set_mesh`` of it (``compile.jitted``: why, and what cannot move). libtpu loads in this
+    process (``ALLOW_MULTIPLE_LIBTPU_LOAD=1`` is set for it); its flags are this process's LIBTPU_INIT_ARGS and
+    XLA_FLAGS, named in the result. Nothing is cached: a function has no key.
+    """
+    import math
+    import time
+
+    from explorer.compile.jitted import args_mesh, lower_on, name_of, on_mesh
+    from explorer.compile.xla_compile import LoweredStep, compile_lowered, require_gpu_plugin
+    from explorer.hardware import devices
+    from explorer.hardware.placement import place_mesh, target_topology
+    from explorer.hardware.targets import check_mesh_fits, parse_target, slice_split
+
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # before libtpu loads here, to describe the slice
+    devices.configure()  # CPU stays JAX's backend where no accelerator is attached (libtpu only describes the slice)
+    parsed = parse_target(target)
+    require_gpu_plugin(parsed)
+    found = args_mesh((args, kwargs))
+    if found is None:
+        raise ExplorerError("args", f"{len(args)} positional", "carry no NamedSharding: give them shardings over a mesh of yours")
+    shape, axes, types = found
+    check_mesh_fits(parsed, math.prod(shape))
+    mesh, method = place_mesh(list(target_topology(parsed).devices), shape, axes, types, slice_split(parsed, shape, axes))
+    started = time.perf_counter()
+    lowered = lower_on(fn, on_mesh(args, mesh), on_mesh(kwargs, mesh), mesh)
+    return NotebookCompile.of(compile_lowered(LoweredStep(lowered, mesh, method, f"your own step, {name_of(fn)}", started), parsed))
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class NotebookCompile(TargetCompile):
+    """A compile's result (``TargetCompile``: every field and method of it) that shows itself as ``explorer compile``
+    prints it, in a notebook and at a prompt."""
+
+    @classmethod
+    def of(cls, result: TargetCompile) -> NotebookCompile:
+        return cls(**{field.name: getattr(result, field.name) for field in dataclasses.fields(result)})
+
+    def __repr__(self) -> str:
+        from explorer.text import compile_text
+
+        return compile_text(self)
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{_escape(repr(self))}</pre>"
 
 
 def _escape(text: object) -> str:

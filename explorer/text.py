@@ -17,7 +17,7 @@ from explorer.analysis.report import KIND_LABELS, Report
 from explorer.compile.compile_result import TargetCompile, memory_room
 from explorer.hlo.sources import LineRow, by_line, module_path
 from explorer.specs import SpecEntry
-from explorer.predict.step_model import SCOPE
+from explorer.predict.step_model import SCOPE, fp8_note
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
 if TYPE_CHECKING:
@@ -465,7 +465,7 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         f"target {target.name} ({topology}{target.chips} x {target.chip.device_kind}"
         + (f", {target.devices} devices" if target.devices != target.chips else "")
         + f", {human_bytes(hbm)} HBM per device)",
-        f"{compiled}; train state donated",
+        f"{compiled}; " + ("train state donated" if result.donated else "no argument donated"),
         "memory per device (XLA"
         + (", read from its dump: it refused the program" if result.oom else "")
         + "): "
@@ -501,7 +501,17 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         lines.append(f"predicted step: {human_seconds(estimate.predicted_s)} (the step model, kernel by kernel; {SCOPE})")
         if gap := prediction_gap(estimate):
             lines.append(gap)
+        if fp8 := fp8_note(estimate.prediction_parts, target.chip):
+            lines.append(fp8)
+    lines.append(compiled_as(result))
     return "\n".join(lines + communication_lines(by_line(result.traced())))
+
+
+def compiled_as(result: TargetCompile) -> str:
+    """Which program was compiled and under which flags (they are part of the compile: its cache key), in one line."""
+    program = f"{result.program}, " if result.program else ""
+    refused = "".join(f"; {line}" for line in result.refused_flags)
+    return f"compiled: {program}under {result.flags_text}{refused}"
 
 
 def prediction_gap(estimate: Estimate) -> str:

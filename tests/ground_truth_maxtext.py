@@ -5,7 +5,7 @@ For a list of MaxText command-line overrides (``KEY=VALUE``), as ``train_compile
 from libtpu's topology description, ``maxtext_utils.create_device_mesh``: ICI inside a slice, DCN across);
 ``get_shaped_inputs(mesh, config)``: the train state built abstractly by MaxText's model and optimizer, its shardings
 from the config's ``logical_axis_rules``. What it reads back: the mesh's axis names, shape and device ids, and every
-model parameter's shape, dtype and PartitionSpec from ``state_mesh_shardings``. With ``debug_sharding=true`` among
+model parameter's and every optimizer-state leaf's shape, dtype and PartitionSpec from ``state_mesh_shardings``. With ``debug_sharding=true`` among
 the overrides, also the forward pass's activations as MaxText records them (``_collect_nnx_activation_shardings``:
 the model called abstractly under ``jax.set_mesh`` of the topology's mesh and the config's rules; each
 ``maybe_shard_with_name`` logs its value's type and PartitionSpec, size-1 mesh axes dropped): ``activations``, a list
@@ -13,6 +13,11 @@ of ``{"where": "attentions/query", "type": "bfloat16[8,128,256]", "spec": [...]}
 
 Run as ``python tests/ground_truth_maxtext.py JSON`` with JSON a list of override lists; prints one JSON line, a
 result per case. A child process: libtpu is loaded with JAX_PLATFORMS=cpu, as train_compile.py runs.
+
+``python tests/ground_truth_maxtext.py --compile JSON`` runs ``train_compile.main`` itself for each list of overrides
+(its ``compile_topology`` and ``compile_topology_num_slices`` among them), as its command line would, and reads the
+executable its ``jit_and_compile`` returned (wrapped to keep it, nothing else changed): ``memory_analysis()``'s figures,
+``cost_analysis()``'s flops, and the LIBTPU_INIT_ARGS ``main`` left in the environment.
 """
 
 from __future__ import annotations
@@ -77,16 +82,55 @@ def one_case(overrides: list[str]) -> dict:
         value = value.value if isinstance(value, nnx.Variable) else value
         name = "/".join(str(part) for part in path)
         parameters[name] = {"shape": list(value.shape), "dtype": str(value.dtype), "spec": spec_of(variable.value)}
+    optimizer_shapes = dict(nnx.to_flat_state(abstract_state["optimizer"]))
+    optimizer = {}
+    for path, variable in nnx.to_flat_state(state_shardings["optimizer"]):
+        value = optimizer_shapes[path]
+        value = value.value if isinstance(value, nnx.Variable) else value
+        sharding = variable.value if isinstance(variable, nnx.Variable) else variable
+        name = "/".join(str(part) for part in path)
+        optimizer[name] = {"shape": list(value.shape), "dtype": str(value.dtype), "spec": spec_of(sharding)}
     return {
         "axes": list(mesh.axis_names),
         "shape": [int(n) for n in mesh.devices.shape],
         "device_ids": [int(d.id) for d in mesh.devices.flat],
         "parameters": parameters,
+        "optimizer": optimizer,
         "activations": activations,
         "jax": jax.__version__,
     }
 
 
+def compiled_case(overrides: list[str]) -> dict:
+    import maxtext.configs
+    from maxtext.trainers.pre_train import train_compile
+
+    base = os.path.join(os.path.dirname(maxtext.configs.__file__), "base.yml")
+    kept = []
+    real = train_compile.jit_and_compile
+
+    def keep(*args, **kwargs):
+        kept.append(real(*args, **kwargs))
+        return kept[-1]
+
+    train_compile.jit_and_compile = keep
+    try:
+        train_compile.main(["train_compile", base, "run_name=ground_truth", *overrides])
+    finally:
+        train_compile.jit_and_compile = real
+    stats = kept[-1].memory_analysis()
+    fields = ("argument", "output", "alias", "temp", "generated_code")
+    return {
+        "memory": {f"{name}_bytes": int(getattr(stats, f"{name}_size_in_bytes")) for name in fields},
+        "flops": float(kept[-1].cost_analysis()["flops"]),
+        "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS", ""),
+    }
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--compile":
+        results = [compiled_case(case) for case in json.loads(sys.argv[2])]
+        print("\n" + json.dumps(results))
+        sys.exit(0)
     results = [one_case(case) for case in json.loads(sys.argv[1])]
     print("\n" + json.dumps(results))  # the last line: MaxText logs to standard output

@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer.hardware import devices
-from explorer.models import MAXTEXT, MODELS, allowed_factories, is_factory
+from explorer.models import MAXTEXT, MODELS, STEP, allowed_factories, is_factory
 from explorer.errors import ExplorerError
 from explorer.layout import parse_layout
 from explorer.analysis.presets import EXAMPLES, fit_preset, model_preset
@@ -274,12 +274,14 @@ def _reordered(rows: list[list[Any]]) -> bool:
 
 def _model_section() -> tuple[dict[str, Any], Any]:
     st.subheader("Model")
-    names = list(MODELS) + [MAXTEXT] + list(allowed_factories())
+    names = list(MODELS) + [MAXTEXT, STEP] + list(allowed_factories())
     if st.session_state.get(state.MODEL) not in names:
         names.append(st.session_state[state.MODEL])
     name = st.selectbox("Model", names, key=state.MODEL, format_func=_model_label)
     if name == MAXTEXT:
         return _maxtext_section()
+    if name == STEP:
+        return _step_section()
     if is_factory(name):
         st.session_state.setdefault(state.FACTORY_OPTIONS, "{}")
         st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS)
@@ -317,6 +319,8 @@ def _apply_size_preset(model: str) -> None:
 def _model_label(name: str) -> str:
     if name == MAXTEXT:
         return f"{MAXTEXT}: a MaxText config, by its own keys (optional extra)"
+    if name == STEP:
+        return f"{STEP}: your own jitted step, from an allow-listed factory given the mesh"
     return name if is_factory(name) else f"{name}: {MODELS[name].description}"
 
 
@@ -339,6 +343,19 @@ def _maxtext_section() -> tuple[dict[str, Any], Any]:
     if error and maxtext.INSTALL_LINE not in error:  # MaxText missing: the page's analysis of the model says it, once
         messages.error(markdown_literal(error))
     return {"name": MAXTEXT, "options": options}, messages
+
+
+def _step_section() -> tuple[dict[str, Any], Any]:
+    """Your own jitted step: its factory (``package.module:function``, allow-listed in EXPLORER_ALLOWED_FACTORIES), given
+    the mesh above (the target's, when compiled for one) and these options (docs/step.md)."""
+    allowed = [name for name in allowed_factories()]
+    st.session_state.setdefault(state.STEP_FACTORY, allowed[0] if allowed else "")
+    st.text_input("Step factory (package.module:function)", key=state.STEP_FACTORY, help="factory(mesh, **options) -> (fn, args)")
+    st.session_state.setdefault(state.FACTORY_OPTIONS, "{}")
+    st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS)
+    options = _factory_options()
+    options = {"factory": st.session_state[state.STEP_FACTORY].strip(), **options} if isinstance(options, dict) else options
+    return {"name": STEP, "options": options}, st.container(key="model_messages")
 
 
 MAXTEXT_ERROR = "maxtext_error"  # why the last "Use MaxText's mesh" failed (MaxText not installed, a refused key)

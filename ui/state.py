@@ -14,7 +14,7 @@ from typing import Any, Callable
 import streamlit as st
 
 from explorer.layout import Layout, seed_layout
-from explorer.models import MAXTEXT, MODELS, is_factory
+from explorer.models import MAXTEXT, MODELS, STEP, is_factory
 
 NAME = "layout_name"
 MESH_SHAPE = "mesh_shape_text"
@@ -26,6 +26,7 @@ RULES_VERSION = "rules_version"
 MODEL = "model_name"
 FACTORY_OPTIONS = "factory_options_text"
 MAXTEXT_KEYS = "maxtext_keys_text"  # a MaxText config's keys, KEY=VALUE one a line
+STEP_FACTORY = "step_factory_text"  # a user's step factory, package.module:function (its options in FACTORY_OPTIONS)
 LAST_VALID = "last_valid_layout"
 TIMING_RESULTS = "timing_results"  # Layout.key -> TimingResult, written by the Timing page, read by Compare
 RULES_SHOWN = "rules_shown"  # the rules table as last drawn, edits included
@@ -50,6 +51,7 @@ KEPT_WIDGETS = (
     MODEL,
     FACTORY_OPTIONS,
     MAXTEXT_KEYS,
+    STEP_FACTORY,
     SELECTED,
     TARGET_CHOICE,
     "timing_steps",
@@ -128,6 +130,9 @@ def load_layout(layout: Layout, keep_selection: bool = False) -> None:
         state[FACTORY_OPTIONS] = json.dumps(layout.model.options)
     elif layout.model.name == MAXTEXT:
         state[MAXTEXT_KEYS] = "\n".join(f"{key}={value}" for key, value in layout.model.options.items())
+    elif layout.model.name == STEP:
+        state[STEP_FACTORY] = layout.model.options.get("factory", "")
+        state[FACTORY_OPTIONS] = json.dumps({k: v for k, v in layout.model.options.items() if k != "factory"})
     else:
         prefix = option_key(layout.model.name, "")
         for key in [k for k in state.keys() if k.startswith(prefix)]:

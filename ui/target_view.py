@@ -20,12 +20,13 @@ from explorer.analysis.findings import indivisible_error
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
+from explorer.models import MAXTEXT, STEP
 from explorer.predict.roofline import Estimate
 from explorer.compile.compile_cache import cached
-from explorer.predict.step_model import SCOPE
+from explorer.predict.step_model import SCOPE, fp8_note
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.formats import counted, human_bytes, human_flops, human_seconds, share
-from explorer.text import judged_peak_note, markdown_literal, memory_relation, prediction_gap
+from explorer.text import compiled_as, judged_peak_note, markdown_literal, memory_relation, prediction_gap
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_pool import POOL, queue_text
@@ -244,9 +245,13 @@ def _compile_action(layout: Layout, target: Target, disabled: bool = False, now:
     """The compile button, and the compile when it is clicked (``now``: at once, replacing a cached result)."""
     start = st.button(f"Compile for {target.name}", type="primary", key="target_compile_button", disabled=disabled)
     where, per = ("GPU cluster", "GPU") if target.is_gpu else ("slice", "chip")
+    program = {
+        MAXTEXT: "MaxText's own train step (the program its train_compile.py compiles for these keys)",
+        STEP: "your own step (its factory, given this mesh on the target's devices)",
+    }.get(layout.model.name, "the Timing page's train step (state donated, as training loops do)")
     st.caption(
-        f"Compiles the Timing page's train step (state donated, as training loops do) for this {where} in a child "
-        f"process: XLA's memory per {per}, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
+        f"Compiles {program} for this {where} in a child process, under this server's LIBTPU_INIT_ARGS and XLA_FLAGS: "
+        f"XLA's memory per {per}, the collectives and a roofline. Small models take seconds, 7B-parameter ones minutes."
     )
     if st.session_state.pop(STOPPED, None):
         st.info("The last compile was stopped.")
@@ -322,6 +327,9 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
             st.markdown(markdown_literal(step_verdict(estimate)))
             if gap := prediction_gap(estimate):  # why the prediction is far above the bound, or equal to it
                 st.caption(markdown_literal(gap[0].upper() + gap[1:] + "."))
+            if fp8 := fp8_note(estimate.prediction_parts, target.chip):
+                st.caption(markdown_literal(fp8[0].upper() + fp8[1:] + "."))
+        st.caption(markdown_literal(compiled_as(result)[0].upper() + compiled_as(result)[1:] + "."))  # the program and its flags
     with st.container(key="target_placement"):
         st.caption(markdown_literal(placement_text(result)))
     # One above the other: side by side at 1024 px the bar labels and the table's last column were cut.
@@ -449,6 +457,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
             "step ≥ (lower bound)": "—",
             "bound": "—",
             "collective time ≥": "—",
+            "flags": "—",
         }
     estimate = result.estimate
     step_s, bound, collective_s = (
@@ -463,6 +472,7 @@ def summary_row(label: str, result: TargetCompile | None) -> dict:
         "step ≥ (lower bound)": human_seconds(step_s) if estimate else "—",
         "bound": bound,
         "collective time ≥": human_seconds(collective_s) if estimate else "—",
+        "flags": result.flags_text,
     } | ({"DCN / step": human_bytes(result.dcn_bytes)} if result.target.multislice else {})
 
 

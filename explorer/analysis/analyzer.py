@@ -25,6 +25,7 @@ from explorer import reading
 from explorer.reading import AbstractArray, AbstractModel, abstract_model, collector
 from explorer.errors import ExplorerError
 from explorer.layout import Layout
+from explorer.models import STEP
 from explorer.analysis.report import KINDS, ArrayInfo, Finding, Report, Totals, itemsize
 from explorer.meshes import jax_mesh, layout_mesh, mesh_info
 from explorer.rules import DimTrace, RulePair, effective_axes, resolve
@@ -87,6 +88,8 @@ def analyze(layout: Layout, *, model: AbstractModel | None = None, received: boo
         >>> report.array("params/LogicalDotReluDot_0/Dense_0/kernel").spec
         (None, 'model')
     """
+    if layout.model.name == STEP:
+        return _step_report(layout)
     with collector.paused():  # thousands of short-lived records: no collector passes over them (collector.py)
         if model is None:  # one call into the reading: the model and what JAX receives under the layout
             found = read_layout(layout)
@@ -119,6 +122,45 @@ def _analyzed(layout: Layout, model: AbstractModel, received: reading.Resolved |
             )
         )
     return Report(layout, mesh, arrays, _totals(arrays), tuple(warnings), model.framework, model.values)
+
+
+def _step_report(layout: Layout) -> Report:
+    """A user's own step (model ``step``): its arguments as its factory writes them on the layout's mesh
+    (``layout_mesh``: this process's devices where they are enough, else an ``AbstractMesh``), each with the spec of its
+    own sharding. No model is read and no rule applies: the step's code decided every sharding."""
+    from explorer.models.steps import factory_step
+
+    mesh = mesh_info(layout.mesh)
+    options = {k: v for k, v in layout.model.options.items() if k != "factory"}
+    fn, args, kwargs = factory_step(layout.model.options["factory"], options, layout_mesh(layout.mesh))
+    name = getattr(getattr(fn, "__wrapped__", fn), "__name__", "step")
+    arrays = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path({"args": list(args), "kwargs": kwargs})[0]:
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            continue
+        given = getattr(getattr(leaf, "sharding", None), "spec", ())
+        spec = tuple(spec_entry(e) if isinstance(e, (list, tuple)) else e for e in given) + (None,) * (len(leaf.shape) - len(given))
+        shard = tiles_lib.shard_shape(tuple(leaf.shape), spec, mesh)
+        trace = tuple(
+            DimTrace(d, None, tuple(a for a in ((e,) if isinstance(e, str) else e or ())), None, (), "fixed" if e else "unnamed")
+            for d, e in enumerate(spec)
+        )
+        arrays.append(
+            ArrayInfo(
+                path=jax.tree_util.keystr(path, simple=True, separator="/"),
+                kind="input",
+                shape=tuple(leaf.shape),
+                dtype=str(leaf.dtype),
+                logical_axes=None,
+                spec=spec,
+                shard_shape=shard,
+                bytes_per_device=math.prod(shard) * itemsize(str(leaf.dtype)),
+                replication=tiles_lib.replication(spec, mesh),
+                trace=trace,
+                note=f"an argument of your step {name}: its sharding as your factory wrote it",
+            )
+        )
+    return Report(layout, mesh, tuple(arrays), _totals(arrays), ())
 
 
 def _as_typed(info: ArrayInfo, array: AbstractArray, mesh: MeshInfo) -> ArrayInfo:

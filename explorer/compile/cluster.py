@@ -5,7 +5,8 @@ on the others: docs/cluster.md) and gives a ``Cluster`` whose ``run`` is the com
 (``compile_pool.CompilePool.connect``): each compile is one task (one CPU, and its expected host memory as Ray's
 ``memory`` resource, so Ray never puts more compiles on a node than its memory holds) that runs the same compile
 child process as on this machine (``target_compile.child_command``) on whichever node Ray picks. What travels: the
-layout (its JSON, the model's name and options inside) and the target's name; the explorer package itself travels
+layout (its JSON, the model's name and options inside), the target's name and the flags its compiler runs under here
+(LIBTPU_INIT_ARGS, XLA_FLAGS: the node compiles under the server's, which key the result); the explorer package itself travels
 as the task's ``py_modules``, so the nodes need only the pinned requirements installed (the models the explorer
 ships travel with it; a user's own model module must be importable on every node). The result comes back as the
 child's JSON and goes into this server's disk cache as a local compile's does.
@@ -33,7 +34,7 @@ from explorer.compile.compile_cache import cached, store, versions
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.compile.target_compile import STAGE_PREFIX, Stopped, child_command, child_error
-from explorer.hardware.devices import child_environment
+from explorer.hardware.devices import child_environment, compile_flags
 from explorer.hardware.targets import parse_target
 from explorer.compile.xla_results import with_verdict
 
@@ -67,7 +68,11 @@ class Cluster:
         if hit is not None:
             return hit, True, "cache"
         job.stage = "queued on the cluster"
-        reference = remote_compile().options(memory=job.need_bytes).remote(json.dumps(job.layout.to_dict()), job.target.topology)
+        reference = (
+            remote_compile()
+            .options(memory=job.need_bytes)
+            .remote(json.dumps(job.layout.to_dict()), job.target.topology, compile_flags(job.target))
+        )
         try:
             while not ray.wait([reference], timeout=POLL_S)[0]:
                 if job.stop.is_set():
@@ -144,12 +149,13 @@ def remote_compile():
     return _REMOTE[0]
 
 
-def compile_on_node(layout_json: str, topology: str) -> dict:
-    """On the node: run the compile child for the layout and target, and hand back its output, stderr lines and node."""
+def compile_on_node(layout_json: str, topology: str, flags: dict[str, str] | None = None) -> dict:
+    """On the node: run the compile child for the layout and target under the server's ``flags`` (the cache keys the
+    result by them), and hand back its output, stderr lines and node."""
     import ray
 
     target = parse_target(topology)
-    env = child_environment(target)
+    env = child_environment(target, flags)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE.parent), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="explorer-ray-") as folder:
         path = os.path.join(folder, "layout.json")

@@ -18,11 +18,13 @@ import tempfile
 
 from explorer.compile.compile_result import TargetCompile
 from explorer.layout import Layout
+from explorer.hardware.devices import compile_flags
 from explorer.hardware.targets import Target
 from explorer.compile.xla_results import with_verdict
 
-CACHE_FORMAT = 9  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
-# 6: collectives' sources; 7: compiled_at; 8: slices, DCN; 9: a MegaScale send's line through the bitcast it moves)
+CACHE_FORMAT = 10  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
+# 6: collectives' sources; 7: compiled_at; 8: slices, DCN; 9: a MegaScale send's line through the bitcast it moves;
+# 10: the flags it ran under, MaxText's own train step for a maxtext layout)
 
 
 def versions() -> dict[str, str]:
@@ -35,12 +37,44 @@ def versions() -> dict[str, str]:
     return found
 
 
-def cache_key(layout: Layout, target: Target) -> str:
+def cache_key(layout: Layout, target: Target, flags: dict[str, str] | None = None) -> str:
+    """The identity of a compile: the layout (``Layout.key``), the target's topology, the library versions and the flags
+    its compiler runs under (``devices.compile_flags``, this process's by default): two compiles that differ only in
+    LIBTPU_INIT_ARGS or XLA_FLAGS are two programs, and two entries."""
     identity = json.dumps(
-        {"layout": layout.key, "topology": target.topology, "versions": versions(), "format": CACHE_FORMAT},
+        {
+            "layout": layout.key,
+            "topology": target.topology,
+            "versions": versions(),
+            "format": CACHE_FORMAT,
+            "flags": compile_flags(target) if flags is None else flags,
+            "code": factory_source(layout),
+        },
         sort_keys=True,
     )
     return hashlib.sha256(identity.encode()).hexdigest()
+
+
+def factory_source(layout: Layout) -> str:
+    """The SHA-256 of the file that holds a user's factory (a step's, ``options.factory``, or a model's), "" for the
+    explorer's own models: a user edits their step and compiles again, and must not be answered with the program of
+    the code before the edit. The module is found, not imported (``importlib.util.find_spec``); code it imports from
+    other files is not part of the key."""
+    import importlib.util
+
+    from explorer.models import STEP, is_factory
+
+    name = (
+        layout.model.options.get("factory") if layout.model.name == STEP else layout.model.name if is_factory(layout.model.name) else None
+    )
+    if not isinstance(name, str) or ":" not in name:
+        return ""
+    try:
+        origin = importlib.util.find_spec(name.split(":")[0]).origin
+        with open(origin, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except (ImportError, AttributeError, ValueError, TypeError, OSError):  # not found here: the compile says so
+        return ""
 
 
 def _cache_path(key: str) -> str | None:

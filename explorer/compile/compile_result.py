@@ -239,6 +239,11 @@ class TargetCompile:
     extrapolated: Extrapolated | None = None
     compiled_at: str = ""  # when XLA compiled it (UTC, ISO 8601 to the second): a result read from the cache says so
     bubble: Bubble | None = None  # a pipelined layout's bubble in the predicted step (``step_model.pipeline_bubble``)
+    # The flags the compile ran under, by variable (``devices.compile_flags``: LIBTPU_INIT_ARGS, XLA_FLAGS), and which
+    # program was compiled, in words (the explorer's train step, MaxText's own, a user's jitted function)
+    flags: tuple[tuple[str, str], ...] = ()
+    program: str = ""
+    refused_flags: tuple[str, ...] = ()  # a flag asked for that libtpu or XLA refused, left out: one line each
 
     @property
     def judged_peak_bytes(self) -> int | None:
@@ -291,6 +296,9 @@ class TargetCompile:
             "estimate": None if self.estimate is None else self.estimate.to_dict(),
             "donated": self.donated,
             "compiled_at": self.compiled_at,
+            "flags": dict(self.flags),
+            "program": self.program,
+            "refused_flags": list(self.refused_flags),
         }
         if self.compiled and not self.target.is_gpu:
             data["cross_check"] = None if self.cross_check is None else self.cross_check.to_json()
@@ -299,6 +307,12 @@ class TargetCompile:
         if self.bubble is not None:
             data["bubble"] = self.bubble.to_dict()
         return data
+
+    @property
+    def flags_text(self) -> str:
+        """The flags it was compiled under, as a shell sets them (``LIBTPU_INIT_ARGS='--a=1' XLA_FLAGS='...'``), or
+        "no LIBTPU_INIT_ARGS or XLA_FLAGS" (what the CLI, the app and Compare show beside the prediction)."""
+        return " ".join(f"{name}='{value}'" for name, value in self.flags) or "no LIBTPU_INIT_ARGS or XLA_FLAGS"
 
     @property
     def compiled_when(self) -> str:
@@ -350,6 +364,9 @@ class TargetCompile:
             if extrapolated is None
             else Extrapolated(tuple(extrapolated["depths"]), extrapolated["depth"], tuple(extrapolated.get("options", ()))),
             bubble=Bubble(**data["bubble"]) if data.get("bubble") else None,
+            flags=tuple(data.get("flags", {}).items()),
+            program=data.get("program", ""),
+            refused_flags=tuple(data.get("refused_flags", ())),
         )
 
 

@@ -19,6 +19,7 @@ documented JSON form.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -36,7 +37,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split
 from explorer.compile.xla_compile import require_gpu_plugin
-from explorer.hardware.devices import PROJECT_ROOT, child_environment
+from explorer.hardware.devices import PROJECT_ROOT, child_environment, compile_flags
 from explorer.compile.xla_results import with_verdict
 
 STAGES = ("trace", "lower", "compile", "analyze")
@@ -117,62 +118,77 @@ def compile_target(
     on_start: Callable[[int], None] | None = None,
     fresh: bool = False,
 ) -> tuple[TargetCompile, bool]:
-    """The result for (layout, target) and whether it came from the disk cache (``fresh``: compile again, whatever the
-    cache holds, and keep the new result there).
+    """The result for (layout, target) under this process's flags (``devices.compile_flags``) and whether it came from
+    the disk cache (``fresh``: compile again, whatever the cache holds, and keep the new result there).
 
     Otherwise compiles in a child process (``children.start``: it ends with this process), calling
     ``on_stage(stage, elapsed_s)`` as the child reports stages and every ``poll_s``; ``should_stop()`` returning True
     kills the child (and its process group) and raises ``Stopped``. ``on_start``
-    gets the child's process id.
+    gets the child's process id. A flag libtpu (or XLA) refuses (``refused_flag``: recipes written for a newer libtpu
+    carry some) is left out and the compile run again without it; the result names each such flag in one line
+    (``TargetCompile.refused_flags``), and is kept under the flags asked for.
     """
     target = parse_target(target) if isinstance(target, str) else target
     check_compilable(layout, target)
     hit = None if fresh else cached(layout, target)
     if hit is not None:
         return hit, True
-    report = on_stage or (lambda *_: None)
+    flags, refused = compile_flags(target), []
     with tempfile.TemporaryDirectory(prefix="explorer-compile-") as folder:
         path = os.path.join(folder, "layout.json")
         with open(path, "w") as handle:
             json.dump(layout.to_dict(), handle)
-        child = children.start(
-            child_command(path, target),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=child_environment(target),
-            cwd=PROJECT_ROOT,
-        )
-        if on_start:
-            on_start(child.pid)
-        stages: list[str] = ["starting"]
-        errors: list[str] = []
-        chunks: list[str] = []
-        readers = [
-            threading.Thread(target=_read_stages, args=(child.stderr, stages, errors), daemon=True),
-            threading.Thread(target=_read_output, args=(child.stdout, chunks), daemon=True),
-        ]
-        for reader in readers:
-            reader.start()
-        started = time.monotonic()
-        try:
-            while child.poll() is None:
-                report(stages[-1], time.monotonic() - started)
-                if should_stop and should_stop():
-                    children.stop(child)
-                    raise Stopped(f"stopped during {stages[-1]} after {time.monotonic() - started:.1f} s")
-                time.sleep(poll_s)
-        except BaseException:
-            children.stop(child)
-            raise
-        for reader in readers:
-            reader.join(timeout=60)
-        output = "".join(chunks)
-    if child.returncode != 0:
-        raise ExplorerError("target", target.name, f"compile failed: {child_error(errors, child.returncode)}")
-    result = with_verdict(_read_result(output), target)
+        while True:
+            returncode, output, errors = _run_child(path, target, flags, on_stage, should_stop, poll_s, on_start)
+            if returncode == 0:
+                break
+            found = refused_flag(errors, flags)
+            if found is None or not set(found.value.split()) <= set(flags.get(found.field, "").split()):
+                raise found or ExplorerError("target", target.name, f"compile failed: {child_error(errors, returncode)}")
+            flags = {**flags, found.field: " ".join(w for w in flags[found.field].split() if w not in found.value.split())}
+            refused.append(left_out(found))
+    result = dataclasses.replace(with_verdict(_read_result(output), target), refused_flags=tuple(refused))
     store(layout, target, result)
     return result, False
+
+
+def _run_child(path: str, target: Target, flags: dict[str, str], on_stage, should_stop, poll_s, on_start) -> tuple[int, str, list[str]]:
+    """One compile child for the layout file at ``path`` under ``flags``, followed to its end: (exit status, its stdout,
+    its last stderr lines). Stop kills it and raises ``Stopped``."""
+    report = on_stage or (lambda *_: None)
+    child = children.start(
+        child_command(path, target),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_environment(target, flags),
+        cwd=PROJECT_ROOT,
+    )
+    if on_start:
+        on_start(child.pid)
+    stages: list[str] = ["starting"]
+    errors: list[str] = []
+    chunks: list[str] = []
+    readers = [
+        threading.Thread(target=_read_stages, args=(child.stderr, stages, errors), daemon=True),
+        threading.Thread(target=_read_output, args=(child.stdout, chunks), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    started = time.monotonic()
+    try:
+        while child.poll() is None:
+            report(stages[-1], time.monotonic() - started)
+            if should_stop and should_stop():
+                children.stop(child)
+                raise Stopped(f"stopped during {stages[-1]} after {time.monotonic() - started:.1f} s")
+            time.sleep(poll_s)
+    except BaseException:
+        children.stop(child)
+        raise
+    for reader in readers:
+        reader.join(timeout=60)
+    return child.returncode, "".join(chunks), errors
 
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exhausted|Interrupt)\w*: ")
@@ -201,3 +217,47 @@ def child_error(lines: list[str], returncode: int) -> str:
             return " ".join(text)
     useful = [line for line in lines if not line.startswith(_JAX_PREFACE)]
     return useful[-1] if useful else f"exit status {returncode}"
+
+
+_UNKNOWN_FLAG = re.compile(r"Unknown command line flag '(?P<name>[^']+)'|Unknown flags? in XLA_FLAGS: (?P<xla>\S+)")
+_REFUSED = re.compile(r"refused: (?P<variable>LIBTPU_INIT_ARGS|XLA_FLAGS) has (?P<word>[^;]+);")
+
+
+def left_out(refused: ExplorerError) -> str:
+    """The line a result keeps for flags libtpu refused (``refused_flag``), every flag written out in full.
+
+    >>> left_out(ExplorerError("LIBTPU_INIT_ARGS", "--xla_a=1", "is a flag libtpu 0.0.50.1 refuses as it loads (why)"))
+    'LIBTPU_INIT_ARGS --xla_a=1: a flag libtpu 0.0.50.1 refuses as it loads (why); left out of this compile'
+    """
+    return f"{refused.field} {refused.value}: {refused.problem.removeprefix('is ')}; left out of this compile"
+
+
+def refused_flag(lines: list[str], flags: dict[str, str]) -> ExplorerError | None:
+    """A flag of ``flags`` the child's libtpu (or XLA) refused, as one ``ExplorerError`` naming the variable and the
+    flag, else None. libtpu ends the process as it loads with ``ERROR: Unknown command line flag 'NAME'`` for a flag of
+    LIBTPU_INIT_ARGS it does not know (recipes written for a newer libtpu carry some), XLA with ``Unknown flags in
+    XLA_FLAGS: --NAME``; a flag it knows but refuses for this target is named by the compile's own error
+    (``xla_compile.libtpu_hint``).
+
+    >>> str(refused_flag(["ERROR: Unknown command line flag '2a886c8_chip_config_name'"],
+    ...                  {"LIBTPU_INIT_ARGS": "--xla_a=1 --2a886c8_chip_config_name=megachip_tccontrol"}))[:99]
+    "LIBTPU_INIT_ARGS: '--2a886c8_chip_config_name=megachip_tccontrol' is a flag libtpu 0.0.50.1 refuses"
+    """
+    from explorer.compile.compile_cache import versions
+
+    for line in reversed(lines):
+        named = _REFUSED.search(line)
+        if named is not None:
+            reason = line.strip().split(" (refused:")[0].split("could not compile the step: ")[-1]
+            return ExplorerError(
+                named["variable"], named["word"], f"is a flag libtpu {versions()['libtpu']} refuses for this target ({reason})"
+            )
+        found = _UNKNOWN_FLAG.search(line)
+        if found is None:
+            continue
+        name = (found["name"] or found["xla"] or "").lstrip("-").split("=", 1)[0]
+        variable = "LIBTPU_INIT_ARGS" if found["name"] else "XLA_FLAGS"
+        given = next((w for w in flags.get(variable, "").split() if w.lstrip("-").split("=", 1)[0] == name), f"--{name}")
+        library = f"libtpu {versions()['libtpu']}" if found["name"] else f"XLA (jaxlib {versions()['jaxlib']})"
+        return ExplorerError(variable, given, f"is a flag {library} refuses as it loads ({line.strip()})")
+    return None

@@ -74,8 +74,9 @@ def parse_oom(message: str) -> Oom | None:
 
 
 def _dumped(folder: str, suffix: str) -> str:
-    """The text of the train step's dump file ending in ``suffix`` (the largest if several modules match)."""
-    names = [n for n in os.listdir(folder) if "jit_train_step" in n and n.endswith(suffix)]
+    """The text of the step's dump file ending in ``suffix`` (the folder holds one compile's modules: the largest if
+    several match; a user's step is named after its function, not ``jit_train_step``)."""
+    names = [n for n in os.listdir(folder) if n.endswith(suffix)]
     if not names:
         raise FileNotFoundError(suffix)
     name = max(names, key=lambda n: os.path.getsize(os.path.join(folder, n)))

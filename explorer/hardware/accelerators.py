@@ -18,8 +18,9 @@ one way per link). Its chip is two TensorCores that libtpu exposes as two device
 and HBM bandwidth), so a ``tpu7x:2x2x1`` slice is 4 chips and 8 devices, and a mesh for it
 has 8 devices. XLA's memory figures are per device; the per-device figures the verdict and the
 roofline use are the chip's divided by its devices (``Chip.device_*``), and the two devices of
-a chip share its ICI links (each gets half of each link). TPU7x has no Cloud TPU type names
-here (it is ordered through GKE): name its slices as libtpu does, ``tpu7x:2x2x1``.
+a chip share its ICI links (each gets half of each link). Its slices are named as MaxText's accelerator table and
+GKE's recipes name them: ``tpu7x-N`` counts TensorCores, two per chip (``tpu7x-128`` is the 64 chips of ``tpu7x:4x4x4``),
+and xpk's device types write the topology with a dash (``tpu7x-4x4x4``); libtpu's ``tpu7x:4x4x4`` is accepted too.
 
 
 A GPU's memory is the target config's ``device_memory_size`` (what CUDA reports for the card: 79.1 GiB
@@ -81,6 +82,14 @@ class Chip:
     sources: tuple[str, ...]
     devices_per_chip: int = 1  # JAX devices libtpu makes of one chip (2 for TPU7x's two chiplets)
     cloud_min_chips: int = 4  # the smallest Cloud TPU type of this generation, in chips
+    # fp8 FLOP/s per chip where the generation's spec sheet gives an fp8 rate (FP8_SOURCES), else None: its fp8 matmuls
+    # are costed at the bf16 rate, and the prediction says so
+    fp8_peak_flops: float | None = None
+
+    @property
+    def device_fp8_flops(self) -> float | None:
+        """fp8 FLOP/s of one JAX device, None where the chip has no fp8 rate."""
+        return None if self.fp8_peak_flops is None else self.fp8_peak_flops / self.devices_per_chip
 
     @property
     def device_hbm_bytes(self) -> int:
@@ -180,7 +189,7 @@ CHIPS: dict[str, Chip] = {
         ),
         Chip(
             "tpu7x",
-            "",
+            "tpu7x",
             "tpu",
             "TPU7x",
             192 * GIB,
@@ -193,9 +202,20 @@ CHIPS: dict[str, Chip] = {
             "default",
             ("https://cloud.google.com/tpu/docs/tpu7x", SCALING_BOOK_TPUS),
             2,
-            4,
+            1,
+            4614e12,  # FP8_SOURCES["tpu7x"]
         ),
     )
+}
+# Where each generation's fp8 matmul rate comes from, or why it has none (Chip.fp8_peak_flops). Only TPU7x's spec sheet
+# gives one; v6e's, v5p's and v5e's give bf16 and int8 rates (918 and 1836, 459 and 918, 197 and 394 TFLOP/s or TOP/s),
+# v4's bf16 and int8: their fp8 matmuls are costed at the bf16 rate (XLA's TPU compiler runs them on the bf16 MXU).
+FP8_SOURCES = {
+    "tpu7x": "https://cloud.google.com/tpu/docs/tpu7x (peak compute per chip: 4614 TFLOP/s fp8, twice its 2307 bf16)",
+    "v6e": "https://cloud.google.com/tpu/docs/v6e (918 TFLOP/s bf16, 1836 TOP/s int8: no fp8 rate)",
+    "v5p": "https://cloud.google.com/tpu/docs/v5p (459 TFLOP/s bf16, 918 TOP/s int8: no fp8 rate)",
+    "v5e": "https://cloud.google.com/tpu/docs/v5e (197 TFLOP/s bf16, 394 TOP/s int8: no fp8 rate)",
+    "v4": "https://cloud.google.com/tpu/docs/v4 (275 TFLOP/s bf16 and int8: no fp8 rate)",
 }
 # The HBM XLA's TPU compiler lets one device's program use, in GiB as its refusal writes it (E1000: "... exceeds
 # available HBM (31.24G)"; libtpu keeps the rest): a program over it is refused, one under it compiles. Read from

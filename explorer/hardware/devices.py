@@ -81,14 +81,24 @@ def describe() -> dict:
 GPU_FLAG = "--xla_gpu_experimental_use_collective_kernels="  # NCCL for every collective (see explorer/compile/xla_compile.py's docstring)
 
 
-def child_environment(target: Target | None = None) -> dict[str, str]:
+# The environment variables whose flags reach a target's compiler: libtpu reads LIBTPU_INIT_ARGS when it loads (TPU
+# targets only), and XLA_FLAGS becomes the DebugOptions every compile is given (the TPU and GPU compilers read them too).
+FLAG_VARIABLES = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")
+
+
+def child_environment(target: Target | None = None, flags: dict[str, str] | None = None) -> dict[str, str]:
     """CPU as JAX's backend (libtpu or the CUDA plugin is only asked for a topology), and libtpu's lock not held against us.
 
     For a GPU target, ``XLA_FLAGS`` gains ``--xla_gpu_experimental_use_collective_kernels=`` (see
     ``xla_compile``'s docstring), and XLA's warnings are logged (``TF_CPP_MIN_LOG_LEVEL=1`` unless the user chose):
-    its rematerialization lines say when a program does not fit the GPU.
+    its rematerialization lines say when a program does not fit the GPU. ``flags`` (``compile_flags``' form): the
+    flag variables to compile under in place of this process's (a cluster node compiles under the server's).
     """
     env = dict(os.environ)
+    if flags is not None:
+        for name in FLAG_VARIABLES:
+            env.pop(name, None)
+        env.update({name: value for name, value in flags.items() if name in FLAG_VARIABLES})
     env["JAX_PLATFORMS"] = "cpu"
     env.update([LIBTPU_SHARED])
     if target is not None and target.is_gpu:
@@ -98,3 +108,20 @@ def child_environment(target: Target | None = None) -> dict[str, str]:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     return env
+
+
+def compile_flags(target: Target, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The flags a compile for ``target`` runs under: each of ``FLAG_VARIABLES`` that reaches its compiler (libtpu's
+    ``LIBTPU_INIT_ARGS`` for a TPU slice; ``XLA_FLAGS`` for both), as the compile child gets it (``child_environment``;
+    ``env``: an environment already made, such as the child's own), its words joined by one space; unset or empty
+    variables left out. A compile's identity (``compile_cache.cache_key``) and part of its result.
+
+    >>> from explorer.hardware.targets import parse_target
+    >>> compile_flags(parse_target("v5e-8"), {"LIBTPU_INIT_ARGS": " --a=1   --b=2 ", "XLA_FLAGS": ""})
+    {'LIBTPU_INIT_ARGS': '--a=1 --b=2'}
+    >>> compile_flags(parse_target("h100:1x8"), {"LIBTPU_INIT_ARGS": "--a=1"})
+    {'XLA_FLAGS': '--xla_gpu_experimental_use_collective_kernels='}
+    """
+    env = child_environment(target) if env is None else (child_environment(target, {n: env.get(n, "") for n in FLAG_VARIABLES}))
+    reaching = ("XLA_FLAGS",) if target.is_gpu else FLAG_VARIABLES
+    return {name: " ".join(env[name].split()) for name in reaching if env.get(name, "").strip()}

@@ -14,7 +14,9 @@ The registry is keyed by generation (``CHIPS``); NVIDIA GPUs are ``Gpu`` entries
 named ``h100:2x8`` (hosts x GPUs per host) and compiled from XLA's GPU target config (``accelerators``).
 
 Single-chip and two-chip slices (``v5e:1x1``, ``v6e:1x1``, ``v5p:1x1x1``, ``v4:1x1x1``,
-``tpu7x:1x1x1``, ``v5e:1x2``) are accepted as topologies: libtpu 0.0.50 describes them.
+``tpu7x:1x1x1``, ``v5e:1x2``) are accepted as topologies: libtpu 0.0.50 describes them. TPU7x (Ironwood) slices are
+named as MaxText and GKE name them, ``tpu7x-N`` with N TensorCores (two per chip: ``tpu7x-128`` is ``tpu7x:4x4x4``),
+or as xpk's device types, ``tpu7x-4x4x4``.
 
 NVIDIA GPU clusters: ``a100:HxG``, ``h100:HxG``, ``h200:HxG``, ``b200:HxG`` are H hosts of G GPUs
 each (G 1 to 8, H 1 to 128; ``h100:8x8`` is 64 H100s, eight DGX/HGX hosts). JAX's CUDA plugin
@@ -261,6 +263,7 @@ _CLOUD_NAME = re.compile(r"(?P<prefix>[a-z0-9]+)-(?P<count>\d+)")
 # accelerator_to_spec_map.py) names v5e slices ``v5e-N`` (N chips), as Cloud TPU names them ``v5litepod-N``.
 CLOUD_PREFIX_ALIASES = {"v5e": "v5litepod"}
 _TOPOLOGY = re.compile(r"(?P<generation>[a-z0-9]+):(?P<shape>\d+(?:x\d+)+)")
+_DASHED_TOPOLOGY = re.compile(r"(?P<generation>[a-z0-9]+)-(?P<shape>\d+(?:x\d+)+)")  # xpk's --device-type=tpu7x-4x4x4
 GPU_FORM = (
     f"a GPU cluster GPU:HOSTSxGPUS of {', '.join(GPUS)} (e.g. h100:1x8, h100:8x8: 1 to {MAX_HOSTS} hosts of 1 to {MAX_GPUS_PER_HOST} GPUs)"
 )
@@ -269,8 +272,8 @@ GPU_FORM = (
 # app shows it and every listed name beside the message) and in docs/targets.md.
 TARGET_EXAMPLES = "e.g. v5p-128, v5e-256, v5e:4x4, 2xv5p-16 or h100:2x8 (docs/targets.md lists every form)"
 TARGET_FORMS = (
-    "a Cloud TPU type (v5p-128, v5litepod-16 or v5e-16, v6e-64, v4-32), a libtpu topology GENERATION:AxB[xC] of "
-    f"{', '.join(CHIPS)} (v5e:4x4, v5p:4x4x4, tpu7x:2x2x1), N slices of one (2xv5p-16) or {GPU_FORM}"
+    "a Cloud TPU type (v5p-128, v5litepod-16 or v5e-16, v6e-64, v4-32, tpu7x-128), a libtpu topology GENERATION:AxB[xC] of "
+    f"{', '.join(CHIPS)} (v5e:4x4, v5p:4x4x4, tpu7x:4x4x4; xpk's tpu7x-4x4x4), N slices of one (2xv5p-16) or {GPU_FORM}"
 )
 
 
@@ -369,6 +372,9 @@ def parse_target(name: str) -> Target:
     several = _SLICES.fullmatch(text)
     if several:
         return _parse_slices(name, text, int(several["count"]), several["slice"])
+    dashed = _DASHED_TOPOLOGY.fullmatch(text)
+    if dashed and dashed["generation"] in CHIPS:  # xpk's device type, tpu7x-4x4x4: the topology tpu7x:4x4x4
+        text = f"{dashed['generation']}:{dashed['shape']}"
     cloud, topology = _CLOUD_NAME.fullmatch(text), _TOPOLOGY.fullmatch(text)
     if topology and topology["generation"] in GPUS:
         return _parse_gpu(name, text, GPUS[topology["generation"]], topology["shape"])

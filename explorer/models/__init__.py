@@ -26,6 +26,9 @@ from explorer.models.options import SIZE_PRESETS, MlpOptions, NnxGuideOptions, T
 
 ALLOW_ENV = "EXPLORER_ALLOWED_FACTORIES"
 MAXTEXT = "maxtext"  # a MaxText config: its options are MaxText's own KEY: VALUE keys (explorer.models.maxtext)
+# A user's own jitted step: its options name the allow-listed factory that makes it (``factory``) and what it is given
+# besides the mesh (explorer.compile.jitted); it has no model the reading reads, only the step's arguments
+STEP = "step"
 FACTORY_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 
 
@@ -72,7 +75,11 @@ def is_factory(name: str) -> bool:
 def validate_model(spec):
     """Check the model name and options; return the spec with every option filled in."""
     if is_factory(spec.name):
-        _check_factory_allowed(spec.name)
+        check_factory_allowed(spec.name)
+        _check_json_options(spec.options)
+        return spec
+    if spec.name == STEP:  # a user's jitted step: its factory allow-listed, its other options passed to it
+        check_factory_allowed(spec.options.get("factory"), "model.options.factory")
         _check_json_options(spec.options)
         return spec
     if spec.name == MAXTEXT:  # MaxText's keys: their names and values checked here, the config by MaxText when built
@@ -84,7 +91,8 @@ def validate_model(spec):
         raise ExplorerError(
             "model.name",
             spec.name,
-            f"is not a model; choose one of {sorted(MODELS)}, {MAXTEXT!r} (a MaxText config) or an allow-listed factory 'package.module:function'",
+            f"is not a model; choose one of {sorted(MODELS)}, {MAXTEXT!r} (a MaxText config), {STEP!r} (your own jitted step) "
+            "or an allow-listed factory 'package.module:function'",
         )
     options = _validate_options(entry, spec.options)
     return type(spec)(name=spec.name, options=options.model_dump())
@@ -126,12 +134,13 @@ def _option_errors(entry: ModelEntry, options: dict, error: ValidationError) -> 
     return found
 
 
-def _check_factory_allowed(name: str) -> None:
-    if not FACTORY_NAME.match(name):
-        raise ExplorerError("model.name", name, "is not a factory name of the form 'package.module:function'")
+def check_factory_allowed(name: str, field: str = "model.name") -> None:
+    """Refuse a factory name that is not ``package.module:function`` or not allow-listed (``EXPLORER_ALLOWED_FACTORIES``)."""
+    if not isinstance(name, str) or not FACTORY_NAME.match(name):
+        raise ExplorerError(field, name, "is not a factory name of the form 'package.module:function'")
     if name not in allowed_factories():
         raise ExplorerError(
-            "model.name",
+            field,
             name,
             f"is a user factory that is not allow-listed; the person running the tool can add it to {ALLOW_ENV}",
         )
@@ -163,17 +172,30 @@ def build_model(spec) -> BuiltModel:
         from explorer.models.maxtext import built_model
 
         return built_model(spec.options)
+    if spec.name == STEP:  # its own code is the step: the explorer's train step (a timing, origins) has no model to run
+        raise ExplorerError(
+            "model.name",
+            spec.name,
+            "is your own jitted step: it is analyzed (its arguments) and compiled for a target as it is (docs/step.md), "
+            "not run inside the explorer's train step; time it with your own code",
+        )
     entry = MODELS[spec.name]
     return entry.build(entry.options.model_validate(spec.options))
 
 
-def _build_factory(spec) -> BuiltModel:
-    _check_factory_allowed(spec.name)
-    module_name, function_name = spec.name.split(":")
+def import_factory(name: str, field: str = "model.name"):
+    """The allow-listed factory ``name`` (``package.module:function``), imported: a model's, or a step's
+    (``compile.jitted``); one that is not allow-listed is refused before anything is imported."""
+    check_factory_allowed(name, field)
+    module_name, function_name = name.split(":")
     try:
-        factory = getattr(importlib.import_module(module_name), function_name)
+        return getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as error:
-        raise ExplorerError("model.name", spec.name, f"cannot be imported ({error})") from None
+        raise ExplorerError(field, name, f"cannot be imported ({error})") from None
+
+
+def _build_factory(spec) -> BuiltModel:
+    factory = import_factory(spec.name)
     try:
         built = factory(**spec.options)
     except TypeError as error:
@@ -200,9 +222,12 @@ __all__ = [
     "InputSpec",
     "MAXTEXT",
     "MODELS",
+    "STEP",
     "ModelEntry",
     "allowed_factories",
     "build_model",
+    "check_factory_allowed",
+    "import_factory",
     "framework_of",
     "is_factory",
     "option_errors",

@@ -38,6 +38,10 @@ class BuiltModel:
     ``mesh``: the JAX Mesh the model's own code holds, where it holds one (MaxText's layers pass theirs to
     ``shard_map``, which refuses to trace under any other mesh, devices included): a layout of its shape and axes
     traces the forward pass under it rather than over this process's devices.
+
+    ``optimizer``: the model's own optimizer, ``optimizer(model) -> optax.GradientTransformation`` given the abstract
+    NNX model (MaxText's ``optimizers.get_optimizer``, which reads it for Muon); None: the guides' Adam
+    (``make_optimizer``). The reading traces its state, so every optimizer-state leaf shown is that optimizer's.
     """
 
     module: Any
@@ -45,6 +49,7 @@ class BuiltModel:
     loss: Callable[..., Any]
     framework: Framework = "linen"
     mesh: Any = None
+    optimizer: Callable[[Any], Any] | None = None
 
     def nnx_builder(self) -> Callable[[], Any]:
         """NNX: the function that builds the module (a factory may hand over a built ``nnx.Module`` instead)."""

@@ -133,6 +133,16 @@ def own_settings():
         yield
 
 
+def maxtext_version() -> str:
+    """The installed MaxText's version (0.2.5), as its package metadata gives it."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("maxtext")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def base_config_path() -> str:
     """MaxText's own ``base.yml``, inside the installed package."""
     import maxtext.configs
@@ -147,6 +157,7 @@ def build_config(keys: dict[str, str]) -> Any:
 
     keys = {"run_name": DEFAULT_RUN_NAME, **keys}
     argv = ["explorer", base_config_path(), *(f"{key}={value}" for key, value in keys.items())]
+    flags = os.environ.get("XLA_FLAGS")
     try:
         return pyconfig.initialize(argv)
     except Exception as error:  # MaxText validates with pydantic, omegaconf and asserts: one message, never a traceback
@@ -155,7 +166,18 @@ def build_config(keys: dict[str, str]) -> Any:
             first = details[0]
             key = str(first["loc"][0]) if first.get("loc") else FIELD  # the key; the rest names a union's member
             raise ExplorerError(key, keys.get(key, first.get("input")), f"was refused by MaxText's config: {first.get('msg')}") from None
+        unknown = re.match(r"'(\w+)' not in ", first_line(error))
+        if unknown and unknown[1] in keys:  # a key this MaxText does not have (a newer one's, in a recipe written for it)
+            raise ExplorerError(
+                unknown[1], keys[unknown[1]], f"is not a key of MaxText {maxtext_version()} (its base.yml has none of that name)"
+            ) from None
         raise ExplorerError(FIELD, " ".join(argv[2:]), f"was refused by MaxText's config: {first_line(error)}") from None
+    finally:  # pyconfig sets XLA_FLAGS to dump every train step into /tmp/xla_dump when it is unset: not in this process,
+        # whose compile children inherit its environment (their flags are their identity; dumps fill the disk)
+        if flags is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = flags
 
 
 def build_mesh(config: Any, devices: list | None = None) -> Any:
@@ -258,6 +280,22 @@ def topology_keys(target_name: str) -> dict[str, str]:
     return {"compile_topology": name, "compile_topology_num_slices": str(target.num_slices)}
 
 
+def target_of(pairs: list[str] | tuple[str, ...], target: str) -> str:
+    """``--target`` as the slices the keys ask for: a target naming one slice with ``compile_topology_num_slices=N``
+    (N > 1) among the keys is N of that slice (``--target v6e-256`` with ``compile_topology_num_slices=2`` is
+    ``2xv6e-256``, as a recipe's ``--device-type=v6e-256 --num-slices=2``); otherwise the target as given.
+
+    >>> target_of(["model_name=gemma3-12b", "compile_topology_num_slices=2"], "v6e-256"), target_of([], "v6e-256")
+    ('2xv6e-256', 'v6e-256')
+    """
+    from explorer.hardware.targets import parse_target
+
+    slices = parse_keys(pairs).get("compile_topology_num_slices", "1")
+    if not parse_target(target).multislice and slices.isdigit() and int(slices) > 1:
+        return f"{int(slices)}x{target}"
+    return target
+
+
 def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -> dict[str, Any]:
     """A MaxText config as a layout, in the file format (``explorer.layout.parse_layout`` reads it): MaxText's mesh (its 12 ``mesh_axes``, the sizes ``create_device_mesh`` gives the
     parallelism keys, the DCN share of each axis across slices), its ``logical_axis_rules``, and the model ``maxtext``
@@ -265,6 +303,7 @@ def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -
     keys = parse_keys(pairs)
     require_maxtext()
     if target is not None:
+        target = target_of(pairs, target)
         keys |= topology_keys(target)
     config = cached_config(tuple(sorted(keys.items())))
     mesh = build_mesh(config, config_devices(config))
@@ -294,10 +333,12 @@ def dcn_shares(config: Any, axes: tuple[str, ...], slices: int) -> list[int]:
 
 
 def built_model(options: dict[str, str]):
-    """The ``maxtext`` model of a layout: MaxText's ``Transformer`` built by ``model_creation_utils.from_config`` on
-    MaxText's mesh, fed as its train step feeds it (``inputs``, ``inputs_position``, ``inputs_segmentation``, sharded
-    over the config's ``data_sharding`` axes), the loss a softmax cross-entropy of the logits against ``targets``
-    (MaxText's own adds a z-loss term, a scalar's worth of work)."""
+    """The ``maxtext`` model of a layout, as the analysis reads it: MaxText's ``Transformer`` built by
+    ``model_creation_utils.from_config`` on MaxText's mesh, fed as its train step feeds it (``inputs``,
+    ``inputs_position``, ``inputs_segmentation``, sharded over the config's ``data_sharding`` axes), with MaxText's own
+    optimizer (``optimizers.get_optimizer`` for the config: its state is the train state's). A compile for a target is
+    MaxText's own train step (``lower_train_step``), not this; the loss here (a softmax cross-entropy of the logits
+    against ``targets``) serves only a step run on this process's devices."""
     import jax
     import jax.numpy as jnp
 
@@ -340,7 +381,127 @@ def built_model(options: dict[str, str]):
         one_hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=jnp.float32)
         return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits.astype(jnp.float32)) * one_hot, axis=-1))
 
-    return BuiltModel(build, inputs, loss, "nnx", mesh=mesh)
+    def optimizer(model):  # MaxText's own, as get_shaped_inputs makes it: its state is the one its train step carries
+        from maxtext.optimizers import optimizers
+        from maxtext.utils import maxtext_utils
+
+        return optimizers.get_optimizer(config, maxtext_utils.create_learning_rate_schedule(config), model, mesh=mesh)
+
+    return BuiltModel(build, inputs, loss, "nnx", mesh=mesh, optimizer=optimizer)
+
+
+# What train_compile.py's main adds to LIBTPU_INIT_ARGS before libtpu loads (with jax_default_prng_impl=unsafe_rbg): part
+# of the program MaxText compiles, so part of ours
+RNG_FLAG = "--xla_tpu_spmd_rng_bit_generator_unsafe=true"
+
+
+def _same_rules(ours, theirs) -> bool:
+    """Two logical-axis rule lists equal as Flax reads them (a lone axis, a list or a tuple of axes, None or ())."""
+
+    def axes(mesh_axes) -> tuple:
+        return () if mesh_axes is None else (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+
+    return [(name, axes(m)) for name, m in ours] == [(name, axes(m)) for name, m in theirs]
+
+
+def program_keys(
+    options: dict[str, str],
+    target_name: str,
+    mesh_shape: tuple[int, ...],
+    mesh_axes: tuple[str, ...],
+    mesh_dcn: tuple[int, ...] | None,
+    rules: tuple,
+) -> dict[str, str]:
+    """The MaxText keys whose own train step is the program of a ``maxtext`` layout on ``target_name``: its options, the
+    target as ``compile_topology`` (it wins), and, where the layout's mesh was edited away from the one its keys make,
+    that mesh as ``ici_*``/``dcn_*_parallelism`` keys. Rules edited away from the config's ``logical_axis_rules`` are
+    refused: MaxText's command line appends rules rather than replacing them, so no key gives its train step other rules."""
+    keys = check_options(options) | topology_keys(target_name)
+    config = cached_config(tuple(sorted(keys.items())))
+    if tuple(config.mesh_axes) != tuple(mesh_axes):
+        raise ExplorerError("mesh.axes", list(mesh_axes), f"are not MaxText's mesh axes {list(config.mesh_axes)} for these keys")
+    built = build_mesh(config, config_devices(config))
+    if tuple(int(n) for n in built.devices.shape) != tuple(mesh_shape):
+        slices = int(getattr(config, "num_slices", 1) or 1)
+        dcn = dict(zip(mesh_axes, mesh_dcn or (slices,) + (1,) * (len(mesh_axes) - 1)))
+        ici = {axis: size // dcn[axis] for axis, size in zip(mesh_axes, mesh_shape)}
+        keys |= dict(pair.split("=", 1) for pair in parallelism_keys(ici, dcn if slices > 1 else None))
+    if not _same_rules(rules, config.logical_axis_rules):
+        first = next(
+            (i for i, (a, b) in enumerate(zip(rules, config.logical_axis_rules)) if not _same_rules([a], [b])),
+            min(len(rules), len(config.logical_axis_rules)),
+        )
+        raise ExplorerError(
+            "rules",
+            list(rules[first]) if first < len(rules) else None,
+            f"differs from MaxText's logical_axis_rules for these keys at rule {first}: a MaxText layout compiles MaxText's "
+            "own train step, whose rules are its config's (write them in a MaxText config file, or reset the rules)",
+        )
+    return keys
+
+
+def as_main_does() -> None:
+    """What train_compile.py's ``main`` sets before anything else: ``jax_default_prng_impl=unsafe_rbg`` and ``RNG_FLAG``
+    in LIBTPU_INIT_ARGS (read when libtpu loads: call this before any topology is described)."""
+    import jax
+
+    jax.config.update("jax_default_prng_impl", "unsafe_rbg")
+    if RNG_FLAG not in os.environ.get("LIBTPU_INIT_ARGS", "").split():
+        os.environ["LIBTPU_INIT_ARGS"] = f"{os.environ.get('LIBTPU_INIT_ARGS', '')} {RNG_FLAG}".strip()
+
+
+def lower_train_step(keys: dict[str, str]):
+    """MaxText's own train step for ``keys`` lowered for their slice (``compile_topology``), as train_compile.py's
+    ``main`` lowers it, MaxText's functions called in its order: ``get_topology_mesh``, ``get_shaped_inputs`` (its
+    train state with its optimizer, ``optimizers.get_optimizer``, and the batch), the Zero-1 shardings
+    (``maybe_update_params_sharding_with_opt``, ``build_zero1_input_state_mesh_shardings``),
+    ``get_input_data_sharding``, then ``get_functional_train_with_signature(train.train_step, ...)`` (or DiLoCo's step)
+    jitted with its shardings and donation and lowered under the mesh and its rules, as ``jit_and_compile`` does. Like
+    ``main``: ``jax_default_prng_impl=unsafe_rbg`` and ``RNG_FLAG`` in LIBTPU_INIT_ARGS (before libtpu loads, in a
+    compile child). Returns ``(lowered, mesh, compiler_options)``: the options ``jit_and_compile`` compiles with (its
+    ``compile_xla_flags``)."""
+    import contextlib
+    import functools
+
+    import jax
+    from flax.core.spmd import logical_axis_rules as axis_rules
+
+    require_maxtext()
+    with contextlib.redirect_stdout(sys.stderr):
+        from maxtext.trainers.diloco import diloco
+        from maxtext.trainers.pre_train import train, train_compile
+        from maxtext.utils import max_utils, maxtext_utils, sharding
+
+    as_main_does()
+    config = build_config(keys)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # MaxText prints; stdout carries the result
+            train_compile.validate_config(config)
+            mesh = train_compile.get_topology_mesh(config)
+            args, kwargs, state_shardings, _, model = train_compile.get_shaped_inputs(mesh, config)
+            params_shardings, state_shardings = sharding.maybe_update_params_sharding_with_opt(config, state_shardings)
+            input_shardings = sharding.build_zero1_input_state_mesh_shardings(config, state_shardings, params_shardings)
+            data_sharding = sharding.get_input_data_sharding(config, mesh)
+            if config.enable_diloco:
+                state, state_shardings, inner = diloco.build_abstract_diloco_state(config, args[0], state_shardings, mesh)
+                args = (state, args[1], args[2] if len(args) > 2 else None)
+                func = diloco.build_diloco_train_step(config, functools.partial(train.train_step, model, config, inner, params_shardings))
+                func.__name__ = "train_step"
+                in_shard, out_shard, static, donate = (state_shardings, data_sharding, None), (state_shardings, None), (), 0
+            else:
+                func, in_shard, out_shard, static, donate = maxtext_utils.get_functional_train_with_signature(
+                    train.train_step, data_sharding, input_shardings, model, config, params_shardings
+                )
+            with jax.set_mesh(mesh), mesh if config.enable_diloco else contextlib.nullcontext(), axis_rules(config.logical_axis_rules):
+                jitted = jax.jit(func, in_shardings=in_shard, out_shardings=out_shard, static_argnums=static, donate_argnums=donate)
+                lowered = jitted.lower(*args, **kwargs)
+    except ExplorerError:
+        raise
+    except Exception as error:  # MaxText's model and train step assert on shapes the keys make impossible
+        raise ExplorerError(
+            FIELD, " ".join(f"{k}={v}" for k, v in keys.items()), f"MaxText could not lower its train step: {first_line(error)}"
+        ) from None
+    return lowered, mesh, max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags)
 
 
 def build(pairs: list[str] | tuple[str, ...], devices: list | None = None) -> MaxTextBuild:
@@ -384,6 +545,10 @@ __all__ = [
     "config_devices",
     "dcn_shares",
     "layout_data",
+    "target_of",
+    "as_main_does",
+    "lower_train_step",
+    "program_keys",
     "topology_keys",
     "build_mesh",
     "parse_keys",

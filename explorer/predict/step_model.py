@@ -60,7 +60,7 @@ from explorer.predict.roofline import Estimate
 from explorer.predict.step_rates import MATMUL_FIXED_K, Rates, rates
 from explorer.hardware.accelerators import Chip, Gpu
 
-SCOPE = "validated on one real H200 and against published MaxText runs on TPU v5e, v5p, v4 and v6e only: docs/step-time.md"  # said wherever a prediction is shown
+SCOPE = "validated on one real H200 and against published MaxText runs on TPU v5e, v5p, v4, v6e and TPU7x only: docs/step-time.md"  # said wherever a prediction is shown
 OVERLAP = 0.95  # XLA's kMemoryComputeParallelism: how much of the shorter of compute and memory hides under the longer
 FREE = frozenset(
     {
@@ -335,22 +335,32 @@ def _costed_flops(flops: float, result: str) -> float:
 def _fused_bytes(called: str, program: hlo.Program) -> float:
     """Bytes a fusion reads and writes: each parameter once unless only sliced or updated in place; each output once."""
     instructions = program.computations[called]
-    users: dict[str, list[Instruction]] = {}
-    for instruction in instructions:
-        for operand in instruction.operands:
-            users.setdefault(operand, []).append(instruction)
-    read = sum(_read(p, users) for p in instructions if p.op == "parameter")
+    users = _users(called, program)
+    read = sum(_read(p, users, program) for p in instructions if p.op == "parameter")
     root = next((i for i in instructions if i.root), None)
     return read + (_written(root, program.symbols[called]) if root else 0.0)
 
 
-def _read(value: Instruction, users: dict[str, list[Instruction]]) -> float:
-    """Bytes read of ``value``: a slice's worth where it is only sliced, nothing where it is only updated in place."""
+def _users(called: str, program: hlo.Program) -> dict[str, list[Instruction]]:
+    """Each value of a computation and the instructions that use it."""
+    users: dict[str, list[Instruction]] = {}
+    for instruction in program.computations[called]:
+        for operand in instruction.operands:
+            users.setdefault(operand, []).append(instruction)
+    return users
+
+
+def _read(value: Instruction, users: dict[str, list[Instruction]], program: hlo.Program | None = None) -> float:
+    """Bytes read of ``value``: a slice's worth where it is only sliced, nothing where it is only updated in place; what a
+    nested fusion reads of it is what its computation reads of the matching parameter (a layer's slice of a stacked
+    weight, sliced inside a nested loop fusion)."""
     full = float(hbm_bytes(value.shape))
     total = 0.0
     for user in users.get(value.name, ()):
-        if user.op == "bitcast":
-            total += _read(user, users)
+        if user.op == "bitcast" or _relaid_in_place(user, value):
+            total += _read(user, users, program)
+        elif user.op == "fusion" and program is not None and (nested := _nested_parameter(user, value, program)) is not None:
+            total += _read(nested[0], nested[1], program)
         elif user.op in ("dynamic-slice", "slice", "gather") and user.operands[0] == value.name:
             total += hbm_bytes(user.shape) if full else 0
         elif user.op == "dynamic-update-slice" and user.operands[0] == value.name:
@@ -358,6 +368,33 @@ def _read(value: Instruction, users: dict[str, list[Instruction]]) -> float:
         else:
             return full
     return min(total, full)
+
+
+def _nested_parameter(fusion: Instruction, value: Instruction, program: hlo.Program):
+    """The parameter of a nested fusion's computation that ``value`` is passed as (its one use among the operands), with
+    that computation's users; None where it is passed more than once or the computation is not known."""
+    if fusion.operands.count(value.name) != 1:
+        return None
+    called = next((name for role, name in hlo.callees(fusion.attributes) if role == "calls"), None)
+    if called not in program.computations:
+        return None
+    index = fusion.operands.index(value.name)
+    parameter = next((i for i in program.computations[called] if i.op == "parameter" and i.operands[:1] == (str(index),)), None)
+    return None if parameter is None else (parameter, _users(called, program))
+
+
+def _relaid_in_place(user: Instruction, value: Instruction) -> bool:
+    """``user`` is a nested fusion that changes only the tiling of ``value`` in place (its output aliases its one operand,
+    ``output_to_operand_aliasing={{}: (0, {})}``): TPU7x programs (libtpu 0.0.50) relay a stacked bf16 weight or buffer
+    from ``T(16,128)`` to ``T(8,128)`` tiles this way before slicing it or updating it in place. Its users decide what is
+    read, as a bitcast's do: a layer's slice of a stack, not the stack (which counted an 80-layer stack per layer)."""
+    return (
+        user.op == "fusion"
+        and user.operands[:1] == (value.name,)
+        and len(user.operands) == 1
+        and "output_to_operand_aliasing={{}: (0, {})}" in user.attributes
+        and hlo.array_dims(user.shape) == hlo.array_dims(value.shape)
+    )
 
 
 def _written(root: Instruction, symbols: dict[str, Instruction]) -> float:
@@ -558,7 +595,31 @@ def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collect
     if not hlo_text:
         return estimate
     prediction = predict(hlo_text, chip, collectives)
-    return dataclasses.replace(estimate, predicted_s=max(prediction.step_s, estimate.step_s), prediction_parts=prediction.parts())
+    fp8 = math.fsum(flops for dtype, flops in hlo.matmul_flops_by_dtype(hlo_text).items() if dtype.startswith("f8"))
+    parts = prediction.parts() | {"fp8_flops": fp8}  # fp8 matmuls' flops per step: said beside the prediction (fp8_note)
+    return dataclasses.replace(estimate, predicted_s=max(prediction.step_s, estimate.step_s), prediction_parts=parts)
+
+
+def fp8_note(parts: dict | None, chip: Chip | Gpu) -> str:
+    """One line on the fp8 matmuls of a predicted step, at which rate they were costed ('' where there are none): the
+    chip's fp8 rate where its spec sheet has one (TPU7x), else the bf16 rate, said so (``step_rates``).
+
+    >>> from explorer.hardware.accelerators import CHIPS
+    >>> fp8_note({"fp8_flops": 1e15}, CHIPS["v6e"])[:80]
+    'fp8 matmuls: 1.00 PFLOP a step, costed at the bf16 rate: v6e has no fp8 rate (ht'
+    """
+    flops = (parts or {}).get("fp8_flops", 0.0)
+    if not flops:
+        return ""
+    from explorer.formats import human_flops
+    from explorer.hardware.accelerators import FP8_SOURCES
+
+    fp8 = getattr(chip, "device_fp8_flops", None)
+    if fp8:
+        return f"fp8 matmuls: {human_flops(flops)} a step, costed at {chip.generation}'s fp8 rate ({human_flops(fp8)}/s per device, {FP8_SOURCES[chip.generation]})"
+    if isinstance(chip, Gpu):
+        return f"fp8 matmuls: {human_flops(flops)} a step, costed at twice the bf16 rate (assumed, not measured)"
+    return f"fp8 matmuls: {human_flops(flops)} a step, costed at the bf16 rate: {chip.generation} has no fp8 rate ({FP8_SOURCES[chip.generation]})"
 
 
 def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chip: Chip | Gpu, dtype: str = "bf16") -> float:

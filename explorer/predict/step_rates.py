@@ -8,10 +8,11 @@ Three figures per device, and what they rest on:
   precision runs f32 matmuls on TF32 tensor cores on this GPU). Other GPUs: their spec sheet's dense
   figure (bf16; TF32 for f32) times the fraction of it the H200 reached (bf16 870.9 / 989 = 0.881,
   TF32 445.2 / 494.7 = 0.900).
-  TPUs: v5e, v5p, v4 and v6e, their spec sheet's bf16 peak at a matmul efficiency set from one published run each
-  (``TPU_EVIDENCE``: MaxText's 32B on one v5e-256, its 32B on one v5p-128, its 22B on one v4-128, tpu-recipes'
-  Llama 3.1 8B on v6e-8; the other published runs out of sample, docs/step-time.md); TPU7x, its bf16 peak at v5e's
-  efficiency. An f32 matmul on a TPU runs at the
+  TPUs: v5e, v5p, v4, v6e and TPU7x, their spec sheet's bf16 peak at a matmul efficiency set from one published run
+  each (``TPU_EVIDENCE``: MaxText's 32B on one v5e-256, its 32B on one v5p-128, its 22B on one v4-128, tpu-recipes'
+  Llama 3.1 8B on v6e-8 and Llama 3.1 70B in bf16 on tpu7x-128; the other published runs out of sample,
+  docs/step-time.md). fp8 matmuls at the chip's fp8 peak where its spec sheet gives one (TPU7x's 4614 TFLOP/s per
+  chip, ``accelerators.FP8_SOURCES``), at its bf16 peak where it gives none (v6e, v5p, v5e, v4), said so. An f32 matmul on a TPU runs at the
   bf16 rate: by default JAX's f32 dots run in bfloat16 on a TPU (JAX's "Matmul precision" page,
   https://docs.jax.dev/en/latest/201/precision.html: "float32 dot products may be computed with
   reduced-precision arithmetic internally (bfloat16 on TPU, TF32 on recent GPUs)"; Cloud TPU's
@@ -57,7 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from explorer.hardware.accelerators import Chip, Gpu
+from explorer.hardware.accelerators import FP8_SOURCES, Chip, Gpu
 
 MEASURED = "tests/data/h200-2026-11-27.json"
 JAX_DISPATCH = "https://github.com/jax-ml/jax/pull/4128 (benchmarks/api_benchmark.py: jit_trivial)"
@@ -79,8 +80,10 @@ GPU_LAUNCH_S = 1e-6
 NCCL_LAUNCH_S = 5e-6
 V5E_MATMUL_EFFICIENCY = 1.0  # set from MaxText's 32B run on one v5e-256 (TPU_EVIDENCE; docs/step-time.md): the fit reaches
 # the spec's peak (its program is predicted 1.09x the published step even there: the rest is in the non-matmul terms)
-V5P_MATMUL_EFFICIENCY = 0.890  # set from MaxText's 32B run on one v5p-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.890 of the peak
-V4_MATMUL_EFFICIENCY = 0.945  # set from MaxText's 22B run on one v4-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.945 of the peak
+V5P_MATMUL_EFFICIENCY = 0.884  # set from MaxText's 32B run on one v5p-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.884 of the peak
+V4_MATMUL_EFFICIENCY = 0.802  # set from MaxText's 22B run on one v4-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.802 of the peak
+# set from tpu-recipes' Llama 3.1 70B in bf16 on tpu7x-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.723 of the peak
+TPU7X_MATMUL_EFFICIENCY = 0.723
 # set from tpu-recipes' Llama 3.1 8B on v6e-8 (TPU_EVIDENCE; docs/step-time.md): its step at 0.743 of the peak
 V6E_MATMUL_EFFICIENCY = 0.743
 # Each set from one published two-slice run (DCN_EVIDENCE; docs/step-time.md)
@@ -112,12 +115,16 @@ MAXTEXT_V5P = "https://github.com/AI-Hypercomputer/maxtext MaxText/configs/v5p/R
 MAXTEXT_V4 = (
     "https://github.com/AI-Hypercomputer/maxtext MaxText/configs/v4/README.md (TFLOP/s per chip, 22B on 1-8 v4-128, 52B on 1-2 v4-384)"
 )
+TPU_RECIPES_TPU7X = (
+    "https://github.com/AI-Hypercomputer/tpu-recipes training/ironwood/README.md (each recipe's step time) and "
+    "training/ironwood/*/run_recipe.sh (its MaxText keys and XLA flags)"
+)
 TPU_RECIPES_V6E = (
     "https://github.com/AI-Hypercomputer/tpu-recipes training/trillium/Llama3.1-8B-MaxText/v6e-{8,16,32}/README.md "
     "(each recipe's step time, its log line)"
 )
-# Set by the fits of tests/explorer/predict/test_tpu_steps.py (v5e) and test_tpu_published.py (v5p, v4, v6e): each recomputes its figure from
-# the recorded program and fails if it moved.
+# Set by the fits of tests/explorer/predict/test_tpu_steps.py (v5e) and test_tpu_published.py (v5p, v4, v6e, tpu7x): each
+# recomputes its figure from the recorded program and fails if it moved.
 TPU_EVIDENCE = {
     "v5e": TpuEvidence(
         V5E_MATMUL_EFFICIENCY,
@@ -145,6 +152,14 @@ TPU_EVIDENCE = {
         "model_name=llama3.1-8b per_device_batch_size=3 remat_policy=custom with offloaded layer inputs and projections "
         "max_target_length=8192 attention=flash, 2048-wide splash blocks), 3.443 s a step",
         TPU_RECIPES_V6E,
+    ),
+    "tpu7x": TpuEvidence(
+        TPU7X_MATMUL_EFFICIENCY,
+        "tpu-recipes' Llama 3.1 70B in bf16 on one tpu7x-4x4x4 (training/ironwood/llama3.1-70b/8k-bf16-tpu7x-4x4x4: "
+        "model_name=llama3.1-70b per_device_batch_size=2 max_target_length=8192 remat_policy=custom, every decoder "
+        "input and projection kept on the device, opt_type=adamw mu_dtype=bfloat16, tokamax splash attention with "
+        "2048-wide blocks, under its LIBTPU_INIT_ARGS), 12.20 s a step",
+        TPU_RECIPES_TPU7X,
     ),
 }
 
@@ -248,6 +263,12 @@ def rates(chip: Chip | Gpu) -> Rates:
             f"published run gave ({evidence.run})"
         )
     peak = chip.device_peak_flops
+    fp8 = chip.device_fp8_flops
+    fp8_words = (
+        f"fp8 matmuls at its fp8 peak ({FP8_SOURCES[chip.generation]})"
+        if fp8
+        else f"no fp8 rate in its spec sheet: fp8 matmuls at the bf16 rate ({FP8_SOURCES[chip.generation]})"
+    )
     dcn_generation = chip.generation if chip.generation in DCN_EVIDENCE else DCN_NEAREST.get(chip.generation, "v5e")
     dcn = DCN_EVIDENCE[dcn_generation]
     dcn_words = f"collectives across slices not hidden, at {dcn.efficiency:.3g} of the DCN figure, " + (
@@ -256,13 +277,13 @@ def rates(chip: Chip | Gpu) -> Rates:
         else f"not measured: {dcn_generation}'s share ({dcn.run})"
     )
     return Rates(
-        {"bf16": peak, "f16": peak, "f32": peak, "f8": peak},
+        {"bf16": peak, "f16": peak, "f32": peak, "f8": fp8 or peak},
         evidence.matmul_efficiency,
         chip.device_hbm_bandwidth * HBM_FRACTION,
         0.0,
         0.0,
         f"{matmuls}; HBM: its spec times the fraction the H200 reached ({MEASURED}); f32 matmuls at the bf16 rate (one "
-        f"bf16 pass at default precision); {dcn_words}",
+        f"bf16 pass at default precision); {fp8_words}; {dcn_words}",
         (evidence.source, MEASURED, JAX_PRECISION, TPU_BF16, JAX_DISPATCH, SCALING_BOOK_HOST, *chip.sources),
         dcn_efficiency=dcn.efficiency,
     )

@@ -6,8 +6,8 @@
   ``jax.eval_shape`` without a mesh, as the guide does; a model whose init needs a mesh (a ``PartitionSpec``
   constraint written by hand) under ``layout``'s mesh and rules. NNX variables inside (bridges) would shard
   themselves as they are created: eager sharding is off, shapes need no mesh.
-- NNX, Auto axes: ``nnx.eval_shape`` of the factory's builder and of ``nnx.Optimizer`` (Adam, on ``nnx.Param``),
-  eager sharding off.
+- NNX, Auto axes: ``nnx.eval_shape`` of the factory's builder and of ``nnx.Optimizer`` (Adam, on ``nnx.Param``; the
+  model's own optimizer where it has one, ``BuiltModel.optimizer``: MaxText's), eager sharding off.
 - Explicit axes (``explicit``): the same recipes under the layout's own mesh (an ``AbstractMesh`` with its axis
   types) and rules: NNX's eager sharding ``reshard``s each variable as it is created, so every leaf's type carries
   its sharding. A mesh mixing Auto and Explicit axes is refused for NNX before anything is traced.
@@ -107,11 +107,11 @@ def _linen_init(key: tuple, built: BuiltModel, rng) -> TracedState:
 def _nnx_state(key: tuple, built: BuiltModel) -> TracedState:
     from flax import nnx
 
-    optimizer = make_optimizer()
     build = built.nnx_builder()
     with nnx.use_eager_sharding(False):
         model = nnx.eval_shape(build)
         _check_module(model)
+        optimizer = built.optimizer(model) if built.optimizer is not None else make_optimizer()
         opt = nnx.eval_shape(lambda: nnx.Optimizer(model, optimizer, wrt=nnx.Param))
     return TracedState(key, built, optimizer, (model, opt), None, type(model).__name__)
 
@@ -120,15 +120,17 @@ def _typed_nnx_state(key: tuple, built: BuiltModel) -> TracedState:
     """One trace for the model and its optimizer, as the NNX guide creates them one after the other under the mesh."""
     from flax import nnx
 
-    optimizer = make_optimizer()
     build = built.nnx_builder()
+    chosen = []
 
     def model_and_optimizer():
         model = build()
         _check_module(model)
-        return model, nnx.Optimizer(model, optimizer, wrt=nnx.Param)
+        chosen.append(built.optimizer(model) if built.optimizer is not None else make_optimizer())
+        return model, nnx.Optimizer(model, chosen[0], wrt=nnx.Param)
 
     model, opt = nnx.eval_shape(model_and_optimizer)
+    optimizer = chosen[0]
     return TracedState(key, built, optimizer, (model, opt), None, type(model).__name__)
 
 

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, Layout, json_value, layout_errors, parse_layout
-from explorer.models import MAXTEXT
+from explorer.models import MAXTEXT, STEP
 from explorer.specs import spec_entry
 
 PARAMS = ("name", "mesh", "axes", "types", "dcn", "rules", "model", "options", "target")
@@ -316,6 +316,8 @@ def python_snippet(layout: Layout) -> str:
     many devices as the mesh needs, e.g. ``JAX_NUM_CPU_DEVICES=8`` on a laptop. The
     layout's name, rules and options appear only as Python literals.
     """
+    if layout.model.name == STEP:
+        return _step_snippet(layout)
     rules = "\n".join(f"    ({rule.logical!r}, {spec_entry(rule.mesh)!r})," for rule in layout.rules)
     allow = ""
     if ":" in layout.model.name:  # a user's factory: the registry builds only allow-listed ones
@@ -358,6 +360,24 @@ def python_snippet(layout: Layout) -> str:
         "for path, leaf in leaves:\n"
         "    print(jax.tree_util.keystr(path, simple=True, separator='/'), leaf.shape, leaf.sharding.spec, "
         "leaf.addressable_shards[0].data.shape)\n"
+    )
+
+
+def _step_snippet(layout: Layout) -> str:
+    """A step layout's script: the mesh, the user's own factory called with it, the step compiled on this process's
+    devices with JAX's AOT API and its memory printed (``explorer.plan`` does the same for a target)."""
+    module, function = layout.model.options["factory"].split(":")
+    options = {k: v for k, v in layout.model.options.items() if k != "factory"}
+    return (
+        '"""Your own jitted step on a mesh, as a Partition Explorer layout names it: the factory, given the mesh."""\n\n'
+        "import jax\n"
+        "from jax.sharding import AxisType\n\n"
+        f"from {module} import {function}\n\n"
+        f"mesh = jax.make_mesh({tuple(layout.mesh.shape)!r}, {tuple(layout.mesh.axes)!r}, axis_types={_axis_types_code(layout)})\n"
+        f"step, args, *kwargs = {function}(mesh, **{options!r})\n"
+        "with jax.set_mesh(mesh):\n"
+        "    compiled = step.lower(*args, **(kwargs[0] if kwargs else {})).compile()\n"
+        "print(compiled.memory_analysis())\n"
     )
 
 

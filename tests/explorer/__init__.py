@@ -41,6 +41,9 @@ DOCUMENTED_KEYS = [
     "estimate",
     "donated",
     "compiled_at",
+    "flags",
+    "program",
+    "refused_flags",
 ]
 
 

@@ -70,8 +70,9 @@ def test_the_compile_summary_shows_the_prediction_under_the_bound_with_its_scope
     from tests.explorer import compile_result
 
     lines = compile_text(compile_result("h200:1x1", estimate=Estimate(1e-3, 2e-3, 0.0, 5e-3))).splitlines()
-    assert lines[-2].startswith("roofline lower bound (not a measurement)") and "step >= 2.00 ms" in lines[-2]
-    assert lines[-1] == f"predicted step: 5.00 ms (the step model, kernel by kernel; {SCOPE})"
+    assert lines[-3].startswith("roofline lower bound (not a measurement)") and "step >= 2.00 ms" in lines[-3]
+    assert lines[-2] == f"predicted step: 5.00 ms (the step model, kernel by kernel; {SCOPE})"
+    assert lines[-1] == "compiled: under no LIBTPU_INIT_ARGS or XLA_FLAGS"  # the flags next to the prediction
     assert "predicted" not in compile_text(compile_result("h200:1x1", estimate=Estimate(1e-3, 2e-3, 0.0)))
 
 
@@ -94,7 +95,7 @@ def test_the_compile_text_names_the_target_once_and_rounds_no_figure_to_zero():
         .startswith("read from the disk cache (the compile that wrote it on 2026-11-27 18:02:11 UTC took 2.83 s)")
     )
     assert "per device per step: 32.0 MFLOP, " in fresh[4]
-    roofline = fresh[-1]
+    roofline = fresh[-2]
     assert "compute 41.0 ns, memory 1.00 µs, collectives 0 s -> step >= 1.00 µs" in roofline, roofline
     tpu = compile_text(compile_result("v5litepod-8")).splitlines()[0]
     assert tpu.startswith("target v5litepod-8 (v5e:2x4, 8 x ")  # a slice's name and its topology differ: both said
@@ -157,3 +158,21 @@ def test_a_tpu_compiles_text_judges_the_peak_in_hbm_and_says_memory_analysis_pea
 
     same = with_verdict(dataclasses.replace(result, cross_check=None), result.target)  # no dump read: memory_analysis()'s
     assert judged_peak_note(same) is None and "peak 32.2 GiB does NOT fit" in compile_text(same)
+
+
+def test_the_compile_text_names_the_program_its_flags_and_a_flag_left_out():
+    """Issue 52: which program was compiled and under which flags, beside the prediction; a flag libtpu refused, one line."""
+    from explorer.text import compile_text
+    from tests.explorer import compile_result
+
+    result = compile_result(
+        "v6e-8",
+        program="MaxText's own train step",
+        flags=(("LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=98304"),),
+        refused_flags=("LIBTPU_INIT_ARGS: '--2a886c8_chip_config_name=megachip_tccontrol' is a flag libtpu 0.0.50.1 refuses: left out",),
+    )
+    line = compile_text(result).splitlines()[-1]
+    assert line == (
+        "compiled: MaxText's own train step, under LIBTPU_INIT_ARGS='--xla_tpu_scoped_vmem_limit_kib=98304'; "
+        "LIBTPU_INIT_ARGS: '--2a886c8_chip_config_name=megachip_tccontrol' is a flag libtpu 0.0.50.1 refuses: left out"
+    )

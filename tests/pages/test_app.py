@@ -1,5 +1,6 @@
 """AppTest of the Layout page (app.py runs it by default): renders, reacts to rule edits, shows errors next to widgets."""
 
+import json
 import re
 import sys
 
@@ -371,6 +372,30 @@ def test_a_links_factory_options_the_factory_refuses_are_a_message(monkeypatch):
     refused = [text for text in shown if "were refused by tests.factory_module:make_model" in text]
     assert refused and "__bogus__" in refused[0] and "unexpected keyword argument" in refused[0]
     assert any("This page shows the last valid layout" in plain(w.value) for w in at.main.warning)
+
+
+def test_a_step_link_opens_like_a_layout(monkeypatch):
+    """Your own step (issue 52): a link naming the model ``step`` and its allow-listed factory opens on the Layout page
+    with the factory and its options in the sidebar, the step's arguments listed with their own specs, and the address
+    bar naming the factory."""
+    factory = "examples.steps.ema_step:make_step"
+    monkeypatch.setenv("EXPLORER_ALLOWED_FACTORIES", factory)
+    from explorer.layout import parse_layout
+    from explorer.sharing.share import layout_to_params
+
+    link = layout_to_params(
+        parse_layout({"mesh": {"shape": [8], "axes": ["data"]}, "model": {"name": "step", "options": {"factory": factory, "width": 256}}})
+    )
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update(link)
+    at.run()
+    assert not at.exception
+    assert at.session_state["step_factory_text"] == factory and json.loads(at.session_state["factory_options_text"]) == {"width": 256}
+    assert at.session_state["last_valid_layout"]["model"] == {"name": "step", "options": {"factory": factory, "width": 256}}
+    assert "examples.steps.ema_step" in at.query_params["options"] and at.query_params["model"] == "step"
+    table = next(frame.value for frame in at.main.dataframe if "array" in frame.value.columns)
+    rows = {row["array"]: row for row in table.to_dict("records")}
+    assert "P('data', None)" in str(rows["args/0/params/layers/0/w"].values()) and len(rows) == 31
 
 
 def test_a_link_that_cannot_be_opened_is_kept_verbatim_under_share_until_dismissed():

@@ -36,6 +36,19 @@ def test_stop_ends_the_compile_process(seed_dict):
         os.kill(pids[0], 0)
 
 
+def test_a_flag_libtpu_refuses_is_left_out_in_one_line_naming_it(seed_dict, monkeypatch):
+    """libtpu ends a process whose LIBTPU_INIT_ARGS hold a flag it does not know as it loads (recipes written for a newer
+    libtpu carry some, tpu-recipes' v6e ones ``--2a886c8_chip_config_name``): the compile runs again without it, under
+    the recipe's other flags, and the result names the flag left out in one line (before, the compile failed with the
+    child's last stderr line)."""
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=65536 --2a886c8_chip_config_name=megachip_tccontrol")
+    result, _ = compile_target(parse_layout(seed_dict), TARGET)
+    assert dict(result.flags)["LIBTPU_INIT_ARGS"] == "--xla_tpu_scoped_vmem_limit_kib=65536"
+    (line,) = result.refused_flags
+    assert line.startswith("LIBTPU_INIT_ARGS --2a886c8_chip_config_name=megachip_tccontrol: a flag libtpu ")
+    assert line.endswith("; left out of this compile") and "Unknown command line flag" in line and "\n" not in line
+
+
 def test_the_command_line_prints_the_documented_json(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "explorer", "compile", "layouts/seed-2x4.json", "--target", "v5e:2x4", "--json"],
@@ -60,7 +73,7 @@ def test_the_command_line_prints_the_documented_json(tmp_path):
         "compute_s", "memory_s", "collective_s", "step_s", "bound", "mfu_ceiling", "predicted_s", "prediction_parts"
     }  # fmt: skip
     parts = result["estimate"]["prediction_parts"]  # what the prediction is made of (text.prediction_gap says it)
-    assert set(parts) == {"kernels_s", "dispatch_s", "matmul_s", "memory_s", "collective_s", "host_s", "launches", "launch_s"}
+    assert set(parts) == {"kernels_s", "dispatch_s", "matmul_s", "memory_s", "collective_s", "host_s", "launches", "launch_s", "fp8_flops"}
     assert result["estimate"]["predicted_s"] == max(parts["kernels_s"], result["estimate"]["step_s"])
     assert result["estimate"]["predicted_s"] >= result["estimate"]["step_s"] > 0  # the prediction beside the lower bound, never below
     assert all(set(c) >= {"op", "count", "bytes", "mesh_axes", "sources"} for c in result["collectives"])

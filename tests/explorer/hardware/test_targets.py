@@ -38,6 +38,26 @@ def test_single_chip_and_two_chip_slices_are_accepted(name, chips):
     assert target.chips == target.devices == chips
 
 
+@pytest.mark.parametrize(
+    "name, topology, chips",
+    [
+        ("tpu7x-128", "tpu7x:4x4x4", 64),
+        ("tpu7x-4x4x4", "tpu7x:4x4x4", 64),
+        ("tpu7x-8", "tpu7x:2x2x1", 4),
+        ("tpu7x-512", "tpu7x:4x8x8", 256),
+    ],
+)
+def test_ironwood_slices_by_the_names_recipes_use(name, topology, chips):
+    """TPU7x as MaxText's accelerator table and GKE name it (``tpu7x-N``: N TensorCores, two per chip) and as xpk's
+    device types write it (``tpu7x-4x4x4``); each reads back as MaxText's name (``topology_keys`` gives it to
+    ``compile_topology``). Before, only libtpu's ``tpu7x:4x4x4`` opened, and ``--maxtext ... --target tpu7x:4x4x4``
+    was refused: MaxText's table has no such name."""
+    target = parse_target(name)
+    assert (target.topology, target.chips, target.devices) == (topology, chips, 2 * chips)
+    assert target.cloud_name == f"tpu7x-{2 * chips}"
+    assert parse_target(f"2x{name}").topology == f"2x{topology}"
+
+
 def test_tpu7x_has_two_devices_per_chip_with_half_the_chips_figures_each():
     target = parse_target("tpu7x:2x2x1")
     assert (target.chips, target.devices, target.chip.chip_config_name) == (4, 8, "default")
@@ -123,7 +143,7 @@ def test_a_gpu_clusters_device_count_mismatch_names_both_counts_and_clusters_tha
         check_mesh_fits(parse_target("h100:2x8"), 8)
     assert str(error.value) == (
         "target: 'h100:2x8' has 16 GPUs (2 hosts of 8) but the mesh needs 8 devices; GPU clusters of 8 GPUs: h100:1x8, a100:1x8, "
-        "h200:1x8, b200:1x8; slices of 8 devices: v4-16 (v4:2x2x2), v5litepod-8 (v5e:2x4), v5p-16 (v5p:2x2x2), v6e-8 (v6e:2x4), tpu7x:2x2x1"
+        "h200:1x8, b200:1x8; slices of 8 devices: v4-16 (v4:2x2x2), v5litepod-8 (v5e:2x4), v5p-16 (v5p:2x2x2), v6e-8 (v6e:2x4), tpu7x-8 (tpu7x:2x2x1)"
     )
     with pytest.raises(ExplorerError, match=r"has 64 chips but the mesh needs 12 devices; no slice .*; GPU clusters of 12 GPUs: a100:2x6"):
         check_mesh_fits(parse_target("v5p-128"), 12)

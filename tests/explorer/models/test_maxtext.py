@@ -166,6 +166,16 @@ def test_the_cli_path_reads_maxtexts_parameters_mesh_and_activations(name, groun
     }
     assert params == {path: p | {"spec": placed(p["spec"])} for path, p in truth["parameters"].items()}
     assert any(p["spec"] != [None] * len(p["spec"]) for p in params.values())  # something is sharded
+    # MaxText's own optimizer state (issue 52): every leaf of its optimizer (optimizers.get_optimizer for the config:
+    # AdamW's count and moments here), not the guides' Adam the explorer traced before
+    optimizer = {
+        a["path"]: {"shape": a["shape"], "dtype": a["dtype"], "spec": placed(a["spec"])}
+        for a in report["arrays"]
+        if a["kind"] == "opt_state"
+    }
+    assert optimizer == {path: p | {"spec": placed(p["spec"])} for path, p in truth["optimizer"].items()}, set(optimizer) ^ set(
+        truth["optimizer"]
+    )
 
     def kind(a):  # the value's type as JAX writes it, "bfloat16[8,128,256]"
         return f"{a['dtype']}[{','.join(str(n) for n in a['shape'])}]"
@@ -200,18 +210,81 @@ def test_cli_without_maxtext_one_message_exit_2(monkeypatch, capsys):
     assert "'per_device_batch_size' is not KEY=VALUE" in capsys.readouterr().err
 
 
+# MaxText's own train step, three programs its ``train_compile.py`` compiles in seconds (issue 52): what the explorer's
+# loss around MaxText's model could not be (the vocabulary's logits tiled inside MaxText's loss, gradient accumulation),
+# a mixture of experts, and two slices joined by the DCN
+PROGRAMS = {
+    "tiled-accumulated": (
+        [*TINY[:-1], "per_device_batch_size=2", "num_vocab_tiling=4", "gradient_accumulation_steps=2", "ici_fsdp_parallelism=8"],
+        "v5e-8",
+    ),
+    "moe": (
+        [
+            *TINY,
+            "decoder_block=mixtral",
+            "num_experts=4",
+            "num_experts_per_tok=2",
+            "base_moe_mlp_dim=512",
+            "ici_fsdp_parallelism=4",
+            "ici_expert_parallelism=2",
+        ],
+        "v5e-8",
+    ),
+    # the slices as a recipe gives them (--device-type=v5e-4 --num-slices=2): --target names the slice, the key the count
+    "two-slices": ([*TINY, "ici_fsdp_parallelism=4", "dcn_data_parallelism=2", "compile_topology_num_slices=2"], "v5e-4"),
+}
+
+
+def _topology(keys: list[str], target: str) -> list[str]:
+    """The target as train_compile.py's own keys (MaxText's names), the slice count where the keys do not give it."""
+    given = any(key.startswith("compile_topology_num_slices=") for key in keys)
+    return [f"compile_topology={target}"] + ([] if given else ["compile_topology_num_slices=1"])
+
+
+@pytest.fixture(scope="module")
+def maxtexts_own_compiles():
+    """MaxText's ``train_compile.main`` for each program, in a child that imports no explorer code, started at once (it
+    runs while the explorer compiles)."""
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "ground_truth_maxtext.py")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    cases = [[*keys, *_topology(keys, target)] for keys, target in PROGRAMS.values()]
+    child = subprocess.Popen(
+        [sys.executable, script, "--compile", json.dumps(cases)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+    def results():
+        out, err = child.communicate(timeout=900)
+        assert child.returncode == 0, err[-3000:]
+        return dict(zip(PROGRAMS, json.loads(out.strip().splitlines()[-1])))
+
+    return results
+
+
 @needs_maxtext
-def test_compile_maxtext_for_a_target(capsys):
-    """``explorer compile --maxtext ... --target v5e-8 --json``: the child compiles MaxText's own layers on the target's
-    devices (their mesh and the compile's from one libtpu description; MaxText's prints kept off the result's stdout)."""
+def test_compile_maxtext_is_maxtexts_own_train_step(maxtexts_own_compiles, capsys):
+    """``explorer compile --maxtext KEYS --target T --json`` compiles the program MaxText's own ``train_compile.py``
+    compiles for the same keys (issue 52): ``memory_analysis()`` equal to the byte and ``cost_analysis()``'s flops equal
+    (the result's flops less what it adds for loop iterations past the first), for a dense model whose loss tiles the
+    vocabulary and accumulates gradients, a mixture of experts, and two slices; under the LIBTPU_INIT_ARGS MaxText's
+    ``main`` compiles with (its RNG flag), which the result names. Before, the explorer compiled its own loss and Adam
+    around MaxText's model: another program (the first config's argument bytes differed, and Gemma 3 with
+    num_vocab_tiling failed to trace)."""
     from explorer.__main__ import main
 
-    assert main(["compile", "--maxtext", *TINY, "ici_fsdp_parallelism=8", "--target", "v5e-8", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["target"]["name"] in ("v5e-8", "v5litepod-8")
-    assert result["mesh"]["shape"] == [1, 1, 1, 8, 1, 1, 1, 1, 1, 1, 1, 1]
-    assert result["fits"] is True
-    assert any("fsdp" in c["mesh_axes"] for c in result["collectives"] if c.get("mesh_axes"))
+    ours = {}
+    for name, (keys, target) in PROGRAMS.items():
+        assert main(["compile", "--maxtext", *keys, "--target", target, "--json"]) == 0
+        ours[name] = json.loads(capsys.readouterr().out)
+    truth = maxtexts_own_compiles()
+    for name, result in ours.items():
+        memory = {k: v for k, v in result["memory"].items() if k != "peak_bytes"}
+        assert memory == truth[name]["memory"], name
+        assert result["flops"] - result["loop_work"]["flops"] == truth[name]["flops"], name
+        assert result["flags"]["LIBTPU_INIT_ARGS"].split() == truth[name]["libtpu_init_args"].split()[:1], name
+        assert result["program"].startswith("MaxText's own train step") and result["fits"] is True
+    assert any("expert" in c["mesh_axes"] for c in ours["moe"]["collectives"])
+    assert any(c["link"] == "dcn" for c in ours["two-slices"]["collectives"])
+    assert ours["two-slices"]["target"]["slices"] == 2  # --target v5e-4 with compile_topology_num_slices=2: two slices
 
 
 @needs_maxtext
@@ -245,3 +318,31 @@ def test_maxtexts_pipeline_keys_build_stages_and_the_yaml_export_writes_them():
     lines = maxtext_yaml(layout).splitlines()
     for pair in ("dcn_pipeline_parallelism: 2", "num_pipeline_microbatches: 2", "num_layers_per_pipeline_stage: 1"):
         assert lines.count(pair) == 1, (pair, lines)
+
+
+@needs_maxtext
+def test_a_maxtext_layouts_program_is_its_keys_with_an_edited_mesh_as_keys_and_edited_rules_refused():
+    """MaxText's own train step is defined by its keys: a layout's mesh edited in the sidebar becomes the parallelism
+    keys that make it (so the compile follows the edit), and rules edited away from the config's are refused in one line
+    (MaxText's command line appends rules, so no key could give its step other rules)."""
+    from explorer.layout import parse_layout
+
+    layout = parse_layout(maxtext.layout_data([*TINY, "ici_fsdp_parallelism=8"], "v5e-8"))
+    mesh = layout.mesh
+    keys = maxtext.program_keys(layout.model.options, "v5e-8", mesh.shape, mesh.axes, mesh.dcn, layout.rules_for_flax())
+    assert keys["compile_topology"] == "v5e-8" and "ici_tensor_parallelism" not in keys
+    edited = tuple(4 if axis == "fsdp" else 2 if axis == "tensor" else 1 for axis in mesh.axes)
+    keys = maxtext.program_keys(layout.model.options, "v5e-8", edited, mesh.axes, None, layout.rules_for_flax())
+    assert (keys["ici_fsdp_parallelism"], keys["ici_tensor_parallelism"], keys["ici_data_parallelism"]) == ("4", "2", "1")
+    rules = list(layout.rules_for_flax())
+    rules[3] = (rules[3][0], "data")
+    with pytest.raises(ExplorerError, match=r"^rules: .* differs from MaxText's logical_axis_rules for these keys at rule 3"):
+        maxtext.program_keys(layout.model.options, "v5e-8", mesh.shape, mesh.axes, None, tuple(rules))
+
+
+@needs_maxtext
+def test_a_key_this_maxtext_does_not_know_is_named():
+    """Recipes written for a newer MaxText carry keys 0.2.5 does not have (tpu-recipes' Ironwood gpt-oss and DeepSeek
+    runs: ``fsdp_shard_on_exp``): MaxText refuses them, and the message names the key, not the whole command line."""
+    with pytest.raises(ExplorerError, match=r"^fsdp_shard_on_exp: 'True' is not a key of MaxText 0\.2\.5"):
+        maxtext.build_config(maxtext.parse_keys([*TINY, "fsdp_shard_on_exp=True"]))

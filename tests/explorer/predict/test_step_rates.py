@@ -42,3 +42,19 @@ def test_a_tpu_runs_f32_matmuls_at_the_bf16_rate_and_a_gpu_on_tf32():
     assert tpu.matmul_rate("f32") == tpu.matmul_rate("bf16")
     assert tpu.launch_s == 0.0
     assert gpu.matmul_rate("f32") == pytest.approx(gpu.matmul_rate("bf16") / 2, rel=0.05)
+
+
+def test_fp8_matmuls_run_at_the_chips_fp8_rate_where_its_spec_sheet_has_one():
+    """TPU7x's spec sheet gives 4614 fp8 TFLOP/s per chip (twice its bf16): its fp8 matmuls are costed there, per
+    device half of it. v6e, v5p, v5e and v4 give no fp8 rate (bf16 and int8 only): theirs are costed at the bf16 rate,
+    and the rates say so in words (recipes run fp8_full on Trillium and Ironwood)."""
+    from explorer.hardware.accelerators import FP8_SOURCES
+
+    ironwood = rates(CHIPS["tpu7x"])
+    assert ironwood.matmul_flops["f8"] == 4614e12 / 2 == 2 * ironwood.matmul_flops["bf16"]
+    assert ironwood.matmul_rate("f8e4m3fn") == 2 * ironwood.matmul_rate("bf16")
+    assert FP8_SOURCES["tpu7x"] in ironwood.validated
+    for generation in ("v6e", "v5p", "v5e", "v4"):
+        theirs = rates(CHIPS[generation])
+        assert theirs.matmul_flops["f8"] == theirs.matmul_flops["bf16"], generation
+        assert "no fp8 rate in its spec sheet: fp8 matmuls at the bf16 rate" in theirs.validated, generation

@@ -1,17 +1,19 @@
-"""The step model on v5p, v4 and v6e against real runs: MaxText's published v5p and v4 tables and tpu-recipes' v6e runs
-(``tests/data/maxtext_published/``).
+"""The step model on v5p, v4, v6e (Trillium) and TPU7x (Ironwood) against real runs: MaxText's published v5p and v4
+tables and tpu-recipes' Trillium and Ironwood runs (``tests/data/maxtext_published/``).
 
-Each recorded program is MaxText's own (``explorer compile --maxtext KEYS --target T``'s path, MaxText 0.2.5) at a
-published row's keys as the table's commit ran them, compiled for the row's slices (``record.py``; minutes each here,
-so recorded); its published step comes from the table alone (``published_steps``, no explorer code). One row per
-generation set its matmul efficiency (``step_rates.TPU_EVIDENCE``): v5p, 32B on one v5p-128; v4, 22B on one v4-128;
-v6e, Llama 3.1 8B on v6e-8 (tpu-recipes).
-Every other row is out of sample.
+Each recorded program is MaxText's own train step (``explorer compile --maxtext KEYS --target T``'s path: the program
+MaxText 0.2.5's ``train_compile.py`` compiles) at a published row's keys, compiled for the row's slices under the row's
+LIBTPU_INIT_ARGS (``record.py``; minutes each here, so recorded); its published step comes from the table or the
+recipe alone (``published_steps``, no explorer code). One row per generation set its matmul efficiency
+(``step_rates.TPU_EVIDENCE``): v5p, 32B on one v5p-128; v4, 22B on one v4-128; v6e, Llama 3.1 8B on v6e-8; TPU7x,
+Llama 3.1 70B in bf16 on tpu7x-128 (tpu-recipes). Every other row is out of sample. A row recorded before MaxText's own
+train step was compiled (the explorer's loss and Adam around MaxText's model) says so (``result.json``'s ``program``).
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import math
 import pathlib
@@ -30,7 +32,7 @@ from tests.data.maxtext_published import published_steps
 
 DATA = pathlib.Path(__file__).parents[2] / "data" / "maxtext_published"
 # the one row per generation that sets its matmul efficiency
-CALIBRATION = {"v5p": "v5p-32b-1", "v4": "v4-22b-1", "v6e": "v6e-llama3_1-8b-8chips"}
+CALIBRATION = {"v5p": "v5p-32b-1", "v4": "v4-22b-1", "v6e": "v6e-llama3_1-8b-8chips", "tpu7x": "tpu7x-llama3_1-70b-bf16-4x4x4"}
 ROWS = {row["name"]: row for row in published_steps.rows()}
 RECORDED = sorted(path.name.split(".")[0] for path in DATA.glob("*.hlo.txt.gz"))
 # the two-slice row per generation that sets its DCN share: the step its second slice adds over the calibration row
@@ -158,3 +160,24 @@ def test_each_recorded_program_holds_the_published_models_parameters():
         devices = math.prod(result["mesh"]["shape"])
         held = result["memory"]["argument_bytes"] * devices / ROWS[name]["slices"] / 12
         assert held == pytest.approx(published_steps.parameters(ROWS[name]), rel=0.002), name
+
+
+@pytest.mark.skipif(importlib.util.find_spec("maxtext") is None, reason="MaxText is an optional extra, not installed")
+def test_no_recipe_is_refused_for_a_key_maxtext_accepts():
+    """Every tpu-recipes row's keys, as its recipe gives them (run-only keys included: dataset, tokenizer, profiler), with
+    its slice as ``--target`` gives it, open in MaxText's own config; the only rows refused are those MaxText 0.2.5 itself
+    refuses (``maxtext_0_2_5_refuses``: a key it does not have, written for a newer MaxText, or a value its validation
+    rejects), and the message names that key."""
+    from explorer.errors import ExplorerError
+    from explorer.models import maxtext
+
+    for name, row in ROWS.items():
+        if "tpu-recipes" not in row["script"]:
+            continue
+        keys = {key: str(value) for key, value in row["maxtext"].items()} | maxtext.topology_keys(row["target"])
+        refused = row.get("maxtext_0_2_5_refuses")
+        if refused is None:
+            maxtext.build_config(keys)
+            continue
+        with pytest.raises(ExplorerError, match=refused):
+            maxtext.build_config(keys)
