@@ -21,8 +21,9 @@ from explorer.layout import Layout
 from explorer.hardware.targets import Target
 from explorer.compile.xla_results import with_verdict
 
-CACHE_FORMAT = 9  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
-# 6: collectives' sources; 7: compiled_at; 8: slices, DCN; 9: a MegaScale send's line through the bitcast it moves)
+CACHE_FORMAT = 10  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
+# 6: collectives' sources; 7: compiled_at; 8: slices, DCN; 9: a MegaScale send's line through the bitcast it moves;
+# 10: memory_breakdown)
 
 
 def versions() -> dict[str, str]:

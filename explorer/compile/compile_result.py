@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from explorer.compile.memory_breakdown import MemoryBreakdown
 from explorer.hlo.program import LoopWork, ParameterLayout
 from explorer.predict.roofline import Collective, Estimate, collective_seconds, link
 from explorer.predict.step_model import Bubble
@@ -239,6 +240,7 @@ class TargetCompile:
     extrapolated: Extrapolated | None = None
     compiled_at: str = ""  # when XLA compiled it (UTC, ISO 8601 to the second): a result read from the cache says so
     bubble: Bubble | None = None  # a pipelined layout's bubble in the predicted step (``step_model.pipeline_bubble``)
+    memory_breakdown: MemoryBreakdown | None = None  # the buffers live at the peak and what each is (None: dump not read)
 
     @property
     def judged_peak_bytes(self) -> int | None:
@@ -291,6 +293,7 @@ class TargetCompile:
             "estimate": None if self.estimate is None else self.estimate.to_dict(),
             "donated": self.donated,
             "compiled_at": self.compiled_at,
+            "memory_breakdown": None if self.memory_breakdown is None else self.memory_breakdown.to_json(),
         }
         if self.compiled and not self.target.is_gpu:
             data["cross_check"] = None if self.cross_check is None else self.cross_check.to_json()
@@ -350,6 +353,7 @@ class TargetCompile:
             if extrapolated is None
             else Extrapolated(tuple(extrapolated["depths"]), extrapolated["depth"], tuple(extrapolated.get("options", ()))),
             bubble=Bubble(**data["bubble"]) if data.get("bubble") else None,
+            memory_breakdown=MemoryBreakdown.from_json(data.get("memory_breakdown")),
         )
 
 

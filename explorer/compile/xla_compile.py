@@ -15,7 +15,8 @@ the compiler stops with ``RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: ... HLO 
 (25.00G) exceeds available HBM (15.75G)``. It has by then assigned every buffer, and with
 ``xla_dump_to`` it writes that assignment, its memory-usage report and the optimized program
 before refusing. So every compile dumps into a temporary folder; when XLA refuses for HBM, the
-result is read from the dump (``xla_results.analyze_dump``).
+result is read from the dump (``xla_results.analyze_dump``). The same files give every compile's memory breakdown (the
+buffers live at the peak and what each holds: ``memory_breakdown``), a GPU cluster's too.
 
 An NVIDIA GPU cluster (``h100:2x8``) takes the same path with JAX's CUDA plugin in place of
 libtpu, and no GPU: ``get_topology_desc(platform="cuda", target_config=..., topology="1x2x8")``
@@ -38,6 +39,7 @@ program is compiled for it as for a TPU slice. What differs:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -46,6 +48,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
+from explorer.compile import memory_breakdown
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError, first_line
 from explorer.layout import Layout
@@ -69,7 +72,7 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
     import jax
     from explorer import reading
     from explorer.analysis.analyzer import analyze, input_shardings, model_of, state_shardings
-    from explorer.compile.train_step import abstract_inputs, make_train_step, with_sharding
+    from explorer.compile.train_step import abstract_inputs, argument_kinds, make_train_step, with_sharding
 
     stage = on_stage or (lambda _: None)
     check_mesh_fits(target, layout.mesh.size)
@@ -96,10 +99,12 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
             donate_argnums=0,
         ).lower(abstract_state, *inputs)
     stage("compile")
-    if target.is_gpu:
-        return _compile_for_gpu(lowered, target, mesh, method, start, stage, pipeline_of(layout))
+    arguments = argument_kinds(model.framework, abstract_state, inputs)  # what each entry parameter holds
     dump = tempfile.mkdtemp(prefix="explorer-xla-dump-")
     try:
+        if target.is_gpu:
+            result = _compile_for_gpu(lowered, target, mesh, method, start, stage, pipeline_of(layout), dump)
+            return dataclasses.replace(result, memory_breakdown=memory_breakdown.from_dump(dump, arguments))
         try:
             compiled = lowered.compile({**COMPILER_OPTIONS, "xla_dump_to": dump})
         except Exception as error:  # XLA's own refusal: out of HBM is a result, anything else a message
@@ -110,10 +115,14 @@ def compile_for_target(layout: Layout, target: Target, on_stage: Callable[[str],
                 ) from None
             compile_s = time.perf_counter() - start
             stage("analyze")
-            return analyze_dump(dump, oom, target, mesh, method, compile_s)
+            result = analyze_dump(dump, oom, target, mesh, method, compile_s)
+            return dataclasses.replace(result, memory_breakdown=memory_breakdown.from_dump(dump, arguments))
         compile_s = time.perf_counter() - start
         stage("analyze")
-        return analyze_compiled(compiled, target, mesh, method, compile_s, cross_check=dump_cross_check(dump), pipeline=pipeline_of(layout))
+        result = analyze_compiled(
+            compiled, target, mesh, method, compile_s, cross_check=dump_cross_check(dump), pipeline=pipeline_of(layout)
+        )
+        return dataclasses.replace(result, memory_breakdown=memory_breakdown.from_dump(dump, arguments))
     finally:
         shutil.rmtree(dump, ignore_errors=True)
 
@@ -139,12 +148,15 @@ def require_gpu_plugin(target: Target) -> None:
         )
 
 
-def _compile_for_gpu(lowered, target: Target, mesh, method: str, start: float, stage, pipeline=None) -> TargetCompile:
-    """Compile for the GPU cluster, keeping what XLA logs about memory; XLA's GPU compiler does not refuse for memory."""
+def _compile_for_gpu(
+    lowered, target: Target, mesh, method: str, start: float, stage, pipeline=None, dump: str | None = None
+) -> TargetCompile:
+    """Compile for the GPU cluster, keeping what XLA logs about memory (and its files in ``dump``, where given); XLA's
+    GPU compiler does not refuse for memory."""
     logged: list[str] = []
     try:
         with _xla_log(logged):
-            compiled = lowered.compile(GPU_COMPILER_OPTIONS)
+            compiled = lowered.compile(GPU_COMPILER_OPTIONS | ({"xla_dump_to": dump} if dump else {}))
     except Exception as error:
         raise ExplorerError("target", target.name, f"XLA could not compile the step: {first_line(error)}") from None
     compile_s = time.perf_counter() - start
