@@ -20,9 +20,9 @@ from explorer.errors import ExplorerError
 
 if TYPE_CHECKING:
     from explorer.layout import Layout
-    from explorer.notebook import NotebookReport
+    from explorer.notebook import NotebookCompile, NotebookReport
 
-__all__ = ["ExplorerError", "Layout", "NotebookReport", "analyze"]
+__all__ = ["ExplorerError", "Layout", "NotebookCompile", "NotebookReport", "analyze", "compile_for"]
 
 
 def analyze(layout: Any) -> NotebookReport:
@@ -36,7 +36,15 @@ def analyze(layout: Any) -> NotebookReport:
     return analyze_any(layout)
 
 
-_LAZY = {"Layout": "explorer.layout", "NotebookReport": "explorer.notebook"}
+def compile_for(layout: Any, target: str) -> NotebookCompile:
+    """``layout``'s train step compiled for ``target`` (``"v5e-8"``, ``"h100:1x8"``): XLA's verdict and what fills the
+    memory at the peak (``peak_buffers()``, ``memory_figure()``, ``levers()``); see ``explorer.notebook.compile_for``."""
+    from explorer.notebook import compile_for as compile_any
+
+    return compile_any(layout, target)
+
+
+_LAZY = {"Layout": "explorer.layout", "NotebookReport": "explorer.notebook", "NotebookCompile": "explorer.notebook"}
 
 
 def __getattr__(name: str) -> Any:

@@ -16,11 +16,11 @@ structure, not told by XLA):
 - ``constant``: XLA's constants and thread-local scratch. Exact.
 - ``collective buffer``: made by a collective (all-gather, all-reduce, reduce-scatter, all-to-all, collective-permute,
   either half of an asynchronous one). Exact (the opcode).
-- ``saved activation``: made in the forward pass (``jvp(...)`` in JAX's op name) and still live when the backward pass
-  (``transpose(jvp(...))``) begins: what the backward pass reads back. A rule.
-- ``gradient``: made in the backward pass and still live after its last instruction: waiting for the optimizer's
-  update. A rule (with gradient accumulation, the accumulated sums are made by the accumulation's add, outside both
-  passes, and count as temporaries).
+- ``saved activation``: made in the forward pass (``jvp(...)`` in JAX's op name) and read last by an instruction of the
+  backward pass (``transpose(jvp(...))``): what the backward pass reads back. A rule.
+- ``gradient``: made in the backward pass with a parameter's shape (whole, or as one device holds it; a scanned stack's
+  gradient has the stacked parameter's). A rule (with gradient accumulation, the accumulated sums are made by the
+  accumulation's add, outside both passes, and count as temporaries).
 - ``temporary``: every other buffer of XLA's heap (the optimizer's update, a pass's own intermediates, recomputed
   activations under remat).
 - ``host-offloaded``: in host memory (XLA's memory space 5), listed apart: not in the device's peak.
@@ -62,9 +62,9 @@ HOST_KIND = "host-offloaded"
 KIND_RULES = {
     "parameter": "an entry parameter holding one of the model's parameters (the train state's structure)",
     "optimizer state": "an entry parameter holding the optimizer's state or step counter (the train state's structure)",
-    "gradient": "rule: made in the backward pass and live after it ends (waiting for the optimizer's update)",
+    "gradient": "rule: made in the backward pass with a parameter's shape (whole or one device's shard)",
     "input": "an entry parameter holding a batch input",
-    "saved activation": "rule: made in the forward pass and live when the backward pass begins (read back by it)",
+    "saved activation": "rule: made in the forward pass and read last by the backward pass (saved for it)",
     "temporary": "any other buffer of XLA's heap (the update, a pass's intermediates, recomputed activations)",
     "collective buffer": "made by a collective (all-gather, all-reduce, reduce-scatter, all-to-all, collective-permute)",
     "output": "an output XLA could not write over its parameter (a state leaf not updated in place)",
@@ -211,7 +211,9 @@ class MemoryBreakdown:
         )
 
 
-def from_dump(folder: str, arguments: tuple[tuple[str, str], ...] = (), program: str = "jit_train_step") -> MemoryBreakdown | None:
+def from_dump(
+    folder: str, arguments: tuple[tuple[str, str, tuple[int, ...]], ...] = (), program: str = "jit_train_step"
+) -> MemoryBreakdown | None:
     """The breakdown of the program XLA dumped into ``folder`` (``xla_dump_to``), its entry parameters named by
     ``arguments`` (``train_step.argument_kinds``); None where the dump lacks the files (an XLA that writes no live
     ranges)."""
@@ -224,16 +226,20 @@ def from_dump(folder: str, arguments: tuple[tuple[str, str], ...] = (), program:
     return breakdown(assignment, ranges, text, arguments)
 
 
-def breakdown(buffer_assignment: str, live_range: str, hlo_text: str, arguments: tuple[tuple[str, str], ...] = ()) -> MemoryBreakdown:
+def breakdown(
+    buffer_assignment: str, live_range: str, hlo_text: str, arguments: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+) -> MemoryBreakdown:
     """The breakdown from the three dumped texts (``from_dump``)."""
     held = heaps.heap(buffer_assignment, live_range)
     facts = heaps.program_facts(hlo_text)
     runs = heaps.value_runs(list(held.allocations))
     backward = _span(held.sequence, facts, "backward")
+    readers = tuple(facts.made.get(name) for name in held.sequence)  # the instruction at each program position
     names = _argument_names(facts, arguments)
     frames = stack_frames(hlo_text)
-    described = [_described(b, facts, runs, names, frames, backward) for b in held.buffers]
-    host = [dataclasses.replace(_described(b, facts, runs, names, frames, backward), kind=HOST_KIND) for b in held.host]
+    shapes = _parameter_shapes(held, facts, names, arguments)
+    described = [_described(b, facts, runs, names, frames, readers, shapes) for b in held.buffers]
+    host = [dataclasses.replace(_described(b, facts, runs, names, frames, readers, shapes), kind=HOST_KIND) for b in held.host]
     ordered = sorted(described, key=lambda b: (-b.bytes, b.kind, b.name))
     kept = tuple(ordered[:TOP_BUFFERS])
     return MemoryBreakdown(
@@ -256,23 +262,39 @@ def breakdown(buffer_assignment: str, live_range: str, hlo_text: str, arguments:
 
 
 def _span(sequence: tuple[str, ...], facts: heaps.ProgramFacts, phase: str) -> tuple[int, int] | None:
-    """The first and last program positions of the instructions of one pass that compute (a constant XLA hoisted to
-    the program's start keeps its op name; a copy or a loop passes values on), None: the program has none."""
+    """Where one pass runs in the program (None: it has no instruction): the 2nd to the 98th percentile of its
+    computing instructions' positions (XLA schedules a few of a pass's instructions far from the rest, such as the
+    embedding gradient's setup at the program's start; a copy or a loop passes values on and a hoisted constant keeps
+    its op name: neither counts)."""
     found = [
         i
         for i, name in enumerate(sequence)
         if (made := facts.made.get(name)) is not None and made.phase == phase and not made.passes_on and made.op != "constant"
     ]
-    return (found[0], found[-1]) if found else None
+    if not found:
+        return None
+    return found[len(found) * 2 // 100], found[(len(found) * 98) // 100 if len(found) > 1 else 0]
 
 
-def _argument_names(facts: heaps.ProgramFacts, arguments: tuple[tuple[str, str], ...]) -> dict[int, tuple[str, str]]:
+def _argument_names(facts: heaps.ProgramFacts, arguments: tuple[tuple[str, str, tuple[int, ...]], ...]) -> dict[int, tuple[str, str]]:
     """Entry parameter number -> (path, kind): by the train step's arguments where their count is the program's
     parameters' (JAX kept every argument), else by the paths JAX wrote as the parameters' op names."""
     count = len(facts.parameter_names)
     if arguments and len(arguments) == count:
-        return dict(enumerate(arguments))
+        return {n: (path, kind) for n, (path, kind, _) in enumerate(arguments)}
     return {n: (name, _kind_of_path(name)) for n, name in facts.parameter_names.items()}
+
+
+def _parameter_shapes(held: heaps.Heap, facts: heaps.ProgramFacts, names: dict, arguments) -> frozenset[tuple[int, ...]]:
+    """The shapes a gradient can have: each model parameter's, whole (``arguments``) and as one device holds it (its
+    entry parameter in the program)."""
+    shapes = {tuple(dims) for _, kind, dims in arguments if kind == "parameter"}
+    for allocation in held.allocations:
+        for value in allocation.values:
+            number = _parameter_number(value, facts)
+            if number is not None and names.get(number, ("", ""))[1] == "parameter":
+                shapes.add(tuple(array_dims(_plain(value.shape)) or ()))
+    return frozenset(shapes)
 
 
 def _kind_of_path(path: str) -> str:
@@ -293,7 +315,8 @@ def _described(
     runs: dict,
     names: dict[int, tuple[str, str]],
     frames: dict,
-    backward: tuple[int, int] | None,
+    readers: tuple[heaps.Made | None, ...],
+    gradient_shapes: frozenset[tuple[int, ...]] = frozenset(),
 ) -> PeakBuffer:
     """One buffer as a ``PeakBuffer``: its kind (module docstring), the instruction that made it and its line."""
     value, made = heaps.maker(buffer.values, facts, runs)
@@ -304,11 +327,17 @@ def _described(
         shape = _plain(next(v.shape for v in buffer.values if _parameter_number(v, facts) == number))
         return PeakBuffer(buffer.size, _unpadded(shape), shape, kind, path, live=(buffer.start, buffer.end))
     origin = _combined_origin(value, made, facts)  # a combined collective's element: the op whose value it moves
-    frame = user_frame(frames.get(origin.frame_id, ())) if origin and origin.frame_id is not None else None
-    op_name = origin.op_name if origin else ""
+    op_name, frame_id = origin.stores or (origin.op_name, origin.frame_id) if origin else ("", None)  # a stack: what it holds
+    frame = user_frame(frames.get(frame_id, ())) if frame_id is not None else None
     shape = _plain(value.shape)
     stacked = heaps.stacked_over(buffer.values + runs.get(value.name, ()), array_dims(shape), facts)
-    kind = "output" if role == "output" else "constant" if role in ("constant", "thread-local") else _heap_kind(buffer, made, backward)
+    kind = (
+        "output"
+        if role == "output"
+        else "constant"
+        if role in ("constant", "thread-local")
+        else _heap_kind(buffer, made, readers, tuple(array_dims(shape) or ()) in gradient_shapes)
+    )
     return PeakBuffer(
         buffer.size,
         _unpadded(shape),
@@ -356,14 +385,20 @@ def _parameter_number(value: heaps.Value, facts: heaps.ProgramFacts) -> int | No
     return number if made.computation == facts.entry else None
 
 
-def _heap_kind(buffer: heaps.Buffer, made: heaps.Made | None, backward: tuple[int, int] | None) -> str:
+def _heap_kind(
+    buffer: heaps.Buffer, made: heaps.Made | None, readers: tuple[heaps.Made | None, ...], parameter_shaped: bool = False
+) -> str:
+    """A heap buffer's kind (module docstring): by its maker, and by the pass of the instruction that reads it last (the
+    one at the end of its values' run: a forward value read back by the backward pass is saved for it); a backward value
+    with a parameter's shape is its gradient."""
     if made is None:
         return "temporary"
     if made.collective:
         return "collective buffer"
-    if backward is not None and made.phase == "forward" and buffer.start < backward[0] <= buffer.end:
+    last = readers[buffer.end] if buffer.end < len(readers) else None
+    if made.phase == "forward" and last is not None and last.phase == "backward":
         return "saved activation"
-    if backward is not None and made.phase == "backward" and buffer.end > backward[1]:
+    if made.phase == "backward" and parameter_shaped:
         return "gradient"
     return "temporary"
 
@@ -416,8 +451,8 @@ def _by_line(buffers: list[PeakBuffer]) -> tuple[Group, ...]:
 def _by_layer(buffers: list[PeakBuffer]) -> tuple[Group, ...]:
     """Bytes per layer. A layer is a module whose name is numbered among siblings of the same stem at the same depth
     (``block_0`` to ``block_3``; a lone ``Dense_0`` or ``wi_0`` is a part of something, not a layer); a buffer made in
-    one is that layer's. A scanned stack's buffer (``layers`` above 1) is shared equally by its layers, named after the
-    scanned module (``blocks[0]``...)."""
+    one is that layer's. A scanned stack's buffer (``layers`` above 1) is shared equally by its layers, ``layer 0`` to
+    ``layer N-1`` (the op that fills it often names no module: XLA fuses it into the scan's own update)."""
     numbered: dict[tuple[int, str], set[int]] = {}
     for buffer in buffers:
         for depth, part in enumerate(buffer.module.split("/") if buffer.module else ()):
@@ -427,9 +462,9 @@ def _by_layer(buffers: list[PeakBuffer]) -> tuple[Group, ...]:
 
     def layers(buffer: PeakBuffer):
         parts = buffer.module.split("/") if buffer.module else []
-        if buffer.layers > 1 and parts:
+        if buffer.layers > 1:
             share = buffer.bytes // buffer.layers
-            return [(f"{parts[0]}[{i}]", share) for i in range(buffer.layers)]
+            return [(f"layer {i}", share) for i in range(buffer.layers)]
         for depth, part in enumerate(parts):
             if (found := _LAYER.match(part)) and (depth, found["name"]) in stems:
                 return [("/".join(parts[: depth + 1]), buffer.bytes)]
@@ -440,5 +475,5 @@ def _by_layer(buffers: list[PeakBuffer]) -> tuple[Group, ...]:
 
 
 def _layer_order(name: str) -> tuple:
-    found = re.match(r"^(?P<stem>.*?)(?:_(?P<a>\d+)|\[(?P<b>\d+)\])$", name)
+    found = re.match(r"^(?P<stem>.*?)(?:_(?P<a>\d+)| (?P<b>\d+))$", name)
     return (found["stem"], int(found["a"] or found["b"])) if found else (name, 0)

@@ -32,7 +32,7 @@ import re
 
 from explorer.hlo.instructions import parse_instruction
 from explorer.hlo.loops import trip_count
-from explorer.hlo.program import COLLECTIVES, parsed
+from explorer.hlo.program import COLLECTIVES, callees, parsed
 
 DEVICE_COLOR = 0
 HOST_COLOR = 5  # XLA's host memory space (TPU layouts write it S(5)): where host offload puts arrays
@@ -344,6 +344,7 @@ class Made:
     frame_id: int | None
     computation: str
     operands: tuple[str, ...] = ()
+    stores: tuple[str, int | None] | None = None  # a fusion that writes a slice into a stack: what it writes (op name, frame)
 
     @property
     def phase(self) -> str:
@@ -393,11 +394,14 @@ def program_facts(hlo_text: str) -> ProgramFacts:
     trips: dict[str, int | None] = {}
     names: dict[int, str] = {}
     outputs: tuple[str, ...] = ()
+    calls: dict[str, str] = {}  # a fusion -> the computation it runs
     for computation, lines in computations.items():
         for line in lines:
             instruction = parse_instruction(line)
             if instruction is None:
                 continue
+            if instruction.op == "fusion":
+                calls[instruction.name] = next((callee for role, callee in callees(instruction.attributes) if role == "calls"), "")
             metadata = _OP_NAME.search(instruction.attributes)
             op_name = metadata["op_name"] if metadata else ""
             frame = int(metadata["frame"]) if metadata and metadata["frame"] else None
@@ -410,7 +414,40 @@ def program_facts(hlo_text: str) -> ProgramFacts:
                 names[int(instruction.operands[0])] = op_name
             if instruction.root:
                 outputs = instruction.operands if instruction.op == "tuple" else (instruction.name,)
+    for name, found in made.items():
+        if found.op == "fusion" and "dynamic_update" in found.op_name:
+            made[name] = dataclasses.replace(found, stores=_stored(name, calls.get(name, ""), computations, made))
     return ProgramFacts(made, trips, names, outputs, entry or "")
+
+
+def _stored(fusion: str, called: str, computations: dict, made: dict[str, Made]) -> tuple[str, int | None] | None:
+    """What a fusion whose root writes a slice into a larger array (``dynamic-update-slice``: a scan stacking a layer's
+    activation) writes: the op name and frame of the first instruction on the update's way into it that names one
+    (inside the fusion, or the fusion's operand that feeds it), so the stack is described by the op that made its
+    contents, not by the scan's update. None where it cannot be told."""
+    if called not in computations:
+        return None
+    inside = {i.name: i for i in map(parse_instruction, computations[called]) if i is not None}
+    root = next((i for i in inside.values() if i.root), None)
+    if root is None or root.op != "dynamic-update-slice" or len(root.operands) < 2:
+        return None
+    name = root.operands[1]
+    for _ in range(8):
+        instruction = inside.get(name)
+        if instruction is None:
+            return None
+        metadata = _OP_NAME.search(instruction.attributes)
+        if metadata and "dynamic_update" not in metadata["op_name"]:
+            return metadata["op_name"], int(metadata["frame"]) if metadata["frame"] else None
+        if instruction.op == "parameter":
+            outer = made.get(fusion)
+            number = int(instruction.operands[0]) if instruction.operands and instruction.operands[0].isdigit() else -1
+            producer = made.get(outer.operands[number].partition("#")[0]) if outer and 0 <= number < len(outer.operands) else None
+            return (producer.op_name, producer.frame_id) if producer is not None and producer.op_name else None
+        if not instruction.operands:
+            return None
+        name = instruction.operands[0]
+    return None
 
 
 def value_runs(allocations: list[Allocation]) -> dict[str, tuple[Value, ...]]:
