@@ -552,7 +552,9 @@ def _compile(args: argparse.Namespace) -> int:
     failed = next((o.error for o in outcomes if o.error is not None), None)
     if failed is not None and len(targets) == 1:
         raise failed
-    levers = {id(o): _compiled_levers(layout, o.result, progress) for o in outcomes if args.levers and o.error is None}
+    if args.levers:
+        from explorer.advisor.levers import what_to_change
+    levers = {id(o): what_to_change(o.result, layout, "cli", progress) for o in outcomes if args.levers and o.error is None}
     if args.json:
         found = [
             {"target": t.name, "error": str(o.error)}
@@ -563,26 +565,13 @@ def _compile(args: argparse.Namespace) -> int:
         json.dump(found[0] if len(targets) == 1 else found, sys.stdout, indent=2)
         print()
     else:
-        from explorer.memory_text import levers_text, memory_text
+        from explorer.memory_text import memory_section
         from explorer.text import compile_text
 
         for index, (t, o) in enumerate(zip(targets, outcomes)):
-            if o.error:
-                print(("\n" if index else "") + f"error: target {t.name}: {o.error}")
-                continue
-            print(("\n" if index else "") + compile_text(o.result, o.cached))
-            if args.memory or args.levers:
-                print(memory_text(o.result.memory_breakdown))
-            if args.levers:
-                print(levers_text(levers[id(o)], o.result.judged_peak_bytes))
+            text = f"error: target {t.name}: {o.error}" if o.error else compile_text(o.result, o.cached)
+            print(("\n" if index else "") + text + ("" if o.error else memory_section(o.result, args.memory, levers.get(id(o)))))
     return 2 if failed is not None else 0
-
-
-def _compiled_levers(layout, result, progress) -> tuple:
-    """``--levers``: the levers for ``result`` (``advisor.levers``) compiled for its target."""
-    from explorer.advisor.levers import compile_levers, levers
-
-    return compile_levers(levers(result, layout), result.target, "cli", on_progress=progress)
 
 
 def run() -> None:

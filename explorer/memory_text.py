@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from explorer.compile.memory_breakdown import KIND_RULES, MemoryBreakdown, PeakBuffer
-from explorer.formats import counted, human_bytes, plain_table, share, short_path
+from explorer.formats import counted, fit, human_bytes, plain_table, share, short_path
 
 TABLE_ROWS = 20  # buffers listed in the text; the JSON keeps every buffer the result holds
 
@@ -68,7 +68,7 @@ def memory_text(breakdown: MemoryBreakdown | None, rows: int = TABLE_ROWS) -> st
     """The breakdown as text: the headline, by kind, the largest buffers, by line and by layer."""
     if breakdown is None:
         return "memory at the peak: not available (XLA's dump of this compile was not read)"
-    lines = ["memory at the peak (per device, from XLA's buffer assignment):", "  " + peak_headline(breakdown)]
+    lines = ["memory at the peak (per device, from XLA's buffer assignment):", fit("  " + peak_headline(breakdown))]
     lines.append(
         "  by kind: "
         + "; ".join(f"{g.name} {human_bytes(g.bytes)} ({share(g.bytes / breakdown.peak_bytes)})" for g in breakdown.by_kind if g.bytes)
@@ -92,7 +92,7 @@ def memory_text(breakdown: MemoryBreakdown | None, rows: int = TABLE_ROWS) -> st
             lines.append(f"    ... {counted(len(breakdown.by_layer) - 12, 'more layer')}")
     if breakdown.host_bytes:
         lines.append(f"  in host memory (offloaded, not in the device's peak): {human_bytes(breakdown.host_bytes)}")
-    lines.append("  kinds: " + "; ".join(f"{k}: {v}" for k, v in KIND_RULES.items() if k in {g.name for g in breakdown.by_kind}))
+    lines.append(fit("  kinds: " + "; ".join(f"{k}: {v}" for k, v in KIND_RULES.items() if k in {g.name for g in breakdown.by_kind})))
     return "\n".join(lines)
 
 
@@ -123,3 +123,12 @@ def levers_text(found, peak_bytes: int | None = None) -> str:
             lines.append(f"{head}; {estimate}; cost: {lever.cost}")
         lines.append(f"    layout: {lever.layout.name}")
     return "\n".join(lines)
+
+
+def memory_section(result, memory: bool, outcomes=None) -> str:
+    """What ``compile --memory`` (``memory``) and ``--levers`` (``outcomes``: the levers compiled) add under the compile's
+    text: "" for neither."""
+    if not memory and outcomes is None:
+        return ""
+    text = "\n" + memory_text(result.memory_breakdown)
+    return text + ("\n" + levers_text(outcomes, result.judged_peak_bytes) if outcomes is not None else "")

@@ -23,8 +23,8 @@ from explorer.text import markdown_literal
 from ui import state, tables
 from ui.turnstile import session_id
 
-BUFFER_WIDTHS = {"size": 80, "kind": 110, "shape": 130, "line": 170, "what": 160}
-LEVER_WIDTHS = {"lever": 170, "shrinks": 120, "frees (estimate)": 95, "XLA's new peak": 95, "fits": 50}
+BUFFER_WIDTHS = {"size": 75, "kind": 105, "shape": 120, "line": 150, "what": 140}  # together under 600 px: in view at 1024
+LEVER_WIDTHS = {"lever": 160, "shrinks": 130, "frees (estimate)": 80, "XLA's new peak": 130, "fits": 45}
 LEVERS = "memory_levers"  # (layout, target) -> the levers' outcomes this session compiled
 
 

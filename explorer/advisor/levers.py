@@ -134,6 +134,13 @@ def compile_levers(
     return tuple(out)
 
 
+def what_to_change(
+    result: TargetCompile, layout: Layout, session: str = "local", on_progress: Callable[[list], None] | None = None
+) -> tuple[LeverOutcome, ...]:
+    """``levers(result, layout)``, each compiled for the result's target (``compile_levers``)."""
+    return compile_levers(levers(result, layout), result.target, session, on_progress=on_progress)
+
+
 def _variant(layout: Layout, suffix: str, options: dict[str, Any] | None = None, rules: list | None = None) -> Layout:
     data = layout.to_dict()
     data["name"] = f"{layout.name}+{suffix}"[:120]

@@ -41,6 +41,7 @@ DOCUMENTED_KEYS = [
     "estimate",
     "donated",
     "compiled_at",
+    "memory_breakdown",
 ]
 
 
