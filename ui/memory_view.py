@@ -32,7 +32,7 @@ def breakdown_section(breakdown: MemoryBreakdown | None, key: str, limit: tuple[
     """The peak explained: the bytes held over the program with the peak marked, then what is live there, largest first."""
     st.markdown(f"**What fills the memory at the peak** (per {per}, from XLA's buffer assignment)")
     if breakdown is None:
-        st.caption("Not available: XLA's dump of this compile was not read (a result cached before the breakdown existed: compile again).")
+        st.caption("Not available for this result: an extrapolation in depth, or a result without XLA's dump read (compile it on its own).")
         return
     with st.container(key=f"{key}_headline"):
         st.caption(markdown_literal(peak_headline(breakdown)[0].upper() + peak_headline(breakdown)[1:] + "."))

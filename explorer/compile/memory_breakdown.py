@@ -323,7 +323,7 @@ def _described(
     role = _role(buffer, facts)
     if role == "parameter":
         number = next(n for v in buffer.values if (n := _parameter_number(v, facts)) is not None)
-        path, kind = names.get(number, (f"parameter {number}", "input"))
+        path, kind = names.get(number, (f"parameter {number}", "argument"))
         shape = _plain(next(v.shape for v in buffer.values if _parameter_number(v, facts) == number))
         return PeakBuffer(buffer.size, _unpadded(shape), shape, kind, path, live=(buffer.start, buffer.end))
     origin = _combined_origin(value, made, facts)  # a combined collective's element: the op whose value it moves

@@ -53,7 +53,7 @@ PASS_THROUGH = frozenset(
         "optimization-barrier",
         "domain",
         "after-all",
-        "custom-call",  # TPU's AllocateBuffer: memory a loop then fills
+        "AllocateBuffer",  # a TPU custom call (``custom_call_target="AllocateBuffer"``): memory a loop then fills
     }
 )
 
@@ -405,7 +405,8 @@ def program_facts(hlo_text: str) -> ProgramFacts:
             metadata = _OP_NAME.search(instruction.attributes)
             op_name = metadata["op_name"] if metadata else ""
             frame = int(metadata["frame"]) if metadata and metadata["frame"] else None
-            made[instruction.name] = Made(instruction.op, op_name, frame, computation or "", instruction.operands)
+            op = "AllocateBuffer" if 'custom_call_target="AllocateBuffer"' in instruction.attributes else instruction.op
+            made[instruction.name] = Made(op, op_name, frame, computation or "", instruction.operands)
             if instruction.op == "while":
                 trips[instruction.name] = trip_count(line, lines, computations)
             if computation != entry or computation is None:
@@ -503,7 +504,7 @@ def _moved(values: list[Value], facts: ProgramFacts) -> str | None:
     ``while.3``), as the live-range file names it; None for none."""
     for value in values:
         made = facts.made.get(value.instruction)
-        if made is None or made.op in ("parameter", "while", "tuple", "custom-call") or not made.operands:
+        if made is None or made.op in ("parameter", "while", "tuple", "AllocateBuffer") or not made.operands:
             continue
         operand, _, element = made.operands[0].partition("#")
         return f"{operand}{{{element}}}" if element else f"{operand}{{}}"
