@@ -70,8 +70,10 @@ def memory_text(breakdown: MemoryBreakdown | None, rows: int = TABLE_ROWS) -> st
         return "memory at the peak: not available (XLA's dump of this compile was not read)"
     lines = ["memory at the peak (per device, from XLA's buffer assignment):", fit("  " + peak_headline(breakdown))]
     lines.append(
-        "  by kind: "
-        + "; ".join(f"{g.name} {human_bytes(g.bytes)} ({share(g.bytes / breakdown.peak_bytes)})" for g in breakdown.by_kind if g.bytes)
+        fit(
+            "  by kind: "
+            + "; ".join(f"{g.name} {human_bytes(g.bytes)} ({share(g.bytes / breakdown.peak_bytes)})" for g in breakdown.by_kind if g.bytes)
+        )
     )
     shown = list(breakdown.buffers[:rows])
     rest = len(breakdown.buffers) - len(shown) + breakdown.others_count
@@ -109,18 +111,20 @@ def levers_text(found, peak_bytes: int | None = None) -> str:
         lever = getattr(item, "lever", item)
         head = f"  {lever.name}: {', '.join(lever.shrinks)} {human_bytes(lever.target_bytes)} at the peak"
         if lever.layout is None:
-            lines.append(f"{head}; not compiled: {lever.unavailable}")
+            lines.append(fit(f"{head}; not compiled: {lever.unavailable}"))
             continue
         estimate = f"frees about {human_bytes(lever.saving_bytes)} (an estimate)"
         outcome = getattr(item, "result", None)
         if outcome is not None:
             change = f" ({human_bytes(peak_bytes - item.peak_bytes)} less)" if peak_bytes else ""
             verdict = "fits" if outcome.fits else "does not fit"
-            lines.append(f"{head}; compiled: XLA's peak {human_bytes(item.peak_bytes)}{change}, {verdict}; {estimate}; cost: {lever.cost}")
+            lines.append(
+                fit(f"{head}; compiled: XLA's peak {human_bytes(item.peak_bytes)}{change}, {verdict}; {estimate}; cost: {lever.cost}")
+            )
         elif getattr(item, "error", ""):
-            lines.append(f"{head}; {estimate}; compile failed: {item.error}")
+            lines.append(fit(f"{head}; {estimate}; compile failed: {item.error}"))
         else:
-            lines.append(f"{head}; {estimate}; cost: {lever.cost}")
+            lines.append(fit(f"{head}; {estimate}; cost: {lever.cost}"))
         lines.append(f"    layout: {lever.layout.name}")
     return "\n".join(lines)
 

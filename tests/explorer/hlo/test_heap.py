@@ -74,7 +74,6 @@ def _agrees_with_xprof(folder: str) -> heaps.Heap:
     held = _heap(folder)
     viewer = truth.memory_viewer(folder)
     assert held.peak_bytes == pytest.approx(truth.mib_to_bytes(viewer["peakHeapMib"]), rel=1e-3)
-    assert held.allocated_bytes == truth.mib_to_bytes(viewer["totalBufferAllocationMib"])
     listed = truth.peak_objects(viewer, at_least=2**20)
     assert listed, "XProf lists no buffer of 1 MiB at its peak"
     for name, size in listed:
