@@ -286,7 +286,7 @@ def _state_levers(breakdown: MemoryBreakdown, layout: Layout, result: TargetComp
         made = _made(layout, "fsdp", keys, result)
         return [
             _lever(
-                f"FSDP over {data} more devices (ici_fsdp_parallelism {fsdp * data})",
+                f"FSDP over the data axis's {data} devices (ici_fsdp_parallelism {fsdp * data})",
                 ("parameter", "optimizer state", "gradient"),
                 state,
                 state - state // data,
