@@ -106,11 +106,10 @@ def levers_section(result: TargetCompile, layout: Layout) -> None:
     slot = f"{result.target.topology}|{layout.key}"
     outcomes: tuple[LeverOutcome, ...] | None = st.session_state.get(LEVERS, {}).get(slot)
     runnable = [lever for lever in found if lever.layout is not None]
-    if (
-        outcomes is None
-        and runnable
-        and st.button(f"Compile {counted(len(runnable), 'lever')} for {result.target.name}", key="levers_compile_button")
-    ):
+    button = st.empty()  # gone once the levers are compiled, in the run that compiles them too
+    label = f"Compile {counted(len(runnable), 'lever')} for {result.target.name}"
+    if outcomes is None and runnable and button.button(label, key="levers_compile_button"):
+        button.empty()
         outcomes = _compile(found, result)
         st.session_state.setdefault(LEVERS, {})[slot] = outcomes
     shown = outcomes if outcomes is not None else tuple(LeverOutcome(lever, None, lever.unavailable) for lever in found)

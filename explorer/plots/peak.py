@@ -71,6 +71,7 @@ def heap_figure(breakdown: MemoryBreakdown, limit: tuple[int, str] | None = None
         )
     off = [line for line in lines if line not in drawn]
     title = "Off the scale: " + "; ".join(label for _, label, _, _ in off) if off else None
+    figure.update_yaxes(range=[0, 1.15 * max([top] + [line[0] for line in drawn]) / divisor])  # room for the peak's label
     return framed(
         figure,
         height=300,
