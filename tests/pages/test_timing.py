@@ -32,6 +32,10 @@ def test_times_a_small_layout_to_completion(page):
     assert metrics["MFU"] == "—"
     assert any(c.value.startswith("peak in use (memory_stats): not available") for c in page.caption)
     assert any("XLA's peak" in c.value and "most bytes live at one moment" in c.value for c in page.caption)  # item 4
+    # what fills the memory at the compiled step's peak: the headline adding up to XLA's total, the buffers largest first
+    assert any(c.value.startswith("Peak: ") and "XLA's total" in c.value for c in page.caption)
+    buffers = next(d.value for d in page.dataframe if list(d.value.columns[:3]) == ["size", "unpadded", "kind"])
+    assert "optimizer state" in set(buffers["kind"])
     page.button(key="time_button").click().run()  # issue 18 item 6: the second timing says its compile was cached
     metrics = {m.label: m.value for m in page.metric}
     assert metrics["Compile"] == "cached"
