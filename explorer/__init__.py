@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from explorer.layout import Layout
     from explorer.notebook import NotebookCompile, NotebookReport
 
-__all__ = ["ExplorerError", "Layout", "NotebookCompile", "NotebookReport", "analyze", "plan"]
+__all__ = ["ExplorerError", "Layout", "NotebookCompile", "NotebookReport", "analyze", "compile_for", "plan"]
 
 
 def analyze(layout: Any) -> NotebookReport:
@@ -50,6 +50,14 @@ def plan(fn: Any, *args: Any, target: str, **kwargs: Any) -> NotebookCompile:
     from explorer.notebook import plan as plan_step
 
     return plan_step(fn, *args, target=target, **kwargs)
+
+
+def compile_for(layout: Any, target: str) -> NotebookCompile:
+    """``layout``'s train step compiled for ``target`` (``"v5e-8"``, ``"h100:1x8"``): XLA's verdict and what fills the
+    memory at the peak (``peak_buffers()``, ``memory_figure()``, ``levers()``); see ``explorer.notebook.compile_for``."""
+    from explorer.notebook import compile_for as compile_any
+
+    return compile_any(layout, target)
 
 
 _LAZY = {"Layout": "explorer.layout", "NotebookReport": "explorer.notebook", "NotebookCompile": "explorer.notebook"}

@@ -3,7 +3,7 @@
     python -m explorer analyze LAYOUT.json [--json] [--tiles | --tiles-for GLOB] [--strict] [--array PATH [--dims R,C] [--block DIM=K]]
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
-    python -m explorer compile LAYOUT.json --target NAME [--json]
+    python -m explorer compile LAYOUT.json --target NAME [--json] [--memory] [--levers]
     python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME] [--pipelines auto|on|off]
     python -m explorer analyze|compile|advise --maxtext KEY=VALUE ... [--target NAME]   (a MaxText config, its own keys)
     python -m explorer compile --step MODULE:FACTORY --target NAME [--mesh AXIS=SIZE,...] [--option KEY=VALUE]   (your own step)
@@ -96,6 +96,15 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     _step_arguments(compile_)
     compile_.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # the worker the others spawn
+    compile_.add_argument(
+        "--memory", action="store_true", help="what fills the memory at the peak: the buffers live there by kind, line and layer (a table)"
+    )
+    compile_.add_argument(
+        "--levers",
+        action="store_true",
+        help="with --memory: compile each lever that shrinks the peak's largest contributors (remat, microbatches, FSDP, a "
+        'smaller batch...) and show its new peak; with --json, added as "levers"',
+    )
     _pool_arguments(compile_)
     advise = _target_command(
         commands,
@@ -596,18 +605,25 @@ def _compile(args: argparse.Namespace) -> int:
     failed = next((o.error for o in outcomes if o.error is not None), None)
     if failed is not None and len(targets) == 1:
         raise failed
+    if args.levers:
+        from explorer.advisor.levers import what_to_change
+    levers = {id(o): what_to_change(o.result, layout, "cli", progress) for o in outcomes if args.levers and o.error is None}
     if args.json:
         found = [
-            {"target": t.name, "error": str(o.error)} if o.error else o.result.to_json() | {"cached": o.cached}
+            {"target": t.name, "error": str(o.error)}
+            if o.error
+            else o.result.to_json() | {"cached": o.cached} | ({"levers": [x.to_json() for x in levers[id(o)]]} if args.levers else {})
             for t, o in zip(targets, outcomes)
         ]
         json.dump(found[0] if len(targets) == 1 else found, sys.stdout, indent=2)
         print()
     else:
+        from explorer.memory_text import memory_section
         from explorer.text import compile_text
 
         for index, (t, o) in enumerate(zip(targets, outcomes)):
-            print(("\n" if index else "") + (f"error: target {t.name}: {o.error}" if o.error else compile_text(o.result, o.cached)))
+            text = f"error: target {t.name}: {o.error}" if o.error else compile_text(o.result, o.cached)
+            print(("\n" if index else "") + text + ("" if o.error else memory_section(o.result, args.memory, levers.get(id(o)))))
     return 2 if failed is not None else 0
 
 

@@ -228,25 +228,103 @@ def plan(fn: Any, *args: Any, target: str, **kwargs: Any) -> NotebookCompile:
     mesh, method = place_mesh(list(target_topology(parsed).devices), shape, axes, types, slice_split(parsed, shape, axes))
     started = time.perf_counter()
     lowered = lower_on(fn, on_mesh(args, mesh), on_mesh(kwargs, mesh), mesh)
-    return NotebookCompile.of(compile_lowered(LoweredStep(lowered, mesh, method, f"your own step, {name_of(fn)}", started), parsed))
+    return NotebookCompile(compile_lowered(LoweredStep(lowered, mesh, method, f"your own step, {name_of(fn)}", started), parsed))
+
+
+def compile_for(layout: str | os.PathLike | Mapping[str, Any] | Layout, target: str) -> NotebookCompile:
+    """``layout``'s train step compiled for ``target`` (a TPU slice or a GPU cluster, as ``explorer compile --target``
+    names it) in a child process, read from the compile cache where it holds the result: a ``NotebookCompile``."""
+    from explorer.compile.target_compile import compile_target
+
+    chosen = _as_layout(layout)
+    result, cached = compile_target(chosen, target)
+    return NotebookCompile(result, chosen, cached)
+
+
+PEAK_COLUMNS = ("bytes", "unpadded_bytes", "kind", "shape", "name", "op_name", "file", "line", "function", "module", "layers")
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class NotebookCompile(TargetCompile):
-    """A compile's result (``TargetCompile``: every field and method of it) that shows itself as ``explorer compile``
-    prints it, in a notebook and at a prompt."""
+class NotebookCompile:
+    """A compile for a target in a notebook (``compile_for`` a layout, ``plan`` your own step): XLA's result
+    (``result``, a ``TargetCompile``; its fields read on this object too: ``.fits``, ``.judged_peak_bytes``,
+    ``.program``...) and what fills the memory at its peak. Shown as ``explorer compile`` prints it.
 
-    @classmethod
-    def of(cls, result: TargetCompile) -> NotebookCompile:
-        return cls(**{field.name: getattr(result, field.name) for field in dataclasses.fields(result)})
+    - ``peak_buffers()``: a DataFrame, one row per buffer live at the peak (the largest the result keeps), largest first;
+    - ``memory_figure()``: the bytes held over the program's order, the peak marked (Plotly);
+    - ``levers()``: what to change (``advisor.levers.Lever``, the most freeing first), ``compile_levers()`` each compiled.
+    """
+
+    result: TargetCompile
+    layout: Layout | None = None  # None for your own step (``plan``): no layout to change
+    cached: bool = False
+
+    def __getattr__(self, name: str) -> Any:  # the result's fields
+        if name.startswith("__") or name in ("result", "layout", "cached"):
+            raise AttributeError(name)
+        return getattr(self.result, name)
 
     def __repr__(self) -> str:
         from explorer.text import compile_text
 
-        return compile_text(self)
+        return compile_text(self.result)
+
+    def peak_buffers(self) -> pd.DataFrame:
+        """One row per buffer live at the peak, largest first; bytes per device (``unpadded_bytes``: without tile
+        padding); the rest of the peak's buffers are ``result.memory_breakdown.others_bytes``."""
+        import pandas as pd
+
+        breakdown = self._breakdown()
+        return pd.DataFrame([{c: getattr(b, c) for c in PEAK_COLUMNS} for b in breakdown.buffers], columns=list(PEAK_COLUMNS))
+
+    def memory_figure(self) -> go.Figure:
+        from explorer.plots.peak import heap_figure
+
+        limit = self.result.memory_limit
+        return heap_figure(self._breakdown(), (limit.bytes, f"the limit {human_bytes(limit.bytes)}"))
+
+    def levers(self) -> tuple:
+        from explorer.advisor.levers import levers
+
+        if self.layout is None:
+            raise ExplorerError("levers", self.result.program, "need a layout to change: your own step's levers are yours to make")
+        return levers(self.result, self.layout)
+
+    def compile_levers(self) -> pd.DataFrame:
+        """Each lever compiled for the target: its name, the estimate, XLA's new peak and whether it fits."""
+        import pandas as pd
+
+        from explorer.advisor.levers import compile_levers
+
+        outcomes = compile_levers(self.levers(), self.result.target, "notebook")
+        return pd.DataFrame([o.to_json() | {"layout": o.lever.layout.name if o.lever.layout else None} for o in outcomes])
+
+    def _breakdown(self):
+        if self.result.memory_breakdown is None:
+            raise ExplorerError("result", self.result.target.name, "has no memory breakdown (compiled before it existed: compile it again)")
+        return self.result.memory_breakdown
 
     def _repr_html_(self) -> str:
-        return f"<pre>{_escape(repr(self))}</pre>"
+        from explorer.memory_text import buffer_rows, peak_headline
+
+        verdict = "fits" if self.result.fits else "does NOT fit"
+        name = self.layout.name if self.layout is not None else self.result.program
+        parts = [
+            f"<p><b>{_escape(name)}</b> on {_escape(self.result.target.name)}: XLA's peak "
+            f"{_escape(human_bytes(self.result.judged_peak_bytes))}, {verdict} ({_escape(human_bytes(self.result.memory_limit.bytes))})</p>"
+        ]
+        if self.result.memory_breakdown is not None:
+            parts.append(f"<p>{_escape(peak_headline(self.result.memory_breakdown))}</p>")
+            rows = buffer_rows(self.result.memory_breakdown.buffers[:10])
+            header = ("size", "unpadded", "kind", "shape", "line", "what")
+            parts.append(
+                "<table><thead><tr>"
+                + "".join(f"<th>{h}</th>" for h in header)
+                + "</tr></thead><tbody>"
+                + "".join("<tr>" + "".join(f"<td>{_escape(r[h])}</td>" for h in header) + "</tr>" for r in rows)
+                + "</tbody></table>"
+            )
+        return "\n".join(parts)
 
 
 def _escape(text: object) -> str:

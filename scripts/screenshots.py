@@ -11,6 +11,10 @@ support code, then draws four pages:
 - ``compare.png``: the Compare page, the default layout against a link to the same
   layout with only the batch rule, in the same session (so with its timing).
 
+``--memory`` saves ``memory.png`` (docs/memory.md): ``layouts/transformer-data8.json`` planned for a v5e-8, compiled
+(XLA refuses it), its peak explained and its levers compiled (minutes, or seconds from the compile cache), and the same
+section at 1024x768 and 1440x900 into ``screenshots/``.
+
 ``--screens`` instead saves every page at 1024x768 and 1440x900 (the viewport, and the
 whole page at that width) into the git-ignored ``screenshots/``, to look at: the Layout
 page planned for a v5litepod-8 and compiled, the planned 16 x 16 layout, Timing after a
@@ -179,7 +183,68 @@ def every_page_on_common_screens(browser, url: str) -> list[Path]:
     return saved
 
 
+MEMORY_LAYOUT = link(
+    "transformer-data8",
+    mesh="8",
+    axes="data",
+    rules="batch:data",
+    model="transformer",
+    options="batch:64;seq_len:2048;layers:8;d_model:1024;heads:8;kv_heads:8;head_dim:128;mlp_dim:4096;vocab:32000;"
+    "scan:true;dtype:bfloat16;remat:none",
+    target="v5e-8",
+)
+
+
+def memory_section(browser, url: str) -> list[Path]:
+    """The memory view of a layout XLA refuses, its levers compiled: the section from its heading to the levers' table,
+    for docs/memory.md, and as a user sees it at 1024x768 and 1440x900."""
+    from tests.browser import SCREENSHOTS
+
+    saved = []
+    for screen in [{"width": 1440, "height": 2600}, *SCREENS]:
+        page = new_page(browser, screen)
+        open_app(page, url + "/" + MEMORY_LAYOUT)
+        if page.locator(key_selector("target_verdict")).count() == 0:  # not in the compile cache yet
+            page.locator(f"{key_selector('target_compile_button')} button").click()
+        expect(page.locator(key_selector("target_peak_chart"))).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        levers = page.locator(f"{key_selector('levers_compile_button')} button")
+        if levers.count():
+            levers.click()
+        expect(page.locator(key_selector("target_levers"))).to_contain_text("fits", timeout=RUN_TIMEOUT_MS)
+        wait_for_rerun(page, timeout_ms=RUN_TIMEOUT_MS)
+        unfocus(page)
+        assert_no_exception(page)
+        top = page.locator(key_selector("target_peak_headline")).bounding_box()
+        bottom = page.locator(key_selector("target_levers")).bounding_box()
+        if screen["height"] > 2000:
+            clip = {
+                "x": top["x"] - 8,
+                "y": top["y"] - 40,
+                "width": top["width"] + 16,
+                "height": bottom["y"] + bottom["height"] - top["y"] + 60,
+            }
+            path = OUT / "memory.png"
+            page.screenshot(path=str(path), clip=clip, full_page=True)
+            saved.append(path)
+        else:
+            page.locator(key_selector("target_peak_headline")).scroll_into_view_if_needed()
+            saved.append(screenshot(page, f"memory-{screen['width']}x{screen['height']}", SCREENSHOTS))
+            page.locator(key_selector("target_levers")).scroll_into_view_if_needed()
+            saved.append(screenshot(page, f"memory-levers-{screen['width']}x{screen['height']}", SCREENSHOTS))
+        page.context.close()
+    return saved
+
+
 def main() -> int:
+    if "--memory" in sys.argv[1:]:
+        with streamlit_server() as url, sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            try:
+                for path in memory_section(browser, url):
+                    print(path.relative_to(REPO), f"{path.stat().st_size // 1024} KiB")
+            finally:
+                browser.close()
+        return 0
     if "--screens" in sys.argv[1:]:
         with streamlit_server() as url, sync_playwright() as playwright:
             browser = launch_chromium(playwright)

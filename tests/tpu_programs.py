@@ -9,8 +9,12 @@ explorer code: what the step model reads is what XLA built.
 - ``attention-no-estimate``: the same kernel without one.
 - ``offload``: a remat policy that offloads each layer's activation to pinned host memory and brings it back;
   ``offload-scanned`` the same layers under ``jax.lax.scan``.
+- ``scanned``: ``offload-scanned``'s layers without the policy: each iteration's activations saved in HBM, stacked.
 - ``refused-GENERATION`` (``REFUSALS``): not a program but the compiler's refusal of one far too big for one device of
   that TPU generation (E1000, which names the HBM XLA lets a program use).
+
+``python -m tests.tpu_programs --dump FOLDER NAME ...`` compiles each named program with XLA's dump of it (text and
+``HloProto``, ``xla_dump_to``) in ``FOLDER/NAME``, for the memory breakdown's tests against XProf's Memory Viewer.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ SHAPE = (4, 8, 512, 128)  # batch, heads, seq, head_dim of one device's q, k and
 FLOPS, BYTES = 2 * 4 * 8 * 512 * 512 * 128, 4 * 4 * 8 * 512 * 128 * 2 + 4 * 8 * 512 * 4
 OFFLOADED = (2048, 1024)  # one layer's activation, bf16, per device, offloaded to the host
 LAYERS = 3
+OPTIONS: dict = {}  # compile options of every program (``--dump`` sets XLA's dump)
 
 
 def _mesh():
@@ -66,7 +71,7 @@ def attention(estimate: bool) -> str:
     spec = P("x")
     sharded = jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
     array = jax.ShapeDtypeStruct((4 * batch, heads, seq, dim), jnp.bfloat16, sharding=NamedSharding(mesh, spec))
-    return jax.jit(sharded).lower(array, array, array).compile().as_text()
+    return jax.jit(sharded).lower(array, array, array).compile(OPTIONS).as_text()
 
 
 def offload() -> str:
@@ -86,7 +91,7 @@ def offload() -> str:
     rows, width = OFFLOADED
     weight = jax.ShapeDtypeStruct((width, width), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
     x = jax.ShapeDtypeStruct((4 * rows, width), jnp.bfloat16, sharding=NamedSharding(mesh, P("x")))
-    return jax.jit(jax.grad(loss)).lower([weight] * LAYERS, x).compile().as_text()
+    return jax.jit(jax.grad(loss)).lower([weight] * LAYERS, x).compile(OPTIONS).as_text()
 
 
 def offload_scanned() -> str:
@@ -107,7 +112,24 @@ def offload_scanned() -> str:
     rows, width = OFFLOADED
     weights = jax.ShapeDtypeStruct((LAYERS, width, width), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
     x = jax.ShapeDtypeStruct((4 * rows, width), jnp.bfloat16, sharding=NamedSharding(mesh, P("x")))
-    return jax.jit(jax.grad(loss)).lower(weights, x).compile().as_text()
+    return jax.jit(jax.grad(loss)).lower(weights, x).compile(OPTIONS).as_text()
+
+
+def scanned() -> str:
+    """``offload-scanned``'s layers saving every activation in HBM (no policy): stacked, one slice per iteration."""
+    mesh = _mesh()
+
+    def layer(x, w):
+        return jnp.tanh(jnp.tanh(x @ w) @ w.T), None
+
+    def loss(ws, x):
+        x, _ = jax.lax.scan(layer, x, ws)
+        return x.astype(jnp.float32).sum()
+
+    rows, width = OFFLOADED
+    weights = jax.ShapeDtypeStruct((LAYERS, width, width), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+    x = jax.ShapeDtypeStruct((4 * rows, width), jnp.bfloat16, sharding=NamedSharding(mesh, P("x")))
+    return jax.jit(jax.grad(loss)).lower(weights, x).compile(OPTIONS).as_text()
 
 
 def refused(topology: str, chip_config: str | None) -> str:
@@ -138,7 +160,13 @@ PROGRAMS = {
     "attention-no-estimate": lambda: attention(False),
     "offload": offload,
     "offload-scanned": offload_scanned,
+    "scanned": scanned,
 }
 
 if __name__ == "__main__":
-    json.dump({which: (PROGRAMS | REFUSALS)[which]() for which in sys.argv[1:]}, sys.stdout)
+    if sys.argv[1:2] == ["--dump"]:
+        for which in sys.argv[3:]:
+            OPTIONS.update({"xla_dump_to": f"{sys.argv[2]}/{which}", "xla_dump_hlo_as_proto": True, "xla_dump_hlo_as_text": True})
+            PROGRAMS[which]()
+    else:
+        json.dump({which: (PROGRAMS | REFUSALS)[which]() for which in sys.argv[1:]}, sys.stdout)

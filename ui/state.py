@@ -147,6 +147,11 @@ def load_layout(layout: Layout, keep_selection: bool = False) -> None:
     state[LOADED] = layout.to_dict()
 
 
+def open_layout(layout: Layout, target: str | None) -> None:
+    """Load ``layout`` for ``target`` into every widget (a button's ``on_click``: a lever's layout on the Layout page)."""
+    load_layout(layout.model_copy(update={"target": target}))
+
+
 def make_axes_explicit() -> None:
     """Every axis of the sidebar's mesh Explicit (the button offered when a model needs Explicit axes)."""
     st.session_state[MESH_EXPLICIT] = parse_names(st.session_state.get(MESH_AXES, ""))

@@ -34,7 +34,7 @@ from explorer.hardware.targets import TARGET_FORMS
 from explorer.analysis.stage_plan import stage_mesh_axes
 from explorer.formats import short_path
 from explorer.compile.compile_cache import cache_folder
-from ui import state, tables
+from ui import memory_view, state, tables
 from ui.communication_view import top_lines
 from ui.turnstile import session_id
 
@@ -136,7 +136,7 @@ def render(layout: Layout, target: Target | None, report: Report) -> TargetCompi
         if result is not None:
             before.empty()
     if result is not None:
-        show(result, wall_s=st.session_state.get(WALL, {}).get(_wall_key(layout, target)))
+        show(result, wall_s=st.session_state.get(WALL, {}).get(_wall_key(layout, target)), layout=layout)
         pipeline_sends(result, stage_mesh_axes(layout))
     return result
 
@@ -316,7 +316,9 @@ def step_verdict(estimate: Estimate) -> str:
     return f"Predicted step: {human_seconds(estimate.predicted_s)} (a prediction: the step model, kernel by kernel; {SCOPE}). {bound}."
 
 
-def show(result: TargetCompile, wall_s: float | None = None) -> None:
+def show(result: TargetCompile, wall_s: float | None = None, layout: Layout | None = None) -> None:
+    """XLA's verdict, the memory (and, with ``layout``, what fills it at the peak and what to change), the roofline and
+    the collectives."""
     memory, target, estimate = result.memory, result.target, result.estimate
     per = device_word(target)
     with st.container(key="target_verdict"):
@@ -371,6 +373,8 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
             "XLA refused this program for HBM (" + result.oom.message[:200] + "); the figures are read from its "
             "buffer assignment, and flops count the optimized program's dots and convolutions only."
         )
+    if layout is not None:
+        memory_view.target_section(result, layout, per)
     if estimate is None:
         return
     with roofline_column:
@@ -533,6 +537,7 @@ def compare_section(labels: list[str], layouts: list[Layout], target: Target | N
             height=tables.wrapped_height(len(labels)),
         )
         st.caption(PREDICTION_CAPTION)
+    memory_view.compare_section(labels, results, device_word(target))
     shown = [(l, r) for l, r in zip(labels, results) if r is not None]
     if shown:
         st.markdown("**Roofline** — lower bounds on the step, not measurements; the term that bounds each layout's step outlined")

@@ -19,7 +19,7 @@ from explorer.formats import human_bytes, human_seconds
 from explorer.text import markdown_literal, memory_relation, peak_in_use_text
 from explorer.timing.timing import TimingResult, time_layout
 from explorer.timing.workers import time_local_processes
-from ui import live_timing
+from ui import live_timing, memory_view
 from ui.current import simulated_devices_note
 from ui.fields import whole_number
 from ui.state import TIMING_RESULTS as RESULTS
@@ -272,6 +272,7 @@ def show_memory(result: TimingResult) -> None:
     for note in result.memory_notes():
         st.caption("• " + note)
     st.caption(peak_in_use_text(result))
+    memory_view.breakdown_section(result.memory_breakdown, "timing_peak", per="device")
 
 
 def show_collectives(result: TimingResult) -> None:

@@ -167,6 +167,7 @@ def extrapolate(
         estimate=None if estimate is None else dataclasses.replace(estimate, predicted_s=predicted),
         cross_check=cross_check,
         extrapolated=Extrapolated(tuple(depths), full, tuple(options)),
+        memory_breakdown=None,  # a breakdown is of one compiled program's buffers: an extrapolation has none
     )
 
 

@@ -22,9 +22,9 @@ from explorer.hardware.devices import compile_flags
 from explorer.hardware.targets import Target
 from explorer.compile.xla_results import with_verdict
 
-CACHE_FORMAT = 10  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
+CACHE_FORMAT = 11  # bump when the result's shape or meaning changes (4: written by TargetCompile.to_json; 5: predicted_s;
 # 6: collectives' sources; 7: compiled_at; 8: slices, DCN; 9: a MegaScale send's line through the bitcast it moves;
-# 10: the flags it ran under, MaxText's own train step for a maxtext layout)
+# 10: the flags it ran under, MaxText's own train step for a maxtext layout; 11: memory_breakdown)
 
 
 def versions() -> dict[str, str]:

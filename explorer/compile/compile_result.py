@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from explorer.compile.memory_breakdown import MemoryBreakdown
 from explorer.hlo.program import LoopWork, ParameterLayout
 from explorer.predict.roofline import Collective, Estimate, collective_seconds, link
 from explorer.predict.step_model import Bubble
@@ -244,6 +245,7 @@ class TargetCompile:
     flags: tuple[tuple[str, str], ...] = ()
     program: str = ""
     refused_flags: tuple[str, ...] = ()  # a flag asked for that libtpu or XLA refused, left out: one line each
+    memory_breakdown: MemoryBreakdown | None = None  # the buffers live at the peak and what each is (None: dump not read)
 
     @property
     def judged_peak_bytes(self) -> int | None:
@@ -299,6 +301,7 @@ class TargetCompile:
             "flags": dict(self.flags),
             "program": self.program,
             "refused_flags": list(self.refused_flags),
+            "memory_breakdown": None if self.memory_breakdown is None else self.memory_breakdown.to_json(),
         }
         if self.compiled and not self.target.is_gpu:
             data["cross_check"] = None if self.cross_check is None else self.cross_check.to_json()
@@ -367,6 +370,7 @@ class TargetCompile:
             flags=tuple(data.get("flags", {}).items()),
             program=data.get("program", ""),
             refused_flags=tuple(data.get("refused_flags", ())),
+            memory_breakdown=MemoryBreakdown.from_json(data.get("memory_breakdown")),
         )
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -24,7 +26,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from explorer import reading
 from explorer import caches
-from explorer.compile.train_step import abstract_inputs, make_init, make_train_step, with_sharding
+from explorer.compile import memory_breakdown
+from explorer.compile.memory_breakdown import MemoryBreakdown
+from explorer.compile.train_step import abstract_inputs, argument_kinds, make_init, make_train_step, with_sharding
 from explorer.analysis.analyzer import analyze, input_shardings, model_of, state_shardings
 from explorer.analysis.report import Report
 from explorer.meshes import layout_mesh
@@ -62,6 +66,7 @@ class CompiledStep:
     compile_s: float
     activations: tuple[ActivationCheck, ...]
     mesh: Any = None  # the jax Mesh both were compiled for
+    memory_breakdown: MemoryBreakdown | None = None  # the step's buffers live at its peak, from XLA's dump of its compile
 
 
 # --- guard rails ---------------------------------------------------------------------------
@@ -269,15 +274,20 @@ def _compile(layout: Layout, report: Report) -> CompiledStep:
         init_compiled = (
             jax.jit(init, in_shardings=(replicated, *inputs_sharding), out_shardings=shardings).lower(jax.random.key(0), *inputs).compile()
         )
-        step_compiled = step.compile()
-        compile_s = time.perf_counter() - start
+        dump = tempfile.mkdtemp(prefix="explorer-xla-dump-")
+        try:  # XLA's files for the step: its buffer assignment and live ranges give the memory breakdown
+            step_compiled = step.compile({"xla_dump_to": dump})
+            compile_s = time.perf_counter() - start
+            breakdown = memory_breakdown.from_dump(dump, argument_kinds(model.framework, template, inputs))
+        finally:
+            shutil.rmtree(dump, ignore_errors=True)
         abstract_state = jax.tree_util.tree_map(with_sharding, shardings, template)
         activations = (
             _chosen_activation_shardings(model, report, abstract_state.params, inputs, shardings.params)
             if model.framework == "linen"
             else ()
         )
-    return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations, mesh)
+    return CompiledStep(init_compiled, step_compiled, inputs_sharding, compile_s, activations, mesh, breakdown)
 
 
 def lower_step(layout: Layout, report: Report | None = None):

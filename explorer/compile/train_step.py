@@ -129,6 +129,34 @@ def make_init(model: AbstractModel):
     return init
 
 
+ARGUMENT_KINDS = ("parameter", "optimizer state", "input")
+
+
+def argument_kinds(framework: str, state: Any, inputs: tuple) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    """Each argument of the compiled train step, in the order XLA numbers its entry parameters (the leaves of
+    ``(state, *inputs)`` as JAX flattens them), as (path, kind, global shape): what the memory breakdown says a
+    parameter's buffer holds. Decided by the train state's structure, which this module writes: Linen's ``TrainState`` holds the
+    parameters under ``params`` and Adam's moments and the step counters under ``opt_state`` and ``step``; NNX's
+    state is the pair (the model's variables, the optimizer's state); every input is an input.
+
+    >>> [kind for _, kind, _ in argument_kinds("nnx", ({"w": 1}, {"mu": 2, "step": 3}), (4,))]
+    ['parameter', 'optimizer state', 'optimizer state', 'input']
+    """
+    found = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+        name = "state" + jax.tree_util.keystr(path)
+        first = path[0] if path else None
+        if framework == "nnx":
+            kind = "parameter" if getattr(first, "idx", None) == 0 else "optimizer state"
+        else:
+            kind = "parameter" if getattr(first, "name", None) == "params" else "optimizer state"
+        found.append((name, kind, tuple(getattr(leaf, "shape", ()))))
+    for index, value in enumerate(inputs):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
+            found.append((f"inputs[{index}]" + jax.tree_util.keystr(path), "input", tuple(getattr(leaf, "shape", ()))))
+    return tuple(found)
+
+
 def abstract_inputs(model: AbstractModel, shardings: tuple[NamedSharding, ...]) -> tuple[jax.ShapeDtypeStruct, ...]:
     """The model's example inputs as abstract arrays carrying ``shardings``, for lowering."""
     return tuple(

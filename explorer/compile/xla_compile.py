@@ -18,7 +18,8 @@ the compiler stops with ``RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: ... HLO 
 (25.00G) exceeds available HBM (15.75G)``. It has by then assigned every buffer, and with
 ``xla_dump_to`` it writes that assignment, its memory-usage report and the optimized program
 before refusing. So every compile dumps into a temporary folder; when XLA refuses for HBM, the
-result is read from the dump (``xla_results.analyze_dump``).
+result is read from the dump (``xla_results.analyze_dump``). The same files give every compile's memory breakdown (the
+buffers live at the peak and what each holds: ``memory_breakdown``), a GPU cluster's too.
 
 An NVIDIA GPU cluster (``h100:2x8``) takes the same path with JAX's CUDA plugin in place of
 libtpu, and no GPU: ``get_topology_desc(platform="cuda", target_config=..., topology="1x2x8")``
@@ -50,6 +51,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
+from explorer.compile import memory_breakdown
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError, first_line
 from explorer.layout import Layout
@@ -81,6 +83,9 @@ class LoweredStep:
     started: float  # time.perf_counter() when its trace began: the compile's time counts from there
     compiler_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # besides the explorer's (MaxText's compile_xla_flags)
     pipeline: tuple[int, int] | None = None  # a pipelined built-in transformer's (stages, trip count): its bubble
+    # what each entry parameter holds, (path, kind, shape) in XLA's order (``train_step.argument_kinds``): the memory
+    # breakdown's kinds; () for a user's step, whose parameters are "argument"s
+    arguments: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
 
 EXPLORER_STEP = "the explorer's train step (the Flax guides' recipe: the model's loss, Adam, the state donated)"
@@ -136,7 +141,7 @@ def _explorer_step(layout: Layout, target: Target, stage: Callable[[str], None])
     import jax
     from explorer import reading
     from explorer.analysis.analyzer import analyze, input_shardings, model_of, state_shardings
-    from explorer.compile.train_step import abstract_inputs, make_train_step, with_sharding
+    from explorer.compile.train_step import abstract_inputs, argument_kinds, make_train_step, with_sharding
 
     report = analyze(layout)
     model = model_of(layout)
@@ -154,12 +159,14 @@ def _explorer_step(layout: Layout, target: Target, stage: Callable[[str], None])
             out_shardings=shardings,
             donate_argnums=0,
         ).lower(abstract_state, *inputs)
-    return LoweredStep(lowered, mesh, method, EXPLORER_STEP, start, pipeline=pipeline_of(layout))
+    arguments = argument_kinds(model.framework, abstract_state, inputs)
+    return LoweredStep(lowered, mesh, method, EXPLORER_STEP, start, pipeline=pipeline_of(layout), arguments=arguments)
 
 
 def _maxtext_step(layout: Layout, target: Target, stage: Callable[[str], None]) -> LoweredStep:
     """MaxText's own train step for the layout's keys on the target (``maxtext.lower_train_step``: train_compile.py's
     recipe, MaxText's functions called in its order), its mesh MaxText's own over libtpu's description of the slice."""
+    from explorer.compile.train_step import argument_kinds
     from explorer.models import maxtext
 
     start = time.perf_counter()
@@ -169,7 +176,9 @@ def _maxtext_step(layout: Layout, target: Target, stage: Callable[[str], None]) 
     )
     stage("lower")
     lowered, mesh, options = maxtext.lower_train_step(keys)
-    return LoweredStep(lowered, mesh, "maxtext", MAXTEXT_STEP, start, options)
+    (state, *inputs), _ = lowered.args_info  # train_step(state, batch, rng): MaxText's TrainState holds .params, .opt_state
+    arguments = argument_kinds("linen", state, tuple(inputs))
+    return LoweredStep(lowered, mesh, "maxtext", MAXTEXT_STEP, start, options, arguments=arguments)
 
 
 def compile_lowered(step: LoweredStep, target: Target, on_stage: Callable[[str], None] | None = None) -> TargetCompile:
@@ -180,10 +189,11 @@ def compile_lowered(step: LoweredStep, target: Target, on_stage: Callable[[str],
     stage("compile")
     flags = tuple(compile_flags(target, dict(os.environ)).items())
     facts = {"flags": flags, "program": step.program, "donated": _donated(step.lowered)}
-    if target.is_gpu:
-        return dataclasses.replace(_compile_for_gpu(step, target, stage), **facts)
     dump = tempfile.mkdtemp(prefix="explorer-xla-dump-")
     try:
+        if target.is_gpu:
+            result = _compile_for_gpu(step, target, stage, dump)
+            return dataclasses.replace(result, memory_breakdown=memory_breakdown.from_dump(dump, step.arguments), **facts)
         try:
             compiled = step.lowered.compile({**COMPILER_OPTIONS, **step.compiler_options, "xla_dump_to": dump})
         except Exception as error:  # XLA's own refusal: out of HBM is a result, anything else a message
@@ -194,13 +204,14 @@ def compile_lowered(step: LoweredStep, target: Target, on_stage: Callable[[str],
                 ) from None
             compile_s = time.perf_counter() - step.started
             stage("analyze")
-            return dataclasses.replace(analyze_dump(dump, oom, target, step.mesh, step.method, compile_s), **facts)
+            result = analyze_dump(dump, oom, target, step.mesh, step.method, compile_s)
+            return dataclasses.replace(result, memory_breakdown=memory_breakdown.from_dump(dump, step.arguments), **facts)
         compile_s = time.perf_counter() - step.started
         stage("analyze")
         result = analyze_compiled(
             compiled, target, step.mesh, step.method, compile_s, cross_check=dump_cross_check(dump), pipeline=step.pipeline
         )
-        return dataclasses.replace(result, **facts)
+        return dataclasses.replace(result, memory_breakdown=memory_breakdown.from_dump(dump, step.arguments), **facts)
     finally:
         shutil.rmtree(dump, ignore_errors=True)
 
@@ -233,12 +244,13 @@ def require_gpu_plugin(target: Target) -> None:
         )
 
 
-def _compile_for_gpu(step: LoweredStep, target: Target, stage) -> TargetCompile:
-    """Compile for the GPU cluster, keeping what XLA logs about memory; XLA's GPU compiler does not refuse for memory."""
+def _compile_for_gpu(step: LoweredStep, target: Target, stage, dump: str | None = None) -> TargetCompile:
+    """Compile for the GPU cluster, keeping what XLA logs about memory (and its files in ``dump``, where given); XLA's
+    GPU compiler does not refuse for memory."""
     logged: list[str] = []
     try:
         with _xla_log(logged):
-            compiled = step.lowered.compile({**GPU_COMPILER_OPTIONS, **step.compiler_options})
+            compiled = step.lowered.compile({**GPU_COMPILER_OPTIONS, **step.compiler_options, **({"xla_dump_to": dump} if dump else {})})
     except Exception as error:
         raise ExplorerError("target", target.name, f"XLA could not compile the step: {first_line(error)}") from None
     compile_s = time.perf_counter() - step.started

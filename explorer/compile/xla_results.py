@@ -40,7 +40,7 @@ from explorer.compile.compile_result import (
     judged_peak,
 )
 from explorer.errors import first_line
-from explorer.hlo.dumps import dumped_memory
+from explorer.hlo.dumps import dumped_memory, read_dump
 from explorer.hlo.program import LoopWork
 from explorer.hlo.megascale import megascale_ops
 from explorer.hardware.placement import device_coords, device_host, device_slice, placement
@@ -73,27 +73,16 @@ def parse_oom(message: str) -> Oom | None:
     )
 
 
-def _dumped(folder: str, suffix: str) -> str:
-    """The text of the step's dump file ending in ``suffix`` (the folder holds one compile's modules: the largest if
-    several match; a user's step is named after its function, not ``jit_train_step``)."""
-    names = [n for n in os.listdir(folder) if n.endswith(suffix)]
-    if not names:
-        raise FileNotFoundError(suffix)
-    name = max(names, key=lambda n: os.path.getsize(os.path.join(folder, n)))
-    with open(os.path.join(folder, name)) as handle:
-        return handle.read()
-
-
 def analyze_dump(folder: str, oom: Oom, target: Target, mesh, method: str, compile_s: float) -> TargetCompile:
     """The result for a program XLA refused for HBM, read from its dump (see the module docstring)."""
     from explorer.hlo import program as hlo
 
     try:
         memory = dumped_memory(
-            _dumped(folder, "after_optimizations-buffer-assignment.txt"),
-            _dumped(folder, "after_optimizations-memory-usage-report.txt"),
+            read_dump(folder, "after_optimizations-buffer-assignment.txt"),
+            read_dump(folder, "after_optimizations-memory-usage-report.txt"),
         )
-        text = _dumped(folder, "after_optimizations.txt")
+        text = read_dump(folder, "after_optimizations.txt")
     except (OSError, ValueError):  # no dump: E1000's own figures only
         return _result(target, mesh, method, compile_s, Memory(peak_bytes=oom.required_bytes), None, None, [], "", oom)
     work = hlo.matmul_work(text)
@@ -112,10 +101,10 @@ def dump_cross_check(folder: str) -> CrossCheck | None:
 
     try:
         memory = dumped_memory(
-            _dumped(folder, "after_optimizations-buffer-assignment.txt"),
-            _dumped(folder, "after_optimizations-memory-usage-report.txt"),
+            read_dump(folder, "after_optimizations-buffer-assignment.txt"),
+            read_dump(folder, "after_optimizations-memory-usage-report.txt"),
         )
-        work = hlo.matmul_work(_dumped(folder, "after_optimizations.txt"))
+        work = hlo.matmul_work(read_dump(folder, "after_optimizations.txt"))
     except (OSError, ValueError):
         return None
     return CrossCheck(Memory(**memory), work.flops)

@@ -8,5 +8,8 @@ library code) and every stage that reads a compiled program (compile, predict, t
   the parameters' layouts;
 - ``sources``: a program's stack-frame tables, and which line of the model made each instruction;
 - ``megascale``: the sends and receives that cross TPU slices over the data-center network;
-- ``dumps``: the files XLA dumps for a program it refused (its memory, as ``memory_analysis()`` would give it).
+- ``dumps``: the files XLA dumps for a compile (finding one; a refused program's memory, as ``memory_analysis()`` would
+  give it);
+- ``heap``: the buffer assignment set against the schedule's live ranges: the bytes held at each program point and
+  the buffers live at the peak.
 """

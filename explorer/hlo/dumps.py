@@ -1,13 +1,28 @@
-"""The files XLA dumps for a program it refused (``xla_dump_to``): the buffer assignment and the memory usage report,
-read into the figures ``memory_analysis()`` would have given."""
+"""The files XLA dumps for a compile (``xla_dump_to``): finding one, and the buffer assignment and memory-usage report
+read into the figures ``memory_analysis()`` would have given (for a program XLA refused)."""
 
 from __future__ import annotations
 
+import os
 import re
 
 
 _ALLOCATION = re.compile(r"^allocation \d+: size (?P<size>\d+),(?: color (?P<color>\d+),)? (?P<rest>.*)$", re.M)
 _USAGE_TOTAL = re.compile(r"^Memory Space: default \(color=0\)\s*\nTotal bytes: (?P<total>\d+)", re.M)
+
+
+def read_dump(folder: str, suffix: str, program: str = "") -> str:
+    """The text of the file of ``folder`` whose name holds ``program`` (any module by default: the folder holds one
+    compile's, and a user's step is named after its function) and ends with ``suffix`` (the largest where several
+    match: XLA names a module's files ``module_0004.jit_train_step.cl_123.after_optimizations...``, a CPU or
+    GPU compile ``...cpu_after_optimizations...``/``...sm_9.0a_gpu_after_optimizations...``). OSError where there is
+    none."""
+    names = [n for n in os.listdir(folder) if program in n and n.endswith(suffix)]
+    if not names:
+        raise FileNotFoundError(os.path.join(folder, f"*{program}*{suffix}"))
+    name = max(names, key=lambda n: os.path.getsize(os.path.join(folder, n)))
+    with open(os.path.join(folder, name)) as handle:
+        return handle.read()
 
 
 def dumped_memory(buffer_assignment: str, usage_report: str) -> dict[str, int]:

@@ -10,6 +10,21 @@ LEGEND_ABOVE = dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="botto
 
 
 KIND_COLORS = {"param": "#4C78A8", "opt_state": "#F58518", "input": "#54A24B", "activation": "#B279A2"}
+# The memory breakdown's kinds (``compile.memory_breakdown.KINDS``): the analysis' colour where the kind is the same thing.
+PEAK_COLORS = {
+    "parameter": KIND_COLORS["param"],
+    "optimizer state": KIND_COLORS["opt_state"],
+    "gradient": "#E45756",
+    "input": KIND_COLORS["input"],
+    "saved activation": KIND_COLORS["activation"],
+    "temporary": "#9D755D",
+    "collective buffer": "#72B7B2",
+    "output": "#EECA3B",
+    "constant": "#BAB0AC",
+    "argument": "#FF9DA6",
+    "host-offloaded": "#79706E",
+    "fragmentation": "#DDDDDD",
+}
 
 
 def byte_unit(largest: float) -> tuple[float, str]:

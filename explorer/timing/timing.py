@@ -45,6 +45,7 @@ from explorer.hlo.program import collective_ops as hlo_collective_ops
 from explorer.hlo.program import collectives
 from explorer.hlo.sources import Traced
 from explorer.compile.xla_results import aggregate_collectives
+from explorer.compile.memory_breakdown import MemoryBreakdown
 from explorer.layout import Layout
 from explorer.hardware.accelerators import Gpu
 
@@ -101,6 +102,7 @@ class TimingResult:
     lower_bound_s: float | None = None  # roofline.estimate's step_s for this device: a lower bound, not a prediction
     predicted_s: float | None = None  # the per-kernel step model's seconds per step (None until it exists)
     expectation_note: str = ""  # why there is no bound or prediction, where one is missing
+    memory_breakdown: MemoryBreakdown | None = None  # the step's buffers live at its peak (compiled.CompiledStep's)
 
     def __post_init__(self) -> None:
         if self.devices_per_process is None:
@@ -216,6 +218,7 @@ class TimingResult:
             ],
             "memory_notes": self.memory_notes(),
             "sources": [t.to_json() for t in self.sources],
+            "memory_breakdown": None if self.memory_breakdown is None else self.memory_breakdown.to_json(),
         }
 
     @classmethod
@@ -238,6 +241,7 @@ class TimingResult:
                 for a in data["activations"]
             ),
             sources=tuple(Traced.from_json(t) for t in data.get("sources", ())),
+            memory_breakdown=MemoryBreakdown.from_json(data.get("memory_breakdown")),
         )
 
 
@@ -386,6 +390,7 @@ def timed_run(
         lower_bound_s=figures.lower_bound_s,
         predicted_s=figures.predicted_s,
         expectation_note=figures.expectation_note,
+        memory_breakdown=compiled.memory_breakdown,
     )
     return TimedRun(result, state)
 

@@ -68,6 +68,13 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(blank_page, targ
     page.set_viewport_size({"width": 1024, "height": 768})
     page.wait_for_timeout(800)
     expect_tables_fit(page, key_selector("target_collectives"))  # "time ≥" was cut at 1024
+    # What fills the memory at the peak: the headline adding up to XLA's total, the chart, the buffers in view at 1024
+    peak = page.locator(key_selector("target_peak_headline"))
+    expect(peak).to_contain_text(re.compile(r"Peak: [\d.,]+ MiB live at program point [\d,]+ of [\d,]+ .* = [\d.,]+ MiB, XLA's total"))
+    expect(page.locator(f"{key_selector('target_peak_chart')} .js-plotly-plot")).to_be_visible()
+    expect_tables_fit(page, key_selector("target_peak_buffers"))
+    page.locator(key_selector("target_peak_buffers")).scroll_into_view_if_needed()
+    screenshot(page, "target-peak-1024x768")
     verdict.scroll_into_view_if_needed()
     screenshot(page, "target-1024x768")
     page.locator(key_selector("target_collectives")).scroll_into_view_if_needed()

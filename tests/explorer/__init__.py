@@ -44,6 +44,7 @@ DOCUMENTED_KEYS = [
     "flags",
     "program",
     "refused_flags",
+    "memory_breakdown",
 ]
 
 

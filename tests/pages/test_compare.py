@@ -181,7 +181,12 @@ def test_on_a_target_every_layout_gets_its_verdict_peak_and_roofline(shelf, tmp_
         assert row["predicted step"] == human_seconds(result.estimate.predicted_s)  # beside the bound, labelled
         predicted.append(result.estimate.predicted_s)
     assert any(c.value.startswith("Predicted step: the step model's prediction") for c in at.caption)
-    assert len([c for c in at.get("plotly_chart")]) >= 2  # memory per device, and the layouts' rooflines on one chart
+    assert len([c for c in at.get("plotly_chart")]) >= 3  # memory per device, the peaks by kind, the layouts' rooflines
+    peaks = next(d.value for d in at.dataframe if "XLA's total" in set(d.value.get("kind", ()))).set_index("kind")  # each peak by kind
+    for name in ("tensor parallel", "data only"):
+        breakdown = compile_target(library.load(name).layout, "v5litepod-8")[0].memory_breakdown
+        assert peaks.loc["XLA's total", f"library: {name}"] == human_bytes(breakdown.allocated_bytes)
+        assert peaks.loc["parameter", f"library: {name}"] == human_bytes(breakdown.kind_bytes("parameter"))
     # each layout's top lines by communication side by side: the guide's MLP communicates at its two matmul lines
     tops = [c.value for c in at.caption if c.value.startswith("Top lines by communication:")]
     assert len(tops) == 2 and all("y = nn.Dense(" in top for top in tops)  # the line's code, read from mlp.py
