@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from explorer.hlo import program as hlo
-from explorer.formats import WIDTH, counted, human_bytes, human_flops, human_seconds, plain_table, share
+from explorer.formats import WIDTH, counted, human_bytes, human_flops, human_seconds, plain_number, plain_table, share
 from explorer.analysis.analyzer import tiled_arrays
 from explorer.analysis.report import KIND_LABELS, Report
 from explorer.compile.compile_result import TargetCompile, memory_room
@@ -408,7 +408,7 @@ def op_timing_text(timing) -> str:
         row(f"sharded over {timing.devices} {timing.platform} device(s)", timing.sharded),
         row("one device", timing.single),
         f"speedup {timing.speedup:.2f}x (one-device median / sharded median), after {timing.warmup} warm-up call(s) each; "
-        f"max |sharded - one device| = {timing.max_abs_difference:.3g}",
+        f"max |sharded - one device| = {plain_number(timing.max_abs_difference)}",
     ]
     if timing.stopped:
         lines.append("stopped early: the figures cover the calls made so far")
@@ -430,11 +430,24 @@ def multislice_lines(result: TargetCompile) -> list[str]:
     seconds = sum(c.seconds for c in result.dcn_collectives)
     return [
         f"{target.num_slices} slices of {target.slice_topology} joined by the data-center network: "
-        f"{target.dcn.bandwidth / 1e9:g} GB/s per chip one way ({target.dcn.what}; {target.dcn.source})",
+        f"{plain_number(target.dcn.bandwidth / 1e9)} GB/s per chip one way ({target.dcn.what}; {target.dcn.source})",
         "placement: " + "; ".join(p.text or p.axis for p in result.mesh.placement),
         f"across the DCN: {', '.join(crossing) or 'no axis'}; {human_bytes(result.dcn_bytes)} per device per step in "
         f"{len(result.dcn_collectives)} collective kind(s), {seconds * 1e3:.3f} ms at the DCN figure (an estimate)",
     ]
+
+
+def mfu_ceiling_words(estimate: Estimate) -> str:
+    """What the roofline's bound says of MFU: at most the compute's share of the bound; nothing where compute is the
+    bound (it would read "MFU at most 100%").
+
+    >>> from explorer.predict.roofline import Estimate
+    >>> mfu_ceiling_words(Estimate(1e-3, 9e-3, 0.0)), mfu_ceiling_words(Estimate(2e-3, 1e-3, 0.0))
+    ("MFU at most 11% (the compute's share of the bound)", 'the bound does not cap MFU (compute is the bound)')
+    """
+    if estimate.mfu_ceiling >= 1:
+        return "the bound does not cap MFU (compute is the bound)"
+    return f"MFU at most {share(estimate.mfu_ceiling)} (the compute's share of the bound)"
 
 
 def judged_peak_note(result: TargetCompile) -> str | None:
@@ -444,8 +457,8 @@ def judged_peak_note(result: TargetCompile) -> str | None:
     if result.cross_check is None or judged == result.memory.peak_bytes:
         return None
     return (
-        f"XLA's peak here is the HBM total of its memory-usage report ({human_bytes(judged)}), the figure its compiler "
-        f"refuses a program for; memory_analysis()'s peak, {human_bytes(result.memory.peak_bytes)}, is counted another "
+        f"XLA's peak in HBM ({human_bytes(judged)}) is the total of its memory-usage report, the figure its compiler "
+        f"refuses a program for; memory_analysis()'s peak ({human_bytes(result.memory.peak_bytes)}) is counted another "
         "way: it can count donated arguments and the outputs that reuse them both, and buffers offloaded to host memory."
     )
 
@@ -466,11 +479,12 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         + (f", {target.devices} devices" if target.devices != target.chips else "")
         + f", {human_bytes(hbm)} HBM per device)",
         f"{compiled}; train state donated",
-        "memory per device (XLA"
+        "memory per device (XLA's memory_analysis()"
         + (", read from its dump: it refused the program" if result.oom else "")
         + "): "
         + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.figures().items()),
-        f"peak {human_bytes(result.judged_peak_bytes)} {verdict} in {memory_room(target, result.memory_limit)}: "
+        f"XLA's peak{' in HBM' if judged_peak_note(result) else ''} {human_bytes(result.judged_peak_bytes)} {verdict} in "
+        f"{memory_room(target, result.memory_limit)}: "
         + (f"{human_bytes(result.headroom_bytes)} to spare" if result.fits else f"{human_bytes(-result.headroom_bytes)} too much"),
     ]
     if note := judged_peak_note(result):
@@ -495,7 +509,7 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         lines.append(
             f"roofline lower bound (not a measurement): compute {human_seconds(estimate.compute_s)}, memory "
             f"{human_seconds(estimate.memory_s)}, collectives {human_seconds(estimate.collective_s)} -> step >= "
-            f"{human_seconds(estimate.step_s)}, {estimate.bound}-bound, MFU at most {share(estimate.mfu_ceiling)}"
+            f"{human_seconds(estimate.step_s)}, {estimate.bound}-bound, {mfu_ceiling_words(estimate)}"
         )
     if estimate and estimate.predicted_s is not None:
         lines.append(f"predicted step: {human_seconds(estimate.predicted_s)} (the step model, kernel by kernel; {SCOPE})")

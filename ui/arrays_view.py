@@ -28,7 +28,7 @@ from explorer.ops.ops import (
 )
 from explorer.specs import spec_axes, spec_text
 from explorer.sharing.share import op_to_query
-from explorer.formats import human_bytes
+from explorer.formats import human_bytes, plain_number
 from explorer.text import code_literal, markdown_literal
 from explorer.tiles import grid_view, shard_counts
 from ui import live_timing, op_state, share_panel, sidebar, state
@@ -327,7 +327,7 @@ def show_timing(key: str, labels: dict[str, str]) -> None:
         metrics[0].metric(f"Sharded ({counted(timing.devices, 'device')}), median", f"{timing.sharded.median * 1e3:.2f} ms")
         metrics[1].metric("One device, median", f"{timing.single.median * 1e3:.2f} ms")
         metrics[2].metric("Speedup", f"{timing.speedup:.2f}×", help="one-device median / sharded median")
-        metrics[3].metric("max |difference|", f"{timing.max_abs_difference:.3g}", help="between the sharded and the one-device result")
+        metrics[3].metric("max |difference|", plain_number(timing.max_abs_difference), help="between the sharded and the one-device result")
         st.plotly_chart(op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="arrays_times")
         st.caption(
             f"p10–p90: sharded {timing.sharded.p10 * 1e3:.2f}–{timing.sharded.p90 * 1e3:.2f} ms, one device "

@@ -13,7 +13,7 @@ from explorer.analysis.stage_plan import stage_plan
 from explorer.analysis.report import KIND_LABELS, ArrayInfo, Report
 from explorer.analysis.report import ERROR_CODES, INFO_CODES
 from explorer.rules import RESOLUTION_ORDERS
-from explorer.formats import human_bytes, short_path
+from explorer.formats import counted, human_bytes, short_path
 from explorer.text import arrays_frame, markdown_literal
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
 from ui import propagated_view, share_panel, tables
@@ -34,7 +34,7 @@ WARNING_TITLES = {
 
 
 def render(report: Report, compiled_peak: tuple[str, int] | None = None, edited: bool = False) -> None:
-    """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists;
+    """``compiled_peak``: (which peak it is, bytes) of XLA's peak for this layout when a compiled program exists;
     ``edited``: the layout differs from the one loaded under its name (the header says so)."""
     _summary(report, compiled_peak, edited)
     _stages(report)
@@ -113,7 +113,7 @@ def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edite
             human_bytes(compiled_peak[1]),
             width="content",
             border=True,
-            help=f"memory_analysis() of the train step compiled for {compiled_peak[0]}",
+            help=compiled_peak[0].strip(),
         )
     row.metric(
         "State / device — exact",
@@ -145,7 +145,10 @@ def _stages(report: Report) -> None:
     plan = stage_plan(report.layout.model.options, report) if report.layout.model.name == "transformer" else None
     if plan is None:
         return
-    with st.expander(f"Pipeline: {plan.stages} stages × {plan.microbatches} microbatches × {plan.repeats} repeats", expanded=True):
+    title = f"Pipeline: {counted(plan.stages, 'stage')} × {counted(plan.microbatches, 'microbatch')}"
+    if plan.repeats > 1:  # a circular pipeline: each stage holds that many groups of blocks
+        title += f" × {counted(plan.repeats, 'repeat')}"
+    with st.expander(title, expanded=True):
         st.plotly_chart(stage_bars(plan), key="stage_bars")
         st.caption(
             f"Bubble — formula, for one pass: (stages − 1) / (microbatches × repeats + stages − 1) = {plan.bubble:.1%}: the loop "

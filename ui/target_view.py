@@ -24,8 +24,8 @@ from explorer.predict.roofline import Estimate
 from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
-from explorer.formats import counted, human_bytes, human_flops, human_seconds, share
-from explorer.text import judged_peak_note, markdown_literal, memory_relation, prediction_gap
+from explorer.formats import counted, human_bytes, human_flops, human_seconds, plain_number, share
+from explorer.text import judged_peak_note, markdown_literal, memory_relation, mfu_ceiling_words, prediction_gap
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_pool import POOL, queue_text
@@ -93,7 +93,11 @@ def choose() -> Target | None:
     st.caption(
         f"{target.topology}: {target.chips} × {target.chip.device_kind}, {human_bytes(target.chip.hbm_bytes)} HBM, "
         f"{target.chip.peak_flops / 1e12:,.0f} bf16 TFLOP/s per chip"
-        + (f"; {target.num_slices} slices joined by the DCN, {target.dcn.bandwidth / 1e9:g} GB/s per chip" if target.multislice else "")
+        + (
+            f"; {target.num_slices} slices joined by the DCN, {plain_number(target.dcn.bandwidth / 1e9)} GB/s per chip"
+            if target.multislice
+            else ""
+        )
     )
     return target
 
@@ -379,7 +383,7 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
             f"{human_flops(result.flops)} and {human_bytes(int(result.bytes_accessed))} per {per} per step "
             f"(loop bodies times their trip count) against {target.chip.device_peak_flops / 1e12:,.0f} TFLOP/s and "
             f"{target.chip.device_hbm_bandwidth / 1e9:,.0f} GB/s{links}; collectives by the formulas of “How to Scale Your Model”. "
-            f"MFU at most {share(estimate.mfu_ceiling)}. Lowering and compiling took {result.compile_s:.1f} s"
+            f"{mfu_ceiling_words(estimate)[0].upper()}{mfu_ceiling_words(estimate)[1:]}. Lowering and compiling took {result.compile_s:.1f} s"
             + (
                 f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
                 if wall_s

@@ -35,6 +35,7 @@ from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.compile.target_compile import STAGE_PREFIX, Stopped, child_command, child_error
 from explorer.hardware.devices import child_environment
+from explorer.hardware.libtpu_log import drop_noise
 from explorer.hardware.targets import parse_target
 from explorer.compile.xla_results import with_verdict
 
@@ -158,7 +159,7 @@ def compile_on_node(layout_json: str, topology: str) -> dict:
         child = subprocess.run(
             child_command(path, target), capture_output=True, text=True, env=env, cwd=folder, preexec_fn=_die_with_parent
         )
-    errors = [line for line in child.stderr.splitlines() if line.strip() and not line.startswith(STAGE_PREFIX)][-50:]
+    errors = drop_noise(line for line in child.stderr.splitlines() if line.strip() and not line.startswith(STAGE_PREFIX))[-50:]
     return {
         "node": ray.get_runtime_context().get_node_id(),
         "versions": versions(),

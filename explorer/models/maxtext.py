@@ -181,8 +181,14 @@ def topology_devices(config: Any) -> list:
 
 
 def check_options(options: Any) -> dict[str, str]:
-    """A layout's MaxText model options: ``{KEY: VALUE}`` with MaxText key names and text values (as on its command
-    line). MaxText's own pyconfig validates the values when the model is built."""
+    """A layout's MaxText model options in one normal form: ``{KEY: VALUE}`` with MaxText key names and text values (as on
+    its command line), so that the same config is one layout (``Layout.key``: one compile cache entry) from the app's
+    text box, the command line and a layout file. MaxText's own pyconfig validates the values when the model is built.
+
+    A ``compile_topology`` without ``compile_topology_num_slices`` is one slice, written out as ``--target`` writes it:
+    base.yml's -1 would count the slice's devices negative (train_compile.py refuses it; pyconfig builds a batch of -8
+    sequences on a v5e-8).
+    """
     if not isinstance(options, dict):
         raise ExplorerError("model.options", options, "is not MaxText's keys as {KEY: VALUE}")
     checked = {}
@@ -191,7 +197,9 @@ def check_options(options: Any) -> dict[str, str]:
             raise ExplorerError("model.options", key, "is not a MaxText key name")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ExplorerError(f"model.options.{key}", value, "is not a MaxText value (text, as on its command line)")
-        checked[key] = str(value)
+        checked[key] = str(value).strip()
+    if checked.get("compile_topology") and "compile_topology_num_slices" not in checked:
+        checked["compile_topology_num_slices"] = "1"
     return checked
 
 
@@ -234,6 +242,7 @@ def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -
     require_maxtext()
     if target is not None:
         keys |= topology_keys(target)
+    keys = check_options(keys)  # the normal form the layout's model has: the mesh and rules from the config it builds
     config = cached_config(tuple(sorted(keys.items())))
     mesh = build_mesh(config, config_devices(config))
     axes, shape = tuple(config.mesh_axes), tuple(int(n) for n in mesh.devices.shape)

@@ -312,9 +312,11 @@ def python_snippet(layout: Layout) -> str:
     """A complete script: the mesh, the rules and the Flax guide's recipe, sharding a real train state.
 
     It runs as pasted from the project folder (the model comes from the explorer's
-    registry; replace that block with your own module and inputs) on a process with as
-    many devices as the mesh needs, e.g. ``JAX_NUM_CPU_DEVICES=8`` on a laptop. The
-    layout's name, rules and options appear only as Python literals.
+    registry; replace that block with your own module and inputs): on a machine without
+    an accelerator it asks XLA for the mesh's devices on the CPU, as the explorer does
+    (``devices.configure``: CPU as JAX's only backend there, so the CUDA plugin and libtpu
+    installed for compiling for targets are not loaded and print nothing). The layout's
+    name, rules and options appear only as Python literals.
     """
     rules = "\n".join(f"    ({rule.logical!r}, {spec_entry(rule.mesh)!r})," for rule in layout.rules)
     allow = ""
@@ -329,8 +331,11 @@ def python_snippet(layout: Layout) -> str:
         "import optax\n"
         "from flax.training import train_state\n"
         "from jax.sharding import AxisType\n\n"
+        "from explorer.hardware import devices\n"
         "from explorer.layout import ModelSpec\n"
         "from explorer.models import build_model, validate_model\n\n"
+        "# Without a GPU or TPU: the mesh's devices simulated on the CPU, the only backend JAX then starts.\n"
+        f"devices.configure({layout.mesh.size})\n"
         f"layout_name = {layout.name!r}\n"
         f"mesh = jax.make_mesh({tuple(layout.mesh.shape)!r}, {tuple(layout.mesh.axes)!r}, axis_types={_axis_types_code(layout)})\n"
         "# Linen resolves rules in order (the first whose mesh axes are still free wins); NNX reads them as a dict.\n"

@@ -151,9 +151,11 @@ def test_a_tpu_compiles_text_judges_the_peak_in_hbm_and_says_memory_analysis_pea
     path = pathlib.Path(__file__).parents[1] / "data" / "maxtext_published" / "v6e-llama3_1-8b-8chips.result.json"
     result = TargetCompile.from_json(json.loads(path.read_text()))
     text = compile_text(result)
-    assert "peak 28.1 GiB fits in the 31.2 GiB XLA lets a program use of the 32.0 GiB HBM per chip" in text
-    assert judged_peak_note(result) in text and "memory_analysis()'s peak, 32.2 GiB" in judged_peak_note(result)
+    assert "XLA's peak in HBM 28.1 GiB fits in the 31.2 GiB XLA lets a program use of the 32.0 GiB HBM per chip" in text
+    assert judged_peak_note(result) in text and "memory_analysis()'s peak (32.2 GiB)" in judged_peak_note(result)
+    # issue 55 item 5: each peak has one name where it stands: memory_analysis()'s in its line, XLA's in HBM in the verdict
+    assert "memory per device (XLA's memory_analysis()): " in text and ", peak 32.2 GiB," in text
     from explorer.compile.xla_results import with_verdict
 
     same = with_verdict(dataclasses.replace(result, cross_check=None), result.target)  # no dump read: memory_analysis()'s
-    assert judged_peak_note(same) is None and "peak 32.2 GiB does NOT fit" in compile_text(same)
+    assert judged_peak_note(same) is None and "XLA's peak 32.2 GiB does NOT fit" in compile_text(same)

@@ -1,11 +1,13 @@
-"""A stopped timing keeps the figures of the steps it ran, and its chart spans those steps."""
+"""A timing in its own thread (``ui.live_timing.Job``): it takes its turn of the queue, stops after its current step when asked,
+and keeps the figures of the steps it ran."""
 
 import threading
+import time
 
 import pytest
 
 from explorer.errors import ExplorerError
-from ui.live_timing import Job, follow
+from ui.live_timing import Job
 from ui.turnstile import TURNSTILE
 
 
@@ -23,7 +25,6 @@ def test_a_job_asked_to_stop_ends_after_its_current_step_with_its_result_and_lea
         return list(job.samples)
 
     job = Job("key", 1000, work)
-    TURNSTILE.enter()
     job.start()
     assert in_step.wait(10)
     job.stop.set()
@@ -38,7 +39,6 @@ def test_a_refused_job_gives_no_result_and_keeps_the_refusal():
         raise ExplorerError("steps", 0, "must be between 1 and 10,000")
 
     job = Job("key", 0, work)
-    TURNSTILE.enter()
     job.start()
     assert job.wait() is None and "steps" in str(job.refusal)
     assert TURNSTILE.queue_length() == 0
@@ -49,34 +49,26 @@ def test_a_failing_job_raises_in_the_script_that_shows_it():
         raise RuntimeError("boom")
 
     job = Job("key", 1, work)
-    TURNSTILE.enter()
     job.start()
     with pytest.raises(RuntimeError, match="boom"):
         job.wait()
 
 
-class Interrupted(Exception):
-    """Stands for Streamlit's StopException: a rerun, raised at the script's next element call."""
-
-
-class InterruptedLive:
-    """A live display whose first drawing raises, as an element call does in a script a rerun has stopped."""
-
-    class progress:  # noqa: N801 - stands for the status box's progress bar
-        @staticmethod
-        def progress(*_args, **_kwargs):
-            raise Interrupted
-
-
-def test_a_rerun_while_waiting_for_a_turn_leaves_the_queue_as_it_was_and_nothing_waiting():
-    """Stop pressed while another timing holds the queue: this job never starts, the next run does not wait for it,
-    and the timing holding the queue keeps its turn."""
-    job = Job("key", 10, lambda job: [])
+def test_a_job_stopped_while_waiting_for_its_turn_never_runs_and_leaves_the_queue_as_it_was():
+    """Stop pressed while another timing holds the queue: this job leaves the queue without running, the page's next
+    run does not wait for it, and the timing holding the queue keeps its turn."""
+    ran = []
+    job = Job("key", 10, lambda job: ran.append(1))
     TURNSTILE.enter()  # another timing runs
     try:
-        with pytest.raises(Interrupted):
-            follow(job, InterruptedLive(), lambda job: None, "one timing runs at a time", str)
-        assert job.done.is_set() and job.wait() is None
+        job.start()
+        deadline = time.monotonic() + 10
+        while TURNSTILE.queue_length() < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert TURNSTILE.queue_length() == 2 and job.ahead == 1  # waiting, behind the one running
+        job.stop.set()
+        assert job.done.wait(10) and job.wait() is None and job.refusal is None and not ran
         assert TURNSTILE.queue_length() == 1  # the other timing's turn, untouched
     finally:
         TURNSTILE.leave()
+    assert TURNSTILE.queue_length() == 0
