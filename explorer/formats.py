@@ -125,7 +125,14 @@ def plain_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> st
 
 WIDTH = 120  # the command line's text fits this many columns
 
-IRREGULAR = {"microbatch": "microbatches", "entry": "entries", "axis": "axes", "torus axis": "torus axes", "mesh axis": "mesh axes", "process": "processes"}
+IRREGULAR = {
+    "microbatch": "microbatches",
+    "entry": "entries",
+    "axis": "axes",
+    "torus axis": "torus axes",
+    "mesh axis": "mesh axes",
+    "process": "processes",
+}
 
 
 def plural(noun: str, count: int) -> str:
