@@ -236,11 +236,13 @@ def _library_action(action: str) -> None:
         elif action == "save":
             library.check_name(name)  # the library's own limits first (64), not a layout name's (120)
             entry = library.save(name, _named(current, name))
+            state.load_layout(entry.layout, keep_selection=True)  # the layout on the page is the one saved, by its name
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
             text = f"Saved '{markdown_literal(name)}'."
         elif action == "replace":
             loaded_name, version = st.session_state[LOADED_VERSION]
             entry = library.save(loaded_name, _named(current, loaded_name), replaces=version)
+            state.load_layout(entry.layout, keep_selection=True)
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
             text = f"Replaced '{markdown_literal(loaded_name)}'."
         else:

@@ -250,15 +250,25 @@ def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -
     data = {
         "name": f"maxtext {keys.get('model_name', 'default')}"[:120],
         "mesh": {"shape": list(shape), "axes": list(axes)} | ({"dcn": dcn_shares(config, axes, slices)} if slices > 1 else {}),
-        "rules": [
-            [name, list(mesh_axes) if isinstance(mesh_axes, (list, tuple)) else mesh_axes] for name, mesh_axes in config.logical_axis_rules
-        ],
+        "rules": config_rules(config),
         "model": {"name": "maxtext", "options": keys},
     }
     topology = getattr(config, "compile_topology", "")
     if target is not None or topology:
         data["target"] = target or (f"{slices}x{topology}" if slices > 1 else topology)
     return data
+
+
+def config_rules(config: Any) -> list[list[Any]]:
+    """A MaxText config's ``logical_axis_rules`` as a layout's rules (the file format's ``[name, axes]`` pairs)."""
+    return [[name, list(axes) if isinstance(axes, (list, tuple)) else axes] for name, axes in config.logical_axis_rules]
+
+
+def rules_for(options: dict[str, Any]) -> list[list[Any]]:
+    """The rules MaxText writes for a layout's MaxText ``options`` (a share link's ``rules=maxtext``: a MaxText layout
+    whose rules are its config's own says so instead of listing its ~60 rules)."""
+    require_maxtext()
+    return config_rules(cached_config(tuple(sorted(check_options(options).items()))))
 
 
 def dcn_shares(config: Any, axes: tuple[str, ...], slices: int) -> list[int]:
@@ -357,6 +367,7 @@ __all__ = [
     "built_model",
     "cached_config",
     "check_options",
+    "config_rules",
     "config_devices",
     "dcn_shares",
     "layout_data",
@@ -364,5 +375,6 @@ __all__ = [
     "build_mesh",
     "parse_keys",
     "require_maxtext",
+    "rules_for",
     "topology_devices",
 ]

@@ -42,7 +42,7 @@ from typing import Any, Iterable, Sequence
 
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
-from explorer.hlo.sources import is_library
+from explorer.hlo.sources import is_library, jax_shims
 
 PROBE_PREFIX = "logical:"
 _VALUE_PRESERVING = frozenset({"sharding_constraint", "convert_element_type", "copy", "copy_p"})
@@ -443,10 +443,12 @@ class SourceLine:
 
 def user_frame(source_info) -> SourceLine | None:
     """The innermost frame of an equation's traceback outside JAX, Flax, optax, the standard library and the explorer
-    (``sources.is_library``, the rule the collectives' lines follow), or None (only the frame found is turned into a line)."""
+    (``sources.is_library``, the rule the collectives' lines follow) and outside a function installed over JAX's own
+    (``sources.jax_shims``: MaxText's ``_compat_wsc``), or None (only the frame found is turned into a line)."""
     codes, lastis = _raw_frames(source_info)
+    shims = jax_shims()
     for code, lasti in zip(codes, lastis):
-        if not is_library(code.co_filename):
+        if not is_library(code.co_filename) and not (shims and (os.path.abspath(code.co_filename), code.co_qualname) in shims):
             return SourceLine(code.co_filename, type(source_info.traceback).code_addr2line(code, lasti), code.co_qualname)
     return None
 

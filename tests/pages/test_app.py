@@ -217,6 +217,22 @@ def test_library_actions_answer_in_the_library_section(app, tmp_path, monkeypatc
     assert not app.main.error
 
 
+def test_a_layout_saved_to_the_library_is_the_current_layout_by_its_new_name(app, tmp_path, monkeypatch):
+    """Issue 55 item 9: after an edit and a save under a new name, the page still said "seed-2x4 (edited)"; now the layout
+    on the page is the one saved, by the name it was saved under, not edited, and its link carries that name."""
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    app.number_input(key="option::mlp::depth").set_value(512).run()
+    assert any("**seed-2x4** (edited)" in m.value for m in app.markdown)
+    app.text_input(key="library_name").input("team fsdp").run()
+    app.button(key="library_save").click().run()
+    assert not app.exception and [s.value for s in app.sidebar.success] == ["Saved 'team fsdp'."]
+    assert app.text_input(key="layout_name").value == "team fsdp"
+    assert not any("(edited)" in m.value for m in app.markdown), [m.value for m in app.markdown if "edited" in m.value]
+    assert app.query_params["name"] == "team fsdp" and app.number_input(key="option::mlp::depth").value == 512
+    app.number_input(key="option::mlp::depth").set_value(256).run()  # edited again: said again, under the new name
+    assert any("**team fsdp** (edited)" in m.value for m in app.markdown)
+
+
 def test_a_library_name_too_long_is_refused_with_the_librarys_own_limit(app, tmp_path, monkeypatch):
     monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
     app.text_input(key="library_name").input("x" * 130).run()
