@@ -16,7 +16,7 @@ from explorer.analysis.analyzer import tiled_arrays
 from explorer.analysis.report import KIND_LABELS, Report
 from explorer.compile.compile_result import TargetCompile, memory_room
 from explorer.hlo.sources import LineRow, by_line, module_path
-from explorer.specs import SpecEntry
+from explorer.specs import SpecEntry, spec_axes, spec_text
 from explorer.predict.step_model import SCOPE
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
@@ -121,14 +121,64 @@ def arrays_lines(frame, below: Sequence[str] = ("logical axes", "spec", "shard s
     return [line for one, two in zip(first.splitlines(), second.splitlines()) for line in (one, "    " + two)]
 
 
+def mesh_words(axes: Sequence[str], shape: Sequence[int]) -> str:
+    """A mesh as a person reads it: its axes that shard (``fsdp=8``), the axes of size 1 counted (MaxText's mesh has 12
+    axes, most of size 1), and their names.
+
+    >>> mesh_words(("data", "model"), (2, 4)), mesh_words(("diloco", "data", "fsdp", "tensor"), (1, 1, 8, 1))
+    ('data=2 x model=4', 'fsdp=8 (and 3 axes of size 1: diloco, data, tensor)')
+    """
+    sharding = [f"{axis}={size}" for axis, size in zip(axes, shape) if size > 1] or ["every axis of size 1"]
+    ones = [axis for axis, size in zip(axes, shape) if size == 1]
+    if not ones or len(sharding) == 1 and sharding[0].startswith("every"):
+        return " x ".join(f"{axis}={size}" for axis, size in zip(axes, shape)) if not ones else f"{len(ones)} axes of size 1"
+    return " x ".join(sharding) + f" (and {counted(len(ones), 'axis')} of size 1: {', '.join(ones)})"
+
+
+def rules_words(rules: Sequence[Sequence], width: int = WIDTH) -> str:
+    """The rules on one line: every one where they fit, else the first few and how many more (``--json`` lists them).
+
+    >>> rules_words([("batch", "data"), ("hidden", "model")])
+    'rules: [batch: data, hidden: model]'
+    >>> rules_words([(f"name_{i}", ("fsdp", "tensor")) for i in range(40)], width=90)
+    '40 rules: [name_0: fsdp+tensor, name_1: fsdp+tensor, …] (--json lists every rule)'
+    """
+    items = [f"{logical}: {'+'.join(spec_axes(mesh)) or '-'}" for logical, mesh in rules]
+    whole = "rules: [" + ", ".join(items) + "]"
+    if len(whole) <= width:
+        return whole
+    frame = f"{len(items)} rules: [{{}}, …] (--json lists every rule)"
+    shown: list[str] = []
+    for item in items:
+        if len(frame.format(", ".join(shown + [item]))) > width:
+            break
+        shown.append(item)
+    return frame.format(", ".join(shown))
+
+
+def spec_without_unit_axes(spec: Sequence, sizes: Mapping[str, int]) -> str:
+    """``P(...)`` with the mesh axes of size 1 left out (they shard nothing): ``P('fsdp', None)`` for MaxText's
+    ``P(('fsdp', 'context', 'expert'), 'stage')`` on a mesh where only fsdp is larger than 1.
+
+    >>> spec_without_unit_axes((("fsdp", "context"), "stage", None), {"fsdp": 8, "context": 1, "stage": 1})
+    "P('fsdp', None, None)"
+    """
+    entries = []
+    for entry in spec:
+        axes = tuple(a for a in spec_axes(entry) if sizes.get(a, 2) > 1) if isinstance(entry, (str, tuple, list)) else None
+        entries.append(entry if axes is None and entry is not None else None if not axes else axes[0] if len(axes) == 1 else axes)
+    return spec_text(entries)
+
+
 def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "*") -> str:
     mesh = report.mesh
     kind = "planned (AbstractMesh, hypothetical device ids)" if mesh.abstract else "real devices"
     lines = [
-        f"layout {report.layout.name!r}: mesh {dict(zip(mesh.axes, mesh.shape))}, {counted(mesh.size, 'device')}, {kind}",
-        f"rules: {[list(r) for r in report.layout.rules_for_flax()]}  ({report.resolution_order})",
+        f"layout {report.layout.name!r}: mesh {mesh_words(mesh.axes, mesh.shape)}, {counted(mesh.size, 'device')}, {kind}",
+        f"{rules_words(report.layout.rules_for_flax())}  ({report.resolution_order})",
         "",
     ]
+    sizes = dict(zip(mesh.axes, mesh.shape))
     if report.typed:
         types = ", ".join(f"{axis}: {kind}" for axis, kind in zip(mesh.axes, report.layout.mesh.types))
         lines.insert(
@@ -136,6 +186,9 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
         )
     frame = arrays_frame(report)
     frame["bytes/device"] = frame["bytes/device"].map(human_bytes)
+    if 1 in mesh.shape and len(mesh.shape) > 1:  # MaxText's 12 axes: a spec names the axes that shard, --json all of them
+        frame["spec"] = [spec_without_unit_axes(a.spec, sizes) for a in report.arrays]
+        lines[-1:] = ["specs leave out the mesh's axes of size 1, which shard nothing (--json gives each spec whole)", ""]
     lines += arrays_lines(frame)
     totals = report.totals
     lines += [
@@ -146,7 +199,9 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
         f"model: {totals.param_count:,} parameters ({human_bytes(totals.global_param_bytes)} unsharded)",
     ]
     if report.warnings:
-        lines += ["", "warnings:"] + [f"  [{w.code}] {w.message}" for w in report.warnings]
+        lines += ["", "warnings:"] + [
+            f"  [{w.code}] {w.message}" + (f" (--json lists each of the {len(w.items)})" if w.items else "") for w in report.warnings
+        ]
     if include_tiles:
         lines += ["", "tiles (index ranges -> devices):"]
         for info in tiled_arrays(report, tiles_for):

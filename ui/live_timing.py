@@ -19,6 +19,7 @@ from typing import Callable, Generic, TypeVar
 
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.runtime.scriptrunner import StopException
 
 from explorer.errors import ExplorerError
 from explorer.text import markdown_literal
@@ -88,7 +89,7 @@ def time_with_stop(results: str, key: str, stop_key: str, stop_help: str, run: C
 
 
 # How often the page redraws a running job (a fragment's run_every): each redraw is a short script run of its own.
-JOB_REDRAW_S = 0.25
+JOB_REDRAW_S = 0.5
 JOB = "live_timing_job"  # this session's Job, from its start until a page keeps its result (``collect``)
 
 
@@ -180,18 +181,23 @@ def running() -> Job | None:
     return st.session_state.get(JOB)
 
 
-@st.fragment(run_every=JOB_REDRAW_S)
-def follow(draw: Callable[[Job], None]) -> None:
-    """Draw this session's timing (``draw(job)``) every JOB_REDRAW_S while it runs; once it has ended, run the page
-    again, which shows its result.
-
-    A fragment: the page's script has ended while the timing runs in its thread, so a click (Stop) is handled at
-    once, and Streamlit's own Stop (shown only while a script runs, where it ends the script, not the timing) is
-    not on the page.
-    """
+def redraw(draw: Callable[[Job], None]) -> None:
+    """One drawing of this session's timing (``draw(job)``); once it has ended, the page runs again and shows its
+    result. Streamlit's own Stop, which its header shows while a drawing runs (it ends that script run, not the
+    timing), stops the timing as the page's Stop does: the next drawing shows it stopping, then its result."""
     job = st.session_state.get(JOB)
     if job is None:
         return
     if job.done.is_set():
         st.rerun(scope="app")
-    draw(job)
+    try:
+        draw(job)
+    except StopException:
+        job.stop.set()
+        raise
+
+
+# A fragment: the page's script ends while the timing runs in its thread, and only this redraws every JOB_REDRAW_S,
+# so a click (Stop) is handled at once. Before, the page's script ran as long as the timing: Streamlit's own Stop
+# ended it and left the page frozen on its last drawing ("Running · step 13 of 60").
+follow = st.fragment(run_every=JOB_REDRAW_S)(redraw)

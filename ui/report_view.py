@@ -182,6 +182,9 @@ def _warnings(report: Report) -> None:
             shown = warnings[:5]
             more = f"\n\n…and {len(warnings) - 5} more" if len(warnings) > 5 else ""
             show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {markdown_literal(w.message)}" for w in shown) + more)
+            for warning in (w for w in shown if w.items):  # one finding for many: each of them on demand
+                with st.popover(f"Each of the {len(warning.items)}"):  # an expander may not hold another
+                    st.caption("\n\n".join(markdown_literal(item) for item in warning.items))
 
 
 # What the layout decides, the path shortened to its leaf (the whole path is the selected array's title below);

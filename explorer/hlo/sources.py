@@ -147,7 +147,7 @@ def is_library(file: str) -> bool:
         return True
     absolute = os.path.abspath(path)
     if absolute.startswith(os.path.join(_EXPLORER, "")):
-        return _explorer_own(absolute)
+        return explorer_own(absolute)
     packages, stdlib = _library_folders()
     if any(absolute.startswith(folder) for folder in packages):
         return True
@@ -164,7 +164,7 @@ def user_frame(chain: Iterable[Frame]) -> Frame | None:
     """
     shims = jax_shims()
     for frame in chain:
-        if _explorer_own(frame.file):
+        if explorer_own(frame.file):
             return None
         if not is_library(frame.file) and (os.path.abspath(frame.file), frame.function) not in shims:
             return frame
@@ -191,7 +191,7 @@ def jax_shims() -> frozenset[tuple[str, str]]:
     return frozenset(found)
 
 
-def _explorer_own(file: str) -> bool:
+def explorer_own(file: str) -> bool:
     """The explorer's code, not a model of it (``explorer/models/`` is model code)."""
     absolute = os.path.abspath(file.replace("\\", "/"))
     return absolute.startswith(os.path.join(_EXPLORER, "")) and not absolute.startswith(os.path.join(_USER_IN_EXPLORER, ""))

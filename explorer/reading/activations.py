@@ -116,7 +116,7 @@ def probe_refusal(error: Exception) -> str:
 
     text = re.sub(r"AbstractMesh\((?:[^()]|\([^()]*\))*\)", said, text)
     if "[the explorer's naming mesh" in text and "should match the mesh passed to shard_map" in text:
-        return "its shard_map runs only on its own mesh, not on the explorer's naming mesh (an axis of size 1 per logical name)"
+        return "its shard_map runs only on its own mesh, not on the explorer's naming mesh of one size-1 axis per logical name"
     return text
 
 

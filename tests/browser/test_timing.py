@@ -17,6 +17,7 @@ import re
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import (
     dataframe_rows,
@@ -51,16 +52,6 @@ RECORD_LIVE_COUNTS = """(selector) => {
         const last = seen[seen.length - 1];
         if (!last || last[0] !== n || last[1] !== drawn) seen.push([n, drawn]);
     }).observe(document.body, {childList: true, subtree: true, attributes: true});
-}"""
-
-# Counts the moments Streamlit's own Stop is in the header (it ends the script, not the timing).
-RECORD_HEADER_STOP = """(selector) => {
-    window.__headerStopSeen = 0;
-    const look = () => {
-        if ([...document.querySelectorAll(selector)].some((b) => b.innerText.trim() === 'Stop')) window.__headerStopSeen += 1;
-    };
-    look();
-    new MutationObserver(look).observe(document.body, {childList: true, subtree: true});
 }"""
 
 PARTLY_FILLED = f"() => window.__liveCounts.some(([n]) => n > 0 && n < {STEPS}) || document.querySelector(`{RESULTS}`) !== null"
@@ -129,16 +120,17 @@ def test_live_chart_fills_while_timing(page: Page) -> None:
 STREAMLIT_STOP = "[data-testid='stStatusWidget'] button"  # Streamlit's own Stop, in the header while a script runs
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page, processes: int) -> None:
+@pytest.mark.parametrize("processes, stop", [(1, "page"), (2, "page"), (1, "streamlit")])
+def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page, processes: int, stop: str) -> None:
     """Issue 45: Stop left only the median of the steps that ran. Now the run stops after its current step and the page
     shows the whole result for those steps, as for a finished run: median, p10/p90, compile, memory and collectives;
     in two local processes too (they agree on the step to stop after; nothing is killed).
 
-    Issue 55: the page froze on "Running · step 13 of 60" after Stop. The timing's script ran as long as the timing,
-    so Streamlit showed its own Stop in the header, which ends the script (not the timing) and leaves the page as it
-    was drawn. Now the timing runs in its thread while the page redraws it in short runs: Streamlit's Stop never
-    shows, and the page's Stop gives the stopped run's figures on the same page within seconds.
+    Issue 55: the page froze on "Running · step 13 of 60" after Stop, for minutes. The timing's script ran as long as
+    the timing, and Streamlit's own Stop (in its header while a script runs) ended the script, not the timing, leaving
+    the page as last drawn. Now the timing runs in its thread while the page redraws it in short runs, and either Stop
+    (the page's, or Streamlit's where its header shows one during a redraw) gives the stopped run's figures on the same
+    page within seconds.
     """
     page.set_viewport_size({"width": 1024, "height": 768})
     go_to_page(page, "Timing", f"{key_selector('time_button')} button")
@@ -151,15 +143,19 @@ def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page, pro
         "() => { const p = document.querySelector(`" + LIVE_PLOT + "`); return p && p.data && p.data[0].x.length >= 2; }",
         timeout=RUN_TIMEOUT_MS,
     )
-    page.evaluate(RECORD_HEADER_STOP, STREAMLIT_STOP)  # from here to the result, the timing's steps run
-    page.wait_for_timeout(1000)
     screenshot(page, f"timing-running-{processes}-processes-1024x768")
-    page.locator(f"{key_selector('stop_button')} button").first.click()
+    if stop == "page":
+        page.locator(f"{key_selector('stop_button')} button").first.click()
+    else:  # shown only while a redraw runs past half a second (a loaded machine): click it the moment it shows
+        header = page.locator(STREAMLIT_STOP).filter(has_text=re.compile("^Stop$"))
+        try:
+            header.click(timeout=ANSWER_TIMEOUT_MS)
+        except PlaywrightTimeout:
+            pytest.skip("Streamlit's header showed no Stop of its own while the timing ran (every redraw was short)")
     stopped = page.locator(key_selector("timing_stopped"))
     expect(stopped).to_contain_text(
         re.compile(r"Stopped after \d+ of 1000 steps: every figure here is of the \d+ steps? that ran\."), timeout=ANSWER_TIMEOUT_MS
     )
-    assert page.evaluate("window.__headerStopSeen") == 0, "Streamlit's own Stop showed while the timing ran"
     wait_for_rerun(page, timeout_ms=RUN_TIMEOUT_MS)
     ran = int(re.search(r"Stopped after (\d+)", stopped.inner_text()).group(1))
     assert 2 <= ran < 1000, ran
@@ -177,7 +173,7 @@ def test_a_stopped_timing_keeps_every_figure_of_the_steps_it_ran(page: Page, pro
     assert any(row[0] == "all-reduce" for row in table_under(page, "Collectives XLA inserted"))
     expect(page.locator(LIVE_PLOT)).to_have_count(0)
     assert_no_exception(page)
-    screenshot(page, f"timing-stopped-{processes}-processes-1024x768")
+    screenshot(page, f"timing-stopped-{processes}-processes-{stop}-stop-1024x768")
 
 
 def test_a_count_out_of_range_is_named_and_kept(page: Page) -> None:

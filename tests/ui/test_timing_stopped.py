@@ -72,3 +72,27 @@ def test_a_job_stopped_while_waiting_for_its_turn_never_runs_and_leaves_the_queu
     finally:
         TURNSTILE.leave()
     assert TURNSTILE.queue_length() == 0
+
+
+def test_streamlits_own_stop_during_a_redraw_stops_the_timing(monkeypatch):
+    """Issue 55: Streamlit's Stop (its header shows one while a script runs) ended the page's script, not the timing,
+    and left the page frozen. Now the timing's page only redraws it (``live_timing.follow``, a fragment), and
+    Streamlit's Stop during a redraw, which raises StopException at the redraw's next element, stops the timing too."""
+    import streamlit as st
+    from streamlit.runtime.scriptrunner import StopException
+
+    from ui import live_timing
+
+    gate = threading.Event()
+    job = Job("key", 1000, lambda job: gate.wait(10) and None)
+    monkeypatch.setattr(st, "session_state", {live_timing.JOB: job})
+
+    def draw(job: Job) -> None:
+        raise StopException()  # what an element call raises once Stop was pressed
+
+    with pytest.raises(StopException):
+        live_timing.redraw(draw)
+    assert job.stop.is_set()
+    drawn = []
+    live_timing.redraw(drawn.append)  # a redraw not stopped leaves the timing alone
+    assert drawn == [job]

@@ -127,7 +127,7 @@ def test_a_refusal_quoting_the_probe_mesh_says_it_in_words():
         f"The context mesh {probe} should match the mesh passed to shard_map Mesh('data': 2, 'model': 4, axis_types=(Auto, Auto))"
     )
     assert activations.probe_refusal(error) == (
-        "its shard_map runs only on its own mesh, not on the explorer's naming mesh (an axis of size 1 per logical name)"
+        "its shard_map runs only on its own mesh, not on the explorer's naming mesh of one size-1 axis per logical name"
     )
     other = ValueError(f"Sharding on {probe} is not supported here")
     assert activations.probe_refusal(other) == (
