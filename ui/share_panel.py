@@ -109,8 +109,8 @@ def render(layout: Layout) -> None:
     with st.expander("Copy as code"):
         st.caption(
             "A complete script: mesh, rules and the Flax guide's recipe, printing every parameter's sharding. It runs "
-            "as pasted in this project's folder on as many devices as the mesh needs (JAX_NUM_CPU_DEVICES=8 on a "
-            "laptop); swap the model block for your own module."
+            "as pasted in this project's folder (without a GPU or TPU, on the mesh's devices simulated on the CPU); "
+            "swap the model block for your own module."
         )
         st.code(python_snippet(layout), language="python", wrap_lines=True)
         st.caption("The rules as MaxText-style logical_axis_rules:")
