@@ -313,8 +313,8 @@ def timing_text(result) -> str:
         f"layout {result.layout_name!r} on {result.devices} {result.platform} device(s)"
         + (f" in {result.processes} processes × {result.devices_per_process} (jax.distributed)" if result.processes > 1 else ""),
         f"compile {result.compile_s:.2f} s" + (" (cached: compiled earlier in this process)" if result.cached else ""),
-        f"step: median {steps.median * 1e3:.2f} ms, p10 {steps.p10 * 1e3:.2f}, p90 {steps.p90 * 1e3:.2f}, "
-        f"min {steps.min * 1e3:.2f}, max {steps.max * 1e3:.2f} ms over {len(steps.samples)} steps "
+        f"step: median {human_seconds(steps.median)}, p10 {human_seconds(steps.p10)}, p90 {human_seconds(steps.p90)}, "
+        f"min {human_seconds(steps.min)}, max {human_seconds(steps.max)} over {counted(len(steps.samples), 'step')} "
         f"(after {result.warmup} warm-up)",
         f"{result.steps_per_s:.2f} steps/s, {result.flops / 1e9:.3f} GFLOP per step ({result.flops_source}), "
         f"{result.flops_per_s / 1e9:.2f} GFLOP/s",
@@ -339,7 +339,7 @@ def expectations_text(result) -> list[str]:
     """The measured step, the predicted step and the lower bound, one line each with the ratio measured / it."""
     lines = []
     for row in result.expectations():
-        seconds = "—" if row["step_s"] is None else f"{row['step_s'] * 1e3:,.2f} ms"
+        seconds = "—" if row["step_s"] is None else human_seconds(row["step_s"])
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}x"
         lines.append(f"{row['what']:<12} {seconds:>12}  measured/it {ratio:>7}  {row['note']}")
     return lines
@@ -457,7 +457,10 @@ def op_text(analysis, timing=None) -> str:
 
 def op_timing_text(timing) -> str:
     def row(label, t):
-        return f"{label}: median {t.median * 1e3:.2f} ms, p10 {t.p10 * 1e3:.2f}, p90 {t.p90 * 1e3:.2f} ms over {len(t.samples)} call(s)"
+        return (
+            f"{label}: median {human_seconds(t.median)}, p10 {human_seconds(t.p10)}, p90 {human_seconds(t.p90)} "
+            f"over {len(t.samples)} call(s)"
+        )
 
     lines = [
         row(f"sharded over {timing.devices} {timing.platform} device(s)", timing.sharded),
@@ -488,7 +491,7 @@ def multislice_lines(result: TargetCompile) -> list[str]:
         f"{plain_number(target.dcn.bandwidth / 1e9)} GB/s per chip one way ({target.dcn.what}; {target.dcn.source})",
         "placement: " + "; ".join(p.text or p.axis for p in result.mesh.placement),
         f"across the DCN: {', '.join(crossing) or 'no axis'}; {human_bytes(result.dcn_bytes)} per device per step in "
-        f"{len(result.dcn_collectives)} collective kind(s), {seconds * 1e3:.3f} ms at the DCN figure (an estimate)",
+        f"{len(result.dcn_collectives)} collective kind(s), {human_seconds(seconds)} at the DCN figure (an estimate)",
     ]
 
 

@@ -141,7 +141,7 @@ def draw(job: live_timing.Job[TimingResult]) -> None:
         elif ran == 0:
             st.progress(0.0 if job.phase != "timing" else 0.01, text=job.phase + "…")
         else:
-            st.progress(ran / steps, text=f"step {ran} of {steps}: {job.samples[ran - 1] * 1e3:.1f} ms")
+            st.progress(ran / steps, text=f"step {ran} of {steps}: {human_seconds(job.samples[ran - 1])}")
     # a new chart only for new steps (each drawing has its own key); an empty one before the first, so the browser
     # has loaded Plotly by the time the first step arrives and the chart fills from its first point
     st.plotly_chart(step_times_figure(job.samples[:ran], steps), key=f"live_{ran - 1}" if ran else "live_frame")
@@ -210,9 +210,9 @@ def show_steps(result: TimingResult) -> None:
         metric("Compile", "cached", f"compiled earlier in this process, in {result.compile_s:.2f} s; not compiled again for this timing")
     else:
         metric("Compile", f"{result.compile_s:.2f} s")
-    metric("Median step", f"{steps.median * 1e3:.1f} ms")
-    metric("p10", f"{steps.p10 * 1e3:.1f} ms")
-    metric("p90", f"{steps.p90 * 1e3:.1f} ms")
+    metric("Median step", human_seconds(steps.median))
+    metric("p10", human_seconds(steps.p10))
+    metric("p90", human_seconds(steps.p90))
     metric("Steps / s", f"{result.steps_per_s:.2f}")
     metric(
         "GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", f"{result.flops:,.0f} FLOP per step ({result.flops_source}) / median step"
@@ -226,7 +226,7 @@ def show_steps(result: TimingResult) -> None:
         else ""
     )
     st.caption(
-        f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
+        f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {human_seconds(steps.min)}, max {human_seconds(steps.max)}. "
         "Each sample is one call plus block_until_ready on the whole new state." + spread
     )
 
