@@ -6,8 +6,6 @@ local processes), run through ``ui.live_timing``; the results are kept per layou
 
 from __future__ import annotations
 
-import time
-
 import pandas as pd
 import streamlit as st
 
@@ -27,7 +25,6 @@ from ui.fields import whole_number
 from ui.state import TIMING_RESULTS as RESULTS
 from ui.turnstile import TURNSTILE
 
-FINISHED = "timing_finished"  # (layout key, wall-clock time) of the last timing kept in this session
 PROCESS_CHOICES = (1, 2, 4)  # local jax.distributed processes offered, where they divide the mesh
 
 
@@ -161,7 +158,6 @@ def collect_stopped() -> None:
         return
     if job.result is not None:
         st.session_state.setdefault(RESULTS, {})[job.key] = job.result
-        st.session_state[FINISHED] = (job.key, time.strftime("%H:%M:%S"))
     elif job.refusal is not None:
         st.error(markdown_literal(str(job.refusal)))
     else:
@@ -177,9 +173,7 @@ def show_last(key: str) -> None:
         return
     results = st.session_state.get(RESULTS, {})
     if key in results:
-        finished = st.session_state.get(FINISHED)
-        label = done_label(results[key]) + (f" at {finished[1]}" if finished and finished[0] == key else "")
-        st.status(label, state="complete", expanded=False)
+        st.status(done_label(results[key]), state="complete", expanded=False)
         show_result(results[key])
     else:
         st.info("Press **Time train step** to compile and time this layout on this process's devices.")
