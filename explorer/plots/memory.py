@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from explorer.analysis.report import KIND_LABELS, Totals
 from explorer.compile.compile_result import Memory
 from explorer.formats import human_bytes, share
-from explorer.plots.scales import KIND_COLORS, LEGEND_ABOVE, byte_unit
+from explorer.plots.scales import KIND_COLORS, LEGEND_ABOVE, MODEBAR_BESIDE, byte_unit
 
 
 MAX_BARS = 64  # memory bars per device; above, one bar stands for every device
@@ -42,6 +42,7 @@ def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
         xaxis_title="device",
         xaxis_type="category",
         legend=LEGEND_ABOVE,
+        modebar=MODEBAR_BESIDE,
         plot_bgcolor="white",
     )
     return figure
@@ -68,6 +69,7 @@ def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure
         yaxis_title=f"{unit} per device",
         margin=dict(l=50, r=10, t=30, b=40),
         legend=LEGEND_ABOVE,
+        modebar=MODEBAR_BESIDE,
         plot_bgcolor="white",
         # a label that does not fit inside its bar is left to the hover: outside, small bars' labels ran together
         uniformtext=dict(minsize=9, mode="hide"),
