@@ -159,3 +159,20 @@ def test_a_tpu_compiles_text_judges_the_peak_in_hbm_and_says_memory_analysis_pea
 
     same = with_verdict(dataclasses.replace(result, cross_check=None), result.target)  # no dump read: memory_analysis()'s
     assert judged_peak_note(same) is None and "XLA's peak 32.2 GiB does NOT fit" in compile_text(same)
+
+
+def test_the_command_lines_compile_text_has_no_exponent_notation():
+    """Issue 55: numbers in units a person reads, never "1.05e+03": every recorded compile of a published MaxText run
+    (one slice and several, the DCN's figures included) said as `explorer compile` says it."""
+    import json
+    import pathlib
+    import re
+
+    from explorer.compile.compile_result import TargetCompile
+    from explorer.text import compile_text
+
+    folder = pathlib.Path(__file__).parents[1] / "data" / "maxtext_published"
+    texts = [compile_text(TargetCompile.from_json(json.loads(path.read_text()))) for path in sorted(folder.glob("*.result.json"))]
+    assert len(texts) >= 10 and any("slices of" in text for text in texts)  # a multi-slice run's DCN lines among them
+    exponents = [found.group(0) for text in texts for found in re.finditer(r"(?<![\w.-])\d+(\.\d+)?[eE][+-]?\d+\b", text)]
+    assert not exponents, exponents
