@@ -26,6 +26,16 @@ from explorer.text import markdown_literal
 from ui.turnstile import TURNSTILE
 
 R = TypeVar("R")
+
+# The pages' own Stop buttons (their keys). Streamlit's header shows a Stop of its own while a script runs, which ends
+# that script run and nothing it started: the page stays as last drawn (the Timing page froze on "Running · step 13 of
+# 60"; a race, the advisor or a compile would too). Where one of the page's own is on the page, Streamlit's is hidden.
+PAGE_STOPS = ("stop_button", "arrays_stop_button", "race_stop", "advisor_race_stop", "advisor_stop", "target_stop_button")
+ONE_STOP = (
+    "<style>"
+    + ", ".join(f".stApp:has(.st-key-{key}) [data-testid='stStatusWidget'] button" for key in PAGE_STOPS)
+    + " {display: none;}</style>"
+)
 # Fast steps would otherwise send the browser a new chart every few milliseconds.
 LIVE_REDRAW_S = 0.2
 

@@ -96,3 +96,19 @@ def test_streamlits_own_stop_during_a_redraw_stops_the_timing(monkeypatch):
     drawn = []
     live_timing.redraw(drawn.append)  # a redraw not stopped leaves the timing alone
     assert drawn == [job]
+
+
+def test_every_stop_button_of_the_pages_hides_streamlits_own():
+    """Streamlit's header Stop ends a script run and nothing it started (a timing, a race, a compile): where a page shows
+    its own Stop, ``live_timing.ONE_STOP`` hides Streamlit's. Every Stop the pages draw is one of ``PAGE_STOPS``."""
+    import re
+
+    from tests.paths import ROOT
+    from ui import live_timing
+
+    source = "\n".join(path.read_text() for path in sorted((ROOT / "ui").glob("*.py")))
+    keys = set(re.findall(r'button\(\s*"Stop",\s*key="(\w+)"', source))  # a literal key
+    keys |= set(re.findall(r'stop_key(?:: str)? ?= ?"(\w+)"', source))  # a key handed to a Stop (race_view's, the advisor's)
+    keys |= set(re.findall(r'time_with_stop\(\s*\w+,\s*[^,]+,\s*"(\w+)"', source))  # the Arrays page's
+    assert keys == set(live_timing.PAGE_STOPS), keys ^ set(live_timing.PAGE_STOPS)
+    assert all(f".stApp:has(.st-key-{key})" in live_timing.ONE_STOP for key in keys)
