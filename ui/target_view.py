@@ -7,6 +7,7 @@ kept on disk by (layout, target, versions), so returning to a layout is instant.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pandas as pd
@@ -31,7 +32,6 @@ from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_pool import POOL, queue_text
 from explorer.hardware.targets import TARGET_FORMS
 from explorer.analysis.stage_plan import stage_mesh_axes
-from explorer.formats import short_path
 from explorer.compile.compile_cache import cache_folder
 from ui import state, tables
 from ui.communication_view import top_lines
@@ -171,14 +171,21 @@ def pipeline_sends(result: TargetCompile, stage_axes: tuple[str, ...]) -> None:
                 "count": c.count,
                 "bytes": human_bytes(c.bytes),
                 "link": c.link.upper() if c.link in ("ici", "dcn") else "NVLink" if c.link == "nvlink" else c.link,
-                "source": ", ".join(f"{short_path(s.file, 30)}:{s.line}" for s in c.sources[:2] if s.file) or "—",
+                # file:line as the Communication view writes it (its table has the whole path): "/work/…/models/
+                # pipeline.py:123, /work/…" was cut at 1024 px
+                "source": ", ".join(f"{os.path.basename(s.file)}:{s.line}" for s in c.sources[:2] if s.file) or "—",
                 "time ≥": human_seconds(c.seconds),
             }
             for c in sends
         ]
     )
     with st.container(key="target_pipeline_sends"):
-        tables.fitted(frame, {"count": 60, "bytes": 90, "link": 60, "source": 260, "time ≥": 95})
+        tables.fitted(
+            frame,
+            {"count": 60, "bytes": 90, "link": 60, "source": 260, "time ≥": 95},
+            row_height=tables.WRAPPED_ROW_PX,  # two sources wrap in their column, not cut
+            height=tables.wrapped_height(len(frame)),
+        )
     st.caption("Each runs once per iteration of the pipeline's loop (its trip count is in the count); time ≥ is a lower bound.")
 
 
