@@ -176,3 +176,29 @@ def test_the_command_lines_compile_text_has_no_exponent_notation():
     assert len(texts) >= 10 and any("slices of" in text for text in texts)  # a multi-slice run's DCN lines among them
     exponents = [found.group(0) for text in texts for found in re.finditer(r"(?<![\w.-])\d+(\.\d+)?[eE][+-]?\d+\b", text)]
     assert not exponents, exponents
+
+
+def test_the_analysis_table_fits_a_terminal_on_a_mesh_with_axes_of_size_one(seed_dict):
+    """Issue 55: `analyze --maxtext` wrote the 12-axis mesh as a 3-line dict, 80 rules as a 60-line list and each spec
+    with every axis of size 1 (~170 characters, four lines a row). The mesh by the axes that shard, the rules on one
+    line, the specs without the axes of size 1 (they shard nothing; --json has them whole)."""
+    from explorer.analysis.analyzer import analyze
+    from explorer.layout import parse_layout
+    from explorer.formats import fit
+    from explorer.text import report_table
+
+    seed_dict["mesh"] = {"shape": [1, 2, 1, 4], "axes": ["stage", "data", "expert", "model"]}
+    seed_dict["rules"] = [["batch", ["data", "stage"]], ["hidden", ["model", "expert"]]] + [[f"name_{i}", "expert"] for i in range(30)]
+    report = analyze(parse_layout(seed_dict))
+    text = fit(report_table(report))  # as `explorer analyze` prints it
+    lines = text.splitlines()
+    assert lines[0] == "layout 'seed-2x4': mesh data=2 x model=4 (and 2 axes of size 1: stage, expert), 8 devices, real devices"
+    assert (
+        lines[1].startswith("32 rules: [batch: data+stage, hidden: model+expert, name_0: expert")
+        and "(--json lists every rule)" in lines[1]
+    )
+    kernel = next(i for i, line in enumerate(lines) if line.startswith("params/LogicalDotReluDot_0/Dense_0/kernel"))
+    assert "P(None, 'model')" in lines[kernel + 1] and "expert" not in lines[kernel + 1]
+    assert report.array("params/LogicalDotReluDot_0/Dense_0/kernel").spec_text() == "P(None, ('model', 'expert'))"  # --json: whole
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
+    assert sum("[rule-unused]" in line for line in lines) == 1
