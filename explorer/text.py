@@ -57,8 +57,10 @@ def code_literal(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def memory_relation(memory: dict) -> str:
-    """One sentence saying how XLA's ``memory_analysis()`` figures relate, with this program's numbers.
+def memory_relation(memory: dict, peak_name: str = "XLA's peak") -> str:
+    """One sentence saying how XLA's ``memory_analysis()`` figures relate, with this program's numbers; ``peak_name``
+    is what the page calls ``memory_analysis()``'s peak (where another figure is "XLA's peak": a TPU verdict's peak in
+    HBM, ``judged_peak_note``, it is "memory_analysis()'s peak").
 
     XLA's peak is the most bytes live at one moment (its heap simulation); arguments, outputs and
     temporaries are allocation sizes, which need not all be live at that moment.
@@ -70,7 +72,7 @@ def memory_relation(memory: dict) -> str:
     """
     peak, temp = memory["peak_bytes"], memory["temp_bytes"]
     held = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"]
-    lead = f"XLA's peak ({human_bytes(peak)}) is the most bytes live at one moment"
+    lead = f"{peak_name} ({human_bytes(peak)}) is the most bytes live at one moment"
     if peak == held + temp:
         return f"{lead}; here it is arguments + outputs − aliased + temporaries: all of them are live together."
     if peak == held:

@@ -351,11 +351,15 @@ def show(result: TargetCompile, wall_s: float | None = None) -> None:
         st.plotly_chart(
             target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable, result.judged_peak_bytes), key="target_memory"
         )
-        st.caption(memory_relation(memory.to_json()))
+        st.caption(memory_relation(memory.to_json(), "memory_analysis()'s peak" if peak_note else "XLA's peak"))
         st.dataframe(
             pd.DataFrame(
                 [
-                    {"": k.removesuffix("_bytes").replace("_", " "), "size": human_bytes(v), "bytes (exact)": v}
+                    {
+                        "": "memory_analysis() peak" if k == "peak_bytes" and peak_note else k.removesuffix("_bytes").replace("_", " "),
+                        "size": human_bytes(v),
+                        "bytes (exact)": v,
+                    }
                     for k, v in memory.figures().items()
                 ]
             ),
