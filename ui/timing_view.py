@@ -120,7 +120,7 @@ def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
 
 
 def draw(job: live_timing.Job[TimingResult]) -> None:
-    """A running timing: Stop, its stage or step in a status box, and its chart so far (``live_timing.follow``'s drawing)."""
+    """A running timing: Stop, its stage or step in a box, and its chart so far (``live_timing.follow``'s drawing)."""
     steps, ran = job.steps, len(job.samples)
     st.button(
         "Stop",
@@ -130,7 +130,12 @@ def draw(job: live_timing.Job[TimingResult]) -> None:
         disabled=job.stop.is_set(),
     )
     queued = job.phase == "queued"
-    with st.status("Waiting for a turn…" if queued else "Running", state="running", expanded=True):
+    # A plain box, not st.status: each redraw is a script run of its own, and Streamlit ticks a status box "complete"
+    # when the run that drew it ends, so it read "✓ Running" while the timing ran.
+    with st.container(border=True, key="timing_live"):
+        st.markdown(
+            ":material/hourglass_top: **" + ("Waiting for a turn…" if queued else "Stopping…" if job.stop.is_set() else "Running") + "**"
+        )
         if job.stop.is_set():
             st.progress(ran / steps, text=f"stopping after step {ran + 1}…" if ran else "stopping after the first step…")
         elif queued:
@@ -173,7 +178,8 @@ def show_last(key: str) -> None:
         return
     results = st.session_state.get(RESULTS, {})
     if key in results:
-        st.status(done_label(results[key]), state="complete", expanded=False)
+        if not results[key].stopped:  # a stopped run's note leads its figures (show_steps): said once
+            st.status(done_label(results[key]), state="complete", expanded=False)
         show_result(results[key])
     else:
         st.info("Press **Time train step** to compile and time this layout on this process's devices.")
