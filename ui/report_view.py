@@ -30,6 +30,8 @@ WARNING_TITLES = {
     "mesh-axis-twice": "A mesh axis used twice in one array (JAX refuses these)",
     "semantics-differ": "Where Flax Linen and NNX rule semantics disagree",
     "loop-without-length": "Activations in loops of unknown length",
+    "activation-names-unknown": "Activations shown by their mesh axes (their logical names unknown)",
+    "activations-unresolved": "Activations not traced under this layout",
 }
 
 
