@@ -252,19 +252,24 @@ def _default_selection(report: Report) -> str:
     return (params or list(report.arrays))[0].path
 
 
-def _dim_labels(info: ArrayInfo) -> list[str]:
+def _dim_labels(info: ArrayInfo, mesh: MeshInfo) -> list[str]:
+    """``dim 0 'embed' · 256 → fsdp``: a grid axis' title, the mesh axes that shard it (MaxText's rules name 4 where
+    3 are of size 1: the title ran off the picture at 1024 px), the others counted."""
+    sizes = dict(zip(mesh.axes, mesh.shape))
     labels = []
     for dim, size in enumerate(info.shape):
         name = info.logical_axes[dim] if info.logical_axes else None
         axes = info.trace[dim].mesh_axes if dim < len(info.trace) else ()
-        target = " × ".join(axes) if axes else "replicated"
+        sharding = [axis for axis in axes if sizes.get(axis, 2) > 1]
+        ones = len(axes) - len(sharding)
+        target = (" × ".join(sharding) or "replicated") + (f" (+{ones} of size 1)" if ones else "") if axes else "replicated"
         label = f" '{name}'" if isinstance(name, str) else " (fixed)" if name else ""
         labels.append(f"dim {dim}{label} · {size} → {target}")
     return labels
 
 
 def _selected_array(report: Report, info: ArrayInfo) -> None:
-    labels = _dim_labels(info)
+    labels = _dim_labels(info, report.mesh)
     st.container(key="selected_summary").markdown(
         f"**{markdown_literal(info.path)}** · {info.kind} · shape {tuple(info.shape)} {info.dtype} · spec `{info.spec_text()}` · "
         f"shard {tuple(info.shard_shape)} = {human_bytes(info.bytes_per_device)} per device · "
@@ -362,19 +367,16 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
             }
         )
     if rows:
-        # Four short columns fit the page at 1024 px; the skipped rules, long sentences, follow as a list.
+        # Four columns fit the page at 1024 px, in rows that wrap (MaxText's rules name four mesh axes: "rule 51 (mlp,
+        # (fsdp_transpose, tensor, tensor_sequence, autoregressive))" was cut); the skipped rules follow as a list.
         frame = pd.DataFrame(rows)[["dim", "logical name", "mesh axes", "decided by"]]
-        st.container(key="trace_table").dataframe(
-            frame,
-            hide_index=True,
-            width="stretch",
-            column_config={
-                "dim": st.column_config.NumberColumn("dim", width=40),
-                "logical name": st.column_config.TextColumn("logical name", width=105),  # its header whole at 1024 px
-                "mesh axes": st.column_config.TextColumn("mesh axes", width="small"),
-                "decided by": st.column_config.TextColumn("decided by", width="large"),
-            },
-        )
+        long = any(len(row["decided by"]) > 40 or len(row["mesh axes"]) > 20 for row in rows)
+        with st.container(key="trace_table"):
+            tables.fitted(
+                frame,
+                {"dim": 40, "logical name": 105, "mesh axes": 150, "decided by": 300},  # "logical name" whole at 1024 px
+                **(dict(row_height=tables.WRAPPED_ROW_PX, height=tables.wrapped_height(len(frame))) if long else {}),
+            )
         skipped = [
             f"- dim {row['dim']} ({row['status']}): {markdown_literal(row['skipped rules'])}" for row in rows if row["skipped rules"] != "—"
         ]
