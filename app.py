@@ -22,9 +22,11 @@ except ExplorerError as error:  # a bad EXPLORER_CPU_DEVICES: say so instead of 
     st.error(f"The app cannot start: {error}. Fix the environment variable and restart the app.")
     st.stop()
 
-from ui import sidebar, turnstile  # noqa: E402 (after the devices are configured)
+from ui import live_timing, sidebar, turnstile  # noqa: E402 (after the devices are configured)
 
 st.html(sidebar.ESCAPE_KEEPS_TEXT, unsafe_allow_javascript=True)  # Escape keeps a rule's typed name
+live_timing.stop_running()  # a run of any page (an edit, another page) ends this session's timing after its current step
+st.html(live_timing.ONE_STOP)  # where a page shows its own Stop, Streamlit's (which would leave the page frozen) is hidden
 turnstile.cluster_notice()  # EXPLORER_CLUSTER: the server's compiles on a Ray cluster (joined once per server)
 
 PAGES = [

@@ -5,6 +5,7 @@ axes"; never "1 GPUs" or "axises"), and text fitted to a terminal's width. Nothi
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any, Mapping, Sequence
 
@@ -93,6 +94,19 @@ def share(fraction: float) -> str:
     return "under 0.0001%" if abs(percent) < 1e-4 else f"{percent:.2g}%"
 
 
+def plain_number(value: float, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits as a person reads it: never in exponent notation (``2.4e-07``,
+    ``1.05e+03``), thousands separated.
+
+    >>> plain_number(2.37e-7), plain_number(1050.2), plain_number(6.25), plain_number(0.2143), plain_number(0.0)
+    ('0.000000237', '1,050', '6.25', '0.214', '0')
+    """
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"  # 0, inf, nan
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
+
+
 def plain_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """Rows as an aligned plain-text table: the column names, a rule of dashes, a line per row (no pandas).
 
@@ -111,7 +125,14 @@ def plain_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> st
 
 WIDTH = 120  # the command line's text fits this many columns
 
-IRREGULAR = {"entry": "entries", "axis": "axes", "torus axis": "torus axes", "mesh axis": "mesh axes", "process": "processes"}
+IRREGULAR = {
+    "microbatch": "microbatches",
+    "entry": "entries",
+    "axis": "axes",
+    "torus axis": "torus axes",
+    "mesh axis": "mesh axes",
+    "process": "processes",
+}
 
 
 def plural(noun: str, count: int) -> str:

@@ -11,12 +11,12 @@ import re
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from explorer.hlo import program as hlo
-from explorer.formats import WIDTH, counted, human_bytes, human_flops, human_seconds, plain_table, share
+from explorer.formats import WIDTH, counted, human_bytes, human_flops, human_seconds, plain_number, plain_table, share
 from explorer.analysis.analyzer import tiled_arrays
 from explorer.analysis.report import KIND_LABELS, Report
 from explorer.compile.compile_result import TargetCompile, memory_room
 from explorer.hlo.sources import LineRow, by_line, module_path
-from explorer.specs import SpecEntry
+from explorer.specs import SpecEntry, spec_axes, spec_text
 from explorer.predict.step_model import SCOPE, fp8_note
 from explorer.tiles import GridView, MeshInfo, block_ranges, default_dims, devices_label, grid_view, shard_counts
 
@@ -57,8 +57,10 @@ def code_literal(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def memory_relation(memory: dict) -> str:
-    """One sentence saying how XLA's ``memory_analysis()`` figures relate, with this program's numbers.
+def memory_relation(memory: dict, peak_name: str = "XLA's peak") -> str:
+    """One sentence saying how XLA's ``memory_analysis()`` figures relate, with this program's numbers; ``peak_name``
+    is what the page calls ``memory_analysis()``'s peak (where another figure is "XLA's peak": a TPU verdict's peak in
+    HBM, ``judged_peak_note``, it is "memory_analysis()'s peak").
 
     XLA's peak is the most bytes live at one moment (its heap simulation); arguments, outputs and
     temporaries are allocation sizes, which need not all be live at that moment.
@@ -70,7 +72,7 @@ def memory_relation(memory: dict) -> str:
     """
     peak, temp = memory["peak_bytes"], memory["temp_bytes"]
     held = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"]
-    lead = f"XLA's peak ({human_bytes(peak)}) is the most bytes live at one moment"
+    lead = f"{peak_name} ({human_bytes(peak)}) is the most bytes live at one moment"
     if peak == held + temp:
         return f"{lead}; here it is arguments + outputs − aliased + temporaries: all of them are live together."
     if peak == held:
@@ -121,14 +123,64 @@ def arrays_lines(frame, below: Sequence[str] = ("logical axes", "spec", "shard s
     return [line for one, two in zip(first.splitlines(), second.splitlines()) for line in (one, "    " + two)]
 
 
+def mesh_words(axes: Sequence[str], shape: Sequence[int]) -> str:
+    """A mesh as a person reads it: its axes that shard (``fsdp=8``), the axes of size 1 counted (MaxText's mesh has 12
+    axes, most of size 1), and their names.
+
+    >>> mesh_words(("data", "model"), (2, 4)), mesh_words(("diloco", "data", "fsdp", "tensor"), (1, 1, 8, 1))
+    ('data=2 x model=4', 'fsdp=8 (and 3 axes of size 1: diloco, data, tensor)')
+    """
+    sharding = [f"{axis}={size}" for axis, size in zip(axes, shape) if size > 1] or ["every axis of size 1"]
+    ones = [axis for axis, size in zip(axes, shape) if size == 1]
+    if not ones or len(sharding) == 1 and sharding[0].startswith("every"):
+        return " x ".join(f"{axis}={size}" for axis, size in zip(axes, shape)) if not ones else f"{len(ones)} axes of size 1"
+    return " x ".join(sharding) + f" (and {counted(len(ones), 'axis')} of size 1: {', '.join(ones)})"
+
+
+def rules_words(rules: Sequence[Sequence], width: int = WIDTH) -> str:
+    """The rules on one line: every one where they fit, else the first few and how many more (``--json`` lists them).
+
+    >>> rules_words([("batch", "data"), ("hidden", "model")])
+    'rules: [batch: data, hidden: model]'
+    >>> rules_words([(f"name_{i}", ("fsdp", "tensor")) for i in range(40)], width=90)
+    '40 rules: [name_0: fsdp+tensor, name_1: fsdp+tensor, …] (--json lists every rule)'
+    """
+    items = [f"{logical}: {'+'.join(spec_axes(mesh)) or '-'}" for logical, mesh in rules]
+    whole = "rules: [" + ", ".join(items) + "]"
+    if len(whole) <= width:
+        return whole
+    frame = f"{len(items)} rules: [{{}}, …] (--json lists every rule)"
+    shown: list[str] = []
+    for item in items:
+        if len(frame.format(", ".join(shown + [item]))) > width:
+            break
+        shown.append(item)
+    return frame.format(", ".join(shown))
+
+
+def spec_without_unit_axes(spec: Sequence, sizes: Mapping[str, int]) -> str:
+    """``P(...)`` with the mesh axes of size 1 left out (they shard nothing): ``P('fsdp', None)`` for MaxText's
+    ``P(('fsdp', 'context', 'expert'), 'stage')`` on a mesh where only fsdp is larger than 1.
+
+    >>> spec_without_unit_axes((("fsdp", "context"), "stage", None), {"fsdp": 8, "context": 1, "stage": 1})
+    "P('fsdp', None, None)"
+    """
+    entries = []
+    for entry in spec:
+        axes = tuple(a for a in spec_axes(entry) if sizes.get(a, 2) > 1) if isinstance(entry, (str, tuple, list)) else None
+        entries.append(entry if axes is None and entry is not None else None if not axes else axes[0] if len(axes) == 1 else axes)
+    return spec_text(entries)
+
+
 def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "*") -> str:
     mesh = report.mesh
     kind = "planned (AbstractMesh, hypothetical device ids)" if mesh.abstract else "real devices"
     lines = [
-        f"layout {report.layout.name!r}: mesh {dict(zip(mesh.axes, mesh.shape))}, {counted(mesh.size, 'device')}, {kind}",
-        f"rules: {[list(r) for r in report.layout.rules_for_flax()]}  ({report.resolution_order})",
+        f"layout {report.layout.name!r}: mesh {mesh_words(mesh.axes, mesh.shape)}, {counted(mesh.size, 'device')}, {kind}",
+        f"{rules_words(report.layout.rules_for_flax())}  ({report.resolution_order})",
         "",
     ]
+    sizes = dict(zip(mesh.axes, mesh.shape))
     if report.typed:
         types = ", ".join(f"{axis}: {kind}" for axis, kind in zip(mesh.axes, report.layout.mesh.types))
         lines.insert(
@@ -136,6 +188,9 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
         )
     frame = arrays_frame(report)
     frame["bytes/device"] = frame["bytes/device"].map(human_bytes)
+    if 1 in mesh.shape and len(mesh.shape) > 1:  # MaxText's 12 axes: a spec names the axes that shard, --json all of them
+        frame["spec"] = [spec_without_unit_axes(a.spec, sizes) for a in report.arrays]
+        lines[-1:] = ["specs leave out the mesh's axes of size 1, which shard nothing (--json gives each spec whole)", ""]
     lines += arrays_lines(frame)
     totals = report.totals
     lines += [
@@ -146,7 +201,9 @@ def report_table(report: Report, include_tiles: bool = False, tiles_for: str = "
         f"model: {totals.param_count:,} parameters ({human_bytes(totals.global_param_bytes)} unsharded)",
     ]
     if report.warnings:
-        lines += ["", "warnings:"] + [f"  [{w.code}] {w.message}" for w in report.warnings]
+        lines += ["", "warnings:"] + [
+            f"  [{w.code}] {w.message}" + (f" (--json lists each of the {len(w.items)})" if w.items else "") for w in report.warnings
+        ]
     if include_tiles:
         lines += ["", "tiles (index ranges -> devices):"]
         for info in tiled_arrays(report, tiles_for):
@@ -258,8 +315,8 @@ def timing_text(result) -> str:
         f"layout {result.layout_name!r} on {result.devices} {result.platform} device(s)"
         + (f" in {result.processes} processes × {result.devices_per_process} (jax.distributed)" if result.processes > 1 else ""),
         f"compile {result.compile_s:.2f} s" + (" (cached: compiled earlier in this process)" if result.cached else ""),
-        f"step: median {steps.median * 1e3:.2f} ms, p10 {steps.p10 * 1e3:.2f}, p90 {steps.p90 * 1e3:.2f}, "
-        f"min {steps.min * 1e3:.2f}, max {steps.max * 1e3:.2f} ms over {len(steps.samples)} steps "
+        f"step: median {human_seconds(steps.median)}, p10 {human_seconds(steps.p10)}, p90 {human_seconds(steps.p90)}, "
+        f"min {human_seconds(steps.min)}, max {human_seconds(steps.max)} over {counted(len(steps.samples), 'step')} "
         f"(after {result.warmup} warm-up)",
         f"{result.steps_per_s:.2f} steps/s, {result.flops / 1e9:.3f} GFLOP per step ({result.flops_source}), "
         f"{result.flops_per_s / 1e9:.2f} GFLOP/s",
@@ -284,7 +341,7 @@ def expectations_text(result) -> list[str]:
     """The measured step, the predicted step and the lower bound, one line each with the ratio measured / it."""
     lines = []
     for row in result.expectations():
-        seconds = "—" if row["step_s"] is None else f"{row['step_s'] * 1e3:,.2f} ms"
+        seconds = "—" if row["step_s"] is None else human_seconds(row["step_s"])
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}x"
         lines.append(f"{row['what']:<12} {seconds:>12}  measured/it {ratio:>7}  {row['note']}")
     return lines
@@ -402,13 +459,16 @@ def op_text(analysis, timing=None) -> str:
 
 def op_timing_text(timing) -> str:
     def row(label, t):
-        return f"{label}: median {t.median * 1e3:.2f} ms, p10 {t.p10 * 1e3:.2f}, p90 {t.p90 * 1e3:.2f} ms over {len(t.samples)} call(s)"
+        return (
+            f"{label}: median {human_seconds(t.median)}, p10 {human_seconds(t.p10)}, p90 {human_seconds(t.p90)} "
+            f"over {len(t.samples)} call(s)"
+        )
 
     lines = [
         row(f"sharded over {timing.devices} {timing.platform} device(s)", timing.sharded),
         row("one device", timing.single),
         f"speedup {timing.speedup:.2f}x (one-device median / sharded median), after {timing.warmup} warm-up call(s) each; "
-        f"max |sharded - one device| = {timing.max_abs_difference:.3g}",
+        f"max |sharded - one device| = {plain_number(timing.max_abs_difference)}",
     ]
     if timing.stopped:
         lines.append("stopped early: the figures cover the calls made so far")
@@ -430,11 +490,24 @@ def multislice_lines(result: TargetCompile) -> list[str]:
     seconds = sum(c.seconds for c in result.dcn_collectives)
     return [
         f"{target.num_slices} slices of {target.slice_topology} joined by the data-center network: "
-        f"{target.dcn.bandwidth / 1e9:g} GB/s per chip one way ({target.dcn.what}; {target.dcn.source})",
+        f"{plain_number(target.dcn.bandwidth / 1e9)} GB/s per chip one way ({target.dcn.what}; {target.dcn.source})",
         "placement: " + "; ".join(p.text or p.axis for p in result.mesh.placement),
         f"across the DCN: {', '.join(crossing) or 'no axis'}; {human_bytes(result.dcn_bytes)} per device per step in "
-        f"{len(result.dcn_collectives)} collective kind(s), {seconds * 1e3:.3f} ms at the DCN figure (an estimate)",
+        f"{len(result.dcn_collectives)} collective kind(s), {human_seconds(seconds)} at the DCN figure (an estimate)",
     ]
+
+
+def mfu_ceiling_words(estimate: Estimate) -> str:
+    """What the roofline's bound says of MFU: at most the compute's share of the bound; nothing where compute is the
+    bound (it would read "MFU at most 100%").
+
+    >>> from explorer.predict.roofline import Estimate
+    >>> mfu_ceiling_words(Estimate(1e-3, 9e-3, 0.0)), mfu_ceiling_words(Estimate(2e-3, 1e-3, 0.0))
+    ("MFU at most 11% (the compute's share of the bound)", 'the bound does not cap MFU (compute is the bound)')
+    """
+    if estimate.mfu_ceiling >= 1:
+        return "the bound does not cap MFU (compute is the bound)"
+    return f"MFU at most {share(estimate.mfu_ceiling)} (the compute's share of the bound)"
 
 
 def judged_peak_note(result: TargetCompile) -> str | None:
@@ -444,8 +517,8 @@ def judged_peak_note(result: TargetCompile) -> str | None:
     if result.cross_check is None or judged == result.memory.peak_bytes:
         return None
     return (
-        f"XLA's peak here is the HBM total of its memory-usage report ({human_bytes(judged)}), the figure its compiler "
-        f"refuses a program for; memory_analysis()'s peak, {human_bytes(result.memory.peak_bytes)}, is counted another "
+        f"XLA's peak in HBM ({human_bytes(judged)}) is the total of its memory-usage report, the figure its compiler "
+        f"refuses a program for; memory_analysis()'s peak ({human_bytes(result.memory.peak_bytes)}) is counted another "
         "way: it can count donated arguments and the outputs that reuse them both, and buffers offloaded to host memory."
     )
 
@@ -466,11 +539,12 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         + (f", {target.devices} devices" if target.devices != target.chips else "")
         + f", {human_bytes(hbm)} HBM per device)",
         f"{compiled}; " + ("train state donated" if result.donated else "no argument donated"),
-        "memory per device (XLA"
+        "memory per device (XLA's memory_analysis()"
         + (", read from its dump: it refused the program" if result.oom else "")
         + "): "
         + ", ".join(f"{k.removesuffix('_bytes')} {human_bytes(v)}" for k, v in memory.figures().items()),
-        f"peak {human_bytes(result.judged_peak_bytes)} {verdict} in {memory_room(target, result.memory_limit)}: "
+        f"XLA's peak{' in HBM' if judged_peak_note(result) else ''} {human_bytes(result.judged_peak_bytes)} {verdict} in "
+        f"{memory_room(target, result.memory_limit)}: "
         + (f"{human_bytes(result.headroom_bytes)} to spare" if result.fits else f"{human_bytes(-result.headroom_bytes)} too much"),
     ]
     if note := judged_peak_note(result):
@@ -495,7 +569,7 @@ def compile_text(result: TargetCompile, cached: bool = False) -> str:
         lines.append(
             f"roofline lower bound (not a measurement): compute {human_seconds(estimate.compute_s)}, memory "
             f"{human_seconds(estimate.memory_s)}, collectives {human_seconds(estimate.collective_s)} -> step >= "
-            f"{human_seconds(estimate.step_s)}, {estimate.bound}-bound, MFU at most {share(estimate.mfu_ceiling)}"
+            f"{human_seconds(estimate.step_s)}, {estimate.bound}-bound, {mfu_ceiling_words(estimate)}"
         )
     if estimate and estimate.predicted_s is not None:
         lines.append(f"predicted step: {human_seconds(estimate.predicted_s)} (the step model, kernel by kernel; {SCOPE})")

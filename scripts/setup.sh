@@ -41,9 +41,16 @@ if [ -x .venv/bin/python ] && ! python_ok .venv/bin/python; then
 fi
 if [ ! -x .venv/bin/python ]; then
   PYTHON_FOUND="$(find_python)"
+  echo "setup: making a virtual environment in .venv with $PYTHON_FOUND"
   "$PYTHON_FOUND" -m venv .venv
 fi
+# Say what runs: a first install downloads JAX, libtpu and the CUDA plugin (~1 GB) and takes minutes, silently.
+echo "setup: installing ${REQUIREMENTS:-requirements.txt} into .venv (JAX, libtpu, the CUDA plugin, Flax, Streamlit:" \
+  "a few minutes the first time, seconds once installed)"
+started=$SECONDS
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "${REQUIREMENTS:-requirements.txt}"
+echo "setup: installed in $((SECONDS - started)) s; byte-compiling the checkout"
 # Byte-compile the checkout as pip does an installed package: every process then starts without compiling it
 # (where PYTHONDONTWRITEBYTECODE is set, Python would otherwise compile it again in every process).
 .venv/bin/python -m compileall -q -x '/\.venv/|/tests/external/' explorer ui views app.py benchmarks >/dev/null
+echo "setup: .venv is ready"

@@ -87,3 +87,22 @@ def test_the_docs_state_the_supported_versions():
 def test_the_two_commands_go_through_setup(script):
     """Both README commands source setup.sh, so both refuse an old Python the same way."""
     assert 'source "$(dirname "$0")/setup.sh"' in (ROOT / "scripts" / script).read_text()
+
+
+def test_setup_says_what_it_is_doing_while_it_installs(tmp_path):
+    """Issue 55 item 7: the app's install ran about 2 minutes without a line from the project. A stand-in .venv whose
+    Python records what it is asked (no download): setup says each step before it runs it, and when it is done."""
+    project = _setup_copy(tmp_path)
+    (project / ".venv" / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls"
+    stand_in = project / ".venv" / "bin" / "python"
+    stand_in.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 0\n')
+    stand_in.chmod(0o755)
+    result = _run_setup(project, dict(os.environ))
+    assert result.returncode == 0, result.stderr
+    said = result.stdout.splitlines()
+    assert said[0].startswith("setup: installing requirements.txt into .venv (JAX, libtpu, the CUDA plugin"), said
+    assert "a few minutes the first time" in said[0]
+    assert re.fullmatch(r"setup: installed in \d+ s; byte-compiling the checkout", said[1]) and said[2] == "setup: .venv is ready", said
+    asked = calls.read_text().splitlines()
+    assert [line.split()[:3] for line in asked if "pip" in line] == [["-m", "pip", "install"]]  # the step said, then run

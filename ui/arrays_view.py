@@ -28,7 +28,7 @@ from explorer.ops.ops import (
 )
 from explorer.specs import spec_axes, spec_text
 from explorer.sharing.share import op_to_query
-from explorer.formats import human_bytes
+from explorer.formats import human_bytes, human_seconds, plain_number
 from explorer.text import code_literal, markdown_literal
 from explorer.tiles import grid_view, shard_counts
 from ui import live_timing, op_state, share_panel, sidebar, state
@@ -298,7 +298,7 @@ def run_timing(op: OpSpec, labels: dict[str, str], steps: int, warmup: int) -> O
         def on_step(which: str, index: int, seconds: float) -> None:
             samples[which].append(seconds)
             done = len(samples["sharded"]) + len(samples["single"])
-            live.progress.progress(done / (2 * steps), text=f"{labels[which]}: call {index + 1} of {steps}, {seconds * 1e3:.1f} ms")
+            live.progress.progress(done / (2 * steps), text=f"{labels[which]}: call {index + 1} of {steps}, {human_seconds(seconds)}")
             live.redraw(lambda: op_times_figure(samples, labels, steps), f"arrays_live_{which}_{index}", last=done == 2 * steps)
 
         return time_op(op, steps=steps, warmup=warmup, on_step=on_step, on_phase=on_phase)
@@ -324,13 +324,13 @@ def show_timing(key: str, labels: dict[str, str]) -> None:
         st.info("Press **Time sharded vs one device** to run the compiled op on the mesh and the same expression on one device.")
     else:
         metrics = st.columns(4)
-        metrics[0].metric(f"Sharded ({counted(timing.devices, 'device')}), median", f"{timing.sharded.median * 1e3:.2f} ms")
-        metrics[1].metric("One device, median", f"{timing.single.median * 1e3:.2f} ms")
+        metrics[0].metric(f"Sharded ({counted(timing.devices, 'device')}), median", human_seconds(timing.sharded.median))
+        metrics[1].metric("One device, median", human_seconds(timing.single.median))
         metrics[2].metric("Speedup", f"{timing.speedup:.2f}×", help="one-device median / sharded median")
-        metrics[3].metric("max |difference|", f"{timing.max_abs_difference:.3g}", help="between the sharded and the one-device result")
+        metrics[3].metric("max |difference|", plain_number(timing.max_abs_difference), help="between the sharded and the one-device result")
         st.plotly_chart(op_times_figure({"sharded": timing.sharded.samples, "single": timing.single.samples}, labels), key="arrays_times")
         st.caption(
-            f"p10–p90: sharded {timing.sharded.p10 * 1e3:.2f}–{timing.sharded.p90 * 1e3:.2f} ms, one device "
-            f"{timing.single.p10 * 1e3:.2f}–{timing.single.p90 * 1e3:.2f} ms; {timing.warmup} untimed warm-up call(s) each; "
+            f"p10–p90: sharded {human_seconds(timing.sharded.p10)}–{human_seconds(timing.sharded.p90)}, one device "
+            f"{human_seconds(timing.single.p10)}–{human_seconds(timing.single.p90)}; {timing.warmup} untimed warm-up call(s) each; "
             "each sample is one call plus block_until_ready."
         )

@@ -18,7 +18,7 @@ from explorer.hlo.program import used as used_collectives
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes
 from explorer.sharing.share import layout_from_link
 from explorer.hardware.targets import Target
-from explorer.formats import human_bytes, short_path
+from explorer.formats import human_bytes, human_seconds, short_path
 from explorer.text import markdown_literal
 from ui import report_view, tables
 from ui.current import simulated_devices_note
@@ -136,14 +136,14 @@ def show_timings(labels: list[str], layouts: list[Layout]) -> None:
             if median is None:
                 rows.append({"layout": label, "median step": "not timed", "collectives": "—"})
             else:
-                rows.append({"layout": label, "median step": f"{median * 1e3:.2f} ms, race", "collectives": "time it on the Timing page"})
+                rows.append({"layout": label, "median step": f"{human_seconds(median)}, race", "collectives": "time it on the Timing page"})
             continue
         used = (
             ", ".join(f"{op} ×{c['count']} ({human_bytes(c['bytes'])})" for op, c in used_collectives(result.collectives).items()) or "none"
         )
         ran = len(result.step_s.samples)
         stopped = f", stopped after {ran} of {result.planned_steps} steps" if result.stopped else ""  # the median of fewer steps: said
-        rows.append({"layout": label, "median step": f"{result.step_s.median * 1e3:.2f} ms{stopped}", "collectives": used})
+        rows.append({"layout": label, "median step": f"{human_seconds(result.step_s.median)}{stopped}", "collectives": used})
     st.subheader("Step times and collectives")
     with st.container(key="compare_timings"):  # a few rows of sentences: a static table wraps them, none is cut
         st.table(pd.DataFrame(rows), hide_index=True)

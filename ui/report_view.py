@@ -13,7 +13,7 @@ from explorer.analysis.stage_plan import stage_plan
 from explorer.analysis.report import KIND_LABELS, ArrayInfo, Report
 from explorer.analysis.report import ERROR_CODES, INFO_CODES
 from explorer.rules import RESOLUTION_ORDERS
-from explorer.formats import human_bytes, short_path
+from explorer.formats import counted, human_bytes, short_path
 from explorer.text import arrays_frame, markdown_literal
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
 from ui import propagated_view, share_panel, tables
@@ -30,11 +30,13 @@ WARNING_TITLES = {
     "mesh-axis-twice": "A mesh axis used twice in one array (JAX refuses these)",
     "semantics-differ": "Where Flax Linen and NNX rule semantics disagree",
     "loop-without-length": "Activations in loops of unknown length",
+    "activation-names-unknown": "Activations shown by their mesh axes (their logical names unknown)",
+    "activations-unresolved": "Activations not traced under this layout",
 }
 
 
 def render(report: Report, compiled_peak: tuple[str, int] | None = None, edited: bool = False) -> None:
-    """``compiled_peak``: (where, bytes) of XLA's peak for this layout when a compiled program exists;
+    """``compiled_peak``: (which peak it is, bytes) of XLA's peak for this layout when a compiled program exists;
     ``edited``: the layout differs from the one loaded under its name (the header says so)."""
     _summary(report, compiled_peak, edited)
     _stages(report)
@@ -113,7 +115,7 @@ def _summary(report: Report, compiled_peak: tuple[str, int] | None = None, edite
             human_bytes(compiled_peak[1]),
             width="content",
             border=True,
-            help=f"memory_analysis() of the train step compiled for {compiled_peak[0]}",
+            help=compiled_peak[0].strip(),
         )
     row.metric(
         "State / device — exact",
@@ -145,7 +147,10 @@ def _stages(report: Report) -> None:
     plan = stage_plan(report.layout.model.options, report) if report.layout.model.name == "transformer" else None
     if plan is None:
         return
-    with st.expander(f"Pipeline: {plan.stages} stages × {plan.microbatches} microbatches × {plan.repeats} repeats", expanded=True):
+    title = f"Pipeline: {counted(plan.stages, 'stage')} × {counted(plan.microbatches, 'microbatch')}"
+    if plan.repeats > 1:  # a circular pipeline: each stage holds that many groups of blocks
+        title += f" × {counted(plan.repeats, 'repeat')}"
+    with st.expander(title, expanded=True):
         st.plotly_chart(stage_bars(plan), key="stage_bars")
         st.caption(
             f"Bubble — formula, for one pass: (stages − 1) / (microbatches × repeats + stages − 1) = {plan.bubble:.1%}: the loop "
@@ -179,6 +184,9 @@ def _warnings(report: Report) -> None:
             shown = warnings[:5]
             more = f"\n\n…and {len(warnings) - 5} more" if len(warnings) > 5 else ""
             show(f"**{WARNING_TITLES.get(code, code)}**\n\n" + "\n\n".join(f"- {markdown_literal(w.message)}" for w in shown) + more)
+            for warning in (w for w in shown if w.items):  # one finding for many: each of them on demand
+                with st.popover(f"Each of the {len(warning.items)}"):  # an expander may not hold another
+                    st.caption("\n\n".join(markdown_literal(item) for item in warning.items))
 
 
 # What the layout decides, the path shortened to its leaf (the whole path is the selected array's title below);
@@ -244,19 +252,24 @@ def _default_selection(report: Report) -> str:
     return (params or list(report.arrays))[0].path
 
 
-def _dim_labels(info: ArrayInfo) -> list[str]:
+def _dim_labels(info: ArrayInfo, mesh: MeshInfo) -> list[str]:
+    """``dim 0 'embed' · 256 → fsdp``: a grid axis' title, the mesh axes that shard it (MaxText's rules name 4 where
+    3 are of size 1: the title ran off the picture at 1024 px), the others counted."""
+    sizes = dict(zip(mesh.axes, mesh.shape))
     labels = []
     for dim, size in enumerate(info.shape):
         name = info.logical_axes[dim] if info.logical_axes else None
         axes = info.trace[dim].mesh_axes if dim < len(info.trace) else ()
-        target = " × ".join(axes) if axes else "replicated"
+        sharding = [axis for axis in axes if sizes.get(axis, 2) > 1]
+        ones = len(axes) - len(sharding)
+        target = (" × ".join(sharding) or "replicated") + (f" (+{ones} of size 1)" if ones else "") if axes else "replicated"
         label = f" '{name}'" if isinstance(name, str) else " (fixed)" if name else ""
         labels.append(f"dim {dim}{label} · {size} → {target}")
     return labels
 
 
 def _selected_array(report: Report, info: ArrayInfo) -> None:
-    labels = _dim_labels(info)
+    labels = _dim_labels(info, report.mesh)
     st.container(key="selected_summary").markdown(
         f"**{markdown_literal(info.path)}** · {info.kind} · shape {tuple(info.shape)} {info.dtype} · spec `{info.spec_text()}` · "
         f"shard {tuple(info.shard_shape)} = {human_bytes(info.bytes_per_device)} per device · "
@@ -354,19 +367,16 @@ def _trace_table(report: Report, info: ArrayInfo) -> None:
             }
         )
     if rows:
-        # Four short columns fit the page at 1024 px; the skipped rules, long sentences, follow as a list.
+        # Four columns fit the page at 1024 px, in rows that wrap (MaxText's rules name four mesh axes: "rule 51 (mlp,
+        # (fsdp_transpose, tensor, tensor_sequence, autoregressive))" was cut); the skipped rules follow as a list.
         frame = pd.DataFrame(rows)[["dim", "logical name", "mesh axes", "decided by"]]
-        st.container(key="trace_table").dataframe(
-            frame,
-            hide_index=True,
-            width="stretch",
-            column_config={
-                "dim": st.column_config.NumberColumn("dim", width=40),
-                "logical name": st.column_config.TextColumn("logical name", width=105),  # its header whole at 1024 px
-                "mesh axes": st.column_config.TextColumn("mesh axes", width="small"),
-                "decided by": st.column_config.TextColumn("decided by", width="large"),
-            },
-        )
+        long = any(len(row["decided by"]) > 40 or len(row["mesh axes"]) > 20 for row in rows)
+        with st.container(key="trace_table"):
+            tables.fitted(
+                frame,
+                {"dim": 40, "logical name": 105, "mesh axes": 150, "decided by": 300},  # "logical name" whole at 1024 px
+                **(dict(row_height=tables.WRAPPED_ROW_PX, height=tables.wrapped_height(len(frame))) if long else {}),
+            )
         skipped = [
             f"- dim {row['dim']} ({row['status']}): {markdown_literal(row['skipped rules'])}" for row in rows if row["skipped rules"] != "—"
         ]

@@ -109,8 +109,8 @@ def render(layout: Layout) -> None:
     with st.expander("Copy as code"):
         st.caption(
             "A complete script: mesh, rules and the Flax guide's recipe, printing every parameter's sharding. It runs "
-            "as pasted in this project's folder on as many devices as the mesh needs (JAX_NUM_CPU_DEVICES=8 on a "
-            "laptop); swap the model block for your own module."
+            "as pasted in this project's folder (without a GPU or TPU, on the mesh's devices simulated on the CPU); "
+            "swap the model block for your own module."
         )
         st.code(python_snippet(layout), language="python", wrap_lines=True)
         st.caption("The rules as MaxText-style logical_axis_rules:")
@@ -236,11 +236,13 @@ def _library_action(action: str) -> None:
         elif action == "save":
             library.check_name(name)  # the library's own limits first (64), not a layout name's (120)
             entry = library.save(name, _named(current, name))
+            state.load_layout(entry.layout, keep_selection=True)  # the layout on the page is the one saved, by its name
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
             text = f"Saved '{markdown_literal(name)}'."
         elif action == "replace":
             loaded_name, version = st.session_state[LOADED_VERSION]
             entry = library.save(loaded_name, _named(current, loaded_name), replaces=version)
+            state.load_layout(entry.layout, keep_selection=True)
             st.session_state[LOADED_VERSION] = (entry.name, entry.version)
             text = f"Replaced '{markdown_literal(loaded_name)}'."
         else:

@@ -277,7 +277,14 @@ def _model_section() -> tuple[dict[str, Any], Any]:
     names = list(MODELS) + [MAXTEXT, STEP] + list(allowed_factories())
     if st.session_state.get(state.MODEL) not in names:
         names.append(st.session_state[state.MODEL])
-    name = st.selectbox("Model", names, key=state.MODEL, format_func=_model_label)
+    # The box holds the name; what it is, under it where it wraps (at 1024 px "name: description" was cut in the box).
+    name = st.selectbox(
+        "Model",
+        names,
+        key=state.MODEL,
+        help="\n".join(f"- {_model_label(n)}" for n in names),
+    )
+    st.caption(markdown_literal(_model_label(name).partition(": ")[2] or "a factory of your own (allow-listed)"))
     if name == MAXTEXT:
         return _maxtext_section()
     if name == STEP:

@@ -7,6 +7,7 @@ kept on disk by (layout, target, versions), so returning to a layout is instant.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pandas as pd
@@ -25,14 +26,13 @@ from explorer.predict.roofline import Estimate
 from explorer.compile.compile_cache import cached
 from explorer.predict.step_model import SCOPE, fp8_note
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
-from explorer.formats import counted, human_bytes, human_flops, human_seconds, share
-from explorer.text import compiled_as, judged_peak_note, markdown_literal, memory_relation, prediction_gap
+from explorer.formats import counted, human_bytes, human_flops, human_seconds, plain_number, share
+from explorer.text import compiled_as, judged_peak_note, markdown_literal, memory_relation, mfu_ceiling_words, prediction_gap
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_pool import POOL, queue_text
 from explorer.hardware.targets import TARGET_FORMS
 from explorer.analysis.stage_plan import stage_mesh_axes
-from explorer.formats import short_path
 from explorer.compile.compile_cache import cache_folder
 from ui import memory_view, state, tables
 from ui.communication_view import top_lines
@@ -94,7 +94,11 @@ def choose() -> Target | None:
     st.caption(
         f"{target.topology}: {target.chips} × {target.chip.device_kind}, {human_bytes(target.chip.hbm_bytes)} HBM, "
         f"{target.chip.peak_flops / 1e12:,.0f} bf16 TFLOP/s per chip"
-        + (f"; {target.num_slices} slices joined by the DCN, {target.dcn.bandwidth / 1e9:g} GB/s per chip" if target.multislice else "")
+        + (
+            f"; {target.num_slices} slices joined by the DCN, {plain_number(target.dcn.bandwidth / 1e9)} GB/s per chip"
+            if target.multislice
+            else ""
+        )
     )
     return target
 
@@ -168,14 +172,21 @@ def pipeline_sends(result: TargetCompile, stage_axes: tuple[str, ...]) -> None:
                 "count": c.count,
                 "bytes": human_bytes(c.bytes),
                 "link": c.link.upper() if c.link in ("ici", "dcn") else "NVLink" if c.link == "nvlink" else c.link,
-                "source": ", ".join(f"{short_path(s.file, 30)}:{s.line}" for s in c.sources[:2] if s.file) or "—",
+                # file:line as the Communication view writes it (its table has the whole path): "/work/…/models/
+                # pipeline.py:123, /work/…" was cut at 1024 px
+                "source": ", ".join(f"{os.path.basename(s.file)}:{s.line}" for s in c.sources[:2] if s.file) or "—",
                 "time ≥": human_seconds(c.seconds),
             }
             for c in sends
         ]
     )
     with st.container(key="target_pipeline_sends"):
-        tables.fitted(frame, {"count": 60, "bytes": 90, "link": 60, "source": 260, "time ≥": 95})
+        tables.fitted(
+            frame,
+            {"count": 60, "bytes": 90, "link": 60, "source": 260, "time ≥": 95},
+            row_height=tables.WRAPPED_ROW_PX,  # two sources wrap in their column, not cut
+            height=tables.wrapped_height(len(frame)),
+        )
     st.caption("Each runs once per iteration of the pipeline's loop (its trip count is in the count); time ≥ is a lower bound.")
 
 
@@ -350,11 +361,15 @@ def show(result: TargetCompile, wall_s: float | None = None, layout: Layout | No
         st.plotly_chart(
             target_memory_figure(memory, target.chip.device_hbm_bytes, per, usable, result.judged_peak_bytes), key="target_memory"
         )
-        st.caption(memory_relation(memory.to_json()))
+        st.caption(memory_relation(memory.to_json(), "memory_analysis()'s peak" if peak_note else "XLA's peak"))
         st.dataframe(
             pd.DataFrame(
                 [
-                    {"": k.removesuffix("_bytes").replace("_", " "), "size": human_bytes(v), "bytes (exact)": v}
+                    {
+                        "": "memory_analysis() peak" if k == "peak_bytes" and peak_note else k.removesuffix("_bytes").replace("_", " "),
+                        "size": human_bytes(v),
+                        "bytes (exact)": v,
+                    }
                     for k, v in memory.figures().items()
                 ]
             ),
@@ -391,7 +406,7 @@ def show(result: TargetCompile, wall_s: float | None = None, layout: Layout | No
             f"{human_flops(result.flops)} and {human_bytes(int(result.bytes_accessed))} per {per} per step "
             f"(loop bodies times their trip count) against {target.chip.device_peak_flops / 1e12:,.0f} TFLOP/s and "
             f"{target.chip.device_hbm_bandwidth / 1e9:,.0f} GB/s{links}; collectives by the formulas of “How to Scale Your Model”. "
-            f"MFU at most {share(estimate.mfu_ceiling)}. Lowering and compiling took {result.compile_s:.1f} s"
+            f"{mfu_ceiling_words(estimate)[0].upper()}{mfu_ceiling_words(estimate)[1:]}. Lowering and compiling took {result.compile_s:.1f} s"
             + (
                 f" of the {wall_s:.1f} s from the click (the rest: starting the compile process, tracing, reading the program)."
                 if wall_s

@@ -25,7 +25,6 @@ from ui.fields import whole_number
 from ui.state import TIMING_RESULTS as RESULTS
 from ui.turnstile import TURNSTILE
 
-JOB = "timing_job"  # the live_timing.Job of a timing in this process, until its result is kept
 PROCESS_CHOICES = (1, 2, 4)  # local jax.distributed processes offered, where they divide the mesh
 
 
@@ -96,11 +95,11 @@ def host_note(report: Report) -> None:
 
 
 def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
-    """Time the layout under a Stop button; the result is kept under its layout key.
+    """Start timing the layout: a ``live_timing.Job`` in its own thread, drawn live by ``show_last`` until it ends.
 
-    The timing is a ``live_timing.Job``: Stop (or any rerun) ends it after its current step with every figure of the
-    steps that ran, in one process or in several local ones (``time_local_processes``'s ``should_stop``: the
-    workers agree on the step to stop after, and return their whole result).
+    Stop (or any run of a page: an edit, another page) ends it after its current step with every figure of the steps
+    that ran, in one process or in several local ones (``time_local_processes``'s ``should_stop``: the workers agree
+    on the step to stop after, and return their whole result).
     """
     st.session_state.get(RESULTS, {}).pop(layout.key, None)
 
@@ -117,32 +116,37 @@ def time_now(layout: Layout, steps: int, warmup: int, processes: int) -> None:
         )
         return time_local_processes(layout, processes, **options) if processes > 1 else time_layout(layout, **options)
 
-    job = live_timing.Job(layout.key, steps, work)
-    st.session_state[JOB] = job
-    stop_slot = st.empty()
-    stop_slot.button(
-        "Stop", key="stop_button", help="Stops after the current step; every figure of the steps so far is kept", on_click=job.stop.set
+    live_timing.start(live_timing.Job(layout.key, steps, work))
+
+
+def draw(job: live_timing.Job[TimingResult]) -> None:
+    """A running timing: Stop, its stage or step in a box, and its chart so far (``live_timing.follow``'s drawing)."""
+    steps, ran = job.steps, len(job.samples)
+    st.button(
+        "Stop",
+        key="stop_button",
+        help="Stops after the current step; every figure of the steps so far is kept",
+        on_click=job.stop.set,
+        disabled=job.stop.is_set(),
     )
-    live = live_timing.Live(step_times_figure([], steps), "live_frame")
-    drawn = [0]
-
-    def draw(job: live_timing.Job[TimingResult]) -> None:
-        ran = len(job.samples)
+    queued = job.phase == "queued"
+    # A plain box, not st.status: each redraw is a script run of its own, and Streamlit ticks a status box "complete"
+    # when the run that drew it ends, so it read "✓ Running" while the timing ran.
+    with st.container(border=True, key="timing_live"):
+        st.markdown(
+            ":material/hourglass_top: **" + ("Waiting for a turn…" if queued else "Stopping…" if job.stop.is_set() else "Running") + "**"
+        )
         if job.stop.is_set():
-            live.progress.progress(ran / steps, text=f"stopping after step {ran + 1}…")
+            st.progress(ran / steps, text=f"stopping after step {ran + 1}…" if ran else "stopping after the first step…")
+        elif queued:
+            st.progress(0.0, text=f"{job.ahead} timing(s) ahead of you (one timing runs at a time, so figures are not distorted)")
         elif ran == 0:
-            live.progress.progress(0.0 if job.phase != "timing" else 0.01, text=job.phase + "…")
+            st.progress(0.0 if job.phase != "timing" else 0.01, text=job.phase + "…")
         else:
-            live.progress.progress(ran / steps, text=f"step {ran} of {steps}: {job.samples[ran - 1] * 1e3:.1f} ms")
-        if ran > drawn[0]:  # a new chart only for new steps (each drawing has its own key)
-            live.redraw(lambda: step_times_figure(job.samples[:ran], steps), f"live_{ran - 1}", last=ran == steps)
-            drawn[0] = ran
-
-    result = live_timing.follow(job, live, draw, "one timing runs at a time", done_label)
-    stop_slot.empty()
-    if result is not None:
-        st.session_state.setdefault(RESULTS, {})[layout.key] = result
-    st.session_state.pop(JOB, None)
+            st.progress(ran / steps, text=f"step {ran} of {steps}: {human_seconds(job.samples[ran - 1])}")
+    # a new chart only for new steps (each drawing has its own key); an empty one before the first, so the browser
+    # has loaded Plotly by the time the first step arrives and the chart fills from its first point
+    st.plotly_chart(step_times_figure(job.samples[:ran], steps), key=f"live_{ran - 1}" if ran else "live_frame")
 
 
 def done_label(result: TimingResult) -> str:
@@ -151,28 +155,31 @@ def done_label(result: TimingResult) -> str:
     return f"Stopped after {ran} of {result.planned_steps} steps" if result.stopped else f"Timed {ran} steps"
 
 
-def collect_stopped(key: str) -> None:
-    """The timing a rerun (Stop, an edit) interrupted: it stops after its current step; wait for it and keep its result."""
-    job = st.session_state.get(JOB)
-    if job is None or job.key != key:
+def collect_stopped() -> None:
+    """The timing that ended (finished, or stopped: by Stop, an edit, this run): wait for its current step and keep
+    its result under its layout's key; a refusal is shown."""
+    job = live_timing.collect("Stopping after the current step (a run still compiling or warming up finishes that first)…")
+    if job is None:
         return
-    job.stop.set()
-    if not job.done.is_set():
-        with st.spinner("Stopping after the current step (a run still compiling or warming up finishes that first)…"):
-            job.done.wait()
-    st.session_state.pop(JOB, None)
-    result = job.wait()
-    if result is not None:
-        st.session_state.setdefault(RESULTS, {})[key] = result
+    if job.result is not None:
+        st.session_state.setdefault(RESULTS, {})[job.key] = job.result
     elif job.refusal is not None:
         st.error(markdown_literal(str(job.refusal)))
+    else:
+        st.info("Stopped before its turn in the queue came: nothing was timed.")
 
 
 def show_last(key: str) -> None:
-    """The layout's timing in this session (a stopped one's too), else how to start one."""
-    collect_stopped(key)
+    """The layout's timing in this session: live while it runs, else its result (a stopped one's too), else how to
+    start one."""
+    job = live_timing.running()
+    if job is not None and job.key == key:
+        live_timing.follow(draw)
+        return
     results = st.session_state.get(RESULTS, {})
     if key in results:
+        if not results[key].stopped:  # a stopped run's note leads its figures (show_steps): said once
+            st.status(done_label(results[key]), state="complete", expanded=False)
         show_result(results[key])
     else:
         st.info("Press **Time train step** to compile and time this layout on this process's devices.")
@@ -203,9 +210,9 @@ def show_steps(result: TimingResult) -> None:
         metric("Compile", "cached", f"compiled earlier in this process, in {result.compile_s:.2f} s; not compiled again for this timing")
     else:
         metric("Compile", f"{result.compile_s:.2f} s")
-    metric("Median step", f"{steps.median * 1e3:.1f} ms")
-    metric("p10", f"{steps.p10 * 1e3:.1f} ms")
-    metric("p90", f"{steps.p90 * 1e3:.1f} ms")
+    metric("Median step", human_seconds(steps.median))
+    metric("p10", human_seconds(steps.p10))
+    metric("p90", human_seconds(steps.p90))
     metric("Steps / s", f"{result.steps_per_s:.2f}")
     metric(
         "GFLOP/s achieved", f"{result.flops_per_s / 1e9:.2f}", f"{result.flops:,.0f} FLOP per step ({result.flops_source}) / median step"
@@ -219,7 +226,7 @@ def show_steps(result: TimingResult) -> None:
         else ""
     )
     st.caption(
-        f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {steps.min * 1e3:.2f} ms, max {steps.max * 1e3:.2f} ms. "
+        f"{len(steps.samples)} timed steps after {result.warmup} warm-up; min {human_seconds(steps.min)}, max {human_seconds(steps.max)}. "
         "Each sample is one call plus block_until_ready on the whole new state." + spread
     )
 

@@ -37,7 +37,8 @@ class Turnstile:
         with self._condition:
             return len(self._waiting) + (1 if self._busy else 0)
 
-    def enter(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.25) -> None:
+    def enter(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.25, give_up: Callable[[], bool] | None = None) -> bool:
+        """Wait for this caller's turn (``on_wait(ahead)`` while waiting); False, out of the queue, once ``give_up()``."""
         with self._condition:
             ticket = self._next_ticket
             self._next_ticket += 1
@@ -48,7 +49,11 @@ class Turnstile:
                     if not self._busy and self._waiting[0] == ticket:
                         self._waiting.pop(0)
                         self._busy = True
-                        return
+                        return True
+                    if give_up is not None and give_up():
+                        self._waiting.remove(ticket)
+                        self._condition.notify_all()
+                        return False
                     ahead = self._waiting.index(ticket) + (1 if self._busy else 0)
                 if on_wait:
                     on_wait(ahead)

@@ -5,6 +5,7 @@ Pick a mesh, rules and a model in the sidebar; see how every array is sharded.
 
 import streamlit as st
 
+from explorer.text import judged_peak_note
 from ui import communication_view, report_view, target_view
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS, edited_since_loaded
@@ -14,10 +15,16 @@ st.title("Partition Explorer")
 current = current_layout("layout")
 result = target_view.render(current.layout, current.target, current.report)
 timed = st.session_state.get(TIMING_RESULTS, {}).get(current.layout.key)
-if result:  # XLA's peak is the headline wherever a compiled program exists: the target's, else the Timing page's
-    peak = (result.target.name, result.memory.peak_bytes)
-elif timed is not None and "peak_bytes" in timed.memory:
-    peak = (f"this process's {timed.devices} {timed.platform} devices (Timing page)", timed.memory["peak_bytes"])
+if result:  # XLA's peak is the headline wherever a compiled program exists: the target's (the figure its verdict judges)
+    peak = (
+        f"XLA's peak for {result.target.name}, the figure the verdict above judges. {judged_peak_note(result) or ''}",
+        result.judged_peak_bytes,
+    )
+elif timed is not None and "peak_bytes" in timed.memory:  # else the Timing page's
+    peak = (
+        f"memory_analysis() of the train step timed on this process's {timed.devices} {timed.platform} devices (Timing page)",
+        timed.memory["peak_bytes"],
+    )
 else:
     peak = None
 if result:  # which lines of the model move data: the target's program, else the Timing page's

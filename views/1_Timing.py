@@ -15,7 +15,7 @@ timing_view.intro(current.layout, current.report)
 can_time = timing_view.timeable(current.report)
 steps, warmup, processes, start = timing_view.controls(current.report, can_time)
 if can_time:
-    timing_view.collect_stopped(current.layout.key)  # a run this rerun stopped: its figures, before the queue's length is said
+    timing_view.collect_stopped()  # a timing that ended, or that this run stopped: its figures, before the queue's length is said
     timing_view.host_note(current.report)
     if start:
         timing_view.time_now(current.layout, steps, warmup, processes)

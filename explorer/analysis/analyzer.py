@@ -399,5 +399,5 @@ def report_to_dict(report: Report, include_tiles: bool = False, tiles_for: str =
         "resolution_order": report.resolution_order,
         "arrays": [array_to_dict(a, report, a.path in tiled) for a in report.arrays],
         "totals": report.totals.as_dict(),
-        "warnings": [dataclasses.asdict(w) | {"level": w.level} for w in report.warnings],
+        "warnings": [{k: v for k, v in dataclasses.asdict(w).items() if k != "items" or v} | {"level": w.level} for w in report.warnings],
     }

@@ -183,19 +183,41 @@ def _indivisible(info: ArrayInfo, mesh: MeshInfo) -> list[Finding]:
     return found
 
 
+UNUSED_RULES_ONE_BY_ONE = 3  # more rules than this that never apply are one finding (each one in its items)
+
+
 def _unused_rules(arrays: Sequence[ArrayInfo], rules: Sequence[RulePair]) -> list[Finding]:
+    """A rule that never applies, one finding each; more than UNUSED_RULES_ONE_BY_ONE of them are one finding, naming the
+    first few (a MaxText config's base.yml writes rules for every model and mode: a dense model uses 12 of its 80)."""
     used = {d.rule for info in arrays for d in info.trace if d.rule is not None}
     names = {n for info in arrays if info.logical_axes for n in info.logical_axes if n}
-    found = []
+    found, absent = [], 0
     for index, rule in enumerate(rules):
         if index in used:
             continue
         if rule[0] not in names:
             why = f"no array has a dimension named '{rule[0]}'"
+            absent += 1
         else:
             why = "every dimension it names was decided by an earlier rule or its mesh axes were taken"
-        found.append(Finding("rule-unused", f"rule {index} {format_rule(rule)} never applies: {why}.", None))
-    return found
+        found.append((rule, f"rule {index} {format_rule(rule)} never applies: {why}."))
+    if len(found) <= UNUSED_RULES_ONE_BY_ONE:
+        return [Finding("rule-unused", message) for _, message in found]
+    first = ", ".join(dict.fromkeys(rule[0] for rule, _ in found[:6]))
+    shadowed = len(found) - absent
+    kinds = [
+        f"{absent} name logical names no array of this model has (rules written for other models or modes)" if absent else "",
+        f"{shadowed} {'is' if shadowed == 1 else 'are'} for names another rule decides" if shadowed else "",
+    ]
+    return [
+        Finding(
+            "rule-unused",
+            f"{len(found)} of the {len(rules)} rules never apply to this model ({first}, …): "
+            + "; ".join(k for k in kinds if k)
+            + ". This layout cannot use them: removing them changes no sharding.",
+            items=tuple(message for _, message in found),
+        )
+    ]
 
 
 def _unmatched_names(arrays: Sequence[ArrayInfo]) -> list[Finding]:

@@ -27,6 +27,9 @@ INFO_CODES = frozenset({"semantics-differ"})  # worth knowing, nothing wrong wit
 class Finding:
     """Something about a layout worth a person's attention: a ``code``, a sentence, and the array concerned.
 
+    ``items``: where one finding says many things of one kind (68 of MaxText's base.yml rules a dense model never uses),
+    each of them, for whoever asks (the app's expander, ``--json``).
+
     ``level`` is ``"error"`` for what JAX would refuse (a dimension of a step argument the mesh does not
     divide, a mesh axis the mesh lacks or used twice in one array) and ``"warning"`` for the rest (a rule that never applies, a name no rule
     covers, a large replicated array); ``"info"`` says where Flax Linen and NNX would
@@ -36,6 +39,7 @@ class Finding:
     code: str
     message: str
     path: str | None = None
+    items: tuple[str, ...] = ()  # a finding that stands for many (rules a config cannot use): each one, shown on demand
 
     @property
     def level(self) -> str:

@@ -35,6 +35,7 @@ from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
 from explorer.compile.target_compile import STAGE_PREFIX, Stopped, child_command, child_error
 from explorer.hardware.devices import child_environment, compile_flags
+from explorer.hardware.libtpu_log import drop_noise
 from explorer.hardware.targets import parse_target
 from explorer.compile.xla_results import with_verdict
 
@@ -161,7 +162,7 @@ def compile_on_node(layout_json: str, topology: str, flags: dict[str, str] | Non
         path = os.path.join(folder, "layout.json")
         Path(path).write_text(layout_json)
         child = children.run(child_command(path, target), env=env, cwd=folder)
-    errors = [line for line in child.stderr.splitlines() if line.strip() and not line.startswith(STAGE_PREFIX)][-50:]
+    errors = drop_noise(line for line in child.stderr.splitlines() if line.strip() and not line.startswith(STAGE_PREFIX))[-50:]
     return {
         "node": ray.get_runtime_context().get_node_id(),
         "versions": versions(),

@@ -38,6 +38,7 @@ from explorer.layout import Layout
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split
 from explorer.compile.xla_compile import require_gpu_plugin
 from explorer.hardware.devices import PROJECT_ROOT, child_environment, compile_flags
+from explorer.hardware.libtpu_log import drop_noise
 from explorer.compile.xla_results import with_verdict
 
 STAGES = ("trace", "lower", "compile", "analyze")
@@ -73,14 +74,16 @@ def report_stage(stage: str) -> None:
 
 
 def _read_stages(stream, stages: list[str], errors: list[str]) -> None:
-    """In the parent: the child's stderr, its stages into ``stages``, the last 50 other lines into ``errors``."""
+    """In the parent: the child's stderr, its stages into ``stages``, the last 50 other lines into ``errors`` (libtpu's
+    start-up noise left out: ``libtpu_log``)."""
+    recent: list[str] = []
     for line in stream:
         line = line.rstrip("\n")
         if line.startswith(STAGE_PREFIX):
             stages.append(line[len(STAGE_PREFIX) :])
         elif line.strip():
-            errors.append(line)
-            del errors[:-50]
+            recent = (recent + [line])[-60:]
+            errors[:] = drop_noise(recent)[-50:]
 
 
 def _read_output(stream, chunks: list[str]) -> None:

@@ -221,10 +221,13 @@ def described_topology(topology_name: str, chip_config_name: str | None, num_sli
     """``get_topology_desc`` for a TPU slice topology, once per process (``tpu_topology``)."""
     from jax.experimental import topologies
 
+    from explorer.hardware import libtpu_log
+
     kwargs = {"chip_config_name": chip_config_name} if chip_config_name else {}
     if num_slices > 1:
         kwargs["num_slices"] = num_slices
-    return topologies.get_topology_desc(topology_name=topology_name, platform="tpu", **kwargs)
+    with libtpu_log.quiet():  # the first description loads libtpu, which says it found no TPU VM here
+        return topologies.get_topology_desc(topology_name=topology_name, platform="tpu", **kwargs)
 
 
 def slice_shape(chip: Chip, chips: int) -> tuple[int, ...] | None:

@@ -147,7 +147,7 @@ def is_library(file: str) -> bool:
         return True
     absolute = os.path.abspath(path)
     if absolute.startswith(os.path.join(_EXPLORER, "")):
-        return _explorer_own(absolute)
+        return explorer_own(absolute)
     packages, stdlib = _library_folders()
     if any(absolute.startswith(folder) for folder in packages):
         return True
@@ -160,17 +160,38 @@ def user_frame(chain: Iterable[Frame]) -> Frame | None:
 
     The walk stops at the explorer's own code (its train step, the code that hands the step to JAX): every frame past
     it is whoever called the explorer (a page, a test, a script), never the model. A value the optimizer computes
-    has no line of the model's code.
+    has no line of the model's code. A function installed over JAX's own (``jax_shims``) is JAX's call, not the model's.
     """
+    shims = jax_shims()
     for frame in chain:
-        if _explorer_own(frame.file):
+        if explorer_own(frame.file):
             return None
-        if not is_library(frame.file):
+        if not is_library(frame.file) and (os.path.abspath(frame.file), frame.function) not in shims:
             return frame
     return None
 
 
-def _explorer_own(file: str) -> bool:
+# JAX functions a model library may replace with a wrapper of its own at import.
+SHIMMED = (("lax", "with_sharding_constraint"), ("lax", "top_k"), ("sharding", "reshard"))
+
+
+def jax_shims() -> frozenset[tuple[str, str]]:
+    """(file, qualified name) of each function another library has installed in place of one of JAX's (``SHIMMED``):
+    MaxText's tunix adapter puts ``_compat_wsc`` over ``jax.lax.with_sharding_constraint`` on import. A frame in one is
+    JAX's call as the model's code made it: the model's line and name are the frame that called it (read each time:
+    a library may install one after the explorer started)."""
+    import jax
+
+    found = set()
+    for module, name in SHIMMED:
+        function = getattr(getattr(jax, module, None), name, None)
+        code = getattr(function, "__code__", None)
+        if code is not None and not (getattr(function, "__module__", None) or "").startswith(("jax", "jaxlib")):
+            found.add((os.path.abspath(code.co_filename), code.co_qualname))
+    return frozenset(found)
+
+
+def explorer_own(file: str) -> bool:
     """The explorer's code, not a model of it (``explorer/models/`` is model code)."""
     absolute = os.path.abspath(file.replace("\\", "/"))
     return absolute.startswith(os.path.join(_EXPLORER, "")) and not absolute.startswith(os.path.join(_USER_IN_EXPLORER, ""))

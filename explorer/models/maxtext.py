@@ -235,8 +235,14 @@ def topology_devices(config: Any) -> list:
 
 
 def check_options(options: Any) -> dict[str, str]:
-    """A layout's MaxText model options: ``{KEY: VALUE}`` with MaxText key names and text values (as on its command
-    line). MaxText's own pyconfig validates the values when the model is built."""
+    """A layout's MaxText model options in one normal form: ``{KEY: VALUE}`` with MaxText key names and text values (as on
+    its command line), so that the same config is one layout (``Layout.key``: one compile cache entry) from the app's
+    text box, the command line and a layout file. MaxText's own pyconfig validates the values when the model is built.
+
+    A ``compile_topology`` without ``compile_topology_num_slices`` is one slice, written out as ``--target`` writes it:
+    base.yml's -1 would count the slice's devices negative (train_compile.py refuses it; pyconfig builds a batch of -8
+    sequences on a v5e-8).
+    """
     if not isinstance(options, dict):
         raise ExplorerError("model.options", options, "is not MaxText's keys as {KEY: VALUE}")
     checked = {}
@@ -245,7 +251,9 @@ def check_options(options: Any) -> dict[str, str]:
             raise ExplorerError("model.options", key, "is not a MaxText key name")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ExplorerError(f"model.options.{key}", value, "is not a MaxText value (text, as on its command line)")
-        checked[key] = str(value)
+        checked[key] = str(value).strip()
+    if checked.get("compile_topology") and "compile_topology_num_slices" not in checked:
+        checked["compile_topology_num_slices"] = "1"
     return checked
 
 
@@ -305,6 +313,7 @@ def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -
     if target is not None:
         target = target_of(pairs, target)
         keys |= topology_keys(target)
+    keys = check_options(keys)  # the normal form the layout's model has: the mesh and rules from the config it builds
     config = cached_config(tuple(sorted(keys.items())))
     mesh = build_mesh(config, config_devices(config))
     axes, shape = tuple(config.mesh_axes), tuple(int(n) for n in mesh.devices.shape)
@@ -312,15 +321,25 @@ def layout_data(pairs: list[str] | tuple[str, ...], target: str | None = None) -
     data = {
         "name": f"maxtext {keys.get('model_name', 'default')}"[:120],
         "mesh": {"shape": list(shape), "axes": list(axes)} | ({"dcn": dcn_shares(config, axes, slices)} if slices > 1 else {}),
-        "rules": [
-            [name, list(mesh_axes) if isinstance(mesh_axes, (list, tuple)) else mesh_axes] for name, mesh_axes in config.logical_axis_rules
-        ],
+        "rules": config_rules(config),
         "model": {"name": "maxtext", "options": keys},
     }
     topology = getattr(config, "compile_topology", "")
     if target is not None or topology:
         data["target"] = target or (f"{slices}x{topology}" if slices > 1 else topology)
     return data
+
+
+def config_rules(config: Any) -> list[list[Any]]:
+    """A MaxText config's ``logical_axis_rules`` as a layout's rules (the file format's ``[name, axes]`` pairs)."""
+    return [[name, list(axes) if isinstance(axes, (list, tuple)) else axes] for name, axes in config.logical_axis_rules]
+
+
+def rules_for(options: dict[str, Any]) -> list[list[Any]]:
+    """The rules MaxText writes for a layout's MaxText ``options`` (a share link's ``rules=maxtext``: a MaxText layout
+    whose rules are its config's own says so instead of listing its ~60 rules)."""
+    require_maxtext()
+    return config_rules(cached_config(tuple(sorted(check_options(options).items()))))
 
 
 def dcn_shares(config: Any, axes: tuple[str, ...], slices: int) -> list[int]:
@@ -542,6 +561,7 @@ __all__ = [
     "built_model",
     "cached_config",
     "check_options",
+    "config_rules",
     "config_devices",
     "dcn_shares",
     "layout_data",
@@ -553,5 +573,6 @@ __all__ = [
     "build_mesh",
     "parse_keys",
     "require_maxtext",
+    "rules_for",
     "topology_devices",
 ]

@@ -263,22 +263,30 @@ def mesh_figure(mesh: MeshInfo, highlight: Iterable[int] = ()) -> go.Figure:
 @caches.register
 @functools.lru_cache(maxsize=FIGURE_CACHE)  # never handed out as it is: mesh_figure returns a copy
 def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
+    # Axes of size 1 shard nothing and would only lengthen the title and every tick (MaxText's 12-axis mesh with
+    # fsdp=8 read "0,0,3,0,0,0,0,0,0,0,0"): drawn are the axes larger than 1, the others counted in the title.
+    kept = [i for i, size in enumerate(mesh.shape) if size > 1] or [0]
+    axes, shape = tuple(mesh.axes[i] for i in kept), tuple(mesh.shape[i] for i in kept)
+    ones = len(mesh.shape) - len(kept)
     ids = mesh.ids_array()
-    rows = mesh.shape[0] if len(mesh.shape) > 1 else 1
+    rows = shape[0] if len(shape) > 1 else 1
     grid = ids.reshape(rows, -1)
     columns = grid.shape[1]
     shown = np.isin(grid, list(highlight)) if highlight else np.ones(grid.shape, bool)
-    column_axes = mesh.axes[1:] if len(mesh.shape) > 1 else mesh.axes
-    column_labels = [_column_label(c, mesh) for c in range(columns)]
+    column_axes = axes[1:] if len(shape) > 1 else axes
+    column_labels = [_column_label(c, shape) for c in range(columns)]
     heatmap = dict(x=list(range(columns)), y=list(range(rows)), showscale=False, **_colouring(grid, mesh.size, DIM, shown))
     if grid.size <= MAX_DETAILED_CELLS:
         hover = [
-            [f"<b>device {int(d)}</b><br>{_coords_text(c, mesh)}" for d, c in zip(row, _row_coordinates(mesh, r))]
+            [
+                f"<b>device {int(d)}</b><br>" + ", ".join(f"{axis}={i}" for axis, i in zip(axes, c))
+                for d, c in zip(row, _row_coordinates(shape, r))
+            ]
             for r, row in enumerate(grid)
         ]
         heatmap.update(customdata=hover, hovertemplate="%{customdata}<extra></extra>", xgap=2, ygap=2)
     else:  # the id as a number; the coordinates are the axes' positions
-        row_axis = f"{mesh.axes[0]}=%{{y}} · " if len(mesh.shape) > 1 else ""
+        row_axis = f"{axes[0]}=%{{y}} · " if len(shape) > 1 else ""
         heatmap.update(
             customdata=grid.astype(np.int32),
             x=column_labels,
@@ -288,7 +296,7 @@ def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
         heatmap.update(text=grid.astype(str).tolist(), texttemplate="%{text}", textfont=dict(size=12 if grid.size <= 64 else 8))
     figure = go.Figure(go.Heatmap(**heatmap))
     figure.update_xaxes(
-        title=" × ".join(column_axes),
+        title=" × ".join(column_axes) + (f"  (and {ones} {'axis' if ones == 1 else 'axes'} of size 1)" if ones else ""),
         side="top",
         showgrid=False,
         zeroline=False,
@@ -296,11 +304,11 @@ def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
         **(dict(tickvals=list(range(columns)), ticktext=column_labels) if columns <= 32 else {}),
     )
     figure.update_yaxes(
-        title=mesh.axes[0] if len(mesh.shape) > 1 else "",
+        title=axes[0] if len(shape) > 1 else "",
         autorange="reversed",
         showgrid=False,
         zeroline=False,
-        showticklabels=rows <= 32 and len(mesh.shape) > 1,
+        showticklabels=rows <= 32 and len(shape) > 1,
         **(dict(tickvals=list(range(rows))) if rows <= 32 else {}),
     )
     figure.update_layout(
@@ -312,16 +320,17 @@ def _mesh_figure(mesh: MeshInfo, highlight: frozenset[int]) -> go.Figure:
     return figure
 
 
-def _row_coordinates(mesh: MeshInfo, row: int) -> list[tuple[int, ...]]:
-    """Mesh coordinates of the cells of one row of the mesh figure (first axis = row, the rest flattened)."""
-    if len(mesh.shape) == 1:
-        return [(c,) for c in range(mesh.shape[0])]
-    return [(row, *c) for c in np.ndindex(*mesh.shape[1:])]
+def _row_coordinates(shape: tuple[int, ...], row: int) -> list[tuple[int, ...]]:
+    """Coordinates (over ``shape``, the drawn axes) of the cells of one row of the mesh figure (first axis = row, the
+    rest flattened)."""
+    if len(shape) == 1:
+        return [(c,) for c in range(shape[0])]
+    return [(row, *c) for c in np.ndindex(*shape[1:])]
 
 
-def _column_label(column: int, mesh: MeshInfo) -> str:
-    """Mesh coordinates of a flattened column: ``3`` on a 2-D mesh, ``1,0`` on a 3-D one."""
-    sizes = mesh.shape[1:] if len(mesh.shape) > 1 else mesh.shape
+def _column_label(column: int, shape: tuple[int, ...]) -> str:
+    """Coordinates of a flattened column over the drawn axes ``shape``: ``3`` on a 2-D mesh, ``1,0`` on a 3-D one."""
+    sizes = shape[1:] if len(shape) > 1 else shape
     coordinates = []
     for size in reversed(sizes):
         coordinates.append(column % size)

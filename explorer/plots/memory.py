@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from explorer.analysis.report import KIND_LABELS, Totals
 from explorer.compile.compile_result import Memory
 from explorer.formats import human_bytes, share
-from explorer.plots.scales import KIND_COLORS, LEGEND_ABOVE, byte_unit
+from explorer.plots.scales import KIND_COLORS, LEGEND_ABOVE, MODEBAR_BESIDE, byte_unit
 
 
 MAX_BARS = 64  # memory bars per device; above, one bar stands for every device
@@ -42,6 +42,7 @@ def memory_bars(device_ids: Sequence[int], totals: Totals) -> go.Figure:
         xaxis_title="device",
         xaxis_type="category",
         legend=LEGEND_ABOVE,
+        modebar=MODEBAR_BESIDE,
         plot_bgcolor="white",
     )
     return figure
@@ -68,6 +69,7 @@ def compare_memory(labels: Sequence[str], totals: Sequence[Totals]) -> go.Figure
         yaxis_title=f"{unit} per device",
         margin=dict(l=50, r=10, t=30, b=40),
         legend=LEGEND_ABOVE,
+        modebar=MODEBAR_BESIDE,
         plot_bgcolor="white",
         # a label that does not fit inside its bar is left to the hover: outside, small bars' labels ran together
         uniformtext=dict(minsize=9, mode="hide"),
@@ -86,7 +88,8 @@ def target_memory_figure(
     ``per`` names a device on the x axis (a chip, a GPU); ``usable`` is (bytes, label) of a second
     line where the verdict compares the peak with less than the whole memory (on a GPU, JAX's share; on a TPU what XLA
     lets a program use). ``judged_peak``, where it is not ``memory_analysis()``'s peak, is the peak the verdict judges
-    (a TPU program's HBM total, ``compile_result.judged_peak``): drawn first, as "peak in HBM".
+    (a TPU program's HBM total, ``compile_result.judged_peak``): drawn first, as "peak in HBM", and the other one is
+    then "memory_analysis() peak".
 
     Not stacked: XLA's peak is the most bytes live at one moment, while arguments, outputs and
     temporaries are allocation sizes that are not all live at that moment, so a stack of them
@@ -103,7 +106,8 @@ def target_memory_figure(
         )
         if getattr(memory, key) is not None  # None: a figure XLA did not give (a program it refused as too large)
     ]
-    if judged_peak is not None and judged_peak != memory.peak_bytes:
+    if judged_peak is not None and judged_peak != memory.peak_bytes:  # two peaks: each by its one name on the page
+        parts[0] = ("memory_analysis() peak", *parts[0][1:])
         parts.insert(0, ("peak in HBM", judged_peak, "#9D2A2A"))
     largest = max([value for _, value, _ in parts] or [1])
     # In the unit of the data: a memory line far beyond the bars (a GPU's 79.1 GiB beside MiB-sized figures) would

@@ -9,6 +9,10 @@ from __future__ import annotations
 LEGEND_ABOVE = dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom")
 
 
+# Plotly's toolbar down the right edge, not across the top where a legend above the plot is (at 1024 px it covered it).
+MODEBAR_BESIDE = dict(orientation="v")
+
+
 KIND_COLORS = {"param": "#4C78A8", "opt_state": "#F58518", "input": "#54A24B", "activation": "#B279A2"}
 # The memory breakdown's kinds (``compile.memory_breakdown.KINDS``): the analysis' colour where the kind is the same thing.
 PEAK_COLORS = {
@@ -57,6 +61,7 @@ def framed(figure, *, height: int, margin: tuple[int, int, int, int], x_title: s
         xaxis_title=x_title,
         yaxis_title=y_title,
         plot_bgcolor="white",
+        modebar=MODEBAR_BESIDE,
         **layout,
     )
     return figure

@@ -7,19 +7,27 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
+from explorer.formats import human_seconds, seconds_unit
 from explorer.plots.scales import framed, whole_number_ticks
 
 
 def step_times_figure(samples: Sequence[float], planned_steps: int | None = None) -> go.Figure:
-    """Step times in milliseconds as they arrive, with the running median."""
-    ms = [s * 1e3 for s in samples]
-    steps = list(range(1, len(ms) + 1))
-    figure = go.Figure(go.Scatter(x=steps, y=ms, mode="lines+markers", name="step", hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"))
-    if ms:
-        median = statistics.median(ms)
-        figure.add_hline(y=median, line_dash="dot", line_color="#888", annotation_text=f"median {median:.2f} ms")
-    framed(figure, height=280, margin=(50, 10, 20, 40), x_title="timed step", y_title="ms", showlegend=False)
-    count = max(planned_steps or 0, len(ms))
+    """Step times as they arrive, with the running median, in the unit of the slowest (ms; s for a model whose steps
+    take seconds, not "31,921 ms")."""
+    unit, scale = seconds_unit(max(samples, default=1e-3))
+    values = [s / scale for s in samples]
+    steps = list(range(1, len(values) + 1))
+    hover = f"step %{{x}}: %{{y:.2f}} {unit}<extra></extra>"
+    figure = go.Figure(go.Scatter(x=steps, y=values, mode="lines+markers", name="step", hovertemplate=hover))
+    if samples:
+        figure.add_hline(
+            y=statistics.median(values),
+            line_dash="dot",
+            line_color="#888",
+            annotation_text=f"median {human_seconds(statistics.median(samples))}",
+        )
+    framed(figure, height=280, margin=(50, 10, 20, 40), x_title="timed step", y_title=unit, showlegend=False)
+    count = max(planned_steps or 0, len(values))
     figure.update_xaxes(range=[0.5, count + 0.5], gridcolor="#eee", **whole_number_ticks(count))
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
     return figure
@@ -45,29 +53,29 @@ OP_COLORS = {"sharded": "#4C78A8", "single": "#F58518"}
 
 
 def op_times_figure(samples: dict[str, Sequence[float]], labels: dict[str, str], planned_steps: int | None = None) -> go.Figure:
-    """Per-call times of the sharded op and of the same op on one device, in ms, each with its median.
+    """Per-call times of the sharded op and of the same op on one device, in the unit of the slowest, each with its median.
 
     A median is a dotted line in its series' colour and is named in the legend: two medians close
     together would print their labels on top of each other.
     """
     figure = go.Figure()
     count = planned_steps or 0
+    unit, scale = seconds_unit(max((t for series in samples.values() for t in series), default=1e-3))
     for which, series in samples.items():
-        ms = [s * 1e3 for s in series]
-        count = max(count, len(ms))
-        median = statistics.median(ms) if ms else None
-        name = labels[which] + (f" · median {median:.2f} ms (dotted)" if ms else "")
+        values = [t / scale for t in series]
+        count = max(count, len(values))
+        name = labels[which] + (f" · median {human_seconds(statistics.median(series))} (dotted)" if series else "")
         figure.add_scatter(
-            x=list(range(1, len(ms) + 1)),
-            y=ms,
+            x=list(range(1, len(values) + 1)),
+            y=values,
             mode="lines+markers",
             name=name,
             line_color=OP_COLORS[which],
-            hovertemplate=labels[which] + ", call %{x}: %{y:.2f} ms<extra></extra>",
+            hovertemplate=labels[which] + f", call %{{x}}: %{{y:.2f}} {unit}<extra></extra>",
         )
-        if ms:
-            figure.add_hline(y=median, line_dash="dot", line_color=OP_COLORS[which])
-    framed(figure, height=300, margin=(50, 10, 30, 40), x_title="timed call", y_title="ms", legend=dict(orientation="h", y=1.12))
+        if series:
+            figure.add_hline(y=statistics.median(values), line_dash="dot", line_color=OP_COLORS[which])
+    framed(figure, height=300, margin=(50, 10, 30, 40), x_title="timed call", y_title=unit, legend=dict(orientation="h", y=1.12))
     figure.update_xaxes(range=[0.5, max(count, 1) + 0.5], gridcolor="#eee", **whole_number_ticks(max(count, 1)))
     figure.update_yaxes(rangemode="tozero", gridcolor="#eee")
     return figure

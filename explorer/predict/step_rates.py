@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from explorer.formats import plain_number
 from explorer.hardware.accelerators import FP8_SOURCES, Chip, Gpu
 
 MEASURED = "tests/data/h200-2026-11-27.json"
@@ -271,7 +272,7 @@ def rates(chip: Chip | Gpu) -> Rates:
     )
     dcn_generation = chip.generation if chip.generation in DCN_EVIDENCE else DCN_NEAREST.get(chip.generation, "v5e")
     dcn = DCN_EVIDENCE[dcn_generation]
-    dcn_words = f"collectives across slices not hidden, at {dcn.efficiency:.3g} of the DCN figure, " + (
+    dcn_words = f"collectives across slices not hidden, at {plain_number(dcn.efficiency)} of the DCN figure, " + (
         f"set from one published run ({dcn.run})"
         if dcn_generation == chip.generation
         else f"not measured: {dcn_generation}'s share ({dcn.run})"

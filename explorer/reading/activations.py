@@ -103,22 +103,21 @@ def read(stage: State, mesh_axes: tuple[str, ...], names: frozenset[str] | None,
 
 
 def probe_refusal(error: Exception) -> str:
-    """The model's refusal of the probe, as said: the probe's own axes (one ``logical:<name>`` of size 1 per name, the
-    explorer's making) counted, not listed, where the message quotes its mesh (MaxText's ``shard_map`` quotes all of
-    them: 85 axes for a small dense config), with their run of axis types."""
+    """The model's refusal of the probe, in words its user reads: the probe's mesh (the layout's axes and one
+    ``logical:<name>`` axis of size 1 per logical name, the explorer's making) said as what it is where the message
+    quotes it; MaxText's ``shard_map``, which runs only on the mesh it was given, quotes all of it (85 axes for a small
+    dense config), and is said in one sentence."""
     text = contexts.error_text(error)
     quoted = re.escape(program.PROBE_PREFIX)
-    count = len(re.findall(rf"'{quoted}[^']*': 1(?:, )?", text))
-    if not count:
-        return text
-    text = re.sub(rf"(?:, )?'{quoted}[^']*': 1", "", text)
 
-    def types(match: re.Match) -> str:  # the probe mesh's run of one axis type, longer than its probe axes
-        kinds = match.group(1).split(", ")
-        return f"axis_types=({len(kinds)} x {kinds[0]})" if len(kinds) > count and len(set(kinds)) == 1 else match.group(0)
+    def said(match: re.Match) -> str:  # the probe's mesh, as quoted: "AbstractMesh('data': 1, 'logical:embed': 1, ...)"
+        names = len(re.findall(rf"'{quoted}[^']*': 1", match.group(0)))
+        return f"[the explorer's naming mesh: an axis of size 1 for each of {names} logical names]" if names else match.group(0)
 
-    text = re.sub(r"axis_types=\(((?:\w+, )+\w+)\)", types, text)
-    return text.replace("AbstractMesh(", f"AbstractMesh(+{count} probe axes of size 1 not listed; ", 1)
+    text = re.sub(r"AbstractMesh\((?:[^()]|\([^()]*\))*\)", said, text)
+    if "[the explorer's naming mesh" in text and "should match the mesh passed to shard_map" in text:
+        return "its shard_map runs only on its own mesh, not on the explorer's naming mesh of one size-1 axis per logical name"
+    return text
 
 
 def received_by_forward(stage: State, mesh: Any, rules: tuple) -> Forward:

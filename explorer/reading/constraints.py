@@ -42,7 +42,7 @@ from typing import Any, Iterable, Sequence
 
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 
-from explorer.hlo.sources import is_library
+from explorer.hlo.sources import explorer_own, is_library, jax_shims
 
 PROBE_PREFIX = "logical:"
 _VALUE_PRESERVING = frozenset({"sharding_constraint", "convert_element_type", "copy", "copy_p"})
@@ -443,15 +443,29 @@ class SourceLine:
 
 def user_frame(source_info) -> SourceLine | None:
     """The innermost frame of an equation's traceback outside JAX, Flax, optax, the standard library and the explorer
-    (``sources.is_library``, the rule the collectives' lines follow), or None (only the frame found is turned into a line)."""
+    (``sources.is_library``, the rule the collectives' lines follow) and outside a function installed over JAX's own
+    (``sources.jax_shims``: MaxText's ``_compat_wsc``), or None (only the frame found is turned into a line)."""
     codes, lastis = _raw_frames(source_info)
+    shims = jax_shims()
     for code, lasti in zip(codes, lastis):
-        if not is_library(code.co_filename):
+        if not is_library(code.co_filename) and not (shims and (os.path.abspath(code.co_filename), code.co_qualname) in shims):
             return SourceLine(code.co_filename, type(source_info.traceback).code_addr2line(code, lasti), code.co_qualname)
     return None
 
 
 def _user_function(source_info) -> str:
-    """The qualified name of the innermost frame outside JAX, Flax, optax and the explorer."""
-    frame = user_frame(source_info)
-    return frame.function_name if frame is not None else "program"
+    """What names a constraint outside any module's name stack: the innermost method of the model's code outside JAX,
+    Flax, optax and the explorer (``Attention.__call__``: the layer), else its innermost function. A model's helper that
+    only applies a constraint (MaxText's ``maybe_shard_with_name``, called from every layer) would name them all alike."""
+    codes, _ = _raw_frames(source_info)
+    shims, first = jax_shims(), None
+    for code in codes:
+        if explorer_own(code.co_filename):  # the explorer's step and whoever called it: never the model
+            break
+        if is_library(code.co_filename) or (shims and (os.path.abspath(code.co_filename), code.co_qualname) in shims):
+            continue
+        parts = code.co_qualname.split(".")
+        if len(parts) >= 2 and not parts[-2].startswith("<"):  # Class.method (a local class's too), not f.<locals>.g
+            return code.co_qualname
+        first = first or code.co_qualname
+    return first or "program"

@@ -5,16 +5,19 @@ The link carries the whole layout in query parameters a person can read and edit
     ?name=seed-2x4&mesh=2x4&axes=data,model&rules=batch:data;hidden:model
      &model=mlp&options=batch:8;layers:4;depth:1024;scan:false[&types=explicit,explicit][&target=v5p-128]
 
-In ``rules``, ``-`` replicates and ``,`` joins mesh axes (``batch:data,fsdp``). Option
+In ``rules``, ``-`` replicates and ``,`` joins mesh axes (``batch:data,fsdp``); ``rules=maxtext`` (a MaxText
+config's link, ``model=maxtext``) stands for the ~60 rules its config writes for its keys, which MaxText gives back
+when the link opens (``maxtext.rules_for``; a link that lists them opens as before). Option
 ``types`` (only where some axis is Explicit) gives each mesh axis's type; ``dcn`` (``2x1``, only where given)
 the slices each mesh axis spans on a multi-slice target (``mesh.dcn``). Option
 values are JSON (``8``, ``false``), or a bare word for a string (``dtype:bfloat16``;
-``NaN`` and ``Infinity`` are words too, never floats). Each parameter is at most
+``NaN`` and ``Infinity`` are words too, never floats); a MaxText key's value, always text, is bare where the model
+reads it back as the same text (``base_emb_dim:256``), else quoted once (``"1e-3"``). Each parameter is at most
 ``MAX_PARAM_LENGTH`` characters, and ``layout_to_query`` refuses a layout whose link
 the decoder would refuse.
-Tokens that contain a separator are percent-escaped. Decoding never imports anything:
+Tokens that contain a separator are percent-escaped. Decoding never imports a model's code:
 it only builds a layout dict, which ``parse_layout`` validates (user factories stay
-allow-listed).
+allow-listed); a ``rules=maxtext`` link asks the installed MaxText's config for its rules.
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT, Layout, json_value, layout_errors, parse_layout
 from explorer.models import MAXTEXT, STEP
-from explorer.specs import spec_entry
+from explorer.specs import spec_axes, spec_entry
 
 PARAMS = ("name", "mesh", "axes", "types", "dcn", "rules", "model", "options", "target")
-_SAFE = "_-."
+_SAFE = '_-."'  # a JSON string's quotes stay quotes: the address bar escapes them once (%22), not twice (%2522)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")  # always re.fullmatch: "word\n" is not a word
 _JSON_WORDS = ("true", "false", "null")
 MAX_PARAM_LENGTH = 20_000
@@ -41,10 +44,27 @@ def _token(text: str) -> str:
     return quote(str(text), safe=_SAFE)
 
 
-def _value_text(value: Any) -> str:
+def _value_text(value: Any, text_model: bool = False) -> str:
+    """An option's value in a link. ``text_model``: the model reads every option as text (MaxText's keys, whose values
+    ``check_options`` writes as text), so a number is written bare where it reads back as the same text."""
     if isinstance(value, str) and _WORD.fullmatch(value) and value not in _JSON_WORDS:
         return _token(value)
+    if text_model and isinstance(value, str) and _number_text(value) == value:
+        return _token(value)
     return _token(json.dumps(value, separators=(",", ":")))
+
+
+def _number_text(text: str) -> str | None:
+    """The text a bare link value ``text`` reads back as in a text-only model: a JSON number's ``str``, else None.
+
+    >>> _number_text("256"), _number_text("0.5"), _number_text("1e-3"), _number_text("true"), _number_text("07")
+    ('256', '0.5', '0.001', None, None)
+    """
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def layout_to_params(layout: Layout) -> dict[str, str]:
@@ -53,7 +73,10 @@ def layout_to_params(layout: Layout) -> dict[str, str]:
     for rule in layout.rules:
         axes = rule.mesh_axes
         rules.append(f"{_token(rule.logical)}:{','.join(_token(a) for a in axes) if axes else '-'}")
-    options = [f"{_token(k)}:{_value_text(v)}" for k, v in layout.model.options.items()]
+    if _maxtexts_own_rules(layout):
+        rules = [MAXTEXT]
+    text_model = layout.model.name == MAXTEXT
+    options = [f"{_token(k)}:{_value_text(v, text_model)}" for k, v in layout.model.options.items()]
     return (
         {
             "name": layout.name,
@@ -69,6 +92,28 @@ def layout_to_params(layout: Layout) -> dict[str, str]:
         }
         | ({"target": layout.target} if layout.target is not None else {})
     )
+
+
+def _maxtexts_own_rules(layout: Layout) -> bool:
+    """A MaxText layout whose rules are the ones its config writes (where MaxText is here to say so)."""
+    if layout.model.name != MAXTEXT:
+        return False
+    from explorer.models import maxtext  # imported when used: a link of another model needs none
+
+    try:
+        own = maxtext.rules_for(dict(layout.model.options))
+    except ExplorerError:  # MaxText not installed here, or refusing the keys: the rules are listed
+        return False
+    return [(r.logical, r.mesh_axes) for r in layout.rules] == [(name, spec_axes(axes)) for name, axes in own]
+
+
+def _link_rules(text: str, model: str, options: dict[str, Any]) -> list[list[Any]]:
+    """A link's ``rules``: its items, or for ``rules=maxtext`` of a MaxText link the rules MaxText writes for its keys."""
+    if text == MAXTEXT and model == MAXTEXT:
+        from explorer.models import maxtext
+
+        return maxtext.rules_for(options)
+    return _rules(text)
 
 
 def layout_to_query(layout: Layout) -> str:
@@ -135,11 +180,12 @@ def params_to_dict(params: Mapping[str, Any]) -> dict[str, Any]:
         mesh["axis_types"] = [unquote(t) for t in params["types"].split(",")]
     if params.get("dcn"):  # the slices each mesh axis spans on a multi-slice target (mesh.dcn), sizes like the mesh's
         mesh["dcn"] = read(_mesh_shape, params["dcn"], None)
+    options = read(_options, params.get("options", ""), {})
     data = {
         "name": params.get("name") or "shared",
         "mesh": mesh,
-        "rules": read(_rules, params.get("rules", ""), []),
-        "model": {"name": params["model"], "options": read(_options, params.get("options", ""), {})},
+        "rules": read(lambda text: _link_rules(text, params["model"], options), params.get("rules", ""), []),
+        "model": {"name": params["model"], "options": options},
     } | ({"target": params["target"]} if params.get("target") else {})
     if errors:
         raise _all(errors)
@@ -190,18 +236,25 @@ def _read(params: Mapping[str, str]) -> tuple[dict[str, Any], list[LeftOut]]:
     _check_lengths(params)
     errors: list[LeftOut] = []
     rules, options = [], {}
-    for index, item in enumerate(t for t in params.get("rules", "").split(";") if t):
+    for item in (t for t in params.get("options", "").split(";") if t):
+        try:
+            options |= _options(item)
+        except ExplorerError as error:
+            errors.append(LeftOut("options", error, "the option is left out"))
+    items = [t for t in params.get("rules", "").split(";") if t]
+    if items == [MAXTEXT] and params.get("model") == MAXTEXT:
+        try:
+            rules = _link_rules(MAXTEXT, MAXTEXT, options)
+        except ExplorerError as error:  # MaxText not installed here: the link's layout without them, and why
+            errors.append(LeftOut("rules", error, "the rules are left out"))
+        items = []
+    for index, item in enumerate(items):
         try:
             rules += _rules(item)
         except ExplorerError as error:
             errors.append(
                 LeftOut("rules", ExplorerError(f"link parameter 'rules', item {index}", item, error.problem), "the rule is left out")
             )
-    for item in (t for t in params.get("options", "").split(";") if t):
-        try:
-            options |= _options(item)
-        except ExplorerError as error:
-            errors.append(LeftOut("options", error, "the option is left out"))
     try:
         mesh = {"shape": _mesh_shape(params["mesh"]), "axes": [unquote(a) for a in params["axes"].split(",") if a]}
         if params.get("types"):
@@ -312,9 +365,11 @@ def python_snippet(layout: Layout) -> str:
     """A complete script: the mesh, the rules and the Flax guide's recipe, sharding a real train state.
 
     It runs as pasted from the project folder (the model comes from the explorer's
-    registry; replace that block with your own module and inputs) on a process with as
-    many devices as the mesh needs, e.g. ``JAX_NUM_CPU_DEVICES=8`` on a laptop. The
-    layout's name, rules and options appear only as Python literals.
+    registry; replace that block with your own module and inputs): on a machine without
+    an accelerator it asks XLA for the mesh's devices on the CPU, as the explorer does
+    (``devices.configure``: CPU as JAX's only backend there, so the CUDA plugin and libtpu
+    installed for compiling for targets are not loaded and print nothing). The layout's
+    name, rules and options appear only as Python literals.
     """
     if layout.model.name == STEP:
         return _step_snippet(layout)
@@ -331,8 +386,11 @@ def python_snippet(layout: Layout) -> str:
         "import optax\n"
         "from flax.training import train_state\n"
         "from jax.sharding import AxisType\n\n"
+        "from explorer.hardware import devices\n"
         "from explorer.layout import ModelSpec\n"
         "from explorer.models import build_model, validate_model\n\n"
+        "# Without a GPU or TPU: the mesh's devices simulated on the CPU, the only backend JAX then starts.\n"
+        f"devices.configure({layout.mesh.size})\n"
         f"layout_name = {layout.name!r}\n"
         f"mesh = jax.make_mesh({tuple(layout.mesh.shape)!r}, {tuple(layout.mesh.axes)!r}, axis_types={_axis_types_code(layout)})\n"
         "# Linen resolves rules in order (the first whose mesh axes are still free wins); NNX reads them as a dict.\n"

@@ -47,6 +47,7 @@ WAIT_S = float(os.environ.get(WAIT_ENV) or 180)
 SERVER_START_TIMEOUT = WAIT_S
 RERUN_TIMEOUT_MS = int(WAIT_S * 1000)  # one rerun, the first chart, a page switch
 RUN_TIMEOUT_MS = int(WAIT_S * 4000)  # a compile and a timing run
+ANSWER_TIMEOUT_MS = int(WAIT_S * 1000 / 9)  # what a user waits "seconds" for (20 s at the default): Stop's result
 
 GRID = ".st-key-sharding_grid"
 SIDEBAR = "[data-testid='stSidebar']"

@@ -63,6 +63,13 @@ def test_compile_for_a_slice_shows_the_verdict_and_the_roofline(blank_page, targ
     expect(page.locator(MAIN)).to_contain_text("a lower bound on the step, not a measurement")
     headline = page.get_by_test_id("stMetric").filter(has_text="XLA peak / device")
     expect(headline).to_be_visible()
+    # Issue 55 item 5: the card showed memory_analysis()'s peak (51.5 MiB) under the verdict's name for the HBM peak
+    # (27.2 MiB). One figure, one name: the card is the verdict's peak; memory_analysis()'s is named where it stands.
+    judged = re.search(r"XLA's peak is ([\d.,]+ MiB)", verdict.inner_text()).group(1)
+    expect(headline.get_by_test_id("stMetricValue")).to_have_text(judged)
+    expect(verdict).to_contain_text(re.compile(r"memory_analysis\(\)'s peak \([\d.,]+ MiB\) is counted another way"))
+    named = set(re.findall(r"XLA's peak(?: in HBM)?(?: is)? \(?([\d.,]+ MiB)", page.locator(MAIN).inner_text()))
+    assert named == {judged}, f"'XLA's peak' names other figures than the verdict's {judged}: {named}"
     verdict.scroll_into_view_if_needed()
     screenshot(page, "target-1440x900")
     page.set_viewport_size({"width": 1024, "height": 768})

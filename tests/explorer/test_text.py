@@ -152,12 +152,14 @@ def test_a_tpu_compiles_text_judges_the_peak_in_hbm_and_says_memory_analysis_pea
     path = pathlib.Path(__file__).parents[1] / "data" / "maxtext_published" / "v6e-llama3_1-8b-8chips.result.json"
     result = TargetCompile.from_json(json.loads(path.read_text()))
     text = compile_text(result)
-    assert "peak 28.1 GiB fits in the 31.2 GiB XLA lets a program use of the 32.0 GiB HBM per chip" in text
-    assert judged_peak_note(result) in text and "memory_analysis()'s peak, 32.2 GiB" in judged_peak_note(result)
+    assert "XLA's peak in HBM 28.1 GiB fits in the 31.2 GiB XLA lets a program use of the 32.0 GiB HBM per chip" in text
+    assert judged_peak_note(result) in text and "memory_analysis()'s peak (32.2 GiB)" in judged_peak_note(result)
+    # issue 55 item 5: each peak has one name where it stands: memory_analysis()'s in its line, XLA's in HBM in the verdict
+    assert "memory per device (XLA's memory_analysis()): " in text and ", peak 32.2 GiB," in text
     from explorer.compile.xla_results import with_verdict
 
     same = with_verdict(dataclasses.replace(result, cross_check=None), result.target)  # no dump read: memory_analysis()'s
-    assert judged_peak_note(same) is None and "peak 32.2 GiB does NOT fit" in compile_text(same)
+    assert judged_peak_note(same) is None and "XLA's peak 32.2 GiB does NOT fit" in compile_text(same)
 
 
 def test_the_compile_text_names_the_program_its_flags_and_a_flag_left_out():
@@ -176,3 +178,46 @@ def test_the_compile_text_names_the_program_its_flags_and_a_flag_left_out():
         "compiled: MaxText's own train step, under LIBTPU_INIT_ARGS='--xla_tpu_scoped_vmem_limit_kib=98304'; "
         "LIBTPU_INIT_ARGS: '--2a886c8_chip_config_name=megachip_tccontrol' is a flag libtpu 0.0.50.1 refuses: left out"
     )
+
+
+def test_the_command_lines_compile_text_has_no_exponent_notation():
+    """Issue 55: numbers in units a person reads, never "1.05e+03": every recorded compile of a published MaxText run
+    (one slice and several, the DCN's figures included) said as `explorer compile` says it."""
+    import json
+    import pathlib
+    import re
+
+    from explorer.compile.compile_result import TargetCompile
+    from explorer.text import compile_text
+
+    folder = pathlib.Path(__file__).parents[1] / "data" / "maxtext_published"
+    texts = [compile_text(TargetCompile.from_json(json.loads(path.read_text()))) for path in sorted(folder.glob("*.result.json"))]
+    assert len(texts) >= 10 and any("slices of" in text for text in texts)  # a multi-slice run's DCN lines among them
+    exponents = [found.group(0) for text in texts for found in re.finditer(r"(?<![\w.-])\d+(\.\d+)?[eE][+-]?\d+\b", text)]
+    assert not exponents, exponents
+
+
+def test_the_analysis_table_fits_a_terminal_on_a_mesh_with_axes_of_size_one(seed_dict):
+    """Issue 55: `analyze --maxtext` wrote the 12-axis mesh as a 3-line dict, 80 rules as a 60-line list and each spec
+    with every axis of size 1 (~170 characters, four lines a row). The mesh by the axes that shard, the rules on one
+    line, the specs without the axes of size 1 (they shard nothing; --json has them whole)."""
+    from explorer.analysis.analyzer import analyze
+    from explorer.layout import parse_layout
+    from explorer.formats import fit
+    from explorer.text import report_table
+
+    seed_dict["mesh"] = {"shape": [1, 2, 1, 4], "axes": ["stage", "data", "expert", "model"]}
+    seed_dict["rules"] = [["batch", ["data", "stage"]], ["hidden", ["model", "expert"]]] + [[f"name_{i}", "expert"] for i in range(30)]
+    report = analyze(parse_layout(seed_dict))
+    text = fit(report_table(report))  # as `explorer analyze` prints it
+    lines = text.splitlines()
+    assert lines[0] == "layout 'seed-2x4': mesh data=2 x model=4 (and 2 axes of size 1: stage, expert), 8 devices, real devices"
+    assert (
+        lines[1].startswith("32 rules: [batch: data+stage, hidden: model+expert, name_0: expert")
+        and "(--json lists every rule)" in lines[1]
+    )
+    kernel = next(i for i, line in enumerate(lines) if line.startswith("params/LogicalDotReluDot_0/Dense_0/kernel"))
+    assert "P(None, 'model')" in lines[kernel + 1] and "expert" not in lines[kernel + 1]
+    assert report.array("params/LogicalDotReluDot_0/Dense_0/kernel").spec_text() == "P(None, ('model', 'expert'))"  # --json: whole
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
+    assert sum("[rule-unused]" in line for line in lines) == 1

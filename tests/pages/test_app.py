@@ -7,6 +7,7 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.explorer.models.test_maxtext import TINY, needs_maxtext
 from tests.paths import APP
 
 KERNEL = "params/LogicalDotReluDot_0/Dense_0/kernel"
@@ -215,6 +216,22 @@ def test_library_actions_answer_in_the_library_section(app, tmp_path, monkeypatc
     assert not app.exception
     assert any("team seed" in e.value and "exists" in e.value for e in app.sidebar.error), [plain(e.value) for e in app.sidebar.error]
     assert not app.main.error
+
+
+def test_a_layout_saved_to_the_library_is_the_current_layout_by_its_new_name(app, tmp_path, monkeypatch):
+    """Issue 55 item 9: after an edit and a save under a new name, the page still said "seed-2x4 (edited)"; now the layout
+    on the page is the one saved, by the name it was saved under, not edited, and its link carries that name."""
+    monkeypatch.setenv("EXPLORER_LIBRARY", str(tmp_path / "library"))
+    app.number_input(key="option::mlp::depth").set_value(512).run()
+    assert any("**seed-2x4** (edited)" in m.value for m in app.markdown)
+    app.text_input(key="library_name").input("team fsdp").run()
+    app.button(key="library_save").click().run()
+    assert not app.exception and [s.value for s in app.sidebar.success] == ["Saved 'team fsdp'."]
+    assert app.text_input(key="layout_name").value == "team fsdp"
+    assert not any("(edited)" in m.value for m in app.markdown), [m.value for m in app.markdown if "edited" in m.value]
+    assert app.query_params["name"] == "team fsdp" and app.number_input(key="option::mlp::depth").value == 512
+    app.number_input(key="option::mlp::depth").set_value(256).run()  # edited again: said again, under the new name
+    assert any("**team fsdp** (edited)" in m.value for m in app.markdown)
 
 
 def test_a_library_name_too_long_is_refused_with_the_librarys_own_limit(app, tmp_path, monkeypatch):
@@ -555,6 +572,45 @@ def test_a_maxtext_config_without_maxtext_says_the_install_line_and_keeps_the_ke
     app.text_area(key="maxtext_keys_text").input("per_device_batch_size").run()  # not KEY=VALUE: one message naming it
     assert not app.exception
     assert any("'per_device_batch_size' is not KEY=VALUE" in plain(e.value) for e in app.error)
+
+
+@needs_maxtext
+def test_a_maxtext_config_typed_in_the_app_is_the_compile_the_command_line_cached(app):
+    """Issue 55 item 8: the app's "Compile for v5e-8" of a MaxText config compiled again (270 s) what
+    ``explorer compile --maxtext ... --target v5e-8`` had just compiled. The command line's options held
+    compile_topology_num_slices=1 (``--target`` writes it), the app's keys left it to base.yml's -1 (a batch of -8
+    sequences); the options' normal form writes it for both, so both are one layout and one compile cache entry."""
+    from explorer.__main__ import _layout_of, parse_arguments
+    from explorer.compile.compile_cache import cache_key
+    from explorer.hardware.targets import parse_target
+    from explorer.layout import parse_layout
+
+    cli = _layout_of(parse_arguments(["compile", "--maxtext", *TINY, "--target", "v5e-8"]), "v5e-8")
+    app.selectbox(key="model_name").select("maxtext").run()
+    app.text_area(key="maxtext_keys_text").input("\n".join([*TINY, "compile_topology=v5e-8"])).run()
+    app.button(key="maxtext_apply").click().run()
+    assert not app.exception
+    shown = parse_layout(app.session_state["last_valid_layout"])
+    assert shown.model.name == "maxtext" and shown.target == "v5e-8"
+    assert shown.model.options == cli.model.options
+    target = parse_target("v5e-8")
+    assert cache_key(shown, target) == cache_key(cli, target)
+
+
+def test_a_pipelines_heading_counts_its_stages_and_microbatches_and_names_repeats_only_for_a_circular_one():
+    """Issue 55 item 9: the heading read "Pipeline: 2 stages × 2 microbatches × 1 repeats"."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    options = "batch:8;seq_len:8;layers:4;d_model:16;heads:2;kv_heads:2;head_dim:8;mlp_dim:32;vocab:64"
+    link = {"mesh": "2x4", "axes": "stage,data", "rules": "stage:stage;batch:data", "model": "transformer"}
+    at.query_params.update(link | {"options": options + ";pipeline_stages:2;pipeline_microbatches:2"})
+    at.run()
+    assert not at.exception
+    assert [e.label for e in at.expander if e.label.startswith("Pipeline")] == ["Pipeline: 2 stages × 2 microbatches"]
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update(link | {"options": options + ";pipeline_stages:2;pipeline_microbatches:2;pipeline_repeats:2"})
+    at.run()
+    assert not at.exception
+    assert [e.label for e in at.expander if e.label.startswith("Pipeline")] == ["Pipeline: 2 stages × 2 microbatches × 2 repeats"]
 
 
 def test_the_team_server_does_not_watch_its_source_files():

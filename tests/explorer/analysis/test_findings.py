@@ -67,3 +67,28 @@ def test_an_activation_the_mesh_does_not_divide_is_padded_by_xla_not_refused(mon
     assert any("tanh(" in line and block in line for line in text.splitlines()), block
     with pytest.raises(ValueError, match="should evenly divide"):  # as an argument, JAX refuses the same sharding
         jax.jit(step, in_shardings=sharding).lower(jax.ShapeDtypeStruct(heads.shape, heads.dtype))
+
+
+def test_many_rules_that_never_apply_are_one_finding_with_each_in_its_items(seed_dict):
+    """Issue 55: `analyze --maxtext` printed 68 [rule-unused] lines, one per rule of MaxText's base.yml a dense model
+    never uses. More than three are one finding naming the first few, each of them in its items (--json, the app)."""
+    from explorer.analysis.analyzer import report_to_dict as report_json
+
+    seed_dict["rules"] += [[f"other_{i}", "model"] for i in range(5)] + [["batch", "model"]]
+    report = analyze(parse_layout(seed_dict))
+    unused = [w for w in report.warnings if w.code == "rule-unused"]
+    assert len(unused) == 1, [w.message for w in unused]
+    assert unused[0].message.startswith(
+        "6 of the 8 rules never apply to this model (other_0, other_1, other_2, other_3, other_4, batch, …): "
+    )
+    assert (
+        "5 name logical names no array of this model has" in unused[0].message
+        and "1 is for names another rule decides" in unused[0].message
+    )
+    assert (
+        len(unused[0].items) == 6
+        and unused[0].items[0] == "rule 2 (other_0, model) never applies: no array has a dimension named 'other_0'."
+    )
+    listed = next(w for w in report_json(report)["warnings"] if w["code"] == "rule-unused")
+    assert list(listed["items"]) == list(unused[0].items)
+    assert all("items" not in w for w in report_json(report)["warnings"] if w["code"] != "rule-unused")

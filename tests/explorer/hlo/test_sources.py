@@ -14,6 +14,8 @@ import re
 import pytest
 
 from explorer.hlo import program as hlo
+import jax
+
 from explorer.hlo import sources
 from explorer.compile.compiled import compile_step
 from explorer.layout import SEED_LAYOUT, parse_layout
@@ -55,6 +57,23 @@ def test_a_frames_caller_is_its_parent_frame_id_minus_one_and_the_chain_runs_inn
     ]
     assert [f.line for f in frames[4]] == [42]  # parent_frame_id 1: no caller
     assert sources.user_frame(frames[3]) == sources.Frame("/home/me/model.py", 42, "Block.__call__")
+
+
+def test_a_frame_in_a_wrapper_installed_over_jaxs_own_function_is_not_the_models_line(monkeypatch):
+    """MaxText's tunix adapter installs ``_compat_wsc`` over jax.lax.with_sharding_constraint: its frame is JAX's call."""
+
+    def _compat_wsc(x, shardings):
+        return x
+
+    monkeypatch.setattr(jax.lax, "with_sharding_constraint", _compat_wsc)
+    code = _compat_wsc.__code__
+    chain = (
+        sources.Frame(code.co_filename, code.co_firstlineno + 1, code.co_qualname),
+        sources.Frame("/home/me/model.py", 42, "Block.__call__"),
+    )
+    assert sources.user_frame(chain) == chain[1]
+    monkeypatch.undo()
+    assert sources.user_frame(chain) == chain[0]  # an ordinary function of the user's
 
 
 COMBINED = (

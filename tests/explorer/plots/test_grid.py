@@ -113,3 +113,22 @@ def test_sixteen_column_labels_do_not_crowd():
     """Issue 18 item 9: "10:12" "12:14" ... for 16 columns overlapped; at most 8 such labels are drawn."""
     ticks = grid._ticks([(2 * i, 2 * i + 2) for i in range(16)])
     assert len(ticks["ticktext"]) <= 8 and ticks["ticktext"][0] == "0:2"
+
+
+def test_a_meshs_axes_of_size_one_are_counted_not_drawn():
+    """Issue 55: MaxText's 12-axis mesh with fsdp=8 titled its picture with all eleven other axes and ticked each column
+    "0,0,3,0,0,0,0,0,0,0,0"; cut at 1024 px. Drawn are the axes that shard: one row of fsdp 0..7."""
+    from explorer.tiles import MeshInfo
+
+    axes = ("diloco", "data", "stage", "fsdp", "fsdp_transpose", "context", "tensor", "expert")
+    shape = (1, 1, 1, 8, 1, 1, 1, 1)
+    mesh = MeshInfo(shape, axes, tuple(range(8)), abstract=False)
+    figure = mesh_figure(mesh)
+    assert figure.layout.xaxis.title.text == "fsdp  (and 7 axes of size 1)"
+    assert list(figure.layout.xaxis.ticktext) == [str(i) for i in range(8)]
+    assert [list(row) for row in figure.data[0].z] == [list(range(8))]
+    assert figure.data[0].customdata[0][3] == "<b>device 3</b><br>fsdp=3"
+    two = MeshInfo((1, 2, 1, 4), ("a", "data", "b", "model"), tuple(range(8)), abstract=False)
+    drawn = mesh_figure(two)
+    assert drawn.layout.yaxis.title.text == "data" and drawn.layout.xaxis.title.text == "model  (and 2 axes of size 1)"
+    assert [list(row) for row in drawn.data[0].z] == [[0, 1, 2, 3], [4, 5, 6, 7]]

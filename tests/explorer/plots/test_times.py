@@ -24,3 +24,14 @@ def test_op_times_name_each_median_in_the_legend_not_on_the_chart():
         "one device · median 4.30 ms (dotted)",
     ]
     assert not figure.layout.annotations and len(figure.layout.shapes) == 2
+
+
+def test_times_of_seconds_are_drawn_in_seconds():
+    """Issue 55: a step of 31.9 s was drawn and said as "31921.14 ms"; the chart takes the unit of the slowest sample."""
+    figure = step_times_figure([31.9, 32.4, 30.1])
+    assert figure.layout.yaxis.title.text == "s" and list(figure.data[0].y) == [31.9, 32.4, 30.1]
+    assert figure.layout.annotations[0].text == "median 31.9 s"
+    fast = step_times_figure([0.25, 0.26])
+    assert fast.layout.yaxis.title.text == "ms" and list(fast.data[0].y) == [250.0, 260.0]
+    calls = op_times_figure({"sharded": [31.9, 26.9], "single": [26.5, 19.6]}, {"sharded": "sharded", "single": "one"})
+    assert calls.layout.yaxis.title.text == "s" and calls.data[0].name == "sharded · median 29.4 s (dotted)"

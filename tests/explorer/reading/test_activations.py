@@ -116,18 +116,21 @@ def test_names_a_models_own_code_resolves_are_read_though_its_constraints_carry_
     assert spmd._logical_to_mesh_axes is original
 
 
-def test_a_refusal_quoting_the_probe_mesh_counts_its_probe_axes():
-    """MaxText's shard_map refuses the probe by quoting its whole mesh (85 axes for a small dense config): the finding counts the probe's
-    own axes instead of listing them, and keeps the model's axes and the rest of the message as said."""
+def test_a_refusal_quoting_the_probe_mesh_says_it_in_words():
+    """MaxText's shard_map refuses the probe by quoting its whole mesh (85 axes for a small dense config). Issue 55: the
+    finding read "AbstractMesh(+73 probe axes of size 1 not listed; ...)"; it says what happened in one sentence, and any
+    other refusal quoting the probe's mesh says that mesh in words, the rest of the message as said."""
     from explorer.reading import constraints
 
     probe = constraints.probe_mesh([f"name_{i}" for i in range(40)], ["data", "model"])
     error = ValueError(
         f"The context mesh {probe} should match the mesh passed to shard_map Mesh('data': 2, 'model': 4, axis_types=(Auto, Auto))"
     )
-    said = activations.probe_refusal(error)
-    assert said == (
-        "ValueError: The context mesh AbstractMesh(+40 probe axes of size 1 not listed; 'data': 1, 'model': 1, axis_types=(42 x Auto)) "
-        "should match the mesh passed to shard_map Mesh('data': 2, 'model': 4, axis_types=(Auto, Auto))"
+    assert activations.probe_refusal(error) == (
+        "its shard_map runs only on its own mesh, not on the explorer's naming mesh of one size-1 axis per logical name"
+    )
+    other = ValueError(f"Sharding on {probe} is not supported here")
+    assert activations.probe_refusal(other) == (
+        "ValueError: Sharding on [the explorer's naming mesh: an axis of size 1 for each of 40 logical names] is not supported here"
     )
     assert activations.probe_refusal(ValueError("no")) == "ValueError: no"

@@ -15,6 +15,7 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
+from explorer.hlo import sources
 from explorer.reading import constraints as reader
 
 
@@ -176,6 +177,31 @@ def test_tagged_rules_resolve_as_the_rules_do_the_nnx_way(rules, array):
         with_tags = nnx_spmd.apply_rules(P(*array), None)
     assert [_plain(e) for e in plain] == [_strip(e) for e in with_tags]
     assert reader.decode_spec(with_tags, len(array), tagged=True) == tuple(array)
+
+
+_original_wsc = jax.lax.with_sharding_constraint
+
+
+def _compat_wsc(x, shardings):
+    """Stands for MaxText's tunix adapter's wrapper, which it installs over jax.lax.with_sharding_constraint on import."""
+    return _original_wsc(x, shardings)
+
+
+def test_a_wrapper_installed_over_jaxs_constraint_is_jaxs_call_and_the_models_frame_names_the_constraint(monkeypatch):
+    """Issue 55: MaxText's activations were named after ``_compat_wsc`` (its tunix adapter's wrapper, the innermost frame
+    outside JAX and Flax); the model's own frame, which called Flax's constraint, names them now."""
+    monkeypatch.setattr(jax.lax, "with_sharding_constraint", _compat_wsc)
+
+    def attention_block(x):
+        return nn.with_logical_constraint(x * 2, ("batch", "embed"))
+
+    auto = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    with jax.set_mesh(auto), nn.logical_axis_rules([("batch", "data")]):
+        closed = jax.make_jaxpr(attention_block)(X)
+    frame = reader.user_frame(next(e for e in closed.jaxpr.eqns if e.primitive.name == "sharding_constraint").source_info)
+    assert frame.function_name.endswith("attention_block"), frame
+    monkeypatch.undo()
+    assert sources.jax_shims() == frozenset()  # JAX's own functions: no shim
 
 
 def test_a_tagged_mesh_adds_only_size_one_axes():

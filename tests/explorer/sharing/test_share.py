@@ -3,6 +3,8 @@
 The team library is tested in ``test_library.py``, op links in ``test_share_op_links.py``."""
 
 import copy
+import importlib.util
+import json
 import string
 import subprocess
 import sys
@@ -111,6 +113,8 @@ def test_any_tampered_link_raises_only_explorer_error(params):
 
 
 def test_copy_as_code_is_a_complete_script_that_shards_like_the_analysis(seed_dict, tmp_path):
+    """The script runs as pasted on this CPU-only machine, in the environment that has JAX's CUDA plugin (installed for
+    compiling for GPU clusters): issue 55, it printed a 25-line "Unable to load cuDNN" traceback before its output."""
     seed_dict["name"] = "it's \"odd\"\nprint('injected')"
     seed_dict["rules"] = [["batch", ["data", "model"]], ["layer", None], ["hidden", "model"]]
     seed_dict["model"]["options"].update(layers=2, depth=64)
@@ -125,9 +129,10 @@ def test_copy_as_code_is_a_complete_script_that_shards_like_the_analysis(seed_di
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "JAX_NUM_CPU_DEVICES": "8", "PYTHONPATH": str(ROOT)},
+        env={**{k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "EXPLORER_"))}, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr  # no traceback, no warning: the output is the layout
     lines = result.stdout.splitlines()
     assert lines[0] == 'it\'s "odd"' and lines[1] == "print('injected')"  # the name is printed, never run
     from explorer.analysis.analyzer import analyze
@@ -213,3 +218,36 @@ def test_maxtext_yaml_writes_the_pipeline_keys_of_a_pipelined_transformer(seed_d
     assert "dcn_pipeline_parallelism: 2" in lines and not any("num_pipeline" in line or "dcn_stage" in line for line in lines)
     del seed_dict["mesh"]["dcn"]
     assert "pipeline" not in maxtext_yaml(parse_layout(seed_dict))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("maxtext") is None, reason="MaxText is an optional extra, not installed")
+def test_a_maxtext_link_is_short_escaped_once_and_opens_the_same_layout_as_old_links_do():
+    """Issue 55 item 9: a MaxText config's share link was ~5,000 characters in the address bar, its ~80 rules listed
+    and each value quoted twice (``%2522256%2522``). Its rules are MaxText's own for its keys (``rules=maxtext``), its
+    numbers bare, a quote escaped once; it opens the same layout, and so does a link written the old way."""
+    from urllib.parse import parse_qsl, quote, urlencode
+
+    from explorer.models import maxtext
+    from explorer.sharing.share import layout_to_params, link_keeping_the_rest
+    from tests.explorer.models.test_maxtext import TINY
+
+    layout = parse_layout(maxtext.layout_data(TINY, "v5e-8"))
+    query = layout_to_query(layout)
+    params = dict(parse_qsl(query[1:]))
+    assert params["rules"] == "maxtext" and "base_emb_dim:256;" in params["options"] and len(query) < 600, query
+    address = urlencode(layout_to_params(layout))  # as the address bar escapes it: every separator, once
+    assert "%25" not in address and len(address) < 700, address
+    assert params_to_layout(params) == layout and link_keeping_the_rest(params) == (layout, ())
+    assert params_to_layout(params).key == layout.key
+    old = params | {  # before: every rule listed, every value a quoted JSON string
+        "rules": ";".join(f"{r.logical}:{','.join(r.mesh_axes) or '-'}" for r in layout.rules),
+        "options": ";".join(f"{k}:{quote(json.dumps(v), safe='')}" for k, v in layout.model.options.items()),
+    }
+    assert len(urlencode(old)) > 4000 and "%2522" in urlencode(old)
+    assert params_to_layout(old) == layout and link_keeping_the_rest(old) == (layout, ())
+    edited = layout.model_copy(update={"rules": layout.rules[1:]})  # rules of its own: listed, as any layout's
+    assert dict(parse_qsl(layout_to_query(edited)[1:]))["rules"] != "maxtext"
+    assert params_to_layout(dict(parse_qsl(layout_to_query(edited)[1:]))) == edited
+    text = parse_layout(layout.to_dict() | {"model": {"name": "maxtext", "options": {**layout.model.options, "learning_rate": "1e-3"}}})
+    assert "learning_rate:%221e-3%22" in layout_to_query(text)  # a number that would read back otherwise: quoted, once
+    assert params_to_layout(dict(parse_qsl(layout_to_query(text)[1:]))).model.options["learning_rate"] == "1e-3"

@@ -419,7 +419,8 @@ def test_the_text_shows_measured_predicted_and_bound_with_ratios_mfu_and_the_pea
     )
     text = timing_text(on_a_gpu)
     assert "MFU 50.0% (bf16 matmuls at bf16 dense 989 TFLOP/s)" in text
-    assert re.search(r"lower bound +100\.00 ms +measured/it +4\.00x", text)
+    assert re.search(r"lower bound +100 ms +measured/it +4\.00x", text)
+    assert "step: median 400 ms, p10 400 ms, p90 400 ms, min 400 ms, max 400 ms over 1 step" in text  # units a person reads
     assert re.search(r"predicted +— +measured/it +— +the per-kernel step model is not in yet", text)
     assert "peak in use (memory_stats, this process's peak so far): 3.0 GiB of 4.0 GiB (JAX's limit)" in text
     assert "not available" in timing_text(result) and "no MFU on CPU" in timing_text(result)
