@@ -28,11 +28,12 @@ import sys
 import time
 
 from explorer.hardware import devices
-from explorer.formats import fit
+from explorer.formats import clock, fit
 
 
 INSTALLED_SCRIPT = "partition-explorer"  # pyproject.toml's [project.scripts] entry
 COMMANDS_WITHOUT_JAX = frozenset({"url"})  # the rest configure the simulated devices before JAX starts
+HEARTBEAT_S = 30.0  # a progress line that has not changed is said again this often (a compile can take minutes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -487,12 +488,14 @@ def _advise(args: argparse.Namespace) -> int:
             raise ExplorerError("--role", item, "is not NAME=ROLE, e.g. hidden=tensor")
         roles[name] = role
     layout, target = _layout_of(args, args.target), parse_target(args.target)
-    shown = [None]
+    shown: list = [None, 0.0]  # the line printed last, and when
 
     def progress(stage: str, elapsed: float) -> None:
-        if stage != shown[0] and not args.json:
-            print(f"{stage} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
-            shown[0] = stage
+        # A line when something changes, and while nothing does (inside a long compile) again every HEARTBEAT_S.
+        now = time.monotonic()
+        if not args.json and (stage != shown[0] or now - shown[1] >= HEARTBEAT_S):
+            print(f"{stage} ({clock(elapsed)})", file=sys.stderr, flush=True)
+            shown[:] = [stage, now]
 
     shortcut = {"auto": None, "on": True, "off": False}[args.depth_shortcut]
     if args.depth_option is not None:

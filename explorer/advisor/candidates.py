@@ -54,6 +54,19 @@ class Candidate:
     # Kept as it was when the candidate was compiled: the forecast its compiled prediction is checked against (``agreement``).
     calibrated_s: float | None = None
     compiled_on: str | None = None  # where stage 2 compiled it: "local", a Ray node's id, "cache" (``compile_pool.Outcome``)
+    # What it changes beyond the mesh, the rules and the memory settings, in words (the memory search's smaller batch:
+    # "batch 16 -> 8, a change to your training"); empty for the generated candidates
+    change: str = ""
+
+    @property
+    def compiled_in_full(self) -> bool:
+        """XLA compiled this layout for the target at the model's own depth (not extrapolated from smaller ones)."""
+        return self.verified and not self.extrapolated
+
+    def over(self, limit: int) -> int:
+        """By how much it misses the memory ``limit``, as known: XLA's peak over it where compiled (negative: room
+        left), else its exact state over it."""
+        return -self.headroom_bytes if self.headroom_bytes is not None else self.state_bytes - limit
 
     @property
     def refused(self) -> bool:
@@ -140,6 +153,11 @@ class Search:
     roles: dict[str, str] = dataclasses.field(default_factory=dict)  # every logical name's role in the generated rules
     guessed_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the names no convention knows, with the role chosen
     scanned: bool = False  # the trace shows a scan over the layer stack (``scanned``)
+    # The memory search (``explorer.advisor.fitting``), where nothing compiled fits: each step in words (the layout
+    # changed, where its memory went, XLA's peak), and the layouts compiled on larger slices of the target's generation
+    memory_steps: list[str] = dataclasses.field(default_factory=list)
+    elsewhere: list["Elsewhere"] = dataclasses.field(default_factory=list)
+    unfinished: str = ""  # why the search ended before it was done (its compiles ran out, Stop); empty: done
 
     @property
     def limit_bytes(self) -> int:
@@ -151,9 +169,39 @@ class Search:
         """The candidates best first (``rank``)."""
         return rank(self.candidates, self.limit_bytes)
 
+    def advice(self) -> Candidate | None:
+        """The layout the advisor names: the best-ranked one that XLA compiled in full for the target and that fits.
+        Never an uncompiled or an extrapolated one (issue 56: a 7B was advised an uncompiled layout); None when no
+        compiled layout fits."""
+        return next((c for c in self.ranked() if c.fits and c.compiled_in_full), None)
+
+    def ahead_of_advice(self) -> list[Candidate]:
+        """The candidates ranked above the advice (not compiled in full, estimated or extrapolated faster): while
+        there are any, the advice is the best compiled so far and the search is unfinished."""
+        best = self.advice()
+        ranked = self.ranked()
+        return [c for c in ranked[: ranked.index(best)] if c.fits] if best is not None else []
+
+    def closest(self) -> Candidate | None:
+        """Where nothing compiled fits: the layout closest to fitting, a compiled one (the least over the limit by
+        XLA's peak; compiled in full before extrapolated) where any was compiled, else the one with the least state."""
+        compiled = [c for c in self.candidates if c.verified]
+        if compiled:
+            return min(compiled, key=lambda c: (not c.compiled_in_full, c.over(self.limit_bytes), c.layout.name))
+        return self.smallest_state()
+
     def smallest_state(self) -> Candidate | None:
         """The candidate with the least state per device (the verdict when nothing fits)."""
         return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Elsewhere:
+    """A layout compiled on another slice of the target's generation (``fitting.larger_slices``): where, and the
+    candidate with XLA's figures there."""
+
+    target: Target
+    candidate: Candidate
 
 
 def limit_bytes(target: Target) -> int:
@@ -202,7 +250,6 @@ def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]
         if c.fits:
             return (0, float(f"{c.ranked_s:.3g}"), not c.verified) + estimate_key(c)[1:]
         # Does not fit (XLA refused it, E1000, or its peak is over): by how much it misses, then what it needs.
-        over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
-        return (2, over, c.state_bytes, c.layout.name)
+        return (2, c.over(hbm_bytes), c.state_bytes, c.layout.name)
 
     return sorted(candidates, key=key)

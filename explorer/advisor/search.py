@@ -50,12 +50,13 @@ from explorer.analysis.report import Report
 from explorer.analysis.report import ERROR_CODES, Finding
 from explorer.reading import names_of
 from explorer.errors import ExplorerError
+from explorer.formats import human_seconds
 from explorer.layout import Layout, parse_layout
 from explorer.hardware.placement import mesh_links, prefetch
 from explorer.specs import spec_axes
 from explorer.predict.roofline import Estimate
 from explorer.compile.compile_result import TargetCompile
-from explorer.compile.compile_pool import POOL, queue_text
+from explorer.compile.compile_pool import POOL, jobs_text
 from explorer.compile.target_compile import Stopped
 from explorer.hardware.targets import Target, parse_target
 
@@ -482,7 +483,7 @@ def agreement_line(c: Candidate | None) -> str | None:
     found = c.agreement if c is not None else None
     if not found:
         return None
-    text = f"predicted {found['compiled_predicted_s'] * 1e3:.3g} ms compiled, {found['compiled_over_stage1']:.2f}x stage 1's estimate"
+    text = f"predicted {human_seconds(found['compiled_predicted_s'])} compiled, {found['compiled_over_stage1']:.2f}x stage 1's estimate"
     if found["compiled_over_calibrated"]:
         text += f", {found['compiled_over_calibrated']:.2f}x its calibrated estimate"
     return text
@@ -515,14 +516,19 @@ def _compile(
     processes or cluster, the disk cache, Stop), each as (result, where it was compiled) or None when XLA refused it
     (noted in ``failures``) or it was stopped (``search.stopped`` set)."""
     started = time.perf_counter()
+    ahead: list[int | None] = [None]  # the pool reports the queue (on_wait) then what runs (on_progress), each tick
 
-    def on_wait(ahead: int, running: int) -> None:
-        progress(f"{search.stage}: {queue_text(ahead, running)}", time.perf_counter() - started)
+    def on_wait(before: int, running: int) -> None:
+        ahead[0] = before
 
     def on_progress(jobs) -> None:
-        if jobs:
-            stages = "; ".join(f"{j.layout.name} {j.stage}" for j in jobs) if len(jobs) > 1 else jobs[0].stage
-            progress(f"{search.stage}: {stages}", time.perf_counter() - min(j.started for j in jobs))
+        # One line: what each running compile is doing, and whether the rest wait (issue 55: the waiting line and the
+        # stage alternated every second, then nothing for minutes inside a compile). The time beside it is the
+        # round's (since the first of them started), so the line itself changes only when something happens.
+        since = min((j.started for j in jobs), default=None)
+        elapsed = time.monotonic() - since if since is not None else time.perf_counter() - started
+        progress(f"{search.stage} · {jobs_text(jobs, ahead[0])}", elapsed)
+        ahead[0] = None
 
     found: list[tuple[TargetCompile, str] | None] = []
     for outcome in POOL.compile_many(session, [(l, search.target) for l in layouts], on_wait, on_progress, should_stop):
@@ -549,7 +555,7 @@ def verified(candidate: Candidate, result: TargetCompile, extrapolated: bool = F
     compiled (``compile_pool.Outcome.compiled_on``)."""
     largest = max(result.collectives, key=lambda c: (c.seconds, c.op), default=None)
     text = (
-        (f"{largest.op} over {'x'.join(largest.mesh_axes) or '-'}: {largest.count}x, ≥ {largest.seconds * 1e3:.3g} ms")
+        (f"{largest.op} over {'x'.join(largest.mesh_axes) or '-'}: {largest.count}x, ≥ {human_seconds(largest.seconds)}")
         if largest and largest.seconds
         else "none"
     )
