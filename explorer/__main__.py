@@ -4,7 +4,7 @@
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
     python -m explorer compile LAYOUT.json --target NAME [--json]
-    python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME] [--pipelines auto|on|off]
+    python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME] [--pipelines auto|on|off] [--rules]
     python -m explorer analyze|compile|advise --maxtext KEY=VALUE ... [--target NAME]   (a MaxText config, its own keys)
     python -m explorer url LAYOUT.json
     python -m explorer op SPEC.json [--json] [--time STEPS] [--warmup N]
@@ -119,6 +119,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("auto", "on", "off"),
         default="auto",
         help="search pipelines of the built-in transformer (stage counts, microbatches; auto: on several slices)",
+    )
+    advise.add_argument(
+        "--rules", action="store_true", help="write each candidate's rules whole in the table (default: those that place something, short)"
     )
     _pool_arguments(advise)
     url = commands.add_parser("url", help="print the layout as a link's query string")
@@ -515,7 +518,7 @@ def _advise(args: argparse.Namespace) -> int:
         json.dump(search_to_dict(search), sys.stdout, indent=2)
         print()
     else:
-        print(search_text(search))
+        print(search_text(search, whole_rules=args.rules))
     return 0
 
 

@@ -48,6 +48,7 @@ class Candidate:
     remat: str | None = None  # the model's remat policy in this candidate (None: the model has no such option)
     microbatches: int = 1  # gradient accumulation steps
     activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
+    gradient_bytes: int = 0  # stage 1's estimate of the gradients alive at the peak, per device (``estimate.gradient_bytes``)
     links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.hardware.placement``)
     collectives: tuple[tuple[str, Collective], ...] = ()  # stage 1's collectives, each with its label
     # Stage 1's prediction calibrated on what stage 2 compiled so far (``search.calibrated``; None before any compile).
@@ -153,6 +154,8 @@ class Search:
     roles: dict[str, str] = dataclasses.field(default_factory=dict)  # every logical name's role in the generated rules
     guessed_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the names no convention knows, with the role chosen
     scanned: bool = False  # the trace shows a scan over the layer stack (``scanned``)
+    layout: Layout | None = None  # the layout the search started from (the user's own), as stage 1 was given it
+    user_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the roles the user set (``--role``), as given
     # The memory search (``explorer.advisor.fitting``), where nothing compiled fits: each step in words (the layout
     # changed, where its memory went, XLA's peak), and the layouts compiled on larger slices of the target's generation
     memory_steps: list[str] = dataclasses.field(default_factory=list)
@@ -195,6 +198,24 @@ class Search:
         return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
 
 
+def estimated_peak(c: Candidate, factor: float = 1.0) -> float:
+    """A candidate's peak as planned before its compile: the exact state, the gradients, and stage 1's activations
+    scaled by ``factor`` (``memory_factor``: what XLA's peaks showed beside the state over stage 1's estimate)."""
+    return c.state_bytes + factor * (c.gradient_bytes + c.activation_bytes)
+
+
+def memory_factor(search: Search) -> float:
+    """XLA's peak beside the state over stage 1's estimate of it (gradients and activations), on the candidates XLA
+    compiled (a refused one too: its peak is the refusal's): the median, 1 before any compile. An estimate, used to
+    plan which setting to compile."""
+    ratios = sorted(
+        (c.peak_bytes - c.state_bytes) / (c.gradient_bytes + c.activation_bytes)
+        for c in search.candidates
+        if c.verified and c.peak_bytes is not None and c.gradient_bytes + c.activation_bytes > 0
+    )
+    return max(ratios[len(ratios) // 2], 0.0) if ratios else 1.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Elsewhere:
     """A layout compiled on another slice of the target's generation (``fitting.larger_slices``): where, and the
@@ -210,16 +231,25 @@ def limit_bytes(target: Target) -> int:
 
 
 def shortlist(search: Search) -> list[Candidate]:
-    """The candidates whose state fits the device's memory limit, best estimated step first (deterministic)."""
-    return sorted((c for c in search.candidates if _may_fit(c, search.limit_bytes)), key=estimate_key)
+    """The candidates that may fit the device's memory limit (``may_fit``), best estimated step first (deterministic)."""
+    factor = memory_factor(search) if any(c.verified and c.peak_bytes is not None for c in search.candidates) else None
+    return sorted((c for c in search.candidates if may_fit(c, search.limit_bytes, factor)), key=estimate_key)
 
 
-CLEARLY_OVER = 2.0  # estimated activations this many times what is left beside the state: clearly does not fit
+CLEARLY_OVER = 2.0  # before any compile: estimated gradients and activations this many times what is left beside the state
+CALIBRATED_OVER = 1.15  # after one: the estimated peak calibrated on XLA's (``memory_factor``) this much over the limit
 
 
-def _may_fit(c: Candidate, hbm: int) -> bool:
-    """The exact state fits, and the estimated activations are not clearly over what is left (an estimate: XLA decides)."""
-    return c.state_bytes <= hbm and c.activation_bytes <= CLEARLY_OVER * (hbm - c.state_bytes)
+def may_fit(c: Candidate, limit: int, factor: float | None = None) -> bool:
+    """The exact state fits, and what stage 1 estimates beside it is not clearly over what is left: before any compile
+    at most ``CLEARLY_OVER`` times it (the raw estimate can be far off either way); once XLA's peaks have calibrated it
+    (``factor``), the calibrated peak at most ``CALIBRATED_OVER`` times the limit. An estimate: XLA decides; a compile
+    it saves is minutes on a real model (issue 56)."""
+    if c.state_bytes > limit:
+        return False
+    if factor is None:
+        return c.gradient_bytes + c.activation_bytes <= CLEARLY_OVER * (limit - c.state_bytes)
+    return estimated_peak(c, factor) <= CALIBRATED_OVER * limit
 
 
 def estimate_key(c: Candidate) -> tuple:

@@ -521,6 +521,13 @@ def activation_bytes(report: Report, roles: dict[str, str], remat: str = "none",
     return int((kept + everything / _layers(acts)) / max(microbatches, 1))
 
 
+def gradient_bytes(report: Report, microbatches: int = 1) -> int:
+    """The gradients alive at the step's peak, per device: one of each parameter, sharded as the parameter (the
+    optimizer's update reads them all at once), and with gradient accumulation a second, the sum beside one
+    microbatch's (``train_step.accumulated_grads``). An estimate: XLA may update some in place."""
+    return report.totals.param_bytes * (2 if microbatches > 1 else 1)
+
+
 def _layers(acts: Sequence) -> int:
     """The layers the activations are spread over: a scan's trip count, else the top-level modules that declare them."""
     runs = max((a.runs_per_step for a in acts), default=1)
