@@ -12,6 +12,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.sharing.share import layout_to_query
 from explorer.hardware.targets import Target
+from explorer.formats import clock, counted
 from explorer.text import markdown_literal
 from ui import race_view, state, tables
 from ui.fields import whole_number
@@ -84,7 +85,7 @@ def run(
         return
     st.session_state[SEARCH] = search
     st.session_state[RUNNING] = True
-    line.write(f"**stage 1** · {len(search.candidates)} candidates analyzed, {search.refused} refused · {search.stage1_s:.1f} s")
+    line.write(f"**stage 1** · {len(search.candidates)} candidates analyzed, {search.refused} refused · {clock(search.stage1_s)}")
     status.update(label=f"Stage 2: compiling the shortlist for {target.name}", state="running")
     advisor.stage2(  # in the server's compile pool: the place in its queue is in the progress line
         search,
@@ -96,12 +97,12 @@ def run(
     )
     st.session_state.pop(RUNNING, None)
     stop_slot.empty()
-    status.update(label=f"Done: {search.compiles} compile(s), {search.elapsed_s:.1f} s", state="complete", expanded=False)
+    status.update(label=f"Done: {counted(search.compiles, 'compile')}, {clock(search.elapsed_s)}", state="complete", expanded=False)
 
 
 def _progress(status, line, stage: str, elapsed: float) -> None:
     """A stage of the search: in the status's label (seen collapsed) and its body."""
-    text = markdown_literal(f"{stage} · {elapsed:.1f} s")
+    text = markdown_literal(f"{stage} · {clock(elapsed)}")
     status.update(label=text)
     line.write(text)
 
@@ -159,8 +160,14 @@ def show(search: advisor.Search, layout: Layout) -> None:
     if note:
         with st.container(key="advisor_own_layout"):
             st.info(markdown_literal(note))
-    best = ranked[0] if ranked else None
-    (st.success if best is not None and best.fits else st.error)(markdown_literal(advisor.verdict_text(search)))
+    # The advice is always a layout XLA compiled in full (issue 56); a warning where it is the best so far
+    advice = search.advice()
+    (st.error if advice is None else st.warning if search.ahead_of_advice() else st.success)(markdown_literal(advisor.verdict_text(search)))
+    if search.memory_steps:  # nothing compiled fitted at first: what the memory search changed, and what XLA said
+        st.info(
+            markdown_literal("Memory search (nothing compiled fitted at first): ")
+            + "\n".join(f"\n- {markdown_literal(step)}" for step in search.memory_steps)
+        )
     keys = advisor.maxtext_advice_text(search)
     if keys:  # a MaxText config: the advice as the keys to set, ready to paste
         label, _, line = keys.partition(": ")
@@ -182,7 +189,12 @@ def show(search: advisor.Search, layout: Layout) -> None:
                 f"*extrapolated*); the best was then compiled in full ({search.full_compiles} full compile(s))."
             )
         else:
-            st.caption(markdown_literal(f"Depth shortcut not used: {search.depth.why}"))
+            where = (
+                " Name the option that sets the depth in **Depth option** above."
+                if search.depth.why.startswith(advisor.NO_DEPTH_OPTION)
+                else ""
+            )
+            st.caption(markdown_literal(f"Depth shortcut not used: {search.depth.why}.") + where)
     for c in search.ranked():
         if c.extrapolation_error:
             error = c.extrapolation_error
@@ -207,7 +219,12 @@ def show(search: advisor.Search, layout: Layout) -> None:
             row_height=tables.WRAPPED_ROW_PX,
             height=tables.wrapped_height(len(rows)),
         )
-    st.caption("The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu.")
+    st.caption(
+        "The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu. "
+        f"Its rules: {advisor.RULES_NOTE}; a candidate's rules whole: pick it below."
+    )
+    if search.guessed_roles:
+        st.caption(markdown_literal(advisor.guessed_text(search) + ".") + " Change one under **Roles of the model's logical names** above.")
     st.plotly_chart(figure(search), key="advisor_chart")
     names = [c.layout.name for c in ranked]
     pick = st.selectbox("Candidate", names, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
@@ -225,6 +242,8 @@ def show(search: advisor.Search, layout: Layout) -> None:
         args=(chosen.layout,),
         help="Adds its link to the Compare page's links",
     )
+    with st.expander(f"Its rules, all {len(chosen.layout.rules)}"):
+        st.code("\n".join(advisor.rules_text(chosen.layout).split("; ")), language=None)
     st.markdown("Share link")
     st.code("/?" + layout_to_query(chosen.layout)[1:], language=None, wrap_lines=True)
     if chosen.links:  # where its axes lie, as the compile places them (stage 1 costs its collectives on those links)

@@ -47,6 +47,7 @@ from explorer.advisor.estimate import (
 from explorer.advisor.explain import pipeline_explanation, pipeline_text, pipelined
 from explorer.advisor.output import (
     PREDICTION_NOTE,
+    RULES_NOTE,
     TABLE_COLUMNS,
     agreement,
     agreement_text,
@@ -118,6 +119,7 @@ __all__ = [
     "MEMORY_FIELDS",
     "NO_DEPTH_OPTION",
     "PREDICTION_NOTE",
+    "RULES_NOTE",
     "RACE_COUNT",
     "ROLES",
     "ROLE_NAMES",

@@ -155,5 +155,3 @@ def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate 
     factors = calibration(search)
     pool = [c for c in shortlist(search) if not c.verified and not c.own and c.layout.name not in tried]  # the own layout has its own turn
     return min(pool, key=lambda c: (calibrated_prediction(c, factors, search.target),) + estimate_key(c), default=None)
-
-

@@ -200,7 +200,9 @@ def estimate_candidate(
     by_axis: dict[str, float] = {}
     for (_, c), (_, seconds) in zip(collectives, timed):
         by_axis[c.mesh_axes[0]] = by_axis.get(c.mesh_axes[0], 0.0) + seconds
-    return Stage1(estimate, f"{largest[0]}: ≥ {human_seconds(largest[1])} (estimate)" if largest[1] else "none", by_axis, tuple(collectives))
+    return Stage1(
+        estimate, f"{largest[0]}: ≥ {human_seconds(largest[1])} (estimate)" if largest[1] else "none", by_axis, tuple(collectives)
+    )
 
 
 def prediction_parts(estimate: Estimate, chip) -> tuple[float, float, float] | None:

@@ -236,38 +236,35 @@ def _remeshed(layout: Layout, search: Search, sizes: dict[str, int]) -> Step | N
         return None
     data = other.to_dict()
     data["model"] = layout.to_dict()["model"]
-    data["name"] = other.name.split("+")[0] + "".join("+" + part for part in layout.name.split("+")[1:])
-    return Step(parse_layout(data))
+    data["name"] = other.name.split("+")[0] + ("+batch" if "+batch" in layout.name else "")
+    return Step(with_settings(parse_layout(data)))  # named after the mesh and the settings it keeps
 
 
 # --- the memory search ---------------------------------------------------------------------------------------
 
 
-def next_step(
-    search: Search, base: Candidate, analyzed: Callable[[Layout, str], Candidate | None], tried: set[str]
-) -> tuple[Candidate, list[str]] | None:
-    """From ``base`` (compiled, over the limit), the levers in the order ``where_memory_goes`` says, each applied as
-    often as it goes and stacked, until stage 1's estimate calibrated on XLA's peaks (``memory_factor``) fits: that
-    candidate and the changes made, in words. Where no stack fits by the estimate, the last one made (compiling it
-    says how close it comes). None where no lever applies. ``analyzed`` is stage 1 of one layout (None: refused)."""
+def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str], Candidate | None]) -> tuple[Candidate, list[str]] | None:
+    """From ``base`` (over the limit), the levers in the order ``where_memory_goes`` says, each applied as often as it
+    goes and stacked, until stage 1's estimate calibrated on XLA's peaks (``memory_factor``) fits a layout not compiled
+    yet: that candidate and the changes made, in words. None where no stack fits by that estimate (no compile is spent
+    on a change that cannot make it fit: a smaller batch does not shrink the gradients). ``analyzed`` is stage 1 of one
+    layout (None: refused)."""
     limit = search.limit_bytes * FITS_MARGIN
     factor = memory_factor(search)
-    current, changes, made = base, [], None
+    compiled = {c.layout.name for c in search.candidates if c.verified}
+    current, changes = base, []
     for kind in where_memory_goes(base):
         for lever in LEVERS[kind]:
             while True:
                 step = lever(current.layout, search)
-                if step is None or step.layout.name in tried:
-                    break
-                candidate = analyzed(step.layout, step.change or current.change)
-                tried.add(step.layout.name)
+                candidate = None if step is None else analyzed(step.layout, step.change or current.change)
                 if candidate is None:
                     break
-                current, made = candidate, candidate
+                current = candidate
                 changes.append(f"{lever.__name__.replace('_', ' ')} ({step.layout.name})")
-                if estimated_peak(candidate, factor) <= limit:
+                if candidate.layout.name not in compiled and estimated_peak(candidate, factor) <= limit:
                     return candidate, changes
-    return (made, changes) if made is not None else None
+    return None
 
 
 def memory_search(
@@ -277,19 +274,28 @@ def memory_search(
     budget: int,
 ) -> int:
     """Nothing compiled fits: from the compiled layout closest to fitting, the next stack of levers (``next_step``)
-    compiled, again from the closest, until one fits or ``budget`` compiles are spent; then, once one fits, the next
-    lighter setting the calibrated estimate says fits (``lighter``). Each step is said in ``search.memory_steps``.
+    compiled, again from the closest, until one fits or ``budget`` compiles are spent; then, once one fits, the lightest
+    setting the calibrated estimate says fits too (``lighter``). Each step is said in ``search.memory_steps``.
     ``compiled`` compiles a candidate for the target (its verified copy put in the search; None: stopped or failed).
     The number of compiles spent."""
+    seen: dict[str, Candidate | None] = {}
+
+    def once(layout: Layout, change: str) -> Candidate | None:  # stage 1 of each layout once
+        if layout.name not in seen:
+            seen[layout.name] = analyzed(layout, change)
+        return seen[layout.name]
+
     spent = 0
-    tried = {c.layout.name for c in search.candidates}
     while spent < budget and not any(c.fits and c.verified for c in search.candidates):
         base = _start(search)
         if base is None:
             break
-        found = next_step(search, base, analyzed, tried)
+        found = next_step(search, base, once)
         if found is None and base.verified:
-            search.memory_steps.append(f"no lever left to try from {base.layout.name}")
+            search.memory_steps.append(
+                f"from {base.layout.name}, no change tried makes it fit by the estimate calibrated on XLA's peaks "
+                f"(remat, microbatches, the sequence split, a smaller batch, FSDP over every device, as the model has them)"
+            )
             break
         candidate, changes = found or (base, [])
         goes = ", ".join(f"{kind} {human_bytes(size)}" for kind, size in where_memory_goes(base).items())
@@ -299,12 +305,13 @@ def memory_search(
             break
         peak = f"XLA's peak {human_bytes(base.peak_bytes)}" if base.verified else "stage 1's estimate"
         search.memory_steps.append(
-            f"{base.layout.name} ({peak}: {goes})" + (f" → {'; '.join(changes)}" if changes else " compiled")
+            f"{base.layout.name} ({peak}: {goes})"
+            + (f" → {'; '.join(changes)}" if changes else " compiled")
             + (f": XLA's peak {human_bytes(result.peak_bytes)}, " if result.peak_bytes is not None else ": ")
             + ("fits" if result.fits else "does not fit")
         )
     if spent < budget and any(c.fits and c.verified for c in search.candidates):
-        spent += lighter(search, analyzed, compiled, tried)
+        spent += lighter(search, once, compiled)
     return spent
 
 
@@ -318,40 +325,42 @@ def _start(search: Search) -> Candidate | None:
     return min(pool, key=lambda c: (estimated_peak(c), c.layout.name), default=None)
 
 
-def lighter(
-    search: Search, analyzed: Callable[[Layout, str], Candidate | None], compiled: Callable[[Candidate], Candidate | None], tried: set[str]
-) -> int:
-    """Once a layout the memory search made fits: its next lighter remat policy (or half its microbatches), where the
-    estimate calibrated on XLA's peaks says that fits too, compiled (a lighter setting is faster). Compiles spent."""
-    best = next((c for c in search.ranked() if c.fits and c.verified), None)
-    if best is None or best.layout.name.count("+") == 0:
+def lighter(search: Search, analyzed: Callable[[Layout, str], Candidate | None], compiled: Callable[[Candidate], Candidate | None]) -> int:
+    """Once a layout the memory search made fits, the fastest lighter setting of it (fewer microbatches, a remat policy
+    that keeps more) that the estimate calibrated on XLA's peaks says fits too, compiled: the memory search stacks
+    levers until the estimate fits, and a lighter setting is faster. The compiles spent (0 or 1)."""
+    best = next((c for c in search.ranked() if c.fits and c.compiled_in_full and "+" in c.layout.name), None)
+    if best is None:
         return 0
     remat_option, micro_option, _ = settings(best.layout)
     options = best.layout.model.options
-    steps = []
-    if micro_option and int(options.get(micro_option, 1)) > 1:
-        steps.append(with_settings(best.layout, microbatches=int(options[micro_option]) // 2))
-    if remat_option and options.get(remat_option) in REMAT_OPTIONS[remat_option]:
-        ladder = list(REMAT_OPTIONS[remat_option])
-        here = ladder.index(options[remat_option])
-        if here > 0:
-            steps.append(with_settings(best.layout, remat=ladder[here - 1]))
-    factor = memory_factor(search)
-    for layout in steps:
-        if layout.name in tried:
-            continue
-        tried.add(layout.name)
-        candidate = analyzed(layout, best.change)
-        if candidate is None or estimated_peak(candidate, factor) > search.limit_bytes * FITS_MARGIN:
-            continue
-        result = compiled(candidate)
-        if result is not None:
-            search.memory_steps.append(
-                f"lighter than {best.layout.name}: {layout.name}, XLA's peak {human_bytes(result.peak_bytes or 0)}, "
-                + ("fits" if result.fits else "does not fit")
-            )
-        return 1
-    return 0
+    micro = [int(options[micro_option])] if micro_option else [None]
+    while micro[-1] and micro[-1] > 1:
+        micro.append(micro[-1] // 2)
+    ladder = list(REMAT_OPTIONS[remat_option]) if remat_option else []
+    remats = ladder[: ladder.index(options[remat_option]) + 1] if options.get(remat_option) in ladder else [None]
+    done = {c.layout.name for c in search.candidates if c.verified}
+    factor, limit = memory_factor(search), search.limit_bytes * FITS_MARGIN
+    pool = []
+    for m in micro:
+        for r in remats:
+            layout = with_settings(best.layout, remat=r, microbatches=m)
+            if layout.name in done:
+                continue
+            candidate = analyzed(layout, best.change)
+            if candidate is not None and estimated_peak(candidate, factor) <= limit:
+                pool.append(candidate)
+    if not pool:
+        return 0
+    factors = search.calibration or calibration(search)
+    pick = min(pool, key=lambda c: (calibrated_prediction(c, factors, search.target), c.microbatches, c.layout.name))
+    result = compiled(pick)
+    if result is not None:
+        search.memory_steps.append(
+            f"lighter than {best.layout.name}: {pick.layout.name}, XLA's peak {human_bytes(result.peak_bytes or 0)}, "
+            + ("fits" if result.fits else "does not fit")
+        )
+    return 1
 
 
 # --- larger slices -------------------------------------------------------------------------------------------
@@ -366,7 +375,7 @@ def larger_targets(target: Target, count: int = LARGER_SLICES) -> list[Target]:
     out = []
     for chips in slices(chip):
         if chips > target.chips and len(out) < count:
-            out.append(parse_target(f"{chip.generation}:{'x'.join(map(str, slice_shape(chip, chips)))}"))
+            out.append(parse_target(Target("", chip, slice_shape(chip, chips)).cloud_name))  # its Cloud TPU name (v5litepod-16)
     return out
 
 

@@ -205,9 +205,7 @@ def search_to_dict(search: Search) -> dict[str, Any]:
         "advice": None if search.advice() is None else search.advice().layout.name,
         "unfinished": search.unfinished or None,
         "memory_search": list(search.memory_steps),
-        "elsewhere": [
-            {"target": e.target.name, **candidate_to_dict(0, e.candidate, e.target)} for e in search.elsewhere
-        ],
+        "elsewhere": [{"target": e.target.name, **candidate_to_dict(0, e.candidate, e.target)} for e in search.elsewhere],
     }
     return out
 
@@ -339,7 +337,13 @@ def elsewhere_text(search: Search) -> str:
     missed = [e for e in search.elsewhere if not e.candidate.fits]
     text = ""
     if missed:
-        text += " It does not fit on " + " or ".join(f"{e.target.name} ({e.candidate.layout.name}, XLA's peak {human_bytes(e.candidate.peak_bytes or 0)})" for e in missed) + " either."
+        text += (
+            " It does not fit on "
+            + " or ".join(
+                f"{e.target.name} ({e.candidate.layout.name}, XLA's peak {human_bytes(e.candidate.peak_bytes or 0)})" for e in missed
+            )
+            + " either."
+        )
     if fitting is not None:
         c = fitting.candidate
         text += (

@@ -303,9 +303,10 @@ class _Run:
             start,
         )
 
-    def compile(self, picks: list[Candidate], stage: str) -> None:
-        """Compile ``picks`` together (at the small depths where the shortcut is used) and put XLA's figures in."""
-        search, depth = self.search, self.depth
+    def compile(self, picks: list[Candidate], stage: str, shortcut: bool = True) -> None:
+        """Compile ``picks`` together (at the small depths where the shortcut is used and ``shortcut``) and put XLA's
+        figures in."""
+        search, depth = self.search, self.depth if shortcut else None
         search.stage = stage + (f" at depths {' and '.join(map(str, SHORTCUT_DEPTHS))}" if depth else "")
         layouts = [at_depth(c.layout, depth, layers) for c in picks for layers in SHORTCUT_DEPTHS] if depth else [c.layout for c in picks]
         found = _compile(search, layouts, self.progress, self.should_stop, self.session)
@@ -336,7 +337,11 @@ class _Run:
         def compiled(candidate: Candidate) -> Candidate | None:
             spent[0] += 1
             search.candidates.append(candidate)
-            self.compile([candidate], f"stage 2: nothing compiled fits; the memory search, {spent[0]} of at most {budget} ({candidate.layout.name})")
+            # In full, never at the small depths: the question is whether it fits, which XLA answers soonest in full (it
+            # refuses a program over the memory before its longest passes: 67 s against 319 s for the same 7B layout
+            # at 2 layers, which fit there), and a full compile that fits is the advice.
+            stage = f"stage 2: nothing compiled fits; the memory search, {spent[0]} of at most {budget} ({candidate.layout.name})"
+            self.compile([candidate], stage, shortcut=False)
             found = next(c for c in search.candidates if c.layout.name == candidate.layout.name)
             return found if found.verified else None
 
@@ -433,6 +438,8 @@ def _compile(
         # One line: what each running compile is doing, and whether the rest wait (issue 55: the waiting line and the
         # stage alternated every second, then nothing for minutes inside a compile). The time beside it is the
         # round's (since the first of them started), so the line itself changes only when something happens.
+        if not jobs and ahead[0] is None:
+            return  # between a compile's end and the round's: nothing runs or waits
         since = min((j.started for j in jobs), default=None)
         elapsed = time.monotonic() - since if since is not None else time.perf_counter() - started
         progress(f"{search.stage} · {jobs_text(jobs, ahead[0])}", elapsed)
