@@ -29,6 +29,7 @@ from explorer.advisor.candidates import Candidate, Elsewhere, Search, estimated_
 from explorer.advisor.estimate import REMAT_POLICIES, activation_bytes, gradient_bytes
 from explorer.advisor.space import REMAT_ALIASES
 from explorer.analysis.report import Report
+from explorer.errors import ExplorerError
 from explorer.formats import human_bytes
 from explorer.hardware.targets import Target, parse_target, slice_shape, slices
 from explorer.layout import Layout, parse_layout
@@ -256,7 +257,10 @@ def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str],
     for kind in where_memory_goes(base):
         for lever in LEVERS[kind]:
             while True:
-                step = lever(current.layout, search)
+                try:  # a change the model's options refuse (microbatches that no longer divide a smaller batch)
+                    step = lever(current.layout, search)
+                except ExplorerError:
+                    step = None
                 candidate = None if step is None else analyzed(step.layout, step.change or current.change)
                 if candidate is None:
                     break

@@ -146,7 +146,9 @@ def test_the_text_report_is_the_verdict_the_counts_and_the_ranked_table(seed_dic
         f"predicted step: {advisor.PREDICTION_NOTE}; step ≥: XLA's roofline lower bound where verified; else an estimate ({advisor.STAGE1_NOTE})."
     )
     assert lines[-1] == f"rules: {advisor.RULES_NOTE}; --rules writes them whole."
-    assert lines[0].startswith(f"No advice for {TARGET} yet: no layout was compiled (stage 1 only). Stage 1 ranks {rows[0].split()[1]} first")
+    assert lines[0].startswith(
+        f"No advice for {TARGET} yet: no layout was compiled (stage 1 only). Stage 1 ranks {rows[0].split()[1]} first"
+    )
 
 
 def test_the_ranking_is_by_the_predicted_step_not_the_bound(seed_dict):
