@@ -162,7 +162,12 @@ def show(search: advisor.Search, layout: Layout) -> None:
             st.info(markdown_literal(note))
     # The advice is always a layout XLA compiled in full (issue 56); a warning where it is the best so far
     advice = search.advice()
-    (st.error if advice is None else st.warning if search.ahead_of_advice() else st.success)(markdown_literal(advisor.verdict_text(search)))
+    if advice is not None:  # a warning where it is the best compiled so far and uncompiled ones are estimated faster
+        box = st.warning if search.ahead_of_advice() else st.success
+    else:  # nothing compiled fits (an error), or nothing was compiled yet (stage 1 only: no advice, said so)
+        closest = search.closest()
+        box = st.error if closest is not None and (closest.verified or closest.state_bytes > search.limit_bytes) else st.info
+    box(markdown_literal(advisor.verdict_text(search)))
     if search.memory_steps:  # nothing compiled fitted at first: what the memory search changed, and what XLA said
         st.info(
             markdown_literal("Memory search (nothing compiled fitted at first): ")
