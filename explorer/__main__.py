@@ -476,6 +476,20 @@ def _op(args: argparse.Namespace) -> int:
     return 0
 
 
+def progress_printer(stream, heartbeat_s: float = HEARTBEAT_S, now=time.monotonic):
+    """A progress callback ``(line, elapsed_s)`` that prints a line with its elapsed time when the line changes, and
+    while it does not (a compile of minutes) again every ``heartbeat_s`` (issue 55: the waiting line repeated every
+    second, then nothing for three minutes inside a compile)."""
+    shown: list = [None, 0.0]  # the line printed last, and when
+
+    def progress(line: str, elapsed: float) -> None:
+        if line != shown[0] or now() - shown[1] >= heartbeat_s:
+            print(f"{line} ({clock(elapsed)})", file=stream, flush=True)
+            shown[:] = [line, now()]
+
+    return progress
+
+
 def _advise(args: argparse.Namespace) -> int:
     """Progress on stderr, the verdict and the ranked table (or ``--json``) on stdout."""
     from explorer.advisor import advise, depth_of, search_text, search_to_dict
@@ -491,14 +505,7 @@ def _advise(args: argparse.Namespace) -> int:
             raise ExplorerError("--role", item, "is not NAME=ROLE, e.g. hidden=tensor")
         roles[name] = role
     layout, target = _layout_of(args, args.target), parse_target(args.target)
-    shown: list = [None, 0.0]  # the line printed last, and when
-
-    def progress(stage: str, elapsed: float) -> None:
-        # A line when something changes, and while nothing does (inside a long compile) again every HEARTBEAT_S.
-        now = time.monotonic()
-        if not args.json and (stage != shown[0] or now - shown[1] >= HEARTBEAT_S):
-            print(f"{stage} ({clock(elapsed)})", file=sys.stderr, flush=True)
-            shown[:] = [stage, now]
+    progress = progress_printer(sys.stderr) if not args.json else None
 
     shortcut = {"auto": None, "on": True, "off": False}[args.depth_shortcut]
     if args.depth_option is not None:

@@ -247,13 +247,15 @@ def _remeshed(layout: Layout, search: Search, sizes: dict[str, int]) -> Step | N
 def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str], Candidate | None]) -> tuple[Candidate, list[str]] | None:
     """From ``base`` (over the limit), the levers in the order ``where_memory_goes`` says, each applied as often as it
     goes and stacked, until stage 1's estimate calibrated on XLA's peaks (``memory_factor``) fits a layout not compiled
-    yet: that candidate and the changes made, in words. None where no stack fits by that estimate (no compile is spent
-    on a change that cannot make it fit: a smaller batch does not shrink the gradients). ``analyzed`` is stage 1 of one
-    layout (None: refused)."""
+    yet: that candidate and the changes made, in words. Where no stack fits by that estimate: from a compiled ``base``,
+    None (no compile is spent on a change that cannot make it fit: a smaller batch does not shrink the gradients); from
+    one not compiled yet (nothing to calibrate on), the stack with the least estimated peak, whose compile says how far
+    the estimate is. ``analyzed`` is stage 1 of one layout (None: refused)."""
     limit = search.limit_bytes * FITS_MARGIN
     factor = memory_factor(search)
     compiled = {c.layout.name for c in search.candidates if c.verified}
     current, changes = base, []
+    least = (estimated_peak(base, factor), base, [])
     for kind in where_memory_goes(base):
         for lever in LEVERS[kind]:
             while True:
@@ -266,9 +268,12 @@ def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str],
                     break
                 current = candidate
                 changes.append(f"{lever.__name__.replace('_', ' ')} ({step.layout.name})")
-                if candidate.layout.name not in compiled and estimated_peak(candidate, factor) <= limit:
+                peak = estimated_peak(candidate, factor)
+                if candidate.layout.name not in compiled and peak <= limit:
                     return candidate, changes
-    return None
+                if candidate.layout.name not in compiled and peak < least[0]:
+                    least = (peak, candidate, list(changes))
+    return None if base.verified or least[1] is base else (least[1], least[2])
 
 
 def memory_search(
