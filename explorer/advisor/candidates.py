@@ -204,16 +204,26 @@ def estimated_peak(c: Candidate, factor: float = 1.0) -> float:
     return c.state_bytes + factor * (c.gradient_bytes + c.activation_bytes)
 
 
-def memory_factor(search: Search) -> float:
+def memory_factor(search: Search, like: Candidate | None = None) -> float:
     """XLA's peak beside the state over stage 1's estimate of it (gradients and activations), on the candidates XLA
-    compiled (a refused one too: its peak is the refusal's): the median, 1 before any compile. An estimate, used to
-    plan which setting to compile."""
-    ratios = sorted(
-        (c.peak_bytes - c.state_bytes) / (c.gradient_bytes + c.activation_bytes)
+    compiled (a refused one too: its peak is the refusal's): the median over those of ``like``'s family (the same mesh
+    axes of more than one device: XLA keeps every layer's FSDP-gathered weights of a model whose layers are not scanned,
+    which no tensor-parallel layout holds); for a family none of whose layouts was compiled, the least seen (optimistic:
+    its compile will say); 1 before any compile. An estimate, used to plan which setting to compile."""
+    found = [
+        (family(c), (c.peak_bytes - c.state_bytes) / (c.gradient_bytes + c.activation_bytes))
         for c in search.candidates
         if c.verified and c.peak_bytes is not None and c.gradient_bytes + c.activation_bytes > 0
-    )
-    return max(ratios[len(ratios) // 2], 0.0) if ratios else 1.0
+    ]
+    if not found:
+        return 1.0
+    same = sorted(ratio for kind, ratio in found if like is None or kind == family(like))
+    return max(same[len(same) // 2] if same else min(ratio for _, ratio in found), 0.0)
+
+
+def family(c: Candidate) -> frozenset[str]:
+    """The mesh axes of more than one device a candidate splits over (its family, for ``memory_factor``)."""
+    return frozenset(axis for axis, size in zip(c.layout.mesh.axes, c.layout.mesh.shape) if size > 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,9 +241,13 @@ def limit_bytes(target: Target) -> int:
 
 
 def shortlist(search: Search) -> list[Candidate]:
-    """The candidates that may fit the device's memory limit (``may_fit``), best estimated step first (deterministic)."""
-    factor = memory_factor(search) if any(c.verified and c.peak_bytes is not None for c in search.candidates) else None
-    return sorted((c for c in search.candidates if may_fit(c, search.limit_bytes, factor)), key=estimate_key)
+    """The candidates that may fit the device's memory limit (``may_fit``, calibrated on XLA's peaks of each one's
+    family once there are any), best estimated step first (deterministic)."""
+    calibrated = any(c.verified and c.peak_bytes is not None for c in search.candidates)
+    return sorted(
+        (c for c in search.candidates if may_fit(c, search.limit_bytes, memory_factor(search, c) if calibrated else None)),
+        key=estimate_key,
+    )
 
 
 CLEARLY_OVER = 2.0  # before any compile: estimated gradients and activations this many times what is left beside the state

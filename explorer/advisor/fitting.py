@@ -180,11 +180,24 @@ def more_microbatches(layout: Layout, search: Search) -> Step | None:
 def split_sequence(layout: Layout, search: Search) -> Step | None:
     """Half of the mesh's FSDP (else data) axis moved to its sequence axis, where the model has one: the sequence is
     split over devices, so each keeps the attention of fewer queries. A mesh stage 1 built, with this layout's settings."""
+    return _moved(layout, search, "sequence")
+
+
+def split_tensor(layout: Layout, search: Search) -> Step | None:
+    """Half of the mesh's FSDP (else data) axis moved to its tensor axis: the weights split without being gathered
+    (Megatron), and each device keeps its share of the heads' and the MLP's activations. A mesh stage 1 built, with
+    this layout's settings."""
+    return _moved(layout, search, "tensor")
+
+
+def _moved(layout: Layout, search: Search, to: str) -> Step | None:
+    """The layout on the mesh with half its FSDP (else data) axis moved to ``to``, where stage 1 built that mesh."""
     sizes = _sizes(layout)
     axis = next((a for a in ("fsdp", "data") if sizes.get(a, 1) % 2 == 0), None)
-    if axis is None or not _has_mesh(search, {**sizes, axis: sizes[axis] // 2, "sequence": sizes.get("sequence", 1) * 2}):
+    if axis is None:
         return None
-    return _remeshed(layout, search, {**sizes, axis: sizes[axis] // 2, "sequence": sizes.get("sequence", 1) * 2})
+    moved = {a: s for a, s in {**sizes, axis: sizes[axis] // 2, to: sizes.get(to, 1) * 2}.items() if s > 1}
+    return _remeshed(layout, search, moved) if _has_mesh(search, moved) else None
 
 
 def fsdp_everywhere(layout: Layout, search: Search) -> Step | None:
@@ -217,7 +230,7 @@ def smaller_batch(layout: Layout, search: Search) -> Step | None:
 # Per kind of memory (``where_memory_goes``), the levers that shrink it, in the order tried.
 LEVERS: dict[str, tuple[Callable[[Layout, Search], Step | None], ...]] = {
     "state": (fsdp_everywhere,),
-    "beside": (stronger_remat, more_microbatches, split_sequence, smaller_batch),
+    "beside": (stronger_remat, more_microbatches, split_tensor, split_sequence, smaller_batch),
 }
 
 
@@ -252,10 +265,9 @@ def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str],
     one not compiled yet (nothing to calibrate on), the stack with the least estimated peak, whose compile says how far
     the estimate is. ``analyzed`` is stage 1 of one layout (None: refused)."""
     limit = search.limit_bytes * FITS_MARGIN
-    factor = memory_factor(search)
     compiled = {c.layout.name for c in search.candidates if c.verified}
     current, changes = base, []
-    least = (estimated_peak(base, factor), base, [])
+    least = (estimated_peak(base, memory_factor(search, base)), base, [])
     for kind in where_memory_goes(base):
         for lever in LEVERS[kind]:
             while True:
@@ -268,7 +280,7 @@ def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str],
                     break
                 current = candidate
                 changes.append(f"{lever.__name__.replace('_', ' ')} ({step.layout.name})")
-                peak = estimated_peak(candidate, factor)
+                peak = estimated_peak(candidate, memory_factor(search, candidate))
                 if candidate.layout.name not in compiled and peak <= limit:
                     return candidate, changes
                 if candidate.layout.name not in compiled and peak < least[0]:
@@ -349,7 +361,7 @@ def lighter(search: Search, analyzed: Callable[[Layout, str], Candidate | None],
     ladder = list(REMAT_OPTIONS[remat_option]) if remat_option else []
     remats = ladder[: ladder.index(options[remat_option]) + 1] if options.get(remat_option) in ladder else [None]
     done = {c.layout.name for c in search.candidates if c.verified}
-    factor, limit = memory_factor(search), search.limit_bytes * FITS_MARGIN
+    limit = search.limit_bytes * FITS_MARGIN
     pool = []
     for m in micro:
         for r in remats:
@@ -357,7 +369,7 @@ def lighter(search: Search, analyzed: Callable[[Layout, str], Candidate | None],
             if layout.name in done:
                 continue
             candidate = analyzed(layout, best.change)
-            if candidate is not None and estimated_peak(candidate, factor) <= limit:
+            if candidate is not None and estimated_peak(candidate, memory_factor(search, candidate)) <= limit:
                 pool.append(candidate)
     if not pool:
         return 0
@@ -394,12 +406,12 @@ def larger_slices(
     """Nothing fits on the target: on each larger slice of its generation (``larger_targets``), smallest first, stage 1
     over the same model, and its best candidate by the estimate calibrated on this search's compiles (step and memory)
     compiled there, until one fits (``search.elsewhere``)."""
-    factor = memory_factor(search)
     for target in larger_targets(search.target):
         other = stage1_on(target)
         limit = limit_bytes(target) * FITS_MARGIN
-        pool = [c for c in other.candidates if not c.own and estimated_peak(c, factor) <= limit]
-        pool = pool or sorted((c for c in other.candidates if not c.own), key=lambda c: estimated_peak(c, factor))[:1]
+        planned = {c.layout.name: estimated_peak(c, memory_factor(search, c)) for c in other.candidates if not c.own}
+        pool = [c for c in other.candidates if not c.own and planned[c.layout.name] <= limit]
+        pool = pool or sorted((c for c in other.candidates if not c.own), key=lambda c: planned[c.layout.name])[:1]
         if not pool:
             continue
         pick = min(pool, key=lambda c: (calibrated_prediction(c, search.calibration or calibration(search), target), c.layout.name))

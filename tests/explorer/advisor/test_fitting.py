@@ -148,6 +148,7 @@ def test_where_the_memory_goes_orders_the_levers(seed_dict):
     assert [lever.__name__ for lever in advisor.LEVERS["beside"]] == [
         "stronger_remat",
         "more_microbatches",
+        "split_tensor",
         "split_sequence",
         "smaller_batch",
     ]
@@ -173,6 +174,9 @@ def test_each_lever_makes_the_layout_it_says(seed_dict):
     assert fsdp.layout.name == "fsdp4+remat_dots_saveable+mb2" and fsdp.layout.model.options["microbatches"] == 2
     split = fitting.split_sequence(fsdp.layout, search)
     assert dict(zip(split.layout.mesh.axes, split.layout.mesh.shape)) == {"fsdp": 2, "sequence": 2}
+    tensor = fitting.split_tensor(fsdp.layout, search)
+    assert dict(zip(tensor.layout.mesh.axes, tensor.layout.mesh.shape)) == {"fsdp": 2, "tensor": 2}
+    assert tensor.layout.name == "fsdp2xtensor2+remat_dots_saveable+mb2"
     assert fitting.fsdp_everywhere(fsdp.layout, search) is None  # already FSDP over every device
     full = fitting.with_settings(mine, remat="full")
     assert fitting.stronger_remat(full, search) is None  # nothing keeps fewer activations than full remat
