@@ -40,6 +40,7 @@ MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.
 MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
 BATCH_OPTIONS = ("batch", "per_device_batch_size")  # the training's batch: the built-in models', MaxText's (per device)
 FITS_MARGIN = 0.9  # an estimated peak above this share of the memory limit is not taken as fitting
+LIGHTER_GAIN = 0.95  # a lighter setting is compiled where its calibrated estimate is at least 5% faster
 LARGER_SLICES = 2  # larger slices of the target's generation tried, smallest first, where nothing fits on the target
 
 
@@ -349,7 +350,8 @@ def _start(search: Search) -> Candidate | None:
 def lighter(search: Search, analyzed: Callable[[Layout, str], Candidate | None], compiled: Callable[[Candidate], Candidate | None]) -> int:
     """Once a layout the memory search made fits, the fastest lighter setting of it (fewer microbatches, a remat policy
     that keeps more) that the estimate calibrated on XLA's peaks says fits too, compiled: the memory search stacks
-    levers until the estimate fits, and a lighter setting is faster. The compiles spent (0 or 1)."""
+    levers until the estimate fits, and a lighter setting is faster (compiled where estimated ``LIGHTER_GAIN`` of the
+    step or less). The compiles spent (0 or 1)."""
     best = next((c for c in search.ranked() if c.fits and c.compiled_in_full and "+" in c.layout.name), None)
     if best is None:
         return 0
@@ -371,10 +373,11 @@ def lighter(search: Search, analyzed: Callable[[Layout, str], Candidate | None],
             candidate = analyzed(layout, best.change)
             if candidate is not None and estimated_peak(candidate, memory_factor(search, candidate)) <= limit:
                 pool.append(candidate)
-    if not pool:
-        return 0
     factors = search.calibration or calibration(search)
-    pick = min(pool, key=lambda c: (calibrated_prediction(c, factors, search.target), c.microbatches, c.layout.name))
+    faster = [c for c in pool if calibrated_prediction(c, factors, search.target) <= LIGHTER_GAIN * best.predicted_s]
+    if not faster:  # no lighter setting estimated to pay for its compile (a compile that fits takes minutes on a 7B)
+        return 0
+    pick = min(faster, key=lambda c: (calibrated_prediction(c, factors, search.target), c.microbatches, c.layout.name))
     result = compiled(pick)
     if result is not None:
         search.memory_steps.append(
