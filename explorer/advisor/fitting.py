@@ -245,12 +245,14 @@ def _has_mesh(search: Search, sizes: dict[str, int]) -> bool:
 
 
 def _remeshed(layout: Layout, search: Search, sizes: dict[str, int]) -> Step | None:
-    """The layout on another mesh stage 1 built (its mesh and rules, this layout's model options), named after both."""
+    """The layout on another mesh stage 1 built: its mesh, rules and model options (a MaxText config's options hold the
+    parallelism keys that make its mesh), with this layout's memory settings (``settings``: remat, microbatches, batch),
+    named after both."""
     other = next((c.layout for c in search.candidates if not c.own and _sizes(c.layout) == sizes), None)
     if other is None:
         return None
     data = other.to_dict()
-    data["model"] = layout.to_dict()["model"]
+    data["model"]["options"].update({n: layout.model.options[n] for n in settings(layout) if n is not None})
     data["name"] = other.name.split("+")[0] + ("+batch" if "+batch" in layout.name else "")
     return Step(with_settings(parse_layout(data)))  # named after the mesh and the settings it keeps
 
@@ -268,7 +270,7 @@ def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str],
     limit = search.limit_bytes * FITS_MARGIN
     compiled = {c.layout.name for c in search.candidates if c.verified}
     current, changes = base, []
-    least = (estimated_peak(base, memory_factor(search, base)), base, [])
+    least = ((True, estimated_peak(base, memory_factor(search, base))), base, [])  # a change to the training last
     for kind in where_memory_goes(base):
         for lever in LEVERS[kind]:
             while True:
@@ -284,8 +286,8 @@ def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str],
                 peak = estimated_peak(candidate, memory_factor(search, candidate))
                 if candidate.layout.name not in compiled and peak <= limit:
                     return candidate, changes
-                if candidate.layout.name not in compiled and peak < least[0]:
-                    least = (peak, candidate, list(changes))
+                if candidate.layout.name not in compiled and (bool(candidate.change), peak) < least[0]:
+                    least = ((bool(candidate.change), peak), candidate, list(changes))
     return None if base.verified or least[1] is base else (least[1], least[2])
 
 
@@ -316,7 +318,7 @@ def memory_search(
         if found is None and base.verified:
             search.memory_steps.append(
                 f"from {base.layout.name}, no change tried makes it fit by the estimate calibrated on XLA's peaks "
-                f"(remat, microbatches, the sequence split, a smaller batch, FSDP over every device, as the model has them)"
+                "(remat, microbatches, the tensor and sequence splits, a smaller batch, FSDP over every device, as the model has them)"
             )
             break
         candidate, changes = found or (base, [])
