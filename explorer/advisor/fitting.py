@@ -350,12 +350,12 @@ def _start(search: Search) -> Candidate | None:
 
 
 def lighter(search: Search, analyzed: Callable[[Layout, str], Candidate | None], compiled: Callable[[Candidate], Candidate | None]) -> int:
-    """Once a layout the memory search made fits, the fastest lighter setting of it (fewer microbatches, a remat policy
-    that keeps more) that the estimate calibrated on XLA's peaks says fits too, compiled: the memory search stacks
-    levers until the estimate fits, and a lighter setting is faster (compiled where estimated ``LIGHTER_GAIN`` of the
+    """Once a layout fits (the advice, but the user's own), the fastest lighter setting of it (fewer microbatches, a remat
+    policy that keeps more) that the estimate calibrated on XLA's peaks says fits too, compiled: stage 1 and the memory
+    search choose the first setting the estimate says fits, and a lighter setting is faster (compiled where estimated ``LIGHTER_GAIN`` of the
     step or less). The compiles spent (0 or 1)."""
-    best = next((c for c in search.ranked() if c.fits and c.compiled_in_full and "+" in c.layout.name), None)
-    if best is None:
+    best = search.advice()
+    if best is None or best.own:
         return 0
     remat_option, micro_option, _ = settings(best.layout)
     options = best.layout.model.options

@@ -275,7 +275,7 @@ def stage2(
             numbers = f"{number + 1}" if len(picks) == 1 else f"{number + 1}-{number + len(picks)}"
             number += len(picks)
             run.compile(picks, f"stage 2: compiling {numbers} of at most {total} ({names})")
-        if budget > 0 and fit_compiles > 0 and not any(c.fits and c.verified for c in search.candidates):
+        if budget > 0 and fit_compiles > 0:  # nothing compiled fits: what holds the memory; else a lighter setting of the best
             run.memory_search(fit_compiles)
         run.in_full(full_compiles)
         if budget > 0 and larger and search.advice() is None:
@@ -331,16 +331,19 @@ class _Run:
             raise Stopped
 
     def memory_search(self, budget: int) -> None:
-        """Nothing compiled fits: the memory search (``fitting.memory_search``), each step compiled as the rounds are."""
+        """The memory search (``fitting.memory_search``) where nothing compiled fits, then a lighter setting of the best
+        one that fits: each compiled as the rounds are, in full."""
         search, spent = self.search, [0]
 
         def compiled(candidate: Candidate) -> Candidate | None:
             spent[0] += 1
+            fits = any(c.fits and c.verified for c in search.candidates)
             search.candidates.append(candidate)
             # In full, never at the small depths: the question is whether it fits, which XLA answers soonest in full (it
             # refuses a program over the memory before its longest passes: 67 s against 319 s for the same 7B layout
             # at 2 layers, which fit there), and a full compile that fits is the advice.
-            stage = f"stage 2: nothing compiled fits; the memory search, {spent[0]} of at most {budget} ({candidate.layout.name})"
+            what = "a lighter setting of the best that fits" if fits else "nothing compiled fits; the memory search"
+            stage = f"stage 2: {what}, {spent[0]} of at most {budget} ({candidate.layout.name})"
             self.compile([candidate], stage, shortcut=False)
             found = next(c for c in search.candidates if c.layout.name == candidate.layout.name)
             return found if found.verified else None
