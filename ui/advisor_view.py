@@ -232,7 +232,8 @@ def show(search: advisor.Search, layout: Layout) -> None:
         st.caption(markdown_literal(advisor.guessed_text(search) + ".") + " Change one under **Roles of the model's logical names** above.")
     st.plotly_chart(figure(search), key="advisor_chart")
     names = [c.layout.name for c in ranked]
-    pick = st.selectbox("Candidate", names, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
+    first = names.index(advice.layout.name) if advice is not None else 0  # the advice (compiled), else the first row
+    pick = st.selectbox("Candidate", names, index=first, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
     chosen = ranked[names.index(pick)]
     # A wrapping row of content-sized buttons: whole labels at any width (quarter columns cut them to "Open on …").
     buttons = st.container(horizontal=True)
