@@ -265,12 +265,12 @@ def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str],
     goes and stacked, until stage 1's estimate calibrated on XLA's peaks (``memory_factor``) fits a layout not compiled
     yet: that candidate and the changes made, in words. Where no stack fits by that estimate: from a compiled ``base``,
     None (no compile is spent on a change that cannot make it fit: a smaller batch does not shrink the gradients); from
-    one not compiled yet (nothing to calibrate on), the stack with the least estimated peak, whose compile says how far
-    the estimate is. ``analyzed`` is stage 1 of one layout (None: refused)."""
+    one not compiled yet (nothing to calibrate on), the stack with the least estimated peak that keeps the training as
+    it is (no smaller batch), whose compile says how far the estimate is (None: compile ``base`` itself). ``analyzed`` is stage 1 of one layout (None: refused)."""
     limit = search.limit_bytes * FITS_MARGIN
     compiled = {c.layout.name for c in search.candidates if c.verified}
     current, changes = base, []
-    least = ((True, estimated_peak(base, memory_factor(search, base))), base, [])  # a change to the training last
+    least = (estimated_peak(base, memory_factor(search, base)), base, [])
     for kind in where_memory_goes(base):
         for lever in LEVERS[kind]:
             while True:
@@ -286,8 +286,8 @@ def next_step(search: Search, base: Candidate, analyzed: Callable[[Layout, str],
                 peak = estimated_peak(candidate, memory_factor(search, candidate))
                 if candidate.layout.name not in compiled and peak <= limit:
                     return candidate, changes
-                if candidate.layout.name not in compiled and (bool(candidate.change), peak) < least[0]:
-                    least = ((bool(candidate.change), peak), candidate, list(changes))
+                if candidate.layout.name not in compiled and not candidate.change and peak < least[0]:  # a probe keeps the training
+                    least = (peak, candidate, list(changes))
     return None if base.verified or least[1] is base else (least[1], least[2])
 
 
