@@ -5,7 +5,7 @@ a layout XLA did not compile in full.
 
 Compiles for one v5e chip (``v5e:1x1``), of models a few seconds each to compile: a narrow transformer whose attention
 at 4096 tokens keeps 24 GiB (no remat) of the 15.75 GiB XLA lets a program use, and the guide's MLP made 2 layers of
-18432 wide (15.2 GiB of parameters and optimizer state on one chip, and its gradients: over; half of each on two).
+19456 wide (16.9 GiB of parameters and optimizer state on one chip, half of it on two).
 """
 
 from __future__ import annotations
@@ -80,25 +80,27 @@ def test_a_model_that_fits_no_candidate_at_first_gets_a_compiled_layout_that_fit
 
 
 def test_nothing_fits_on_the_slice_says_the_closest_and_the_smallest_larger_slice_where_it_fits(seed_dict):
-    """2 layers of 18432 (two 18432 x 18432 kernels each): parameters and Adam's two moments are 15.2 GiB on one chip, and
-    with the gradients over what XLA lets a program use; the MLP has no remat or microbatches, one chip no FSDP, and a
-    smaller batch does not shrink the gradients: the memory search has no change that could make it fit. The verdict names the closest compiled layout with XLA's peak, and the smallest larger v5e slice
-    where the best layout fits, compiled there (two chips: FSDP halves the state)."""
-    search = advisor.stage1(small(seed_dict, layers=2, depth=18432, batch=8), ONE_CHIP)
+    """2 layers of 19456 (two 19456 x 19456 kernels each): parameters and Adam's two moments are 16.9 GiB on one chip,
+    over what XLA lets a program use, so no compile is spent there (XLA's peak would be over too; it updates the
+    parameters in place, so its peak for 18432 wide was the state's 15.2 GiB). The verdict says that nothing fits, the
+    layout with the least state, and the smallest larger v5e slice where the best layout fits, compiled there (two
+    chips: FSDP halves the state)."""
+    search = advisor.stage1(small(seed_dict, layers=2, depth=19456, batch=8), ONE_CHIP)
     search = advisor.stage2(search, compiles=1)
-    assert search.advice() is None and all(not c.fits for c in search.candidates if c.verified)
+    assert search.advice() is None and search.compiles == 1  # the one compile: on the larger slice
     closest = search.closest()
-    assert closest.verified and closest.compiled_in_full and closest.peak_bytes > search.limit_bytes
-    assert search.memory_steps and search.memory_steps[-1].startswith(f"from {closest.layout.name}, no change tried makes it fit")
+    assert not closest.verified and closest.state_bytes > search.limit_bytes
     [there] = search.elsewhere
     assert there.target.name == "v5litepod-2" and there.candidate.compiled_in_full and there.candidate.fits
     assert there.candidate.compiled.target.name == "v5litepod-2" and there.candidate.peak_bytes <= advisor.limit_bytes(there.target)
     verdict = advisor.verdict_text(search)
     assert verdict.startswith(
-        f"Nothing fits on {ONE_CHIP}: of the layouts compiled, the closest is {closest.layout.name}, "
-        f"XLA's peak {human_bytes(closest.peak_bytes)} of the 15.8 GiB"
+        f"No layout fits {ONE_CHIP}: the smallest state per device found is {human_bytes(closest.state_bytes)} ({closest.layout.name})"
     )
-    assert f"The smallest slice of TPU v5 lite where it fits: v5litepod-2, as {there.candidate.layout.name} (compiled there" in verdict
+    assert (
+        f"The smallest slice of TPU v5 lite where it fits: v5litepod-2, as {there.candidate.layout.name} (compiled there: XLA's peak"
+        in verdict
+    )
     found = advisor.search_to_dict(search)
     assert found["advice"] is None and found["elsewhere"][0]["target"] == "v5litepod-2" and found["elsewhere"][0]["fits"] is True
 
