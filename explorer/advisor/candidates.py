@@ -208,8 +208,9 @@ def memory_factor(search: Search, like: Candidate | None = None) -> float:
     """XLA's peak beside the state over stage 1's estimate of it (gradients and activations), on the candidates XLA
     compiled (a refused one too: its peak is the refusal's): the median over those of ``like``'s family (the same mesh
     axes of more than one device: XLA keeps every layer's FSDP-gathered weights of a model whose layers are not scanned,
-    which no tensor-parallel layout holds); for a family none of whose layouts was compiled, the least seen (optimistic:
-    its compile will say); 1 before any compile. An estimate, used to plan which setting to compile."""
+    which no tensor-parallel layout holds); for a family none of whose layouts was compiled, stage 1's own (1), or the
+    least seen where that is less (optimistic: its compile will say); 1 before any compile. An estimate, used to plan
+    which setting to compile."""
     found = [
         (family(c), (c.peak_bytes - c.state_bytes) / (c.gradient_bytes + c.activation_bytes))
         for c in search.candidates
@@ -218,7 +219,7 @@ def memory_factor(search: Search, like: Candidate | None = None) -> float:
     if not found:
         return 1.0
     same = sorted(ratio for kind, ratio in found if like is None or kind == family(like))
-    return max(same[len(same) // 2] if same else min(ratio for _, ratio in found), 0.0)
+    return max(same[len(same) // 2] if same else min(1.0, *(ratio for _, ratio in found)), 0.0)
 
 
 def family(c: Candidate) -> frozenset[str]:

@@ -66,8 +66,9 @@ def memory_variants(
     """Memory as a search dimension: the layout with the cheapest remat policy and microbatch count whose estimated
     peak (the exact state, the gradients and stage 1's activations scaled by ``factor``: ``estimated_peak``) fits, in
     the order no remat, the dots policies, full remat, then full remat with 2, 4, 8, 16 microbatches (each costs
-    compute or collectives; the first that fits is the fastest that fits). Where nothing fits, or the model exposes no
-    such option, or this is the user's own layout: the layout as it is."""
+    compute or collectives; the first that fits is the fastest that fits); where none fits, the one closest to fitting
+    (the least estimated peak: the memory search and a larger slice start from it). Where the model exposes no such
+    option, or this is the user's own layout: the layout as it is."""
     remat_option, micro_option, _ = settings(layout)
     options = dict(layout.model.options)
     here_remat = options.get(remat_option) if remat_option else None
@@ -81,13 +82,16 @@ def memory_variants(
     ladder = [(r, 1) for r in (REMAT_OPTIONS[remat_option] if remat_option else (None,))]
     if micro_option and int(options.get("pipeline_stages", 1)) == 1:  # a pipeline's batch is its own microbatches' to split
         ladder += [(ladder[-1][0], m) for m in MICROBATCH_CHOICES[1:] if batch[0] % (m * batch[1]) == 0]
+    here = (here_remat or ("none" if remat_option else None), here_micro)
+    peaks = {}
     for remat, micro in ladder:
-        beside = gradient_bytes(report, micro) + activation_bytes(report, roles, remat_cost(remat), micro)
-        if state + factor * beside <= hbm:
-            if (remat, micro) == (here_remat or ("none" if remat_option else None), here_micro):
-                return plain  # what the layout already has (a candidate that fits without remat gets none, not yours)
-            return [(with_settings(layout, remat=remat, microbatches=micro), remat, micro)]
-    return plain
+        peaks[remat, micro] = state + factor * (gradient_bytes(report, micro) + activation_bytes(report, roles, remat_cost(remat), micro))
+        if peaks[remat, micro] <= hbm:
+            break
+    remat, micro = next((rung for rung, peak in peaks.items() if peak <= hbm), min(peaks, key=peaks.get))  # else the closest
+    if (remat, micro) == here:
+        return plain  # what the layout already has (a candidate that fits without remat gets none, not yours)
+    return [(with_settings(layout, remat=remat, microbatches=micro), remat, micro)]
 
 
 def with_settings(layout: Layout, remat: str | None = None, microbatches: int | None = None, batch=None) -> Layout:

@@ -64,7 +64,6 @@ def stage1(
     roles: dict[str, str] | None = None,
     search: Search | None = None,
     pipelines: bool | None = None,
-    memory_factor: float = 1.0,
 ) -> Search:
     """Analyse every candidate: exact state per device, refusals counted, an estimated step each.
 
@@ -73,8 +72,7 @@ def stage1(
     (``analyze(..., received=False)``): their rules are the advisor's, applied to the names the
     probe read. The user's own layout gets the full analysis (its rules may be resolved by the
     model's own code), as does every candidate of a model whose code refused the probe or resolved
-    names the probe could not tell apart (``AbstractModel.asked_names``). ``memory_factor``: stage 1's memory
-    estimate scaled so where another search's compiles calibrated it (``fitting.larger_slices``).
+    names the probe could not tell apart (``AbstractModel.asked_names``).
     """
     target = parse_target(target) if isinstance(target, str) else target
     search = search or Search(target)
@@ -108,7 +106,7 @@ def stage1(
             _refused(search, f"{candidate.name}: {error}")
             continue
         search.scanned = search.scanned or scanned(report)
-        found = candidates_of(search, candidate, report, roles, own=own, factor=memory_factor)
+        found = candidates_of(search, candidate, report, roles, own=own)
         if isinstance(found, str):
             _refused(search, found)
             continue
@@ -275,6 +273,8 @@ def stage2(
             numbers = f"{number + 1}" if len(picks) == 1 else f"{number + 1}-{number + len(picks)}"
             number += len(picks)
             run.compile(picks, f"stage 2: compiling {numbers} of at most {total} ({names})")
+        if number == 0 and search.depth is not None and search.depth.usable:
+            search.depth = None  # no round compiled (nothing was estimated to fit): the shortcut was not used
         if budget > 0 and fit_compiles > 0:  # nothing compiled fits: what holds the memory; else a lighter setting of the best
             run.memory_search(fit_compiles)
         run.in_full(full_compiles)
@@ -374,14 +374,12 @@ class _Run:
             search.elapsed_s = time.perf_counter() - self.start
 
     def stage1_on(self, target: Target) -> Search:
-        """Stage 1 of the search's own layout on another slice (a larger one), its memory estimate calibrated on this
-        search's compiles."""
-        from explorer.advisor.candidates import memory_factor
-
+        """Stage 1 of the search's own layout on another slice (a larger one); ``fitting.larger_slices`` calibrates its
+        memory estimates on this search's compiles, family by family."""
         search = self.search
         search.stage = f"stage 2: nothing fits on {search.target.name}; stage 1 on {target.name}"
         self.progress(search.stage, time.perf_counter() - self.start)
-        return stage1(search.layout, target, search.user_roles or None, memory_factor=memory_factor(search))
+        return stage1(search.layout, target, search.user_roles or None)
 
     def compiled_on(self, candidate: Candidate, target: Target) -> Candidate | None:
         """``candidate`` compiled in full for ``target`` (another slice): its verified copy, or None (stopped, failed)."""
