@@ -58,7 +58,7 @@ def test_run_the_advisor_watch_its_stages_and_open_the_winner(blank_page, adviso
     expect(page.locator(f"{key_selector('advisor_stop')} button").first).to_be_in_viewport(ratio=1)  # beside the Advise button
     screenshot(page, "advisor-running-1024x768")
     page.set_viewport_size({"width": 1440, "height": 900})
-    expect(status.first).to_contain_text(re.compile(r"Done: 2 compile\(s\)"), timeout=RUN_TIMEOUT_MS)
+    expect(status.first).to_contain_text(re.compile(r"Done: 2 compiles"), timeout=RUN_TIMEOUT_MS)
     wait_for_rerun(page)
     expect(page.locator(MAIN)).to_contain_text(re.compile(r"Advice for v5litepod-8: (\w+) — step ≥ [\d.]+ (?:µs|ms|s) .*XLA-verified"))
     winner = re.search(r"Advice for v5litepod-8: (\w+) —", page.locator(MAIN).inner_text())[1]
