@@ -338,7 +338,10 @@ class _Run:
         def compiled(candidate: Candidate) -> Candidate | None:
             spent[0] += 1
             fits = any(c.fits and c.verified for c in search.candidates)
-            search.candidates.append(candidate)
+            same = next((c for c in search.candidates if c.layout.name == candidate.layout.name), None)
+            if same is None:  # a layout stage 1 did not make (else its own row: the name is its mesh and settings)
+                search.candidates.append(candidate)
+            candidate = same or candidate
             # In full, never at the small depths: the question is whether it fits, which XLA answers soonest in full (it
             # refuses a program over the memory before its longest passes: 67 s against 319 s for the same 7B layout
             # at 2 layers, which fit there), and a full compile that fits is the advice.
