@@ -108,14 +108,14 @@ def estimate_candidate(
     tensor_like -= moe.gathered if moe is not None else set()
     input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
     splitting = math.prod(size for axis, size in mesh.items() if axis in input_axes or axis in tensor_like)
-    token_axes = input_axes - tensor_like  # the axes that split the activations' token grid (tensor-like ones never do)
+    token_axes = _token_axes(report, roles)
     active = param_count if moe is None else active_params(report, roles, tokens)
     pipe = pipeline_profile(report, roles)
     if pipe is not None:  # each device runs its stage's blocks, every iteration of the loop (the bubble's included)
         active += pipe.block_params * (pipe.inflation / math.prod(mesh[axis] for axis in pipe.axes) - 1)
     flops = 6.0 * active * tokens * REMAT_COMPUTE.get(remat, 1.0) / splitting
     compute_s = flops / chip.device_peak_flops
-    # Tokens each device holds: the token grid split over the axes that split the inputs, less the tensor-like ones.
+    # Tokens each device holds: the token grid split over the axes that split the inputs (``_token_axes``).
     tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in token_axes)
     projections = _projections(report, roles, tensor_like, mesh, moe)
     width = _activation_itemsize(report)
@@ -260,6 +260,33 @@ def _projections(
         row_parallel = dims[-1] == "embed" and dims[0] != "embed"
         found.append(Projection(runs, embed, other, frozenset(axes), row_parallel))
     return found
+
+
+def _token_axes(report: Report, roles: dict[str, str]) -> set[str]:
+    """The mesh axes that split the inputs, as the token grid the activations hold is split: every axis of an input's
+    spec; of an input whose dimensions carry mesh axes, not logical names (MaxText's token ids), those less the axes
+    only tensor-role names take (``_replicating``)."""
+    found: set[str] = set()
+    for a in report.arrays:
+        if a.kind != "input":
+            continue
+        axes = _axes_of(a.spec)
+        if a.logical_axes and not any(isinstance(name, str) for name in a.logical_axes):
+            axes -= _replicating(report, roles)
+        found |= axes
+    return found
+
+
+def _replicating(report: Report, roles: dict[str, str]) -> set[str]:
+    """The mesh axes the rules give tensor-role names and no batch- or sequence-role name: they split the weights and
+    the heads' and MLP's activations, never the token grid, so the devices along them hold the same tokens. MaxText
+    feeds its inputs over every axis of ``data_sharding``, ``tensor`` included, then constrains the activations' batch
+    to data and FSDP: the inputs' axes alone would count a tensor axis of 4 as 4x fewer tokens a device."""
+    by_role: dict[str, set[str]] = {}
+    for rule in report.layout.rules:
+        by_role.setdefault(roles.get(rule.logical, "none"), set()).update(rule.mesh_axes)
+    tokens = set().union(*(by_role.get(role, set()) for role in ("batch", "batch_no_expert", "sequence")))
+    return by_role.get("tensor", set()) - tokens
 
 
 def _activation_itemsize(report: Report) -> int:
@@ -541,7 +568,7 @@ def projection_output_bytes(report: Report, roles: dict[str, str]) -> int:
     a row-parallel one the residual stream), once per stacked layer, for the tokens each device holds."""
     mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
     tensor_like = {axis for rule in report.layout.rules if roles.get(rule.logical) in ("tensor", "expert") for axis in rule.mesh_axes}
-    token_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"]) - tensor_like
+    token_axes = _token_axes(report, roles)
     tokens = tokens_per_step(report, roles)
     tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in token_axes)
     moe = moe_profile(report, roles, tokens)

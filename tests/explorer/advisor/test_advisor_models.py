@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from explorer import advisor
-from explorer.advisor import calibration, estimate, fitting, search as search_module, space
+from explorer.advisor import estimate, fitting, search as search_module, space
+from explorer.advisor.calibration import CALIBRATION_CLIP
 from explorer.analysis.analyzer import analyze, logical_names
 from explorer.layout import parse_layout
 from explorer.predict.roofline import Estimate
@@ -404,7 +405,7 @@ def test_one_outlier_compile_cannot_move_a_factor_by_orders_of_magnitude_and_a_r
     search.candidates[2] = advisor.verified(search.candidates[2], xla(3))
     assert advisor.calibration(search)["memory_s"] == pytest.approx(3.0)  # the median, not the outlier
     alone = advisor.Search(parse_target(TARGET), candidates=[advisor.verified(candidate(seed_dict, "x", 1, 1, 1), xla(84_000))])
-    assert advisor.calibration(alone)["memory_s"] == calibration.CALIBRATION_CLIP  # clipped
+    assert advisor.calibration(alone)["memory_s"] == CALIBRATION_CLIP  # clipped
     # E1000: XLA refused it; its figures (the loop body counted once: 100x too cheap) never calibrate, and it ranks
     # with the ones that do not fit, by how much it misses.
     search.candidates[3] = advisor.verified(search.candidates[3], xla(1, compiled=False))
