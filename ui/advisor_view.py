@@ -189,9 +189,9 @@ def show(search: advisor.Search, layout: Layout) -> None:
     if search.depth is not None:
         if search.depth.usable:
             st.caption(
-                f"Depth shortcut: each candidate was compiled at depths {' and '.join(map(str, advisor.SHORTCUT_DEPTHS))} of "
-                f"{', '.join(search.depth.options)} and its figures extrapolated linearly to {search.depth.full} (rows marked "
-                f"*extrapolated*); the best was then compiled in full ({search.full_compiles} full compile(s))."
+                f"Depth shortcut: each candidate estimated to fit was compiled at depths {' and '.join(map(str, advisor.SHORTCUT_DEPTHS))} "
+                f"of {', '.join(search.depth.options)} and its figures extrapolated linearly to {search.depth.full} (rows marked "
+                f"*extrapolated*; the others in full); the best was then compiled in full ({search.full_compiles} full compile(s))."
             )
         else:
             where = (

@@ -206,9 +206,9 @@ def estimated_peak(c: Candidate, factor: float = 1.0) -> float:
 
 def memory_factor(search: Search, like: Candidate | None = None) -> float:
     """XLA's peak beside the state over stage 1's estimate of it (gradients and activations), on the candidates XLA
-    compiled (a refused one too: its peak is the refusal's): the median over those of ``like``'s family (the same mesh
-    axes of more than one device: XLA keeps every layer's FSDP-gathered weights of a model whose layers are not scanned,
-    which no tensor-parallel layout holds); for a family none of whose layouts was compiled, stage 1's own (1), or the
+    compiled (a refused one too: its peak is the refusal's): the median over those of ``like``'s family (``family``:
+    XLA keeps every layer's FSDP-gathered weights of a model whose layers are not scanned, which no tensor-parallel
+    layout holds); for a family none of whose layouts was compiled, stage 1's own (1), or the
     least seen where that is less (optimistic: its compile will say); 1 before any compile. An estimate, used to plan
     which setting to compile."""
     found = [
@@ -222,9 +222,18 @@ def memory_factor(search: Search, like: Candidate | None = None) -> float:
     return max(same[len(same) // 2] if same else min(1.0, *(ratio for _, ratio in found)), 0.0)
 
 
+GATHERED_AXES = ("fsdp", "sequence", "expert", "fsdp_transpose", "context")  # the axes the parameters are gathered over
+
+
 def family(c: Candidate) -> frozenset[str]:
-    """The mesh axes of more than one device a candidate splits over (its family, for ``memory_factor``)."""
-    return frozenset(axis for axis, size in zip(c.layout.mesh.axes, c.layout.mesh.shape) if size > 1)
+    """A candidate's family for ``memory_factor``: whether it gathers the parameters over devices (an FSDP-like axis:
+    fsdp, sequence, expert; MaxText's fsdp_transpose, context) and whether it splits them over a tensor axis, from its
+    mesh axes of more than one device. XLA's peak beside the state differs most between these (an unscanned model's
+    gathered weights), little between sizes of the same: so what one v5e-8 compile showed plans a v5e-16 layout."""
+    sizes = dict(zip(c.layout.mesh.axes, c.layout.mesh.shape))
+    return frozenset(
+        kind for kind, axes in (("gathered", GATHERED_AXES), ("tensor", ("tensor",))) if any(sizes.get(a, 1) > 1 for a in axes)
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -469,9 +469,9 @@ def search_text(search: Search, whole_rules: bool = False) -> str:
     ]
     if search.depth is not None:
         lines.append(
-            f"depth shortcut: each candidate compiled at depths {' and '.join(map(str, SHORTCUT_DEPTHS))} of "
-            f"{', '.join(search.depth.options)} and extrapolated to {search.depth.full}; the best then compiled in full "
-            f"({search.full_compiles} full compile(s))"
+            f"depth shortcut: each candidate estimated to fit compiled at depths {' and '.join(map(str, SHORTCUT_DEPTHS))} of "
+            f"{', '.join(search.depth.options)} and extrapolated to {search.depth.full} (the others in full); the best then "
+            f"compiled in full ({search.full_compiles} full compile(s))"
             if search.depth.usable
             else f"depth shortcut not used: {search.depth.why}"
             + (" (name it with --depth-option NAME)" if search.depth.why.startswith(NO_DEPTH_OPTION) else "")
