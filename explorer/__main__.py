@@ -4,7 +4,7 @@
     python -m explorer time LAYOUT.json [--steps N] [--json] [--processes N]
     python -m explorer time LAYOUT.json --coordinator HOST:PORT --num-processes N --process-id I
     python -m explorer compile LAYOUT.json --target NAME [--json] [--memory] [--levers]
-    python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME] [--pipelines auto|on|off]
+    python -m explorer advise LAYOUT.json --target NAME [--json] [--compiles N] [--role NAME=ROLE] [--depth-shortcut auto|on|off] [--depth-option NAME] [--pipelines auto|on|off] [--rules]
     python -m explorer analyze|compile|advise --maxtext KEY=VALUE ... [--target NAME]   (a MaxText config, its own keys)
     python -m explorer compile --step MODULE:FACTORY --target NAME [--mesh AXIS=SIZE,...] [--option KEY=VALUE]   (your own step)
     python -m explorer url LAYOUT.json
@@ -29,11 +29,12 @@ import sys
 import time
 
 from explorer.hardware import devices
-from explorer.formats import fit
+from explorer.formats import clock, fit
 
 
 INSTALLED_SCRIPT = "partition-explorer"  # pyproject.toml's [project.scripts] entry
 COMMANDS_WITHOUT_JAX = frozenset({"url"})  # the rest configure the simulated devices before JAX starts
+HEARTBEAT_S = 30.0  # a progress line that has not changed is said again this often (a compile can take minutes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +130,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("auto", "on", "off"),
         default="auto",
         help="search pipelines of the built-in transformer (stage counts, microbatches; auto: on several slices)",
+    )
+    advise.add_argument(
+        "--rules", action="store_true", help="write each candidate's rules whole in the table (default: those that place something, short)"
     )
     _pool_arguments(advise)
     url = commands.add_parser("url", help="print the layout as a link's query string")
@@ -529,6 +533,20 @@ def _op(args: argparse.Namespace) -> int:
     return 0
 
 
+def progress_printer(stream, heartbeat_s: float = HEARTBEAT_S, now=time.monotonic):
+    """A progress callback ``(line, elapsed_s)`` that prints a line with its elapsed time when the line changes, and
+    while it does not (a compile of minutes) again every ``heartbeat_s`` (issue 55: the waiting line repeated every
+    second, then nothing for three minutes inside a compile)."""
+    shown: list = [None, 0.0]  # the line printed last, and when
+
+    def progress(line: str, elapsed: float) -> None:
+        if line != shown[0] or now() - shown[1] >= heartbeat_s:
+            print(f"{line} ({clock(elapsed)})", file=stream, flush=True)
+            shown[:] = [line, now()]
+
+    return progress
+
+
 def _advise(args: argparse.Namespace) -> int:
     """Progress on stderr, the verdict and the ranked table (or ``--json``) on stdout."""
     from explorer.advisor import advise, depth_of, search_text, search_to_dict
@@ -546,12 +564,7 @@ def _advise(args: argparse.Namespace) -> int:
     layout, target = _layout_of(args, args.target), parse_target(args.target)
     if args.maxtext is not None:  # the slices the keys ask for of the slice --target names (maxtext.target_of)
         target = parse_target(layout.target)
-    shown = [None]
-
-    def progress(stage: str, elapsed: float) -> None:
-        if stage != shown[0] and not args.json:
-            print(f"{stage} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
-            shown[0] = stage
+    progress = progress_printer(sys.stderr) if not args.json else None
 
     shortcut = {"auto": None, "on": True, "off": False}[args.depth_shortcut]
     if args.depth_option is not None:
@@ -571,7 +584,7 @@ def _advise(args: argparse.Namespace) -> int:
         json.dump(search_to_dict(search), sys.stdout, indent=2)
         print()
     else:
-        print(search_text(search))
+        print(search_text(search, whole_rules=args.rules))
     return 0
 
 

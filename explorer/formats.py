@@ -70,6 +70,23 @@ def human_seconds(seconds: float) -> str:
     return f"{value:.{0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2}f} {unit}"
 
 
+def clock(seconds: float) -> str:
+    """A wall-clock duration as a person reads it on a progress line: seconds under a minute, then minutes and seconds,
+    then hours and minutes.
+
+    >>> clock(4.26), clock(59.6), clock(65), clock(130), clock(3725)
+    ('4.3 s', '60 s', '1 min 05 s', '2 min 10 s', '1 h 02 min')
+    """
+    if seconds < 9.95:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole <= 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
 def seconds_unit(seconds: float) -> tuple[str, float]:
     """The unit (and its size in seconds) that human_seconds writes a duration in: a chart's axis uses its largest value's.
 

@@ -12,6 +12,7 @@ from explorer.errors import ExplorerError
 from explorer.layout import Layout
 from explorer.sharing.share import layout_to_query
 from explorer.hardware.targets import Target
+from explorer.formats import clock, counted
 from explorer.text import markdown_literal
 from ui import race_view, state, tables
 from ui.fields import whole_number
@@ -84,7 +85,7 @@ def run(
         return
     st.session_state[SEARCH] = search
     st.session_state[RUNNING] = True
-    line.write(f"**stage 1** · {len(search.candidates)} candidates analyzed, {search.refused} refused · {search.stage1_s:.1f} s")
+    line.write(f"**stage 1** · {len(search.candidates)} candidates analyzed, {search.refused} refused · {clock(search.stage1_s)}")
     status.update(label=f"Stage 2: compiling the shortlist for {target.name}", state="running")
     advisor.stage2(  # in the server's compile pool: the place in its queue is in the progress line
         search,
@@ -96,12 +97,12 @@ def run(
     )
     st.session_state.pop(RUNNING, None)
     stop_slot.empty()
-    status.update(label=f"Done: {search.compiles} compile(s), {search.elapsed_s:.1f} s", state="complete", expanded=False)
+    status.update(label=f"Done: {counted(search.compiles, 'compile')}, {clock(search.elapsed_s)}", state="complete", expanded=False)
 
 
 def _progress(status, line, stage: str, elapsed: float) -> None:
     """A stage of the search: in the status's label (seen collapsed) and its body."""
-    text = markdown_literal(f"{stage} · {elapsed:.1f} s")
+    text = markdown_literal(f"{stage} · {clock(elapsed)}")
     status.update(label=text)
     line.write(text)
 
@@ -159,8 +160,19 @@ def show(search: advisor.Search, layout: Layout) -> None:
     if note:
         with st.container(key="advisor_own_layout"):
             st.info(markdown_literal(note))
-    best = ranked[0] if ranked else None
-    (st.success if best is not None and best.fits else st.error)(markdown_literal(advisor.verdict_text(search)))
+    # The advice is always a layout XLA compiled in full (issue 56); a warning where it is the best so far
+    advice = search.advice()
+    if advice is not None:  # a warning where it is the best compiled so far and uncompiled ones are estimated faster
+        box = st.warning if search.ahead_of_advice() else st.success
+    else:  # nothing compiled fits (an error), or nothing was compiled yet (stage 1 only: no advice, said so)
+        closest = search.closest()
+        box = st.error if closest is not None and (closest.verified or closest.state_bytes > search.limit_bytes) else st.info
+    box(markdown_literal(advisor.verdict_text(search)))
+    if search.memory_steps:  # nothing compiled fitted at first: what the memory search changed, and what XLA said
+        st.info(
+            markdown_literal("Memory search (nothing compiled fitted at first): ")
+            + "\n".join(f"\n- {markdown_literal(step)}" for step in search.memory_steps)
+        )
     keys = advisor.maxtext_advice_text(search)
     if keys:  # a MaxText config: the advice as the keys to set, ready to paste
         label, _, line = keys.partition(": ")
@@ -177,12 +189,17 @@ def show(search: advisor.Search, layout: Layout) -> None:
     if search.depth is not None:
         if search.depth.usable:
             st.caption(
-                f"Depth shortcut: each candidate was compiled at depths {' and '.join(map(str, advisor.SHORTCUT_DEPTHS))} of "
-                f"{', '.join(search.depth.options)} and its figures extrapolated linearly to {search.depth.full} (rows marked "
-                f"*extrapolated*); the best was then compiled in full ({search.full_compiles} full compile(s))."
+                f"Depth shortcut: each candidate estimated to fit was compiled at depths {' and '.join(map(str, advisor.SHORTCUT_DEPTHS))} "
+                f"of {', '.join(search.depth.options)} and its figures extrapolated linearly to {search.depth.full} (rows marked "
+                f"*extrapolated*; the others in full); the best was then compiled in full ({search.full_compiles} full compile(s))."
             )
         else:
-            st.caption(markdown_literal(f"Depth shortcut not used: {search.depth.why}"))
+            where = (
+                " Name the option that sets the depth in **Depth option** above."
+                if search.depth.why.startswith(advisor.NO_DEPTH_OPTION)
+                else ""
+            )
+            st.caption(markdown_literal(f"Depth shortcut not used: {search.depth.why}.") + where)
     for c in search.ranked():
         if c.extrapolation_error:
             error = c.extrapolation_error
@@ -207,10 +224,16 @@ def show(search: advisor.Search, layout: Layout) -> None:
             row_height=tables.WRAPPED_ROW_PX,
             height=tables.wrapped_height(len(rows)),
         )
-    st.caption("The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu.")
+    st.caption(
+        "The mesh, rules, bound, MFU ceiling, placement and the rest of each row: the table's Show/hide columns menu. "
+        f"Its rules: {advisor.RULES_NOTE}; a candidate's rules whole: pick it below."
+    )
+    if search.guessed_roles:
+        st.caption(markdown_literal(advisor.guessed_text(search) + ".") + " Change one under **Roles of the model's logical names** above.")
     st.plotly_chart(figure(search), key="advisor_chart")
     names = [c.layout.name for c in ranked]
-    pick = st.selectbox("Candidate", names, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
+    first = names.index(advice.layout.name) if advice is not None else 0  # the advice (compiled), else the first row
+    pick = st.selectbox("Candidate", names, index=first, key="advisor_pick", format_func=lambda n: f"{names.index(n) + 1}. {n}")
     chosen = ranked[names.index(pick)]
     # A wrapping row of content-sized buttons: whole labels at any width (quarter columns cut them to "Open on …").
     buttons = st.container(horizontal=True)
@@ -225,6 +248,8 @@ def show(search: advisor.Search, layout: Layout) -> None:
         args=(chosen.layout,),
         help="Adds its link to the Compare page's links",
     )
+    with st.expander(f"Its rules, all {len(chosen.layout.rules)}"):
+        st.code("\n".join(advisor.rules_text(chosen.layout).split("; ")), language=None)
     st.markdown("Share link")
     st.code("/?" + layout_to_query(chosen.layout)[1:], language=None, wrap_lines=True)
     if chosen.links:  # where its axes lie, as the compile places them (stage 1 costs its collectives on those links)

@@ -199,6 +199,9 @@ def _array_table(report: Report) -> ArrayInfo | None:
     st.subheader("Arrays")
     frame = arrays_frame(report)
     frame.insert(0, "array", frame["path"].map(short_path))
+    # bytes in the units a person reads (issue 55: "721420288"); the exact count one click away, for sorting by size
+    frame["bytes (exact)"] = frame["bytes/device"]
+    frame["bytes/device"] = frame["bytes/device"].map(human_bytes)
     query = st.text_input("Search paths, names or specs", key="array_search", placeholder="e.g. kernel, hidden, 'model'")
     # Pills keep their whole labels at any width (a multiselect's chips read "activa…" at 1024 px).
     st.session_state.setdefault("array_kinds", ["param", "input", "activation"])
@@ -213,7 +216,8 @@ def _array_table(report: Report) -> ArrayInfo | None:
         ARRAY_COLUMNS,
         config={
             "array": {"help": "The path, its middle elided; the whole path: Show/hide columns"},
-            "bytes/device": st.column_config.NumberColumn(format="%d"),
+            "bytes/device": {"help": "Per device; the exact count, to sort by size: Show/hide columns, bytes (exact)"},
+            "bytes (exact)": st.column_config.NumberColumn(format="%d"),
         },
         height=320,
         on_select="rerun",

@@ -7,7 +7,9 @@ the target and ranks by XLA's figures. One job a module:
 - ``space``: the search space (roles of the logical names, mesh axes, factorizations, rules, candidates);
 - ``estimate``: stage 1's roofline of one analyzed layout (compute, HBM traffic, collectives);
 - ``candidates``: ``Search`` and ``Candidate`` (the record both stages write), the shortlist and the ranking;
-- ``search``: stage 1, stage 2 and its calibration, ``advise`` (both stages);
+- ``search``: stage 1, stage 2, ``advise`` (both stages);
+- ``calibration``: stage 1's estimate scaled by what XLA said of the compiles so far, and the next to compile;
+- ``fitting``: memory: the settings that make a layout fit, the memory search where nothing compiled fits, larger slices;
 - ``race``: the race of the top three on this process's devices;
 - ``depth``: the depth shortcut (compile at two small depths, extrapolate to the model's);
 - ``explain``: why a pipeline won or lost (its bubble and sends against the gathers the best other layout spends);
@@ -24,6 +26,7 @@ from __future__ import annotations
 from explorer.advisor.depth import (
     DEPTH_OPTIONS,
     MEMORY_FIELDS,
+    NO_DEPTH_OPTION,
     SHORTCUT_DEPTHS,
     Depth,
     at_depth,
@@ -44,15 +47,20 @@ from explorer.advisor.estimate import (
 from explorer.advisor.explain import pipeline_explanation, pipeline_text, pipelined
 from explorer.advisor.output import (
     PREDICTION_NOTE,
+    RULES_NOTE,
     TABLE_COLUMNS,
     agreement,
     agreement_text,
     candidate_to_dict,
+    elsewhere_text,
     extrapolation_text,
+    fits_text,
+    guessed_text,
     limit_text,
     maxtext_advice_text,
     maxtext_keys,
     predicted_text,
+    rules_short,
     rules_text,
     search_text,
     search_to_dict,
@@ -62,8 +70,11 @@ from explorer.advisor.output import (
 )
 from explorer.advisor.candidates import (
     Candidate,
+    Elsewhere,
     Search,
+    estimated_peak,
     limit_bytes,
+    memory_factor,
     rank,
     shortlist,
 )
@@ -73,14 +84,17 @@ from explorer.advisor.race import (
     race_refusal,
     race_top,
 )
-from explorer.advisor.search import (
-    advise,
+from explorer.advisor.calibration import (
     agreement_line,
     calibrated,
     calibrated_prediction,
     calibration,
     next_to_compile,
     recalibrate,
+)
+from explorer.advisor.fitting import LEVERS, larger_targets, memory_variants, where_memory_goes
+from explorer.advisor.search import (
+    advise,
     stage1,
     stage2,
     verified,
@@ -103,7 +117,9 @@ __all__ = [
     "DEPTH_OPTIONS",
     "KV_NAMES",
     "MEMORY_FIELDS",
+    "NO_DEPTH_OPTION",
     "PREDICTION_NOTE",
+    "RULES_NOTE",
     "RACE_COUNT",
     "ROLES",
     "ROLE_NAMES",
@@ -112,6 +128,8 @@ __all__ = [
     "STAGE1_NOTE",
     "TABLE_COLUMNS",
     "Candidate",
+    "Elsewhere",
+    "LEVERS",
     "Depth",
     "Projection",
     "Search",
@@ -130,12 +148,19 @@ __all__ = [
     "default_roles",
     "depth_of",
     "estimate_candidate",
+    "elsewhere_text",
+    "estimated_peak",
     "extrapolate",
     "extrapolation_error",
     "extrapolation_text",
     "factorizations",
+    "fits_text",
+    "guessed_text",
     "limit_bytes",
     "limit_text",
+    "larger_targets",
+    "memory_factor",
+    "memory_variants",
     "mesh_axes_for",
     "next_to_compile",
     "pipeline_explanation",
@@ -149,6 +174,7 @@ __all__ = [
     "rank",
     "recalibrate",
     "rules_for",
+    "rules_short",
     "rules_text",
     "search_text",
     "search_to_dict",
@@ -163,4 +189,5 @@ __all__ = [
     "maxtext_advice_text",
     "maxtext_keys",
     "verified",
+    "where_memory_goes",
 ]

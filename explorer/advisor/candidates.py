@@ -48,12 +48,26 @@ class Candidate:
     remat: str | None = None  # the model's remat policy in this candidate (None: the model has no such option)
     microbatches: int = 1  # gradient accumulation steps
     activation_bytes: int = 0  # stage 1's estimate of the activations kept for the backward pass, per device
+    gradient_bytes: int = 0  # stage 1's estimate of the gradients alive at the peak, per device (``estimate.gradient_bytes``)
     links: tuple[AxisLink, ...] = ()  # where each mesh axis lies on the target and what it rides (``explorer.hardware.placement``)
     collectives: tuple[tuple[str, Collective], ...] = ()  # stage 1's collectives, each with its label
     # Stage 1's prediction calibrated on what stage 2 compiled so far (``search.calibrated``; None before any compile).
     # Kept as it was when the candidate was compiled: the forecast its compiled prediction is checked against (``agreement``).
     calibrated_s: float | None = None
     compiled_on: str | None = None  # where stage 2 compiled it: "local", a Ray node's id, "cache" (``compile_pool.Outcome``)
+    # What it changes beyond the mesh, the rules and the memory settings, in words (the memory search's smaller batch:
+    # "batch 16 -> 8, a change to your training"); empty for the generated candidates
+    change: str = ""
+
+    @property
+    def compiled_in_full(self) -> bool:
+        """XLA compiled this layout for the target at the model's own depth (not extrapolated from smaller ones)."""
+        return self.verified and not self.extrapolated
+
+    def over(self, limit: int) -> int:
+        """By how much it misses the memory ``limit``, as known: XLA's peak over it where compiled (negative: room
+        left), else its exact state over it."""
+        return -self.headroom_bytes if self.headroom_bytes is not None else self.state_bytes - limit
 
     @property
     def refused(self) -> bool:
@@ -140,6 +154,13 @@ class Search:
     roles: dict[str, str] = dataclasses.field(default_factory=dict)  # every logical name's role in the generated rules
     guessed_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the names no convention knows, with the role chosen
     scanned: bool = False  # the trace shows a scan over the layer stack (``scanned``)
+    layout: Layout | None = None  # the layout the search started from (the user's own), as stage 1 was given it
+    user_roles: dict[str, str] = dataclasses.field(default_factory=dict)  # the roles the user set (``--role``), as given
+    # The memory search (``explorer.advisor.fitting``), where nothing compiled fits: each step in words (the layout
+    # changed, where its memory went, XLA's peak), and the layouts compiled on larger slices of the target's generation
+    memory_steps: list[str] = dataclasses.field(default_factory=list)
+    elsewhere: list["Elsewhere"] = dataclasses.field(default_factory=list)
+    unfinished: str = ""  # why the search ended before it was done (its compiles ran out, Stop); empty: done
 
     @property
     def limit_bytes(self) -> int:
@@ -151,9 +172,77 @@ class Search:
         """The candidates best first (``rank``)."""
         return rank(self.candidates, self.limit_bytes)
 
+    def advice(self) -> Candidate | None:
+        """The layout the advisor names: the best-ranked one that XLA compiled in full for the target and that fits.
+        Never an uncompiled or an extrapolated one (issue 56: a 7B was advised an uncompiled layout); None when no
+        compiled layout fits."""
+        return next((c for c in self.ranked() if c.fits and c.compiled_in_full), None)
+
+    def ahead_of_advice(self) -> list[Candidate]:
+        """The candidates ranked above the advice (not compiled in full, estimated or extrapolated faster): while
+        there are any, the advice is the best compiled so far and the search is unfinished."""
+        best = self.advice()
+        ranked = self.ranked()
+        return [c for c in ranked[: ranked.index(best)] if c.fits] if best is not None else []
+
+    def closest(self) -> Candidate | None:
+        """Where nothing compiled fits: the layout closest to fitting, a compiled one (the least over the limit by
+        XLA's peak; compiled in full before extrapolated) where any was compiled, else the one with the least state."""
+        compiled = [c for c in self.candidates if c.verified]
+        if compiled:
+            return min(compiled, key=lambda c: (not c.compiled_in_full, c.over(self.limit_bytes), c.layout.name))
+        return self.smallest_state()
+
     def smallest_state(self) -> Candidate | None:
         """The candidate with the least state per device (the verdict when nothing fits)."""
         return min(self.candidates, key=lambda c: (c.state_bytes, c.layout.name), default=None)
+
+
+def estimated_peak(c: Candidate, factor: float = 1.0) -> float:
+    """A candidate's peak as planned before its compile: the exact state, the gradients, and stage 1's activations
+    scaled by ``factor`` (``memory_factor``: what XLA's peaks showed beside the state over stage 1's estimate)."""
+    return c.state_bytes + factor * (c.gradient_bytes + c.activation_bytes)
+
+
+def memory_factor(search: Search, like: Candidate | None = None) -> float:
+    """XLA's peak beside the state over stage 1's estimate of it (gradients and activations), on the candidates XLA
+    compiled (a refused one too: its peak is the refusal's): the median over those of ``like``'s family (``family``:
+    XLA keeps every layer's FSDP-gathered weights of a model whose layers are not scanned, which no tensor-parallel
+    layout holds); for a family none of whose layouts was compiled, stage 1's own (1), or the
+    least seen where that is less (optimistic: its compile will say); 1 before any compile. An estimate, used to plan
+    which setting to compile."""
+    found = [
+        (family(c), (c.peak_bytes - c.state_bytes) / (c.gradient_bytes + c.activation_bytes))
+        for c in search.candidates
+        if c.verified and c.peak_bytes is not None and c.gradient_bytes + c.activation_bytes > 0
+    ]
+    if not found:
+        return 1.0
+    same = sorted(ratio for kind, ratio in found if like is None or kind == family(like))
+    return max(same[len(same) // 2] if same else min(1.0, *(ratio for _, ratio in found)), 0.0)
+
+
+GATHERED_AXES = ("fsdp", "sequence", "expert", "fsdp_transpose", "context")  # the axes the parameters are gathered over
+
+
+def family(c: Candidate) -> frozenset[str]:
+    """A candidate's family for ``memory_factor``: whether it gathers the parameters over devices (an FSDP-like axis:
+    fsdp, sequence, expert; MaxText's fsdp_transpose, context) and whether it splits them over a tensor axis, from its
+    mesh axes of more than one device. XLA's peak beside the state differs most between these (an unscanned model's
+    gathered weights), little between sizes of the same: so what one v5e-8 compile showed plans a v5e-16 layout."""
+    sizes = dict(zip(c.layout.mesh.axes, c.layout.mesh.shape))
+    return frozenset(
+        kind for kind, axes in (("gathered", GATHERED_AXES), ("tensor", ("tensor",))) if any(sizes.get(a, 1) > 1 for a in axes)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Elsewhere:
+    """A layout compiled on another slice of the target's generation (``fitting.larger_slices``): where, and the
+    candidate with XLA's figures there."""
+
+    target: Target
+    candidate: Candidate
 
 
 def limit_bytes(target: Target) -> int:
@@ -162,16 +251,29 @@ def limit_bytes(target: Target) -> int:
 
 
 def shortlist(search: Search) -> list[Candidate]:
-    """The candidates whose state fits the device's memory limit, best estimated step first (deterministic)."""
-    return sorted((c for c in search.candidates if _may_fit(c, search.limit_bytes)), key=estimate_key)
+    """The candidates that may fit the device's memory limit (``may_fit``, calibrated on XLA's peaks of each one's
+    family once there are any), best estimated step first (deterministic)."""
+    calibrated = any(c.verified and c.peak_bytes is not None for c in search.candidates)
+    return sorted(
+        (c for c in search.candidates if may_fit(c, search.limit_bytes, memory_factor(search, c) if calibrated else None)),
+        key=estimate_key,
+    )
 
 
-CLEARLY_OVER = 2.0  # estimated activations this many times what is left beside the state: clearly does not fit
+CLEARLY_OVER = 2.0  # before any compile: estimated gradients and activations this many times what is left beside the state
+CALIBRATED_OVER = 1.15  # after one: the estimated peak calibrated on XLA's (``memory_factor``) this much over the limit
 
 
-def _may_fit(c: Candidate, hbm: int) -> bool:
-    """The exact state fits, and the estimated activations are not clearly over what is left (an estimate: XLA decides)."""
-    return c.state_bytes <= hbm and c.activation_bytes <= CLEARLY_OVER * (hbm - c.state_bytes)
+def may_fit(c: Candidate, limit: int, factor: float | None = None) -> bool:
+    """The exact state fits, and what stage 1 estimates beside it is not clearly over what is left: before any compile
+    at most ``CLEARLY_OVER`` times it (the raw estimate can be far off either way); once XLA's peaks have calibrated it
+    (``factor``), the calibrated peak at most ``CALIBRATED_OVER`` times the limit. An estimate: XLA decides; a compile
+    it saves is minutes on a real model (issue 56)."""
+    if c.state_bytes > limit:
+        return False
+    if factor is None:
+        return c.gradient_bytes + c.activation_bytes <= CLEARLY_OVER * (limit - c.state_bytes)
+    return estimated_peak(c, factor) <= CALIBRATED_OVER * limit
 
 
 def estimate_key(c: Candidate) -> tuple:
@@ -202,7 +304,6 @@ def rank(candidates: Sequence[Candidate], hbm_bytes: int = 0) -> list[Candidate]
         if c.fits:
             return (0, float(f"{c.ranked_s:.3g}"), not c.verified) + estimate_key(c)[1:]
         # Does not fit (XLA refused it, E1000, or its peak is over): by how much it misses, then what it needs.
-        over = -c.headroom_bytes if c.headroom_bytes is not None else c.state_bytes - hbm_bytes
-        return (2, over, c.state_bytes, c.layout.name)
+        return (2, c.over(hbm_bytes), c.state_bytes, c.layout.name)
 
     return sorted(candidates, key=key)

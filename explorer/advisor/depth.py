@@ -33,6 +33,7 @@ DEPTH_OPTIONS = (
     "base_num_decoder_layers",
 )
 SHORTCUT_DEPTHS = (2, 4)  # the two small depths compiled; both scanned loops, so XLA's loop handling is the full model's
+NO_DEPTH_OPTION = "no depth option found"  # how Depth.why starts where none was found (the command line and the page say how to name one)
 MEMORY_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
 
 
@@ -67,10 +68,7 @@ def depth_of(layout: Layout, option: str | None = None, depths: Sequence[int] = 
     else:
         names = tuple(n for n in DEPTH_OPTIONS if n in options)
         if not names:
-            return Depth(
-                why=f"no depth option found among the model's options ({', '.join(sorted(options)) or 'none'}); "
-                "name one with --depth-option"
-            )
+            return Depth(why=f"{NO_DEPTH_OPTION} among the model's options ({', '.join(sorted(options)) or 'none'})")
     # a MaxText config's options are its command line's text (base_num_decoder_layers="32"): a whole number in words counts
     values = {int(v) if isinstance(v, str) and v.strip().isdigit() else v for v in (options[n] for n in names)}
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):

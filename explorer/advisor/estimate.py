@@ -37,10 +37,13 @@ import dataclasses
 import math
 from typing import NamedTuple, Sequence
 
+import numpy as np
+
 
 from explorer.advisor.space import default_roles
 from explorer.analysis.report import Report, itemsize
 from explorer.analysis.stage_plan import PIPELINE_PREFIX, pipeline_of
+from explorer.formats import human_seconds
 from explorer.models.schedule import iterations
 from explorer.hardware.placement import AxisLink, mesh_links
 from explorer.predict.roofline import Collective, Estimate, collective_seconds
@@ -105,14 +108,15 @@ def estimate_candidate(
     tensor_like -= moe.gathered if moe is not None else set()
     input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
     splitting = math.prod(size for axis, size in mesh.items() if axis in input_axes or axis in tensor_like)
+    token_axes = _token_axes(report, roles)
     active = param_count if moe is None else active_params(report, roles, tokens)
     pipe = pipeline_profile(report, roles)
     if pipe is not None:  # each device runs its stage's blocks, every iteration of the loop (the bubble's included)
         active += pipe.block_params * (pipe.inflation / math.prod(mesh[axis] for axis in pipe.axes) - 1)
     flops = 6.0 * active * tokens * REMAT_COMPUTE.get(remat, 1.0) / splitting
     compute_s = flops / chip.device_peak_flops
-    # Tokens each device holds: the token grid split over the axes that split the inputs.
-    tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in input_axes)
+    # Tokens each device holds: the token grid split over the axes that split the inputs (``_token_axes``).
+    tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in token_axes)
     projections = _projections(report, roles, tensor_like, mesh, moe)
     width = _activation_itemsize(report)
     # The book's matmul accounting (https://jax-ml.github.io/scaling-book/transformers/, "Transformer Accounting"):
@@ -172,7 +176,7 @@ def estimate_candidate(
             moved = 4 * tokens_here * moe.slots_per_token * moe.embed * width
             collectives.append((f"all-to-all x4 of routed tokens over {axis}", _collective("all-to-all", moved, axis, size, by_link)))
         # The batch is split over this axis but a parameter is not: its gradient is all-reduced over it.
-        if axis in input_axes:
+        if axis in token_axes:
             reduced = sum(a.bytes_per_device for a in params if axis not in _axes_of(a.spec))
             if reduced:
                 collectives.append((f"all-reduce of gradients over {axis}", _collective("all-reduce", reduced, axis, size, by_link)))
@@ -196,7 +200,9 @@ def estimate_candidate(
     by_axis: dict[str, float] = {}
     for (_, c), (_, seconds) in zip(collectives, timed):
         by_axis[c.mesh_axes[0]] = by_axis.get(c.mesh_axes[0], 0.0) + seconds
-    return Stage1(estimate, f"{largest[0]}: ≥ {largest[1] * 1e3:.3g} ms (estimate)" if largest[1] else "none", by_axis, tuple(collectives))
+    return Stage1(
+        estimate, f"{largest[0]}: ≥ {human_seconds(largest[1])} (estimate)" if largest[1] else "none", by_axis, tuple(collectives)
+    )
 
 
 def prediction_parts(estimate: Estimate, chip) -> tuple[float, float, float] | None:
@@ -256,6 +262,33 @@ def _projections(
     return found
 
 
+def _token_axes(report: Report, roles: dict[str, str]) -> set[str]:
+    """The mesh axes that split the inputs, as the token grid the activations hold is split: every axis of an input's
+    spec; of an input whose dimensions carry mesh axes, not logical names (MaxText's token ids), those less the axes
+    only tensor-role names take (``_replicating``)."""
+    found: set[str] = set()
+    for a in report.arrays:
+        if a.kind != "input":
+            continue
+        axes = _axes_of(a.spec)
+        if a.logical_axes and not any(isinstance(name, str) for name in a.logical_axes):
+            axes -= _replicating(report, roles)
+        found |= axes
+    return found
+
+
+def _replicating(report: Report, roles: dict[str, str]) -> set[str]:
+    """The mesh axes the rules give tensor-role names and no batch- or sequence-role name: they split the weights and
+    the heads' and MLP's activations, never the token grid, so the devices along them hold the same tokens. MaxText
+    feeds its inputs over every axis of ``data_sharding``, ``tensor`` included, then constrains the activations' batch
+    to data and FSDP: the inputs' axes alone would count a tensor axis of 4 as 4x fewer tokens a device."""
+    by_role: dict[str, set[str]] = {}
+    for rule in report.layout.rules:
+        by_role.setdefault(roles.get(rule.logical, "none"), set()).update(rule.mesh_axes)
+    tokens = set().union(*(by_role.get(role, set()) for role in ("batch", "batch_no_expert", "sequence")))
+    return by_role.get("tensor", set()) - tokens
+
+
 def _activation_itemsize(report: Report) -> int:
     """Bytes per activation element: the declared activations' widest dtype, else the parameters'."""
     sizes = [itemsize(a.dtype) for a in report.arrays if a.kind == "activation"]
@@ -269,10 +302,16 @@ def _axes_of(spec: Sequence[SpecEntry]) -> set[str]:
 
 
 def tokens_per_step(report: Report, roles: dict[str, str]) -> int:
-    """The product of the model inputs' batch and sequence dimensions (the largest input's)."""
+    """The product of the model inputs' batch and sequence dimensions (the largest input's). An input whose dimensions
+    carry no logical names but mesh axes (MaxText feeds its token ids as ``(batch, length)`` sharded over its
+    ``data_sharding`` axes, the length ``None``) counts every element where it holds integers: token ids, one a token.
+    Without that, MaxText's step was costed as one token (stage 1 24-32x below the compiled predictions, issue 56)."""
     best = 1
     for a in report.arrays:
         if a.kind != "input" or not a.logical_axes:
+            continue
+        if not any(isinstance(name, str) for name in a.logical_axes):
+            best = max(best, math.prod(a.shape) if _integers(a.dtype) else 1)
             continue
         count = math.prod(
             size
@@ -281,6 +320,14 @@ def tokens_per_step(report: Report, roles: dict[str, str]) -> int:
         )
         best = max(best, count)
     return best
+
+
+def _integers(dtype: str) -> bool:
+    """Whether an array of ``dtype`` holds whole numbers (token ids, positions, segment ids)."""
+    try:
+        return bool(np.issubdtype(np.dtype(dtype), np.integer))
+    except TypeError:
+        return False
 
 
 def report_roles(report: Report, roles: dict[str, str] | None = None) -> dict[str, str]:
@@ -503,6 +550,13 @@ def activation_bytes(report: Report, roles: dict[str, str], remat: str = "none",
     return int((kept + everything / _layers(acts)) / max(microbatches, 1))
 
 
+def gradient_bytes(report: Report, microbatches: int = 1) -> int:
+    """The gradients alive at the step's peak, per device: one of each parameter, sharded as the parameter (the
+    optimizer's update reads them all at once), and with gradient accumulation a second, the sum beside one
+    microbatch's (``train_step.accumulated_grads``). An estimate: XLA may update some in place."""
+    return report.totals.param_bytes * (2 if microbatches > 1 else 1)
+
+
 def _layers(acts: Sequence) -> int:
     """The layers the activations are spread over: a scan's trip count, else the top-level modules that declare them."""
     runs = max((a.runs_per_step for a in acts), default=1)
@@ -514,9 +568,9 @@ def projection_output_bytes(report: Report, roles: dict[str, str]) -> int:
     a row-parallel one the residual stream), once per stacked layer, for the tokens each device holds."""
     mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
     tensor_like = {axis for rule in report.layout.rules if roles.get(rule.logical) in ("tensor", "expert") for axis in rule.mesh_axes}
-    input_axes = set().union(*[_axes_of(a.spec) for a in report.arrays if a.kind == "input"])
+    token_axes = _token_axes(report, roles)
     tokens = tokens_per_step(report, roles)
-    tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in input_axes)
+    tokens_here = tokens / math.prod(size for axis, size in mesh.items() if axis in token_axes)
     moe = moe_profile(report, roles, tokens)
     width = _activation_itemsize(report)
     return int(

@@ -15,6 +15,7 @@ from typing import Any
 
 from explorer.advisor.candidates import Candidate, Search
 from explorer.analysis.stage_plan import pipeline_of, stage_mesh_axes
+from explorer.formats import human_seconds
 from explorer.models.schedule import bubble_fraction
 from explorer.predict.roofline import collective_seconds
 
@@ -87,15 +88,14 @@ def pipeline_text(search: Search) -> str | None:
     e = pipeline_explanation(search)
     if e is None:
         return None
-    ms = lambda s: f"{s * 1e3:.3g} ms"
     where = "across the slices" if e["across_slices"] else "inside a slice"
     text = (
         f"Pipeline {'won' if e['won'] else 'lost'}: the best pipeline, {e['pipeline']} ({e['stages']} stages {where}, "
-        f"{e['microbatches']} microbatches), predicts {ms(e['pipeline_predicted_s'])} ({e['pipeline_source']}), of which its bubble "
-        f"is {ms(e['bubble_s'])} ({e['bubble_share']:.0%} of its step, an estimate; MaxText's formula for one pass: "
-        f"{e['bubble_formula']:.0%}) and its sends between stages {ms(e['sends_s'])}; the best layout without one, {e['other']}, "
-        f"predicts {ms(e['other_predicted_s'])} ({e['other_source']}), its all-gathers and reduce-scatters {ms(e['other_gathers_s'])}"
-        + (f", its collectives over the data-center network {ms(e['other_dcn_s'])}" if e["other_dcn_s"] else "")
+        f"{e['microbatches']} microbatches), predicts {human_seconds(e['pipeline_predicted_s'])} ({e['pipeline_source']}), of which its bubble "
+        f"is {human_seconds(e['bubble_s'])} ({e['bubble_share']:.0%} of its step, an estimate; MaxText's formula for one pass: "
+        f"{e['bubble_formula']:.0%}) and its sends between stages {human_seconds(e['sends_s'])}; the best layout without one, {e['other']}, "
+        f"predicts {human_seconds(e['other_predicted_s'])} ({e['other_source']}), its all-gathers and reduce-scatters {human_seconds(e['other_gathers_s'])}"
+        + (f", its collectives over the data-center network {human_seconds(e['other_dcn_s'])}" if e["other_dcn_s"] else "")
         + " (collectives: each one's time alone, a lower bound)."
     )
     spent, saved = e["bubble_s"] + e["sends_s"], max(e["other_gathers_s"], e["other_dcn_s"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from explorer.advisor.depth import SHORTCUT_DEPTHS
+from explorer.advisor.depth import NO_DEPTH_OPTION, SHORTCUT_DEPTHS
 from explorer.advisor.estimate import STAGE1_NOTE
 from explorer.advisor.explain import pipeline_explanation, pipeline_text
 from explorer.advisor.candidates import Candidate, Search
@@ -21,7 +21,7 @@ from explorer.hardware.targets import Target, slice_split
 from explorer.errors import ExplorerError
 from explorer.models import MAXTEXT
 from explorer.models.maxtext import parallelism_keys
-from explorer.formats import human_bytes, plain_table, share
+from explorer.formats import human_bytes, human_seconds, plain_table, share
 from explorer.compile.compile_result import memory_room
 from explorer.formats import counted
 
@@ -112,6 +112,8 @@ def candidate_to_dict(rank_: int, c: Candidate, target: Target | None = None) ->
         "xla_refused": c.refused,
         "compiled_on": c.compiled_on,
         "maxtext_keys": None if target is None else maxtext_keys(c.layout, target),
+        "gradient_bytes_estimate": c.gradient_bytes,
+        "change": c.change or None,
     }
 
 
@@ -200,6 +202,10 @@ def search_to_dict(search: Search) -> dict[str, Any]:
         "guessed_roles": dict(search.guessed_roles),
         "scanned": search.scanned,
         "refused_by_xla": sum(c.refused for c in ranked),
+        "advice": None if search.advice() is None else search.advice().layout.name,
+        "unfinished": search.unfinished or None,
+        "memory_search": list(search.memory_steps),
+        "elsewhere": [{"target": e.target.name, **candidate_to_dict(0, e.candidate, e.target)} for e in search.elsewhere],
     }
     return out
 
@@ -243,8 +249,8 @@ def predicted_text(c: Candidate) -> str:
     """The predicted step as the table shows it: the compiled prediction, or an estimate labelled so (calibrated on the
     compiles so far, as ``PREDICTION_NOTE`` says under the table; stage 1's own before any: narrow enough for its column)."""
     if c.verified:
-        return f"{c.predicted_s * 1e3:.3g} ms" + (" (extrapolated)" if c.extrapolated else "")
-    return f"{c.ranked_s * 1e3:.3g} ms (estimate)"
+        return human_seconds(c.predicted_s) + (" (extrapolated)" if c.extrapolated else "")
+    return f"{human_seconds(c.ranked_s)} (estimate)"
 
 
 def limit_text(target: Target) -> str:
@@ -282,32 +288,121 @@ def target_text(target: Target) -> str:
 
 
 def verdict_text(search: Search) -> str:
-    """One sentence: the advice, or that nothing fits and the smallest state found."""
+    """The advice in words: always a layout XLA compiled in full for the target that fits (``Search.advice``), said to be
+    the best so far where uncompiled layouts are estimated faster; else that nothing compiled fits, the closest, and the
+    smallest larger slice where the best one fits (compiled there); else, before any compile, stage 1's best."""
     ranked = search.ranked()
+    target = search.target.name
     if not ranked:
-        return f"No candidate could be analyzed for {search.target.name} ({search.refused} refused)."
-    best = ranked[0]
-    if not best.fits:
-        smallest = search.smallest_state()
-        return (
-            f"No layout fits {search.target.name}: the smallest state per device found is {human_bytes(smallest.state_bytes)} "
-            f"({smallest.layout.name}), against {limit_text(search.target)}."
+        return f"No candidate could be analyzed for {target} ({search.refused} refused)."
+    best = search.advice()
+    if best is not None:
+        text = (
+            f"Advice for {target}: {best.layout.name} — step ≥ {human_seconds(best.step_s)} (the lower bound), predicted "
+            f"{human_seconds(best.predicted_s)} ({best.bound}-bound, XLA-verified: compiled for {target}), XLA's peak "
+            f"{human_bytes(best.peak_bytes)} of {limit_text(search.target)}."
         )
-    how = "XLA-verified" if best.verified else "estimated only (not compiled)"
-    return (
-        f"Advice for {search.target.name}: {best.layout.name} — step ≥ {best.step_s * 1e3:.3g} ms (the lower bound), predicted "
-        f"{best.ranked_s * 1e3:.3g} ms ({best.bound}-bound, "
-        f"{how}), peak {human_bytes(best.peak_bytes) if best.peak_bytes is not None else 'not compiled'} of {limit_text(search.target)}."
-    )
+        if best.change:
+            text += f" It changes {best.change}."
+        ahead = search.ahead_of_advice()
+        if ahead:
+            names = ", ".join(c.layout.name for c in ahead[:3]) + (", …" if len(ahead) > 3 else "")
+            text += (
+                f" The best compiled so far: the search is unfinished, {counted(len(ahead), 'layout')} not compiled in full "
+                f"{'is' if len(ahead) == 1 else 'are'} estimated faster ({names}); compiling more candidates would settle it."
+            )
+        return text
+    closest = search.closest()
+    if closest is not None and closest.verified:
+        text = (
+            f"Nothing fits on {target}: of the layouts compiled, the closest is {closest.layout.name}, XLA's peak "
+            f"{human_bytes(closest.peak_bytes)}{' (extrapolated)' if closest.extrapolated else ''} of {limit_text(search.target)}."
+        )
+    elif closest is not None and closest.state_bytes > search.limit_bytes:
+        text = (
+            f"No layout fits {target}: the smallest state per device found is {human_bytes(closest.state_bytes)} "
+            f"({closest.layout.name}), against {limit_text(search.target)}."
+        )
+    else:
+        return (
+            f"No advice for {target} yet: no layout was compiled (stage 1 only). Stage 1 ranks {ranked[0].layout.name} first, "
+            f"predicted {human_seconds(ranked[0].ranked_s)} (an estimate, not compiled)."
+        )
+    return text + elsewhere_text(search) + (f" The search is unfinished: {search.unfinished}." if search.unfinished else "")
+
+
+def elsewhere_text(search: Search) -> str:
+    """Where nothing fits on the target: the larger slices the best layout was compiled on, and where it fits."""
+    fitting = next((e for e in search.elsewhere if e.candidate.fits), None)
+    missed = [e for e in search.elsewhere if not e.candidate.fits]
+    text = ""
+    if missed:
+        text += (
+            " It does not fit on "
+            + " or ".join(
+                f"{e.target.name} ({e.candidate.layout.name}, XLA's peak {human_bytes(e.candidate.peak_bytes or 0)})" for e in missed
+            )
+            + " either."
+        )
+    if fitting is not None:
+        c = fitting.candidate
+        text += (
+            f" The smallest slice of {fitting.target.chip.device_kind} where it fits: {fitting.target.name}, as {c.layout.name} "
+            f"(compiled there: XLA's peak {human_bytes(c.peak_bytes)} of {limit_text(fitting.target)}, predicted {human_seconds(c.predicted_s)})."
+        )
+    return text
 
 
 def rules_text(layout: Layout) -> str:
-    """The rules on one line: ``batch:data; embed:-; hidden:tensor``."""
+    """The rules on one line, whole: ``batch:data; embed:-; hidden:tensor``."""
     return "; ".join(f"{r.logical}:{'-' if r.mesh is None else ','.join(r.mesh_axes)}" for r in layout.rules)
 
 
-def table_rows(search: Search) -> list[dict[str, Any]]:
-    """The ranked table as plain rows (the page and the command line draw it)."""
+RULES_WIDTH = 60  # the rules column's text, at most (a MaxText config's rules are ~3,000 characters whole: issue 55)
+
+
+def rules_short(layout: Layout, width: int = RULES_WIDTH) -> str:
+    """The rules in a table's cell: only those that place something (a mesh axis of more than one device), grouped by
+    the axes they name (``batch → data,fsdp; heads, mlp, vocab → tensor``), as many names as fit in ``width``, the
+    rest counted (``+12``); "everything replicated" where none places anything. The whole: ``rules_text``.
+
+    >>> from explorer.layout import seed_layout
+    >>> rules_short(seed_layout())
+    'batch → data; hidden → model'
+    """
+    sizes = dict(zip(layout.mesh.axes, layout.mesh.shape))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for rule in layout.rules:
+        placed = tuple(axis for axis in rule.mesh_axes if sizes.get(axis, 1) > 1)
+        if placed:
+            groups.setdefault(placed, []).append(rule.logical)
+    if not groups:
+        return "everything replicated"
+    order = {axis: i for i, axis in enumerate(layout.mesh.axes)}
+    keys = sorted(groups, key=lambda axes: [order[a] for a in axes])
+    room = max(width // len(keys) - 6, 8)  # each group's names get a share of the width
+    parts = []
+    for axes in keys:
+        names, shown = sorted(groups[axes], key=lambda n: (len(n), n)), []
+        for name in names:
+            if shown and len(", ".join(shown + [name])) > room:
+                break
+            shown.append(name)
+        rest = f" (+{len(names) - len(shown)})" if len(names) > len(shown) else ""
+        parts.append(f"{', '.join(shown)}{rest} → {','.join(axes)}")
+    return "; ".join(parts)
+
+
+def fits_text(c: Candidate) -> str:
+    """The fits column: XLA's verdict where compiled; before a compile, whether the exact state alone fits."""
+    if c.verified:
+        return ("yes" if c.fits else "no") + (" (extrapolated)" if c.extrapolated else "")
+    return "not compiled (its state fits)" if c.fits else "no: its state alone is over"
+
+
+def table_rows(search: Search, whole_rules: bool = False) -> list[dict[str, Any]]:
+    """The ranked table as plain rows (the page and the command line draw it); the rules short (``rules_short``) unless
+    ``whole_rules``."""
     rows = []
     for i, c in enumerate(search.ranked(), 1):
         label = " (extrapolated)" if c.extrapolated else ""
@@ -315,9 +410,9 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
             {
                 "rank": i,
                 "layout": c.layout.name + (" (yours)" if c.own else ""),
-                "fits": ("yes" if c.fits else "NO") + (label if c.verified else " (state only)"),
+                "fits": fits_text(c),
                 "predicted step": predicted_text(c),
-                "step ≥": f"{c.step_s * 1e3:.3g} ms" + (label if c.verified else " (estimate)"),
+                "step ≥": human_seconds(c.step_s) + (label if c.verified else " (estimate)"),
                 "XLA peak / device": human_bytes(c.peak_bytes) + label if c.peak_bytes is not None else "not compiled",
                 "state / device": human_bytes(c.state_bytes),
                 "bound": c.bound,
@@ -325,7 +420,7 @@ def table_rows(search: Search) -> list[dict[str, Any]]:
                 "verified": ("XLA, extrapolated in depth" if c.extrapolated else "XLA") if c.verified else "estimate",
                 "extrapolated figures": extrapolation_text(c),
                 "mesh": " x ".join(f"{a} {s}" for a, s in zip(c.layout.mesh.axes, c.layout.mesh.shape)),
-                "rules": rules_text(c.layout),
+                "rules": rules_text(c.layout) if whole_rules else rules_short(c.layout),
                 "largest collective": c.largest_collective,
                 "remat": c.remat or "-",
                 "microbatches": str(c.microbatches),
@@ -356,14 +451,15 @@ def extrapolation_text(c: Candidate) -> str:
     step = figures["step_s"]
     return (
         f"extrapolated: peak {human_bytes(figures['peak_bytes'])} ({error['peak_bytes']:.4f}x the full compile's), "
-        f"step ≥ {step * 1e3:.3g} ms ({error['step_s']:.4f}x)"
+        f"step ≥ {human_seconds(step)} ({error['step_s']:.4f}x)"
         if step and error["step_s"]
         else f"extrapolated: peak {human_bytes(figures['peak_bytes'])} ({error['peak_bytes']:.4f}x the full compile's)"
     )
 
 
-def search_text(search: Search) -> str:
-    """What ``python -m explorer advise`` prints: the verdict, what was searched and compiled, the ranked table."""
+def search_text(search: Search, whole_rules: bool = False) -> str:
+    """What ``python -m explorer advise`` prints: the verdict, what was searched and compiled, the ranked table (its
+    rules short unless ``whole_rules``: ``advise --rules``)."""
     lines = [
         verdict_text(search),
         *([maxtext_advice_text(search)] if maxtext_advice_text(search) else []),
@@ -373,24 +469,36 @@ def search_text(search: Search) -> str:
     ]
     if search.depth is not None:
         lines.append(
-            f"depth shortcut: each candidate compiled at depths {' and '.join(map(str, SHORTCUT_DEPTHS))} of "
-            f"{', '.join(search.depth.options)} and extrapolated to {search.depth.full}; the best then compiled in full "
-            f"({search.full_compiles} full compile(s))"
+            f"depth shortcut: each candidate estimated to fit compiled at depths {' and '.join(map(str, SHORTCUT_DEPTHS))} of "
+            f"{', '.join(search.depth.options)} and extrapolated to {search.depth.full} (the others in full); the best then "
+            f"compiled in full ({search.full_compiles} full compile(s))"
             if search.depth.usable
             else f"depth shortcut not used: {search.depth.why}"
+            + (" (name it with --depth-option NAME)" if search.depth.why.startswith(NO_DEPTH_OPTION) else "")
         )
     lines += [f"compile failed: {failure}" for failure in search.failures]
+    lines += [f"memory search: {step}" for step in search.memory_steps]
     if agreement_text(search):
         lines.append(agreement_text(search))
     if pipeline_text(search):
         lines.append(pipeline_text(search))
     if search.guessed_roles:
-        lines.append(
-            "roles guessed for names no convention knows (change with --role NAME=ROLE): "
-            + ", ".join(f"{name}: {role}" for name, role in sorted(search.guessed_roles.items()))
-        )
-    rows = table_rows(search)
+        lines.append(guessed_text(search) + " (change one with --role NAME=ROLE)")
+    rows = table_rows(search, whole_rules)
     columns = TABLE_COLUMNS + (("extrapolated figures",) if any(row["extrapolated figures"] for row in rows) else ())
     lines.append(plain_table(rows, columns))
     lines.append(f"predicted step: {PREDICTION_NOTE}; step ≥: XLA's roofline lower bound where verified; else an estimate ({STAGE1_NOTE}).")
+    if not whole_rules:
+        lines.append(f"rules: {RULES_NOTE}; --rules writes them whole.")
     return "\n".join(lines)
+
+
+RULES_NOTE = "each candidate's rules that place something (on a mesh axis of more than one device), by the axes they name"
+
+
+def guessed_text(search: Search) -> str:
+    """The logical names no convention lists, with the role read from each one's spelling (None: no such name)."""
+    return (
+        f"{counted(len(search.guessed_roles), 'logical name')} no convention lists, each given the role its spelling "
+        "suggests: " + ", ".join(f"{name} as {role}" for name, role in sorted(search.guessed_roles.items()))
+    )

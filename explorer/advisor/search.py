@@ -1,7 +1,8 @@
 """The search's stages: stage 1 over every candidate, stage 2 and its calibration, ``advise`` (both).
 
 This module's one job is running the stages that fill a ``Search``; the record itself, the shortlist and the
-ranking are ``explorer.advisor.candidates``', the race of the best three ``explorer.advisor.race``'s.
+ranking are ``explorer.advisor.candidates``', the calibration ``explorer.advisor.calibration``'s, what makes a layout
+fit in memory ``explorer.advisor.fitting``'s, the race of the best three ``explorer.advisor.race``'s.
 
 Two stages, as a person would do it, but over every candidate:
 
@@ -22,6 +23,9 @@ Two stages, as a person would do it, but over every candidate:
    Candidates XLA says fit are ranked by that step bound (``rank``); the ones that do not fit are
    reported with by how much. The depth shortcut (``stage2(shortcut=True)``,
    ``explorer.advisor.depth``) compiles each at two small depths and extrapolates linearly in depth.
+   Where no compiled layout fits, the memory search (``fitting.memory_search``) changes what holds the memory,
+   compiling each step, and where still nothing fits, the smallest larger slice where it fits is compiled
+   (``fitting.larger_slices``). The advice is always a layout XLA compiled in full for the target (``Search.advice``).
 
 A ``Search`` is the record both stages write as they go; the best three can then be raced on this
 process's own devices (``race.race_top``).
@@ -33,35 +37,33 @@ import dataclasses
 import time
 from typing import Callable
 
-from explorer.advisor.candidates import Candidate, Search, estimate_key, limit_bytes, shortlist
+from explorer.advisor.calibration import agreement_line, next_to_compile, recalibrate
+from explorer.advisor.candidates import Candidate, Search, estimated_peak, limit_bytes, memory_factor, shortlist
 from explorer.advisor.depth import SHORTCUT_DEPTHS, Depth, at_depth, depth_of, extrapolate
-from explorer.advisor.estimate import (
-    REMAT_POLICIES,
-    STACK_NAMES,
-    activation_bytes,
-    active_params,
-    prediction_parts,
-    report_roles,
-    stage1_estimate,
-)
-from explorer.advisor.space import REMAT_ALIASES, candidate_layouts, chosen_roles, guessed_roles
+from explorer.advisor.estimate import STACK_NAMES, activation_bytes, active_params, gradient_bytes, report_roles, stage1_estimate
+from explorer.advisor.fitting import FITS_MARGIN, larger_slices, memory_search, memory_variants, remat_cost
+from explorer.advisor.space import candidate_layouts, chosen_roles, guessed_roles
 from explorer.analysis.analyzer import analyze, model_for_layouts
-from explorer.analysis.report import Report
-from explorer.analysis.report import ERROR_CODES, Finding
-from explorer.reading import names_of
-from explorer.errors import ExplorerError
-from explorer.layout import Layout, parse_layout
-from explorer.hardware.placement import mesh_links, prefetch
-from explorer.specs import spec_axes
-from explorer.predict.roofline import Estimate
+from explorer.analysis.report import ERROR_CODES, Finding, Report
+from explorer.compile.compile_pool import POOL, jobs_text
 from explorer.compile.compile_result import TargetCompile
-from explorer.compile.compile_pool import POOL, queue_text
 from explorer.compile.target_compile import Stopped
+from explorer.errors import ExplorerError
+from explorer.formats import human_seconds
+from explorer.hardware.placement import mesh_links, prefetch
 from explorer.hardware.targets import Target, parse_target
+from explorer.layout import Layout
+from explorer.reading import names_of
+
+FIT_COMPILES = 4  # compiles the memory search may spend where no compiled layout fits (beside ``compiles``)
 
 
 def stage1(
-    layout: Layout, target: Target | str, roles: dict[str, str] | None = None, search: Search | None = None, pipelines: bool | None = None
+    layout: Layout,
+    target: Target | str,
+    roles: dict[str, str] | None = None,
+    search: Search | None = None,
+    pipelines: bool | None = None,
 ) -> Search:
     """Analyse every candidate: exact state per device, refusals counted, an estimated step each.
 
@@ -74,6 +76,7 @@ def stage1(
     """
     target = parse_target(target) if isinstance(target, str) else target
     search = search or Search(target)
+    search.layout, search.user_roles = layout, dict(roles or {})
     start = time.perf_counter()
     layouts = candidate_layouts(layout, target, roles, pipelines)  # pipelines: space.candidate_layouts (None: on several slices)
     if not layout.mesh.explicit:
@@ -84,7 +87,6 @@ def stage1(
         models[config] = None if layout.mesh.explicit else _shared([c for c in layouts[1:] if c.model.key() == config])
     placed = [c.mesh for c in layouts if c.mesh.size == target.devices]
     prefetch(target, [m.shape for m in placed], [m.dcn for m in placed])  # one child places every mesh (TPU)
-    limit = limit_bytes(target)
     # Names the model's code resolved itself (MaxText's maybe_shard_with_logical) reach no constraint under the probe:
     # each candidate's activations are then read under its own mesh and rules
     unnamed = {config: shared is not None and bool(shared.asked_names - names_of(shared.arrays)) for config, shared in models.items()}
@@ -101,46 +103,14 @@ def stage1(
                 analyze(candidate) if own or shared is None else analyze(candidate, model=shared, received=unnamed[candidate.model.key()])
             )
         except ExplorerError as error:
-            search.refused += 1
-            if len(search.refused_examples) < 5:
-                search.refused_examples.append(f"{candidate.name}: {error}")
-            continue
-        errors = _errors(report)
-        if errors:
-            search.refused += 1
-            if len(search.refused_examples) < 5:
-                search.refused_examples.append(f"{candidate.name}: {errors[0].message}")
+            _refused(search, f"{candidate.name}: {error}")
             continue
         search.scanned = search.scanned or scanned(report)
-        state = report.totals.state_bytes
-        chosen = report_roles(report, roles)
-        active = active_params(report, chosen)
-        try:
-            links = mesh_links(target, candidate.mesh.shape, candidate.mesh.axes, candidate.mesh.dcn)
-        except ExplorerError as error:  # several slices: a split of the mesh over them that they cannot hold
-            search.refused += 1
-            if len(search.refused_examples) < 5:
-                search.refused_examples.append(f"{candidate.name}: {error}")
+        found = candidates_of(search, candidate, report, roles, own=own)
+        if isinstance(found, str):
+            _refused(search, found)
             continue
-        for variant, remat, microbatches in memory_variants(candidate, report, chosen, target, own):
-            estimate, largest, by_axis, collectives = stage1_estimate(report, target, roles, remat_cost(remat), microbatches, links)
-            search.candidates.append(
-                Candidate(
-                    variant,
-                    state,
-                    estimate,
-                    largest,
-                    own=own,
-                    fits=state <= limit,
-                    collective_by_axis=by_axis,
-                    active_params=active,
-                    remat=remat,
-                    microbatches=microbatches,
-                    activation_bytes=activation_bytes(report, chosen, remat_cost(remat), microbatches),
-                    links=links,
-                    collectives=collectives,
-                )
-            )
+        search.candidates += found
     search.stage1_s = time.perf_counter() - start
     search.elapsed_s = search.stage1_s
     return search
@@ -156,6 +126,74 @@ def _shared(layouts: list[Layout]):
     return None if shared.probe_error else shared
 
 
+def candidates_of(
+    search: Search,
+    layout: Layout,
+    report: Report,
+    roles: dict[str, str] | None,
+    own: bool = False,
+    factor: float = 1.0,
+    vary: bool = True,
+    change: str = "",
+) -> list[Candidate] | str:
+    """Stage 1 of one analysed layout: its candidate, with the memory settings that make it fit where it is generated
+    and ``vary`` (``fitting.memory_variants``; ``factor`` scales stage 1's memory estimate; else its own settings),
+    or why JAX would refuse it."""
+    target = search.target
+    errors = _errors(report)
+    if errors:
+        return f"{layout.name}: {errors[0].message}"
+    try:
+        links = mesh_links(target, layout.mesh.shape, layout.mesh.axes, layout.mesh.dcn)
+    except ExplorerError as error:  # several slices: a split of the mesh over them that they cannot hold
+        return f"{layout.name}: {error}"
+    state = report.totals.state_bytes
+    chosen = report_roles(report, roles)
+    active = active_params(report, chosen)
+    found = []
+    for variant, remat, microbatches in memory_variants(layout, report, chosen, target, own or not vary, factor):
+        estimate, largest, by_axis, collectives = stage1_estimate(report, target, roles, remat_cost(remat), microbatches, links)
+        found.append(
+            Candidate(
+                variant,
+                state,
+                estimate,
+                largest,
+                own=own,
+                fits=state <= limit_bytes(target),
+                collective_by_axis=by_axis,
+                active_params=active,
+                remat=remat,
+                microbatches=microbatches,
+                activation_bytes=activation_bytes(report, chosen, remat_cost(remat), microbatches),
+                gradient_bytes=gradient_bytes(report, microbatches),
+                links=links,
+                collectives=collectives,
+                change=change,
+            )
+        )
+    return found
+
+
+def analyzed(search: Search, layout: Layout, change: str = "") -> Candidate | None:
+    """Stage 1 of one layout the memory search made (its own analysis: its model options differ), with its settings
+    as they are; None where JAX would refuse it (counted as refused)."""
+    try:
+        found = candidates_of(search, layout, analyze(layout), search.user_roles or None, vary=False, change=change)
+    except ExplorerError as error:
+        found = f"{layout.name}: {error}"
+    if isinstance(found, str):
+        _refused(search, found)
+        return None
+    return found[0]
+
+
+def _refused(search: Search, why: str) -> None:
+    search.refused += 1
+    if len(search.refused_examples) < 5:
+        search.refused_examples.append(why)
+
+
 def scanned(report: Report) -> bool:
     """Whether the trace shows a scan over the layer stack: an activation declared once and run more than once per
     step (a loop body), or a parameter with a stacked-layer dimension (``STACK_NAMES``). Read from the trace, not from
@@ -166,71 +204,6 @@ def scanned(report: Report) -> bool:
         if a.kind == "param" and a.logical_axes and any(isinstance(n, str) and n in STACK_NAMES for n in a.logical_axes):
             return True
     return False
-
-
-REMAT_OPTIONS = {"remat": dict(zip(REMAT_POLICIES, REMAT_POLICIES)), **REMAT_ALIASES}  # option -> {value tried: policy costed}
-
-
-def remat_cost(value: str | None) -> str:
-    """The policy stage 1 costs a remat option's value as (``estimate.REMAT_POLICIES``; an unknown one as none)."""
-    return next((table[value] for table in REMAT_OPTIONS.values() if value in table), "none")
-
-
-MICROBATCH_OPTIONS = ("microbatches",)  # gradient accumulation steps (explorer.compile.train_step reads it)
-MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
-FITS_MARGIN = 0.9  # an estimated peak (state + activations) above this share of the memory limit is not taken as fitting
-
-
-def memory_variants(
-    layout: Layout, report: Report, roles: dict[str, str], target: Target, own: bool
-) -> list[tuple[Layout, str | None, int]]:
-    """Memory as a search dimension: the layout with the cheapest remat policy and microbatch count whose estimated
-    peak (exact state plus stage 1's activations, ``activation_bytes``) fits, in the order no remat, the dots
-    policies, full remat, then full remat with 2, 4, 8, 16 microbatches (each costs compute or collectives; the
-    first that fits is the fastest that fits). Where nothing fits, or the model exposes no such option, or this
-    is the user's own layout: the layout as it is."""
-    options = dict(layout.model.options)
-    remat_option = next((n for n in REMAT_OPTIONS if n in options), None)
-    micro_option = next((n for n in MICROBATCH_OPTIONS if n in options), None)
-    here_remat = options.get(remat_option) if remat_option else None
-    here_micro = int(options.get(micro_option, 1)) if micro_option else 1
-    plain = [(layout, here_remat, here_micro)]
-    if own or (remat_option is None and micro_option is None):
-        return plain
-    hbm = limit_bytes(target) * FITS_MARGIN
-    state = report.totals.state_bytes
-    batch = _batch_split(report, roles)
-    ladder = [(r, 1) for r in (REMAT_OPTIONS[remat_option] if remat_option else (None,))]
-    if micro_option and int(options.get("pipeline_stages", 1)) == 1:  # a pipeline's batch is its own microbatches' to split
-        ladder += [(ladder[-1][0], m) for m in MICROBATCH_CHOICES[1:] if batch[0] % (m * batch[1]) == 0]
-    for remat, micro in ladder:
-        if state + activation_bytes(report, roles, remat_cost(remat), micro) <= hbm:
-            if (remat, micro) == (here_remat or ("none" if remat_option else None), here_micro):
-                return plain  # what the layout already has (a candidate that fits without remat gets none, not yours)
-            data = layout.to_dict()
-            data["name"] = layout.name + (f"+remat_{remat}" if remat not in (None, "none") else "") + (f"+mb{micro}" if micro > 1 else "")
-            if remat_option:
-                data["model"]["options"][remat_option] = remat
-            if micro_option:
-                data["model"]["options"][micro_option] = micro
-            return [(parse_layout(data), remat, micro)]
-    return plain
-
-
-def _batch_split(report: Report, roles: dict[str, str]) -> tuple[int, int]:
-    """The largest input's batch size and the number of shards its batch dimension(s) are split into."""
-    best = (1, 1)
-    mesh = dict(zip(report.layout.mesh.axes, report.layout.mesh.shape))
-    for a in report.arrays:
-        if a.kind != "input" or not a.logical_axes:
-            continue
-        for size, name, entry in zip(a.shape, a.logical_axes, a.spec):
-            if isinstance(name, str) and roles.get(name) in ("batch", "batch_no_expert"):
-                split = 1
-                for axis in spec_axes(entry):
-                    split *= mesh.get(axis, 1)
-                best = max(best, (size, split))
-    return best
 
 
 def _errors(report: Report) -> list[Finding]:
@@ -250,6 +223,8 @@ def stage2(
     depth_option: str | None = None,
     full_compiles: int = 2,
     session: str = "local",
+    fit_compiles: int = FIT_COMPILES,
+    larger: bool = True,
 ) -> Search:
     """Compile up to ``compiles`` shortlisted candidates and the user's own layout; XLA's figures replace the estimate.
 
@@ -258,11 +233,15 @@ def stage2(
 
     ``shortcut`` (the depth shortcut): compile each at two small depths (``SHORTCUT_DEPTHS``) and
     extrapolate to the model's depth (``extrapolate``, labelled ``extrapolated``), then compile the
-    best-ranked in full (up to ``full_compiles`` times, while the top row is extrapolated) and keep
+    best-ranked in full (up to ``full_compiles`` times, while no layout compiled in full fits) and keep
     both figures and their ratio. None: on where it saves time, for a model with a depth option
     whose layers are not scanned (a scanned model compiles in about the same time at any depth,
     measured in docs/advisor.md). ``depth_option`` names the model's depth option when no known name is.
     Stop (``should_stop()`` True) kills the running compile and keeps what was compiled.
+
+    Where no compiled layout fits, the memory search (``fitting.memory_search``, up to ``fit_compiles`` compiles)
+    changes what holds the memory; where still none fits in full, the smallest larger slice of the target's
+    generation where the best layout fits is compiled there (``fitting.larger_slices``; ``larger`` False: not).
 
     Compiles run in the server's pool (``compile_pool.POOL``, as ``session``): with N workers each round compiles the
     next N picks together (``_round``), and the own layout joins the last round where there is room.
@@ -276,7 +255,7 @@ def stage2(
     depth = None
     if first is not None and budget > 0 and (shortcut or shortcut is None):
         depth = search.depth = depth_plan(search, first.layout, shortcut, depth_option)
-    use = depth is not None and depth.usable
+    run = _Run(search, progress, should_stop, session, depth if depth is not None and depth.usable else None, start)
     tried: set[str] = set()
     left, own_turn, number = budget, budget > 0, 0
     try:
@@ -285,57 +264,142 @@ def stage2(
             left -= len(picks)
             if own_turn and (left == 0 or not picks) and len(picks) < POOL.workers:  # the own layout, where the picks did not reach it
                 own_turn = False
-                picks += [c for c in search.candidates if c.own and c.layout.name not in tried]
+                # its state alone over the limit: XLA's peak is over it too, so no compile is spent to say so
+                picks += [c for c in search.candidates if c.own and c.layout.name not in tried and c.state_bytes <= search.limit_bytes]
             if not picks:
                 break
             tried.update(c.layout.name for c in picks)
             names = ", ".join(c.layout.name for c in picks)
             numbers = f"{number + 1}" if len(picks) == 1 else f"{number + 1}-{number + len(picks)}"
             number += len(picks)
-            search.stage = f"stage 2: compiling {numbers} of at most {total} ({names})"
-            layouts = [at_depth(c.layout, depth, layers) for c in picks for layers in SHORTCUT_DEPTHS] if use else [c.layout for c in picks]
-            if use:
-                search.stage += f" at depths {' and '.join(map(str, SHORTCUT_DEPTHS))}"
-            found = _compile(search, layouts, progress, should_stop, session)
-            width = len(SHORTCUT_DEPTHS) if use else 1
-            for index, candidate in enumerate(picks):
-                results = found[index * width : (index + 1) * width]
-                if None in results:
-                    continue
-                results, places = [r for r, _ in results], sorted({p for _, p in results})
-                if use:
-                    result = extrapolate(results[0], results[1], SHORTCUT_DEPTHS, depth.full, search.target, depth.options)
-                    _replace(search, candidate, verified(candidate, result, extrapolated=True, compiled_on=", ".join(places)))
-                else:
-                    _replace(search, candidate, verified(candidate, results[0], compiled_on=places[0]))
-            recalibrate(search)
-            search.elapsed_s = time.perf_counter() - start
-            for candidate in picks:  # what each compile of the round said of stage 1's estimate
-                said = agreement_line(next((c for c in search.candidates if c.layout.name == candidate.layout.name), None))
-                if said:
-                    progress(f"{search.stage}: {candidate.layout.name}: {said}", search.elapsed_s)
+            run.compile(picks, f"stage 2: compiling {numbers} of at most {total} ({names})")
+        if budget > 0 and fit_compiles > 0:  # nothing compiled fits: what holds the memory; else a lighter setting of the best
+            run.memory_search(fit_compiles)
+        run.in_full(full_compiles)
+        if budget > 0 and larger and search.advice() is None:
+            larger_slices(search, run.stage1_on, run.compiled_on)
             if search.stopped:
                 raise Stopped
-        for number in range(1, full_compiles + 1 if use else 1):
-            top = next(iter(search.ranked()), None)
-            if top is None or not top.extrapolated:
-                break
-            search.stage = (
-                f"stage 2: compiling the best extrapolated candidate in full ({top.layout.name}, {number} of at most {full_compiles})"
-            )
-            (found,) = _compile(search, [top.layout], progress, should_stop, session)
-            if search.stopped:
-                raise Stopped
-            if found is None:
-                break
-            search.full_compiles += 1
-            _replace(search, top, dataclasses.replace(verified(top, found[0], compiled_on=found[1]), extrapolation=top.compiled))
-            search.elapsed_s = time.perf_counter() - start
     except Stopped:
         search.stopped = True
+    if search.depth is not None and search.depth.usable and not any(c.extrapolated or c.extrapolation for c in search.candidates):
+        search.depth = None  # planned, but no candidate was estimated to fit clearly enough for it (``shortcut_pays``)
     search.stage = "stopped" if search.stopped else "done"
     search.elapsed_s = time.perf_counter() - start
     return search
+
+
+class _Run:
+    """One stage 2's compiles: through the server's pool, at the two small depths and extrapolated where the depth
+    shortcut is used (``depth``), each result put in the search and the calibration redone, Stop raised as ``Stopped``."""
+
+    def __init__(self, search: Search, progress, should_stop, session: str, depth: Depth | None, start: float) -> None:
+        self.search, self.progress, self.should_stop, self.session, self.depth, self.start = (
+            search,
+            progress,
+            should_stop,
+            session,
+            depth,
+            start,
+        )
+
+    def compile(self, picks: list[Candidate], stage: str, shortcut: bool = True) -> None:
+        """Compile ``picks`` together and put XLA's figures in: at the small depths where the shortcut is used and
+        ``shortcut``, for the picks whose memory, as estimated and calibrated, clearly fits (``shortcut_pays``); the
+        others in full (XLA refuses a program over the memory before its longest passes, while a small depth of the
+        same layout fits and compiles to the end: 67 s against 319 s for a 7B layout on v5e-8)."""
+        search = self.search
+        small = [bool(shortcut and self.depth and shortcut_pays(search, c)) for c in picks]
+        search.stage = stage + (f" at depths {' and '.join(map(str, SHORTCUT_DEPTHS))}" if any(small) else "")
+        layouts = [
+            layout
+            for c, low in zip(picks, small)
+            for layout in ([at_depth(c.layout, self.depth, layers) for layers in SHORTCUT_DEPTHS] if low else [c.layout])
+        ]
+        found = iter(_compile(search, layouts, self.progress, self.should_stop, self.session))
+        for candidate, low in zip(picks, small):
+            results = [next(found) for _ in (SHORTCUT_DEPTHS if low else (None,))]
+            if None in results:
+                continue
+            results, places = [r for r, _ in results], sorted({p for _, p in results})
+            if low:
+                depth = self.depth
+                result = extrapolate(results[0], results[1], SHORTCUT_DEPTHS, depth.full, search.target, depth.options)
+                _replace(search, candidate, verified(candidate, result, extrapolated=True, compiled_on=", ".join(places)))
+            else:
+                _replace(search, candidate, verified(candidate, results[0], compiled_on=places[0]))
+        recalibrate(search)
+        search.elapsed_s = time.perf_counter() - self.start
+        for candidate in picks:  # what each compile of the round said of stage 1's estimate
+            said = agreement_line(next((c for c in search.candidates if c.layout.name == candidate.layout.name), None))
+            if said:
+                self.progress(f"{search.stage}: {candidate.layout.name}: {said}", search.elapsed_s)
+        if search.stopped:
+            raise Stopped
+
+    def memory_search(self, budget: int) -> None:
+        """The memory search (``fitting.memory_search``) where nothing compiled fits, then a lighter setting of the best
+        one that fits: each compiled as the rounds are, in full."""
+        search, spent = self.search, [0]
+
+        def compiled(candidate: Candidate) -> Candidate | None:
+            spent[0] += 1
+            fits = any(c.fits and c.verified for c in search.candidates)
+            same = next((c for c in search.candidates if c.layout.name == candidate.layout.name), None)
+            if same is None:  # a layout stage 1 did not make (else its own row: the name is its mesh and settings)
+                search.candidates.append(candidate)
+            candidate = same or candidate
+            # In full, never at the small depths: the question is whether it fits, which XLA answers soonest in full (it
+            # refuses a program over the memory before its longest passes: 67 s against 319 s for the same 7B layout
+            # at 2 layers, which fit there), and a full compile that fits is the advice.
+            what = "a lighter setting of the best that fits" if fits else "nothing compiled fits; the memory search"
+            stage = f"stage 2: {what}, {spent[0]} of at most {budget} ({candidate.layout.name})"
+            self.compile([candidate], stage, shortcut=False)
+            found = next(c for c in search.candidates if c.layout.name == candidate.layout.name)
+            return found if found.verified else None
+
+        memory_search(search, lambda layout, change: analyzed(search, layout, change), compiled, budget)
+        if spent[0] >= budget and not any(c.fits and c.verified for c in search.candidates):
+            search.unfinished = f"the memory search's {budget} compiles ran out"
+
+    def in_full(self, attempts: int) -> None:
+        """Where the depth shortcut was used: the best extrapolated candidate compiled in full, again while no layout
+        compiled in full fits (``attempts`` at most), so that the advice is a full compile."""
+        search = self.search
+        for number in range(1, attempts + 1 if self.depth else 1):
+            ranked, best = search.ranked(), search.advice()
+            above = ranked[: ranked.index(best)] if best is not None else ranked  # what ranks above the advice, or all
+            top = next((c for c in above if c.extrapolated and (c.fits or best is None)), None)
+            if top is None:
+                return
+            search.stage = f"stage 2: compiling the best extrapolated candidate in full ({top.layout.name}, {number} of at most {attempts})"
+            (found,) = _compile(search, [top.layout], self.progress, self.should_stop, self.session)
+            if search.stopped:
+                raise Stopped
+            if found is None:
+                return
+            search.full_compiles += 1
+            _replace(search, top, dataclasses.replace(verified(top, found[0], compiled_on=found[1]), extrapolation=top.compiled))
+            recalibrate(search)
+            search.elapsed_s = time.perf_counter() - self.start
+
+    def stage1_on(self, target: Target) -> Search:
+        """Stage 1 of the search's own layout on another slice (a larger one); ``fitting.larger_slices`` calibrates its
+        memory estimates on this search's compiles, family by family."""
+        search = self.search
+        search.stage = f"stage 2: nothing fits on {search.target.name}; stage 1 on {target.name}"
+        self.progress(search.stage, time.perf_counter() - self.start)
+        return stage1(search.layout, target, search.user_roles or None)
+
+    def compiled_on(self, candidate: Candidate, target: Target) -> Candidate | None:
+        """``candidate`` compiled in full for ``target`` (another slice): its verified copy, or None (stopped, failed)."""
+        search = self.search
+        search.stage = f"stage 2: nothing fits on {search.target.name}; compiling {candidate.layout.name} for {target.name}, a larger slice"
+        (found,) = _compile(search, [candidate.layout], self.progress, self.should_stop, self.session, target)
+        search.elapsed_s = time.perf_counter() - self.start
+        if search.stopped:
+            raise Stopped
+        return None if found is None else verified(candidate, found[0], compiled_on=found[1])
 
 
 def _round(search: Search, tried: set[str], workers: int, left: int) -> list[Candidate]:
@@ -352,6 +416,12 @@ def _round(search: Search, tried: set[str], workers: int, left: int) -> list[Can
     return picks
 
 
+def shortcut_pays(search: Search, c: Candidate) -> bool:
+    """Whether the depth shortcut pays for a candidate: its peak, estimated and calibrated on XLA's peaks of its family
+    (``memory_factor``), clearly fits (``fitting.FITS_MARGIN`` of the limit). Else a full compile answers sooner."""
+    return estimated_peak(c, memory_factor(search, c)) <= FITS_MARGIN * search.limit_bytes
+
+
 def depth_plan(search: Search, layout: Layout, shortcut: bool | None = None, depth_option: str | None = None) -> Depth:
     """The depth shortcut for ``layout``: its depth option(s), or why not. Automatic (``shortcut`` None): not for a
     model the trace shows scanned over its layers (``search.scanned``, whatever its option is called)."""
@@ -364,168 +434,36 @@ def depth_plan(search: Search, layout: Layout, shortcut: bool | None = None, dep
     return depth
 
 
-def calibration(search: Search) -> dict[str, float]:
-    """Per roofline term, XLA's over stage 1's for the candidates compiled so far: the lower median of the ratios,
-    clipped (``_robust``; 1 before any). A program XLA refused (E1000) never calibrates: its figures are not a step's.
-
-    Stage 1's terms are coarse in different ways for different models (measured in docs/benchmarks.md: on
-    Llama-2-7B shapes XLA's bytes accessed were 3-13x the estimate's HBM traffic, on T5 4-22x), but
-    the error of one term varies much less between layouts of one model than between terms. Scaling
-    each term by what the compiled candidates showed ranks the rest by an estimate corrected on this
-    model. The lower median, not a mean: the calibrated estimate stays optimistic (a lower bound,
-    as the roofline is), so one layout that XLA handles badly (T5 with its length sharded: 22x) does
-    not condemn the others; XLA ranks whatever is compiled. Collectives are also calibrated per mesh
-    axis (``collective_s:AXIS``: XLA's collectives over the axis over stage 1's for it), or per group
-    of axes where XLA ran a collective over several at once (``collective_s:fsdp+sequence``: the two
-    together, never either alone; on T5, such a compile shared between its two axes put every FSDP
-    collective at 9x stage 1's and kept the best FSDP layout from being compiled: docs/advisor.md). An
-    *estimate* still, used to choose what to compile next, never shown as XLA's.
-    """
-    ratios: dict[str, list[float]] = {"compute_s": [], "memory_s": [], "collective_s": []}
-    for c in search.candidates:
-        if not _calibrates(c):
-            continue
-        for term in ("compute_s", "memory_s", "collective_s"):
-            stage1, xla = getattr(c.estimate, term), getattr(c.compiled.estimate, term)
-            if stage1 > 0 and xla > 0:
-                ratios[term].append(xla / stage1)
-        for group, (xla, stage1) in _collectives_by_group(c).items():
-            if stage1 > 0:
-                ratios.setdefault(f"collective_s:{'+'.join(group)}", []).append(xla / stage1)
-    factors = {term: _robust(found) for term, found in ratios.items()}
-    # The prediction adds what the roofline's terms do not show (kernels one after another, each at its own rate; the
-    # collectives XLA's schedule hides under them): the compiled prediction over stage 1's terms scaled as above.
-    schedule = []
-    for c in search.candidates:
-        if _calibrates(c) and c.compiled.estimate.predicted_s:
-            scaled = _prediction(c, factors, search.target)
-            if scaled:
-                schedule.append(c.compiled.estimate.predicted_s / scaled)
-    factors["predicted_s"] = _robust(schedule)
-    return factors
-
-
-def _calibrates(c: Candidate) -> bool:
-    """A candidate compiled in full or extrapolated whose program XLA accepted: its figures are a step's."""
-    return c.verified and c.compiled is not None and c.compiled.estimate is not None and not c.refused
-
-
-CALIBRATION_CLIP = 32.0  # no factor beyond 32x either way: one compile's outlier cannot move an estimate by orders of magnitude
-
-
-def _robust(found: list[float]) -> float:
-    """The lower median of the ratios (1 before any; optimistic, as the roofline is: of two, the smaller), clipped
-    to [1/CALIBRATION_CLIP, CALIBRATION_CLIP]."""
-    if not found:
-        return 1.0
-    middle = sorted(found)[(len(found) - 1) // 2]
-    return min(max(middle, 1.0 / CALIBRATION_CLIP), CALIBRATION_CLIP)
-
-
-def _collectives_by_group(c: Candidate) -> dict[tuple[str, ...], tuple[float, float]]:
-    """XLA's collective seconds and stage 1's per group of mesh axes that XLA's collectives tie together: an axis alone,
-    or the axes of collectives that ran over several at once (XLA gathering over fsdp x sequence in one op says
-    something about the two together, nothing about either alone). Sorted axis names; only axes stage 1 costed or
-    XLA's collectives ran over."""
-    groups: list[set[str]] = [{axis} for axis in c.collective_by_axis]
-    for k in c.compiled.collectives:
-        axes = set(k.mesh_axes or ())
-        joined = [g for g in groups if g & axes]
-        groups = [g for g in groups if not g & axes] + [axes.union(*joined)]
-    found = {}
-    for group in groups:
-        if not group:
-            continue
-        xla = sum(k.seconds for k in c.compiled.collectives if set(k.mesh_axes or ()) and set(k.mesh_axes) <= group)
-        found[tuple(sorted(group))] = (xla, sum(c.collective_by_axis.get(axis, 0.0) for axis in group))
-    return found
-
-
-def calibrated(c: Candidate, factors: dict[str, float]) -> Estimate:
-    """Stage 1's estimate with each term scaled by ``calibration``'s factor. Collectives per mesh axis: by the factor
-    of the largest group of axes (``_collectives_by_group``) measured together that this candidate's own axes all
-    cover (a candidate with fsdp and sequence takes what XLA did to the two together; one with fsdp alone does not),
-    else the overall one."""
-    own = set(c.collective_by_axis)
-    groups = sorted(
-        (tuple(key.removeprefix("collective_s:").split("+")) for key in factors if key.startswith("collective_s:")),
-        key=lambda g: (-len(g), g),
-    )
-    collective = c.estimate.collective_s * factors["collective_s"] if not own else 0.0
-    for axis, seconds in c.collective_by_axis.items():
-        group = next((g for g in groups if axis in g and set(g) <= own), None)
-        collective += seconds * (factors[f"collective_s:{'+'.join(group)}"] if group else factors["collective_s"])
-    return Estimate(c.estimate.compute_s * factors["compute_s"], c.estimate.memory_s * factors["memory_s"], collective)
-
-
-def _prediction(c: Candidate, factors: dict[str, float], target: Target) -> float | None:
-    """Stage 1's predicted step (``estimate.prediction_parts``: matmuls, HBM bytes, collectives, the dispatch, added)
-    with each part scaled by its roofline term's factor, before the schedule's factor; None without a prediction."""
-    parts = prediction_parts(c.estimate, target.chip)
-    if parts is None:
-        return None
-    matmul, memory, fixed = parts
-    return matmul * factors["compute_s"] + memory * factors["memory_s"] + calibrated(c, factors).collective_s + fixed
-
-
-def calibrated_prediction(c: Candidate, factors: dict[str, float], target: Target) -> float:
-    """Stage 1's predicted step calibrated on the compiles so far: each part scaled by its term's factor
-    (``calibration``), then by the schedule's (``predicted_s``: the compiled predictions over their candidates' scaled
-    parts). An estimate, labelled so wherever shown; with no compile yet, stage 1's own prediction (without one, the
-    calibrated bound)."""
-    scaled = _prediction(c, factors, target)
-    return calibrated(c, factors).step_s if scaled is None else scaled * factors.get("predicted_s", 1.0)
-
-
-def agreement_line(c: Candidate | None) -> str | None:
-    """What one compile said of stage 1's estimate (``Candidate.agreement``), in words; None where it gave no prediction."""
-    found = c.agreement if c is not None else None
-    if not found:
-        return None
-    text = f"predicted {found['compiled_predicted_s'] * 1e3:.3g} ms compiled, {found['compiled_over_stage1']:.2f}x stage 1's estimate"
-    if found["compiled_over_calibrated"]:
-        text += f", {found['compiled_over_calibrated']:.2f}x its calibrated estimate"
-    return text
-
-
-def recalibrate(search: Search) -> None:
-    """After a compile: the calibration, and every uncompiled candidate's calibrated prediction (``calibrated_s``, the
-    scale ``rank`` orders it on; a compiled one keeps the one it was compiled on, its forecast)."""
-    search.calibration = calibration(search)
-    for index, c in enumerate(search.candidates):
-        if not c.verified:
-            search.candidates[index] = dataclasses.replace(c, calibrated_s=calibrated_prediction(c, search.calibration, search.target))
-
-
-def next_to_compile(search: Search, tried: set[str] = frozenset()) -> Candidate | None:
-    """The shortlisted candidate to compile next: the best by the estimate calibrated on what was compiled so far."""
-    factors = calibration(search)
-    pool = [c for c in shortlist(search) if not c.verified and not c.own and c.layout.name not in tried]  # the own layout has its own turn
-    return min(pool, key=lambda c: (calibrated_prediction(c, factors, search.target),) + estimate_key(c), default=None)
-
-
 def _compile(
     search: Search,
     layouts: list[Layout],
     progress: Callable[[str, float], None],
     should_stop: Callable[[], bool] | None,
     session: str,
+    target: Target | None = None,
 ) -> list[tuple[TargetCompile, str] | None]:
-    """Compile ``layouts`` for the search's target together in the server's pool (``compile_pool.POOL``: its child
+    """Compile ``layouts`` for the search's target (or ``target``) together in the server's pool (``compile_pool.POOL``: its child
     processes or cluster, the disk cache, Stop), each as (result, where it was compiled) or None when XLA refused it
     (noted in ``failures``) or it was stopped (``search.stopped`` set)."""
     started = time.perf_counter()
+    ahead: list[int | None] = [None]  # the pool reports the queue (on_wait) then what runs (on_progress), each tick
 
-    def on_wait(ahead: int, running: int) -> None:
-        progress(f"{search.stage}: {queue_text(ahead, running)}", time.perf_counter() - started)
+    def on_wait(before: int, running: int) -> None:
+        ahead[0] = before
 
     def on_progress(jobs) -> None:
-        if jobs:
-            stages = "; ".join(f"{j.layout.name} {j.stage}" for j in jobs) if len(jobs) > 1 else jobs[0].stage
-            progress(f"{search.stage}: {stages}", time.perf_counter() - min(j.started for j in jobs))
+        # One line: what each running compile is doing, and whether the rest wait (issue 55: the waiting line and the
+        # stage alternated every second, then nothing for minutes inside a compile). The time beside it is the
+        # round's (since the first of them started), so the line itself changes only when something happens.
+        if not jobs and ahead[0] is None:
+            return  # between a compile's end and the round's: nothing runs or waits
+        since = min((j.started for j in jobs), default=None)
+        elapsed = time.monotonic() - since if since is not None else time.perf_counter() - started
+        progress(f"{search.stage} · {jobs_text(jobs, ahead[0])}", elapsed)
+        ahead[0] = None
 
     found: list[tuple[TargetCompile, str] | None] = []
-    for outcome in POOL.compile_many(session, [(l, search.target) for l in layouts], on_wait, on_progress, should_stop):
+    for outcome in POOL.compile_many(session, [(l, target or search.target) for l in layouts], on_wait, on_progress, should_stop):
         if outcome.stopped:
             search.stopped = True
             found.append(None)
@@ -549,7 +487,7 @@ def verified(candidate: Candidate, result: TargetCompile, extrapolated: bool = F
     compiled (``compile_pool.Outcome.compiled_on``)."""
     largest = max(result.collectives, key=lambda c: (c.seconds, c.op), default=None)
     text = (
-        (f"{largest.op} over {'x'.join(largest.mesh_axes) or '-'}: {largest.count}x, ≥ {largest.seconds * 1e3:.3g} ms")
+        (f"{largest.op} over {'x'.join(largest.mesh_axes) or '-'}: {largest.count}x, ≥ {human_seconds(largest.seconds)}")
         if largest and largest.seconds
         else "none"
     )

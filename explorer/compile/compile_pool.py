@@ -34,6 +34,7 @@ from explorer.compile.compile_cache import cached
 from explorer.compile.compile_result import TargetCompile
 from explorer.compile.compiled import available_memory_bytes
 from explorer.errors import ExplorerError
+from explorer.formats import counted
 from explorer.layout import Layout
 from explorer.compile.target_compile import Stopped, check_compilable, compile_target
 from explorer.hardware.targets import Target
@@ -397,3 +398,27 @@ def queue_text(ahead: int, running: int, pool: CompilePool = POOL) -> str:
     """The waiting line a page or the command line shows: the place in the server's queue and what runs."""
     mine = f"; {running} of yours running" if running else ""
     return f"waiting: {ahead} compile(s) before yours in this server's queue ({pool.running()} running, up to {pool.workers} at once{mine})"
+
+
+STAGE_WORDS = {  # a compile's stage (``target_compile.STAGES``, and the pool's own) as a progress line says it
+    "waiting": "waiting",
+    "starting": "starting its process",
+    "trace": "tracing the train step",
+    "lower": "lowering it",
+    "compile": "XLA compiling",
+    "analyze": "reading the compiled program",
+}
+
+
+def jobs_text(running: list[Job], ahead: int | None = None, pool: CompilePool = POOL) -> str:
+    """One line for a session's compiles: what each running one is doing, and whether more of them wait for a free
+    worker (``ahead``: compiles that start before the next of them; None: none of them waits). Without durations: a
+    caller adds the time, so that the line changes only when something happens."""
+    parts = [f"{job.layout.name}: {STAGE_WORDS.get(job.stage, job.stage)}" for job in running]
+    if ahead is not None:
+        others = f", {counted(ahead, 'compile')} of other sessions first" if ahead else ""
+        parts.append(
+            ("the rest wait" if running else "waiting")
+            + f" for a free worker ({pool.running()} running in this server, up to {pool.workers} at once{others})"
+        )
+    return "; ".join(parts)

@@ -8,7 +8,7 @@ from typing import Iterable, NamedTuple
 import plotly.graph_objects as go
 
 from explorer.plots.scales import framed
-from explorer.formats import human_bytes
+from explorer.formats import human_bytes, human_seconds
 
 
 class AdvisorPoint(NamedTuple):
@@ -49,7 +49,8 @@ def advisor_figure(points: Iterable[AdvisorPoint], hbm_bytes: int, limit_label: 
             name=name,
             marker=dict(symbol=symbol, size=11),
             text=[p.name for p in chosen],
-            hovertemplate="%{text}<br>step ≥ %{x:.3g} ms<br>%{y:.2f} GiB<extra></extra>",
+            customdata=[[human_seconds(p.step_s), human_bytes(p.bytes_per_device)] for p in chosen],  # no "3.22e+03 ms"
+            hovertemplate="%{text}<br>step ≥ %{customdata[0]}<br>%{customdata[1]}<extra></extra>",
         )
     hbm_gib = hbm_bytes / 2**30
     figure.add_hline(y=hbm_gib, line_dash="dash", line_color="#222")

@@ -123,9 +123,9 @@ def test_plan_for_a_gpu_cluster_on_the_layout_page_compare_and_the_advisor(blank
     # The Advisor: the same cluster, one compile of the shortlist's best beside the user's own layout (cached).
     go_to_page(page, "Advisor", f"{MAIN} h1:has-text('Layout advisor')")
     status = start_advisor(page, compiles=1)
-    expect(status.first).to_contain_text(re.compile(r"Done: [12] compile\(s\)"), timeout=RUN_TIMEOUT_MS)
+    expect(status.first).to_contain_text(re.compile(r"Done: (1 compile|2 compiles),"), timeout=RUN_TIMEOUT_MS)
     wait_for_rerun(page)
-    expect(page.locator(MAIN)).to_contain_text(re.compile(rf"Advice for {TARGET}: [\w-]+ — step ≥ [\d.]+ ms .*XLA-verified"))
+    expect(page.locator(MAIN)).to_contain_text(re.compile(rf"Advice for {TARGET}: [\w-]+ — step ≥ [\d.]+ (?:µs|ms|s) .*XLA-verified"))
     expect(page.locator(MAIN)).to_contain_text("JAX lets one process use per GPU (75% of its 79.1 GiB)")
     expect(page.locator(MAIN)).to_contain_text(f"{TARGET}: a GPU cluster of 1 host x 8 {H100} (8 GPUs)")
     expect(page.locator(MAIN)).to_contain_text("Placed on the hosts and GPUs (host-major): ")

@@ -305,3 +305,29 @@ def test_analyze_origins_lists_each_values_propagated_sharding_and_its_origin(ca
     text = capsys.readouterr().out
     assert "after Shardy's propagation" in text and "LogicalDotReluDot_1/dot_general (backward)" in text
     assert "data ← constraint at mlp.py:" in text  # as the page writes an origin
+
+
+def test_the_progress_says_each_change_at_once_and_a_long_silence_every_30_seconds():
+    """``advise``'s progress on stderr: a line when it changes; the same line again only after ``HEARTBEAT_S`` (inside
+    a compile of minutes: issue 55's newcomer saw nothing for three), with the elapsed time in words."""
+    import io
+
+    from explorer.__main__ import HEARTBEAT_S, progress_printer
+
+    clock = [0.0]
+    stream = io.StringIO()
+    progress = progress_printer(stream, now=lambda: clock[0])
+    for second in range(0, 95):
+        clock[0] = float(second)
+        progress("stage 2: compiling 1 of at most 4 (fsdp8) · fsdp8: XLA compiling", second + 0.4)
+    clock[0] = 95.0
+    progress("stage 2: compiling 2 of at most 4 (data8) · data8: tracing the train step", 3.0)
+    lines = stream.getvalue().splitlines()
+    assert HEARTBEAT_S == 30.0
+    assert lines == [
+        "stage 2: compiling 1 of at most 4 (fsdp8) · fsdp8: XLA compiling (0.4 s)",
+        "stage 2: compiling 1 of at most 4 (fsdp8) · fsdp8: XLA compiling (30 s)",
+        "stage 2: compiling 1 of at most 4 (fsdp8) · fsdp8: XLA compiling (60 s)",
+        "stage 2: compiling 1 of at most 4 (fsdp8) · fsdp8: XLA compiling (1 min 30 s)",
+        "stage 2: compiling 2 of at most 4 (data8) · data8: tracing the train step (3.0 s)",
+    ]

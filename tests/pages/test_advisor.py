@@ -35,7 +35,11 @@ def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar
     table = next(d.value for d in at.dataframe if "step ≥" in d.value.columns)
     assert len(table) == 11 and (table["verified"] == "estimate").all()
     assert table["layout"].str.contains("(yours)", regex=False).sum() == 1
-    assert any(s.value.startswith("Advice for v5litepod-8") for s in at.success)
+    # stage 1 only: no advice, never an uncompiled layout as one (issue 56); stage 1's best is named as an estimate
+    assert any(
+        i.value.replace("\\", "").startswith("No advice for v5litepod-8 yet: no layout was compiled (stage 1 only)") for i in at.info
+    )
+    assert not at.success
     pick = at.selectbox(key="advisor_pick")
     pick.set_value(pick.options[0].split(". ", 1)[1] if ". " in pick.options[0] else pick.options[0]).run()
     at.button(key="advisor_open").click().run()
@@ -43,9 +47,8 @@ def test_stage_1_ranks_every_candidate_and_opening_one_loads_it_into_the_sidebar
     top = table.iloc[0]
     assert at.session_state["mesh_axes_text"] == ", ".join(part.split(" ")[0] for part in top["mesh"].split(" x "))
     # The rules the Layout page's editor starts from are the winner's (the page switch must not restore the old rows).
-    expected = [
-        [part.split(":")[0], [] if part.split(":")[1] == "-" else part.split(":")[1].split(",")] for part in top["rules"].split("; ")
-    ]
+    rules = at.session_state["advisor_search"].ranked()[0].layout.rules
+    expected = [[rule.logical, list(rule.mesh_axes)] for rule in rules]
     assert at.session_state["rules_base"] == expected
     assert at.session_state["last_valid_layout"]["rules"] == [[l, a[0] if len(a) == 1 else (a or None)] for l, a in expected]
 
@@ -59,10 +62,8 @@ def test_on_a_gpu_cluster_the_page_says_so_with_each_axis_placement_and_jaxs_sha
     plain = lambda text: text.replace("\\", "")  # Markdown escapes (``markdown_literal``)
     captions = [plain(c.value) for c in at.caption]
     assert any(c.startswith("h100:2x8: a GPU cluster of 2 hosts x 8 NVIDIA H100") and "NVLink" in c for c in captions)
-    assert any(
-        plain(s.value).startswith("Advice for h100:2x8") and "JAX lets one process use per GPU (75% of its 79.1 GiB)" in plain(s.value)
-        for s in at.success
-    )
+    assert any(plain(i.value).startswith("No advice for h100:2x8 yet: no layout was compiled") for i in at.info)
+    assert any("JAX lets one process use per GPU (75% of its 79.1 GiB)" in c for c in captions)  # what fits is judged against
     table = next(d.value for d in at.dataframe if "step ≥" in d.value.columns)
     inside = table[table["mesh"].str.contains("tensor") & ~table["mesh"].str.contains("tensor 16")]
     assert len(inside) and inside["placement"].str.contains("tensor: NVLink").all()  # up to 8: inside a host
@@ -90,7 +91,10 @@ def test_the_top_three_race_on_this_process_devices_runs_the_compare_race():
     at.button(key="advisor_race_button").click().run()
     assert not at.exception and not at.error
     race = next(d.value for d in at.dataframe if "median step (ms)" in d.value.columns)
-    top = [name.removesuffix(" (yours)") for name in table["layout"][table["fits"].str.startswith("yes")][:3]]
+    top = [
+        name.removesuffix(" (yours)")
+        for name in table["layout"][table["fits"].str.startswith(("yes", "not compiled (its state fits)"))][:3]
+    ]
     assert list(race["layout"]) == [f"{i}. {name}" for i, name in enumerate(top, 1)]
     assert (race["median step (ms)"] > 0).all()
 

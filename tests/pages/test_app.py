@@ -448,6 +448,9 @@ def test_the_arrays_table_shows_what_the_layout_decides_and_keeps_every_other_co
     assert sorted(order) == sorted(table.value.columns)  # no column left out
     assert hidden == sorted(set(order) - {"array", "spec", "shard shape", "bytes/device"})
     assert "params/Logi…Dot_0/Dense_0/kernel" in set(table.value["array"])  # the leaf and the layer's number kept
+    # bytes as a person reads them (issue 55: "721420288"), the exact count one click away
+    assert "1.0 MiB" in set(table.value["bytes/device"]) and all(b.endswith(("B", "iB")) for b in table.value["bytes/device"])
+    assert "bytes (exact)" in hidden and (table.value["bytes (exact)"] > 0).all()
 
 
 def test_a_new_rule_row_starts_empty_not_none(app):

@@ -139,11 +139,15 @@ def test_the_text_report_is_the_verdict_the_counts_and_the_ranked_table(seed_dic
     assert lines[0] == advisor.verdict_text(search)
     assert lines[1] == advisor.target_text(search.target) and "2x4 grid of chips without wraparound links" in lines[1]
     assert lines[2].startswith(f"searched {search.searched} candidate(s), 0 refused by the analysis, 0 compiled (0 from the disk cache)")
-    header, rule, rows = lines[3], lines[4], lines[5:-1]
+    header, rule, rows = lines[3], lines[4], lines[5:-2]
     assert header.startswith("rank  layout") and "extrapolated figures" not in header and set(rule) == {"-", " "}
     assert [row.split()[1] for row in rows] == [c.layout.name for c in search.ranked()]
-    assert lines[-1] == (
+    assert lines[-2] == (
         f"predicted step: {advisor.PREDICTION_NOTE}; step ≥: XLA's roofline lower bound where verified; else an estimate ({advisor.STAGE1_NOTE})."
+    )
+    assert lines[-1] == f"rules: {advisor.RULES_NOTE}; --rules writes them whole."
+    assert lines[0].startswith(
+        f"No advice for {TARGET} yet: no layout was compiled (stage 1 only). Stage 1 ranks {rows[0].split()[1]} first"
     )
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from explorer import advisor
-from explorer.advisor import estimate, search as search_module, space
+from explorer.advisor import estimate, fitting, search as search_module, space
+from explorer.advisor.calibration import CALIBRATION_CLIP
 from explorer.analysis.analyzer import analyze, logical_names
 from explorer.layout import parse_layout
 from explorer.predict.roofline import Estimate
@@ -404,7 +405,7 @@ def test_one_outlier_compile_cannot_move_a_factor_by_orders_of_magnitude_and_a_r
     search.candidates[2] = advisor.verified(search.candidates[2], xla(3))
     assert advisor.calibration(search)["memory_s"] == pytest.approx(3.0)  # the median, not the outlier
     alone = advisor.Search(parse_target(TARGET), candidates=[advisor.verified(candidate(seed_dict, "x", 1, 1, 1), xla(84_000))])
-    assert advisor.calibration(alone)["memory_s"] == search_module.CALIBRATION_CLIP  # clipped
+    assert advisor.calibration(alone)["memory_s"] == CALIBRATION_CLIP  # clipped
     # E1000: XLA refused it; its figures (the loop body counted once: 100x too cheap) never calibrate, and it ranks
     # with the ones that do not fit, by how much it misses.
     search.candidates[3] = advisor.verified(search.candidates[3], xla(1, compiled=False))
@@ -533,7 +534,7 @@ def test_maxtexts_remat_policy_lowers_xlas_temporaries_and_is_the_advisors_remat
     assert all(r.compiled and r.fits for r in results)
     assert results[1].memory.temp_bytes < results[0].memory.temp_bytes
     assert list(space.REMAT_ALIASES["remat_policy"]) == ["none", "minimal", "save_dot_except_mlp", "full"]
-    assert search_module.remat_cost("save_dot_except_mlp") == "dots_with_no_batch_dims_saveable"
+    assert fitting.remat_cost("save_dot_except_mlp") == "dots_with_no_batch_dims_saveable"
     # activations over HBM without remat (stage 1's estimate): the candidate takes MaxText's first policy that fits
     big = maxtext_moe(
         remat_policy="none",
@@ -550,7 +551,7 @@ def test_maxtexts_remat_policy_lowers_xlas_temporaries_and_is_the_advisors_remat
     fsdp8 = next(c for c in space.candidate_layouts(big, target) if c.name == "fsdp8")
     report = analyze(fsdp8)
     roles = estimate.report_roles(report)
-    ((variant, remat, micro),) = search_module.memory_variants(fsdp8, report, roles, target, own=False)
+    ((variant, remat, micro),) = fitting.memory_variants(fsdp8, report, roles, target, own=False)
     assert remat in ("minimal", "save_dot_except_mlp", "full") and micro == 1
     assert variant.model.options["remat_policy"] == remat and variant.name == f"fsdp8+remat_{remat}"
     assert report.totals.state_bytes + estimate.activation_bytes(report, roles) > target.chip.device_hbm_bytes
@@ -564,7 +565,7 @@ def test_a_candidate_that_fits_without_remat_gets_none_not_the_users_policy():
     fsdp8 = next(c for c in space.candidate_layouts(layout, target) if c.name == "fsdp8")
     assert fsdp8.model.options["remat"] == "full"  # generated from the user's options
     report = analyze(fsdp8)
-    ((variant, remat, micro),) = search_module.memory_variants(fsdp8, report, estimate.report_roles(report), target, own=False)
+    ((variant, remat, micro),) = fitting.memory_variants(fsdp8, report, estimate.report_roles(report), target, own=False)
     assert (remat, micro) == ("none", 1) and variant.model.options["remat"] == "none"
-    ((kept, remat, _),) = search_module.memory_variants(fsdp8, report, estimate.report_roles(report), target, own=True)
+    ((kept, remat, _),) = fitting.memory_variants(fsdp8, report, estimate.report_roles(report), target, own=True)
     assert kept is fsdp8 and remat == "full"  # the user's own layout stays as it is

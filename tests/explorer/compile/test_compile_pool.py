@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from explorer.compile.compile_pool import GIB, LOCAL, CompilePool, default_workers
+from explorer.compile.compile_pool import GIB, LOCAL, CompilePool, Job, default_workers, jobs_text
 from explorer.errors import ExplorerError
 from explorer.layout import SEED_LAYOUT
 from explorer.compile.target_compile import compile_target
@@ -221,3 +221,20 @@ def test_compile_with_several_targets_is_a_sweep_each_result_or_error_in_order(t
     assert refused["target"] == "v5litepod-4" and "8 devices" in refused["error"] and "v5litepod-4" in refused["error"]
     single = compile_target(small(seed_dict), TARGET)  # the cache the sweep filled is another: a compile of its own
     assert compiled["cached"] is False and compiled["memory"] == single[0].to_json()["memory"]
+
+
+def test_a_sessions_compiles_are_one_line_what_each_one_does_and_whether_the_rest_wait(seed_dict):
+    """Issue 55: the advisor's progress said "waiting: 0 compile(s) before yours" every second, alternating with the
+    running compile's stage, then nothing for minutes. Now one line: each running compile and its stage in words, and
+    whether the rest wait for a worker, without a duration (the caller adds the time, so the line changes only when
+    something happens)."""
+    pool = CompilePool(workers=1, memory=lambda: 64 * GIB, runner=Held())
+    a, b = Job("s", named(seed_dict, "a"), TARGET, GIB), Job("s", named(seed_dict, "b"), TARGET, GIB)
+    a.stage, b.stage = "compile", "trace"
+    assert jobs_text([a], pool=pool) == "a: XLA compiling"
+    assert jobs_text([a, b], pool=pool) == "a: XLA compiling; b: tracing the train step"
+    assert jobs_text([a], 0, pool) == "a: XLA compiling; the rest wait for a free worker (0 running in this server, up to 1 at once)"
+    assert (
+        jobs_text([], 2, pool)
+        == "waiting for a free worker (0 running in this server, up to 1 at once, 2 compiles of other sessions first)"
+    )

@@ -18,5 +18,10 @@ def test_advisor_figure_draws_one_trace_per_kind_in_a_fixed_order_from_plain_poi
     assert [t.name for t in figure.data] == [name for name, _ in advisor.ADVISOR_KINDS.values()]
     assert list(figure.data[0].text) == ["a", "b"] and list(figure.data[0].y) == [2, 4] and list(figure.data[0].x) == [10, 20]
     assert figure.layout.annotations[0].text == "HBM 16.0 GiB per device"
+    # the hover in units a person reads (issue 55: Plotly's ".3g" wrote a 3.22 s step "3.22e+3 ms")
+    slow = advisor_figure([AdvisorPoint("slow", "xla", 3.22, 12 * 2**30)], 16 * 2**30).data[0]
+    assert (
+        list(slow.customdata[0]) == ["3.22 s", "12.0 GiB"] and "%{customdata[0]}" in slow.hovertemplate and ":.3g" not in slow.hovertemplate
+    )
     with pytest.raises(ValueError, match="verified"):
         advisor_figure([AdvisorPoint("a", "verified", 0.01, 1)], 2**30)
