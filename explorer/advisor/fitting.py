@@ -14,9 +14,11 @@ This module's one job is fitting a model in memory:
 - **Where still nothing fits** (``larger_slices``): the smallest slice of the target's generation where the best
   layout fits, compiled there.
 
-``where_memory_goes`` is the one place the order is read from: XLA's figures for a compiled layout (its arguments,
-the state; the rest of its peak, what the step keeps beside it), stage 1's before a compile. A breakdown of the peak
-buffer by buffer (parameters, optimizer state, gradients, saved activations, temporaries) would replace it there.
+``where_memory_goes`` is the one place the order is read from: for a compiled layout, its peak buffer by buffer
+(``compile.memory_breakdown``: parameters, optimizer state and inputs against gradients, saved activations and
+temporaries), stage 1's estimate before a compile. The memory view's levers (``advisor.levers``: one layout's largest
+contributors, each with the change that shrinks it) read the same breakdown and the same options (``REMAT_OPTIONS``,
+``MICROBATCH_OPTIONS``, ``BATCH_OPTIONS`` here).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
 BATCH_OPTIONS = ("batch", "per_device_batch_size")  # the training's batch: the built-in models', MaxText's (per device)
 FITS_MARGIN = 0.9  # an estimated peak above this share of the memory limit is not taken as fitting
 LIGHTER_GAIN = 0.95  # a lighter setting is compiled where its calibrated estimate is at least 5% faster
+# the kinds of the peak's buffers (``memory_breakdown.KINDS``) that the state's sharding shrinks; the rest is beside it
+STATE_KINDS = ("parameter", "optimizer state", "input", "argument")
 LARGER_SLICES = 2  # larger slices of the target's generation tried, smallest first, where nothing fits on the target
 
 
@@ -141,9 +145,14 @@ def where_memory_goes(c: Candidate) -> dict[str, int]:
     """A candidate's peak by what holds it, largest first: ``state`` (parameters, optimizer state and inputs: what
     sharding them over more devices shrinks) and ``beside`` (what the step keeps beside the state: gradients, the
     activations saved for the backward pass, temporaries: what remat, microbatches, a sequence split and a smaller
-    batch shrink). XLA's figures where compiled (its arguments; the rest of its peak), else stage 1's (the exact state;
-    its estimate of the gradients and activations). The memory search reads its order here and only here."""
-    if c.verified and c.compiled is not None and c.peak_bytes is not None:
+    batch shrink). Where compiled, XLA's: the peak's buffers by kind (``compile.memory_breakdown``, the memory view's
+    figures), else its arguments against the rest of its peak; before a compile, stage 1's (the exact state; its
+    estimate of the gradients and activations). The memory search reads its order here and only here."""
+    breakdown = c.compiled.memory_breakdown if c.verified and c.compiled is not None else None
+    if breakdown is not None:
+        state = sum(breakdown.kind_bytes(kind) for kind in STATE_KINDS)
+        found = {"state": state, "beside": breakdown.peak_bytes - state}
+    elif c.verified and c.compiled is not None and c.peak_bytes is not None:
         state = c.compiled.memory.argument_bytes or c.state_bytes
         found = {"state": state, "beside": max(c.peak_bytes - state, 0)}
     else:

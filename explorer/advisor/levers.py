@@ -15,7 +15,8 @@ peak by kind) and writes, for each contributor a lever can shrink, the layout th
 Each lever carries an estimate of the bytes it frees at the peak (labelled so: the compile gives the truth), and the
 levers come most-freeing first, those that make a layout before those that cannot. ``compile_levers`` compiles them
 through the compile pool (the advisor's machinery: its child processes, disk cache and Stop) and gives each new
-peak as XLA reports it. The advisor calls the same two functions where nothing fits.
+peak as XLA reports it. Where nothing the advisor compiled fits, its memory search (``fitting.memory_search``) orders
+the same changes by the same breakdown (``fitting.where_memory_goes``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from explorer.advisor import fitting
 from explorer.advisor.space import chosen_roles
 from explorer.compile.compile_result import TargetCompile
 from explorer.compile.memory_breakdown import MemoryBreakdown
@@ -31,9 +33,10 @@ from explorer.layout import Layout, parse_layout
 from explorer.models import MAXTEXT
 
 TIGHT = 0.10  # a layout that fits with less than this share of the memory limit to spare is shown its levers too
-REMAT_OPTIONS = {"remat": "full", "remat_policy": "full"}  # the model option and the policy that saves the least
-MICROBATCH_OPTION = "microbatches"
-BATCH_OPTIONS = ("batch", "per_device_batch_size")
+# each remat option (fitting's, the advisor's) and its value that saves the least: the last of its ladder
+REMAT_OPTIONS = {option: list(values)[-1] for option, values in fitting.REMAT_OPTIONS.items()}
+[MICROBATCH_OPTION] = fitting.MICROBATCH_OPTIONS
+BATCH_OPTIONS = fitting.BATCH_OPTIONS
 HOST_OFFLOAD_POLICY = "minimal_offloaded"  # MaxText's remat policy that offloads the saved projections to host memory
 VOCAB_OPTIONS = ("vocab", "vocab_size")
 
