@@ -18,7 +18,7 @@ import tempfile
 
 from explorer.compile.compile_result import TargetCompile
 from explorer.layout import Layout
-from explorer.hardware.devices import compile_flags
+from explorer.hardware.devices import PROJECT_ROOT, compile_flags
 from explorer.hardware.targets import Target
 from explorer.compile.xla_results import with_verdict
 
@@ -40,7 +40,8 @@ def versions() -> dict[str, str]:
 def cache_key(layout: Layout, target: Target, flags: dict[str, str] | None = None) -> str:
     """The identity of a compile: the layout (``Layout.key``), the target's topology, the library versions and the flags
     its compiler runs under (``devices.compile_flags``, this process's by default): two compiles that differ only in
-    LIBTPU_INIT_ARGS or XLA_FLAGS are two programs, and two entries."""
+    LIBTPU_INIT_ARGS or XLA_FLAGS are two programs, and two entries. And the checkout compiling it: a result names
+    its source lines by file, and another checkout's files are not this one's."""
     identity = json.dumps(
         {
             "layout": layout.key,
@@ -49,6 +50,7 @@ def cache_key(layout: Layout, target: Target, flags: dict[str, str] | None = Non
             "format": CACHE_FORMAT,
             "flags": compile_flags(target) if flags is None else flags,
             "code": factory_source(layout),
+            "checkout": str(PROJECT_ROOT),  # a result names the model's source files, which lie in this checkout
         },
         sort_keys=True,
     )

@@ -173,19 +173,21 @@ def _versions() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=64)
 def _source_hash(model_name: str) -> str:
-    """The explorer's tracing code and, for a factory, its module's source: a change makes a new entry.
+    """The explorer's tracing code, where it lies and, for a factory, its module's source and path: a change makes a
+    new entry. Where matters: what a trace keeps names its source files (another checkout's entries name its own).
 
     Read once per process and model name, as the code a process traces with is the code it imported first.
     """
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent.parent
+    digest.update(str(here).encode())
     for name in _TRACING_SOURCES:
         for file in sorted((here / name).rglob("*.py")) if (here / name).is_dir() else [here / name]:
             digest.update(file.read_bytes())
     if ":" in model_name:
         spec = importlib.util.find_spec(model_name.split(":")[0])
         if spec is not None and spec.origin and os.path.exists(spec.origin):
-            digest.update(Path(spec.origin).read_bytes())
+            digest.update(spec.origin.encode() + Path(spec.origin).read_bytes())
     return digest.hexdigest()
 
 
