@@ -150,6 +150,25 @@ def base_config_path() -> str:
     return os.path.join(os.path.dirname(maxtext.configs.__file__), "base.yml")
 
 
+@contextlib.contextmanager
+def _no_persistent_cache():
+    """JAX's persistent compilation cache as it was before MaxText's config was read. ``pyconfig.initialize`` points it
+    at base.yml's ``jax_cache_dir`` (~/jax_cache) for the whole process, and JAX's cache key leaves out source
+    locations: every later compile in the process (any model's) would be answered from a folder shared by every
+    checkout and run on the machine, its program naming another checkout's source lines (the suite's CI run read
+    another clone's ``mlp.py``). The explorer keeps its own compiles (``compile.compile_cache``)."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        yield
+    finally:
+        if jax.config.jax_compilation_cache_dir != before:
+            jax.config.update("jax_compilation_cache_dir", before)
+            compilation_cache.reset_cache()
+
+
 def build_config(keys: dict[str, str]) -> Any:
     """MaxText's config for ``keys``: ``pyconfig.initialize`` over base.yml with the keys as command-line overrides."""
     require_maxtext()
@@ -159,7 +178,8 @@ def build_config(keys: dict[str, str]) -> Any:
     argv = ["explorer", base_config_path(), *(f"{key}={value}" for key, value in keys.items())]
     flags = os.environ.get("XLA_FLAGS")
     try:
-        return pyconfig.initialize(argv)
+        with _no_persistent_cache():
+            return pyconfig.initialize(argv)
     except Exception as error:  # MaxText validates with pydantic, omegaconf and asserts: one message, never a traceback
         details = error.errors() if callable(getattr(error, "errors", None)) else []
         if details:  # pydantic names the key and the value it refused

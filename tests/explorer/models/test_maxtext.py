@@ -79,6 +79,9 @@ def test_opening_maxtext_leaves_jax_its_own_functions_for_every_other_model():
     for function in (jax.lax.with_sharding_constraint, jax.lax.top_k):
         assert function.__module__.startswith("jax"), function.__module__
     assert flax.config.flax_always_shard_variable is True  # Flax's default: NNX variables sharded eagerly
+    # base.yml's jax_cache_dir (~/jax_cache) is not JAX's persistent compilation cache for the process: its key leaves
+    # out source locations, and a CI run read another checkout's compile there (its program naming that clone's files)
+    assert jax.config.jax_compilation_cache_dir is None
 
 
 @pytest.fixture(scope="module")
