@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.errors import ExplorerError
+from explorer.hardware import libtpu_log
 from explorer.hardware.libtpu import LIBTPU_SHARED
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def child_environment(target: Target | None = None, flags: dict[str, str] | None
         env.update({name: value for name, value in flags.items() if name in FLAG_VARIABLES})
     env["JAX_PLATFORMS"] = "cpu"
     env.update([LIBTPU_SHARED])
+    env[libtpu_log.READ_BY_PARENT] = "1"  # the parent drops libtpu's noise from what it reads (libtpu_log.quiet)
     if target is not None and target.is_gpu:
         flags = env.get("XLA_FLAGS", "")
         if "xla_gpu_experimental_use_collective_kernels" not in flags:

@@ -30,6 +30,8 @@ TRACE_HEADER = "=== Source Location Trace: ==="
 TRACE_LINE = re.compile(r"^\S+\.(?:cc|h):\d+$")
 
 _QUIET = threading.Lock()  # one capture of the process's stderr at a time
+# Set in a child whose parent reads its stderr (``devices.child_environment``): the parent drops the noise itself
+READ_BY_PARENT = "EXPLORER_STDERR_READ_BY_PARENT"
 
 
 def drop_noise(lines: Iterable[str]) -> list[str]:
@@ -59,7 +61,12 @@ def drop_noise(lines: Iterable[str]) -> list[str]:
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """Around a call that may load libtpu in this process: what is written on file descriptor 2 meanwhile (by
-    libtpu's C++ or anything else) is held, then written out without libtpu's start-up noise."""
+    libtpu's C++ or anything else) is held, then written out without libtpu's start-up noise. Not in a child whose
+    parent reads its stderr (``READ_BY_PARENT``; the parent drops the noise with ``drop_noise``): libtpu ends the
+    process as it loads for a flag it does not know, and a line held here then would never be written."""
+    if os.environ.get(READ_BY_PARENT) == "1":
+        yield
+        return
     with _QUIET, tempfile.TemporaryFile() as held:
         sys.stderr.flush()
         saved = os.dup(2)

@@ -193,6 +193,7 @@ def prefetch(target: Target, shapes: Iterable[Sequence[int]], dcns: Iterable[Seq
         if not missing:
             return
         from explorer.hardware.devices import child_environment
+        from explorer.hardware.libtpu_log import drop_noise
 
         done = children.run(
             [sys.executable, "-m", "explorer.hardware.placement", target.topology, json.dumps(missing)],
@@ -201,7 +202,7 @@ def prefetch(target: Target, shapes: Iterable[Sequence[int]], dcns: Iterable[Seq
             timeout=600,
         )
         if done.returncode != 0:
-            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            lines = drop_noise(line for line in done.stderr.splitlines() if line.strip())
             raise ExplorerError("target", target.name, f"cannot place meshes on its torus: {lines[-1] if lines else done.returncode}")
         for shape, placed in zip(missing, json.loads(done.stdout.strip().splitlines()[-1])):
             _torus[(target.topology, shape)] = placed
