@@ -159,7 +159,9 @@ def execute(args: argparse.Namespace) -> int:
         if args.command not in COMMANDS_WITHOUT_JAX:
             devices.configure(args.devices)
         if args.command == "time":
-            return _time(args)
+            from explorer.time_command import time_command
+
+            return time_command(args)
         if args.command == "compile":
             return _compile(args)
         if args.command == "advise":
@@ -281,7 +283,9 @@ def _layout_of(args: argparse.Namespace, target: str | None = None):
         return parse_layout(maxtext.layout_data(args.maxtext, target))
     if args.layout is None:
         raise ExplorerError("layout", None, "is missing: give a layout JSON file, - for standard input, or --maxtext KEY=VALUE ...")
-    return _load(args.layout)
+    from explorer.layout import load_layout_argument
+
+    return load_layout_argument(args.layout)
 
 
 def _step_layout(args: argparse.Namespace, target: str | None):
@@ -332,14 +336,6 @@ def _distributed_arguments(timing: argparse.ArgumentParser) -> None:
         default=JOIN_TIMEOUT_S,
         help=f"seconds to wait for every process to join, here or with --processes (default {JOIN_TIMEOUT_S})",
     )
-
-
-def _load(path: str):
-    from explorer.layout import MAX_FILE_BYTES, load_layout_bytes, load_layout_file
-
-    if path == "-":
-        return load_layout_bytes(sys.stdin.buffer.read(MAX_FILE_BYTES + 1), "standard input")
-    return load_layout_file(path)
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -409,109 +405,10 @@ def _array(report, path: str):
 def _url(args: argparse.Namespace) -> int:
     from explorer.sharing.share import layout_to_query
 
-    print(layout_to_query(_load(args.layout)))
+    from explorer.layout import load_layout_argument
+
+    print(layout_to_query(load_layout_argument(args.layout)))
     return 0
-
-
-def _stoppable_by_ctrl_c() -> None:
-    """Make SIGINT raise KeyboardInterrupt in this process, whatever it inherited.
-
-    A process started with SIGINT ignored (a background job of a non-interactive shell, as a test suite
-    run in the background starts its children) keeps it ignored, and Python then installs no handler:
-    a Ctrl-C or ``kill -INT`` did nothing, and a timing across processes ran on. ``execute``'s handler
-    ends every worker on KeyboardInterrupt.
-    """
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _time(args: argparse.Namespace) -> int:
-    from explorer.errors import ExplorerError
-    from explorer.text import timing_text
-
-    _stoppable_by_ctrl_c()
-
-    joining = args.coordinator is not None
-    if not joining and args.num_processes is not None:
-        raise ExplorerError("--num-processes", args.num_processes, "joins a multi-host run: give --coordinator HOST:PORT too")
-    if not joining and args.process_id is not None:
-        raise ExplorerError("--process-id", args.process_id, "joins a multi-host run: give --coordinator HOST:PORT too")
-    if joining and (args.num_processes is None or args.process_id is None):
-        raise ExplorerError("--coordinator", args.coordinator, "needs --num-processes and --process-id too")
-    if joining and args.processes != 1:
-        raise ExplorerError("--processes", args.processes, "starts local processes; it cannot be combined with --coordinator")
-    progress = None if args.json else (lambda phase: print(f"{phase}...", file=sys.stderr))
-    if joining:
-        result = _time_joined(args, progress)
-        if result is None:
-            return 0
-    elif args.processes != 1:
-        from explorer.timing.workers import time_local_processes
-
-        result = time_local_processes(
-            _load(args.layout),
-            args.processes,
-            steps=args.steps,
-            warmup=args.warmup,
-            on_phase=progress,
-            stall_timeout_s=args.stall_timeout,
-            join_timeout_s=args.join_timeout,
-        )
-    else:
-        from explorer.timing.timing import time_layout
-
-        result = time_layout(_load(args.layout), steps=args.steps, warmup=args.warmup, on_phase=progress)
-    if args.json:
-        json.dump(result.to_dict(), sys.stdout, indent=2)
-        print()
-    else:
-        print(timing_text(result))
-    return 0
-
-
-def _time_joined(args: argparse.Namespace, progress):
-    """Join the run, time, and return the result in process 0 (None in the others)."""
-    import jax
-
-    from explorer.timing.distributed import check_join_arguments, join, parse_coordinator, reserve_stdout, time_joined
-
-    layout = _load(args.layout)
-    check_join_arguments(args.coordinator, args.num_processes, args.process_id)
-    host, port = parse_coordinator(args.coordinator)
-    local = host in ("127.0.0.1", "localhost", "[::1]")
-    reserve_stdout()
-    join(
-        args.coordinator,
-        args.num_processes,
-        args.process_id,
-        join_timeout_s=args.join_timeout,
-        bind_address=f"{host}:{port}" if local else None,
-    )
-    lead = jax.process_index() == 0
-    try:
-        result = time_joined(layout, args.steps, args.warmup, on_phase=progress if lead else None)
-    except KeyboardInterrupt:
-        _leave_the_run(130, "interrupted: stopped; this process left the run, and the others end when their next collective finds it gone")
-    except jax.errors.JaxRuntimeError as error:  # a collective whose peer is gone: stopped, killed or crashed
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        _leave_the_run(2, f"error: process {args.process_id} of {args.num_processes}: another process of the run is gone ({reason})")
-    jax.distributed.shutdown()
-    return result if lead else None
-
-
-def _leave_the_run(code: int, message: str) -> None:
-    """End this process of a joined run now, skipping JAX's exit handler.
-
-    At exit JAX shuts the distributed client down, which waits at a barrier for every process; the
-    others wait in a collective for this one, so a stopped process hung there until the heartbeat or the
-    barrier timed out (42 s to over 150 s measured). Nothing is left to write but the message.
-    """
-    print(message, file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(code)
 
 
 def _op(args: argparse.Namespace) -> int:
@@ -632,7 +529,7 @@ def _compile(args: argparse.Namespace) -> int:
         print()
     else:
         from explorer.memory_text import memory_section
-        from explorer.text import compile_text
+        from explorer.target_text import compile_text
 
         for index, (t, o) in enumerate(zip(targets, outcomes)):
             text = f"error: target {t.name}: {o.error}" if o.error else compile_text(o.result, o.cached)

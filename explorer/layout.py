@@ -562,6 +562,15 @@ def load_layout_json(text: str, source: str = "layout file") -> Layout:
     return parse_layout(json_value(text, source))
 
 
+def load_layout_argument(path: str) -> Layout:
+    """The layout a command line names: a file's path, or ``-`` for standard input."""
+    import sys
+
+    if path == "-":
+        return load_layout_bytes(sys.stdin.buffer.read(MAX_FILE_BYTES + 1), "standard input")
+    return load_layout_file(path)
+
+
 def load_layout_file(path: str) -> Layout:
     """Read a layout file (at most MAX_FILE_BYTES) and decode it."""
     try:

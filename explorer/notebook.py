@@ -265,7 +265,7 @@ class NotebookCompile:
         return getattr(self.result, name)
 
     def __repr__(self) -> str:
-        from explorer.text import compile_text
+        from explorer.target_text import compile_text
 
         return compile_text(self.result)
 

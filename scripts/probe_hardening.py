@@ -42,7 +42,8 @@ from explorer.sharing import library  # noqa: E402
 from explorer.__main__ import main as cli  # noqa: E402
 from explorer.errors import ExplorerError  # noqa: E402
 from explorer.layout import SEED_LAYOUT, parse_layout  # noqa: E402
-from explorer.sharing.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet  # noqa: E402
+from explorer.sharing.share import layout_to_params, layout_to_query, params_to_layout
+from explorer.sharing.exports import maxtext_yaml, python_snippet  # noqa: E402
 from explorer.text import markdown_literal  # noqa: E402
 
 SEED_TEXT = json.dumps(SEED_LAYOUT)

@@ -9,7 +9,8 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.sharing import library
 from explorer.layout import SEED_LAYOUT, load_layout_bytes, parse_layout
-from explorer.sharing.share import layout_to_params, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.sharing.share import layout_to_params, layout_to_query, params_to_layout
+from explorer.sharing.exports import maxtext_yaml, python_snippet
 from explorer.text import markdown_literal
 from tests.paths import APP
 

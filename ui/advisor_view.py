@@ -249,7 +249,7 @@ def show(search: advisor.Search, layout: Layout) -> None:
         help="Adds its link to the Compare page's links",
     )
     with st.expander(f"Its rules, all {len(chosen.layout.rules)}"):
-        st.code("\n".join(advisor.rules_text(chosen.layout).split("; ")), language=None)
+        st.code("\n".join(advisor.rules_text(chosen.layout).split("; ")), language=None, wrap_lines=True)
     st.markdown("Share link")
     st.code("/?" + layout_to_query(chosen.layout)[1:], language=None, wrap_lines=True)
     if chosen.links:  # where its axes lie, as the compile places them (stage 1 costs its collectives on those links)

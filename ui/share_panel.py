@@ -9,7 +9,8 @@ import streamlit as st
 from explorer.sharing import library
 from explorer.errors import ExplorerError
 from explorer.layout import MAX_FILE_BYTES, Layout, load_layout_bytes, parse_layout, seed_layout
-from explorer.sharing.share import LeftOut, layout_to_params, layout_to_query, link_keeping_the_rest, maxtext_yaml, python_snippet
+from explorer.sharing.share import LeftOut, layout_to_params, layout_to_query, link_keeping_the_rest
+from explorer.sharing.exports import maxtext_yaml, python_snippet
 from explorer.text import markdown_literal
 from ui import state
 

@@ -24,10 +24,12 @@ from explorer.layout import Layout
 from explorer.models import MAXTEXT, STEP
 from explorer.predict.roofline import Estimate
 from explorer.compile.compile_cache import cached
-from explorer.predict.step_model import SCOPE, fp8_note
+from explorer.predict.step_model import SCOPE
+from explorer.target_text import fp8_note
 from explorer.hardware.targets import Target, check_mesh_fits, parse_target, slice_split, valid_names
 from explorer.formats import counted, human_bytes, human_flops, human_seconds, plain_number, share
-from explorer.text import compiled_as, judged_peak_note, markdown_literal, memory_relation, mfu_ceiling_words, prediction_gap
+from explorer.text import markdown_literal, memory_relation
+from explorer.target_text import compiled_as, judged_peak_note, mfu_ceiling_words, prediction_gap
 from explorer.compile.compile_result import memory_room
 from explorer.compile.xla_results import memory_limit
 from explorer.compile.compile_pool import POOL, queue_text

@@ -5,7 +5,7 @@ Pick a mesh, rules and a model in the sidebar; see how every array is sharded.
 
 import streamlit as st
 
-from explorer.text import judged_peak_note
+from explorer.target_text import judged_peak_note
 from ui import communication_view, report_view, target_view
 from ui.current import current_layout
 from ui.state import TIMING_RESULTS, edited_since_loaded

@@ -6,24 +6,22 @@ Scale Your Model" (Austin et al., 2025), https://jax-ml.github.io/scaling-book/:
 - compute: 6 x parameters x tokens / devices (the book's "Transformer math": a training step
   costs 6 flops per parameter per token, https://jax-ml.github.io/scaling-book/transformers/);
   tokens are the product of the inputs' batch and sequence dimensions;
-- HBM traffic: parameters read twice (forward and backward), gradients written and read,
-  optimizer state read and written, and the activations of every projection (a parameter with an
-  embed-role dimension and a tensor-role one, once per stacked layer): with the book's matmul
-  accounting (https://jax-ml.github.io/scaling-book/transformers/), Y = XW reads X and writes Y, and
-  the backward pass reads dY twice and X once and writes dX, so each side crosses HBM three times:
-  3 x tokens per device x (embed + the tensor side's width per device) x the activation's bytes;
-- collectives (https://jax-ml.github.io/scaling-book/sharding/, as ``roofline.collective_seconds``):
-  FSDP and the other axes parameters are sharded over: two AllGathers of the parameters
-  (forward, backward) and a ReduceScatter of the gradients over those axes; data: an AllReduce of
-  the gradients; tensor (Megatron): each row-parallel projection's output, the residual stream
-  (tokens per device x embed), all-reduced forward and its gradient backward; sequence: an
-  AllGather (forward) and a ReduceScatter (backward) of the key/value
-  activations; expert (a mixture of experts): four all-to-alls of the routed tokens (dispatch, combine, forward and
-  backward), or, where the routed tokens keep the axis on their batch (``Moe.gathered``), no all-to-all: the
-  experts' weights gathered as over FSDP. Each collective rides the links its mesh axis lies on (``explorer.hardware.placement``, as
-  the compile places the mesh): on a TPU slice the torus axes a group runs along, each a ring
-  (wraparound, both directions) or a line (one direction: half); on a GPU cluster NVLink inside a
-  host and the network per GPU between hosts (``roofline``'s two levels).
+- HBM traffic: parameters read twice (forward and backward), gradients written and read, optimizer state read and
+  written, and the activations of every projection (a parameter with an embed-role dimension and a tensor-role one,
+  once per stacked layer): with the book's matmul accounting (https://jax-ml.github.io/scaling-book/transformers/),
+  Y = XW reads X and writes Y, and the backward pass reads dY twice and X once and writes dX, so each side crosses
+  HBM three times: 3 x tokens per device x (embed + the tensor side's width per device) x the activation's bytes;
+- collectives (https://jax-ml.github.io/scaling-book/sharding/, as ``roofline.collective_seconds``): FSDP and the
+  other axes parameters are sharded over: two AllGathers of the parameters (forward, backward) and a ReduceScatter of
+  the gradients over those axes; data: an AllReduce of the gradients; tensor (Megatron): each row-parallel
+  projection's output, the residual stream (tokens per device x embed), all-reduced forward and its gradient backward;
+  sequence: an AllGather (forward) and a ReduceScatter (backward) of the key/value activations; expert (a mixture of
+  experts): four all-to-alls of the routed tokens (dispatch, combine, forward and backward), or, where the routed
+  tokens keep the axis on their batch (``Moe.gathered``), no all-to-all: the experts' weights gathered as over FSDP.
+  Each collective rides the links its mesh axis lies on (``explorer.hardware.placement``, as the compile places the
+  mesh): on a TPU slice the torus axes a group runs along, each a ring (wraparound, both directions) or a line (one
+  direction: half); on a GPU cluster NVLink inside a host and the network per GPU between hosts (``roofline``'s two
+  levels).
 
 The three terms give the lower bound (``Estimate.step_s``: the largest); beside it, ``Estimate.predicted_s``
 is the step predicted from the same work (``step_model.predict_totals``): the flops at the rate a step's
@@ -38,7 +36,6 @@ import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
-
 
 from explorer.advisor.space import default_roles
 from explorer.analysis.report import Report, itemsize

@@ -48,17 +48,16 @@ deviceless compile has none), and collectives' latency beyond the launch (``docs
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from collections.abc import Callable, Iterable
 
 from explorer.hlo import program as hlo
-from explorer.hlo.megascale import MegascaleOp, megascale_ops
 from explorer.hlo.instructions import Instruction, tuple_element
 from explorer.predict.roofline import Estimate
 from explorer.predict.step_rates import MATMUL_FIXED_K, Rates, rates
 from explorer.hardware.accelerators import Chip, Gpu
+from explorer.predict.collective_costs import collective_seconds_per_byte, dcn_sends
 
 SCOPE = "validated on one real H200 and against published MaxText runs on TPU v5e, v5p, v4, v6e and TPU7x only: docs/step-time.md"  # said wherever a prediction is shown
 OVERLAP = 0.95  # XLA's kMemoryComputeParallelism: how much of the shorter of compute and memory hides under the longer
@@ -408,33 +407,6 @@ def _written(root: Instruction, symbols: dict[str, Instruction]) -> float:
     return float(hbm_bytes(root.shape))
 
 
-@functools.lru_cache(maxsize=2)
-def dcn_sends(hlo_text: str) -> dict[str, MegascaleOp]:
-    """The program's collectives across TPU slices (a MegaScale ``send`` each), by the send's name."""
-    return {op.name: op for op in megascale_ops(hlo_text)}
-
-
-def collective_seconds_per_byte(collectives: Iterable, program: hlo.Program | None = None, device: Rates | None = None) -> dict[str, float]:
-    """Seconds per byte of each collective op, from costed collectives (``op``, ``bytes``, ``seconds``, ``link`` each).
-
-    Collectives that cross the data-center network between TPU slices (link ``dcn``) are apart: XLA compiles their
-    part across slices as MegaScale ``send``s, so ``"dcn:" + op`` is their seconds over the bytes the ``program``'s
-    sends of that op carry per step, at ``device.dcn_efficiency`` of the DCN figure (``step_rates.DCN_EVIDENCE``).
-    The rest, per op, is the seconds per result byte of the collectives inside a slice (or a GPU cluster's)."""
-    seconds: dict[str, float] = {}
-    moved: dict[str, float] = {}
-    for c in collectives:
-        key = f"dcn:{c.op}" if getattr(c, "link", "") == "dcn" else c.op
-        seconds[key] = seconds.get(key, 0.0) + c.seconds
-        moved[key] = moved.get(key, 0.0) + (0 if key.startswith("dcn:") else c.bytes)
-    if program is not None:
-        for send in dcn_sends(program.text).values():
-            key = f"dcn:{send.op}"
-            moved[key] = moved.get(key, 0.0) + send.bytes * send.runs
-    efficiency = device.dcn_efficiency if device is not None else 1.0
-    return {key: seconds[key] / moved[key] / (efficiency if key.startswith("dcn:") else 1.0) for key in seconds if moved.get(key)}
-
-
 def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Prediction:
     """The predicted seconds per step of the program on one device of ``chip`` (see the module docstring).
 
@@ -598,28 +570,6 @@ def with_prediction(estimate: Estimate, hlo_text: str, chip: Chip | Gpu, collect
     fp8 = math.fsum(flops for dtype, flops in hlo.matmul_flops_by_dtype(hlo_text).items() if dtype.startswith("f8"))
     parts = prediction.parts() | {"fp8_flops": fp8}  # fp8 matmuls' flops per step: said beside the prediction (fp8_note)
     return dataclasses.replace(estimate, predicted_s=max(prediction.step_s, estimate.step_s), prediction_parts=parts)
-
-
-def fp8_note(parts: dict | None, chip: Chip | Gpu) -> str:
-    """One line on the fp8 matmuls of a predicted step, at which rate they were costed ('' where there are none): the
-    chip's fp8 rate where its spec sheet has one (TPU7x), else the bf16 rate, said so (``step_rates``).
-
-    >>> from explorer.hardware.accelerators import CHIPS
-    >>> fp8_note({"fp8_flops": 1e15}, CHIPS["v6e"])[:80]
-    'fp8 matmuls: 1.00 PFLOP a step, costed at the bf16 rate: v6e has no fp8 rate (ht'
-    """
-    flops = (parts or {}).get("fp8_flops", 0.0)
-    if not flops:
-        return ""
-    from explorer.formats import human_flops
-    from explorer.hardware.accelerators import FP8_SOURCES
-
-    fp8 = getattr(chip, "device_fp8_flops", None)
-    if fp8:
-        return f"fp8 matmuls: {human_flops(flops)} a step, costed at {chip.generation}'s fp8 rate ({human_flops(fp8)}/s per device, {FP8_SOURCES[chip.generation]})"
-    if isinstance(chip, Gpu):
-        return f"fp8 matmuls: {human_flops(flops)} a step, costed at twice the bf16 rate (assumed, not measured)"
-    return f"fp8 matmuls: {human_flops(flops)} a step, costed at the bf16 rate: {chip.generation} has no fp8 rate ({FP8_SOURCES[chip.generation]})"
 
 
 def predict_totals(flops: float, bytes_accessed: float, collective_s: float, chip: Chip | Gpu, dtype: str = "bf16") -> float:

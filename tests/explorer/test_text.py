@@ -66,7 +66,7 @@ def test_more_than_eight_replicas_are_abbreviated():
 def test_the_compile_summary_shows_the_prediction_under_the_bound_with_its_scope():
     from explorer.predict.roofline import Estimate
     from explorer.predict.step_model import SCOPE
-    from explorer.text import compile_text
+    from explorer.target_text import compile_text
     from tests.explorer import compile_result
 
     lines = compile_text(compile_result("h200:1x1", estimate=Estimate(1e-3, 2e-3, 0.0, 5e-3))).splitlines()
@@ -80,7 +80,7 @@ def test_the_compile_text_names_the_target_once_and_rounds_no_figure_to_zero():
     """Issue 38: `target h100:1x8 (h100:1x8, …)`, `0.0000 TFLOP`, `compute 0.000 ms`, and a cached compile's time read
     as this run's."""
     from explorer.predict.roofline import Estimate
-    from explorer.text import compile_text
+    from explorer.target_text import compile_text
     from tests.explorer import compile_result
 
     result = compile_result("h100:1x8", compile_s=2.83, flops=3.2e7, bytes_accessed=2e6, estimate=Estimate(4.1e-8, 1e-6, 0.0))
@@ -119,7 +119,7 @@ def test_prediction_gap_says_why_the_prediction_is_far_above_the_bound_or_equal_
     its bytes at 4.217 TB/s plus a 1 us launch, then 30 us of host dispatch."""
     from explorer.predict import step_model
     from explorer.predict.roofline import Estimate
-    from explorer.text import prediction_gap
+    from explorer.target_text import prediction_gap
     from tests.explorer.predict.test_step_model import H200, LOOP
 
     kernels = 24 * (2 * 1024 * 1024 * 4 / 4.217e12 + 1e-6) + 25 * (5 / 4.217e12 + 1e-6)
@@ -147,7 +147,7 @@ def test_a_tpu_compiles_text_judges_the_peak_in_hbm_and_says_memory_analysis_pea
     import pathlib
 
     from explorer.compile.compile_result import TargetCompile
-    from explorer.text import compile_text, judged_peak_note
+    from explorer.target_text import compile_text, judged_peak_note
 
     path = pathlib.Path(__file__).parents[1] / "data" / "maxtext_published" / "v6e-llama3_1-8b-8chips.result.json"
     result = TargetCompile.from_json(json.loads(path.read_text()))
@@ -164,7 +164,7 @@ def test_a_tpu_compiles_text_judges_the_peak_in_hbm_and_says_memory_analysis_pea
 
 def test_the_compile_text_names_the_program_its_flags_and_a_flag_left_out():
     """Issue 52: which program was compiled and under which flags, beside the prediction; a flag libtpu refused, one line."""
-    from explorer.text import compile_text
+    from explorer.target_text import compile_text
     from tests.explorer import compile_result
 
     result = compile_result(
@@ -188,7 +188,7 @@ def test_the_command_lines_compile_text_has_no_exponent_notation():
     import re
 
     from explorer.compile.compile_result import TargetCompile
-    from explorer.text import compile_text
+    from explorer.target_text import compile_text
 
     folder = pathlib.Path(__file__).parents[1] / "data" / "maxtext_published"
     texts = [compile_text(TargetCompile.from_json(json.loads(path.read_text()))) for path in sorted(folder.glob("*.result.json"))]

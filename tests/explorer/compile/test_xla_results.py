@@ -17,7 +17,7 @@ from explorer.hlo.program import ParameterLayout
 from explorer.layout import SEED_LAYOUT, parse_layout
 from explorer.models import mlp
 from explorer.compile.target_compile import compile_target
-from explorer.text import compile_text
+from explorer.target_text import compile_text
 from tests.explorer import COMPILE_TARGET as TARGET
 from tests.explorer import mlp_layout
 

@@ -310,7 +310,7 @@ def test_the_ground_truth_imports_no_explorer_code():
 
 def test_the_verdict_line_names_the_figure_it_compares_with_on_a_gpu():
     """On a GPU the headroom is measured against JAX's share of the memory: the CLI line and the page say that figure."""
-    from explorer.text import compile_text
+    from explorer.target_text import compile_text
     from ui.target_view import verdict
 
     result = compile_result(

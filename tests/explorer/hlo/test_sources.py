@@ -20,7 +20,7 @@ from explorer.hlo import sources
 from explorer.compile.compiled import compile_step
 from explorer.layout import SEED_LAYOUT, parse_layout
 from explorer.models import mlp
-from explorer.text import communication_lines
+from explorer.target_text import communication_lines
 from explorer.timing.timing import traced_collectives
 
 # Frame 3 is called from frame 2 (its parent_frame_id is 3, so the caller is frame 2), which is called from frame 1.

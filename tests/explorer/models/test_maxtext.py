@@ -307,7 +307,7 @@ def test_maxtexts_pipeline_keys_build_stages_and_the_yaml_export_writes_them():
     has a stage axis of 2 over the slices, the decoder's weights are stacked [repeats, stage, ...] with the stage
     dimension on the stage axis, and the layout's MaxText YAML writes the pipeline keys it was given."""
     from explorer.layout import parse_layout
-    from explorer.sharing.share import maxtext_yaml
+    from explorer.sharing.exports import maxtext_yaml
 
     keys = CONFIGS["pipeline"]
     built = maxtext.build(keys)

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from explorer.hlo.instructions import parse_instruction
-from explorer.predict import step_model
+from explorer.predict import collective_costs, step_model
 from explorer.predict.roofline import Estimate
 from explorer.predict.step_rates import H200_BF16, H200_F32
 from explorer.compile.xla_compile import gpu_plugin
@@ -287,7 +287,7 @@ def test_a_loop_between_an_async_collectives_start_and_done_hides_it():
 
 def test_collective_seconds_per_byte_spreads_each_ops_time_over_its_bytes():
     costed = [SimpleNamespace(op="all-gather", bytes=100, seconds=2.0), SimpleNamespace(op="all-gather", bytes=300, seconds=2.0)]
-    assert step_model.collective_seconds_per_byte(costed) == {"all-gather": 0.01}
+    assert collective_costs.collective_seconds_per_byte(costed) == {"all-gather": 0.01}
 
 
 MULTISLICE = """HloModule multislice
@@ -317,7 +317,7 @@ def test_a_collective_across_tpu_slices_is_its_megascale_send_at_the_generations
         SimpleNamespace(op="all-reduce", bytes=2048 * 4, seconds=4e-3, link="dcn"),
     ]
     share = DCN_EVIDENCE["v5e"].efficiency
-    rates = step_model.collective_seconds_per_byte(costed, step_model.hlo.Program(MULTISLICE), step_model.rates(v5e))
+    rates = collective_costs.collective_seconds_per_byte(costed, step_model.hlo.Program(MULTISLICE), step_model.rates(v5e))
     assert rates == pytest.approx({"all-reduce": 1e-3 / 4096, "dcn:all-reduce": 4e-3 / 8192 / share})
     prediction = step_model.predict(MULTISLICE, v5e, costed)
     assert prediction.collective_s == pytest.approx(1e-3 + 4e-3 / share)

@@ -167,17 +167,17 @@ def test_bad_axis_types_name_the_field_and_the_value(seed_dict, types, field, qu
 
 
 def test_links_files_code_and_yaml_carry_the_axis_types():
-    from explorer.sharing import share
+    from explorer.sharing import exports, share
     from explorer.layout import load_layout_json
 
     explicit = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"))
     query = share.layout_to_query(explicit)
     assert "types=explicit,explicit" in query and share.layout_from_link(query) == explicit
     assert load_layout_json(explicit.to_json()) == explicit
-    assert "axis_types=(AxisType.Explicit,) * 2" in share.python_snippet(explicit)
-    assert "shard_mode: explicit" in share.maxtext_yaml(explicit)
+    assert "axis_types=(AxisType.Explicit,) * 2" in exports.python_snippet(explicit)
+    assert "shard_mode: explicit" in exports.maxtext_yaml(explicit)
     mixed = layout(f"{CLASSES}:make_type_over_metadata", (2, 4), ("data", "model"), types=["auto", "explicit"])
-    assert "axis_types=(AxisType.Auto, AxisType.Explicit)" in share.python_snippet(mixed)
+    assert "axis_types=(AxisType.Auto, AxisType.Explicit)" in exports.python_snippet(mixed)
     assert share.layout_from_link(share.layout_to_query(mixed)) == mixed
     with pytest.raises(ExplorerError, match=r"mesh.axis_types\[0\]: 'sideways'"):
         share.layout_from_link(query.replace("types=explicit,explicit", "types=sideways,explicit"))

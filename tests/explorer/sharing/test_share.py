@@ -17,7 +17,8 @@ from explorer.errors import ExplorerError
 from explorer.layout import load_layout_json, parse_layout
 from explorer.models import MODELS
 from explorer.rules import PRESETS, preset_rules
-from explorer.sharing.share import layout_from_link, layout_to_query, maxtext_yaml, params_to_layout, python_snippet
+from explorer.sharing.share import layout_from_link, layout_to_query, params_to_layout
+from explorer.sharing.exports import maxtext_yaml, python_snippet
 from tests.paths import ROOT
 
 
