@@ -513,8 +513,8 @@ def lower_train_step(keys: dict[str, str]):
 
     as_main_does()
     config = build_config(keys)
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # MaxText prints; stdout carries the result
+    try:  # MaxText's models built as its import sets Flax up for them (own_settings)
+        with contextlib.redirect_stdout(sys.stderr), own_settings():  # MaxText prints; stdout carries the result
             train_compile.validate_config(config)
             mesh = train_compile.get_topology_mesh(config)
             args, kwargs, state_shardings, _, model = train_compile.get_shaped_inputs(mesh, config)

@@ -51,8 +51,9 @@ def test_stage_1_of_a_maxtext_config_is_within_1_5x_of_its_compiled_prediction(n
     roles = estimate.report_roles(report)
     devices = parse_target(row["target"]).devices
     assert (
-        estimate.tokens_per_step(report, roles) == row["maxtext"]["per_device_batch_size"] * devices * row["maxtext"]["max_target_length"]
-    )
+        estimate.tokens_per_step(report, roles)
+        == float(row["maxtext"]["per_device_batch_size"]) * devices * int(row["maxtext"]["max_target_length"])
+    )  # a recipe's keys are strings, as its command line writes them
     stage1 = estimate.stage1_estimate(report, parse_target(row["target"])).estimate
     compiled = compiled_prediction(name)
     assert 1 / 1.5 <= compiled / stage1.predicted_s <= 1.5, (compiled, stage1)

@@ -154,7 +154,7 @@ def test_the_cli_path_reads_maxtexts_parameters_mesh_and_activations(name, groun
     report = json.loads(capsys.readouterr().out)  # MaxText's own prints kept off stdout
     assert report["layout"]["mesh"]["axes"] == truth["axes"]
     assert report["layout"]["mesh"]["shape"] == truth["shape"]
-    assert report["layout"]["model"] == {"name": "maxtext", "options": maxtext.parse_keys(CONFIGS[name])}
+    assert report["layout"]["model"] == {"name": "maxtext", "options": maxtext.check_options(maxtext.parse_keys(CONFIGS[name]))}
     sizes = dict(zip(truth["axes"], truth["shape"]))
 
     def placed(spec):  # MaxText drops the mesh axes of size 1 from its specs; sharding over them places nothing
