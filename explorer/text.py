@@ -55,13 +55,15 @@ def code_literal(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def memory_relation(memory: dict, peak_name: str = "XLA's peak") -> str:
+def memory_relation(memory: dict, peak_name: str = "XLA's peak", fullest: int | None = None) -> str:
     """One sentence saying how XLA's ``memory_analysis()`` figures relate, with this program's numbers; ``peak_name``
     is what the page calls ``memory_analysis()``'s peak (where another figure is "XLA's peak": a TPU verdict's peak in
     HBM, ``judged_peak_note``, it is "memory_analysis()'s peak").
 
     XLA's peak is the most bytes live at one moment (its heap simulation); arguments, outputs and
-    temporaries are allocation sizes, which need not all be live at that moment.
+    temporaries are allocation sizes, which need not all be live at that moment. Where the buffer assignment's
+    fullest point (``fullest``: the memory breakdown's peak) differs, as on XLA's CPU backend, whose peak leaves the
+    temporaries out, that figure is named instead.
 
     >>> memory_relation({"argument_bytes": 12, "output_bytes": 12, "alias_bytes": 0, "temp_bytes": 4, "peak_bytes": 24})
     "XLA's peak (24 B) is the most bytes live at one moment; here it equals arguments + outputs − aliased (24 B) and does not include the temporaries (4 B)."
@@ -70,6 +72,12 @@ def memory_relation(memory: dict, peak_name: str = "XLA's peak") -> str:
     """
     peak, temp = memory["peak_bytes"], memory["temp_bytes"]
     held = memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"]
+    if fullest is not None and fullest != peak:  # the buffer assignment's fullest point (compile.memory_breakdown)
+        return (
+            f"{peak_name} ({human_bytes(peak)}) is not the most bytes live at one moment here: XLA's buffer assignment "
+            f"holds {human_bytes(fullest)} at its fullest point of the program (what fills the memory, below); "
+            f"arguments + outputs − aliased are {human_bytes(held)}, temporaries {human_bytes(temp)}."
+        )
     lead = f"{peak_name} ({human_bytes(peak)}) is the most bytes live at one moment"
     if peak == held + temp:
         return f"{lead}; here it is arguments + outputs − aliased + temporaries: all of them are live together."

@@ -275,7 +275,8 @@ def show_memory(result: TimingResult) -> None:
         },
     )
     if "peak_bytes" in result.memory:
-        st.caption(memory_relation(result.memory))
+        fullest = result.memory_breakdown.peak_bytes if result.memory_breakdown is not None else None
+        st.caption(memory_relation(result.memory, "memory_analysis()'s peak", fullest))
     for note in result.memory_notes():
         st.caption("• " + note)
     st.caption(peak_in_use_text(result))

@@ -40,7 +40,7 @@ from explorer.compile.compiled import (
     timing_device,
 )
 from explorer.errors import ExplorerError
-from explorer.formats import counted
+from explorer.formats import counted, human_bytes
 from explorer.hlo.program import collective_ops as hlo_collective_ops
 from explorer.hlo.program import collectives
 from explorer.hlo.sources import Traced
@@ -134,7 +134,7 @@ class TimingResult:
         else:
             notes.append("outputs match the state exactly")
         if self.memory["alias_bytes"]:
-            notes.append(f"the state is donated: XLA reuses its {self.memory['alias_bytes']:,} B for the outputs (aliased)")
+            notes.append(f"the state is donated: XLA reuses its {human_bytes(self.memory['alias_bytes'])} for the outputs (aliased)")
         notes.append(self._temporaries_note())
         return notes
 
@@ -143,12 +143,12 @@ class TimingResult:
         temp, declared = self.memory["temp_bytes"], self.estimate["declared_activation_bytes"]
         if temp < declared:
             return (
-                f"temporaries ({temp:,} B) are less than the declared activations ({declared:,} B): XLA fuses values into "
+                f"temporaries ({human_bytes(temp)}) are less than the declared activations ({human_bytes(declared)}): XLA fuses values into "
                 "the ops that use them and writes the new state over the donated one, so it holds few buffers of its own"
             )
         return (
-            f"temporaries ({temp:,} B) are XLA's own buffers after reuse: the activations it keeps for the backward pass "
-            f"(the analysis lists {declared:,} B declared), and gradients and Adam's update where not written over the donated state"
+            f"temporaries ({human_bytes(temp)}) are XLA's own buffers after reuse: the activations it keeps for the backward pass "
+            f"(the analysis lists {human_bytes(declared)} declared), and gradients and Adam's update where not written over the donated state"
         )
 
     @property

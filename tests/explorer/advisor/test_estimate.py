@@ -50,9 +50,8 @@ def test_stage_1_of_a_maxtext_config_is_within_1_5x_of_its_compiled_prediction(n
     report = analyze(layout)
     roles = estimate.report_roles(report)
     devices = parse_target(row["target"]).devices
-    assert (
-        estimate.tokens_per_step(report, roles)
-        == float(row["maxtext"]["per_device_batch_size"]) * devices * int(row["maxtext"]["max_target_length"])
+    assert estimate.tokens_per_step(report, roles) == float(row["maxtext"]["per_device_batch_size"]) * devices * int(
+        row["maxtext"]["max_target_length"]
     )  # a recipe's keys are strings, as its command line writes them
     stage1 = estimate.stage1_estimate(report, parse_target(row["target"])).estimate
     compiled = compiled_prediction(name)

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from explorer.formats import human_bytes
+
 from explorer.compile import compiled as compiled_lib
 from explorer.analysis.analyzer import analyze
 from explorer.errors import ExplorerError
@@ -287,9 +289,9 @@ def test_the_note_on_temporaries_claims_only_what_their_size_can_hold(temp):
         state_leaves=1,
     )
     note = result.memory_notes()[-1]
-    assert note.startswith(f"temporaries ({temp:,} B) ")
+    assert note.startswith(f"temporaries ({human_bytes(temp)}) ")  # in units a person reads (issue 55)
     if temp < declared:
-        assert "gradients" not in note and "less than the declared activations (81,920 B)" in note
+        assert "gradients" not in note and "less than the declared activations (80.0 KiB)" in note
     else:
         assert "activations it keeps for the backward pass" in note and "gradients and Adam's update" in note
 
