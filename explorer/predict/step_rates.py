@@ -79,7 +79,7 @@ DISPATCH_S = 30e-6  # per step: JAX's jit_trivial benchmark (jax-ml/jax pull req
 GPU_LAUNCH_S = 1e-6
 NCCL_LAUNCH_S = 5e-6
 V5E_MATMUL_EFFICIENCY = 1.0  # set from MaxText's 32B run on one v5e-256 (TPU_EVIDENCE; docs/step-time.md): the fit reaches
-# the spec's peak (its program is predicted 1.09x the published step even there: the rest is in the non-matmul terms)
+# the spec's peak (its program is predicted 1.07x the published step even there: the rest is in the non-matmul terms)
 V5P_MATMUL_EFFICIENCY = 0.884  # set from MaxText's 32B run on one v5p-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.884 of the peak
 V4_MATMUL_EFFICIENCY = 0.802  # set from MaxText's 22B run on one v4-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.802 of the peak
 # set from tpu-recipes' Llama 3.1 70B in bf16 on tpu7x-128 (TPU_EVIDENCE; docs/step-time.md): its step at 0.723 of the peak
