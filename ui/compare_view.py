@@ -24,7 +24,7 @@ from ui import report_view, tables
 from ui.current import simulated_devices_note
 from ui.fields import whole_number
 from ui.race_view import RACE, RACE_ROUNDS, race_now, raced_medians, show_race
-from ui.state import TIMING_RESULTS
+from ui.state import TIMING_RESULTS, as_shared
 from ui.target_view import predicted_steps
 
 CURRENT = "Current layout (sidebar)"
@@ -56,7 +56,7 @@ def chosen_layouts(current: Layout) -> list[tuple[str, Layout]]:
     picked: list[tuple[str, Layout]] = []
     for source in sources:
         if source == CURRENT:
-            picked.append((f"current: {current.name}", current))
+            picked.append((f"current: {as_shared(current).name}", current))  # "(edited)" as the Layout page says
             continue
         try:
             picked.append((f"library: {source}", library.load(source).layout))

@@ -114,6 +114,7 @@ def levers_section(result: TargetCompile, layout: Layout) -> None:
         st.session_state.setdefault(LEVERS, {})[slot] = outcomes
     shown = outcomes if outcomes is not None else tuple(LeverOutcome(lever, None, lever.unavailable) for lever in found)
     rows = [_lever_row(outcome, result) for outcome in shown]
+    why_not = [(outcome.lever.name, _why_not(outcome)) for outcome in shown if _why_not(outcome)]
     with st.container(key="target_levers"):
         tables.fitted(
             pd.DataFrame(rows),
@@ -126,6 +127,8 @@ def levers_section(result: TargetCompile, layout: Layout) -> None:
         "Frees (estimate): the bytes the lever is expected to free at the peak, an estimate; XLA's new peak is the compile's, "
         "the verdict's figure for the lever's layout."
     )
+    for name, why in why_not:  # a sentence, whole here: in the table's narrow cell it was cut after three lines
+        st.caption(f"{markdown_literal(name)}: {markdown_literal(why)}")
     made = [lever for lever in found if lever.layout is not None]
     if made:
         row = st.container(horizontal=True, vertical_alignment="bottom")
@@ -161,6 +164,13 @@ def _compile(found, result: TargetCompile) -> tuple[LeverOutcome, ...]:
     return outcomes
 
 
+def _why_not(outcome: LeverOutcome) -> str:
+    """Why a lever has no compiled peak: its compile's error, or why the model cannot make its layout ("" if neither)."""
+    if outcome.result is not None:
+        return ""
+    return outcome.error or ("" if outcome.lever.layout is not None else outcome.lever.unavailable)
+
+
 def _lever_row(outcome: LeverOutcome, base: TargetCompile) -> dict:
     lever = outcome.lever
     compiled = outcome.result
@@ -168,7 +178,7 @@ def _lever_row(outcome: LeverOutcome, base: TargetCompile) -> dict:
         peak = f"{human_bytes(outcome.peak_bytes)} ({human_bytes(base.judged_peak_bytes - outcome.peak_bytes)} less)"
         fits = "yes" if compiled.fits else "NO"
     else:
-        peak = outcome.error or ("not compiled yet" if lever.layout is not None else lever.unavailable)
+        peak = "not compiled: see below" if _why_not(outcome) else "not compiled yet"
         fits = "—"
     return {
         "lever": lever.name,

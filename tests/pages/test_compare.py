@@ -266,3 +266,14 @@ def test_a_stopped_timing_is_said_beside_its_median(shelf, seed_dict):
     timings = next(t.value for t in at.table if "median step" in t.value.columns).set_index("layout")["median step"]
     median = human_seconds(stopped.step_s.median)
     assert timings.iloc[0] == f"{median}, stopped after 1 of 40 steps" and timings.iloc[1] == "not timed", timings
+
+
+def test_the_current_layout_edited_since_it_was_loaded_is_named_as_the_layout_page_names_it(shelf):
+    at = AppTest.from_file(APP, default_timeout=300).run()
+    at.number_input(key="option::mlp::layers").set_value(3).run()
+    at.switch_page("views/2_Compare.py").run()
+    at.multiselect(key="compare_sources").set_value(["Current layout (sidebar)", "tensor parallel"]).run()
+    assert not at.exception
+    differences = next(d.value for d in at.dataframe if "path" in d.value.columns)
+    # it read "current: seed-2x4", the loaded layout's name, for the edited one
+    assert "current: seed-2x4 (edited)" in differences.columns, list(differences.columns)
