@@ -6,6 +6,8 @@ per device, from XLA's buffer assignment.
 
 from __future__ import annotations
 
+import os
+
 from typing import Sequence
 
 from explorer.compile.memory_breakdown import KIND_RULES, MemoryBreakdown, PeakBuffer
@@ -57,6 +59,12 @@ def buffer_rows(buffers: Sequence[PeakBuffer]) -> list[dict[str, str]]:
     ]
 
 
+def _file_line(name: str) -> str:
+    """``/abs/path/mlp.py:23`` as the other tables name a line: ``mlp.py:23`` (--json keeps the whole path)."""
+    file, colon, rest = name.partition(".py:")
+    return os.path.basename(file) + colon + rest if colon else short_path(name, 70)
+
+
 def _what(buffer: PeakBuffer) -> str:
     layers = f" ({buffer.layers} layers stacked)" if buffer.layers > 1 else ""
     if buffer.module:
@@ -86,7 +94,7 @@ def memory_text(breakdown: MemoryBreakdown | None, rows: int = TABLE_ROWS) -> st
     lined = [g for g in breakdown.by_line if g.name]
     if lined:
         lines.append("  by line of the model's code:")
-        lines += [f"    {human_bytes(g.bytes):>10}  {short_path(g.name, 70)}: {_kinds(g.kinds)}" for g in lined[:8]]
+        lines += [f"    {human_bytes(g.bytes):>10}  {_file_line(g.name)}: {_kinds(g.kinds)}" for g in lined[:8]]
     if breakdown.by_layer:
         lines.append(f"  by layer ({counted(len(breakdown.by_layer), 'layer')}; a scanned stack's bytes shared by its layers):")
         lines += [f"    {human_bytes(g.bytes):>10}  {g.name}: {_kinds(g.kinds)}" for g in breakdown.by_layer[:12]]

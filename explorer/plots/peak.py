@@ -36,7 +36,7 @@ def heap_figure(breakdown: MemoryBreakdown, limit: tuple[int, str] | None = None
             opacity=0.08,
             line_width=0,
             annotation_text="backward pass",
-            annotation_position="top left",
+            annotation_position="bottom left",  # at its foot: the peak's label is at the top
         )
     figure.add_scatter(
         x=positions,
