@@ -126,14 +126,20 @@ def test_the_explanation_says_whether_a_pipeline_won_its_bubble_by_maxtexts_form
 # 1.8 B parameters, about 20 GiB of state with Adam's two moments, over one slice's 16 GiB. The hand-written layouts,
 # each compiled for the target: FSDP over the four slices (the search's own layout too, so its compile is shared) and
 # four pipeline stages, one per slice, every other logical name replicated (each written out, as the advisor writes
-# its candidates: where the search compiled the same layout, the compile is shared; the program is the same either way).
+# its candidates, rules in its order: where the search compiled the same layout, the compile is shared (before, the
+# stage rule first gave another cache key and a second compile of the same program, about 40 CPU-s); the program is
+# the same either way: each logical name has one rule, so their order changes nothing).
 HELD_OUT_TARGET = "4xv5e:1x1"
 HELD_OUT = dict(batch=8, seq_len=32, layers=4, d_model=4096, heads=32, kv_heads=8, head_dim=128, mlp_dim=32768, vocab=256)
 HELD_OUT_HAND = {
     "fsdp4-across-slices": ({"shape": [4], "axes": ["fsdp"], "dcn": [4]}, [["batch", "fsdp"], ["embed", "fsdp"], ["layer", None]], {}),
     "stage4-across-slices": (
         {"shape": [4], "axes": ["stage"], "dcn": [4]},
-        [["stage", "stage"], *([name, None] for name in ("batch", "embed", "heads", "kv", "kv_heads", "layer", "length", "mlp", "vocab"))],
+        # the advisor's order (by logical name): the same layout key as its candidate, so its compile is the search's
+        [
+            [name, "stage" if name == "stage" else None]
+            for name in ("batch", "embed", "heads", "kv", "kv_heads", "layer", "length", "mlp", "stage", "vocab")
+        ],
         {"pipeline_stages": 4, "pipeline_microbatches": 4},
     ),
 }
