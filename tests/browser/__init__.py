@@ -23,6 +23,8 @@ from typing import Iterator
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Playwright, expect
 
+from explorer import children
+
 from tests.paths import ROOT
 
 REPO = ROOT
@@ -117,7 +119,9 @@ def streamlit_server(devices: int = DEVICES) -> Iterator[str]:
     ]
     env = {**os.environ, "EXPLORER_CPU_DEVICES": str(devices)}
     with tempfile.TemporaryFile(mode="w+") as log:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # through explorer.children: the server ends with this worker, however it ends (a suite stopped by a signal
+        # left servers running before)
+        process = children.start(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         _SERVER_LOGS[url] = log
         try:
             _wait_healthy(url, process, log)
