@@ -21,10 +21,4 @@ fi
 # waiting for the page, so a third worker fills them (fresh clones of one commit: tests 587 s with three, 676 s with
 # two). The files go in tests/conftest.py's order (longest first, browser files beside CPU-bound ones), not xdist's
 # (by number of tests).
-# The run's temporary files in a folder of its own (pytest's tmp_path, the suite's disk caches, Ray's session, XLA's
-# dumps, the compile children's files), removed at the end: another suite running on the same machine (a second
-# checkout, a CI job beside a developer's run) never reads or removes this run's files.
-TMPDIR="$(mktemp -d "${TMPDIR:-/tmp}/explorer-suite-XXXXXX")"
-export TMPDIR
-trap 'rm -rf "$TMPDIR"' EXIT
-.venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder "$@"
