@@ -329,10 +329,12 @@ def memory_search(
             break
         found = next_step(search, base, once)
         if found is None and base.verified:
-            search.memory_steps.append(
+            said = (
                 f"from {base.layout.name}, no change tried makes it fit by the estimate calibrated on XLA's peaks "
                 "(remat, microbatches, the tensor and sequence splits, a smaller batch, FSDP over every device, as the model has them)"
             )
+            if said not in search.memory_steps:  # the search runs again after the rounds: said once
+                search.memory_steps.append(said)
             break
         candidate, changes = found or (base, [])
         goes = ", ".join(f"{kind} {human_bytes(size)}" for kind, size in where_memory_goes(base).items())
