@@ -182,13 +182,7 @@ class NotebookReport(Report):
             )
             for a in self.arrays[:HTML_ARRAY_ROWS]
         ]
-        parts.append(
-            "<table><thead><tr>"
-            + "".join(f"<th>{h}</th>" for h in header)
-            + "</tr></thead><tbody>"
-            + "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
-            + "</tbody></table>"
-        )
+        parts.append(_html_table(header, rows))
         if len(self.arrays) > HTML_ARRAY_ROWS:
             parts.append(f"<p>… and {len(self.arrays) - HTML_ARRAY_ROWS:,} more arrays: <code>to_pandas()</code> has them all.</p>")
         parts.append("</div>")
@@ -317,14 +311,19 @@ class NotebookCompile:
             parts.append(f"<p>{_escape(peak_headline(self.result.memory_breakdown))}</p>")
             rows = buffer_rows(self.result.memory_breakdown.buffers[:10])
             header = ("size", "unpadded", "kind", "shape", "line", "what")
-            parts.append(
-                "<table><thead><tr>"
-                + "".join(f"<th>{h}</th>" for h in header)
-                + "</tr></thead><tbody>"
-                + "".join("<tr>" + "".join(f"<td>{_escape(r[h])}</td>" for h in header) + "</tr>" for r in rows)
-                + "</tbody></table>"
-            )
+            parts.append(_html_table(header, [[r[h] for h in header] for r in rows]))
         return "\n".join(parts)
+
+
+def _html_table(header: tuple[str, ...], rows) -> str:
+    """A plain HTML table of ``rows`` (each a sequence of cells, escaped here) under ``header``."""
+    return (
+        "<table><thead><tr>"
+        + "".join(f"<th>{h}</th>" for h in header)
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{_escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+        + "</tbody></table>"
+    )
 
 
 def _escape(text: object) -> str:
