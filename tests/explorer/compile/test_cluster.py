@@ -44,8 +44,25 @@ def cluster():
 
 
 def children() -> int:
-    found = subprocess.run(["pgrep", "-f", CHILD], capture_output=True, text=True).stdout.split()
-    return len(found)
+    return len(compile_children())
+
+
+def compile_children() -> list[int]:
+    """The compile children the tasks started on this host (their command line names their folder)."""
+    return [int(pid) for pid in subprocess.run(["pgrep", "-f", CHILD], capture_output=True, text=True).stdout.split()]
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``ancestor`` is ``pid``'s parent, its parent's parent, ... (read from /proc; False once it ended)."""
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])  # the field after the state: the parent's pid
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
 
 
 def until(condition, timeout_s: float = 60.0) -> None:
@@ -100,17 +117,21 @@ def test_a_node_killed_mid_compile_has_its_compile_run_again_on_the_other(cluste
     pool = CompilePool()
     pool.connect(head.address)
     layouts = [small(copy.deepcopy(SEED_LAYOUT), depth=384, layers=6), small(copy.deepcopy(SEED_LAYOUT), depth=640, layers=6)]
+    driver = ray._private.worker.global_worker.node.raylet_socket_name  # the raylet this process joined
+    victim = next(w for w in workers if w.raylet_socket_name != driver)  # Ray refuses to remove the driver's own node
+    raylet = victim.all_processes["raylet"][0].process.pid  # its workers, and their compile children, descend from it
     killed = []
 
-    def kill_when_both_run(_jobs) -> None:
-        if not killed and children() == 2:  # one compile on each node (one CPU each)
-            driver = ray._private.worker.global_worker.node.raylet_socket_name  # the raylet this process joined
-            victim = next(w for w in workers if w.raylet_socket_name != driver)
+    def kill_when_the_victim_compiles(_jobs) -> None:
+        # As soon as a compile child runs on the victim node: not "when both run", which under a loaded machine's
+        # scheduling (one task's worker still starting while the other's compile ends) could never be seen (CI run of
+        # 2026-11-29). Both tasks are submitted at once and each node has one CPU, so one of them runs there.
+        if not killed and any(descends_from(pid, raylet) for pid in compile_children()):
             head.remove_node(victim)  # that node's raylet and workers, its compile child with them
             killed.append(True)
 
     try:
-        outcomes = pool.compile_many("A", [(layout, TARGET) for layout in layouts], on_progress=kill_when_both_run)
+        outcomes = pool.compile_many("A", [(layout, TARGET) for layout in layouts], on_progress=kill_when_the_victim_compiles)
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")}  # the workers left
     finally:
         pool.connect(None)
