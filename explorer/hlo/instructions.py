@@ -44,7 +44,7 @@ def parse_instruction(line: str) -> Instruction | None:
     if not opcode:
         return None
     arguments, end = _balanced(line, position + opcode.end() - 1)
-    operands = tuple(operand_name(part) for part in _top_level_split(arguments[1:-1]) if _COMMENT.sub("", part).strip())
+    operands = tuple(operand_name(part) for part in _top_level_split(arguments[1:-1]) if _uncommented(part).strip())
     return Instruction(head["name"], shape, opcode[1], operands, line[end:], head["root"] is not None)
 
 
@@ -54,7 +54,11 @@ def operand_name(text: str) -> str:
     >>> operand_name("/*index=5*/bf16[8]{0} %param.3")
     'param.3'
     """
-    return _COMMENT.sub(" ", text).split()[-1].lstrip("%")
+    return _uncommented(text, " ").split()[-1].lstrip("%")
+
+
+def _uncommented(text: str, instead: str = "") -> str:
+    return _COMMENT.sub(instead, text) if "/*" in text else text  # most operands have no comment: no regex pass
 
 
 def _balanced(text: str, start: int) -> tuple[str, int]:
@@ -120,7 +124,7 @@ def program_lines(hlo_text: str) -> list[str]:
         else:
             lines.append(line)
         if depth > 0 or line[:1].isspace():  # an instruction's line (computation headers and their "}" are not indented)
-            bare = _STRING.sub("", line)
+            bare = _STRING.sub("", line) if '"' in line else line
             depth = max(depth + bare.count("{") - bare.count("}"), 0)
     return lines
 

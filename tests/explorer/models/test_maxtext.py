@@ -213,28 +213,29 @@ def test_cli_without_maxtext_one_message_exit_2(monkeypatch, capsys):
     assert "'per_device_batch_size' is not KEY=VALUE" in capsys.readouterr().err
 
 
-# MaxText's own train step, three programs its ``train_compile.py`` compiles in seconds (issue 52): what the explorer's
+# MaxText's own train step, two programs its ``train_compile.py`` compiles in seconds (issue 52): what the explorer's
 # loss around MaxText's model could not be (the vocabulary's logits tiled inside MaxText's loss, gradient accumulation),
-# a mixture of experts, and two slices joined by the DCN
+# and a mixture of experts on two slices joined by the DCN (one program for both, as a recipe gives the slices:
+# --device-type=v5e-4 --num-slices=2: --target names the slice, the key the count)
 PROGRAMS = {
     "tiled-accumulated": (
         [*TINY[:-1], "per_device_batch_size=2", "num_vocab_tiling=4", "gradient_accumulation_steps=2", "ici_fsdp_parallelism=8"],
         "v5e-8",
     ),
-    "moe": (
+    "moe-two-slices": (
         [
             *TINY,
             "decoder_block=mixtral",
             "num_experts=4",
             "num_experts_per_tok=2",
             "base_moe_mlp_dim=512",
-            "ici_fsdp_parallelism=4",
+            "ici_fsdp_parallelism=2",
             "ici_expert_parallelism=2",
+            "dcn_data_parallelism=2",
+            "compile_topology_num_slices=2",
         ],
-        "v5e-8",
+        "v5e-4",
     ),
-    # the slices as a recipe gives them (--device-type=v5e-4 --num-slices=2): --target names the slice, the key the count
-    "two-slices": ([*TINY, "ici_fsdp_parallelism=4", "dcn_data_parallelism=2", "compile_topology_num_slices=2"], "v5e-4"),
 }
 
 
@@ -268,7 +269,7 @@ def test_compile_maxtext_is_maxtexts_own_train_step(maxtexts_own_compiles, capsy
     """``explorer compile --maxtext KEYS --target T --json`` compiles the program MaxText's own ``train_compile.py``
     compiles for the same keys (issue 52): ``memory_analysis()`` equal to the byte and ``cost_analysis()``'s flops equal
     (the result's flops less what it adds for loop iterations past the first), for a dense model whose loss tiles the
-    vocabulary and accumulates gradients, a mixture of experts, and two slices; under the LIBTPU_INIT_ARGS MaxText's
+    vocabulary and accumulates gradients, and a mixture of experts on two slices; under the LIBTPU_INIT_ARGS MaxText's
     ``main`` compiles with (its RNG flag), which the result names. Before, the explorer compiled its own loss and Adam
     around MaxText's model: another program (the first config's argument bytes differed, and Gemma 3 with
     num_vocab_tiling failed to trace)."""
@@ -285,9 +286,9 @@ def test_compile_maxtext_is_maxtexts_own_train_step(maxtexts_own_compiles, capsy
         assert result["flops"] - result["loop_work"]["flops"] == truth[name]["flops"], name
         assert result["flags"]["LIBTPU_INIT_ARGS"].split() == truth[name]["libtpu_init_args"].split()[:1], name
         assert result["program"].startswith("MaxText's own train step") and result["fits"] is True
-    assert any("expert" in c["mesh_axes"] for c in ours["moe"]["collectives"])
-    assert any(c["link"] == "dcn" for c in ours["two-slices"]["collectives"])
-    assert ours["two-slices"]["target"]["slices"] == 2  # --target v5e-4 with compile_topology_num_slices=2: two slices
+    assert any("expert" in c["mesh_axes"] for c in ours["moe-two-slices"]["collectives"])
+    assert any(c["link"] == "dcn" for c in ours["moe-two-slices"]["collectives"])
+    assert ours["moe-two-slices"]["target"]["slices"] == 2  # --target v5e-4 with compile_topology_num_slices=2: two slices
 
 
 @needs_maxtext
