@@ -1,6 +1,7 @@
 """What runs on this machine, read from Linux's /proc with no explorer code: a process's state, its environment, the
 libraries it has loaded. The tests of processes that must end (tests/explorer/test_children.py, tests/test_orphans.py)
-and of libtpu's lock (tests/test_at_once.py, tests/explorer/hardware/test_libtpu.py) read them."""
+and of libtpu's lock (tests/test_at_once.py, tests/explorer/hardware/test_libtpu.py), and the Ray node-kill test
+(tests/explorer/compile/test_cluster.py) read them."""
 
 from __future__ import annotations
 
@@ -15,12 +16,30 @@ linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /
 MARK = "EXPLORER_TEST_MARK"  # a test puts this in a command's environment; everything that command starts inherits it
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state, parent's pid, ...); [] once it ended."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return []
+
+
 def running(pid: int) -> bool:
     """The process exists and is not a zombie (dead, waiting to be reaped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``ancestor`` is ``pid``'s parent, its parent's parent, ... (False once it ended)."""
+    while pid > 1:
+        fields = _stat_fields(pid)
+        if len(fields) < 2:
+            return False
+        pid = int(fields[1])
+        if pid == ancestor:
+            return True
+    return False
 
 
 def ended_within(pid: int, seconds: float) -> bool:

@@ -133,33 +133,34 @@ def _times_each_computation_runs(
     """
     if entry is None:
         return ({name: 1 for name in computations}, {name: 1 for name in computations}), 0
-    callers: dict[str, list[tuple[str | None, int, int]]] = {}  # callee -> (caller, times per call, times once)
+    callers: dict[str, list[tuple[str | None, int]]] = {}  # callee -> (caller, times it runs per call of the caller)
     unbounded = 0
     for caller, lines in computations.items():
         for line in lines:
             named = callees(line)
             if not named:
                 continue
-            trip = trip_count(line, lines, computations) if _WHILE.search(line) is not None else None
-            unbounded += _WHILE.search(line) is not None and trip is None
+            is_loop = _WHILE.search(line) is not None
+            trip = trip_count(line, lines, computations) if is_loop else None
+            unbounded += is_loop and trip is None
             for role, name in named:
                 times = 1
                 if trip is not None and role == "body":
                     times = trip
                 elif trip is not None and role == "condition":
                     times = trip + 1
-                callers.setdefault(name, []).append((caller, times, 1))
+                callers.setdefault(name, []).append((caller, times))
 
-    def counts(column: int) -> dict[str | None, int]:
+    def counts(once: bool) -> dict[str | None, int]:
         @functools.cache
         def runs(name: str | None) -> int:
             if name == entry or name is None:
                 return 1
-            return sum(runs(called[0]) * called[column] for called in callers.get(name, ()))
+            return sum(runs(caller) * (1 if once else times) for caller, times in callers.get(name, ()))
 
         return {name: runs(name) for name in computations}
 
-    return (counts(1), counts(2)), unbounded
+    return (counts(once=False), counts(once=True)), unbounded
 
 
 CONTROL_ROLES = frozenset({"condition", "body", "true_computation", "false_computation", "branch_computations"})

@@ -21,6 +21,7 @@ from explorer.compile.compile_pool import POOL, CompilePool  # noqa: E402
 from explorer.layout import SEED_LAYOUT  # noqa: E402
 from explorer.hardware.targets import parse_target  # noqa: E402
 from tests.explorer import small_mlp as small  # noqa: E402
+from tests.procfs import descends_from  # noqa: E402
 
 TARGET = parse_target("v5litepod-8")
 CHILD = "explorer-ray-"  # in the command line of every compile child a task starts (explorer.compile.cluster)
@@ -50,19 +51,6 @@ def children() -> int:
 def compile_children() -> list[int]:
     """The compile children the tasks started on this host (their command line names their folder)."""
     return [int(pid) for pid in subprocess.run(["pgrep", "-f", CHILD], capture_output=True, text=True).stdout.split()]
-
-
-def descends_from(pid: int, ancestor: int) -> bool:
-    """Whether ``ancestor`` is ``pid``'s parent, its parent's parent, ... (read from /proc; False once it ended)."""
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                pid = int(stat.read().rsplit(")", 1)[1].split()[1])  # the field after the state: the parent's pid
-        except (OSError, IndexError, ValueError):
-            return False
-        if pid == ancestor:
-            return True
-    return False
 
 
 def until(condition, timeout_s: float = 60.0) -> None:
