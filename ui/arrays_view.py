@@ -65,19 +65,27 @@ def sidebar_inputs() -> DeltaGenerator:
             "Preset",
             list(PRESETS),
             key="op_preset_choice",
+            persist_state=state.ACROSS_PAGES,
             help="The examples of JAX's guide 'Distributed arrays and automatic parallelization'",
         )
         st.caption(PRESETS[preset][0])
         st.button("Load preset", key="arrays_load_preset", on_click=op_state.load_preset, args=(preset,), width="stretch")
         st.subheader("Mesh")
-        st.radio("Mesh", [op_state.OWN, op_state.LAYOUT], key=op_state.MESH_SOURCE, label_visibility="collapsed")
+        st.radio(
+            "Mesh",
+            [op_state.OWN, op_state.LAYOUT],
+            key=op_state.MESH_SOURCE,
+            persist_state=state.ACROSS_PAGES,
+            label_visibility="collapsed",
+        )
         if st.session_state[op_state.MESH_SOURCE] == op_state.OWN:
             left, right = st.columns(2)
-            left.text_input("Shape", key=op_state.MESH_SHAPE, help="Sizes of the mesh axes, e.g. 4, 2")
-            right.text_input("Axis names", key=op_state.MESH_AXES, help="One name per axis, e.g. x, y")
+            left.text_input("Shape", key=op_state.MESH_SHAPE, persist_state=state.ACROSS_PAGES, help="Sizes of the mesh axes, e.g. 4, 2")
+            right.text_input("Axis names", key=op_state.MESH_AXES, persist_state=state.ACROSS_PAGES, help="One name per axis, e.g. x, y")
             st.toggle(
                 "Explicit axes",
                 key=op_state.MESH_EXPLICIT,
+                persist_state=state.ACROSS_PAGES,
                 help="Explicit axes put the sharding in every value's type (jax.make_mesh's default since JAX 0.9): the "
                 "page shows jax.typeof of the result beside what XLA compiled. Off: Auto axes, XLA chooses.",
             )
@@ -93,26 +101,41 @@ def op_inputs() -> None:
         "Put arrays on the mesh with a PartitionSpec each (`x, None`; `(x, y), None` shards over both; empty = replicated), "
         "write an expression over them, and see the output sharding XLA chooses when it compiles `jax.jit(expr)`."
     )
-    st.number_input("Arrays", 1, op_state.MAX_ARRAYS, key=op_state.COUNT)
+    st.number_input("Arrays", 1, op_state.MAX_ARRAYS, key=op_state.COUNT, persist_state=state.ACROSS_PAGES)
     for index in range(int(st.session_state[op_state.COUNT])):
         name, shape, dtype, spec = st.columns([1, 1.8, 1.7, 1.8])  # the dtype box shows "bfloat16" whole at 1024 px
         st.session_state.setdefault(op_state.array_key("name", index), "abcd"[index])
         st.session_state.setdefault(op_state.array_key("shape", index), "1024, 1024")
         st.session_state.setdefault(op_state.array_key("dtype", index), "float32")
         st.session_state.setdefault(op_state.array_key("spec", index), "")
-        name.text_input("Name", key=op_state.array_key("name", index))
-        shape.text_input("Shape", key=op_state.array_key("shape", index))
-        dtype.selectbox("Dtype", DTYPES, key=op_state.array_key("dtype", index))
-        spec.text_input("Spec", key=op_state.array_key("spec", index), help="e.g. x, None  or  (x, y), None; empty = replicated")
+        name.text_input("Name", key=op_state.array_key("name", index), persist_state=state.ACROSS_PAGES)
+        shape.text_input("Shape", key=op_state.array_key("shape", index), persist_state=state.ACROSS_PAGES)
+        dtype.selectbox("Dtype", DTYPES, key=op_state.array_key("dtype", index), persist_state=state.ACROSS_PAGES)
+        spec.text_input(
+            "Spec",
+            key=op_state.array_key("spec", index),
+            persist_state=state.ACROSS_PAGES,
+            help="e.g. x, None  or  (x, y), None; empty = replicated",
+        )
     st.text_input(
         "Expression",
         key=op_state.EXPR,
+        persist_state=state.ACROSS_PAGES,
         help="Array names, numbers, + - * / @, unary -, .T, and jnp.sin/cos/exp/tanh/dot/matmul/transpose/sum/mean/max/reshape, jax.nn.relu",
     )
     constrain_column, out_column = st.columns([1, 2], vertical_alignment="bottom")
-    constrain_column.checkbox("Constrain the output", key=op_state.CONSTRAIN, help="Wrap the result in jax.lax.with_sharding_constraint")
+    constrain_column.checkbox(
+        "Constrain the output",
+        key=op_state.CONSTRAIN,
+        persist_state=state.ACROSS_PAGES,
+        help="Wrap the result in jax.lax.with_sharding_constraint",
+    )
     out_column.text_input(
-        "Output spec", key=op_state.OUT_SPEC, disabled=not st.session_state[op_state.CONSTRAIN], help="empty = replicated, P()"
+        "Output spec",
+        key=op_state.OUT_SPEC,
+        persist_state=state.ACROSS_PAGES,
+        disabled=not st.session_state[op_state.CONSTRAIN],
+        help="empty = replicated, P()",
     )
 
 

@@ -24,7 +24,7 @@ from ui import report_view, tables
 from ui.current import simulated_devices_note
 from ui.fields import whole_number
 from ui.race_view import RACE, RACE_ROUNDS, race_now, raced_medians, show_race
-from ui.state import TIMING_RESULTS, as_shared
+from ui.state import ACROSS_PAGES, TIMING_RESULTS, as_shared
 from ui.target_view import predicted_steps
 
 CURRENT = "Current layout (sidebar)"
@@ -42,7 +42,7 @@ def chosen_layouts(current: Layout) -> list[tuple[str, Layout]]:
     # Kept across pages (so no default=); an entry someone deleted from the library since is dropped.
     picked_before = st.session_state.get("compare_sources", [CURRENT])
     st.session_state["compare_sources"] = [source for source in picked_before if source in options]
-    sources = st.multiselect("From the current layout and the team library", options, key="compare_sources")
+    sources = st.multiselect("From the current layout and the team library", options, key="compare_sources", persist_state=ACROSS_PAGES)
     files_column, links_column = st.columns(2)
     files = files_column.file_uploader(
         "Layout files",
@@ -52,7 +52,9 @@ def chosen_layouts(current: Layout) -> list[tuple[str, Layout]]:
         max_upload_size=1,
         help=f"Layout files (JSON, UTF-8), each at most {MAX_FILE_BYTES:,} bytes",
     )
-    links = links_column.text_area("Links (one per line)", key="compare_links", placeholder="http://…/?name=…&mesh=2x4&…")
+    links = links_column.text_area(
+        "Links (one per line)", key="compare_links", persist_state=ACROSS_PAGES, placeholder="http://…/?name=…&mesh=2x4&…"
+    )
     picked: list[tuple[str, Layout]] = []
     for source in sources:
         if source == CURRENT:

@@ -13,6 +13,7 @@ import streamlit as st
 
 from explorer.errors import ExplorerError, check_between
 from explorer.text import markdown_literal
+from ui import state
 
 
 def whole_number(where: Any, label: str, key: str, low: int, high: int, default: int, messages: Any, help: str | None = None) -> int | None:
@@ -20,7 +21,13 @@ def whole_number(where: Any, label: str, key: str, low: int, high: int, default:
     message in ``messages``) where it is not a whole number from ``low`` to ``high``."""
     st.session_state.setdefault(key, default)  # not value=: the values are carried across pages
     bounds = f"{low:,} to {high:,}"
-    value = where.number_input(label, step=1, key=key, help=f"{help} ({bounds})" if help else f"A whole number from {bounds}")
+    value = where.number_input(
+        label,
+        step=1,
+        key=key,
+        persist_state=state.ACROSS_PAGES if state.kept(key) else None,
+        help=f"{help} ({bounds})" if help else f"A whole number from {bounds}",
+    )
     try:
         return check_between(label, value, low, high)
     except ExplorerError as error:

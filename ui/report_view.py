@@ -18,7 +18,7 @@ from explorer.text import arrays_frame, markdown_literal
 from explorer.tiles import MeshInfo, default_dims, grid_view, shard_counts
 from ui import propagated_view, share_panel, tables
 
-from ui.state import SELECTED
+from ui.state import ACROSS_PAGES, SELECTED
 
 WARNING_TITLES = {
     "indivisible": "Dimensions the mesh does not divide",
@@ -246,7 +246,7 @@ def _array_table(report: Report) -> ArrayInfo | None:
                     f"showing {markdown_literal(st.session_state[SELECTED])} instead."
                 )
     st.session_state.pop(share_panel.LINK_ARRAY, None)
-    path = st.selectbox("Array", paths, key=SELECTED)
+    path = st.selectbox("Array", paths, key=SELECTED, persist_state=ACROSS_PAGES)
     share_panel.sync_selection(path)
     return report.array(path)
 

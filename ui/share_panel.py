@@ -199,7 +199,7 @@ def _library_section(layout: Layout) -> None:
     delete_column.button(
         "Delete", key="library_delete", disabled=chosen is None, on_click=_library_action, args=("delete",), width="stretch"
     )
-    st.text_input("Name", key="library_name", placeholder="e.g. llama-7b fsdp 16x16")
+    st.text_input("Name", key="library_name", persist_state=state.ACROSS_PAGES, placeholder="e.g. llama-7b fsdp 16x16")
     save_column, replace_column = st.columns(2)
     save_column.button("Save new", key="library_save", on_click=_library_action, args=("save",), width="stretch")
     loaded = st.session_state.get(LOADED_VERSION)

@@ -75,7 +75,7 @@ def render(page: str) -> tuple[dict[str, Any], Slots]:
     with st.sidebar:
         _devices_section()
         _examples_section()
-        st.text_input("Layout name", key=state.NAME)
+        st.text_input("Layout name", key=state.NAME, persist_state=state.ACROSS_PAGES)
         name_slot = st.container(key="name_messages")
         mesh, mesh_slot = _mesh_section()
         rules, rules_slot = _rules_section(page, mesh)
@@ -111,8 +111,8 @@ def _examples_section() -> None:
 def _mesh_section() -> tuple[dict[str, Any], Any]:
     st.subheader("Mesh")
     left, right = st.columns(2)
-    left.text_input("Shape", key=state.MESH_SHAPE, help="Sizes of the mesh axes, e.g. 2, 4 or 16x16")
-    right.text_input("Axis names", key=state.MESH_AXES, help="One name per axis, e.g. data, model")
+    left.text_input("Shape", key=state.MESH_SHAPE, persist_state=state.ACROSS_PAGES, help="Sizes of the mesh axes, e.g. 2, 4 or 16x16")
+    right.text_input("Axis names", key=state.MESH_AXES, persist_state=state.ACROSS_PAGES, help="One name per axis, e.g. data, model")
     shape = state.parse_list(st.session_state[state.MESH_SHAPE])
     axes = state.parse_names(st.session_state[state.MESH_AXES])
     # axes renamed or removed drop out of the choice (a multiselect refuses values it does not offer)
@@ -122,6 +122,7 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
         "Explicit axes",
         options=list(dict.fromkeys(axes)),
         key=state.MESH_EXPLICIT,
+        persist_state=state.ACROSS_PAGES,
         placeholder="none: every axis is Auto",
         help="Explicit axes put the sharding in every value's type (jax.make_mesh's default since JAX 0.9): models "
         "written with out_sharding= and reshard need them. Auto axes let XLA choose intermediate shardings, as "
@@ -132,6 +133,7 @@ def _mesh_section() -> tuple[dict[str, Any], Any]:
         st.text_input(
             "Slices per axis (mesh.dcn)",
             key=state.MESH_DCN,
+            persist_state=state.ACROSS_PAGES,
             placeholder="empty: the first axis spans every slice",
             help="On a target of several TPU slices (2xv5p-16): how many slices each mesh axis spans, as MaxText's "
             "dcn_*_parallelism, e.g. 2, 1 (their product is the slice count; the devices are ordered as "
@@ -282,6 +284,7 @@ def _model_section() -> tuple[dict[str, Any], Any]:
         "Model",
         names,
         key=state.MODEL,
+        persist_state=state.ACROSS_PAGES,
         help="\n".join(f"- {_model_label(n)}" for n in names),
     )
     st.caption(markdown_literal(_model_label(name).partition(": ")[2] or "a factory of your own (allow-listed)"))
@@ -291,7 +294,7 @@ def _model_section() -> tuple[dict[str, Any], Any]:
         return _step_section()
     if is_factory(name):
         st.session_state.setdefault(state.FACTORY_OPTIONS, "{}")
-        st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS)
+        st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS, persist_state=state.ACROSS_PAGES)
         return {"name": name, "options": _factory_options()}, st.container(key="model_messages")
     entry = MODELS[name]
     if entry.presets:
@@ -300,6 +303,7 @@ def _model_section() -> tuple[dict[str, Any], Any]:
             "Size preset",
             ["custom"] + list(entry.presets),
             key=f"size_preset::{name}",
+            persist_state=state.ACROSS_PAGES,
             on_change=_apply_size_preset,
             args=(name,),
         )
@@ -337,7 +341,7 @@ def _maxtext_section() -> tuple[dict[str, Any], Any]:
     from explorer.models import maxtext
 
     st.session_state.setdefault(state.MAXTEXT_KEYS, "model_name=llama2-7b\nper_device_batch_size=1\ncompile_topology=v5e-8")
-    st.text_area("MaxText keys (KEY=VALUE, one a line)", key=state.MAXTEXT_KEYS, height=160)
+    st.text_area("MaxText keys (KEY=VALUE, one a line)", key=state.MAXTEXT_KEYS, persist_state=state.ACROSS_PAGES, height=160)
     lines = [line for line in st.session_state[state.MAXTEXT_KEYS].splitlines() if line.strip()]
     messages = st.container(key="model_messages")
     try:
@@ -357,9 +361,14 @@ def _step_section() -> tuple[dict[str, Any], Any]:
     the mesh above (the target's, when compiled for one) and these options (docs/step.md)."""
     allowed = [name for name in allowed_factories()]
     st.session_state.setdefault(state.STEP_FACTORY, allowed[0] if allowed else "")
-    st.text_input("Step factory (package.module:function)", key=state.STEP_FACTORY, help="factory(mesh, **options) -> (fn, args)")
+    st.text_input(
+        "Step factory (package.module:function)",
+        key=state.STEP_FACTORY,
+        persist_state=state.ACROSS_PAGES,
+        help="factory(mesh, **options) -> (fn, args)",
+    )
     st.session_state.setdefault(state.FACTORY_OPTIONS, "{}")
-    st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS)
+    st.text_area("Factory options (JSON)", key=state.FACTORY_OPTIONS, persist_state=state.ACROSS_PAGES)
     options = _factory_options()
     options = {"factory": st.session_state[state.STEP_FACTORY].strip(), **options} if isinstance(options, dict) else options
     return {"name": STEP, "options": options}, st.container(key="model_messages")
@@ -406,12 +415,12 @@ def _option_widget(model: str, field: str, info) -> None:
     label = field.replace("_", " ")
     annotation = info.annotation
     if annotation is bool:
-        st.checkbox(label, key=key, help=info.description)
+        st.checkbox(label, key=key, persist_state=state.ACROSS_PAGES, help=info.description)
     elif typing.get_origin(annotation) is typing.Literal:
-        st.selectbox(label, list(typing.get_args(annotation)), key=key, help=info.description)
+        st.selectbox(label, list(typing.get_args(annotation)), key=key, persist_state=state.ACROSS_PAGES, help=info.description)
     else:
         # No min/max here: the model's own validation names the field and the value next to the
         # widget, where Streamlit's bounds would only turn the box red and keep the old value.
         low, high = _bounds(info)
         bounds = f" ({'' if low is None else low}..{'' if high is None else high})" if (low, high) != (None, None) else ""
-        st.number_input(label, step=1, key=key, help=f"{info.description}{bounds}")
+        st.number_input(label, step=1, key=key, persist_state=state.ACROSS_PAGES, help=f"{info.description}{bounds}")

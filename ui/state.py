@@ -64,6 +64,14 @@ KEPT_WIDGETS = (
     "library_name",
 )
 KEPT_WIDGET_PREFIXES = ("option::", "size_preset::", "op_")  # op_: the Arrays page (ui/op_state.py)
+# Each kept widget is drawn with ``persist_state=ACROSS_PAGES``: Streamlit (1.67) then keeps its value itself when the
+# widget is stale at a page switch, before the new page's script can write anything back (``keep_widgets_across_pages``).
+ACROSS_PAGES = "session"
+
+
+def kept(key: str) -> bool:
+    """Whether the widget under ``key`` keeps its value across pages (``KEPT_WIDGETS``, ``KEPT_WIDGET_PREFIXES``)."""
+    return key in KEPT_WIDGETS or key.startswith(KEPT_WIDGET_PREFIXES)
 
 
 def option_key(model: str, field: str) -> str:
@@ -85,10 +93,16 @@ def keep_widgets_across_pages(page: str) -> None:
     page's widget then starts from ("Working with widgets in multipage apps", option 3).
     This also keeps the options of a model that is not selected right now. The rules
     editor is carried by ``keep_rules_edits``.
+
+    The write-back runs only once the new page's script runs. Streamlit may drop a stale widget's
+    value before that, on the switch itself (its ScriptRunner clears the widgets the switching
+    rerun does not name): the session then came to Compare without its layout's name, mesh and
+    model, and loaded the seed (seen in a whole-suite run of tests/browser/test_nnx.py). So each
+    kept widget is also drawn with ``persist_state=ACROSS_PAGES``, which Streamlit honours there.
     """
     state = st.session_state
     for key in list(state.keys()):
-        if key in KEPT_WIDGETS or key.startswith(KEPT_WIDGET_PREFIXES):
+        if kept(key):
             state[key] = state[key]
 
 

@@ -68,6 +68,7 @@ def choose() -> Target | None:
         "Plan for",
         options,
         key=CHOICE,
+        persist_state=state.ACROSS_PAGES,
         accept_new_options=True,
         placeholder="Type a slice or GPU cluster, then Enter",
         help="A TPU slice or an NVIDIA GPU cluster to compile the train step for, without owning it (libtpu's or JAX's CUDA "

@@ -22,7 +22,7 @@ from explorer.timing.workers import time_local_processes
 from ui import live_timing, memory_view
 from ui.current import simulated_devices_note
 from ui.fields import whole_number
-from ui.state import TIMING_RESULTS as RESULTS
+from ui.state import ACROSS_PAGES, TIMING_RESULTS as RESULTS
 from ui.turnstile import TURNSTILE
 
 PROCESS_CHOICES = (1, 2, 4)  # local jax.distributed processes offered, where they divide the mesh
@@ -64,6 +64,7 @@ def controls(report: Report, can_time: bool) -> tuple[int, int, int, bool]:
         "Processes",
         choices,
         key="timing_processes",
+        persist_state=ACROSS_PAGES,
         disabled=not can_time,
         help=f"Local processes joined with jax.distributed, the mesh's {report.mesh.size} devices split evenly "
         "(gloo collectives between processes), as a multi-host run would be. Counts that do not divide the mesh are not offered.",

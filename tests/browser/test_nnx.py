@@ -40,17 +40,6 @@ LINEN = parse_layout(
 )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="in the whole suite (3 workers, 2 cores) the Compare page finds the session's current layout back at the "
-    "seed after the Timing page (1 to 3 runs in 4; never alone, nor under CPU burners, nor after test_huge on the same "
-    "server). A whole-suite run with ui/state.ensure_initialised logging each run (2026-11-29, third session) showed "
-    "where: the same Streamlit session (no reconnect) came to Compare without layout_name, the mesh, model and option "
-    "widgets' values (10 session keys of 39 left, none of them a sidebar widget's), so the seed was loaded as for a new "
-    "session. Streamlit 1.67 drops a stale widget's value on a page switch before the page runs (ScriptRunner, 'Clear "
-    "widget state on page change'); an AppTest switch with no widget states did not reproduce it. Next: the sidebar's "
-    "widgets with persist_state='session' (Streamlit 1.67's own way to keep a widget's value across pages)",
-)
 def test_nnx_guide_model_is_shown_timed_and_compared(blank_page: Page, app_url: str) -> None:
     page = blank_page
     for width, height in ((1024, 768), (1440, 900)):

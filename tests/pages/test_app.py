@@ -156,6 +156,30 @@ def test_switching_pages_keeps_the_sidebar(app):
         assert app.session_state["last_valid_layout"]["mesh"]["shape"] == [4, 2], page
 
 
+def test_a_page_switch_that_drops_the_sidebars_widgets_keeps_the_layout(app):
+    """In a whole-suite run the NNX journey (tests/browser/test_nnx.py) reached Compare in the same session without
+    its sidebar's values, and the seed was loaded as for a new session: on a page switch Streamlit's ScriptRunner
+    clears, before the new page's script runs, the widgets the switching rerun does not name, and the address bar no
+    longer carries the layout. Replayed here: a rerun that stored the values under the widgets' ids (``_compact_state``,
+    the first thing every rerun does) and ended before the sidebar wrote them back, then a switch that names no widget
+    and has an empty query. The kept widgets' ``persist_state`` makes Streamlit keep them (before: the seed, every
+    page)."""
+    from streamlit.proto.WidgetStates_pb2 import WidgetStates
+
+    app.text_input(key="layout_name").input("mine").run()
+    app.text_input(key="mesh_shape_text").input("4, 2").run()
+    app.number_input(key="option::mlp::depth").set_value(512).run()
+    typed = sidebar_values(app)
+    for page in ("views/1_Timing.py", "views/2_Compare.py", "views/0_Layout.py"):
+        app._session_state._state._compact_state()  # private: AppTest cannot interrupt a rerun
+        app.switch_page(page)
+        app.query_params = {}  # Streamlit's navigation leaves the address bar without the layout's query
+        app._run(widget_state=WidgetStates())  # private: AppTest's run() always names every widget drawn
+        assert not app.exception, page
+        assert sidebar_values(app) == typed, page
+        assert app.session_state["last_valid_layout"]["name"] == "mine", page
+
+
 def test_options_of_a_model_not_selected_are_kept(app):
     app.selectbox(key="model_name").select("transformer").run()
     app.number_input(key="option::transformer::layers").set_value(3).run()
