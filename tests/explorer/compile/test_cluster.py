@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -21,7 +20,7 @@ from explorer.compile.compile_pool import POOL, CompilePool  # noqa: E402
 from explorer.layout import SEED_LAYOUT  # noqa: E402
 from explorer.hardware.targets import parse_target  # noqa: E402
 from tests.explorer import small_mlp as small  # noqa: E402
-from tests.procfs import descends_from  # noqa: E402
+from tests.procfs import descends_from, wait_for  # noqa: E402
 
 TARGET = parse_target("v5litepod-8")
 CHILD = "explorer-ray-"  # in the command line of every compile child a task starts (explorer.compile.cluster)
@@ -51,13 +50,6 @@ def children() -> int:
 def compile_children() -> list[int]:
     """The compile children the tasks started on this host (their command line names their folder)."""
     return [int(pid) for pid in subprocess.run(["pgrep", "-f", CHILD], capture_output=True, text=True).stdout.split()]
-
-
-def until(condition, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_an_advisor_search_on_the_cluster_equals_the_local_one_and_says_where_each_compiled(cluster, tmp_path, monkeypatch):
@@ -96,7 +88,7 @@ def test_stop_cancels_the_remote_compile_and_its_child(cluster, tmp_path, monkey
     finally:
         pool.connect(None)
     assert outcome.stopped and outcome.result is None
-    until(lambda: children() == 0, 20)  # the compile child ended with its task
+    wait_for(lambda: children() == 0, 20, "the compile child ended with its task")
 
 
 def test_a_node_killed_mid_compile_has_its_compile_run_again_on_the_other(cluster, tmp_path, monkeypatch):
