@@ -1,5 +1,6 @@
 """Every test and doctest runs on 8 simulated CPU devices, configured here before JAX starts a backend."""
 
+import functools
 import os
 import tempfile
 
@@ -28,6 +29,14 @@ else:
 from explorer.hardware import devices  # noqa: E402
 
 devices.configure(8)
+
+# Each new AppTest scans every installed distribution's metadata for Streamlit components (Streamlit 1.67's
+# ``BidiComponentManager.discover_and_register_components``, on an AppTest's first run): about 1.2 CPU-s here, a fifth of
+# tests/pages/test_compare.py. The installed packages do not change during a run, so each worker scans once; a
+# server (``streamlit run``) scans once at its start, as before.
+from streamlit.components.v2 import manifest_scanner  # noqa: E402
+
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 # The browser tests' helpers (tests/browser/__init__.py; their fixtures are in tests/browser/conftest.py):
 # registered before anything imports them, so that pytest rewrites their asserts (a plain import would not).

@@ -10,7 +10,7 @@ its layout and verdict back (from the cache, no compile).
 
     python benchmarks/server_sessions.py [--sessions 8]
 
-Needs Debian's chromium (``/usr/bin/chromium``) and Playwright, as the browser tests do. Measures, asserts nothing
+Needs Debian's chromium-headless-shell (``/usr/bin/chromium-headless-shell``) and Playwright, as the browser tests do. Measures, asserts nothing
 about times: the figures depend on the machine's load.
 """
 

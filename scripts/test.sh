@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Install everything the tests need (pinned Python packages, the MaxText extra, Debian's chromium), lint, and run them all.
+# Install everything the tests need (pinned Python packages, the MaxText extra, Debian's chromium-headless-shell), lint, and
+# run them all.
 set -euo pipefail
 REQUIREMENTS=requirements-dev.txt source "$(dirname "$0")/setup.sh"
 # The MaxText extra, installed as docs/maxtext.md tells a user to (exactly its import path's packages, without their
 # dependencies), so that the MaxText tests run too (tests/explorer/models/test_maxtext.py and the others that need it).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-maxtext.txt
-if [ ! -x /usr/bin/chromium ]; then
+# The browser tests drive Debian's headless shell of Chromium (tests/browser/__init__.py says why not the whole browser).
+if [ ! -x /usr/bin/chromium-headless-shell ]; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null
   else
-    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null
   fi
 fi
 # Lint and layout first (pyflakes and syntax errors, and ruff format's layout, configured in pyproject.toml): a

@@ -2,7 +2,7 @@
 
 Start the app first, e.g. ``.venv/bin/streamlit run app.py --server.address 127.0.0.1 --server.port 8611
 --server.headless true`` (8 simulated CPU devices by default), then run this from the repo root with that port and
-``docs/screenshots`` as the folder. It drives Debian's Chromium (``/usr/bin/chromium``) through the browser tests'
+``docs/screenshots`` as the folder. It drives Debian's headless Chromium (``/usr/bin/chromium-headless-shell``) through the browser tests'
 helpers (``tests/browser``) at 1440x900, one session, as a newcomer would walk through the app:
 
 - ``tour-layout.png``: the Layout page on its default layout (the Flax guide's MLP on a 2x4 mesh);

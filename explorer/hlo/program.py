@@ -514,6 +514,15 @@ def on_host(shape: str) -> bool:
     return bool(HOST_MEMORY_SPACE.search(shape))
 
 
+@functools.lru_cache(maxsize=2)
+def read_program(hlo_text: str) -> "Program":
+    """``Program(hlo_text)``, cached as ``parsed`` is: the readers of one compile (its prediction, its kernels, its
+    pipeline's bubble) share one parse of each line, as does a refit predicting one recorded program many times
+    (tests/explorer/predict/test_tpu_published.py: 80 predictions of two programs). A ``Program`` is not changed after
+    it is made."""
+    return Program(hlo_text)
+
+
 class Program:
     """The program's computations as ``Instruction`` records, how many times each runs per step (``parsed``), and
     which of them run as control flow (the entry, loop bodies and conditions, branches, calls, async wrappers: the

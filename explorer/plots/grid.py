@@ -66,7 +66,10 @@ def device_color(device: int, device_count: int) -> str:
     return _turbo(int(_color_bin(device)) / (COLOR_BINS - 1))
 
 
+@functools.lru_cache(maxsize=COLOR_BINS + 16)  # the bins' shades and the binned scale's 16 stops
 def _turbo(position: float) -> str:
+    """Turbo at ``position`` (0..1), kept off its darkest and lightest ends; cached, since Plotly rebuilds its table of
+    every named colorscale on each call (0.6 ms here: 0.15 s for a 256-device grid)."""
     return plotly.colors.sample_colorscale("Turbo", [0.08 + 0.84 * position])[0]
 
 

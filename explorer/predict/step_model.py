@@ -154,7 +154,7 @@ def kernels(hlo_text: str, chip: Chip | Gpu, collective_rates: dict[str, float] 
     times over the program's bytes: ``collective_seconds_per_byte``); without it collectives cost
     their launch only.
     """
-    program, device = hlo.Program(hlo_text), rates(chip)
+    program, device = hlo.read_program(hlo_text), rates(chip)
     found = []
     for computation in program.control:
         runs = program.runs.get(computation, 1)
@@ -412,7 +412,7 @@ def predict(hlo_text: str, chip: Chip | Gpu, collectives: Iterable = ()) -> Pred
 
     ``collectives`` are the program's costed collectives (``compile_result.CollectiveCost``: op, bytes, seconds).
     """
-    program, device = hlo.Program(hlo_text), rates(chip)
+    program, device = hlo.read_program(hlo_text), rates(chip)
     per_byte = collective_seconds_per_byte(collectives, program, device)
     totals = {"matmul": 0.0, "memory": 0.0, "collective": 0.0, "host": 0.0}
     own, launches, launch_s = _seconds_by_computation(program, device, per_byte)
@@ -531,7 +531,7 @@ def pipeline_bubble(
     the program runs it: its loops found by their trip count (the runs of a loop body per run of the computation
     holding the loop), their kernels predicted as ``predict`` predicts them. ``step_s``: the predicted step it is a share
     of (``with_prediction``'s, never below the bound), else ``predict``'s. No such loop: a bubble of 0 in 0 loops."""
-    program, device = hlo.Program(hlo_text), rates(chip)
+    program, device = hlo.read_program(hlo_text), rates(chip)
     per_byte = collective_seconds_per_byte(collectives, program, device)
     control = set(program.control)
     loops: list[str] = []  # the pipeline loops' bodies and conditions
