@@ -1,13 +1,14 @@
 """Child processes that end with the process that started them: the one way the explorer starts one, and the child's half.
 
 Every child process the explorer starts (a compile, a placement, a timing worker, a Ray task's compile) is started by
-``start`` or ``run``: in a session of its own (so that ``stop`` ends it and whatever it started, as Stop does), with
+``start`` or ``run`` (a compile or a placement: forked by a fork server so started, ``explorer.forkserver``): in a
+session of its own (so that ``stop`` ends it and whatever it started, as Stop does), with
 this process's id in its environment (``PARENT_ENV``). Each of them is the explorer's own Python, and imports
 ``explorer`` first; the package's ``__init__`` calls ``follow_parent``, which in a child so started:
 
 - asks Linux to SIGKILL it when its parent dies (``PR_SET_PDEATHSIG``), by any signal, SIGKILL included;
 - exits at once where the parent died before that (between the fork and the ``prctl``);
-- watches its parent's id from a thread every ``WATCH_S`` (other systems, where ``prctl`` is not there; XLA's compile
+- where ``prctl`` is not there (other systems), watches its parent's id from a thread every ``WATCH_S`` (XLA's compile
   lets the thread run: its longest pause in a 26 s TPU compile was 0.10 s, measured here).
 
 ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends, not the process. The app's server and the
@@ -99,14 +100,16 @@ def follow_parent() -> None:
     if not raw or not raw.isdigit():
         return
     parent = int(raw)
+    asked = False
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             import ctypes
 
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            asked = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
     if os.getppid() != parent:  # it died before the prctl
         _end_self()
-    threading.Thread(target=_watch, args=(parent,), daemon=True, name="explorer-parent-watch").start()
+    if not asked:  # no thread where Linux kills it (a fork server forks from a process of one Python thread)
+        threading.Thread(target=_watch, args=(parent,), daemon=True, name="explorer-parent-watch").start()
 
 
 def _watch(parent: int) -> None:

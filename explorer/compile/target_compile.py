@@ -23,14 +23,13 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from typing import Callable
 
-from explorer import children
+from explorer import children, forkserver
 from explorer.compile.compile_cache import cached, store
 from explorer.compile.compile_result import TargetCompile
 from explorer.errors import ExplorerError
@@ -50,9 +49,14 @@ STAGE_PREFIX = "stage: "  # the child's stderr line as it enters one of STAGES; 
 
 
 def child_command(layout_path: str, target: Target) -> list[str]:
-    """The child's command line. One CPU device: the child only needs the CPU backend for tracing; the target's
-    devices come from libtpu (or the CUDA plugin)."""
-    return [sys.executable, "-m", "explorer", "--devices", "1", "compile", layout_path, "--target", target.topology, "--in-process"]
+    """The child's command line (``python -m explorer`` and ``child_arguments``)."""
+    return [sys.executable, "-m", "explorer", *child_arguments(layout_path, target)]
+
+
+def child_arguments(layout_path: str, target: Target) -> list[str]:
+    """The child's arguments to ``python -m explorer``. One CPU device: the child only needs the CPU backend for
+    tracing; the target's devices come from libtpu (or the CUDA plugin)."""
+    return ["--devices", "1", "compile", layout_path, "--target", target.topology, "--in-process"]
 
 
 def child_main(layout_path: str, target_name: str) -> int:
@@ -124,7 +128,7 @@ def compile_target(
     """The result for (layout, target) under this process's flags (``devices.compile_flags``) and whether it came from
     the disk cache (``fresh``: compile again, whatever the cache holds, and keep the new result there).
 
-    Otherwise compiles in a child process (``children.start``: it ends with this process), calling
+    Otherwise compiles in a child process (forked by ``forkserver``: it ends with this process), calling
     ``on_stage(stage, elapsed_s)`` as the child reports stages and every ``poll_s``; ``should_stop()`` returning True
     kills the child (and its process group) and raises ``Stopped``. ``on_start``
     gets the child's process id. A flag libtpu (or XLA) refuses (``refused_flag``: recipes written for a newer libtpu
@@ -159,14 +163,7 @@ def _run_child(path: str, target: Target, flags: dict[str, str], on_stage, shoul
     """One compile child for the layout file at ``path`` under ``flags``, followed to its end: (exit status, its stdout,
     its last stderr lines). Stop kills it and raises ``Stopped``."""
     report = on_stage or (lambda *_: None)
-    child = children.start(
-        child_command(path, target),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=child_environment(target, flags),
-        cwd=PROJECT_ROOT,
-    )
+    child = forkserver.start(child_arguments(path, target), env=child_environment(target, flags), cwd=PROJECT_ROOT)
     if on_start:
         on_start(child.pid)
     stages: list[str] = ["starting"]

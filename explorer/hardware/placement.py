@@ -39,7 +39,7 @@ import sys
 import threading
 from typing import Any, Iterable, Sequence
 
-from explorer import children
+from explorer import forkserver
 from explorer.errors import ExplorerError, first_line
 from explorer.hardware.devices import PROJECT_ROOT
 from explorer.hardware.targets import Target, hosts_per_axis, parse_target, slice_split, tpu_topology
@@ -195,8 +195,9 @@ def prefetch(target: Target, shapes: Iterable[Sequence[int]], dcns: Iterable[Seq
         from explorer.hardware.devices import child_environment
         from explorer.hardware.libtpu_log import drop_noise
 
-        done = children.run(
-            [sys.executable, "-m", "explorer.hardware.placement", target.topology, json.dumps(missing)],
+        done = forkserver.run(
+            [target.topology, json.dumps(missing)],
+            module="explorer.hardware.placement",
             env=child_environment(target),
             cwd=PROJECT_ROOT,
             timeout=600,

@@ -121,7 +121,8 @@ def test_a_result_of_several_megabytes_comes_back(seed_dict, tmp_path, monkeypat
     path.write_text(json.dumps(big))
     assert path.stat().st_size > 4_000_000
     monkeypatch.setattr(target_compile, "cached", lambda *_: None)  # compile again, through the child
-    monkeypatch.setattr(target_compile, "child_command", lambda *_: [sys.executable, "-c", f"print(open({str(path)!r}).read())"])
+    start = target_compile.forkserver.start  # the child prints the file instead (through the fork server all the same)
+    monkeypatch.setattr(target_compile.forkserver, "start", lambda _, **asked: start(["--compact", str(path)], module="json.tool", **asked))
     deadline = time.monotonic() + 60
     again, cached = compile_target(layout, TARGET, should_stop=lambda: time.monotonic() > deadline, poll_s=0.05)
     assert not cached and len(again.collectives) == len(big["collectives"])
