@@ -56,7 +56,8 @@ def start(
     arguments: Sequence[str], *, env: dict[str, str], cwd: str | os.PathLike, module: str = "explorer"
 ) -> subprocess.Popen | "ForkedChild":
     """``python -m MODULE *arguments`` in ``cwd`` under ``env``, its stdout and stderr piped (text): forked by this
-    process's fork server for that environment, or (elsewhere than Linux) started by ``children.start``."""
+    process's fork server for that environment, or (elsewhere than Linux) started by ``children.start``.
+    ``ChildProcessError`` where the fork server could not start or ended before it forked."""
     if not available():
         command = [sys.executable, "-m", module, *arguments]
         return children.start(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -148,7 +149,7 @@ class _Server:
         ready = self.process.stdout.readline().strip()
         if ready != "ready":
             children.stop(self.process)
-            raise RuntimeError(f"the fork server did not start: {ready or f'it exited with {self.process.returncode}'}")
+            raise ChildProcessError(f"the fork server did not start: {ready or f'it exited with {self.process.returncode}'}")
         self.forked: list[ForkedChild] = []
         self.used = time.monotonic()
         self._lock = threading.Lock()
@@ -182,7 +183,7 @@ class _Server:
             if not chunk:
                 for end in (reply, out_read, err_read):
                     end.close() if isinstance(end, socket.socket) else os.close(end)
-                raise RuntimeError("the fork server ended before it forked the child")
+                raise ChildProcessError("the fork server ended before it forked the child")
             told += chunk
         first, _, rest = told.partition(b"\n")
         stdout, stderr = open(out_read, errors="replace"), open(err_read, errors="replace")

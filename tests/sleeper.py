@@ -6,8 +6,9 @@ import sys
 import tempfile
 import time
 
-seconds, code, variable = float(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0, sys.argv[3] if len(sys.argv) > 3 else ""
-print(os.getcwd(), tempfile.gettempdir(), os.environ.get(variable, "-") if variable else "-", flush=True)
-print("err", file=sys.stderr, flush=True)
-time.sleep(seconds)
-sys.exit(code)
+if __name__ == "__main__":
+    seconds, code, variable = float(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0, sys.argv[3] if len(sys.argv) > 3 else ""
+    print(os.getcwd(), tempfile.gettempdir(), os.environ.get(variable, "-") if variable else "-", flush=True)
+    print("err", file=sys.stderr, flush=True)
+    time.sleep(seconds)
+    sys.exit(code)

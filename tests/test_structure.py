@@ -99,6 +99,7 @@ STAGES = (
     (
         "explorer.errors",
         "explorer.children",
+        "explorer.forkserver",
         "explorer.specs",
         "explorer.formats",
         "explorer.caches",

@@ -163,7 +163,10 @@ def _run_child(path: str, target: Target, flags: dict[str, str], on_stage, shoul
     """One compile child for the layout file at ``path`` under ``flags``, followed to its end: (exit status, its stdout,
     its last stderr lines). Stop kills it and raises ``Stopped``."""
     report = on_stage or (lambda *_: None)
-    child = forkserver.start(child_arguments(path, target), env=child_environment(target, flags), cwd=PROJECT_ROOT)
+    try:
+        child = forkserver.start(child_arguments(path, target), env=child_environment(target, flags), cwd=PROJECT_ROOT)
+    except ChildProcessError as error:
+        raise ExplorerError("target", target.name, f"compile failed: {error}") from None
     if on_start:
         on_start(child.pid)
     stages: list[str] = ["starting"]

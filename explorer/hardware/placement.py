@@ -195,13 +195,16 @@ def prefetch(target: Target, shapes: Iterable[Sequence[int]], dcns: Iterable[Seq
         from explorer.hardware.devices import child_environment
         from explorer.hardware.libtpu_log import drop_noise
 
-        done = forkserver.run(
-            [target.topology, json.dumps(missing)],
-            module="explorer.hardware.placement",
-            env=child_environment(target),
-            cwd=PROJECT_ROOT,
-            timeout=600,
-        )
+        try:
+            done = forkserver.run(
+                [target.topology, json.dumps(missing)],
+                module="explorer.hardware.placement",
+                env=child_environment(target),
+                cwd=PROJECT_ROOT,
+                timeout=600,
+            )
+        except ChildProcessError as error:
+            raise ExplorerError("target", target.name, f"cannot place meshes on its torus: {error}") from None
         if done.returncode != 0:
             lines = drop_noise(line for line in done.stderr.splitlines() if line.strip())
             raise ExplorerError("target", target.name, f"cannot place meshes on its torus: {lines[-1] if lines else done.returncode}")

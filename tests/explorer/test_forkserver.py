@@ -77,3 +77,9 @@ def test_a_forked_child_ends_with_the_process_that_asked_for_it_by_any_signal(si
         asker.kill()
         if running(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_fork_server_that_cannot_start_is_a_child_process_error_not_a_hang():
+    """(``target_compile`` and ``placement`` turn it into one line naming the target.)"""
+    with pytest.raises(ChildProcessError, match="did not start"):
+        sleeper("0", PYTHONHOME="/nonexistent")  # this Python cannot start with it
