@@ -57,15 +57,29 @@ def start(command: Sequence[str], *, env: dict[str, str] | None = None, **popen:
 
 
 def run(command: Sequence[str], *, timeout: float | None = None, **popen: Any) -> subprocess.CompletedProcess:
-    """``subprocess.run(command, capture_output=True, text=True)`` through ``start``: the child (and its process group)
-    killed when this thread is interrupted or ``timeout`` passes (then ``subprocess.TimeoutExpired``)."""
-    child = start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    """``subprocess.run(command, capture_output=True, text=True)`` through ``start`` (``finish``)."""
+    return finish(start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen), timeout)
+
+
+def finish(child: Any, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``child`` (started with its stdout and stderr as text pipes: a ``subprocess.Popen`` or a fork server's child)
+    followed to its end: its output, read as it runs, and its exit status. The child (and its process group) is killed
+    when this thread is interrupted or ``timeout`` passes (then ``subprocess.TimeoutExpired``)."""
+    output: dict[str, str] = {}
+    readers = [
+        threading.Thread(target=lambda name, stream: output.__setitem__(name, stream.read()), args=(name, stream), daemon=True)
+        for name, stream in (("stdout", child.stdout), ("stderr", child.stderr))
+    ]
+    for reader in readers:
+        reader.start()
     try:
-        output, errors = child.communicate(timeout=timeout)
+        child.wait(timeout=timeout)
     except BaseException:
         stop(child)
         raise
-    return subprocess.CompletedProcess(child.args, child.returncode, output, errors)
+    for reader in readers:
+        reader.join()
+    return subprocess.CompletedProcess(child.args, child.returncode, output.get("stdout", ""), output.get("stderr", ""))
 
 
 def stop(*children: subprocess.Popen, grace_s: float = 0.0) -> None:

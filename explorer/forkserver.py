@@ -3,10 +3,9 @@
 A compile child (``python -m explorer ... compile ... --in-process``) spends about 2 CPU-s, and as many seconds before
 its first stage, importing JAX, Flax and optax; a placement child (``python -m explorer.hardware.placement``) about 1.
 A process that starts many of them (the app's server, the advisor's compile pool, a test worker) asks a fork server of
-its own instead: a child process (``children.start``: it dies with
-this process) that imported them once, before any backend started, and forks one child per request. The forked child
-runs what ``python -m explorer ARGS`` runs, in the environment, folder and standard streams it was given, and its exit
-status comes back over the request's socket. ``start`` returns it as a ``ForkedChild``, which ``children.stop`` ends
+its own instead: a child process (``children.start``: it dies with this process) that imported them once, before any
+backend started, and forks one child per request. The forked child runs what ``python -m MODULE ARGS`` runs, in the
+environment, folder and standard streams it was given, and its exit status comes back over the request's socket. ``start`` returns it as a ``ForkedChild``, which ``children.stop`` ends
 like any child.
 
 - A forked child dies with its fork server (``PR_SET_PDEATHSIG``, set in the child, whose parent is the server's one
@@ -36,7 +35,7 @@ from typing import IO, Any, Sequence
 
 from explorer import children
 
-SERVERS = 3  # fork servers kept per process (each holds JAX, Flax and optax imported: about 300 MB)
+SERVERS = 3  # fork servers kept per process (each holds JAX, Flax and optax imported: about 200 MB resident here)
 PRELOAD = ("jax", "flax.linen", "flax.nnx", "optax", "explorer.compile.xla_compile", "explorer.compile.target_compile")
 _READ_WHEN_USED_PREFIXES = ("EXPLORER_", "PYTEST_")
 _READ_WHEN_USED = ("TMPDIR", children.PARENT_ENV)
@@ -67,24 +66,8 @@ def start(
 def run(
     arguments: Sequence[str], *, env: dict[str, str], cwd: str | os.PathLike, module: str, timeout: float | None = None
 ) -> subprocess.CompletedProcess:
-    """``start``, followed to its end: its stdout, stderr and exit status (``children.run``'s contract: the child is
-    ended when this thread is interrupted or ``timeout`` passes, then ``subprocess.TimeoutExpired``)."""
-    child = start(arguments, env=env, cwd=cwd, module=module)
-    output: dict[str, str] = {}
-    readers = [
-        threading.Thread(target=lambda name, stream: output.__setitem__(name, stream.read()), args=(name, stream), daemon=True)
-        for name, stream in (("stdout", child.stdout), ("stderr", child.stderr))
-    ]
-    for reader in readers:
-        reader.start()
-    try:
-        child.wait(timeout=timeout)
-    except BaseException:
-        children.stop(child)
-        raise
-    for reader in readers:
-        reader.join()
-    return subprocess.CompletedProcess(child.args, child.returncode, output.get("stdout", ""), output.get("stderr", ""))
+    """``start``, followed to its end (``children.finish``: as ``children.run``)."""
+    return children.finish(start(arguments, env=env, cwd=cwd, module=module), timeout)
 
 
 class ForkedChild:
@@ -170,8 +153,7 @@ class _Server:
             with self._lock:
                 socket.send_fds(self.control, [request], [out_write, err_write, theirs.fileno()])
         except BaseException:
-            for end in (reply, out_read, err_read):
-                end.close() if isinstance(end, socket.socket) else os.close(end)
+            _close(reply, out_read, err_read)
             raise
         finally:
             theirs.close()
@@ -181,8 +163,7 @@ class _Server:
         while not told.endswith(b"\n"):
             chunk = reply.recv(64)
             if not chunk:
-                for end in (reply, out_read, err_read):
-                    end.close() if isinstance(end, socket.socket) else os.close(end)
+                _close(reply, out_read, err_read)
                 raise ChildProcessError("the fork server ended before it forked the child")
             told += chunk
         first, _, rest = told.partition(b"\n")
@@ -194,6 +175,12 @@ class _Server:
     def stop(self) -> None:
         children.stop(self.process)
         self.control.close()
+
+
+def _close(reply: socket.socket, *fds: int) -> None:
+    reply.close()
+    for fd in fds:
+        os.close(fd)
 
 
 _SERVERS: dict[tuple[int, tuple], _Server] = {}
@@ -212,7 +199,7 @@ def _server_for(env: dict[str, str]) -> _Server:
             server = None
         if server is None:
             idle = [k for k, s in _SERVERS.items() if k[0] == os.getpid() and s.idle()]
-            if len(idle) >= SERVERS or (idle and sum(k[0] == os.getpid() for k in _SERVERS) >= SERVERS):
+            if idle and sum(k[0] == os.getpid() for k in _SERVERS) >= SERVERS:
                 _SERVERS.pop(min(idle, key=lambda k: _SERVERS[k].used)).stop()
             server = _SERVERS[key] = _Server(env)  # the whole of the first asker's: what /proc shows of its children
         server.used = time.monotonic()
@@ -240,7 +227,7 @@ def serve(control_fd: int) -> None:
                 return  # the process that started this one closed its end
             if len(fds) == 3:
                 reply = socket.socket(fileno=fds[2])
-                pid = _fork_one(json.loads(message), fds[:2], [control, reply, *waiting.values()])
+                pid = _fork_one(json.loads(message), fds[:2], reply, [control, *waiting.values()])
                 waiting[pid] = reply
             else:
                 for fd in fds:
@@ -259,17 +246,16 @@ def serve(control_fd: int) -> None:
                 reply.close()
 
 
-def _fork_one(request: dict[str, Any], fds: list[int], sockets: list[socket.socket]) -> int:
-    """Fork the request's child (its stdout and stderr ``fds``) and tell the asker its id on its reply socket
-    (``sockets``: the control socket, the reply socket, the other children's reply sockets, all closed in the child)."""
-    reply = sockets[1]
+def _fork_one(request: dict[str, Any], fds: list[int], reply: socket.socket, held: list[socket.socket]) -> int:
+    """Fork the request's child (its stdout and stderr ``fds``) and tell the asker its id on ``reply``; the child
+    closes ``reply`` and the server's other sockets (``held``: the control socket, the other children's replies)."""
     server = os.getpid()
     settled_read, settled_write = os.pipe()  # closed by the child once it has its session and dies with the server
     pid = os.fork()
     if pid == 0:
         try:
-            for held in sockets:
-                held.close()
+            for end in (reply, *held):
+                end.close()
             os.close(settled_read)
             _become_child(request, fds, server, settled_write)
         finally:

@@ -6,6 +6,8 @@ and of libtpu's lock (tests/test_at_once.py, tests/explorer/hardware/test_libtpu
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,6 +60,22 @@ def _read(path: str) -> bytes:
             return handle.read()
     except OSError:  # gone meanwhile, or not ours to read
         return b""
+
+
+def ends_with(asker: subprocess.Popen, pid: int, sig: signal.Signals, seconds: float = 5.0) -> bool:
+    """Whether process ``pid`` runs now and is gone within ``seconds`` after ``sig`` ended ``asker`` (the process that
+    started it); both are killed at the end, whatever happened."""
+    try:
+        if not running(pid):
+            return False
+        os.kill(asker.pid, sig)
+        asker.wait()
+        return ended_within(pid, seconds)
+    finally:
+        asker.kill()
+        asker.wait()
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def marked(mark: str) -> list[int]:
