@@ -13,7 +13,6 @@ from explorer.sharing.share import layout_to_params, layout_to_query, params_to_
 from explorer.sharing.exports import maxtext_yaml, python_snippet
 from explorer.text import markdown_literal
 from tests.paths import APP
-from ui.share_panel import COPY_AS_CODE
 
 NAME = "x\nimport os; os.system('id')\n# ![t](http://127.0.0.1:9/x.png) [Click to re-authenticate](http://127.0.0.1:9/)"
 RULE = "batch\r\nimport os\n![r](http://127.0.0.1:9/r.png)"
@@ -74,7 +73,6 @@ def test_the_app_shows_a_hostile_link_as_text_everywhere():
     at = AppTest.from_file(APP, default_timeout=300)
     for key, value in layout_to_params(hostile_layout()).items():
         at.query_params[key] = value
-    at.session_state[COPY_AS_CODE] = True  # the sidebar's "Copy as code" open: its script is drawn only then
     at.run()
     assert not at.exception
     assert at.session_state["layout_name"] == NAME

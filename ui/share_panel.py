@@ -19,7 +19,7 @@ ARRAY_PARAM = "array"  # the link's selected array: the page's, not the layout's
 LINK_ARRAY = "link_array"  # the array a link named, until the Layout page has checked the layout has it
 LOADED_VERSION = "library_loaded"  # (name, version) of the library entry last loaded or saved
 REFUSED_LINK = "refused_link"  # the query of a link that could not be opened, kept to copy and fix until dismissed
-COPY_AS_CODE = "copy_as_code"  # the "Copy as code" expander's open state: its script is drawn only while it is open
+COPY_AS_CODE = "copy_as_code"  # the container of the "Copy as code" expander (its script, the rules as YAML)
 
 
 def initial_layout() -> Layout:
@@ -108,19 +108,17 @@ def render(layout: Layout) -> None:
         help=f"A layout file (JSON, UTF-8) of at most {MAX_FILE_BYTES:,} bytes; it replaces the whole layout, target included.",
     )
     show_message("upload")
-    # Drawn only while open: collapsed, the highlighted script still cost the browser about 0.4 s of each page's load
-    # (Chrome's profiler, on the Layout page)
-    copy_as_code = st.expander("Copy as code", key=COPY_AS_CODE, on_change="rerun")
-    if copy_as_code.open:
-        with copy_as_code:
-            st.caption(
-                "A complete script: mesh, rules and the Flax guide's recipe, printing every parameter's sharding. It runs "
-                "as pasted in this project's folder (without a GPU or TPU, on the mesh's devices simulated on the CPU); "
-                "swap the model block for your own module."
-            )
-            st.code(python_snippet(layout), language="python", wrap_lines=True)
-            st.caption("The rules as MaxText-style logical_axis_rules:")
-            st.code(maxtext_yaml(layout), language="yaml", wrap_lines=True)
+    # A keyed container, not a keyed expander: an expander with on_change="rerun" (drawn only while open) lost the
+    # user's click once in a fresh clone's suite (tests/browser/test_share.py: opened, nothing drawn for 180 s)
+    with st.container(key=COPY_AS_CODE), st.expander("Copy as code"):
+        st.caption(
+            "A complete script: mesh, rules and the Flax guide's recipe, printing every parameter's sharding. It runs "
+            "as pasted in this project's folder (without a GPU or TPU, on the mesh's devices simulated on the CPU); "
+            "swap the model block for your own module."
+        )
+        st.code(python_snippet(layout), language="python", wrap_lines=True)
+        st.caption("The rules as MaxText-style logical_axis_rules:")
+        st.code(maxtext_yaml(layout), language="yaml", wrap_lines=True)
     _library_section(layout)
 
 

@@ -110,7 +110,7 @@ def test_link_round_trip(browser: Browser, blank_page: Page, app_url: str) -> No
     shown_link = page.locator(".st-key-share_link code").inner_text().strip()
     assert shown_link.startswith(app_url + "/?") and "&axes=data,model&" in shown_link, shown_link  # readable
     assert dict(parse_qsl(urlsplit(shown_link).query)) == {**changed, "array": KERNEL}
-    toggle_expander(page, "Copy as code")  # its script is drawn once it is opened (a rerun): the edited layout's
+    toggle_expander(page, "Copy as code")  # the edited layout's script
     expect(page.locator(".st-key-copy_as_code code").first).to_contain_text("shared-4x2 (edited)", timeout=RERUN_TIMEOUT_MS)
 
     # One fresh context for what a teammate opens; each goto is a new Streamlit session in it.
