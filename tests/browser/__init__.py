@@ -120,8 +120,11 @@ def streamlit_server(devices: int = DEVICES) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     command = [
         sys.executable,
-        "-m",
-        "streamlit",
+        "-c",
+        # ``python -m streamlit``, with ``explorer`` imported first: its ``children.follow_parent`` ties the server to
+        # this worker from the start (else only once a session has run app.py: a server no page had opened outlived a
+        # worker killed with the suite)
+        "import explorer; from streamlit.web.cli import main; main(prog_name='streamlit')",
         "run",
         "app.py",
         "--server.headless",
